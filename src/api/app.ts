@@ -1,0 +1,49 @@
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import type { Redis } from 'ioredis';
+import type { Config } from '../lib/config.ts';
+import { BatonError } from '../lib/errors.ts';
+import type { EventHub } from '../lib/event-hub.ts';
+import type { Keys } from '../lib/keys.ts';
+import type { Logger } from '../lib/logger.ts';
+import type { RunStore } from '../lib/run-store.ts';
+import { errorHandler } from './error-handler.ts';
+import { runsRouter } from './routes-runs.ts';
+
+export interface AppDeps {
+  config: Config;
+  redis: Redis;
+  keys: Keys;
+  store: RunStore;
+  hub: EventHub;
+  log: Logger;
+}
+
+/** Builds the HTTP API. Routes parse and authorize, call one src/lib function, and shape the answer. */
+export function createApp(deps: AppDeps): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('query parser', 'simple');
+
+  app.get('/healthz', (_req, res) => void res.json({ ok: true }));
+  app.get('/readyz', async (_req, res) => {
+    try {
+      await deps.redis.ping();
+      res.json({ ok: true, redis: 'up' });
+    } catch {
+      res.status(503).json({ ok: false, redis: 'down' });
+    }
+  });
+
+  app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
+  app.use('/v1/scopes/:scope', runsRouter(deps));
+  app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
+  app.use(errorHandler(deps.log));
+  return app;
+}
+
+/** A request that carries a body must say it is JSON; bodyless requests pass. */
+function requireJsonBody(req: Request, _res: Response, next: NextFunction): void {
+  const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  if (hasBody && !req.is('application/json')) return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
+  next();
+}

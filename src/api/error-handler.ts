@@ -1,0 +1,36 @@
+import type { ErrorRequestHandler } from 'express';
+import { BatonError, ERROR_CODES } from '../lib/errors.ts';
+import type { Logger } from '../lib/logger.ts';
+
+/** Maps every error to `{ error: { code, message, details } }`; 5xx logged at error, 4xx at info. */
+export function errorHandler(log: Logger): ErrorRequestHandler {
+  return (err, req, res, _next) => {
+    const e = toBatonError(err);
+    const line = { method: req.method, path: req.path, code: e.code, status: e.status };
+    if (e.status >= 500) log.error({ ...line, err: (err as Error)?.stack ?? String(err) }, 'request failed');
+    else log.info(line, 'request rejected');
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    res.status(e.status).set(e.headers).json({ error: { code: e.code, message: e.message, details: e.details } });
+  };
+}
+
+function toBatonError(err: unknown): BatonError {
+  if (err instanceof BatonError) return err;
+  const e = err as { type?: string; name?: string; code?: string; message?: string };
+  if (e?.type === 'entity.parse.failed') return new BatonError('INVALID_JSON', undefined, [{ path: 'body', message: 'not valid JSON' }]);
+  if (e?.type === 'entity.too.large') return new BatonError('PAYLOAD_TOO_LARGE');
+  if (e?.type === 'charset.unsupported' || e?.type === 'encoding.unsupported') return new BatonError('UNSUPPORTED_MEDIA_TYPE');
+  if (isRedisDown(e)) return new BatonError('REDIS_UNAVAILABLE');
+  return new BatonError('INTERNAL', ERROR_CODES.INTERNAL.message);
+}
+
+function isRedisDown(e: { name?: string; code?: string; message?: string }): boolean {
+  return (
+    e?.name === 'MaxRetriesPerRequestError' ||
+    e?.code === 'ECONNREFUSED' ||
+    /Connection is closed|Stream isn't writeable|connect ECONNREFUSED/.test(e?.message ?? '')
+  );
+}

@@ -1,0 +1,26 @@
+import { defineAgent } from '../agent.ts';
+
+/**
+ * Streams the input back word by word (whitespace kept, so the tokens concatenate to the
+ * input exactly) and answers with it. `metadata.delayMs` waits between tokens.
+ */
+export const echo = defineAgent({
+  name: 'echo',
+  async run(ctx) {
+    const delay = Number(ctx.metadata.delayMs ?? 0);
+    const tokens = ctx.input.content.match(/\s*\S+\s*|\s+/g) ?? [];
+    for (const token of tokens) {
+      if (ctx.signal.aborted) break;
+      if (delay > 0) await sleep(delay, ctx.signal);
+      ctx.emit(token);
+    }
+    return { answer: ctx.input.content };
+  },
+});
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+  });
+}

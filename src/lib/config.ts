@@ -1,0 +1,108 @@
+import { z } from 'zod';
+
+/**
+ * Every tunable of Baton, parsed once from the environment, frozen, and passed down.
+ * Each default says why it is that value; change them with the env variable named
+ * in the comment.
+ */
+const intMs = (def: number) => z.coerce.number().int().nonnegative().default(def);
+const bool = (def: boolean) =>
+  z
+    .enum(['true', 'false', '1', '0'])
+    .default(def ? 'true' : 'false')
+    .transform((v) => v === 'true' || v === '1');
+
+export const configSchema = z.object({
+  /** REDIS_URL. Unset: `baton start` spawns a local redis-server under .baton/redis. */
+  REDIS_URL: z.string().url().optional(),
+  /** PORT for the HTTP API. 3000: the usual local development port. */
+  PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+  /** HOST the API binds to. 127.0.0.1 keeps a dev instance off the network; compose sets 0.0.0.0. */
+  HOST: z.string().min(1).default('127.0.0.1'),
+  /** METRICS_PORT where a standalone worker serves /metrics, /healthz, /readyz. 0 = a free port. */
+  METRICS_PORT: z.coerce.number().int().min(0).max(65535).default(9464),
+  /** LOG_LEVEL for pino. */
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** BATON_KEY_PREFIX: first segment of every Redis key, so Baton can share a Redis. */
+  BATON_KEY_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$/, 'letters, digits, . _ - (max 32)')
+    .default('baton'),
+  /** RUNTIME this worker serves (one BullMQ queue per runtime). */
+  RUNTIME: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/).default('default'),
+  /** WORKER_CONCURRENCY: runs one worker process executes at once. Agent runs mostly wait on I/O. */
+  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
+  /**
+   * LEASE_MS: how long a claim is valid without a heartbeat. 15 s with a heartbeat every
+   * 5 s: two missed beats survive a long GC pause or a Redis failover; a third means the
+   * worker is gone, and its runs are taken over within LEASE_MS + SWEEP_INTERVAL_MS.
+   */
+  LEASE_MS: intMs(15_000),
+  /** HEARTBEAT_MS: defaults to LEASE_MS / 3 (see LEASE_MS). */
+  HEARTBEAT_MS: z.coerce.number().int().positive().optional(),
+  /**
+   * SWEEP_INTERVAL_MS: how often every process looks for runs whose dispatch or lease was
+   * lost. 5 s bounds recovery of a crashed worker to about LEASE_MS + 5 s = 20 s.
+   */
+  SWEEP_INTERVAL_MS: intMs(5_000),
+  /** DISPATCH_GRACE_MS: a dispatched run with no BullMQ job after this long is re-dispatched. */
+  DISPATCH_GRACE_MS: intMs(10_000),
+  /** MAX_ATTEMPTS: default attempts per run (an agent or a submit may override). */
+  MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(3),
+  /** RETRY_BASE_MS / RETRY_MAX_MS: exponential backoff with full jitter, capped. */
+  RETRY_BASE_MS: intMs(1_000),
+  RETRY_MAX_MS: intMs(60_000),
+  /** MAX_ACTIVE_PER_SCOPE: runs of one scope dispatched or running at once (fair share). */
+  MAX_ACTIVE_PER_SCOPE: z.coerce.number().int().min(1).max(100_000).default(8),
+  /** RETENTION_MS: how long a finished run, its steps and its event log stay readable. 24 h. */
+  RETENTION_MS: intMs(24 * 3600_000),
+  /** EVENTS_MAX_LEN: cap of one run's event stream (token deltas are coalesced, so this is ample). */
+  EVENTS_MAX_LEN: z.coerce.number().int().min(100).default(50_000),
+  /**
+   * EMIT_FLUSH_MS / EMIT_FLUSH_TOKENS: token deltas are coalesced and written every few ms
+   * or every N tokens, whichever comes first: tens of round trips per second per run
+   * instead of one per token, at a latency cost no reader can see.
+   */
+  EMIT_FLUSH_MS: intMs(15),
+  EMIT_FLUSH_TOKENS: z.coerce.number().int().min(1).default(64),
+  /** SHUTDOWN_GRACE_MS: on SIGTERM, in-flight runs get this long before their leases are handed over. */
+  SHUTDOWN_GRACE_MS: intMs(10_000),
+  /** BODY_LIMIT_BYTES: largest accepted JSON body. */
+  BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1024 * 1024),
+  /** SSE_KEEPALIVE_MS: comment line sent on idle SSE connections so proxies keep them open. */
+  SSE_KEEPALIVE_MS: intMs(15_000),
+  /** SSE_MAX_BUFFER_BYTES: a client this far behind is disconnected (it resumes with Last-Event-ID). */
+  SSE_MAX_BUFFER_BYTES: z.coerce.number().int().min(1024).default(4 * 1024 * 1024),
+  /** METRICS_SCOPE_LABEL: add the scope label to run metrics (unbounded cardinality, opt in). */
+  METRICS_SCOPE_LABEL: bool(false),
+  /** Built-in `chat` agent: any OpenAI-compatible endpoint. */
+  OPENAI_BASE_URL: z.string().url().optional(),
+  OPENAI_API_KEY: z.string().optional(),
+  OPENAI_MODEL: z.string().default('gpt-4o-mini'),
+});
+
+export type Config = Readonly<
+  Omit<z.infer<typeof configSchema>, 'HEARTBEAT_MS'> & { HEARTBEAT_MS: number }
+>;
+
+export class ConfigError extends Error {}
+
+/** Parses the environment; throws a ConfigError naming each invalid variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const picked: Record<string, string> = {};
+  for (const key of Object.keys(configSchema.shape)) {
+    const v = env[key];
+    if (v !== undefined && v !== '') picked[key] = v;
+  }
+  const parsed = configSchema.safeParse(picked);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  const c = parsed.data;
+  const heartbeat = c.HEARTBEAT_MS ?? Math.max(50, Math.floor(c.LEASE_MS / 3));
+  if (heartbeat >= c.LEASE_MS) {
+    throw new ConfigError('invalid configuration:\n  HEARTBEAT_MS: must be shorter than LEASE_MS');
+  }
+  return Object.freeze({ ...c, HEARTBEAT_MS: heartbeat });
+}

@@ -1,0 +1,40 @@
+import type { Redis } from 'ioredis';
+import type { Keys } from './keys.ts';
+
+/** One event of a run's log: the Redis Stream entry id, its type and its JSON data (as text). */
+export interface RunEvent { id: string; type: string; data: string }
+
+export const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
+
+/** Orders two stream ids (`<ms>-<seq>`): negative when a < b. */
+export function compareIds(a: string, b: string): number {
+  const [am, as] = a.split('-');
+  const [bm, bs] = b.split('-');
+  if (am.length !== bm.length) return am.length - bm.length;
+  if (am !== bm) return am < bm ? -1 : 1;
+  if (as.length !== bs.length) return as.length - bs.length;
+  return as === bs ? 0 : as < bs ? -1 : 1;
+}
+
+/** Reads a run's event log after `afterId` (exclusive; '0' = from the start), in pages. */
+export async function readEvents(redis: Redis, keys: Keys, scope: string, runId: string, afterId: string, count = 1000): Promise<RunEvent[]> {
+  const start = afterId === '0' ? '-' : `(${afterId}`;
+  const rows = await redis.xrange(keys.scope(scope).events(runId), start, '+', 'COUNT', count);
+  return rows.map(([id, fields]) => toEvent(id, fields));
+}
+
+function toEvent(id: string, fields: string[]): RunEvent {
+  let type = '';
+  let data = '';
+  for (let i = 0; i < fields.length; i += 2) {
+    if (fields[i] === 'type') type = fields[i + 1];
+    else if (fields[i] === 'data') data = fields[i + 1];
+  }
+  return { id, type, data };
+}
+
+/** Parses a live notification published by the Lua scripts: `[[id, type, data], ...]`. */
+export function parseNotification(message: string): RunEvent[] {
+  const list = JSON.parse(message) as [string, string, string][] | Record<string, never>;
+  return Array.isArray(list) ? list.map(([id, type, data]) => ({ id, type, data })) : [];
+}

@@ -1,0 +1,10 @@
+import { randomBytes } from 'node:crypto';
+
+/** Run ids sort by creation time and carry 64 random bits: `r<time36><hex16>`. */
+export function newRunId(): string {
+  return `r${Date.now().toString(36)}${randomBytes(8).toString('hex')}`;
+}
+
+export function newWorkerId(runtime: string): string {
+  return `${runtime}-${process.pid}-${randomBytes(4).toString('hex')}`;
+}

@@ -1,0 +1,100 @@
+/**
+ * The one place that knows Redis key names. Nothing else concatenates key strings.
+ *
+ * Every key of a scope is `<prefix>:{<scope>}:...`: the braces are a Redis Cluster hash
+ * tag, so all of a scope's keys live in one slot and one Lua script can update a run, its
+ * session, its history and the scope's counters atomically. Lua scripts receive the scope
+ * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see lua/lib.lua).
+ */
+
+/** Ids that become part of keys: no braces or colons, so a key can never be forged. */
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+export function isValidId(id: string): boolean {
+  return ID_PATTERN.test(id);
+}
+
+function checked(kind: string, id: string): string {
+  if (!isValidId(id)) throw new Error(`invalid ${kind} id: ${JSON.stringify(id)}`);
+  return id;
+}
+
+export interface ScopeKeys {
+  /** Prefix shared by every key of the scope; passed to Lua as ARGV. */
+  base: string;
+  run(runId: string): string;
+  events(runId: string): string;
+  steps(runId: string): string;
+  session(sessionId: string): string;
+  sessionQueue(sessionId: string): string;
+  messages(sessionId: string): string;
+  sessionRuns(sessionId: string): string;
+  /** All runs of the scope by creation time (listing). */
+  runs: string;
+  /** scope counters: active (dispatched+running+retrying) */
+  meta: string;
+  /** Session heads waiting for a scope slot (fair share), FIFO. */
+  ready: string;
+  /** Runs handed to BullMQ: score = when a job must exist by (outbox for the sweeper). */
+  pending: string;
+  /** Running runs: score = lease deadline. */
+  leases: string;
+  stats(runtime: string): string;
+  drain(runtime: string): string;
+  held(runtime: string): string;
+  idempotency(key: string): string;
+  /** Live notifications of a run's new events. */
+  channel(runId: string): string;
+}
+
+export interface Keys {
+  prefix: string;
+  scope(scope: string): ScopeKeys;
+  /** Set of scopes that ever had a run: the sweeper's work list. */
+  scopes: string;
+  /** BullMQ prefix for a runtime's queue; the braces keep a queue in one Cluster slot. */
+  queuePrefix(runtime: string): string;
+  /** Channel on which cancel requests reach whichever worker holds a run. */
+  cancelChannel: string;
+  /** Hash of live workers: workerId -> JSON registration. */
+  workers: string;
+  apiKeys: string;
+  apiKey(id: string): string;
+}
+
+export function createKeys(prefix: string): Keys {
+  return {
+    prefix,
+    scopes: `${prefix}:scopes`,
+    cancelChannel: `${prefix}:cancel`,
+    workers: `${prefix}:workers`,
+    apiKeys: `${prefix}:apikeys`,
+    apiKey: (id) => `${prefix}:apikey:${checked('key', id)}`,
+    queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}`,
+    scope(scope) {
+      const base = `${prefix}:{${checked('scope', scope)}}:`;
+      return {
+        base,
+        run: (id) => `${base}run:${checked('run', id)}`,
+        events: (id) => `${base}run:${checked('run', id)}:events`,
+        steps: (id) => `${base}run:${checked('run', id)}:steps`,
+        channel: (id) => `${base}run:${checked('run', id)}:live`,
+        session: (id) => `${base}session:${checked('session', id)}`,
+        sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
+        messages: (id) => `${base}session:${checked('session', id)}:messages`,
+        sessionRuns: (id) => `${base}session:${checked('session', id)}:runs`,
+        runs: `${base}runs`,
+        meta: `${base}meta`,
+        ready: `${base}ready`,
+        pending: `${base}pending`,
+        leases: `${base}leases`,
+        stats: (rt) => `${base}stats:${checked('runtime', rt)}`,
+        drain: (rt) => `${base}drain:${checked('runtime', rt)}`,
+        held: (rt) => `${base}held:${checked('runtime', rt)}`,
+        // Caller-chosen idempotency keys may hold any printable text: hash-free but bounded
+        // by the schema, and kept after the last colon so they cannot collide with suffixes.
+        idempotency: (key) => `${base}idem:${key}`,
+      };
+    },
+  };
+}

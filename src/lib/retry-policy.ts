@@ -1,0 +1,66 @@
+import { PermanentError, RetryAfterError, TransientError } from './errors.ts';
+
+export type Classified =
+  | { kind: 'transient'; code: string; message: string; retryAfterMs?: number }
+  | { kind: 'permanent'; code: string; message: string; details?: unknown };
+
+const TRANSIENT_NET_CODES = new Set([
+  'ECONNRESET', 'ECONNREFUSED', 'ECONNABORTED', 'ETIMEDOUT', 'EPIPE', 'EAI_AGAIN', 'ENETUNREACH',
+  'EHOSTUNREACH', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT',
+]);
+
+/** HTTP statuses a provider answers when trying again later can succeed. */
+export function isTransientStatus(status: number): boolean {
+  return status === 408 || status === 425 || status === 429 || status >= 500;
+}
+
+/** Parses a Retry-After header (seconds or an HTTP date) into ms; undefined when absent or invalid. */
+export function parseRetryAfter(value: string | null | undefined): number | undefined {
+  if (!value) return undefined;
+  const secs = Number(value);
+  if (Number.isFinite(secs) && secs >= 0) return secs * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+}
+
+/**
+ * Classifies an agent failure by type, never by message: Baton's error types first, then
+ * HTTP errors carrying a numeric `status` (provider SDKs), then Node network errors and
+ * timeouts. Anything else is permanent: retrying an unknown bug only repeats it.
+ */
+export function classify(err: unknown): Classified {
+  const e = err as { name?: string; message?: string; code?: unknown; status?: unknown; headers?: unknown; cause?: unknown };
+  const message = String(e?.message ?? err);
+  if (err instanceof RetryAfterError) return { kind: 'transient', code: err.code, message, retryAfterMs: err.retryAfterMs };
+  if (err instanceof TransientError) return { kind: 'transient', code: err.code, message };
+  if (err instanceof PermanentError) {
+    return { kind: 'permanent', code: err.code, message, details: (err as { errors?: unknown }).errors };
+  }
+  if (typeof e?.status === 'number') {
+    const code = `HTTP_${e.status}`;
+    if (!isTransientStatus(e.status)) return { kind: 'permanent', code, message };
+    return { kind: 'transient', code, message, retryAfterMs: parseRetryAfter(headerOf(e.headers, 'retry-after')) };
+  }
+  if (e?.name === 'TimeoutError') return { kind: 'transient', code: 'TIMEOUT', message };
+  const netCode = typeof e?.code === 'string' ? e.code : (e?.cause as { code?: unknown })?.code;
+  if (typeof netCode === 'string' && TRANSIENT_NET_CODES.has(netCode)) return { kind: 'transient', code: netCode, message };
+  return { kind: 'permanent', code: e?.name && e.name !== 'Error' ? e.name : 'AGENT_ERROR', message };
+}
+
+function headerOf(headers: unknown, name: string): string | undefined {
+  if (!headers) return undefined;
+  if (typeof (headers as Headers).get === 'function') return (headers as Headers).get(name) ?? undefined;
+  const v = (headers as Record<string, unknown>)[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+/**
+ * Delay before attempt `attempt + 1`: exponential backoff with full jitter (uniform in
+ * [0, min(max, base * 2^(attempt-1))]), so retries of many runs hit by one outage spread
+ * out instead of returning together. A provider's Retry-After wins when given.
+ */
+export function backoffMs(attempt: number, baseMs: number, maxMs: number, retryAfterMs?: number, random = Math.random): number {
+  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, 3600_000);
+  const ceiling = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
+  return Math.floor(random() * ceiling);
+}

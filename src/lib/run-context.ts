@@ -1,0 +1,144 @@
+import type { Redis } from 'ioredis';
+import type { Agent, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions } from './agent.ts';
+import type { EventWriter } from './event-writer.ts';
+import type { Logger } from './logger.ts';
+import type { RunRecord } from './run-record.ts';
+import { runScript } from './scripts.ts';
+import { LeaseLostError } from './script-errors.ts';
+import { ID_PATTERN } from './keys.ts';
+
+/** Thrown inside the agent when a run had to be blocked; the executor stops the attempt quietly. */
+export class RunBlocked extends Error {
+  constructor(readonly stepKey: string) {
+    super(`run blocked on step ${stepKey}`);
+    this.name = 'RunBlocked';
+  }
+}
+
+export interface MemoEvents {
+  hit(kind: string): void;
+  miss(kind: string): void;
+}
+
+export interface ContextDeps {
+  redis: Redis;
+  runKey: string;
+  base: string;
+  run: RunRecord;
+  fence: number;
+  agent: Agent;
+  history: HistoryMessage[];
+  /** The steps hash as read at claim: step key -> stored JSON ({v, e?}) or start markers. */
+  steps: Record<string, string>;
+  writer: EventWriter;
+  signal: AbortSignal;
+  log: Logger;
+  memo?: MemoEvents;
+  /** Blocks the run (fenced); called when a non-idempotent step was started and never finished. */
+  block(stepKey: string): Promise<void>;
+}
+
+/**
+ * The agent's view of a run, and the memo behind ctx.step/infer/tool. Memo lookups are
+ * local (the steps hash came with the claim); only a miss costs a round trip (two for a
+ * non-idempotent step: its start marker, then its result).
+ */
+export class ContextState {
+  /** Non-ephemeral text emitted in this attempt (committed as an incomplete answer if the run ends early). */
+  emitted = '';
+  toolCallsSeen = 0;
+  private readonly memo: Map<string, string>;
+  private readonly seq = new Map<string, number>();
+  private readonly captures = new Set<{ text: string }>();
+  readonly ctx: RunContext;
+
+  constructor(private readonly d: ContextDeps) {
+    this.memo = new Map(Object.entries(d.steps));
+    const run = d.run;
+    this.ctx = {
+      runId: run.id,
+      scope: run.scope,
+      sessionId: run.sessionId,
+      runtime: run.runtime,
+      agent: run.agent,
+      attempt: run.attempt,
+      maxAttempts: run.maxAttempts,
+      input: run.input,
+      metadata: run.metadata ?? {},
+      memory: run.memory,
+      history: d.history,
+      signal: d.signal,
+      log: d.log,
+      emit: (text, options) => this.emit(text, options),
+      step: (key, fn, options) => this.memoized('step', key, fn, options?.idempotent ?? true),
+      infer: (name, fn) => this.memoized('infer', name, fn, true),
+      tool: (name, args, fn, options) => {
+        this.toolCallsSeen++;
+        return this.memoized('tool', name, (call) => fn(args, call), options?.idempotent ?? true);
+      },
+    };
+  }
+
+  private emit(text: string, options?: EmitOptions): void {
+    if (typeof text !== 'string' || text === '' || this.d.signal.aborted) return;
+    if (options?.ephemeral) {
+      this.d.writer.event('ephemeral', { text });
+      return;
+    }
+    this.emitted += text;
+    for (const c of this.captures) c.text += text;
+    this.d.writer.token(text);
+  }
+
+  private stepKey(kind: string, name: string): string {
+    if (!ID_PATTERN.test(name)) {
+      throw new TypeError(`step name ${JSON.stringify(name)} must match ${ID_PATTERN}`);
+    }
+    const n = (this.seq.get(`${kind}:${name}`) ?? 0) + 1;
+    this.seq.set(`${kind}:${name}`, n);
+    return `${kind}:${name}:${n}`;
+  }
+
+  private async memoized<T>(
+    kind: 'step' | 'infer' | 'tool', name: string, fn: (call: StepCall) => Promise<T> | T, idempotent: boolean,
+  ): Promise<T> {
+    const key = this.stepKey(kind, name);
+    const stored = this.memo.get(key);
+    if (stored !== undefined) {
+      this.d.memo?.hit(kind);
+      const { v, e } = JSON.parse(stored) as { v: T; e?: string };
+      // The text an inference streamed is part of this attempt's answer: replay it.
+      if (e) this.emit(e);
+      return v;
+    }
+    this.d.memo?.miss(kind);
+    if (!idempotent) {
+      if (this.memo.has(`${key}#started`)) {
+        await this.d.block(key);
+        throw new RunBlocked(key);
+      }
+      await this.write('start', key, '');
+      this.memo.set(`${key}#started`, String(Date.now()));
+    }
+    const capture = kind === 'infer' ? { text: '' } : undefined;
+    if (capture) this.captures.add(capture);
+    let value: T;
+    try {
+      value = await fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.signal });
+    } finally {
+      if (capture) this.captures.delete(capture);
+    }
+    const json = JSON.stringify(capture?.text ? { v: value ?? null, e: capture.text } : { v: value ?? null });
+    const kept = await this.write('done', key, json);
+    this.memo.set(key, kept);
+    return (JSON.parse(kept) as { v: T }).v;
+  }
+
+  private async write(op: 'start' | 'done', key: string, json: string): Promise<string> {
+    const reply = await runScript(this.d.redis, 'step', [this.d.runKey], [
+      this.d.base, this.d.run.id, this.d.fence, op, key, json,
+    ]);
+    if (Number(reply[0]) === -2) throw new LeaseLostError(this.d.run.id);
+    return String(reply[1]);
+  }
+}

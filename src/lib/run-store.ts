@@ -1,0 +1,159 @@
+import type { Redis } from 'ioredis';
+import type { Config } from './config.ts';
+import type { Keys } from './keys.ts';
+import { runScript } from './scripts.ts';
+import type { Dispatcher } from './dispatcher.ts';
+import { BatonError } from './errors.ts';
+import { newRunId } from './ids.ts';
+import { scriptCode } from './script-errors.ts';
+import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './run-record.ts';
+
+export type Multitask = 'enqueue' | 'reject' | 'interrupt';
+
+export interface SubmitRequest {
+  scope: string;
+  sessionId: string;
+  input: { content: string };
+  runtime: string;
+  agent: string;
+  metadata?: Record<string, unknown>;
+  memory?: unknown;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  multitask?: Multitask;
+  outputSchema?: Record<string, unknown>;
+}
+
+export interface SubmitResult { run: RunRecord; created: boolean }
+
+/** Idempotency keys are remembered 24 h: a client retrying a submit within a day gets the same run. */
+const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
+
+/**
+ * The domain operations the API calls: every write is one Lua transition on the scope's
+ * slot, followed by the BullMQ dispatch it asked for (the outbox step).
+ */
+export class RunStore {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Config,
+    private readonly dispatcher: Dispatcher,
+  ) {}
+
+  async submit(req: SubmitRequest): Promise<SubmitResult> {
+    const sk = this.keys.scope(req.scope);
+    const runId = newRunId();
+    const fields: (string | number)[] = [
+      'id', runId, 'scope', req.scope, 'sessionId', req.sessionId, 'runtime', req.runtime,
+      'agent', req.agent, 'maxAttempts', req.maxAttempts ?? this.config.MAX_ATTEMPTS,
+      'input', JSON.stringify(req.input),
+    ];
+    if (req.metadata !== undefined) fields.push('metadata', JSON.stringify(req.metadata));
+    if (req.memory !== undefined) fields.push('memory', JSON.stringify(req.memory));
+    if (req.outputSchema !== undefined) fields.push('outputSchema', JSON.stringify(req.outputSchema));
+    if (req.idempotencyKey !== undefined) fields.push('idempotencyKey', req.idempotencyKey);
+    // The scope list is the sweeper's work list; adding a scope that ends up with no run is harmless.
+    await this.redis.sadd(this.keys.scopes, req.scope);
+    const reply = await runScript(this.redis, 'submit', [sk.run(runId)], [
+      sk.base, runId, req.sessionId, req.runtime, this.config.MAX_ACTIVE_PER_SCOPE,
+      this.config.DISPATCH_GRACE_MS, this.config.EVENTS_MAX_LEN, req.idempotencyKey ?? '',
+      IDEMPOTENCY_TTL_MS, req.multitask ?? 'enqueue', this.keys.cancelChannel, this.config.RETENTION_MS,
+      ...fields,
+    ]);
+    const code = Number(reply[0]);
+    if (code < 0) {
+      const name = scriptCode(code);
+      if (name === 'SESSION_BUSY' || name === 'DRAINING') throw new BatonError(name);
+      throw new Error(`submit failed: ${name}`);
+    }
+    await this.dispatcher.dispatch(req.scope, String(reply[3]));
+    const id = String(reply[1]);
+    const run = await this.get(req.scope, id);
+    if (!run) throw new Error(`run ${id} vanished right after submit`);
+    return { run, created: Number(reply[2]) === 1 };
+  }
+
+  async get(scope: string, runId: string): Promise<RunRecord | undefined> {
+    return parseRunRecord(await this.redis.hgetall(this.keys.scope(scope).run(runId)));
+  }
+
+  /** Cancels a run; returns its state afterwards (a finished run is returned unchanged). */
+  async cancel(scope: string, runId: string): Promise<RunRecord> {
+    const sk = this.keys.scope(scope);
+    const c = this.config;
+    const reply = await runScript(this.redis, 'cancel', [sk.run(runId)], [
+      sk.base, runId, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS,
+      this.keys.cancelChannel,
+    ]);
+    if (Number(reply[0]) < 0) throw new BatonError('RUN_NOT_FOUND');
+    await this.dispatcher.dispatch(scope, String(reply[1]));
+    const run = await this.get(scope, runId);
+    if (!run) throw new BatonError('RUN_NOT_FOUND');
+    return run;
+  }
+
+  /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */
+  async resolveStep(
+    scope: string, runId: string, stepKey: string, resolution: { value: unknown } | { rerun: true },
+  ): Promise<RunRecord> {
+    const sk = this.keys.scope(scope);
+    const c = this.config;
+    const mode = 'rerun' in resolution ? 'rerun' : 'value';
+    const value = 'value' in resolution ? JSON.stringify({ v: resolution.value }) : '';
+    const reply = await runScript(this.redis, 'resolve', [sk.run(runId)], [
+      sk.base, runId, stepKey, mode, value, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS,
+    ]);
+    const code = Number(reply[0]);
+    if (code === -1) throw new BatonError('RUN_NOT_FOUND');
+    if (code === -8) throw new BatonError('STEP_NOT_BLOCKED');
+    await this.dispatcher.dispatch(scope, String(reply[1]));
+    return (await this.get(scope, runId))!;
+  }
+
+  /** Runs of a scope (or of one session), newest first, with an opaque cursor. */
+  async list(
+    scope: string,
+    opts: { sessionId?: string; status?: RunStatus[]; limit: number; cursor?: string },
+  ): Promise<{ runs: RunRecord[]; nextCursor: string | null }> {
+    const sk = this.keys.scope(scope);
+    const index = opts.sessionId ? sk.sessionRuns(opts.sessionId) : sk.runs;
+    const runs: RunRecord[] = [];
+    let max = opts.cursor ? `(${opts.cursor}` : '+inf';
+    let last: string | null = null;
+    // Page through the index until `limit` runs match the status filter (or it is exhausted).
+    for (;;) {
+      const ids = await this.redis.zrevrangebyscore(index, max, '-inf', 'WITHSCORES', 'LIMIT', 0, opts.limit);
+      if (ids.length === 0) { last = null; break; }
+      const pipe = this.redis.pipeline();
+      for (let i = 0; i < ids.length; i += 2) pipe.hgetall(sk.run(ids[i]));
+      const rows = (await pipe.exec()) ?? [];
+      const expired: string[] = [];
+      for (let i = 0; i < rows.length; i++) {
+        const run = parseRunRecord((rows[i][1] ?? {}) as Record<string, string>);
+        const id = ids[i * 2];
+        last = ids[i * 2 + 1];
+        if (!run) { expired.push(id); continue; }
+        if (!opts.status || opts.status.includes(run.status)) runs.push(run);
+        if (runs.length === opts.limit) break;
+      }
+      // Runs past their retention leave their index entries behind; drop them as we meet them.
+      if (expired.length) await this.redis.zrem(index, ...expired);
+      if (runs.length === opts.limit || ids.length < opts.limit * 2) break;
+      max = `(${last}`;
+    }
+    return { runs, nextCursor: runs.length === opts.limit ? last : null };
+  }
+
+  /** A session's committed history, oldest first. */
+  async messages(
+    scope: string, sessionId: string, opts: { limit: number; cursor?: number },
+  ): Promise<{ messages: SessionMessage[]; nextCursor: string | null }> {
+    const key = this.keys.scope(scope).messages(sessionId);
+    const start = opts.cursor ?? 0;
+    const raw = await this.redis.lrange(key, start, start + opts.limit);
+    const more = raw.length > opts.limit;
+    const messages = raw.slice(0, opts.limit).map((m) => JSON.parse(m) as SessionMessage);
+    return { messages, nextCursor: more ? String(start + opts.limit) : null };
+  }
+}
