@@ -1,22 +1,8 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
-import type { Redis } from 'ioredis';
-import type { Config } from '../lib/config.ts';
 import { BatonError } from '../lib/errors.ts';
-import type { EventHub } from '../lib/event-hub.ts';
-import type { Keys } from '../lib/keys.ts';
-import type { Logger } from '../lib/logger.ts';
-import type { RunStore } from '../lib/run-store.ts';
+import type { AppDeps } from './deps.ts';
 import { errorHandler } from './error-handler.ts';
 import { runsRouter } from './routes-runs.ts';
-
-export interface AppDeps {
-  config: Config;
-  redis: Redis;
-  keys: Keys;
-  store: RunStore;
-  hub: EventHub;
-  log: Logger;
-}
 
 /** Builds the HTTP API. Routes parse and authorize, call one src/lib function, and shape the answer. */
 export function createApp(deps: AppDeps): Express {

@@ -1,6 +1,6 @@
 import { Router, type Request } from 'express';
 import { BatonError } from '../lib/errors.ts';
-import type { AppDeps } from './app.ts';
+import type { AppDeps } from './deps.ts';
 import { presentRun } from './presenters.ts';
 import { serveEvents } from './sse.ts';
 import { parse } from './validate.ts';

@@ -1,0 +1,57 @@
+import type { TestProject } from 'vitest/node';
+import { hasRedisServer, startLocalRedis, type LocalRedis } from '../../src/cli/local-redis.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * Gives the whole test run one real Redis of its own: a redis-server on a free port when
+ * the binary exists, else a testcontainers Redis when Docker answers, else a clear failure.
+ * Test files isolate themselves with their own key prefix and runtime (see harness.ts).
+ */
+declare module 'vitest' {
+  export interface ProvidedContext { redisUrl: string }
+}
+
+let local: LocalRedis | undefined;
+let dir: string | undefined;
+let container: { stop(): Promise<unknown> } | undefined;
+
+export async function setup(project: TestProject): Promise<void> {
+  if (process.env.TEST_REDIS_URL) {
+    project.provide('redisUrl', process.env.TEST_REDIS_URL);
+    return;
+  }
+  if (hasRedisServer()) {
+    dir = mkdtempSync(join(tmpdir(), 'baton-test-redis-'));
+    local = await startLocalRedis(dir, ['--appendonly', 'no']);
+    project.provide('redisUrl', local.url);
+    return;
+  }
+  if (await dockerAvailable()) {
+    const { GenericContainer } = await import('testcontainers');
+    const c = await new GenericContainer('redis:7-alpine').withExposedPorts(6379).start();
+    container = c;
+    project.provide('redisUrl', `redis://${c.getHost()}:${c.getMappedPort(6379)}`);
+    return;
+  }
+  throw new Error(
+    'Baton tests need a real Redis: install redis-server (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis), start Docker, or set TEST_REDIS_URL.',
+  );
+}
+
+export async function teardown(): Promise<void> {
+  await local?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  await container?.stop();
+}
+
+async function dockerAvailable(): Promise<boolean> {
+  try {
+    const { getContainerRuntimeClient } = await import('testcontainers');
+    await getContainerRuntimeClient();
+    return true;
+  } catch {
+    return false;
+  }
+}

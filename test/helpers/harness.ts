@@ -1,0 +1,145 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { inject } from 'vitest';
+import { startApi, type ApiHandle } from '../../src/api/server.ts';
+import type { Agent } from '../../src/lib/agent.ts';
+import { loadConfig, type Config } from '../../src/lib/config.ts';
+import { createKeys, type Keys } from '../../src/lib/keys.ts';
+import { createLogger } from '../../src/lib/logger.ts';
+import { createRedis, waitReady, type Redis } from '../../src/lib/redis.ts';
+import { BUILTIN_AGENTS } from '../../src/worker/agents-loader.ts';
+import { startWorker, type WorkerHandle } from '../../src/worker/worker.ts';
+import { track } from './resources.ts';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const BIN = `${ROOT}bin/baton.js`;
+
+/** Settings that make tests fast: short leases and sweeps, no log noise. */
+export const FAST: Record<string, string> = {
+  LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+  PORT: '0',
+  METRICS_PORT: '0',
+  LEASE_MS: '2000',
+  SWEEP_INTERVAL_MS: '500',
+  DISPATCH_GRACE_MS: '1500',
+  RETRY_BASE_MS: '100',
+  RETRY_MAX_MS: '1000',
+  SHUTDOWN_GRACE_MS: '2000',
+  EMIT_FLUSH_MS: '5',
+};
+
+export interface Harness {
+  redisUrl: string;
+  prefix: string;
+  runtime: string;
+  env: Record<string, string>;
+  config: Config;
+  keys: Keys;
+  /** A plain connection for assertions (file scoped). */
+  redis: Redis;
+  configWith(overrides?: Record<string, string>): Config;
+  startApi(overrides?: Record<string, string>): Promise<ApiHandle>;
+  startWorker(opts?: { env?: Record<string, string>; agents?: Agent[] }): Promise<WorkerHandle>;
+  /** Starts `baton <command>` as a child process; resolves when it prints its ready line. */
+  spawn(command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[] }): Promise<Child>;
+  /** Every Redis key of this file's prefix. */
+  allKeys(): Promise<string[]>;
+}
+
+export interface Child {
+  process: ChildProcess;
+  output(): string;
+  /** For `api`: the URL it listens on. */
+  url?: string;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * Per test file: its own key prefix and runtime (so files run in parallel against one
+ * Redis without seeing each other), and helpers that start real API/worker processes.
+ */
+export async function useHarness(overrides: Record<string, string> = {}): Promise<Harness> {
+  const redisUrl = inject('redisUrl');
+  const prefix = `t${randomBytes(5).toString('hex')}`;
+  const runtime = `rt-${prefix}`;
+  const env = { ...FAST, REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: runtime, ...overrides };
+  const configWith = (o: Record<string, string> = {}) => loadConfig({ ...env, ...o });
+  const config = configWith();
+  const log = createLogger(config.LOG_LEVEL);
+  const redis = createRedis({ url: redisUrl, name: 'test' });
+  track(redis, () => redis.quit());
+  await waitReady(redis);
+
+  return {
+    redisUrl, prefix, runtime, env, config, keys: createKeys(prefix), redis,
+    configWith,
+    async startApi(o = {}) {
+      const api = await startApi({ config: configWith(o), redisUrl, log });
+      return track(api, () => api.close());
+    },
+    async startWorker(opts = {}) {
+      const agents = new Map<string, Agent>([...BUILTIN_AGENTS, ...(opts.agents ?? [])].map((a) => [a.name, a]));
+      const w = await startWorker({ config: configWith(opts.env), redisUrl, log, agents });
+      return track(w, () => w.close());
+    },
+    async spawn(command, opts = {}) {
+      const args = [BIN, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', p])];
+      const child = spawn(process.execPath, args, {
+        env: { ...process.env, ...env, ...opts.env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout!.on('data', (b) => { out += b; });
+      child.stderr!.on('data', (b) => { out += b; });
+      const ready = command === 'api' ? /listening on (http:\/\/\S+)/ : /serving runtime/;
+      const match = await new Promise<RegExpMatchArray>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`baton ${command} did not start:\n${out}`)), 20_000);
+        const check = () => {
+          const m = ready.exec(out);
+          if (m) { clearTimeout(timer); resolve(m); }
+        };
+        child.stdout!.on('data', check);
+        child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`baton ${command} exited ${code}:\n${out}`)); });
+      });
+      const exited = new Promise<void>((r) => child.once('exit', () => r()));
+      const kill = async (signal: NodeJS.Signals = 'SIGTERM') => {
+        if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+        await exited;
+      };
+      const handle: Child = {
+        process: child,
+        output: () => out,
+        url: command === 'api' ? match[1] : undefined,
+        kill,
+        close: () => kill('SIGKILL'),
+      };
+      return track(handle, handle.close);
+    },
+    async allKeys() {
+      const found: string[] = [];
+      let cursor = '0';
+      do {
+        const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+        cursor = next;
+        found.push(...batch);
+      } while (cursor !== '0');
+      return found;
+    },
+  };
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `fn` until it returns a truthy value or `timeoutMs` passes. */
+export async function waitFor<T>(fn: () => Promise<T> | T, timeoutMs = 15_000, what = 'condition'): Promise<NonNullable<T>> {
+  const until = Date.now() + timeoutMs;
+  let last: T | undefined;
+  while (Date.now() < until) {
+    last = await fn();
+    if (last) return last as NonNullable<T>;
+    await sleep(50);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
