@@ -1,6 +1,7 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { BatonError } from '../lib/errors.ts';
 import type { AppDeps } from './deps.ts';
+import { authenticate } from './auth.ts';
 import { errorHandler } from './error-handler.ts';
 import { runsRouter } from './routes-runs.ts';
 
@@ -21,7 +22,7 @@ export function createApp(deps: AppDeps): Express {
   });
 
   app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
-  app.use('/v1/scopes/:scope', runsRouter(deps));
+  app.use('/v1/scopes/:scope', authenticate(deps.apiKeys), runsRouter(deps));
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
   app.use(errorHandler(deps.log));
   return app;

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { ApiKeyStore } from '../lib/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import type { EventHub } from '../lib/event-hub.ts';
 import type { Keys } from '../lib/keys.ts';
@@ -11,6 +12,7 @@ export interface AppDeps {
   redis: Redis;
   keys: Keys;
   store: RunStore;
+  apiKeys: ApiKeyStore;
   hub: EventHub;
   log: Logger;
 }

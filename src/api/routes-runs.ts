@@ -1,6 +1,7 @@
 import { Router, type Request } from 'express';
 import { BatonError } from '../lib/errors.ts';
 import type { AppDeps } from './deps.ts';
+import { requireRole } from './auth.ts';
 import { presentRun } from './presenters.ts';
 import { serveEvents } from './sse.ts';
 import { parse } from './validate.ts';
@@ -46,7 +47,7 @@ export function runsRouter(d: AppDeps): Router {
     res.json(presentRun(run, basePath(scope)));
   });
 
-  r.post('/runs/:runId/steps/:stepKey/resolve', async (req, res) => {
+  r.post('/runs/:runId/steps/:stepKey/resolve', requireRole('admin'), async (req, res) => {
     const { scope, runId, stepKey } = parse(stepParams, req.params, 'params');
     const body = parse(resolveBody, req.body, 'body');
     const run = await d.store.resolveStep(scope, runId, stepKey, 'rerun' in body ? { rerun: true } : { value: body.value });

@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { ApiKeyStore, parseBootstrapKeys } from '../lib/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import { Dispatcher } from '../lib/dispatcher.ts';
 import { EventHub } from '../lib/event-hub.ts';
@@ -31,7 +32,9 @@ export async function startApi(o: { config: Config; redisUrl: string; log: Logge
   const store = new RunStore(redis, keys, c, dispatcher);
   const hub = new EventHub(subscriber, log);
   const sweeper = new Sweeper(redis, keys, c, dispatcher, log);
-  const app = createApp({ config: c, redis, keys, store, hub, log });
+  const apiKeys = new ApiKeyStore(redis, keys);
+  for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
+  const app = createApp({ config: c, redis, keys, store, hub, apiKeys, log });
   const server = createServer(app);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { parseBootstrapKeys } from './api-keys.ts';
 
 /**
  * Every tunable of Baton, parsed once from the environment, frozen, and passed down.
@@ -75,6 +76,11 @@ export const configSchema = z.object({
   SSE_MAX_BUFFER_BYTES: z.coerce.number().int().min(1024).default(4 * 1024 * 1024),
   /** METRICS_SCOPE_LABEL: add the scope label to run metrics (unbounded cardinality, opt in). */
   METRICS_SCOPE_LABEL: bool(false),
+  /**
+   * BATON_BOOTSTRAP_KEYS: API keys declared at start, `scope:role:key` separated by commas
+   * (for compose files and tests). Keys made with `baton keys create` need no restart.
+   */
+  BATON_BOOTSTRAP_KEYS: z.string().optional(),
   /** Built-in `chat` agent: any OpenAI-compatible endpoint. */
   OPENAI_BASE_URL: z.string().url().optional(),
   OPENAI_API_KEY: z.string().optional(),
@@ -100,6 +106,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
   const c = parsed.data;
+  if (c.BATON_BOOTSTRAP_KEYS) {
+    try {
+      parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS);
+    } catch (err) {
+      throw new ConfigError(`invalid configuration:\n  BATON_BOOTSTRAP_KEYS: ${(err as Error).message}`);
+    }
+  }
   const heartbeat = c.HEARTBEAT_MS ?? Math.max(50, Math.floor(c.LEASE_MS / 3));
   if (heartbeat >= c.LEASE_MS) {
     throw new ConfigError('invalid configuration:\n  HEARTBEAT_MS: must be shorter than LEASE_MS');

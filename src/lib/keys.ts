@@ -58,8 +58,12 @@ export interface Keys {
   cancelChannel: string;
   /** Hash of live workers: workerId -> JSON registration. */
   workers: string;
-  apiKeys: string;
-  apiKey(id: string): string;
+  /** API key record by the SHA-256 (hex) of the key: {id, scope, role, createdAt}. */
+  apiKeyByHash(sha256hex: string): string;
+  /** API key id -> SHA-256 hex, for revoke. */
+  apiKeyId(id: string): string;
+  /** Set of key ids of a scope, for list. */
+  apiKeysOfScope(scope: string): string;
 }
 
 export function createKeys(prefix: string): Keys {
@@ -68,8 +72,9 @@ export function createKeys(prefix: string): Keys {
     scopes: `${prefix}:scopes`,
     cancelChannel: `${prefix}:cancel`,
     workers: `${prefix}:workers`,
-    apiKeys: `${prefix}:apikeys`,
-    apiKey: (id) => `${prefix}:apikey:${checked('key', id)}`,
+    apiKeyByHash: (h) => `${prefix}:apikey:h:${h}`,
+    apiKeyId: (id) => `${prefix}:apikey:id:${checked('key', id)}`,
+    apiKeysOfScope: (scope) => `${prefix}:apikeys:${checked('scope', scope)}`,
     queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}`,
     scope(scope) {
       const base = `${prefix}:{${checked('scope', scope)}}:`;

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { inject } from 'vitest';
 import { startApi, type ApiHandle } from '../../src/api/server.ts';
 import type { Agent } from '../../src/lib/agent.ts';
+import { ApiKeyStore, type Role } from '../../src/lib/api-keys.ts';
 import { loadConfig, type Config } from '../../src/lib/config.ts';
 import { createKeys, type Keys } from '../../src/lib/keys.ts';
 import { createLogger } from '../../src/lib/logger.ts';
@@ -11,6 +12,7 @@ import { createRedis, waitReady, type Redis } from '../../src/lib/redis.ts';
 import { BUILTIN_AGENTS } from '../../src/worker/agents-loader.ts';
 import { startWorker, type WorkerHandle } from '../../src/worker/worker.ts';
 import { track } from './resources.ts';
+import { call, readSse, type JsonResponse } from './http.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const BIN = `${ROOT}bin/baton.js`;
@@ -43,8 +45,26 @@ export interface Harness {
   startWorker(opts?: { env?: Record<string, string>; agents?: Agent[] }): Promise<WorkerHandle>;
   /** Starts `baton <command>` as a child process; resolves when it prints its ready line. */
   spawn(command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[] }): Promise<Child>;
+  /** An API key for `scope` with `role` (created once per file, cached). */
+  key(scope: string, role?: Role): Promise<string>;
+  /** HTTP helpers bound to `/v1/scopes/<scope>` on `baseUrl`, authenticated with key(scope, role). */
+  client(baseUrl: string, scope: string, role?: Role): Promise<ScopeClient>;
   /** Every Redis key of this file's prefix. */
   allKeys(): Promise<string[]>;
+}
+
+export interface ScopeClient {
+  scope: string;
+  key: string;
+  headers: Record<string, string>;
+  get<T = any>(path: string): Promise<JsonResponse<T>>;
+  post<T = any>(path: string, body?: unknown, headers?: Record<string, string>): Promise<JsonResponse<T>>;
+  del<T = any>(path: string): Promise<JsonResponse<T>>;
+  sse(path: string, opts?: Parameters<typeof readSse>[1]): ReturnType<typeof readSse>;
+  /** Submits `{ sessionId, input: { content }, runtime: <this file's runtime>, ...extra }`. */
+  submit<T = any>(sessionId: string, content: string, extra?: Record<string, unknown>): Promise<JsonResponse<T>>;
+  /** Polls the run until its status is one of `statuses`. */
+  waitStatus(runId: string, statuses: string[], timeoutMs?: number): Promise<any>;
 }
 
 export interface Child {
@@ -72,9 +92,42 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
   track(redis, () => redis.quit());
   await waitReady(redis);
 
+  const apiKeys = new ApiKeyStore(redis, createKeys(prefix));
+  const keyCache = new Map<string, Promise<string>>();
+  const key = (scope: string, role: Role = 'admin') => {
+    const k = `${scope}:${role}`;
+    if (!keyCache.has(k)) keyCache.set(k, apiKeys.create(scope, role).then((r) => r.key));
+    return keyCache.get(k)!;
+  };
+
   return {
     redisUrl, prefix, runtime, env, config, keys: createKeys(prefix), redis,
     configWith,
+    key,
+    async client(baseUrl, scope, role = 'admin') {
+      const k = await key(scope, role);
+      const headers = { authorization: `Bearer ${k}` };
+      const base = `/v1/scopes/${scope}`;
+      const c: ScopeClient = {
+        scope, key: k, headers,
+        get: (path) => call(baseUrl, 'GET', base + path, undefined, headers),
+        post: (path, body, extra = {}) => call(baseUrl, 'POST', base + path, body, { ...headers, ...extra }),
+        del: (path) => call(baseUrl, 'DELETE', base + path, undefined, headers),
+        sse: (path, opts = {}) => readSse(baseUrl + base + path, { ...opts, headers: { ...headers, ...opts.headers } }),
+        submit: (sessionId, content, extra = {}) =>
+          call(baseUrl, 'POST', `${base}/runs`, { sessionId, input: { content }, runtime, ...extra }, headers),
+        async waitStatus(runId, statuses, timeoutMs = 20_000) {
+          let last: any;
+          return waitFor(async () => {
+            last = (await c.get(`/runs/${runId}`)).body;
+            return statuses.includes(last?.status) ? last : undefined;
+          }, timeoutMs, `run ${runId} to reach ${statuses.join('|')}`).catch((err) => {
+            throw new Error(`${(err as Error).message}; last: ${JSON.stringify(last)}`);
+          });
+        },
+      };
+      return c;
+    },
     async startApi(o = {}) {
       const api = await startApi({ config: configWith(o), redisUrl, log });
       return track(api, () => api.close());
