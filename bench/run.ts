@@ -1,0 +1,45 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startLocalRedis } from '../src/cli/local-redis.ts';
+import { benchBaton, benchRawBullmq } from './e2e.ts';
+
+/**
+ * `npm run bench`: every figure is measured in this run against one Redis, so ratios compare
+ * like with like on whatever machine runs it. BENCH_RUNS sets the run count (default 2000).
+ * Uses REDIS_URL when set, else its own redis-server (no persistence) on a free port.
+ */
+const n = Number(process.env.BENCH_RUNS ?? 2000);
+const concurrency = 50;
+
+async function main(): Promise<void> {
+  let redisUrl = process.env.REDIS_URL;
+  let dir: string | undefined;
+  let stop: (() => Promise<void>) | undefined;
+  if (!redisUrl) {
+    dir = mkdtempSync(join(tmpdir(), 'baton-bench-'));
+    const local = await startLocalRedis(dir, ['--appendonly', 'no']);
+    redisUrl = local.url;
+    stop = local.stop;
+  }
+  console.log(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}), node ${process.version}; ${n} runs, worker concurrency ${concurrency}`);
+  try {
+    const raw = await benchRawBullmq(redisUrl, n, concurrency);
+    const baton = await benchBaton(redisUrl, n, concurrency);
+    console.log('\nend to end (one process, one worker)');
+    console.table({
+      'raw BullMQ (add + no-op process)': fmt(raw),
+      'Baton (HTTP submit → echo → succeeded)': fmt(baton),
+    });
+    console.log(`Baton / raw BullMQ: throughput ${(baton.runsPerSec / raw.runsPerSec).toFixed(2)}x, Redis commands per run ${(baton.commandsPerRun / raw.commandsPerRun).toFixed(2)}x`);
+  } finally {
+    await stop?.();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function fmt(t: { runsPerSec: number; commandsPerRun: number; seconds: number }) {
+  return { 'runs/s': Math.round(t.runsPerSec), 'redis cmds/run': Number(t.commandsPerRun.toFixed(1)), seconds: Number(t.seconds.toFixed(2)) };
+}
+
+await main();
