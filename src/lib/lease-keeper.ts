@@ -86,6 +86,8 @@ export class LeaseKeeper {
     }
     const now = Date.now();
     runs.forEach((h, i) => {
+      // A run that finished while the beat was in flight is no longer running: not a lost lease.
+      if (this.held.get(h.runKey) !== h) return;
       const [err, reply] = results?.[i] ?? [new Error('no reply'), null];
       if (err || !Array.isArray(reply)) {
         if (now - h.renewedAt >= this.leaseMs) {

@@ -1,0 +1,59 @@
+import { beforeAll, expect, it } from 'vitest';
+import { startCluster } from './helpers/cluster.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { tokenText } from './helpers/http.ts';
+import { track } from './helpers/resources.ts';
+
+/** The core flows against a real 3-master Redis Cluster that this file starts and stops. */
+let h: Harness;
+let acme: ScopeClient;
+let apiUrl: string;
+
+beforeAll(async () => {
+  const cluster = await startCluster(3);
+  track(cluster, () => cluster.stop());
+  h = await useHarness({ REDIS_URL: cluster.url });
+  apiUrl = (await h.startApi()).url;
+  acme = await h.client(apiUrl, 'acme');
+}, 90_000);
+
+it('submit → stream → finish on a cluster, for scopes that hash to different nodes', async () => {
+  const w = await h.startWorker();
+  for (const scope of ['acme', 'globex', 'initech', 'umbrella']) {
+    const c = await h.client(apiUrl, scope);
+    const content = `hello ${scope} on a cluster`;
+    const sub = await c.submit('s1', content, { metadata: { delayMs: 2 } });
+    expect(sub.status).toBe(202);
+    const sse = await c.sse(`/runs/${sub.body.id}/events`);
+    expect(tokenText(sse.events)).toBe(content);
+    expect(sse.events.at(-1)!.data.status).toBe('succeeded');
+  }
+  await w.close();
+});
+
+it('session FIFO on a cluster: history alternates in submission order', async () => {
+  const w = await h.startWorker();
+  const ids: string[] = [];
+  for (let i = 0; i < 6; i++) ids.push((await acme.submit('fifo', `turn ${i}`)).body.id);
+  for (const id of ids) await acme.waitStatus(id, ['succeeded']);
+  const { body } = await acme.get('/sessions/fifo/messages');
+  expect(body.messages.map((m: any) => `${m.role}:${m.content}`)).toEqual(
+    Array.from({ length: 6 }, (_, i) => [`user:turn ${i}`, `assistant:turn ${i}`]).flat(),
+  );
+  await w.close();
+});
+
+it('a SIGKILLed worker process on a cluster: another worker recovers the run', async () => {
+  const child = await h.spawn('worker');
+  const content = Array.from({ length: 40 }, (_, i) => `w${i}`).join(' ');
+  const sub = await acme.submit('crash', content, { metadata: { delayMs: 100 } });
+  await waitFor(async () => (await acme.get(`/runs/${sub.body.id}`)).body.status === 'running', 15_000, 'running');
+  await child.kill('SIGKILL');
+  const w = await h.startWorker();
+  const run = await acme.waitStatus(sub.body.id, ['succeeded'], 30_000);
+  expect(run.recoveries).toBeGreaterThanOrEqual(1);
+  expect(run.result.answer).toBe(content);
+  const sse = await acme.sse(`/runs/${sub.body.id}/events`);
+  expect(sse.events.some((e) => e.event === 'status' && e.data.status === 'recovered')).toBe(true);
+  await w.close();
+});

@@ -1,0 +1,89 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort } from '../../src/cli/local-redis.ts';
+
+export interface LocalCluster { url: string; ports: number[]; stop(): Promise<void> }
+
+/**
+ * A 3-master Redis Cluster from plain `redis-server --cluster-enabled yes` processes on
+ * free loopback ports (each also needs port+10000 free for the cluster bus).
+ */
+export async function startCluster(masters = 3): Promise<LocalCluster> {
+  const dir = mkdtempSync(join(tmpdir(), 'baton-cluster-'));
+  const ports: number[] = [];
+  while (ports.length < masters) {
+    const p = await freePort();
+    if (p + 10000 < 65536 && !ports.includes(p) && (await portFree(p + 10000))) ports.push(p);
+  }
+  const procs: ChildProcess[] = ports.map((port) =>
+    spawn('redis-server', [
+      '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
+      '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--dir', dir,
+      '--appendonly', 'no', '--save', '', '--dbfilename', `dump-${port}.rdb`,
+    ], { stdio: 'ignore' }),
+  );
+  const stop = async () => {
+    await Promise.all(procs.map((p) => new Promise<void>((r) => {
+      if (p.exitCode !== null || p.signalCode !== null) return r();
+      p.once('exit', () => r());
+      p.kill('SIGKILL');
+    })));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (const port of ports) await waitPing(port);
+    const create = spawnSync('redis-cli', [
+      '--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes',
+    ], { encoding: 'utf8', timeout: 30_000 });
+    if (create.status !== 0) throw new Error(`redis-cli --cluster create failed:\n${create.stdout}\n${create.stderr}`);
+    for (const port of ports) await waitClusterOk(port);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { url: `redis+cluster://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`, ports, stop };
+}
+
+async function portFree(port: number): Promise<boolean> {
+  const { createServer } = await import('node:net');
+  return new Promise((res) => {
+    const s = createServer();
+    s.once('error', () => res(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => res(true)));
+  });
+}
+
+async function waitPing(port: number): Promise<void> {
+  const until = Date.now() + 10_000;
+  while (Date.now() < until) {
+    const r = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    try {
+      await r.connect();
+      await r.ping();
+      return;
+    } catch {
+      await new Promise((res) => setTimeout(res, 50));
+    } finally {
+      r.disconnect();
+    }
+  }
+  throw new Error(`redis-server on ${port} did not start`);
+}
+
+async function waitClusterOk(port: number): Promise<void> {
+  const r = new Redis(port, '127.0.0.1');
+  try {
+    const until = Date.now() + 20_000;
+    while (Date.now() < until) {
+      const info = await r.cluster('INFO');
+      if (/cluster_state:ok/.test(String(info))) return;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    throw new Error(`cluster node ${port} never reached cluster_state:ok`);
+  } finally {
+    await r.quit();
+  }
+}
