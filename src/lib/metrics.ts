@@ -1,0 +1,277 @@
+import type { JobType } from 'bullmq';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { MemoEvents } from './run-context.ts';
+import type { ExecutorEvents } from './run-executor.ts';
+import type { ConnectionEvents } from './redis.ts';
+import type { RunRecord } from './run-record.ts';
+
+/** BullMQ job states exported per runtime queue (completed jobs are removed at once, see dispatcher.ts). */
+export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'failed'] as const satisfies readonly JobType[];
+
+/** Reads a runtime queue's job counts by state (Dispatcher.queue(runtime).getJobCounts). */
+export type QueueCounter = (runtime: string) => Promise<Record<string, number>>;
+
+export interface MetricsOptions {
+  /** METRICS_SCOPE_LABEL: add `scope` to run metrics (one series per tenant: opt in). */
+  scopeLabel: boolean;
+  /** METRICS_LABEL_LIMIT: distinct runtime / agent values kept before folding into "_other". */
+  labelLimit: number;
+  /** Process metrics (process_*, nodejs_*); off only for registries a test inspects alone. */
+  defaultMetrics?: boolean;
+  /** How long a scrape waits for Redis to count a queue's jobs. */
+  collectTimeoutMs?: number;
+}
+
+/** Label value standing for every runtime or agent past the label limit. */
+export const OTHER = '_other';
+
+// Agent runs last from a fraction of a second to many minutes.
+const RUN_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800];
+// Queue wait is near zero on an idle pool and grows to minutes when a scope is at its cap.
+const WAIT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900];
+// API calls are Redis round trips: milliseconds; SSE streams stay open for the run's length.
+const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120];
+
+/**
+ * Baton's Prometheus metrics: one Registry per process, passed down, so the API and the
+ * worker of one `baton start` process export into the same registry, and a test can own
+ * a registry of its own. Labels are bounded: runtime and agent values past `labelLimit`
+ * become "_other" (a client can submit any runtime or agent name, and a label per typo
+ * would grow Prometheus without end); `scope` is added only when asked for.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly scopeLabel: boolean;
+  private readonly runtimes: BoundedValues;
+  private readonly agents: BoundedValues;
+  private readonly queueCounters = new Map<string, QueueCounter>();
+  private readonly inFlightSources: { runtime: string; read(): number }[] = [];
+  private readonly collectTimeoutMs: number;
+
+  readonly submitted: Counter<string>;
+  readonly started: Counter<string>;
+  readonly finished: Counter<string>;
+  readonly retries: Counter<string>;
+  readonly recoveries: Counter<string>;
+  readonly blocked: Counter<string>;
+  readonly duration: Histogram<string>;
+  readonly queueWait: Histogram<string>;
+  readonly memoHits: Counter<string>;
+  readonly memoMisses: Counter<string>;
+  readonly tokens: Counter<string>;
+  readonly appends: Counter<string>;
+  readonly appendedEvents: Counter<string>;
+  readonly sseClients: Gauge<string>;
+  readonly http: Histogram<string>;
+  readonly redisErrors: Counter<string>;
+  readonly redisReconnects: Counter<string>;
+  readonly collectErrors: Counter<string>;
+
+  constructor(o: MetricsOptions) {
+    this.scopeLabel = o.scopeLabel;
+    this.runtimes = new BoundedValues(o.labelLimit);
+    this.agents = new BoundedValues(o.labelLimit);
+    // Well inside Prometheus's scrape timeout (5 s in compose): a Redis outage costs the queue series, not the scrape.
+    this.collectTimeoutMs = o.collectTimeoutMs ?? 2_000;
+    const registers = [this.registry];
+    const run = this.scopeLabel ? ['runtime', 'agent', 'scope'] : ['runtime', 'agent'];
+    const counter = (name: string, help: string, labelNames: string[]) => new Counter({ name, help, labelNames, registers });
+
+    this.submitted = counter('baton_runs_submitted_total', 'Runs accepted by the API (idempotent replays not counted).', run);
+    this.started = counter('baton_runs_started_total', 'Attempts a worker started (first attempts and retries; takeovers count as lease recoveries).', run);
+    this.finished = counter('baton_runs_finished_total', 'Runs that reached a terminal status, by status.', [...run, 'status']);
+    this.retries = counter('baton_run_retries_total', 'Attempts that failed transiently and were scheduled again.', run);
+    this.recoveries = counter('baton_lease_recoveries_total', 'Runs taken over after their worker lost the lease (crash, pause, partition).', run);
+    this.blocked = counter('baton_runs_blocked_total', 'Runs blocked on a non-idempotent step of unknown outcome (need an operator).', run);
+    this.duration = new Histogram({
+      name: 'baton_run_duration_seconds', help: 'From the first start of a run to its terminal status.',
+      labelNames: [...run, 'status'], buckets: RUN_BUCKETS, registers,
+    });
+    this.queueWait = new Histogram({
+      name: 'baton_run_queue_wait_seconds', help: 'From submit to the first start of a run (session order and scope cap included).',
+      labelNames: run, buckets: WAIT_BUCKETS, registers,
+    });
+    this.memoHits = counter('baton_memo_hits_total', 'Memoized steps answered from an earlier attempt.', ['runtime', 'kind']);
+    this.memoMisses = counter('baton_memo_misses_total', 'Memoized steps that had to run.', ['runtime', 'kind']);
+    this.tokens = counter('baton_tokens_streamed_total', 'Token deltas written to run event logs.', run);
+    this.appends = counter('baton_event_log_appends_total', 'Fenced append round trips to run event logs (coalesced token batches and notices).', run);
+    this.appendedEvents = counter('baton_event_log_events_total', 'Events written to run event logs by those appends.', run);
+    this.sseClients = new Gauge({
+      name: 'baton_sse_clients', help: 'SSE clients connected to this API process.',
+      labelNames: this.scopeLabel ? ['scope'] : [], registers,
+    });
+    this.http = new Histogram({
+      name: 'baton_http_request_duration_seconds', help: 'HTTP requests by method, route template and status (SSE: the stream length).',
+      labelNames: ['method', 'route', 'status'], buckets: HTTP_BUCKETS, registers,
+    });
+    this.redisErrors = counter('baton_redis_errors_total', 'Errors reported by a Redis connection (refused, reset, timeouts).', ['connection']);
+    this.redisReconnects = counter('baton_redis_reconnects_total', 'Redis connections that came back after being lost.', ['connection']);
+    this.collectErrors = counter('baton_metrics_collect_errors_total', 'Scrape-time collectors that failed (their series are left out of that scrape).', ['collector']);
+    this.collectErrors.inc({ collector: 'queue_jobs' }, 0);
+
+    const self = this;
+    new Gauge({
+      name: 'baton_queue_jobs', help: 'BullMQ jobs per runtime queue and state, read at scrape time.',
+      labelNames: ['runtime', 'state'], registers,
+      async collect() {
+        this.reset();
+        await Promise.all([...self.queueCounters].map(async ([runtime, count]) => {
+          try {
+            const counts = await withTimeout(count(runtime), self.collectTimeoutMs);
+            for (const state of QUEUE_STATES) this.set({ runtime, state }, counts[state] ?? 0);
+          } catch {
+            self.collectErrors.inc({ collector: 'queue_jobs' });
+          }
+        }));
+      },
+    });
+    new Gauge({
+      name: 'baton_worker_runs_in_flight', help: 'Runs the workers of this process hold a lease on.',
+      labelNames: ['runtime'], registers,
+      collect() {
+        this.reset();
+        const sums = new Map<string, number>();
+        for (const s of self.inFlightSources) sums.set(s.runtime, (sums.get(s.runtime) ?? 0) + s.read());
+        for (const [runtime, n] of sums) this.set({ runtime }, n);
+      },
+    });
+    if (o.defaultMetrics ?? true) {
+      collectDefaultMetrics({ register: this.registry });
+      // prom-client names these gauges `_total`, which Prometheus reserves for counters
+      // (promtool rejects them); each is the sum of its per-type gauge, exported as well.
+      for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) {
+        this.registry.removeSingleMetric(name);
+      }
+    }
+  }
+
+  /** The bounded labels of a run's metrics. */
+  runLabels(run: Pick<RunRecord, 'runtime' | 'agent' | 'scope'>): Record<string, string> {
+    const l: Record<string, string> = { runtime: this.runtimes.get(run.runtime), agent: this.agents.get(run.agent) };
+    if (this.scopeLabel) l.scope = run.scope;
+    return l;
+  }
+
+  runSubmitted(run: RunRecord): void {
+    this.submitted.inc(this.runLabels(run));
+  }
+
+  runFinished(run: RunRecord, status: 'succeeded' | 'failed' | 'cancelled'): void {
+    const l = { ...this.runLabels(run), status };
+    this.finished.inc(l);
+    // A run cancelled before it ever started has no duration to speak of.
+    if (run.startedAt) this.duration.observe(l, Math.max(0, (run.finishedAt ?? Date.now()) - run.startedAt) / 1000);
+  }
+
+  /**
+   * Creates the series of a worker's runtime and agents at zero, so rate() sees the first
+   * increment and a fresh dashboard shows 0 instead of "No data". Not possible per scope.
+   */
+  initRuntime(runtime: string, agents: Iterable<string>): void {
+    if (this.scopeLabel) return;
+    const rt = this.runtimes.get(runtime);
+    for (const name of agents) {
+      const l = { runtime: rt, agent: this.agents.get(name) };
+      for (const c of [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents]) c.inc(l, 0);
+      for (const status of ['succeeded', 'failed', 'cancelled']) this.finished.inc({ ...l, status }, 0);
+    }
+    for (const kind of ['step', 'infer', 'tool']) {
+      this.memoHits.inc({ runtime: rt, kind }, 0);
+      this.memoMisses.inc({ runtime: rt, kind }, 0);
+    }
+  }
+
+  /** Hooks for the run executor of a worker serving `runtime`. */
+  executorEvents(runtime: string): Required<ExecutorEvents> {
+    const rt = () => this.runtimes.get(runtime);
+    const memo: MemoEvents = {
+      hit: (kind) => this.memoHits.inc({ runtime: rt(), kind }),
+      miss: (kind) => this.memoMisses.inc({ runtime: rt(), kind }),
+    };
+    return {
+      ...memo,
+      started: (run, recovered) => {
+        const l = this.runLabels(run);
+        if (recovered) return void this.recoveries.inc(l);
+        this.started.inc(l);
+        // Fence 1 is the run's first claim ever: the moment its queue wait ends.
+        if (run.fence === 1 && run.startedAt) this.queueWait.observe(l, Math.max(0, run.startedAt - run.createdAt) / 1000);
+      },
+      finished: (run, status) => this.runFinished(run, status),
+      retried: (run) => this.retries.inc(this.runLabels(run)),
+      blocked: (run) => this.blocked.inc(this.runLabels(run)),
+      appended: (run, events, tokens) => {
+        const l = this.runLabels(run);
+        this.appends.inc(l);
+        this.appendedEvents.inc(l, events);
+        if (tokens > 0) this.tokens.inc(l, tokens);
+      },
+    };
+  }
+
+  /** Counts a runtime's BullMQ jobs at every scrape (runtimes past the label limit are not read). */
+  watchQueue(runtime: string, count: QueueCounter): void {
+    if (this.queueCounters.has(runtime) || this.runtimes.get(runtime) === OTHER) return;
+    this.queueCounters.set(runtime, count);
+  }
+
+  /** Reports `read()` as the runs in flight of a worker of `runtime`. */
+  watchInFlight(runtime: string, read: () => number): () => void {
+    const source = { runtime: this.runtimes.get(runtime), read };
+    this.inFlightSources.push(source);
+    return () => {
+      const i = this.inFlightSources.indexOf(source);
+      if (i >= 0) this.inFlightSources.splice(i, 1);
+    };
+  }
+
+  sseOpened(scope: string): void {
+    if (this.scopeLabel) this.sseClients.inc({ scope });
+    else this.sseClients.inc();
+  }
+
+  sseClosed(scope: string): void {
+    if (this.scopeLabel) this.sseClients.dec({ scope });
+    else this.sseClients.dec();
+  }
+
+  httpRequest(method: string, route: string, status: number, seconds: number): void {
+    this.http.observe({ method, route, status: String(status) }, seconds);
+  }
+
+  /** Passed to createRedis; connection names are fixed per role, so the label stays bounded. */
+  readonly redisEvents: ConnectionEvents = {
+    opened: (connection) => {
+      this.redisErrors.inc({ connection }, 0);
+      this.redisReconnects.inc({ connection }, 0);
+    },
+    error: (connection) => this.redisErrors.inc({ connection }),
+    reconnected: (connection) => this.redisReconnects.inc({ connection }),
+  };
+
+  /** The exposition text and its content type, for a /metrics endpoint. */
+  async expose(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}
+
+/** Keeps the first `limit` distinct values of a label; later ones read as "_other". */
+class BoundedValues {
+  private readonly seen = new Set<string>();
+  constructor(private readonly limit: number) {}
+
+  get(value: string): string {
+    if (this.seen.has(value)) return value;
+    if (this.seen.size >= this.limit) return OTHER;
+    this.seen.add(value);
+    return value;
+  }
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

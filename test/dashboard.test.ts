@@ -1,0 +1,202 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { join, posix, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { ROOT, useHarness, sleep } from './helpers/harness.ts';
+import { call } from './helpers/http.ts';
+import { startPrometheus } from './helpers/prometheus.ts';
+import { broken, flaky } from './fixtures/metrics-agents.ts';
+
+const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
+const dashboard = JSON.parse(read('grafana/dashboards/baton.json'));
+// Compose resolves `<<:` merge keys (YAML 1.1); the yaml package does so only when asked.
+const compose = parseYaml(read('docker-compose.yml'), { merge: true });
+const datasources = parseYaml(read('grafana/provisioning/datasources/prometheus.yml'));
+const providers = parseYaml(read('grafana/provisioning/dashboards/baton.yml'));
+const promConfig = parseYaml(read('grafana/prometheus.yml'));
+
+interface Panel { id: number; type: string; title: string; datasource?: { uid: string }; targets?: { expr: string; datasource?: { uid: string } }[]; gridPos: { x: number; w: number } }
+const panels: Panel[] = dashboard.panels;
+const exprs = panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
+
+/**
+ * What Grafana does before it sends a query: its interval variable becomes a duration long
+ * enough for the test's 1 s scrapes, and the runtime variable's "All" becomes `.*`.
+ */
+function promql(expr: string): string {
+  const q = expr.replaceAll('$__rate_interval', '30s').replaceAll('$runtime', '.*');
+  if (q.includes('$')) throw new Error(`unresolved Grafana variable in: ${expr}`);
+  return q;
+}
+
+/** `./x` volume sources of a service, resolved against the repository. */
+function bindMounts(service: { volumes?: string[] }): { source: string; target: string }[] {
+  return (service.volumes ?? [])
+    .map((v) => v.split(':'))
+    .filter(([source]) => source.startsWith('./'))
+    .map(([source, target]) => ({ source: resolve(ROOT, source), target }));
+}
+
+describe('the Grafana dashboard against a real Prometheus', () => {
+  it('every PromQL expression of the dashboard returns at least one series', async () => {
+    const h = await useHarness();
+    const api = await h.startApi();
+    const worker = await h.startWorker({ agents: [flaky, broken] });
+    const acme = await h.client(api.url, 'acme', 'client');
+    const hostPort = (url: string) => new URL(url).host;
+    const prom = await startPrometheus({ 'baton-api': [hostPort(api.url)], 'baton-worker': [hostPort(worker.opsUrl!)] });
+
+    const targets = await waitForTargets(prom.get, 2);
+    console.log(`prometheus ${prom.url} scraping ${targets.join(', ')}`);
+
+    // Work that touches every panel: successes, a retry with a memo hit, a failure, an SSE
+    // reader, tokens, and an HTTP error.
+    const ids = [];
+    for (let i = 0; i < 3; i++) ids.push((await acme.submit(`s${i}`, 'tokens for the dashboard', { metadata: { delayMs: 20 } })).body.id);
+    ids.push((await acme.submit('f', 'x', { agent: 'flaky' })).body.id);
+    const failed = (await acme.submit('b', 'x', { agent: 'broken' })).body.id;
+    const sse = await acme.sse(`/runs/${ids[0]}/events`);
+    expect(sse.ended).toBe(true);
+    for (const id of ids) await acme.waitStatus(id, ['succeeded']);
+    await acme.waitStatus(failed, ['failed']);
+    expect((await call(api.url, 'GET', '/v1/scopes/acme/nothing-here')).status).toBe(401);
+
+    // Counters first seen in this scrape need a second sample before rate() sees them: poll.
+    const started = Date.now();
+    let empty: string[] = [];
+    for (;;) {
+      empty = [];
+      for (const { panel, expr } of exprs) {
+        const series = await prom.query(promql(expr));
+        if (series.length === 0) empty.push(`${panel}: ${expr}`);
+      }
+      if (empty.length === 0 || Date.now() - started > 40_000) break;
+      await sleep(1_000);
+    }
+    console.log(`${exprs.length} dashboard expressions evaluated; all returned series after ${Date.now() - started} ms`);
+    expect(empty, `expressions without a series:\n${empty.join('\n')}`).toEqual([]);
+
+    // The numbers went through Prometheus intact, and the runtime variable offers this runtime.
+    const submitted = await prom.query(`sum(baton_runs_submitted_total{runtime="${h.runtime}"})`);
+    expect(submitted.map((s) => Number(s.value[1]))).toEqual([5]);
+    const retries = await prom.query(`sum(baton_run_retries_total{runtime="${h.runtime}"})`);
+    expect(retries.map((s) => Number(s.value[1]))).toEqual([1]);
+    const values = await prom.get<string[]>(`/api/v1/label/runtime/values?match[]=baton_runs_started_total`);
+    expect(values).toContain(h.runtime);
+    await prom.stop();
+  });
+});
+
+describe('dashboard, compose and Prometheus files', () => {
+  it('the dashboard is well formed and uses only the provisioned datasource', () => {
+    const uid = datasources.datasources[0].uid;
+    expect(dashboard.uid).toBeTypeOf('string');
+    expect(new Set(panels.map((p) => p.id)).size).toBe(panels.length);
+    for (const p of panels) {
+      expect(p.gridPos.x + p.gridPos.w, p.title).toBeLessThanOrEqual(24);
+      if (p.type === 'row') continue;
+      expect(p.datasource?.uid, p.title).toBe(uid);
+      expect(p.targets?.length, p.title).toBeGreaterThan(0);
+      for (const t of p.targets!) {
+        expect(t.datasource?.uid, p.title).toBe(uid);
+        expect(t.expr, p.title).toMatch(/\b(baton_|process_|nodejs_)/);
+      }
+    }
+    for (const v of dashboard.templating.list) expect(v.datasource.uid).toBe(uid);
+    const titles = panels.map((p) => p.title).join(' | ');
+    for (const topic of ['Runs submitted', 'Run duration', 'Queue wait', 'Queue depth', 'Retries', 'Lease recoveries', 'SSE clients', 'Tokens / s', 'errors']) {
+      expect(titles).toContain(topic);
+    }
+  });
+
+  it('docker-compose.yml has every service, persistent Redis, scalable workers, and refers only to files that exist', () => {
+    const s = compose.services;
+    expect(Object.keys(s).sort()).toEqual(['api', 'grafana', 'prometheus', 'redis', 'worker']);
+    expect(s.redis.command.join(' ')).toMatch(/--appendonly yes/);
+    expect(s.redis.volumes.some((v: string) => v.endsWith(':/data'))).toBe(true);
+    // --scale worker=N needs replicas that share no name and no host port.
+    expect(s.worker.container_name).toBeUndefined();
+    expect(s.worker.ports).toBeUndefined();
+    expect(s.api.command).toEqual(['api']);
+    expect(s.worker.command).toEqual(['worker']);
+    for (const svc of ['api', 'worker']) {
+      expect(existsSync(join(ROOT, s[svc].build, 'Dockerfile')), `${svc} build context`).toBe(true);
+      expect(s[svc].environment.REDIS_URL).toBe('redis://redis:6379');
+      expect(s[svc].environment.HOST).toBe('0.0.0.0');
+    }
+    for (const [name, svc] of Object.entries<{ volumes?: string[] }>(s)) {
+      for (const m of bindMounts(svc)) expect(existsSync(m.source), `${name}: ${m.source}`).toBe(true);
+    }
+    for (const name of Object.keys(compose.volumes)) {
+      expect(Object.values<{ volumes?: string[] }>(s).some((svc) => svc.volumes?.some((v) => v.startsWith(`${name}:`)))).toBe(true);
+    }
+
+    // Grafana: provisioning and dashboards mounted where the provider and the home path look.
+    const gMounts = bindMounts(s.grafana);
+    const dashMount = gMounts.find((m) => m.source === join(ROOT, 'grafana/dashboards'))!;
+    expect(providers.providers[0].options.path).toBe(dashMount.target);
+    expect(gMounts.find((m) => m.source === join(ROOT, 'grafana/provisioning'))?.target).toBe('/etc/grafana/provisioning');
+    const home = s.grafana.environment.GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH as string;
+    expect(existsSync(join(dashMount.source, posix.relative(dashMount.target, home)))).toBe(true);
+    const ds = new URL(datasources.datasources[0].url);
+    expect(s[ds.hostname]).toBeDefined();
+    expect(ds.port).toBe('9090');
+
+    // Prometheus: its config is the checked-in file and it scrapes the services on their ports.
+    const pMount = bindMounts(s.prometheus).find((m) => m.target === '/etc/prometheus/prometheus.yml');
+    expect(pMount?.source).toBe(join(ROOT, 'grafana/prometheus.yml'));
+    const sd = Object.fromEntries(promConfig.scrape_configs.map((j: any) => [j.dns_sd_configs[0].names[0], j.dns_sd_configs[0].port]));
+    expect(sd).toEqual({ api: Number(s.api.environment.PORT), worker: Number(s.worker.environment.METRICS_PORT) });
+  });
+
+  it('promtool accepts grafana/prometheus.yml', () => {
+    const r = spawnSync('promtool', ['check', 'config', join(ROOT, 'grafana/prometheus.yml')], { encoding: 'utf8' });
+    if (r.error) throw new Error(`promtool not found: install Prometheus (apt-get install -y prometheus): ${r.error.message}`);
+    expect(`${r.stdout}${r.stderr}`).toContain('SUCCESS');
+    expect(r.status).toBe(0);
+  });
+
+  it('the Dockerfile copies files that exist, and the image needs no dev dependency', () => {
+    const dockerfile = read('Dockerfile');
+    for (const m of dockerfile.matchAll(/^COPY\s+(.+)\s+\S+$/gm)) {
+      for (const src of m[1].split(/\s+/)) expect(existsSync(join(ROOT, src)), src).toBe(true);
+    }
+    expect(dockerfile).toMatch(/npm ci --omit=dev/);
+    expect(dockerfile).toMatch(/ENTRYPOINT \["node", "bin\/baton\.js"\]/);
+    // `npm ci --omit=dev` leaves devDependencies out: every package the sources import must be a dependency.
+    const pkg = JSON.parse(read('package.json'));
+    const builtins = new Set(builtinModules);
+    const imported = new Set<string>();
+    for (const file of [...sourceFiles(join(ROOT, 'src')), join(ROOT, 'bin/baton.js')]) {
+      const text = readFileSync(file, 'utf8');
+      for (const m of text.matchAll(/(?:from|import)\s*\(?\s*['"]([^'".][^'"]*)['"]/g)) {
+        const spec = m[1];
+        if (spec.startsWith('node:') || builtins.has(spec)) continue;
+        imported.add(spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]);
+      }
+    }
+    const missing = [...imported].filter((p) => !(p in pkg.dependencies));
+    expect(missing, 'imported by src/ or bin/ but not in dependencies').toEqual([]);
+  });
+});
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((f) => {
+    const p = join(dir, f);
+    return statSync(p).isDirectory() ? sourceFiles(p) : /\.(ts|js|mjs)$/.test(p) ? [p] : [];
+  });
+}
+
+/** Waits until Prometheus has scraped `n` targets successfully; returns their URLs. */
+async function waitForTargets(get: <T>(path: string) => Promise<T>, n: number): Promise<string[]> {
+  const until = Date.now() + 20_000;
+  let last: { scrapeUrl: string; health: string; lastError: string }[] = [];
+  while (Date.now() < until) {
+    last = (await get<{ activeTargets: typeof last }>('/api/v1/targets')).activeTargets;
+    if (last.length === n && last.every((t) => t.health === 'up')) return last.map((t) => t.scrapeUrl);
+    await sleep(250);
+  }
+  throw new Error(`prometheus targets not up: ${JSON.stringify(last)}`);
+}
