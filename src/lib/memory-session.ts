@@ -1,0 +1,101 @@
+import type { RunInput, SessionMessage } from './run-record.ts';
+
+/**
+ * Where a session's conversation lives, as the runtime sees it.
+ *
+ * The runtime reads the history once at the start of an attempt and commits one turn (the
+ * user message and the answer, together) when the run ends:
+ * - reading prefers `assemble(request)` over `load()`: assembly may window, summarize or
+ *   retrieve; the runtime appends the new user message itself, so neither returns it;
+ * - committing prefers `append(newMessages, { turnId })` over `save(all)`.
+ *
+ * The built-in Redis store commits inside the run's finish transition, atomically with the
+ * run's terminal status, under the run's fence. A custom store is the agent author's code
+ * outside Redis, so it commits just before that transition (after a fenced lease check),
+ * with `turnId` = the run id. A run whose finish transition is lost (crash, lease taken
+ * over) commits again from its next attempt with the same turnId: an `append` that ignores
+ * a turnId it has already stored makes the commit exactly once. Messages also carry
+ * `runId`; the runtime drops messages of the current run from what it reads, and `save`
+ * receives the history with any earlier copy of the turn replaced, so a store without
+ * `append` is idempotent as long as it keeps `runId`.
+ */
+export interface MemorySession {
+  /** The whole history, oldest first. */
+  load(): Promise<HistoryMessage[]>;
+  /** Replaces the whole history (used when the store has no `append`). */
+  save(all: HistoryMessage[]): Promise<void>;
+  /**
+   * The context for a new turn, oldest first, without the new user message. After a crash
+   * the store may already hold this run's turn: `request.runId` names it (the runtime drops
+   * messages carrying that runId from the result either way).
+   */
+  assemble?(request: AssembleRequest): Promise<HistoryMessage[]>;
+  /** Stores one turn; must be idempotent per `turnId` (see above). */
+  append?(newMessages: SessionMessage[], options: { turnId: string }): Promise<void>;
+}
+
+/** A message of a session's history as agents and stores see it. */
+export interface HistoryMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string;
+  /** The run that committed it (absent for messages a custom store made up, e.g. a summary). */
+  runId?: string;
+  createdAt?: number;
+  /** The run ended by error, cancel or truncation after producing this text. */
+  incomplete?: boolean;
+  /** Tool calls an assistant message made; their results follow as `tool` messages. */
+  toolCalls?: { id: string; name: string; arguments: string }[];
+  /** On a `tool` message: the call it answers. */
+  toolCallId?: string;
+}
+
+/** What `assemble` gets: the turn about to run. */
+export interface AssembleRequest {
+  scope: string;
+  sessionId: string;
+  runId: string;
+  input: RunInput;
+  /** Caller memory from the submit (never to be written into the store). */
+  memory: unknown;
+  metadata: Record<string, unknown>;
+}
+
+/** The session a store is opened for. */
+export interface SessionRef {
+  scope: string;
+  sessionId: string;
+  runtime: string;
+  agent: string;
+}
+
+/** A custom store: called once per attempt with the run's session. */
+export type MemoryFactory = (session: SessionRef) => MemorySession | Promise<MemorySession>;
+
+/** Keep the newest messages that fit both limits (either may be left out); see sliding-window.ts. */
+export interface SlidingWindowOptions {
+  /** At most this many messages. */
+  maxMessages?: number;
+  /** At most this many characters of content (and tool-call arguments). */
+  maxChars?: number;
+}
+
+/** The built-in Redis store, optionally with the sliding-window assembler. */
+export interface BuiltinMemory {
+  readonly builtin: 'redis';
+  readonly window?: SlidingWindowOptions;
+}
+
+/** What an agent's `memory` option may hold. Absent: the built-in Redis store, whole history. */
+export type MemoryOption = MemoryFactory | BuiltinMemory;
+
+/**
+ * The built-in Redis store with options: `memory: redisMemory({ window: { maxMessages: 20 } })`
+ * gives the agent the last 20 messages as ctx.history while the whole history stays stored.
+ */
+export function redisMemory(options: { window?: SlidingWindowOptions } = {}): BuiltinMemory {
+  return Object.freeze({ builtin: 'redis' as const, window: options.window });
+}
+
+export function isBuiltinMemory(option: MemoryOption | undefined): option is BuiltinMemory | undefined {
+  return option === undefined || (typeof option === 'object' && option.builtin === 'redis');
+}

@@ -1,0 +1,67 @@
+import type { Redis } from 'ioredis';
+import type { Agent } from './agent.ts';
+import type { Keys } from './keys.ts';
+import { isBuiltinMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from './memory-session.ts';
+import { RedisMemorySession } from './redis-memory-session.ts';
+import type { RunRecord, SessionMessage } from './run-record.ts';
+
+/**
+ * One attempt's use of its session memory (see memory-session.ts for the contract): read
+ * the context at the start, commit the turn at the end. The executor only sees this class,
+ * so the built-in store and custom stores follow the same turn rules.
+ */
+export class RunMemory {
+  private constructor(
+    private readonly store: MemorySession,
+    private readonly run: RunRecord,
+    /** The built-in store: the finish transition writes the turn. */
+    private readonly committedByFinish: boolean,
+  ) {}
+
+  static async open(agent: Agent, run: RunRecord, redis: Redis, keys: Keys): Promise<RunMemory> {
+    const option = agent.memory;
+    if (isBuiltinMemory(option)) {
+      const key = keys.scope(run.scope).messages(run.sessionId);
+      return new RunMemory(new RedisMemorySession(redis, key, option?.window), run, true);
+    }
+    const store = await option({ scope: run.scope, sessionId: run.sessionId, runtime: run.runtime, agent: agent.name });
+    if (typeof store?.load !== 'function' || typeof store.save !== 'function') {
+      throw new TypeError(`the memory factory of agent "${agent.name}" must return { load(), save(all) }`);
+    }
+    return new RunMemory(store, run, false);
+  }
+
+  /**
+   * ctx.history: assembled when the store can, loaded otherwise. Messages of this very run
+   * are left out: a custom store may already hold this turn when an earlier attempt
+   * committed it and then died before the finish transition.
+   */
+  async history(): Promise<HistoryMessage[]> {
+    const r = this.run;
+    const request: AssembleRequest = {
+      scope: r.scope, sessionId: r.sessionId, runId: r.id, input: r.input, memory: r.memory, metadata: r.metadata ?? {},
+    };
+    const messages = this.store.assemble ? await this.store.assemble(request) : await this.store.load();
+    if (!Array.isArray(messages)) throw new TypeError('a memory store must return an array of messages');
+    return messages.filter((m) => m.runId !== r.id);
+  }
+
+  /**
+   * Commits the turn (nothing when `turn` is empty). Returns what the finish transition
+   * must write itself: the turn for the built-in store, nothing for a custom store, which
+   * has stored it by then. `assertLease` runs first so a worker that already lost the run
+   * does not write into a store the fence cannot protect.
+   */
+  async commit(turn: SessionMessage[], assertLease: () => Promise<void>): Promise<SessionMessage[]> {
+    if (this.committedByFinish) return turn;
+    if (turn.length === 0) return [];
+    await assertLease();
+    if (this.store.append) {
+      await this.store.append(turn, { turnId: this.run.id });
+    } else {
+      const earlier = (await this.store.load()).filter((m) => m.runId !== this.run.id);
+      await this.store.save([...earlier, ...turn]);
+    }
+    return [];
+  }
+}

@@ -1,0 +1,182 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createChatAgent } from '../src/lib/agents/chat.ts';
+import { startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { tokenText, type SseEvent } from './helpers/http.ts';
+
+/**
+ * The built-in `chat` agent against a small OpenAI-compatible streaming server: tokens
+ * streamed, history from the session, provider errors classified for retry.
+ */
+let h: Harness;
+let fake: FakeOpenAI;
+let apiUrl: string;
+let acme: ScopeClient;
+
+beforeAll(async () => {
+  h = await useHarness();
+  fake = await startFakeOpenAI();
+  apiUrl = (await h.startApi()).url;
+  await h.startWorker({ agents: [createChatAgent({ baseURL: fake.baseURL, apiKey: 'test-key', model: 'fake-model' })] });
+  acme = await h.client(apiUrl, 'acme', 'client');
+});
+
+async function chat(sessionId: string, content: string, extra: Record<string, unknown> = {}) {
+  const sub = await acme.submit(sessionId, content, { agent: 'chat', ...extra });
+  expect(sub.status).toBe(202);
+  const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed', 'cancelled'], 30_000);
+  const sse = await acme.sse(`/runs/${run.id}/events`);
+  const msgs = (await acme.get(`/sessions/${sessionId}/messages`)).body.messages as any[];
+  return { run, events: sse.events, history: msgs.map((m) => [m.role, m.content, m.incomplete ?? false]) };
+}
+
+/** The answer text a client shows: it restarts at every `attempt` event. */
+function clientAnswer(events: SseEvent[]): string {
+  let text = '';
+  for (const e of events) {
+    if (e.event === 'attempt') text = '';
+    if (e.event === 'token') text += e.data.text;
+  }
+  return text;
+}
+
+const statuses = (events: SseEvent[]) => events.filter((e) => e.event === 'status').map((e) => e.data.status);
+
+describe('chat agent', () => {
+  it('streams the answer token by token and sends the session history with the new message', async () => {
+    fake.script('#first', [{ kind: 'stream', tokens: ['Hello', ',', ' Ada', '.'] }]);
+    fake.script('#second', [{ kind: 'stream', tokens: ['You', ' are', ' Ada', '.'] }]);
+    const one = await chat('talk', 'I am Ada #first', { metadata: { system: 'Be brief.' }, memory: { locale: 'en' } });
+    expect(one.run.result).toEqual({ answer: 'Hello, Ada.', finishReason: 'stop', toolCallsSeen: 0 });
+    expect(one.events.filter((e) => e.event === 'token').length).toBeGreaterThanOrEqual(1);
+    expect(tokenText(one.events)).toBe('Hello, Ada.');
+
+    const two = await chat('talk', 'Who am I? #second');
+    expect(two.run.result.answer).toBe('You are Ada.');
+    const sent = fake.requestsFor('#second')[0];
+    expect(sent.model).toBe('fake-model');
+    expect(sent.stream).toBe(true);
+    expect(sent.messages).toEqual([
+      { role: 'user', content: 'I am Ada #first' }, { role: 'assistant', content: 'Hello, Ada.' },
+      { role: 'user', content: 'Who am I? #second' },
+    ]);
+    // The system prompt and the caller memory reach the model as context of their own turn only.
+    expect(fake.requestsFor('#first')[0].messages.map((m) => m.role)).toEqual(['system', 'system', 'user']);
+    expect(fake.requestsFor('#first')[0].messages[1].content).toContain('"locale":"en"');
+    expect(two.history).toEqual([
+      ['user', 'I am Ada #first', false], ['assistant', 'Hello, Ada.', false],
+      ['user', 'Who am I? #second', false], ['assistant', 'You are Ada.', false],
+    ]);
+  });
+
+  it('a 429 with Retry-After, then success: one answer, the retry visible on the run and its stream', async () => {
+    fake.script('#rate', [
+      { kind: 'status', status: 429, retryAfter: '1' },
+      { kind: 'stream', tokens: ['after', ' the', ' wait'] },
+    ]);
+    const { run, events, history } = await chat('rate', 'hi #rate', { maxAttempts: 3 });
+    expect(run.status).toBe('succeeded');
+    expect(run.attempt).toBe(2);
+    expect(run.result.answer).toBe('after the wait');
+    expect(run.lastError).toMatchObject({ code: 'HTTP_429' });
+    expect(fake.requestsFor('#rate')).toHaveLength(2);
+    const retrying = events.find((e) => e.event === 'status' && e.data.status === 'retrying')!;
+    expect(retrying.data).toMatchObject({ attempt: 1, lastError: { code: 'HTTP_429' } });
+    // The provider's Retry-After (1 s) set the delay: retryAt is 1000 ms after the event was written.
+    expect(retrying.data.retryAt - Number(retrying.id.split('-')[0])).toBe(1000);
+    expect(events.filter((e) => e.event === 'ephemeral').map((e) => e.data.text)).toEqual(['[model error: HTTP 429]']);
+    expect(clientAnswer(events)).toBe('after the wait');
+    expect(history).toEqual([['user', 'hi #rate', false], ['assistant', 'after the wait', false]]);
+  });
+
+  it('a 500 is retried too', async () => {
+    fake.script('#five', [{ kind: 'status', status: 500 }, { kind: 'stream', tokens: ['fine', ' now'] }]);
+    const { run, history } = await chat('five', 'hi #five', { maxAttempts: 3 });
+    expect([run.status, run.attempt, run.lastError?.code]).toEqual(['succeeded', 2, 'HTTP_500']);
+    expect(history).toEqual([['user', 'hi #five', false], ['assistant', 'fine now', false]]);
+  });
+
+  it('a stream cut mid-answer is retried; the client stream shows the new attempt and the final answer', async () => {
+    fake.script('#cut', [
+      { kind: 'cut', tokens: ['The', ' answer', ' is'] },
+      { kind: 'stream', tokens: ['The', ' answer', ' is', ' 42', '.'] },
+    ]);
+    const { run, events, history } = await chat('cut', 'question #cut', { maxAttempts: 3 });
+    expect([run.status, run.attempt, run.lastError?.code]).toEqual(['succeeded', 2, 'STREAM_CUT']);
+    expect(run.result.answer).toBe('The answer is 42.');
+    const attempts = events.filter((e) => e.event === 'attempt').map((e) => e.data.attempt);
+    expect(attempts).toEqual([1, 2]);
+    // Attempt 1's partial text, then the `attempt` event, then attempt 2's whole answer.
+    const second = events.findIndex((e) => e.event === 'attempt' && e.data.attempt === 2);
+    expect(tokenText(events.slice(0, second))).toBe('The answer is');
+    expect(tokenText(events.slice(second))).toBe('The answer is 42.');
+    expect(clientAnswer(events)).toBe('The answer is 42.');
+    expect(statuses(events)).toContain('retrying');
+    expect(history).toEqual([['user', 'question #cut', false], ['assistant', 'The answer is 42.', false]]);
+  });
+
+  it('a stream cut after 3 tokens with attempts exhausted: failed, the partial answer committed incomplete', async () => {
+    fake.script('#severed', [{ kind: 'cut', tokens: ['Partial', ' answer', ' here'] }]);
+    const { run, history } = await chat('severed', 'question #severed', { maxAttempts: 2 });
+    expect([run.status, run.attempt, run.lastError.code]).toEqual(['failed', 2, 'STREAM_CUT']);
+    expect(run.result).toMatchObject({ answer: 'Partial answer here', finishReason: 'error' });
+    expect(fake.requestsFor('#severed')).toHaveLength(2);
+    expect(history).toEqual([['user', 'question #severed', false], ['assistant', 'Partial answer here', true]]);
+  });
+
+  it('a 400 fails at once: no retry, no history', async () => {
+    fake.script('#bad', [{ kind: 'status', status: 400, message: 'messages: too long' }]);
+    const { run, events, history } = await chat('bad', 'hi #bad', { maxAttempts: 3 });
+    expect([run.status, run.attempt, run.lastError.code]).toEqual(['failed', 1, 'HTTP_400']);
+    expect(run.lastError.message).toContain('too long');
+    expect(fake.requestsFor('#bad')).toHaveLength(1);
+    expect(statuses(events)).not.toContain('retrying');
+    expect(history).toEqual([]);
+  });
+
+  it('401 and 404 are permanent as well', async () => {
+    fake.script('#auth', [{ kind: 'status', status: 401 }]);
+    fake.script('#model', [{ kind: 'status', status: 404 }]);
+    for (const [tag, code] of [['#auth', 'HTTP_401'], ['#model', 'HTTP_404']]) {
+      const { run } = await chat(`perm${tag.slice(1)}`, `hi ${tag}`, { maxAttempts: 3 });
+      expect([run.status, run.attempt, run.lastError.code]).toEqual(['failed', 1, code]);
+    }
+  });
+
+  it('a model that stops for length: the run succeeds, the answer is committed incomplete', async () => {
+    fake.script('#long', [{ kind: 'stream', tokens: ['Once', ' upon'], finish: 'length' }]);
+    const { run, history } = await chat('long', 'story #long');
+    expect(run.result).toEqual({ answer: 'Once upon', finishReason: 'length', toolCallsSeen: 0 });
+    expect(history).toEqual([['user', 'story #long', false], ['assistant', 'Once upon', true]]);
+  });
+
+  it('a cancel mid-stream aborts the model request; the partial answer is committed incomplete', async () => {
+    const tokens = Array.from({ length: 50 }, (_, i) => ` t${i}`);
+    fake.script('#slow', [{ kind: 'stream', tokens, delayMs: 100 }]);
+    const sub = await acme.submit('slow', 'go #slow', { agent: 'chat' });
+    await waitFor(async () => (await h.redis.xrange(h.keys.scope('acme').events(sub.body.id), '-', '+'))
+      .some(([, f]) => f[1] === 'token'), 15_000, 'a token');
+    await acme.post(`/runs/${sub.body.id}/cancel`, {});
+    const run = await acme.waitStatus(sub.body.id, ['cancelled']);
+    const partial = run.result.answer as string;
+    expect(partial.length).toBeGreaterThan(0);
+    expect(tokens.join('').startsWith(partial)).toBe(true);
+    expect(partial).not.toBe(tokens.join(''));
+    const msgs = (await acme.get('/sessions/slow/messages')).body.messages;
+    expect(msgs.map((m: any) => [m.role, m.content, m.incomplete ?? false])).toEqual([
+      ['user', 'go #slow', false], ['assistant', partial, true],
+    ]);
+  });
+
+  it('the built-in chat agent takes its endpoint, key and model from the worker configuration', async () => {
+    const runtime = `${h.runtime}-cfg`;
+    await h.spawn('worker', {
+      env: { RUNTIME: runtime, OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'from-env', OPENAI_MODEL: 'configured-model' },
+    });
+    fake.script('#cfg', [{ kind: 'stream', tokens: ['configured'] }]);
+    const sub = await acme.submit('cfg', 'hi #cfg', { agent: 'chat', runtime });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 30_000);
+    expect(run.result.answer).toBe('configured');
+    expect(fake.requestsFor('#cfg').map((r) => r.model)).toEqual(['configured-model']);
+  });
+});
