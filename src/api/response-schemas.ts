@@ -1,0 +1,110 @@
+import { z } from 'zod';
+import { ERROR_CODES } from '../lib/errors.ts';
+
+/**
+ * Shapes of the API's answers, for /openapi.json. Requests are validated with schemas.ts;
+ * these describe what comes back (presenters.ts and the admin routes build exactly this).
+ */
+
+const iso = z.string().describe('ISO 8601 time');
+const publicStatus = z.enum(['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled']);
+
+export const errorResponse = z.object({
+  error: z.object({
+    code: z.enum(Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...(keyof typeof ERROR_CODES)[]]),
+    message: z.string(),
+    details: z.array(z.object({ path: z.string(), message: z.string() })),
+  }),
+});
+
+export const runResponse = z.object({
+  id: z.string(),
+  scope: z.string(),
+  sessionId: z.string(),
+  runtime: z.string(),
+  agent: z.string(),
+  status: publicStatus,
+  attempt: z.number().int(),
+  maxAttempts: z.number().int(),
+  recoveries: z.number().int(),
+  createdAt: iso,
+  updatedAt: iso,
+  startedAt: iso.optional(),
+  finishedAt: iso.optional(),
+  retryAt: iso.optional(),
+  cancelRequested: z.boolean().optional(),
+  input: z.object({ content: z.string() }),
+  metadata: z.record(z.string(), z.unknown()).optional(),
+  idempotencyKey: z.string().optional(),
+  lastError: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
+  blocked: z.object({ stepKey: z.string(), reason: z.string(), since: iso }).optional(),
+  result: z
+    .object({ answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional() })
+    .optional(),
+  links: z.object({ self: z.string(), events: z.string() }),
+  /** Submit only: e.g. that no live worker serves the runtime yet. */
+  warnings: z.array(z.string()).optional(),
+});
+
+export const runListResponse = z.object({ runs: z.array(runResponse), nextCursor: z.string().nullable() });
+
+export const messagesResponse = z.object({
+  messages: z.array(
+    z.object({
+      role: z.enum(['user', 'assistant']),
+      content: z.string(),
+      runId: z.string(),
+      createdAt: z.number(),
+      incomplete: z.boolean().optional(),
+    }),
+  ),
+  nextCursor: z.string().nullable(),
+});
+
+export const runtimesResponse = z.object({
+  runtimes: z.array(
+    z.object({
+      runtimeId: z.string(),
+      liveWorkers: z.number().int(),
+      agents: z.array(z.string()),
+      concurrency: z.number().int(),
+      lastSeenAt: iso,
+      draining: z.boolean(),
+    }),
+  ),
+});
+
+export const statsResponse = z.object({
+  scope: z.string(),
+  runtimeId: z.string(),
+  counts: z.object({
+    queued: z.number().int(),
+    running: z.number().int(),
+    retrying: z.number().int(),
+    blocked: z.number().int(),
+    succeeded: z.number().int().describe('cumulative'),
+    failed: z.number().int().describe('cumulative'),
+    cancelled: z.number().int().describe('cumulative'),
+  }),
+  oldestQueuedAgeMs: z.number().int().nullable(),
+  draining: z.boolean(),
+  liveWorkers: z.number().int(),
+});
+
+export const drainResponse = z.object({
+  scope: z.string(),
+  runtimeId: z.string(),
+  draining: z.literal(true),
+  cancelled: z.number().int(),
+});
+
+export const resumeResponse = z.object({
+  scope: z.string(),
+  runtimeId: z.string(),
+  draining: z.literal(false),
+  resumed: z.number().int(),
+});
+
+export const healthResponse = z.object({ ok: z.boolean() }).catchall(z.unknown());
+
+export const sseStream = z.string().describe('text/event-stream: `id`, `event` (status | attempt | token | end …), `data` (JSON)');

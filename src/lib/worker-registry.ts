@@ -1,0 +1,165 @@
+import { hostname } from 'node:os';
+import type { Redis } from 'ioredis';
+import { BatonError } from './errors.ts';
+import type { Keys } from './keys.ts';
+import type { Logger } from './logger.ts';
+
+/**
+ * Which runtimes exist and what their live workers offer. Each worker keeps a registration
+ * (runtime, agents, concurrency) fresh with a heartbeat; the API reads it to list runtimes
+ * and to refuse a submit for an agent no live worker of the runtime has.
+ *
+ * Liveness: a worker beats every HEARTBEAT_MS and counts as live for LEASE_MS after its last
+ * beat, the same three-missed-beats rule as run leases, so "live" here means what the sweeper
+ * means. Times are Redis TIME, so clocks of API and worker hosts never disagree.
+ */
+
+export interface WorkerRegistration {
+  workerId: string;
+  runtime: string;
+  agents: string[];
+  concurrency: number;
+  host: string;
+  pid: number;
+  startedAt: number;
+  /** Redis time of the last heartbeat. */
+  beatAt: number;
+}
+
+export interface RuntimeInfo {
+  runtimeId: string;
+  liveWorkers: number;
+  /** Agents offered by at least one live worker, sorted. */
+  agents: string[];
+  /** Sum of the live workers' concurrency: runs the runtime executes at once. */
+  concurrency: number;
+  /** Redis time of the newest heartbeat of any of its workers. */
+  lastSeenAt: number;
+}
+
+/** A runtime none of whose workers beat for a day is dropped from the list. */
+const FORGET_RUNTIME_AFTER_MS = 24 * 3600_000;
+
+async function redisNow(redis: Redis): Promise<number> {
+  const [s, us] = await redis.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
+function parseRegistrations(raw: Record<string, string>): WorkerRegistration[] {
+  const out: WorkerRegistration[] = [];
+  for (const json of Object.values(raw)) {
+    try {
+      const r = JSON.parse(json) as WorkerRegistration;
+      if (typeof r.beatAt === 'number' && Array.isArray(r.agents)) out.push(r);
+    } catch {
+      // A registration that is not JSON was not written by Baton; it cannot count as live.
+    }
+  }
+  return out;
+}
+
+/** The API's read side of the registry. */
+export class WorkerRegistry {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    /** LEASE_MS: how long after its last beat a worker still counts as live. */
+    private readonly liveMs: number,
+  ) {}
+
+  async liveWorkers(runtime: string): Promise<WorkerRegistration[]> {
+    const [now, raw] = await Promise.all([redisNow(this.redis), this.redis.hgetall(this.keys.runtimeWorkers(runtime))]);
+    return parseRegistrations(raw).filter((w) => w.beatAt + this.liveMs > now);
+  }
+
+  async runtimes(): Promise<RuntimeInfo[]> {
+    const [now, flat] = await Promise.all([redisNow(this.redis), this.redis.zrange(this.keys.runtimes, 0, -1, 'WITHSCORES')]);
+    const out: RuntimeInfo[] = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      const runtimeId = flat[i];
+      const live = parseRegistrations(await this.redis.hgetall(this.keys.runtimeWorkers(runtimeId)))
+        .filter((w) => w.beatAt + this.liveMs > now);
+      out.push({
+        runtimeId,
+        liveWorkers: live.length,
+        agents: [...new Set(live.flatMap((w) => w.agents))].sort(),
+        concurrency: live.reduce((n, w) => n + w.concurrency, 0),
+        lastSeenAt: Number(flat[i + 1]),
+      });
+    }
+    return out.sort((a, b) => a.runtimeId.localeCompare(b.runtimeId));
+  }
+
+  /**
+   * What a submit of `agent` to `runtime` should be told: live workers that lack the agent
+   * make it a 422 (the run could never start); no live worker at all is only a warning,
+   * because runs queue until a worker of the runtime starts (a deploy, a scale-up).
+   */
+  async admissionWarnings(runtime: string, agent: string): Promise<string[]> {
+    const live = await this.liveWorkers(runtime);
+    if (live.length === 0) {
+      return [`no live worker serves runtime "${runtime}"; the run stays queued until one starts`];
+    }
+    if (live.some((w) => w.agents.includes(agent))) return [];
+    const offered = [...new Set(live.flatMap((w) => w.agents))].sort();
+    throw new BatonError('UNKNOWN_AGENT', undefined, [
+      { path: 'body.agent', message: `runtime "${runtime}" offers ${offered.map((a) => `"${a}"`).join(', ')}` },
+    ]);
+  }
+}
+
+/** The worker's side: registers, beats every `beatMs`, and deregisters on stop. */
+export class WorkerPresence {
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> | undefined;
+  private readonly startedAt = Date.now();
+  private stopped = false;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly me: Pick<WorkerRegistration, 'workerId' | 'runtime' | 'agents' | 'concurrency'>,
+    private readonly o: { beatMs: number; liveMs: number; log: Logger },
+  ) {}
+
+  /** Registers before returning, so a worker is visible before it claims anything. */
+  async start(): Promise<void> {
+    await this.beat();
+    this.timer = setInterval(() => {
+      this.beating ??= this.beat()
+        .catch((err) => this.o.log.warn({ err: (err as Error).message }, 'worker heartbeat failed'))
+        .finally(() => { this.beating = undefined; });
+    }, this.o.beatMs);
+    this.timer.unref();
+  }
+
+  private async beat(): Promise<void> {
+    if (this.stopped) return;
+    const now = await redisNow(this.redis);
+    const reg: WorkerRegistration = {
+      ...this.me, host: hostname(), pid: process.pid, startedAt: this.startedAt, beatAt: now,
+    };
+    const workersKey = this.keys.runtimeWorkers(this.me.runtime);
+    const others = parseRegistrations(await this.redis.hgetall(workersKey));
+    const m = this.redis.multi()
+      .hset(workersKey, this.me.workerId, JSON.stringify(reg))
+      .zadd(this.keys.runtimes, now, this.me.runtime);
+    // Workers that died without deregistering (SIGKILL, lost host) are removed by their peers.
+    const dead = others.filter((w) => w.workerId !== this.me.workerId && w.beatAt + this.o.liveMs < now);
+    if (dead.length) m.hdel(workersKey, ...dead.map((w) => w.workerId));
+    const forgotten = await this.redis.zrangebyscore(this.keys.runtimes, '-inf', now - FORGET_RUNTIME_AFTER_MS);
+    for (const rt of forgotten) m.del(this.keys.runtimeWorkers(rt)).zrem(this.keys.runtimes, rt);
+    await m.exec();
+  }
+
+  /** Deregisters, so the API stops counting this worker at once. Idempotent. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.beating;
+    await this.redis.hdel(this.keys.runtimeWorkers(this.me.runtime), this.me.workerId).catch((err) => {
+      this.o.log.warn({ err: (err as Error).message }, 'worker deregistration failed; it expires by itself');
+    });
+  }
+}

@@ -1,0 +1,116 @@
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ROUTES } from '../src/api/openapi.ts';
+import { ERROR_CODES } from '../src/lib/errors.ts';
+import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { call } from './helpers/http.ts';
+
+/**
+ * /openapi.json describes every route the app serves (found by walking Express's router, so
+ * a route added without a description fails here), and the answers the API actually gives
+ * match the response schemas it documents.
+ */
+let h: Harness;
+let url: string;
+let app: unknown;
+let doc: any;
+
+beforeAll(async () => {
+  h = await useHarness();
+  const api = await h.startApi();
+  url = api.url;
+  app = api.server.listeners('request')[0];
+  doc = (await call(url, 'GET', '/openapi.json')).body;
+});
+
+interface Layer {
+  route?: { path: string; methods: Record<string, boolean> };
+  handle?: { stack?: Layer[] };
+  rawPath?: unknown;
+}
+
+/** Every `METHOD /path` Express would route, mount paths included. */
+function servedRoutes(stack: Layer[], prefix = ''): string[] {
+  return stack.flatMap((layer) => {
+    if (layer.route) {
+      return Object.keys(layer.route.methods).filter((m) => m !== '_all').map((m) => `${m.toUpperCase()} ${prefix}${layer.route!.path}`);
+    }
+    if (layer.handle?.stack) {
+      const mount = typeof layer.rawPath === 'string' && layer.rawPath !== '/' ? layer.rawPath : '';
+      return servedRoutes(layer.handle.stack, prefix + mount);
+    }
+    return [];
+  });
+}
+
+describe('GET /openapi.json', () => {
+  it('is an OpenAPI 3.1 document served without a key', () => {
+    expect(doc.openapi).toBe('3.1.0');
+    expect(doc.components.securitySchemes.bearer).toEqual({ type: 'http', scheme: 'bearer' });
+    expect(doc.components.schemas.Error.properties.error.properties.code.enum.sort()).toEqual(Object.keys(ERROR_CODES).sort());
+  });
+
+  it('lists every route the app serves, and no other', () => {
+    const served = servedRoutes((app as { router: { stack: Layer[] } }).router.stack);
+    const documented = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
+      Object.keys(ops).map((m) => `${m.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ':$1')}`),
+    );
+    console.log(`${served.length} routes served, ${documented.length} documented`);
+    expect([...new Set(served)].sort()).toEqual(documented.sort());
+    expect(documented.length).toBe(ROUTES.length);
+  });
+
+  it('describes each route: its path parameters, its key, its error answers', () => {
+    for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+      const inPath = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]).sort();
+      for (const [method, op] of Object.entries(ops)) {
+        const where = `${method.toUpperCase()} ${path}`;
+        const params = (op.parameters as any[]).filter((p) => p.in === 'path').map((p) => p.name).sort();
+        expect(params, where).toEqual(inPath);
+        for (const p of op.parameters) expect(p.schema, `${where} ${p.name}`).toBeTypeOf('object');
+        if (path.startsWith('/v1/')) {
+          expect(op.security, where).toEqual([{ bearer: [] }]);
+          expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['401', '404', '503']));
+        } else {
+          expect(op.security, where).toEqual([]);
+        }
+        if (op['x-baton-access'] === 'admin') expect(op.responses['403'], where).toBeDefined();
+        if (op.requestBody) expect(op.responses['400'], where).toBeDefined();
+      }
+    }
+    const submit = doc.paths['/v1/scopes/{scope}/runs'].post;
+    expect(submit.requestBody.required).toBe(true);
+    expect(submit.requestBody.content['application/json'].schema.additionalProperties).toBe(false);
+    expect(submit.responses['422'].description).toContain('UNKNOWN_AGENT');
+    expect(submit.responses['429'].description).toContain('RATE_LIMITED');
+  });
+});
+
+describe('documented response schemas', () => {
+  it('match what the API answers', async () => {
+    await h.startWorker();
+    const acme: ScopeClient = await h.client(url, 'acme');
+    const ajv = new Ajv2020({ strict: false });
+    const schemaOf = (path: string, method: string, status: number) => {
+      const content = doc.paths[path][method].responses[String(status)].content;
+      return content['application/json'].schema;
+    };
+    const check = (path: string, method: string, status: number, body: unknown) => {
+      const validate = ajv.compile({ ...schemaOf(path, method, status), components: doc.components });
+      expect(validate(body), `${method} ${path} ${status}: ${JSON.stringify(validate.errors)}`).toBe(true);
+    };
+    const sub = await acme.submit('doc-1', 'hello');
+    expect(sub.status).toBe(202);
+    check('/v1/scopes/{scope}/runs', 'post', 202, sub.body);
+    await acme.waitStatus(sub.body.id, ['succeeded']);
+    check('/v1/scopes/{scope}/runs/{runId}', 'get', 200, (await acme.get(`/runs/${sub.body.id}`)).body);
+    check('/v1/scopes/{scope}/runs', 'get', 200, (await acme.get('/runs')).body);
+    check('/v1/scopes/{scope}/sessions/{sessionId}/messages', 'get', 200, (await acme.get('/sessions/doc-1/messages')).body);
+    check('/v1/scopes/{scope}/runtimes', 'get', 200, (await acme.get('/runtimes')).body);
+    check('/v1/scopes/{scope}/runtimes/{runtimeId}/stats', 'get', 200, (await acme.get(`/runtimes/${h.runtime}/stats`)).body);
+    check('/v1/scopes/{scope}/runtimes/{runtimeId}/drain', 'post', 200, (await acme.post(`/runtimes/${h.runtime}-z/drain`, {})).body);
+    check('/v1/scopes/{scope}/runtimes/{runtimeId}/drain', 'delete', 200, (await acme.del(`/runtimes/${h.runtime}-z/drain`)).body);
+    const missing = await acme.get('/runs/nope');
+    check('/v1/scopes/{scope}/runs/{runId}', 'get', 404, missing.body);
+  });
+});

@@ -1,0 +1,142 @@
+import { createHash } from 'node:crypto';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Role } from '../src/lib/api-keys.ts';
+import { useHarness, type Harness } from './helpers/harness.ts';
+import { call } from './helpers/http.ts';
+import { tenancyAgents } from './helpers/tenancy-agents.ts';
+
+/**
+ * Invariant 9, route by route. The routes come from /openapi.json (which test/openapi.test.ts
+ * holds equal to what Express serves), so a route added later is in this matrix by itself.
+ * Scope A (`acme`) has a finished run, a blocked run and a queued run; scope B (`globex`)
+ * tries every route on A's objects with both of its roles. Nothing may answer anything but a
+ * 404 that looks exactly like the one for an object that does not exist, and A's keys in Redis
+ * must stay byte for byte the same. Sweepers are off, so nothing else writes A's keys meanwhile.
+ */
+let h: Harness;
+let url: string;
+let routes: { method: string; path: string; access: string }[];
+const ids: Record<string, string> = { scope: 'acme', sessionId: 'm1' };
+
+beforeAll(async () => {
+  // No rate-limit bucket either: it expires by itself once full, which would look like a change.
+  h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0' });
+  url = (await h.startApi()).url;
+  const worker = await h.startWorker({ agents: tenancyAgents });
+  const acme = await h.client(url, 'acme');
+  const done = await acme.submit('m1', 'a finished run of acme');
+  const blocked = await acme.submit('m2', 'x', { agent: 'charge' });
+  await acme.waitStatus(done.body.id, ['succeeded']);
+  const b = await acme.waitStatus(blocked.body.id, ['blocked']);
+  const queued = await acme.submit('m3', 'waits for a runtime nobody serves', { runtime: `${h.runtime}-none` });
+  expect(queued.status).toBe(202);
+  await worker.close();
+  Object.assign(ids, { runId: done.body.id, blockedRunId: b.id, stepKey: b.blocked.stepKey, runtimeId: h.runtime });
+
+  const doc = (await call(url, 'GET', '/openapi.json')).body;
+  routes = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, ops]) =>
+    Object.entries(ops).map(([method, op]) => ({ method: method.toUpperCase(), path, access: op['x-baton-access'] })),
+  );
+});
+
+/** Every key of scope `scope` with a digest of its value. */
+async function scopeState(scope: string): Promise<[string, string][]> {
+  const keys = (await h.allKeys()).filter((k) => k.startsWith(`${h.prefix}:{${scope}}:`)).sort();
+  const out: [string, string][] = [];
+  for (const k of keys) {
+    const dump = await h.redis.dumpBuffer(k);
+    out.push([k, dump ? createHash('sha1').update(dump).digest('hex') : 'gone']);
+  }
+  return out;
+}
+
+/** The route's URL for `scope`, with `values` for its other parameters. */
+function urlFor(path: string, scope: string, values: Record<string, string>): string {
+  return path.replace(/\{(\w+)\}/g, (_, p: string) => {
+    if (p === 'scope') return scope;
+    // The blocked run is the one a resolve applies to.
+    const v = p === 'runId' && path.includes('/resolve') ? values.blockedRunId : values[p];
+    if (v === undefined) throw new Error(`no test value for path parameter {${p}} of ${path}: add one to this matrix`);
+    return encodeURIComponent(v);
+  });
+}
+
+/** A body the route would accept from its own scope. */
+function bodyFor(method: string, path: string): unknown {
+  if (path.endsWith('/runs') && method === 'POST') return { sessionId: 'm1', input: { content: 'hijack' }, runtime: h.runtime };
+  if (path.endsWith('/resolve')) return { value: 'forged' };
+  if (path.endsWith('/drain') && method === 'POST') return { cancelQueued: true };
+  if (method === 'POST') return {};
+  return undefined;
+}
+
+const send = async (method: string, path: string, key: string | undefined) =>
+  call(url, method, path, bodyFor(method, path), key ? { authorization: `Bearer ${key}` } : {});
+
+describe('a key of scope B on scope A', () => {
+  it('gets on every route the same 404 a missing object gets, and A is unchanged', async () => {
+    const scoped = routes.filter((r) => r.path.includes('{scope}'));
+    expect(scoped.length).toBeGreaterThanOrEqual(11);
+    expect(scoped.every((r) => r.access !== 'public')).toBe(true);
+    const before = await scopeState('acme');
+    expect(before.length).toBeGreaterThan(5);
+    const missing = {
+      ...ids, runId: 'rdoesnotexist000000', blockedRunId: 'rdoesnotexist000001', sessionId: 'nobody', runtimeId: 'nowhere',
+    };
+    let checked = 0;
+    for (const r of scoped) {
+      for (const role of ['client', 'admin'] as Role[]) {
+        const key = await h.key('globex', role);
+        const onReal = await send(r.method, urlFor(r.path, 'acme', ids), key);
+        const onMissing = await send(r.method, urlFor(r.path, 'acme', missing), key);
+        const onNoScope = await send(r.method, urlFor(r.path, 'no-such-scope', ids), key);
+        const what = `${role} of globex: ${r.method} ${r.path}`;
+        expect(onReal.status, what).toBe(404);
+        expect(onReal.body.error.code, what).toBe('NOT_FOUND');
+        expect(onMissing, what).toMatchObject({ status: onReal.status, body: onReal.body });
+        expect(onNoScope, what).toMatchObject({ status: onReal.status, body: onReal.body });
+        checked++;
+      }
+    }
+    console.log(`${checked} (route, role) pairs of scope B on scope A answered 404`);
+    expect(await scopeState('acme')).toEqual(before);
+  });
+
+  it('on its own scope with A’s ids finds nothing of A, and A is unchanged', async () => {
+    const before = await scopeState('acme');
+    for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
+      const res = await send(r.method, urlFor(r.path, 'globex', ids), await h.key('globex', 'admin'));
+      const what = `${r.method} ${r.path} on globex with acme's ids -> ${res.status} ${JSON.stringify(res.body).slice(0, 200)}`;
+      expect(res.status, what).toBeLessThan(500);
+      if (r.path.includes('{runId}')) {
+        expect(res.status, what).toBe(404);
+        expect(res.body.error.code, what).toBe('RUN_NOT_FOUND');
+      }
+      if (r.path.includes('{sessionId}')) expect(res.body.messages, what).toEqual([]);
+      if (r.path.endsWith('/stats')) expect(res.body.counts, what).toMatchObject({ succeeded: 0, blocked: 0 });
+    }
+    expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
+describe('within scope A', () => {
+  it('no key is 401, a client key on an admin route is 403, and neither changes anything', async () => {
+    const before = await scopeState('acme');
+    const client = await h.key('acme', 'client');
+    for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
+      const what = `${r.method} ${r.path}`;
+      const anonymous = await send(r.method, urlFor(r.path, 'acme', ids), undefined);
+      expect(anonymous.status, what).toBe(401);
+      expect(anonymous.body.error.code, what).toBe('UNAUTHENTICATED');
+      expect(anonymous.headers.get('www-authenticate'), what).toBe('Bearer');
+      const wrong = await send(r.method, urlFor(r.path, 'acme', ids), 'bk_this-key-was-never-issued-000000');
+      expect(wrong.status, what).toBe(401);
+      if (r.access === 'admin') {
+        const res = await send(r.method, urlFor(r.path, 'acme', ids), client);
+        expect(res.status, what).toBe(403);
+        expect(res.body.error.code, what).toBe('FORBIDDEN');
+      }
+    }
+    expect(await scopeState('acme')).toEqual(before);
+  });
+});

@@ -1,0 +1,53 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
+
+/**
+ * The per-scope submit rate limit: a token bucket in Redis shared by every API process.
+ * Burst 3, then 1 per second: the 4th quick submit gets 429 with Retry-After; another scope
+ * is not affected; rejected input spends no token.
+ */
+let h: Harness;
+let urls: string[];
+
+beforeAll(async () => {
+  h = await useHarness({ SUBMIT_RATE_PER_SEC: '1', SUBMIT_BURST: '3' });
+  // Two API processes: the bucket lives in Redis, so they share it.
+  urls = [(await h.startApi()).url, (await h.startApi()).url];
+  await h.startWorker();
+});
+
+describe('submit rate limit', () => {
+  it('allows the burst across API processes, then answers 429 with Retry-After', async () => {
+    const [a, b] = [await h.client(urls[0], 'acme'), await h.client(urls[1], 'acme')];
+    const statuses = [];
+    for (const [i, c] of [a, b, a].entries()) statuses.push((await c.submit(`burst-${i}`, 'hi')).status);
+    expect(statuses).toEqual([202, 202, 202]);
+    const limited = await b.submit('burst-3', 'one too many');
+    expect(limited.status).toBe(429);
+    expect(limited.body.error.code).toBe('RATE_LIMITED');
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+
+    // Another scope has its own bucket.
+    const globex = await h.client(urls[0], 'globex');
+    expect((await globex.submit('g', 'unaffected')).status).toBe(202);
+
+    // The bucket refills: within a few seconds acme may submit again.
+    const back = await waitFor(async () => {
+      const r = await a.submit('burst-4', 'later');
+      return r.status === 202 ? r : undefined;
+    }, 10_000, 'a token to come back');
+    await a.waitStatus(back.body.id, ['succeeded']);
+  });
+
+  it('spends no token on rejected input', async () => {
+    const c = await h.client(urls[0], 'initech');
+    for (let i = 0; i < 5; i++) {
+      expect((await c.post('/runs', { sessionId: 'x', input: { content: '' } })).status).toBe(400);
+      expect((await c.submit('x', 'hi', { agent: 'nobody-has-this' })).status).toBe(422);
+    }
+    expect(await h.redis.exists(h.keys.scope('initech').submitBucket)).toBe(0);
+    const ok = [];
+    for (let i = 0; i < 3; i++) ok.push((await c.submit(`s${i}`, 'fine')).status);
+    expect(ok).toEqual([202, 202, 202]);
+  });
+});
