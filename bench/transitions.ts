@@ -1,0 +1,189 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Redis } from 'ioredis';
+import { startLocalRedis } from '../src/cli/local-redis.ts';
+import { defineAgent, type RunContext } from '../src/lib/agent.ts';
+import { loadConfig } from '../src/lib/config.ts';
+import { Dispatcher } from '../src/lib/dispatcher.ts';
+import { createKeys } from '../src/lib/keys.ts';
+import { LeaseKeeper } from '../src/lib/lease-keeper.ts';
+import { createLogger } from '../src/lib/logger.ts';
+import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { RunExecutor } from '../src/lib/run-executor.ts';
+import { RunStore } from '../src/lib/run-store.ts';
+import { totalCommands } from './redis-stats.ts';
+
+/**
+ * Redis round trips per run transition, measured on the real code path: a RunExecutor runs
+ * an agent whose phases are fenced off by snapshots, on a connection that counts what it
+ * sends. A round trip is one request the client waits for (a pipeline counts once);
+ * `commands` adds what Redis executed for it, scripts' inner calls included (INFO
+ * commandstats deltas, so run this against a Redis nothing else is using).
+ *
+ * - claim: from the delivery to the agent's first line (claim script, then the session
+ *   history the agent sees)
+ * - step: one idempotent memoized step that misses (its result write)
+ * - step (non-idempotent): start marker, then result
+ * - finish: from the agent's return to the terminal status (finish script with the history commit)
+ * - heartbeat: one beat for `HELD` runs at once (one pipeline)
+ */
+const SAMPLES = 50;
+const HELD = 10;
+
+interface Counter { roundTrips: number; commands: number }
+
+/** Counts what `redis` sends: each command, and each wait for a reply (pipelines once). */
+function countOn(redis: Redis): Counter {
+  const counter: Counter = { roundTrips: 0, commands: 0 };
+  const pipelines = new WeakSet<object>();
+  const send = redis.sendCommand.bind(redis);
+  redis.sendCommand = ((command: unknown, stream?: { isPipeline?: boolean }, node?: unknown) => {
+    counter.commands++;
+    if (stream?.isPipeline) {
+      if (!pipelines.has(stream)) { pipelines.add(stream); counter.roundTrips++; }
+    } else {
+      counter.roundTrips++;
+    }
+    return (send as (...a: unknown[]) => unknown)(command, stream, node);
+  }) as typeof redis.sendCommand;
+  return counter;
+}
+
+interface Snapshot { roundTrips: number; server: number }
+
+export async function benchTransitions(redisUrl: string): Promise<Record<string, number>> {
+  const prefix = `tbench${randomBytes(4).toString('hex')}`;
+  const runtime = 'tbench';
+  // Heartbeats only when the bench asks for one: a timer beat would land in another phase.
+  const config = loadConfig({
+    REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: runtime, LOG_LEVEL: 'silent',
+    LEASE_MS: '600000', HEARTBEAT_MS: '590000', MAX_ACTIVE_PER_SCOPE: '100000',
+  });
+  const keys = createKeys(prefix);
+  const log = createLogger('silent');
+  const admin = new Redis(redisUrl);
+  const setup = createRedis({ url: redisUrl, name: 'bench-setup' });
+  const redis = createRedis({ url: redisUrl, name: 'bench-counted' });
+  const subscriber = createRedis({ url: redisUrl, name: 'bench-sub', blocking: true });
+  await Promise.all([waitReady(setup), waitReady(redis)]);
+  const setupDispatcher = new Dispatcher(setup, keys);
+  const store = new RunStore(setup, keys, config, setupDispatcher);
+  const dispatcher = new Dispatcher(redis, keys);
+  const leases = new LeaseKeeper(redis, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  await leases.start();
+  const counter = countOn(redis);
+
+  const snap = async (): Promise<Snapshot> => {
+    const roundTrips = counter.roundTrips;
+    // The INFO call itself is one command: leave it out.
+    return { roundTrips, server: (await totalCommands(admin)) - 1 };
+  };
+  const totals: Record<string, Snapshot> = {};
+  const add = (phase: string, from: Snapshot, to: Snapshot) => {
+    const t = (totals[phase] ??= { roundTrips: 0, server: 0 });
+    t.roundTrips += to.roundTrips - from.roundTrips;
+    t.server += to.server - from.server;
+  };
+
+  let marks: Snapshot[] = [];
+  let gate: Promise<void> | undefined;
+  const agent = defineAgent({
+    name: 'bench-phases',
+    async run(ctx: RunContext) {
+      marks.push(await snap());
+      if (gate) {
+        await gate;
+        return 'held';
+      }
+      await ctx.step('lookup', () => 42);
+      marks.push(await snap());
+      await ctx.tool('send', { to: 'x' }, () => 'sent', { idempotent: false });
+      marks.push(await snap());
+      return 'done';
+    },
+  });
+  const executor = new RunExecutor({
+    redis, keys, config, dispatcher, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
+  });
+  const submit = async (i: number) =>
+    (await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;
+
+  try {
+    // Warm up: the first use of each script on a connection loads it (EVALSHA miss, then EVAL).
+    await executor.execute({ scope: 'bench', runId: await submit(-1), dispatch: 1 });
+
+    for (let i = 0; i < SAMPLES; i++) {
+      const runId = await submit(i);
+      marks = [];
+      const before = await snap();
+      await executor.execute({ scope: 'bench', runId, dispatch: 1 });
+      const after = await snap();
+      add('claim', before, marks[0]);
+      add('step', marks[0], marks[1]);
+      add('step (non-idempotent)', marks[1], marks[2]);
+      add('finish', marks[2], after);
+    }
+
+    // Heartbeat: HELD runs waiting inside their agents, one beat for all of them.
+    let open!: () => void;
+    gate = new Promise<void>((r) => { open = r; });
+    const held = await Promise.all(Array.from({ length: HELD }, (_, i) => submit(1000 + i)));
+    marks = [];
+    const running = held.map((runId) => executor.execute({ scope: 'bench', runId, dispatch: 1 }));
+    while (marks.length < HELD) await new Promise((r) => setTimeout(r, 5));
+    const before = await snap();
+    await leases.beat();
+    add(`heartbeat (${HELD} runs)`, before, await snap());
+    open();
+    await Promise.all(running);
+  } finally {
+    leases.stop();
+    await setupDispatcher.queue(runtime).obliterate({ force: true }).catch(() => {});
+    await Promise.all([setupDispatcher.close(), dispatcher.close()]);
+    await deleteByPrefix(admin, prefix);
+    await Promise.all([admin.quit(), setup.quit(), redis.quit(), subscriber.quit()]);
+  }
+
+  const out: Record<string, number> = {};
+  for (const [phase, t] of Object.entries(totals)) {
+    const n = phase.startsWith('heartbeat') ? 1 : SAMPLES;
+    out[`${phase}: round trips`] = round(t.roundTrips / n);
+    out[`${phase}: redis commands`] = round(t.server / n);
+  }
+  return out;
+}
+
+const round = (x: number) => Math.round(x * 10) / 10;
+
+async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (batch.length) await redis.del(...batch);
+  } while (cursor !== '0');
+}
+
+async function main(): Promise<void> {
+  let redisUrl = process.env.REDIS_URL;
+  let stop: (() => Promise<void>) | undefined;
+  let dir: string | undefined;
+  if (!redisUrl) {
+    dir = mkdtempSync(join(tmpdir(), 'baton-bench-'));
+    const local = await startLocalRedis(dir, ['--appendonly', 'no']);
+    redisUrl = local.url;
+    stop = local.stop;
+  }
+  try {
+    console.log(`Redis round trips per transition (average of ${SAMPLES} runs)`);
+    console.table(await benchTransitions(redisUrl));
+  } finally {
+    await stop?.();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main();

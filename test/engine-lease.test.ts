@@ -1,0 +1,161 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { hold, staleWriter } from './fixtures/engine-agents.ts';
+import { Dispatcher } from '../src/lib/dispatcher.ts';
+import { LeaseKeeper } from '../src/lib/lease-keeper.ts';
+import { createLogger } from '../src/lib/logger.ts';
+import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { RunExecutor } from '../src/lib/run-executor.ts';
+import { runScript } from '../src/lib/scripts.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { fx, fxList, fxSet, useFixturesInProcess } from './helpers/engine.ts';
+import { track } from './helpers/resources.ts';
+
+/**
+ * The lease bookkeeping inside one worker process. These drive a RunExecutor directly
+ * (no BullMQ), so the test decides exactly which deliveries arrive and when.
+ */
+let h: Harness;
+let acme: ScopeClient;
+
+beforeAll(async () => {
+  h = await useHarness();
+  useFixturesInProcess(h);
+  const api = await h.startApi({ SWEEP_INTERVAL_MS: '0' });
+  acme = await h.client(api.url, 'acme');
+});
+
+async function executorFor(heartbeatMs: number) {
+  const log = createLogger('silent');
+  const config = h.configWith({ LEASE_MS: '3000', HEARTBEAT_MS: String(heartbeatMs) });
+  const redis = createRedis({ url: h.redisUrl, name: 'lease-test' });
+  const sub = createRedis({ url: h.redisUrl, name: 'lease-test-sub', blocking: true });
+  await waitReady(redis);
+  const dispatcher = new Dispatcher(redis, h.keys);
+  const leases = new LeaseKeeper(redis, sub, h.keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  await leases.start();
+  track(leases, async () => {
+    leases.stop();
+    await dispatcher.close();
+    await Promise.all([redis.quit(), sub.quit()]);
+  });
+  const executor = new RunExecutor({
+    redis, keys: h.keys, config, dispatcher, leases, agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
+  });
+  return { executor, leases };
+}
+
+/** Claims a run the way a worker would, from the test (no agent runs). */
+async function claimAsGhost(runId: string) {
+  const sk = h.keys.scope('acme');
+  const rk = sk.run(runId);
+  const c = h.config;
+  const reply = await runScript(h.redis, 'claim', [rk], [
+    sk.base, runId, 'ghost', c.LEASE_MS, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS, '',
+  ]);
+  expect(Number(reply[0])).toBe(0);
+  return { fence: Number(reply[1]), rk, sk };
+}
+
+describe('leases within one process', () => {
+  it('a second claim by the same process supersedes its first attempt, and keeps its own lease', async () => {
+    const { executor, leases } = await executorFor(100);
+    // A runtime no worker serves: only this test's executor runs the run.
+    const runId = (await acme.submit('same-proc', 'twice', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    const job = { scope: 'acme', runId, dispatch: 1 };
+    const first = executor.execute(job);
+    await waitFor(() => fx(h, runId, 'reached'), 10_000, 'the first attempt to start');
+
+    // The process stalled past its lease (a long GC pause, say) and BullMQ delivered the run
+    // to it again: this process now claims the run a second time, as a recovery.
+    const rk = h.keys.scope('acme').run(runId);
+    // No heartbeats from here on but the ones the test makes: a paused process sends none.
+    leases.stop();
+    await h.redis.hset(rk, 'leaseExpiresAt', 1);
+    const second = executor.execute(job);
+    await waitFor(async () => (await h.redis.hget(rk, 'fence')) === '2', 10_000, 'the second claim');
+
+    // The first attempt lost its lease like any other loser: its signal aborts, it ends.
+    expect(await first).toEqual({ kind: 'done' });
+    expect(JSON.parse((await fx(h, runId, 'aborted'))!)).toMatchObject({ why: 'lease-lost' });
+    // ...and its end did not take the second attempt's lease bookkeeping with it.
+    expect(leases.size).toBe(1);
+    const renewed = Number(await h.redis.hget(rk, 'leaseExpiresAt'));
+    await waitFor(async () => {
+      await leases.beat();
+      return Number(await h.redis.hget(rk, 'leaseExpiresAt')) > renewed;
+    }, 5_000, 'a heartbeat of the second attempt');
+
+    await fxSet(h, runId, 'go');
+    expect(await second).toEqual({ kind: 'done' });
+    expect(await acme.waitStatus(runId, ['succeeded', 'failed'])).toMatchObject({ status: 'succeeded', recoveries: 1 });
+    expect(leases.size).toBe(0);
+  });
+
+  it('an attempt that lost its lease runs no further step bodies', async () => {
+    const { executor, leases } = await executorFor(100);
+    const runId = (await acme.submit('no-steps', 'stale', { agent: 'fx-stale', runtime: `solo-${h.prefix}` })).body.id as string;
+    const job = { scope: 'acme', runId, dispatch: 1 };
+    const rk = h.keys.scope('acme').run(runId);
+    const first = executor.execute(job);
+    await waitFor(() => fx(h, runId, 'reached-in-process'), 10_000, 'the first attempt to wait after step one');
+    leases.stop();
+    await h.redis.hset(rk, 'leaseExpiresAt', 1);
+    const second = executor.execute(job);
+    expect(await first).toEqual({ kind: 'done' });
+    // The superseded attempt went on to its next step: refused before the body ran.
+    const outcome = await waitFor(async () => {
+      const o = await fxList(h, runId, 'outcome-in-process');
+      return o.length === 2 ? o : undefined;
+    }, 10_000, 'the first attempt to try its next step');
+    expect(outcome).toEqual(['aborted-while-waiting', 'step-refused:AbortError']);
+    expect(await fx(h, runId, 'two-in-process')).toBeNull();
+    await fxSet(h, runId, 'go');
+    expect(await second).toEqual({ kind: 'done' });
+    expect(await fx(h, runId, 'two-in-process')).toBe('1');
+    expect(await fx(h, runId, 'one')).toBe('1');
+    expect((await acme.waitStatus(runId, ['succeeded', 'failed'])).result.answer).toBe('[in-process] answer');
+  });
+
+  it('a heartbeat racing the attempt\'s own closing transition is not a lost lease', async () => {
+    const { leases } = await executorFor(2500);
+    const runId = (await acme.submit('beat-race', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    const { fence, rk, sk } = await claimAsGhost(runId);
+    const controller = new AbortController();
+    leases.hold(rk, sk.base, runId, fence, controller);
+    // The attempt finished; the beat was already on its way before its entry was released.
+    const c = h.config;
+    const done = await runScript(h.redis, 'finish', [rk], [
+      sk.base, runId, fence, 'succeeded', '{"answer":"x","finishReason":"stop","toolCallsSeen":0}', '', '', '',
+      c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS,
+    ]);
+    expect(Number(done[0])).toBe(0);
+    await leases.beat();
+    expect(controller.signal.aborted).toBe(false);
+    leases.release(rk, fence);
+  });
+
+  it('a lease handed over at shutdown can be neither renewed nor written with', async () => {
+    const runId = (await acme.submit('released', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    const { fence, rk, sk } = await claimAsGhost(runId);
+    const c = h.config;
+    expect(Number((await runScript(h.redis, 'release', [rk], [sk.base, runId, fence, c.DISPATCH_GRACE_MS]))[0])).toBe(0);
+    const endedAt = Number(await h.redis.hget(rk, 'leaseExpiresAt'));
+    // A beat that was in flight during the hand-over must not revive the lease...
+    expect(Number((await runScript(h.redis, 'heartbeat', [rk], [sk.base, runId, fence, c.LEASE_MS]))[0])).toBe(-3);
+    expect(Number(await h.redis.hget(rk, 'leaseExpiresAt'))).toBe(endedAt);
+    // ...and the released holder can no longer write.
+    expect(Number((await runScript(h.redis, 'step', [rk], [sk.base, runId, fence, 'done', 'step:x:1', '{"v":1}']))[0])).toBe(-2);
+    expect(Number((await runScript(h.redis, 'append', [rk], [sk.base, runId, fence, c.EVENTS_MAX_LEN, 1, 'token', '{"text":"late"}']))[0])).toBe(-2);
+  });
+
+  it('after the shutdown deadline, a run claimed late is handed over at once', async () => {
+    const { executor, leases } = await executorFor(500);
+    leases.abortAll('shutdown');
+    const runId = (await acme.submit('late-claim', 'too late', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    expect(await executor.execute({ scope: 'acme', runId, dispatch: 1 })).toEqual({ kind: 'done' });
+    const run = await h.redis.hgetall(h.keys.scope('acme').run(runId));
+    // Released: still running, but with no holder and a lease already over, and a new job ordered.
+    expect(run).toMatchObject({ status: 'running', leaseOwner: '', dispatch: '2' });
+    expect(Number(run.leaseExpiresAt)).toBeLessThan(Date.now());
+  });
+});
