@@ -1,0 +1,149 @@
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { BatonApiError, BatonClient, type RunStreamEvent, type SubmitRequest } from '../lib/client.ts';
+
+/**
+ * `baton submit` and `baton tail`: the typed client on the command line. They talk HTTP
+ * only (no Redis), so they run anywhere the API is reachable.
+ */
+
+export const CLIENT_USAGE = `Client commands (talk to a running API):
+  submit [text]     submit a run (text from the argument or stdin); prints the run id
+    --session <id>    session (default: a new one per submit)
+    --agent <name>    agent (default: echo)       --runtime <id>   runtime (default: default)
+    --metadata <json> metadata object             --tail           then stream it like \`tail\`
+  tail <runId>      print the run's tokens as they arrive, then its final status
+    --after <id>      resume after this event id
+
+  Both need the API URL, an API key and its scope: --url/--key/--scope or
+  BATON_URL/BATON_API_KEY/BATON_SCOPE. Exit status: 0 succeeded, 1 failed or cancelled.`;
+
+const COMMON = {
+  url: { type: 'string' },
+  key: { type: 'string' },
+  scope: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+export async function runClientCommand(command: 'submit' | 'tail', argv: string[]): Promise<number> {
+  if (command === 'submit') return submit(argv);
+  return tail(argv);
+}
+
+async function submit(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      ...COMMON,
+      session: { type: 'string' }, agent: { type: 'string' }, runtime: { type: 'string' },
+      metadata: { type: 'string' }, tail: { type: 'boolean' },
+    },
+  });
+  if (values.help) return usage(0);
+  const client = clientFrom(values);
+  const content = positionals.length ? positionals.join(' ') : readFileSync(0, 'utf8').replace(/\n$/, '');
+  if (!content) throw new UsageError('nothing to submit: give the text as an argument or on stdin');
+  const req: SubmitRequest = {
+    sessionId: values.session ?? `cli-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`,
+    input: { content },
+  };
+  if (values.agent) req.agent = values.agent;
+  if (values.runtime) req.runtime = values.runtime;
+  if (values.metadata) req.metadata = parseJsonObject('--metadata', values.metadata);
+  const run = await client.submit(req);
+  if (!values.tail) {
+    console.log(run.id);
+    return 0;
+  }
+  console.error(`run ${run.id} (session ${run.sessionId})`);
+  return follow(client, run.id, undefined);
+}
+
+async function tail(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { ...COMMON, after: { type: 'string' } },
+  });
+  if (values.help) return usage(0);
+  if (positionals.length !== 1) throw new UsageError('tail needs exactly one run id');
+  return follow(clientFrom(values), positionals[0], values.after);
+}
+
+/** Prints tokens to stdout as they arrive; notices and the final status go to stderr. */
+async function follow(client: BatonClient, runId: string, after: string | undefined): Promise<number> {
+  let printed = false;
+  let end: Extract<RunStreamEvent, { type: 'end' }> | undefined;
+  for await (const e of client.stream(runId, { after })) {
+    switch (e.type) {
+      case 'token':
+        process.stdout.write(e.data.text);
+        printed = true;
+        break;
+      case 'attempt':
+        // The answer starts over; what was printed belongs to an abandoned attempt.
+        if (printed) process.stderr.write(`\n[attempt ${e.data.attempt}/${e.data.maxAttempts}${e.data.recovered ? ', recovered after a worker was lost' : ''}: the answer restarts]\n`);
+        printed = false;
+        break;
+      case 'status':
+        if (e.data.status === 'retrying') process.stderr.write(`\n[retrying: ${e.data.lastError?.message ?? 'transient error'}]\n`);
+        else if (e.data.status === 'blocked') process.stderr.write(`\n[blocked on ${e.data.blocked?.stepKey}: an operator must resolve it]\n`);
+        break;
+      case 'ephemeral':
+        process.stderr.write(`\n[${e.data.text}]\n`);
+        break;
+      case 'end':
+        end = e;
+        break;
+      default:
+        break;
+    }
+  }
+  if (printed) process.stdout.write('\n');
+  if (!end) {
+    // The stream was resumed after its end: ask the run itself.
+    const run = await client.get(runId);
+    console.error(`[${run.status}]`);
+    return run.status === 'succeeded' ? 0 : 1;
+  }
+  const err = end.data.error ? `: ${end.data.error.code} ${end.data.error.message}` : '';
+  console.error(`[${end.data.status}${err}]`);
+  return end.data.status === 'succeeded' ? 0 : 1;
+}
+
+function clientFrom(v: { url?: string; key?: string; scope?: string }): BatonClient {
+  const url = v.url ?? process.env.BATON_URL;
+  const apiKey = v.key ?? process.env.BATON_API_KEY;
+  const scope = v.scope ?? process.env.BATON_SCOPE;
+  const missing = [!url && '--url/BATON_URL', !apiKey && '--key/BATON_API_KEY', !scope && '--scope/BATON_SCOPE'].filter(Boolean);
+  if (missing.length) throw new UsageError(`missing ${missing.join(', ')}`);
+  return new BatonClient({ url: url!, apiKey: apiKey!, scope: scope! });
+}
+
+function parseJsonObject(flag: string, text: string): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new UsageError(`${flag} is not valid JSON`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new UsageError(`${flag} must be a JSON object`);
+  return v as Record<string, unknown>;
+}
+
+function usage(code: number): number {
+  console.log(CLIENT_USAGE);
+  return code;
+}
+
+/** A mistake in the command line: printed with the usage, exit status 2. */
+export class UsageError extends Error {}
+
+/** Turns an error of a client command into a message and an exit status. */
+export function describeClientError(err: unknown): { message: string; code: number } {
+  const parseArgsError = (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS') === true;
+  if (err instanceof UsageError || parseArgsError) return { message: `${(err as Error).message}\n\n${CLIENT_USAGE}`, code: 2 };
+  if (err instanceof BatonApiError) return { message: `API answered ${err.status} ${err.code}: ${err.message}`, code: 1 };
+  return { message: (err as Error)?.message ?? String(err), code: 1 };
+}

@@ -1,0 +1,21 @@
+/**
+ * The `baton` package: the agent SDK (what a worker's agent modules import), the errors
+ * that steer retries, and the typed HTTP client (what an application that submits runs
+ * imports). Servers are started with the `baton` command, not from here.
+ */
+export { defineAgent } from './lib/agent.ts';
+export type {
+  Agent, AgentResult, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions,
+} from './lib/agent.ts';
+export { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from './lib/errors.ts';
+export { redisMemory } from './lib/memory-session.ts';
+export type {
+  AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
+} from './lib/memory-session.ts';
+export { slidingWindow, withSlidingWindow } from './lib/sliding-window.ts';
+export { createChatAgent, type ChatSettings } from './lib/agents/chat.ts';
+export { BatonApiError, BatonClient, BatonStreamError } from './lib/client.ts';
+export type {
+  BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
+  SessionMessage, StatusEventData, StreamOptions, SubmitRequest, TerminalStatus,
+} from './lib/client.ts';

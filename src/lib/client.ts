@@ -1,0 +1,324 @@
+import type { RunError, RunInput, RunResult, SessionMessage } from './run-record.ts';
+import { SseParser, type SseMessage } from './sse-parser.ts';
+
+/**
+ * Typed HTTP client for Baton's API, on Node's (or the browser's) fetch. One client talks
+ * to one scope with one API key:
+ *
+ *   const baton = new BatonClient({ url: 'http://127.0.0.1:3000', apiKey, scope: 'dev' });
+ *   const run = await baton.submit({ sessionId: 's1', input: { content: 'hi' } });
+ *   for await (const text of baton.tokens(run.id)) process.stdout.write(text);
+ */
+
+export type PublicRunStatus = 'queued' | 'running' | 'retrying' | 'blocked' | 'succeeded' | 'failed' | 'cancelled';
+export type { RunError, RunInput, RunResult, SessionMessage };
+
+/** A run as the API shows it (timestamps are ISO strings). */
+export interface Run {
+  id: string;
+  scope: string;
+  sessionId: string;
+  runtime: string;
+  agent: string;
+  status: PublicRunStatus;
+  attempt: number;
+  maxAttempts: number;
+  recoveries: number;
+  createdAt: string;
+  updatedAt: string;
+  startedAt?: string;
+  finishedAt?: string;
+  retryAt?: string;
+  cancelRequested?: boolean;
+  input: RunInput;
+  metadata?: Record<string, unknown>;
+  idempotencyKey?: string;
+  lastError?: RunError;
+  blocked?: { stepKey: string; reason: string; since: string };
+  result?: RunResult;
+  links: { self: string; events: string };
+}
+
+export interface SubmitRequest {
+  sessionId: string;
+  input: RunInput;
+  runtime?: string;
+  agent?: string;
+  metadata?: Record<string, unknown>;
+  /** Any JSON value except null; reaches the agent as ctx.memory, never stored in the session. */
+  memory?: unknown;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  multitask?: 'enqueue' | 'reject' | 'interrupt';
+  outputSchema?: Record<string, unknown>;
+}
+
+export interface MessagesPage { messages: SessionMessage[]; nextCursor: string | null }
+
+export type TerminalStatus = 'succeeded' | 'failed' | 'cancelled';
+
+/** The events of a run's stream. Every event has the stream id a client resumes from. */
+export type RunStreamEvent =
+  | { id: string; type: 'status'; data: StatusEventData }
+  /** A new attempt starts (first try, retry or recovery): discard the text of earlier attempts. */
+  | { id: string; type: 'attempt'; data: { attempt: number; maxAttempts: number; recovered?: boolean } }
+  | { id: string; type: 'token'; data: { text: string } }
+  /** Streamed to the reader, never part of the answer (error notices and the like). */
+  | { id: string; type: 'ephemeral'; data: { text: string } }
+  /** The last event of every run: its final status and result. */
+  | { id: string; type: 'end'; data: { status: TerminalStatus; result: RunResult; error?: RunError } }
+  /** An event type this client version does not know (`name` is its SSE event name). */
+  | { id: string; type: 'unknown'; name: string; data: unknown };
+
+export interface StatusEventData {
+  status: PublicRunStatus | 'recovered';
+  attempt?: number;
+  maxAttempts?: number;
+  retryAt?: number;
+  lastError?: RunError;
+  recoveries?: number;
+  blocked?: { stepKey: string; reason: string; since: number };
+}
+
+export interface StreamOptions {
+  /** Start after this event id (what a previous reader last saw). Default: from the start. */
+  after?: string;
+  signal?: AbortSignal;
+}
+
+export interface BatonClientOptions {
+  /** Base URL of the API, e.g. `http://127.0.0.1:3000`. */
+  url: string;
+  apiKey: string;
+  scope: string;
+  /** Defaults to the global fetch. */
+  fetch?: typeof fetch;
+  /**
+   * stream(): how many reconnects in a row may fail (no event received) before it gives up.
+   * 10 with backoff from the server's `retry:` hint (1 s) up to 15 s: about two minutes,
+   * enough for an API restart or a load balancer moving the client elsewhere.
+   */
+  maxReconnects?: number;
+  /**
+   * stream(): a connection silent for this long is treated as dead and resumed. The API
+   * sends a keep-alive comment every SSE_KEEPALIVE_MS (15 s); 45 s is three missed ones, so a
+   * half-open connection (a peer that vanished without a FIN) cannot hang a reader forever.
+   */
+  idleTimeoutMs?: number;
+}
+
+/** An answer of the API other than 2xx: its status and Baton's stable error code. */
+export class BatonApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details: { path: string; message: string }[] = [],
+  ) {
+    super(message);
+    this.name = 'BatonApiError';
+  }
+}
+
+/** stream() could not reach the API for `maxReconnects` attempts in a row. */
+export class BatonStreamError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'BatonStreamError';
+  }
+}
+
+const MAX_BACKOFF_MS = 15_000;
+
+export class BatonClient {
+  private readonly base: string;
+  private readonly headers: Record<string, string>;
+  private readonly fetch: typeof fetch;
+  private readonly maxReconnects: number;
+  private readonly idleTimeoutMs: number;
+
+  constructor(o: BatonClientOptions) {
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(o.scope)) throw new TypeError(`invalid scope ${JSON.stringify(o.scope)}`);
+    this.base = `${o.url.replace(/\/+$/, '')}/v1/scopes/${o.scope}`;
+    this.headers = { authorization: `Bearer ${o.apiKey}` };
+    this.fetch = o.fetch ?? globalThis.fetch;
+    this.maxReconnects = o.maxReconnects ?? 10;
+    this.idleTimeoutMs = o.idleTimeoutMs ?? 45_000;
+  }
+
+  /** Submits a run. An idempotencyKey seen before returns the existing run. */
+  submit(req: SubmitRequest): Promise<Run> {
+    return this.json('POST', '/runs', req);
+  }
+
+  get(runId: string): Promise<Run> {
+    return this.json('GET', `/runs/${encodeURIComponent(runId)}`);
+  }
+
+  /** Cancels a run: at once when it is not running, else its worker stops it (status follows). */
+  cancel(runId: string): Promise<Run> {
+    return this.json('POST', `/runs/${encodeURIComponent(runId)}/cancel`, {});
+  }
+
+  /** A session's committed history, oldest first. */
+  messages(sessionId: string, opts: { limit?: number; cursor?: string } = {}): Promise<MessagesPage> {
+    const q = new URLSearchParams();
+    if (opts.limit !== undefined) q.set('limit', String(opts.limit));
+    if (opts.cursor !== undefined) q.set('cursor', opts.cursor);
+    const qs = q.size ? `?${q}` : '';
+    return this.json('GET', `/sessions/${encodeURIComponent(sessionId)}/messages${qs}`);
+  }
+
+  /**
+   * The run's events, in order, each once, ending with `end`. A dropped connection is
+   * resumed with the last id received (Last-Event-ID), so nothing is lost or repeated.
+   * Throws BatonApiError for 4xx answers (404: unknown run or expired log) and
+   * BatonStreamError when the API stays unreachable.
+   */
+  async *stream(runId: string, opts: StreamOptions = {}): AsyncGenerator<RunStreamEvent, void, undefined> {
+    const url = `${this.base}/runs/${encodeURIComponent(runId)}/events`;
+    let after = opts.after;
+    let failures = 0;
+    let retryMs = 1_000;
+    for (;;) {
+      opts.signal?.throwIfAborted();
+      if (failures > 0) {
+        if (failures > this.maxReconnects) throw new BatonStreamError(`stream of run ${runId}: ${failures - 1} reconnects failed`);
+        const backoff = Math.min(MAX_BACKOFF_MS, retryMs * 2 ** (failures - 1));
+        await sleep(backoff / 2 + Math.random() * (backoff / 2), opts.signal);
+      }
+      const headers: Record<string, string> = { ...this.headers, accept: 'text/event-stream' };
+      if (after) headers['last-event-id'] = after;
+      const conn = new Connection(this.idleTimeoutMs, opts.signal);
+      let res: Response;
+      try {
+        res = await this.fetch(url, { headers, signal: conn.signal });
+      } catch (err) {
+        conn.close();
+        if (opts.signal?.aborted) throw err;
+        failures++;
+        continue;
+      }
+      if (res.status !== 200 || !res.body) {
+        conn.close();
+        // 204: the reader already has the `end` event (it resumed after it).
+        if (res.status === 204) return;
+        const err = await apiError(res);
+        if (res.status >= 500 || res.status === 429) {
+          failures++;
+          continue;
+        }
+        throw err;
+      }
+      const parser = new SseParser();
+      const decoder = new TextDecoder();
+      let progressed = false;
+      const reader = res.body.getReader();
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          conn.alive();
+          for (const m of parser.push(decoder.decode(value, { stream: true }))) {
+            const e = toStreamEvent(m);
+            if (!e) continue;
+            after = e.id;
+            progressed = true;
+            yield e;
+            if (e.type === 'end') return;
+          }
+        }
+      } catch (err) {
+        if (opts.signal?.aborted) throw err;
+        // The connection broke mid-stream: resume from `after`.
+      } finally {
+        conn.close();
+        reader.cancel().catch(() => {});
+      }
+      retryMs = parser.retryMs ?? retryMs;
+      failures = progressed ? 0 : failures + 1;
+    }
+  }
+
+  /**
+   * The text of the run's tokens as they arrive. A retried or recovered attempt starts the
+   * answer over: `onAttempt` is called at the start of every attempt, so a display can drop
+   * the text of the abandoned one.
+   */
+  async *tokens(
+    runId: string,
+    opts: StreamOptions & { onAttempt?(attempt: { attempt: number; maxAttempts: number; recovered?: boolean }): void } = {},
+  ): AsyncGenerator<string, void, undefined> {
+    for await (const e of this.stream(runId, opts)) {
+      if (e.type === 'token') yield e.data.text;
+      else if (e.type === 'attempt') opts.onAttempt?.(e.data);
+    }
+  }
+
+  private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const init: RequestInit = { method, headers: { ...this.headers } };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      (init.headers as Record<string, string>)['content-type'] = 'application/json';
+    }
+    const res = await this.fetch(this.base + path, init);
+    if (!res.ok) throw await apiError(res);
+    return (await res.json()) as T;
+  }
+}
+
+/** One SSE connection's abort controller: aborted by the caller's signal or by silence. */
+class Connection {
+  private readonly ctrl = new AbortController();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onAbort = () => this.ctrl.abort(this.outer?.reason);
+
+  constructor(private readonly idleMs: number, private readonly outer?: AbortSignal) {
+    outer?.addEventListener('abort', this.onAbort, { once: true });
+    this.alive();
+  }
+
+  get signal(): AbortSignal {
+    return this.ctrl.signal;
+  }
+
+  /** Bytes arrived (an event or a keep-alive comment): the connection is not silent. */
+  alive(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.ctrl.abort(new Error(`no data for ${this.idleMs} ms`)), this.idleMs);
+  }
+
+  close(): void {
+    clearTimeout(this.timer);
+    this.outer?.removeEventListener('abort', this.onAbort);
+  }
+}
+
+const KNOWN = new Set(['status', 'attempt', 'token', 'ephemeral', 'end']);
+
+function toStreamEvent(m: SseMessage): RunStreamEvent | undefined {
+  // Baton gives every event an id; an event without one cannot be resumed from, so it is not ours.
+  if (m.id === undefined) return undefined;
+  const data: unknown = JSON.parse(m.data);
+  if (KNOWN.has(m.event)) return { id: m.id, type: m.event, data } as RunStreamEvent;
+  return { id: m.id, type: 'unknown', name: m.event, data };
+}
+
+async function apiError(res: Response): Promise<BatonApiError> {
+  const text = await res.text().catch(() => '');
+  try {
+    const body = JSON.parse(text) as { error?: { code?: string; message?: string; details?: { path: string; message: string }[] } };
+    if (body.error?.code) return new BatonApiError(res.status, body.error.code, body.error.message ?? text, body.error.details);
+  } catch {
+    // Not Baton's JSON error (a proxy's page, say): keep the status and the text.
+  }
+  return new BatonApiError(res.status, `HTTP_${res.status}`, text.slice(0, 500) || res.statusText);
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(); }, ms);
+    const onAbort = () => { clearTimeout(t); reject(signal!.reason); };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}

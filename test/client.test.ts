@@ -1,0 +1,141 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { BatonApiError, BatonClient, BatonStreamError, defineAgent, TransientError, type RunStreamEvent } from '../src/index.ts';
+import { useHarness, type Harness } from './helpers/harness.ts';
+import { track } from './helpers/resources.ts';
+import { startSseProxy } from './helpers/sse-proxy.ts';
+import { expectExactly, fullLog, words, type Seen } from './helpers/stream-check.ts';
+
+/** Emits part of an answer, fails transiently on its first attempt, answers on the second. */
+const flaky = defineAgent({
+  name: 'flaky-once',
+  async run(ctx) {
+    ctx.emit('half an ');
+    if (ctx.attempt === 1) throw new TransientError('model overloaded');
+    ctx.emit('answer');
+    return 'half an answer';
+  },
+});
+
+let h: Harness;
+let apiUrl: string;
+let key: string;
+let baton: BatonClient;
+
+beforeAll(async () => {
+  h = await useHarness();
+  const api = await h.startApi();
+  await h.startWorker({ agents: [flaky] });
+  apiUrl = api.url;
+  key = await h.key('acme', 'client');
+  baton = new BatonClient({ url: apiUrl, apiKey: key, scope: 'acme' });
+});
+
+const asSeen = (events: RunStreamEvent[]): Seen[] => events.map((e) => ({ id: e.id, type: e.type, data: e.data }));
+const textOf = (events: RunStreamEvent[]) =>
+  events.flatMap((e) => (e.type === 'token' ? [e.data.text] : [])).join('');
+
+describe('typed client', () => {
+  it('submit, tokens, get and messages', async () => {
+    const content = words(40, 'tc');
+    const run = await baton.submit({ sessionId: 'typed', input: { content }, runtime: h.runtime, metadata: { delayMs: 2 } });
+    expect(run).toMatchObject({ status: 'queued', sessionId: 'typed', agent: 'echo', runtime: h.runtime });
+    let text = '';
+    const attempts: number[] = [];
+    for await (const t of baton.tokens(run.id, { onAttempt: (a) => attempts.push(a.attempt) })) text += t;
+    expect(text).toBe(content);
+    expect(attempts).toEqual([1]);
+    const done = await baton.get(run.id);
+    expect(done).toMatchObject({ status: 'succeeded', attempt: 1, result: { answer: content, finishReason: 'stop' } });
+    const page = await baton.messages('typed');
+    expect(page.messages.map((m) => [m.role, m.content])).toEqual([['user', content], ['assistant', content]]);
+    expect(page.nextCursor).toBeNull();
+  });
+
+  it('stream() resumes by itself through a connection cut after every k events (k random 1..10): 2,000 tokens, each once', async () => {
+    const proxy = await startSseProxy(apiUrl, { cutAfterEvents: () => 1 + Math.floor(Math.random() * 10) });
+    const viaProxy = new BatonClient({ url: proxy.url, apiKey: key, scope: 'acme' });
+    const content = words(2000, 'cut');
+    const run = await viaProxy.submit({ sessionId: 'typed-cut', input: { content }, runtime: h.runtime, metadata: { delayMs: 1 } });
+    const got: RunStreamEvent[] = [];
+    for await (const e of viaProxy.stream(run.id)) got.push(e);
+    expect(textOf(got)).toBe(content);
+    expect(got.at(-1)).toMatchObject({ type: 'end', data: { status: 'succeeded', result: { answer: content } } });
+    expectExactly(asSeen(got), await fullLog(h, 'acme', run.id));
+    expect(proxy.cuts).toBeGreaterThan(10);
+    console.log(`typed client: ${got.length} events over ${proxy.cuts + 1} connections, each exactly once`);
+  });
+
+  it('an attempt event starts the answer over: a retried run streams both attempts, the answer is the last', async () => {
+    const run = await baton.submit({ sessionId: 'typed-retry', input: { content: 'go' }, runtime: h.runtime, agent: 'flaky-once' });
+    const events: RunStreamEvent[] = [];
+    for await (const e of baton.stream(run.id)) events.push(e);
+    const shape = events.map((e) =>
+      e.type === 'token' ? `token:${e.data.text}` : e.type === 'status' ? `status:${e.data.status}` : e.type);
+    expect(shape).toEqual([
+      'status:queued', 'attempt', 'status:running', 'token:half an ', 'status:retrying',
+      'attempt', 'status:running', 'token:half an answer', 'end',
+    ]);
+    const retrying = events.find((e) => e.type === 'status' && e.data.status === 'retrying');
+    expect(retrying?.data).toMatchObject({ attempt: 1, maxAttempts: 3, lastError: { code: 'TRANSIENT', message: 'model overloaded' } });
+    // What a display keeps: the text after the last `attempt` event.
+    const lastAttempt = events.map((e) => e.type).lastIndexOf('attempt');
+    expect(textOf(events.slice(lastAttempt))).toBe('half an answer');
+    expect(events.at(-1)).toMatchObject({ type: 'end', data: { status: 'succeeded', result: { answer: 'half an answer' } } });
+  });
+
+  it('cancel, and a stream resumed after its end returns at once', async () => {
+    // No worker serves this runtime: the run stays queued until cancelled.
+    const run = await baton.submit({ sessionId: 'typed-cancel', input: { content: 'never' }, runtime: `${h.runtime}-idle` });
+    const cancelled = await baton.cancel(run.id);
+    expect(cancelled.status).toBe('cancelled');
+    const events: RunStreamEvent[] = [];
+    for await (const e of baton.stream(run.id)) events.push(e);
+    expect(events.map((e) => e.type)).toEqual(['status', 'end']);
+    expect(events[1]).toMatchObject({ data: { status: 'cancelled', result: { finishReason: 'cancelled' } } });
+    const again: RunStreamEvent[] = [];
+    for await (const e of baton.stream(run.id, { after: events[1].id })) again.push(e);
+    expect(again).toEqual([]);
+  });
+
+  it('typed errors: unknown run, bad key, API unreachable', async () => {
+    const err = await baton.get('nope').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BatonApiError);
+    expect(err).toMatchObject({ status: 404, code: 'RUN_NOT_FOUND' });
+    const streamErr = await (async () => { for await (const _ of baton.stream('nope')) { /* none */ } })().catch((e: unknown) => e);
+    expect(streamErr).toMatchObject({ status: 404, code: 'RUN_NOT_FOUND' });
+    const badKey = new BatonClient({ url: apiUrl, apiKey: 'bk_wrong', scope: 'acme' });
+    expect(await badKey.get('nope').catch((e: unknown) => e)).toMatchObject({ status: 401, code: 'UNAUTHENTICATED' });
+
+    // A port nobody listens on: stream() retries with backoff, then gives up with a typed error.
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', () => r()));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((r) => closed.close(() => r()));
+    const unreachable = new BatonClient({ url: `http://127.0.0.1:${port}`, apiKey: key, scope: 'acme', maxReconnects: 2 });
+    const gaveUp = await (async () => { for await (const _ of unreachable.stream('any')) { /* none */ } })().catch((e: unknown) => e);
+    expect(gaveUp).toBeInstanceOf(BatonStreamError);
+  });
+
+  it('a connection that goes silent (no keep-alive) is dropped and resumed from the last id', async () => {
+    const requests: (string | undefined)[] = [];
+    const fake = createServer((req, res) => {
+      requests.push(req.headers['last-event-id'] as string | undefined);
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (requests.length === 1) {
+        // One event, then silence: a half-open connection.
+        res.write('retry: 100\n\nid: 1-0\nevent: status\ndata: {"status":"queued","attempt":0}\n\n');
+        return;
+      }
+      res.end('id: 2-0\nevent: end\ndata: {"status":"succeeded","result":{"answer":"","finishReason":"stop","toolCallsSeen":0}}\n\n');
+    });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
+    track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
+    const c = new BatonClient({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme', idleTimeoutMs: 300 });
+    const got: RunStreamEvent[] = [];
+    for await (const e of c.stream('r1')) got.push(e);
+    expect(got.map((e) => [e.id, e.type])).toEqual([['1-0', 'status'], ['2-0', 'end']]);
+    expect(requests).toEqual([undefined, '1-0']);
+  });
+});

@@ -1,0 +1,138 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { EventFollower } from '../src/lib/event-follower.ts';
+import { EventHub } from '../src/lib/event-hub.ts';
+import type { RunEvent } from '../src/lib/event-log.ts';
+import { createLogger } from '../src/lib/logger.ts';
+import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { runScript } from '../src/lib/scripts.ts';
+import { track } from './helpers/resources.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { tokenText } from './helpers/http.ts';
+import { expectExactly, fullLog, seen, words, type Seen } from './helpers/stream-check.ts';
+
+let h: Harness;
+let acme: ScopeClient;
+
+beforeAll(async () => {
+  h = await useHarness();
+  const api = await h.startApi();
+  await h.startWorker();
+  acme = await h.client(api.url, 'acme', 'client');
+});
+
+describe('replay → live hand-off', () => {
+  it('readers joining at random moments while tokens flow get no gap and no duplicate (6 runs × 30 readers)', async () => {
+    const rounds = 6;
+    const readersPerRound = 30;
+    let fromStart = 0;
+    let fromId = 0;
+    for (let round = 0; round < rounds; round++) {
+      const content = words(400, `r${round}-`);
+      const sub = await acme.submit(`race-${round}`, content, { metadata: { delayMs: 2 } });
+      const runId = sub.body.id as string;
+      const key = h.keys.scope('acme').events(runId);
+      const readers = Array.from({ length: readersPerRound }, async () => {
+        await sleep(Math.random() * 1200);
+        // Half start from the beginning, half from an id that exists at the moment they join.
+        let after: string | undefined;
+        if (Math.random() < 0.5) {
+          const ids = (await h.redis.xrange(key, '-', '+')).map(([id]) => id);
+          after = ids[Math.floor(Math.random() * ids.length)];
+        }
+        const r = await acme.sse(`/runs/${runId}/events`, { lastEventId: after });
+        return { after: after ?? '0', events: seen(r.events), ended: r.ended };
+      });
+      const results = await Promise.all(readers);
+      const log = await fullLog(h, 'acme', runId);
+      expect(log.at(-1)!.type).toBe('end');
+      for (const r of results) {
+        expect(r.ended).toBe(true);
+        expectExactly(r.events, log, r.after);
+        if (r.after === '0') {
+          fromStart++;
+          expect(tokenText(r.events.map((e) => ({ id: e.id, event: e.type, data: e.data })))).toBe(content);
+        } else {
+          fromId++;
+        }
+      }
+    }
+    console.log(`hand-off race: ${rounds * readersPerRound} readers (${fromStart} from the start, ${fromId} from an id), all exact`);
+  });
+
+  it("the process's subscriber connection is killed mid-stream: a follower resyncs from the log and misses nothing", async () => {
+    const log = createLogger('silent');
+    const redis = createRedis({ url: h.redisUrl, name: 'test-follow' });
+    const tag = h.prefix;
+    const sub = createRedis({ url: h.redisUrl, name: `test-sub-${tag}`, blocking: true });
+    track(redis, () => redis.quit());
+    track(sub, () => sub.quit());
+    await Promise.all([waitReady(redis), waitReady(sub)]);
+    const hub = new EventHub(sub, log);
+
+    const content = words(600, 'kill');
+    const submitted = await acme.submit('sub-kill', content, { metadata: { delayMs: 2 } });
+    const runId = submitted.body.id as string;
+    const got: Seen[] = [];
+    let ended = false;
+    const follower = new EventFollower({
+      redis, keys: h.keys, hub, scope: 'acme', runId, afterId: '0',
+      deliver: (events: RunEvent[]) => got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data) }))),
+      onEnd: () => { ended = true; },
+      onError: (err) => { throw err; },
+    });
+    await follower.start();
+    let kills = 0;
+    for (const at of [20, 60]) {
+      await waitFor(() => got.length >= at || ended, 20_000, `${at} events`);
+      if (ended) break;
+      // A subscribed connection cannot run CLIENT ID: find it by its (unique) name.
+      const list = (await redis.client('LIST')) as string;
+      const line = list.split('\n').find((l) => l.includes(`name=baton:test-sub-${tag} `));
+      const id = /(?:^|\s)id=(\d+)/.exec(line ?? '')?.[1];
+      if (!id) throw new Error('subscriber connection not found');
+      await redis.client('KILL', 'ID', id);
+      kills++;
+    }
+    await waitFor(() => ended, 30_000, 'the end event');
+    await follower.stop();
+    expect(kills).toBeGreaterThan(0);
+    expectExactly(got, await fullLog(h, 'acme', runId));
+    expect(got.filter((e) => e.type === 'token').map((e) => (e.data as { text: string }).text).join('')).toBe(content);
+    expect(hub.listenerCount).toBe(0);
+    console.log(`subscriber killed ${kills}x mid-stream: ${got.length} events delivered exactly once`);
+  });
+
+  it('a notification that never arrived is noticed by the next batch (its prev id) and read from the log', async () => {
+    const log = createLogger('silent');
+    const redis = createRedis({ url: h.redisUrl, name: 'test-gap' });
+    const sub = createRedis({ url: h.redisUrl, name: 'test-gap-sub', blocking: true });
+    track(redis, () => redis.quit());
+    track(sub, () => sub.quit());
+    await Promise.all([waitReady(redis), waitReady(sub)]);
+    const hub = new EventHub(sub, log);
+    const runId = `gap-${h.prefix}`;
+    const sk = h.keys.scope('acme');
+    await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
+    const append = (n: number, type: string, data: unknown) =>
+      runScript(h.redis, 'append', [sk.run(runId)], [sk.base, runId, 1, 1000, n, type, JSON.stringify(data)]);
+    await append(1, 'token', { text: 'a' });
+
+    const got: Seen[] = [];
+    let ended = false;
+    const follower = new EventFollower({
+      redis, keys: h.keys, hub, scope: 'acme', runId, afterId: '0',
+      deliver: (events: RunEvent[]) => got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data) }))),
+      onEnd: () => { ended = true; },
+      onError: (err) => { throw err; },
+    });
+    await follower.start();
+    await waitFor(() => got.length === 1, 5_000, 'the replayed event');
+    // An event lands in the log without its notification (as if the message was lost).
+    await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
+    await append(2, 'token', { text: 'c' });
+    await append(3, 'end', { status: 'succeeded' });
+    await waitFor(() => ended, 5_000, 'the end event');
+    expectExactly(got, await fullLog(h, 'acme', runId));
+    expect(got.map((e) => (e.data as { text?: string }).text ?? e.type)).toEqual(['a', 'b', 'c', 'end']);
+  });
+});

@@ -1,0 +1,194 @@
+import { createServer, connect, type AddressInfo } from 'node:net';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { defineAgent } from '../src/lib/agent.ts';
+import { EventWriter } from '../src/lib/event-writer.ts';
+import { parseNotification } from '../src/lib/event-log.ts';
+import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
+import { runScript } from '../src/lib/scripts.ts';
+import { track } from './helpers/resources.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { fullLog } from './helpers/stream-check.ts';
+
+const TOKENS = 2000;
+
+/** A model far faster than Redis: 2,000 tokens, yielding to the event loop only every 10. */
+const burst = defineAgent({
+  name: 'burst',
+  async run(ctx) {
+    let answer = '';
+    for (let i = 0; i < TOKENS; i++) {
+      const t = `t${i} `;
+      answer += t;
+      ctx.emit(t);
+      if (i % 10 === 9) await new Promise((r) => setImmediate(r));
+    }
+    return answer;
+  },
+});
+
+/** A steady stream: a token every millisecond or so for 300 tokens. */
+const steady = defineAgent({
+  name: 'steady',
+  async run(ctx) {
+    let answer = '';
+    for (let i = 0; i < 300; i++) {
+      const t = `s${i} `;
+      answer += t;
+      ctx.emit(t);
+      await sleep(1);
+    }
+    return answer;
+  },
+});
+
+let h: Harness;
+let acme: ScopeClient;
+
+beforeAll(async () => {
+  h = await useHarness({ EMIT_FLUSH_MS: '15', EMIT_FLUSH_TOKENS: '64' });
+  const api = await h.startApi();
+  await h.startWorker({ agents: [burst, steady] });
+  acme = await h.client(api.url, 'acme', 'client');
+});
+
+async function tokenEventsOf(runId: string) {
+  const log = await fullLog(h, 'acme', runId);
+  const tokens = log.filter((e) => e.type === 'token').map((e) => (e.data as { text: string }).text);
+  return { log, tokens };
+}
+
+describe('token coalescing', () => {
+  it('a burst of 2,000 tokens becomes a few dozen events, in order, nothing lost', async () => {
+    const sub = await acme.submit('burst', 'go', { agent: 'burst' });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed']);
+    expect(run.status).toBe('succeeded');
+    const { tokens } = await tokenEventsOf(sub.body.id);
+    expect(tokens.join('')).toBe(run.result.answer);
+    // At most one event per EMIT_FLUSH_TOKENS tokens, plus one per flush interval of the run.
+    const seconds = (Date.parse(run.finishedAt) - Date.parse(run.startedAt)) / 1000;
+    const bound = Math.ceil(TOKENS / 64) + Math.ceil((seconds * 1000) / 15) + 2;
+    console.log(`burst: ${TOKENS} tokens → ${tokens.length} token events in ${seconds.toFixed(3)} s (bound ${bound})`);
+    expect(tokens.length).toBeLessThanOrEqual(bound);
+    expect(tokens.length).toBeLessThan(TOKENS / 10);
+  });
+
+  it('a steady stream is written every EMIT_FLUSH_MS, not per token', async () => {
+    const sub = await acme.submit('steady', 'go', { agent: 'steady' });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed']);
+    expect(run.status).toBe('succeeded');
+    const { tokens } = await tokenEventsOf(sub.body.id);
+    expect(tokens.join('')).toBe(run.result.answer);
+    const ms = Date.parse(run.finishedAt) - Date.parse(run.startedAt);
+    const bound = Math.ceil(300 / 64) + Math.ceil(ms / 15) + 2;
+    console.log(`steady: 300 tokens over ${ms} ms → ${tokens.length} token events (${(tokens.length / (ms / 1000)).toFixed(0)} writes/s; bound ${bound})`);
+    expect(tokens.length).toBeLessThanOrEqual(bound);
+    expect(tokens.length).toBeLessThan(300);
+  });
+});
+
+describe('append script', () => {
+  /** A run record that looks held by fence 1, enough for the fenced append. */
+  async function fakeRunning(runId: string): Promise<{ runKey: string; base: string }> {
+    const sk = h.keys.scope('acme');
+    await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
+    return { runKey: sk.run(runId), base: sk.base };
+  }
+
+  it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {
+    const runId = `app-${h.prefix}`;
+    const { runKey, base } = await fakeRunning(runId);
+    const sub = createRedis({ url: h.redisUrl, name: 'test-append-sub', blocking: true });
+    track(sub, () => sub.quit());
+    const batches: ReturnType<typeof parseNotification>[] = [];
+    sub.on('message', (_ch: string, msg: string) => batches.push(parseNotification(msg)));
+    await sub.subscribe(h.keys.scope('acme').channel(runId));
+
+    const argv = (n: number, text: string) => [base, runId, 1, 1000, n, 'token', JSON.stringify({ text })];
+    const first = await runScript(h.redis, 'append', [runKey], argv(1, 'a'));
+    const again = await runScript(h.redis, 'append', [runKey], argv(1, 'a'));
+    const second = await runScript(h.redis, 'append', [runKey], argv(2, 'b'));
+    const stale = await runScript(h.redis, 'append', [runKey], [base, runId, 0, 1000, 3, 'token', '{"text":"x"}']);
+    expect(Number(first[0])).toBe(0);
+    expect(Number(again[0])).toBe(1);
+    expect(Number(second[0])).toBe(0);
+    expect(Number(stale[0])).toBe(-2);
+
+    const log = await fullLog(h, 'acme', runId);
+    expect(log.map((e) => e.data)).toEqual([{ text: 'a' }, { text: 'b' }]);
+    await waitFor(() => batches.length >= 2, 5_000, 'two notifications');
+    expect(batches).toEqual([
+      { prev: '0', events: [{ id: log[0].id, type: 'token', data: '{"text":"a"}' }] },
+      { prev: log[0].id, events: [{ id: log[1].id, type: 'token', data: '{"text":"b"}' }] },
+    ]);
+  });
+
+  it('a write whose reply is lost (connection dropped after the script ran) is retried without duplicating tokens', async () => {
+    const runId = `lost-${h.prefix}`;
+    const { runKey, base } = await fakeRunning(runId);
+    const proxy = await replyDroppingProxy(h.redisUrl, 3);
+    const conn: Redis = createRedis({ url: proxy.url, name: `test-writer-${h.prefix}` });
+    track(conn, () => conn.quit());
+    await waitReady(conn);
+    const writer = new EventWriter({
+      redis: conn, runKey, base, runId, fence: 1, maxLen: 100_000, flushMs: 2, flushTokens: 8,
+      onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
+    });
+    let sent = '';
+    for (let i = 0; i < 1500; i++) {
+      const t = `k${i} `;
+      sent += t;
+      writer.token(t);
+      if (i % 5 === 0) await sleep(1);
+    }
+    await waitFor(async () => {
+      try {
+        await writer.flush();
+        return true;
+      } catch {
+        return false;
+      }
+    }, 30_000, 'the writer to catch up');
+    writer.close();
+    const text = (await fullLog(h, 'acme', runId)).map((e) => (e.data as { text: string }).text).join('');
+    console.log(`writer: ${proxy.dropped} replies dropped after the script ran, ${writer.writes} append calls; log holds ${text.length} of ${sent.length} chars sent`);
+    expect(proxy.dropped).toBeGreaterThanOrEqual(2);
+    expect(text).toBe(sent);
+  });
+});
+
+/**
+ * A TCP proxy in front of Redis that, for every `every`-th script call, lets Redis run it and
+ * then drops the client connection instead of passing the reply on: the client cannot know
+ * whether its write landed, which is exactly what a retry must survive.
+ */
+async function replyDroppingProxy(redisUrl: string, every: number): Promise<{ url: string; dropped: number }> {
+  const target = new URL(redisUrl);
+  const state = { url: '', dropped: 0 };
+  let scripts = 0;
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    let dropReply = false;
+    client.on('data', (chunk) => {
+      if (/EVALSHA|EVAL/i.test(chunk.toString('latin1')) && ++scripts % every === 0) dropReply = true;
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (dropReply) {
+        state.dropped++;
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      client.write(chunk);
+    });
+    const end = () => { client.destroy(); upstream.destroy(); };
+    client.on('close', end);
+    upstream.on('close', end);
+    client.on('error', end);
+    upstream.on('error', end);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  state.url = `redis://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  track(server, () => new Promise<void>((r) => server.close(() => r())));
+  return state;
+}
