@@ -47,7 +47,7 @@ export async function benchBaton(
   const prefix = `bench${randomBytes(4).toString('hex')}`;
   const env = {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn',
-    WORKER_CONCURRENCY: String(concurrency), MAX_ACTIVE_PER_SCOPE: '100000', METRICS_PORT: '0',
+    WORKER_CONCURRENCY: String(concurrency), MAX_ACTIVE_PER_SCOPE: '100000', METRICS_PORT: '0', SUBMIT_RATE_PER_SEC: '0',
   };
   const config = loadConfig(env);
   const log = createLogger('warn');

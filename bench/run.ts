@@ -3,6 +3,8 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { benchBaton, benchRawBullmq } from './e2e.ts';
+import { benchTransitions } from './transitions.ts';
+import { spawnWorker } from './worker-process.ts';
 
 /**
  * `npm run bench`: every figure is measured in this run against one Redis, so ratios compare
@@ -32,6 +34,18 @@ async function main(): Promise<void> {
       'Baton (HTTP submit → echo → succeeded)': fmt(baton),
     });
     console.log(`Baton / raw BullMQ: throughput ${(baton.runsPerSec / raw.runsPerSec).toFixed(2)}x, Redis commands per run ${(baton.commandsPerRun / raw.commandsPerRun).toFixed(2)}x`);
+
+    console.log('\nRedis round trips and commands per transition');
+    console.table(await benchTransitions(redisUrl));
+
+    // Scale-out: the API in this process, 1, 2 and 4 `baton worker` processes.
+    const scale: Record<string, ReturnType<typeof fmt>> = { 'raw BullMQ (1 in-process worker)': fmt(raw) };
+    for (const workers of [1, 2, 4]) {
+      const t = await benchBaton(redisUrl, n, concurrency, { workers, spawnWorkers: spawnWorker });
+      scale[`Baton, ${workers} worker process${workers > 1 ? 'es' : ''}`] = fmt(t);
+    }
+    console.log(`\nscale-out (${cpus().length} cores: more processes than cores only adds contention)`);
+    console.table(scale);
   } finally {
     await stop?.();
     if (dir) rmSync(dir, { recursive: true, force: true });

@@ -21,8 +21,9 @@ it('submit → stream → finish on a cluster, for scopes that hash to different
   const w = await h.startWorker();
   for (const scope of ['acme', 'globex', 'initech', 'umbrella']) {
     const c = await h.client(apiUrl, scope);
-    const content = `hello ${scope} on a cluster`;
-    const sub = await c.submit('s1', content, { metadata: { delayMs: 2 } });
+    // Slow enough that most tokens reach the reader live, through the cluster-wide PUBLISH.
+    const content = `hello ${scope} on a cluster of three masters`;
+    const sub = await c.submit('s1', content, { metadata: { delayMs: 30 } });
     expect(sub.status).toBe(202);
     const sse = await c.sse(`/runs/${sub.body.id}/events`);
     expect(tokenText(sse.events)).toBe(content);

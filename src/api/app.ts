@@ -1,8 +1,13 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import helmet from 'helmet';
 import { BatonError } from '../lib/errors.ts';
 import type { AppDeps } from './deps.ts';
 import { authenticate } from './auth.ts';
 import { errorHandler } from './error-handler.ts';
+import { mountTemplate, observeRequests } from './http-metrics.ts';
+import { openApiDocument } from './openapi.ts';
+import { adminRouter } from './routes-admin.ts';
+import { opsRouter } from './routes-ops.ts';
 import { runsRouter } from './routes-runs.ts';
 
 /** Builds the HTTP API. Routes parse and authorize, call one src/lib function, and shape the answer. */
@@ -10,19 +15,14 @@ export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
+  app.use(helmet());
 
-  app.get('/healthz', (_req, res) => void res.json({ ok: true }));
-  app.get('/readyz', async (_req, res) => {
-    try {
-      await deps.redis.ping();
-      res.json({ ok: true, redis: 'up' });
-    } catch {
-      res.status(503).json({ ok: false, redis: 'down' });
-    }
-  });
+  app.use(observeRequests(deps.metrics, deps.log));
+  app.use(opsRouter(deps));
+  app.get('/openapi.json', (_req, res) => void res.json(openApiDocument()));
 
   app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
-  app.use('/v1/scopes/:scope', authenticate(deps.apiKeys), runsRouter(deps));
+  app.use('/v1/scopes/:scope', mountTemplate('/v1/scopes/:scope'), authenticate(deps.apiKeys), runsRouter(deps), adminRouter(deps));
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
   app.use(errorHandler(deps.log));
   return app;

@@ -1,8 +1,10 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/api-keys.ts';
 import { BatonError } from '../lib/errors.ts';
+import { authorizationHeader } from './schemas.ts';
 
-const BEARER = /^Bearer ([\x21-\x7e]{16,256})$/;
+/** RFC 6750: a 401 names the scheme it wants. */
+const CHALLENGE = { 'WWW-Authenticate': 'Bearer' };
 
 /**
  * Every /v1/scopes/:scope route: a valid key (401 otherwise) of this very scope. A key of
@@ -11,10 +13,10 @@ const BEARER = /^Bearer ([\x21-\x7e]{16,256})$/;
  */
 export function authenticate(store: ApiKeyStore): RequestHandler {
   return async (req: Request, res: Response, next: NextFunction) => {
-    const m = BEARER.exec(req.headers.authorization ?? '');
-    if (!m) return next(new BatonError('UNAUTHENTICATED'));
-    const info = await store.verify(m[1]);
-    if (!info) return next(new BatonError('UNAUTHENTICATED'));
+    const header = authorizationHeader.safeParse(req.headers.authorization);
+    if (!header.success) return next(new BatonError('UNAUTHENTICATED', undefined, [], CHALLENGE));
+    const info = await store.verify(header.data.slice('Bearer '.length));
+    if (!info) return next(new BatonError('UNAUTHENTICATED', undefined, [], CHALLENGE));
     if (info.scope !== req.params.scope) return next(new BatonError('NOT_FOUND'));
     res.locals.apiKey = info;
     next();

@@ -1,10 +1,15 @@
 import type { Redis } from 'ioredis';
+import type { RuntimeAdmin } from '../lib/admin.ts';
 import type { ApiKeyStore } from '../lib/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import type { EventHub } from '../lib/event-hub.ts';
+import type { ReadinessCheck } from '../lib/health.ts';
 import type { Keys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
+import type { Metrics } from '../lib/metrics.ts';
 import type { RunStore } from '../lib/run-store.ts';
+import type { SubmitRateLimiter } from '../lib/rate-limit.ts';
+import type { WorkerRegistry } from '../lib/worker-registry.ts';
 
 /** What the HTTP layer needs from the process that hosts it. */
 export interface AppDeps {
@@ -15,4 +20,11 @@ export interface AppDeps {
   apiKeys: ApiKeyStore;
   hub: EventHub;
   log: Logger;
+  /** The process's Prometheus registry (shared with a worker in the same process). */
+  metrics: Metrics;
+  /** What /readyz requires: Redis, plus the readiness of a worker hosted in this process. */
+  checks: readonly ReadinessCheck[];
+  admin: RuntimeAdmin;
+  registry: WorkerRegistry;
+  submitLimiter: SubmitRateLimiter;
 }

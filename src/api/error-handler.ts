@@ -24,7 +24,25 @@ function toBatonError(err: unknown): BatonError {
   if (e?.type === 'entity.too.large') return new BatonError('PAYLOAD_TOO_LARGE');
   if (e?.type === 'charset.unsupported' || e?.type === 'encoding.unsupported') return new BatonError('UNSUPPORTED_MEDIA_TYPE');
   if (isRedisDown(e)) return new BatonError('REDIS_UNAVAILABLE');
+  const client = clientError(err);
+  if (client) return client;
   return new BatonError('INTERNAL', ERROR_CODES.INTERNAL.message);
+}
+
+/**
+ * Express, the router and body-parser refuse some requests before any route runs (a path
+ * segment that is not valid percent-encoding, a Content-Encoding nobody can inflate, a body
+ * shorter than its Content-Length) with a 4xx http-error. Those are the client's fault and
+ * get a registered code, never a 500.
+ */
+function clientError(err: unknown): BatonError | undefined {
+  const e = err as { status?: unknown; statusCode?: unknown; type?: unknown; message?: unknown };
+  const status = Number(e?.status ?? e?.statusCode);
+  if (!Number.isInteger(status) || status < 400 || status >= 500) return undefined;
+  if (status === 413) return new BatonError('PAYLOAD_TOO_LARGE');
+  if (status === 415) return new BatonError('UNSUPPORTED_MEDIA_TYPE');
+  const where = err instanceof URIError ? 'path' : 'body';
+  return new BatonError('VALIDATION_FAILED', undefined, [{ path: where, message: String(e.message ?? 'malformed request') }]);
 }
 
 function isRedisDown(e: { name?: string; code?: string; message?: string }): boolean {

@@ -46,7 +46,8 @@ export const listRunsQuery = z.strictObject({
     .pipe(z.array(z.enum(RUN_STATUSES)))
     .optional(),
   limit: z.coerce.number().int().min(1).max(200).default(50),
-  cursor: z.string().regex(/^\d{1,16}$/).optional(),
+  /** The previous page's nextCursor: `<creation ms>_<run id>` of its last run. */
+  cursor: z.string().regex(/^\d{1,16}_[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be a nextCursor from an earlier page').optional(),
 });
 
 export const messagesQuery = z.strictObject({
@@ -66,3 +67,14 @@ export const resolveBody = z.union([
 ]);
 
 export const emptyBody = z.strictObject({});
+
+/** For routes that take no query parameters: any parameter is an unknown field. */
+export const emptyQuery = z.strictObject({});
+
+export const runtimeParams = z.strictObject({ scope: idSchema, runtimeId: idSchema });
+
+/** POST …/drain: `cancelQueued` also cancels the runs waiting to start (default: they wait). */
+export const drainBody = z.strictObject({ cancelQueued: z.boolean().default(false) });
+
+/** `Authorization: Bearer <key>`: keys are printable ASCII without spaces, 16-256 chars. */
+export const authorizationHeader = z.string().regex(/^Bearer [\x21-\x7e]{16,256}$/, 'must be "Bearer <API key>"');

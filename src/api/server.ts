@@ -1,14 +1,19 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { RuntimeAdmin } from '../lib/admin.ts';
 import { ApiKeyStore, parseBootstrapKeys } from '../lib/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import { Dispatcher } from '../lib/dispatcher.ts';
 import { EventHub } from '../lib/event-hub.ts';
+import { redisCheck, type ReadinessCheck } from '../lib/health.ts';
 import { createKeys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
+import { Metrics, QUEUE_STATES } from '../lib/metrics.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
+import { SubmitRateLimiter } from '../lib/rate-limit.ts';
 import { RunStore } from '../lib/run-store.ts';
 import { Sweeper } from '../lib/sweeper.ts';
+import { WorkerRegistry } from '../lib/worker-registry.ts';
 import { createApp } from './app.ts';
 
 export interface ApiHandle {
@@ -16,25 +21,50 @@ export interface ApiHandle {
   port: number;
   server: Server;
   redis: Redis;
+  metrics: Metrics;
   close(): Promise<void>;
 }
 
+export interface ApiOptions {
+  config: Config;
+  redisUrl: string;
+  log: Logger;
+  /** The process's metrics registry (`baton start` shares one with its worker); else the API makes its own. */
+  metrics?: Metrics;
+  /** Readiness of other components of this process (a co-hosted worker), added to /readyz. */
+  checks?: readonly ReadinessCheck[];
+}
+
 /** Starts the HTTP API (and this process's sweeper) on HOST:PORT; PORT 0 picks a free port. */
-export async function startApi(o: { config: Config; redisUrl: string; log: Logger }): Promise<ApiHandle> {
+export async function startApi(o: ApiOptions): Promise<ApiHandle> {
   const { config: c } = o;
   const log = o.log.child({ component: 'api' });
+  const metrics = o.metrics ?? new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT });
   const keys = createKeys(c.BATON_KEY_PREFIX);
-  const redis = createRedis({ url: o.redisUrl, name: 'api-cmd', logger: log });
-  const bullConn = createRedis({ url: o.redisUrl, name: 'api-bull', logger: log, blocking: true });
-  const subscriber = createRedis({ url: o.redisUrl, name: 'api-sub', logger: log, blocking: true });
+  const events = metrics.redisEvents;
+  const redis = createRedis({ url: o.redisUrl, name: 'api-cmd', logger: log, events });
+  const bullConn = createRedis({ url: o.redisUrl, name: 'api-bull', logger: log, blocking: true, events });
+  const subscriber = createRedis({ url: o.redisUrl, name: 'api-sub', logger: log, blocking: true, events });
   await waitReady(redis);
   const dispatcher = new Dispatcher(bullConn, keys);
-  const store = new RunStore(redis, keys, c, dispatcher);
+  const countJobs = (runtime: string) => dispatcher.queue(runtime).getJobCounts(...QUEUE_STATES);
+  const store = new RunStore(redis, keys, c, dispatcher, {
+    submitted(run) {
+      metrics.runSubmitted(run);
+      // The API exports the queue depth of every runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
+      metrics.watchQueue(run.runtime, countJobs);
+    },
+    cancelled: (run) => metrics.runFinished(run, 'cancelled'),
+  });
   const hub = new EventHub(subscriber, log);
   const sweeper = new Sweeper(redis, keys, c, dispatcher, log);
   const apiKeys = new ApiKeyStore(redis, keys);
   for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
-  const app = createApp({ config: c, redis, keys, store, hub, apiKeys, log });
+  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  const admin = new RuntimeAdmin(redis, keys, c, dispatcher, registry);
+  const submitLimiter = new SubmitRateLimiter(redis, keys, c);
+  const checks = [redisCheck(redis), ...(o.checks ?? [])];
+  const app = createApp({ config: c, redis, keys, store, hub, apiKeys, log, admin, registry, submitLimiter, metrics, checks });
   const server = createServer(app);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -48,7 +78,7 @@ export async function startApi(o: { config: Config; redisUrl: string; log: Logge
 
   let closing: Promise<void> | undefined;
   return {
-    url, port, server, redis,
+    url, port, server, redis, metrics,
     close() {
       closing ??= (async () => {
         await sweeper.stop();

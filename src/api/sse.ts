@@ -1,7 +1,9 @@
+import { once } from 'node:events';
 import type { Request, Response } from 'express';
 import type { Redis } from 'ioredis';
 import type { EventHub } from '../lib/event-hub.ts';
-import { compareIds, readEvents, type RunEvent } from '../lib/event-log.ts';
+import { EventFollower } from '../lib/event-follower.ts';
+import type { RunEvent } from '../lib/event-log.ts';
 import type { Keys } from '../lib/keys.ts';
 
 export interface SseOptions {
@@ -12,25 +14,25 @@ export interface SseOptions {
   runId: string;
   afterId: string;
   keepAliveMs: number;
+  /** Suggested reconnect delay sent as `retry:`. */
+  retryMs: number;
   maxBufferBytes: number;
   onOpen?(): void;
   onClose?(): void;
 }
 
+/** A replay page is written only once the socket took the previous one (bytes). */
+const REPLAY_HIGH_WATER = 64 * 1024;
+
 /**
- * Serves a run's events: replay from the log after `afterId`, then live, each event once
- * and in order. The channel is subscribed *before* the replay is read, and live events
- * that arrive meanwhile are held back and de-duplicated by id, so the hand-off from replay
- * to live has neither a gap nor a duplicate. After a subscriber reconnect the log is read
- * again from the last id sent. The response ends after the `end` event.
+ * Serves a run's events as Server-Sent Events: replay after `afterId`, then live, each
+ * event once and in order (see EventFollower for the hand-off). The response ends after the
+ * `end` event. A reader that falls more than `maxBufferBytes` behind on live events is
+ * disconnected instead of buffered without bound; it resumes from its Last-Event-ID.
+ * Closing the response never touches the run.
  */
 export async function serveEvents(req: Request, res: Response, o: SseOptions): Promise<void> {
-  let lastSent = o.afterId;
-  let replaying = true;
-  let held: RunEvent[] = [];
   let closed = false;
-  let catchUp: Promise<void> | undefined;
-
   res.status(200).set({
     'Content-Type': 'text/event-stream; charset=utf-8',
     'Cache-Control': 'no-cache, no-transform',
@@ -38,75 +40,41 @@ export async function serveEvents(req: Request, res: Response, o: SseOptions): P
     'X-Accel-Buffering': 'no',
   });
   res.flushHeaders();
-  res.write('retry: 1000\n\n');
+  res.write(`retry: ${o.retryMs}\n\n`);
   o.onOpen?.();
 
-  const close = () => {
+  const finish = (how: 'end' | 'destroy') => {
     if (closed) return;
     closed = true;
     clearInterval(keepAlive);
-    void unsubscribe?.();
+    void follower.stop();
     o.onClose?.();
-    res.end();
+    if (how === 'end') res.end();
+    else res.destroy();
   };
 
-  const send = (events: RunEvent[]) => {
-    for (const e of events) {
+  const follower = new EventFollower({
+    redis: o.redis, keys: o.keys, hub: o.hub, scope: o.scope, runId: o.runId, afterId: o.afterId,
+    deliver(events: RunEvent[]) {
       if (closed) return;
-      if (lastSent !== '0' && compareIds(e.id, lastSent) <= 0) continue;
-      res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${e.data}\n\n`);
-      lastSent = e.id;
-      if (e.type === 'end') return close();
-    }
-    // A reader this far behind is cut off instead of buffered without bound; it resumes by id.
-    if (res.writableLength > o.maxBufferBytes) {
-      closed = true;
-      clearInterval(keepAlive);
-      void unsubscribe?.();
-      o.onClose?.();
-      res.destroy();
-    }
-  };
-
-  /** Reads the log from the last id sent until it is exhausted. */
-  const readLog = async () => {
-    for (;;) {
-      const page = await readEvents(o.redis, o.keys, o.scope, o.runId, lastSent);
-      if (closed) return;
-      send(page);
-      if (page.length < 1000 || closed) return;
-    }
-  };
+      // Still more than the limit unsent when the next batch comes: the reader is not keeping
+      // up. (Checked before writing, so one large batch alone never cuts a healthy reader.)
+      if (res.writableLength > o.maxBufferBytes) return finish('destroy');
+      let chunk = '';
+      for (const e of events) chunk += `id: ${e.id}\nevent: ${e.type}\ndata: ${e.data}\n\n`;
+      res.write(chunk);
+    },
+    async writable() {
+      if (!closed && res.writableLength > REPLAY_HIGH_WATER) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+    },
+    onEnd: () => finish('end'),
+    // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
+    onError: () => finish('destroy'),
+  });
 
   const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), o.keepAliveMs);
-  req.on('close', close);
-
-  let unsubscribe: (() => Promise<void>) | undefined;
-  unsubscribe = await o.hub.subscribe(o.keys.scope(o.scope).channel(o.runId), {
-    events(events) {
-      if (replaying || catchUp) held.push(...events);
-      else send(events);
-    },
-    resync() {
-      if (closed) return;
-      catchUp = readLog().finally(() => {
-        catchUp = undefined;
-        const h = held;
-        held = [];
-        send(h);
-      });
-    },
-  });
-  if (closed) return void (await unsubscribe());
-
-  try {
-    await readLog();
-  } catch (err) {
-    close();
-    throw err;
-  }
-  replaying = false;
-  const h = held;
-  held = [];
-  send(h);
+  // `res` 'close' fires when the client goes away (or after we end): stop following.
+  res.on('close', () => finish('end'));
+  if (req.destroyed) return finish('end');
+  await follower.start();
 }

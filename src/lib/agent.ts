@@ -1,8 +1,9 @@
 import type { Logger } from './logger.ts';
-import type { RunInput, SessionMessage } from './run-record.ts';
+import type { HistoryMessage, MemoryOption } from './memory-session.ts';
+import type { RunInput } from './run-record.ts';
 
-/** A message the agent sees in ctx.history (the committed session history). */
-export type HistoryMessage = Pick<SessionMessage, 'role' | 'content'> & Partial<SessionMessage>;
+/** A message the agent sees in ctx.history (the session's assembled history). */
+export type { HistoryMessage };
 
 export interface StepOptions {
   /** false: a crash between start and result blocks the run instead of re-running the step. Default true. */
@@ -33,7 +34,7 @@ export interface RunContext {
   readonly metadata: Record<string, unknown>;
   /** Caller memory from the submit body (never stored in session state); undefined when absent. */
   readonly memory: unknown;
-  /** Committed session history before this run's user message. */
+  /** The session's history as the memory store assembled it, without this run's user message. */
   readonly history: readonly HistoryMessage[];
   /** Aborted on cancel, lease loss or shutdown; `signal.reason` says which. */
   readonly signal: AbortSignal;
@@ -60,6 +61,12 @@ export interface Agent {
   name: string;
   /** Default attempts for this agent's runs (a submit may override). */
   maxAttempts?: number;
+  /**
+   * Where this agent's session history lives. Absent: the built-in Redis store with the
+   * whole history. `redisMemory({ window })` windows it; a function opens a custom store
+   * per session (see memory-session.ts for the commit contract).
+   */
+  memory?: MemoryOption;
   run(ctx: RunContext): Promise<AgentResult | string> | AgentResult | string;
 }
 

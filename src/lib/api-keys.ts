@@ -26,8 +26,14 @@ export class ApiKeyStore {
       .hset(this.keys.apiKeyByHash(hash), { ...info, hash })
       .set(this.keys.apiKeyId(id), hash)
       .sadd(this.keys.apiKeysOfScope(scope), id)
+      .sadd(this.keys.apiKeyIds, id)
       .exec();
     return { ...info, key };
+  }
+
+  /** Whether any key exists, in any scope (`baton start` makes a dev key only when none does). */
+  async any(): Promise<boolean> {
+    return (await this.redis.scard(this.keys.apiKeyIds)) > 0;
   }
 
   /** Declares a key given in configuration (idempotent: the same key keeps its record). */
@@ -64,7 +70,7 @@ export class ApiKeyStore {
     const hash = await this.redis.get(this.keys.apiKeyId(id));
     if (!hash) return false;
     const scope = await this.redis.hget(this.keys.apiKeyByHash(hash), 'scope');
-    const m = this.redis.multi().del(this.keys.apiKeyByHash(hash)).del(this.keys.apiKeyId(id));
+    const m = this.redis.multi().del(this.keys.apiKeyByHash(hash)).del(this.keys.apiKeyId(id)).srem(this.keys.apiKeyIds, id);
     if (scope) m.srem(this.keys.apiKeysOfScope(scope), id);
     await m.exec();
     return true;

@@ -14,8 +14,14 @@ const bool = (def: boolean) =>
     .transform((v) => v === 'true' || v === '1');
 
 export const configSchema = z.object({
-  /** REDIS_URL. Unset: `baton start` spawns a local redis-server under .baton/redis. */
-  REDIS_URL: z.string().url().optional(),
+  /**
+   * REDIS_URL: `redis://` or `rediss://` for one Redis, `redis+cluster://host:port,host:port`
+   * for Redis Cluster seed nodes. Unset: `baton start` spawns a local redis-server under .baton/redis.
+   */
+  REDIS_URL: z
+    .string()
+    .regex(/^(rediss?:\/\/\S+|redis\+cluster:\/\/\S+:\d+)$/, 'must be redis://…, rediss://… or redis+cluster://host:port,…')
+    .optional(),
   /** PORT for the HTTP API. 3000: the usual local development port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
   /** HOST the API binds to. 127.0.0.1 keeps a dev instance off the network; compose sets 0.0.0.0. */
@@ -70,20 +76,43 @@ export const configSchema = z.object({
   SHUTDOWN_GRACE_MS: intMs(10_000),
   /** BODY_LIMIT_BYTES: largest accepted JSON body. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1024 * 1024),
+  /**
+   * SUBMIT_RATE_PER_SEC / SUBMIT_BURST: per-scope token bucket for submits (429 with Retry-After
+   * beyond it). 20/s sustained with bursts of 100 is far above what a tenant's users type, and
+   * low enough that one tenant's runaway script cannot flood Redis for everyone. 0 turns it off.
+   */
+  SUBMIT_RATE_PER_SEC: z.coerce.number().min(0).max(1_000_000).default(20),
+  SUBMIT_BURST: z.coerce.number().int().min(1).max(1_000_000).default(100),
   /** SSE_KEEPALIVE_MS: comment line sent on idle SSE connections so proxies keep them open. */
   SSE_KEEPALIVE_MS: intMs(15_000),
+  /**
+   * SSE_RETRY_MS: the `retry:` hint, how long an EventSource waits before it reconnects with
+   * Last-Event-ID. 1 s: a dropped stream resumes quickly without hammering a restarting API.
+   */
+  SSE_RETRY_MS: z.coerce.number().int().min(100).default(1_000),
   /** SSE_MAX_BUFFER_BYTES: a client this far behind is disconnected (it resumes with Last-Event-ID). */
   SSE_MAX_BUFFER_BYTES: z.coerce.number().int().min(1024).default(4 * 1024 * 1024),
   /** METRICS_SCOPE_LABEL: add the scope label to run metrics (unbounded cardinality, opt in). */
   METRICS_SCOPE_LABEL: bool(false),
   /**
+   * METRICS_LABEL_LIMIT: distinct runtime and agent label values one process exports; later
+   * ones are folded into "_other". 100: far more pools and agents than a deployment runs,
+   * yet a client submitting made-up names cannot grow Prometheus without bound.
+   */
+  METRICS_LABEL_LIMIT: z.coerce.number().int().min(1).max(10_000).default(100),
+  /**
    * BATON_BOOTSTRAP_KEYS: API keys declared at start, `scope:role:key` separated by commas
    * (for compose files and tests). Keys made with `baton keys create` need no restart.
    */
   BATON_BOOTSTRAP_KEYS: z.string().optional(),
-  /** Built-in `chat` agent: any OpenAI-compatible endpoint. */
+  /**
+   * Built-in `chat` agent: any OpenAI-compatible endpoint. OPENAI_BASE_URL unset = the OpenAI
+   * API; OPENAI_API_KEY may stay unset for a local server that needs none (the agent fails
+   * with CHAT_NOT_CONFIGURED when both are unset). Read by the worker when `chat` first runs.
+   */
   OPENAI_BASE_URL: z.string().url().optional(),
   OPENAI_API_KEY: z.string().optional(),
+  /** OPENAI_MODEL: gpt-4o-mini, a cheap, fast model that streams: the right default for trying Baton out. */
   OPENAI_MODEL: z.string().default('gpt-4o-mini'),
 });
 

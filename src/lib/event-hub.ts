@@ -1,10 +1,10 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from './logger.ts';
-import { parseNotification, type RunEvent } from './event-log.ts';
+import { parseNotification, type LiveBatch } from './event-log.ts';
 
 export interface HubListener {
-  events(events: RunEvent[]): void;
-  /** The subscriber connection was re-established: notifications may have been missed. */
+  batch(batch: LiveBatch): void;
+  /** The subscriber connection came back: notifications may have been missed meanwhile. */
   resync(): void;
 }
 
@@ -20,18 +20,17 @@ export class EventHub {
     subscriber.on('message', (channel: string, message: string) => {
       const set = this.channels.get(channel);
       if (!set) return;
-      let events: RunEvent[];
+      let batch: LiveBatch;
       try {
-        events = parseNotification(message);
+        batch = parseNotification(message);
       } catch (err) {
         this.log.warn({ channel, err: (err as Error).message }, 'unreadable notification');
         return;
       }
-      for (const l of set) l.events(events);
+      for (const l of set) l.batch(batch);
     });
     subscriber.on('ready', () => {
-      // ioredis re-subscribes by itself after a reconnect; readers must re-read what they missed.
-      if (this.wasReady) for (const set of this.channels.values()) for (const l of set) l.resync();
+      if (this.wasReady) this.afterReconnect();
       this.wasReady = true;
     });
     if (subscriber.status === 'ready') this.wasReady = true;
@@ -43,7 +42,14 @@ export class EventHub {
     return n;
   }
 
-  /** Resolves once the channel is subscribed, so nothing published afterwards is missed. */
+  get channelCount(): number {
+    return this.channels.size;
+  }
+
+  /**
+   * Resolves once the channel is subscribed, so nothing published afterwards is missed.
+   * The listener may receive batches before that (another listener's subscription).
+   */
   async subscribe(channel: string, listener: HubListener): Promise<() => Promise<void>> {
     let set = this.channels.get(channel);
     if (!set) {
@@ -55,12 +61,29 @@ export class EventHub {
     await this.subscriber.subscribe(channel);
     return async () => {
       const s = this.channels.get(channel);
-      if (!s) return;
-      s.delete(listener);
+      if (!s || !s.delete(listener)) return;
       if (s.size === 0) {
         this.channels.delete(channel);
         await this.subscriber.unsubscribe(channel).catch(() => {});
       }
     };
+  }
+
+  /**
+   * ioredis re-subscribes after a reconnect, but emits 'ready' before the server confirmed
+   * it: a reader that re-read its log right then could miss an event appended between that
+   * read and the subscription. Our own SUBSCRIBE is answered after ioredis's, so readers
+   * re-read once it is confirmed.
+   */
+  private afterReconnect(): void {
+    const channels = [...this.channels.keys()];
+    if (channels.length === 0) return;
+    this.subscriber.subscribe(...channels).then(
+      () => {
+        for (const ch of channels) for (const l of this.channels.get(ch) ?? []) l.resync();
+      },
+      // The connection dropped again: the next 'ready' does this once more.
+      (err: Error) => this.log.warn({ err: err.message }, 'resubscribe failed'),
+    );
   }
 }

@@ -33,8 +33,21 @@ function toEvent(id: string, fields: string[]): RunEvent {
   return { id, type, data };
 }
 
-/** Parses a live notification published by the Lua scripts: `[[id, type, data], ...]`. */
-export function parseNotification(message: string): RunEvent[] {
-  const list = JSON.parse(message) as [string, string, string][] | Record<string, never>;
-  return Array.isArray(list) ? list.map(([id, type, data]) => ({ id, type, data })) : [];
+/** A live notification: the events one script call appended, and the id of the entry before them. */
+export interface LiveBatch { prev: string; events: RunEvent[] }
+
+/** Parses a live notification published by the Lua scripts: `{prev, events: [[id, type, data], ...]}`. */
+export function parseNotification(message: string): LiveBatch {
+  const raw = JSON.parse(message) as { prev?: unknown; events?: unknown };
+  if (typeof raw.prev !== 'string' || !Array.isArray(raw.events)) throw new Error('not a live batch');
+  return {
+    prev: raw.prev,
+    events: (raw.events as [string, string, string][]).map(([id, type, data]) => ({ id, type, data })),
+  };
+}
+
+/** The newest event of a run's log; undefined when the run is unknown or its log expired. */
+export async function lastEvent(redis: Redis, keys: Keys, scope: string, runId: string): Promise<RunEvent | undefined> {
+  const rows = await redis.xrevrange(keys.scope(scope).events(runId), '+', '-', 'COUNT', 1);
+  return rows.length ? toEvent(rows[0][0], rows[0][1]) : undefined;
 }

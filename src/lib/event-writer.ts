@@ -3,6 +3,7 @@ import { runScript } from './scripts.ts';
 import { LeaseLostError } from './script-errors.ts';
 
 interface Pending { type: string; data: string; text?: string }
+interface Batch { no: number; argv: (string | number)[]; events: number; tokens: number }
 
 export interface EventWriterOptions {
   redis: Redis;
@@ -15,75 +16,149 @@ export interface EventWriterOptions {
   flushTokens: number;
   /** Called once when a write is refused because the lease moved on. */
   onLeaseLost: (err: LeaseLostError) => void;
+  /** Called after each append that landed, with its event and token counts (metrics). */
+  onWritten?: (events: number, tokens: number) => void;
 }
 
+/** A write that failed (Redis blip) is tried again after this, doubling up to 2 s. */
+const RETRY_BASE_MS = 50;
+const RETRY_MAX_MS = 2_000;
+
 /**
- * Writes a run's events through the fenced `append` script. Token deltas are coalesced:
- * consecutive tokens become one `token` event, written after `flushMs` or `flushTokens`
- * tokens, whichever comes first. Writes are serialized (one in flight), so the stream keeps
- * emit order; emit() itself never waits on Redis. A failed write keeps its events and is
- * tried again on the next flush, so a Redis blip delays tokens instead of dropping them.
+ * Writes a run's events through the fenced `append` script.
+ *
+ * Token deltas are coalesced: consecutive tokens become one `token` event, written after
+ * `flushMs` or once `flushTokens` tokens are queued, whichever comes first, so a fast model
+ * costs tens of round trips per second instead of one per token. Tokens that arrive while a
+ * write is in flight join the next batch. emit() never waits on Redis.
+ *
+ * Writes are serialized (one in flight), so the stream keeps emit order. Each batch has a
+ * number; a batch whose write failed is retried as is, with the same number, and the
+ * script applies a number once: a write that landed but whose reply was lost is not
+ * duplicated, and a Redis blip delays tokens instead of dropping them.
  */
 export class EventWriter {
   private queue: Pending[] = [];
   private tokensQueued = 0;
+  /** When the oldest queued token arrived: flushMs counts from there, also across a write. */
+  private oldestAt = 0;
+  /** A non-token event is queued: write without waiting for the timer. */
+  private urgent = false;
+  private unacked: Batch | undefined;
+  private batchNo = 0;
   private timer: NodeJS.Timeout | undefined;
-  private inFlight: Promise<void> | undefined;
+  private writing: Promise<void> | undefined;
+  private failures = 0;
   private lost = false;
+  private closed = false;
   /** Number of append round trips made (the bench reports it). */
   writes = 0;
 
   constructor(private readonly o: EventWriterOptions) {}
 
   token(text: string): void {
-    if (this.lost || text === '') return;
+    if (this.lost || this.closed || text === '') return;
     const last = this.queue[this.queue.length - 1];
-    if (last && last.type === 'token' && last.text !== undefined) last.text += text;
+    if (this.queue.length === 0) this.oldestAt = Date.now();
+    if (last && last.text !== undefined) last.text += text;
     else this.queue.push({ type: 'token', data: '', text });
     this.tokensQueued++;
-    if (this.tokensQueued >= this.o.flushTokens) void this.flush().catch(() => {});
-    else this.timer ??= setTimeout(() => { this.timer = undefined; void this.flush().catch(() => {}); }, this.o.flushMs);
+    this.schedule();
   }
 
   event(type: string, data: unknown): void {
-    if (this.lost) return;
+    if (this.lost || this.closed) return;
     this.queue.push({ type, data: JSON.stringify(data) });
-    void this.flush().catch(() => {});
+    this.urgent = true;
+    this.schedule();
   }
 
-  /** Writes everything queued so far; rejects if a write fails (the events stay queued). */
+  /** Writes everything queued so far; rejects if a write fails (nothing is dropped). */
   async flush(): Promise<void> {
-    while (this.inFlight) await this.inFlight.catch(() => {});
-    if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
-    if (this.lost) throw new LeaseLostError(this.o.runId);
-    if (this.queue.length === 0) return;
-    const batch = this.queue;
+    this.clearTimer();
+    for (;;) {
+      if (this.writing) {
+        await this.writing.catch(() => {});
+        continue;
+      }
+      if (this.lost) throw new LeaseLostError(this.o.runId);
+      if (!this.unacked && this.queue.length === 0) return;
+      await this.writeOne();
+    }
+  }
+
+  /** Stops background writes; what is still queued is dropped (the attempt is over). */
+  close(): void {
+    this.closed = true;
+    this.clearTimer();
+  }
+
+  /** Decides when the background write happens: now, after flushMs, or after the write in flight. */
+  private schedule(): void {
+    if (this.writing || this.closed || this.lost) return;
+    if (this.unacked || this.urgent || this.tokensQueued >= this.o.flushTokens) {
+      this.clearTimer();
+      void this.writeOne().then(() => this.schedule(), () => this.retryLater());
+    } else if (this.queue.length > 0) {
+      this.timer ??= setTimeout(() => {
+        this.timer = undefined;
+        this.urgent = true;
+        this.schedule();
+      }, Math.max(0, this.oldestAt + this.o.flushMs - Date.now()));
+    }
+  }
+
+  private retryLater(): void {
+    if (this.closed || this.lost) return;
+    const delay = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.min(this.failures, 6));
+    this.clearTimer();
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.schedule();
+    }, delay);
+  }
+
+  private clearTimer(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private takeBatch(): Batch {
+    const argv: (string | number)[] = [this.o.base, this.o.runId, this.o.fence, this.o.maxLen, ++this.batchNo];
+    for (const p of this.queue) argv.push(p.type, p.text !== undefined ? JSON.stringify({ text: p.text }) : p.data);
+    const counts = { events: this.queue.length, tokens: this.tokensQueued };
     this.queue = [];
     this.tokensQueued = 0;
-    const argv: (string | number)[] = [this.o.base, this.o.runId, this.o.fence, this.o.maxLen];
-    for (const p of batch) argv.push(p.type, p.text !== undefined ? JSON.stringify({ text: p.text }) : p.data);
-    this.inFlight = (async () => {
+    this.urgent = false;
+    return { no: this.batchNo, argv, ...counts };
+  }
+
+  /** One append round trip: the unacknowledged batch if there is one, else what is queued. */
+  private writeOne(): Promise<void> {
+    const batch = this.unacked ?? this.takeBatch();
+    this.unacked = batch;
+    this.writing = (async () => {
       try {
         this.writes++;
-        const reply = await runScript(this.o.redis, 'append', [this.o.runKey], argv);
+        const reply = await runScript(this.o.redis, 'append', [this.o.runKey], batch.argv);
         if (Number(reply[0]) === -2) {
           this.lost = true;
+          this.unacked = undefined;
+          this.queue = [];
           const err = new LeaseLostError(this.o.runId);
           this.o.onLeaseLost(err);
           throw err;
         }
+        this.unacked = undefined;
+        this.failures = 0;
+        this.o.onWritten?.(batch.events, batch.tokens);
       } catch (err) {
-        if (!this.lost) this.queue = batch.concat(this.queue); // keep order; retried on the next flush
+        if (!this.lost) this.failures++;
         throw err;
       } finally {
-        this.inFlight = undefined;
+        this.writing = undefined;
       }
     })();
-    return this.inFlight;
-  }
-
-  close(): void {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
+    return this.writing;
   }
 }

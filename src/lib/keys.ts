@@ -42,6 +42,10 @@ export interface ScopeKeys {
   stats(runtime: string): string;
   drain(runtime: string): string;
   held(runtime: string): string;
+  /** Runs of a runtime waiting to start (queued or dispatched); score = when they began to wait. */
+  waiting(runtime: string): string;
+  /** Token bucket of the scope's submit rate limit. */
+  submitBucket: string;
   idempotency(key: string): string;
   /** Live notifications of a run's new events. */
   channel(runId: string): string;
@@ -64,6 +68,12 @@ export interface Keys {
   apiKeyId(id: string): string;
   /** Set of key ids of a scope, for list. */
   apiKeysOfScope(scope: string): string;
+  /** Set of every key id (does any key exist at all?). */
+  apiKeyIds: string;
+  /** Worker registry: runtime -> time of the newest heartbeat of any of its workers (zset). */
+  runtimes: string;
+  /** Worker registry: a runtime's workers, workerId -> JSON registration with its last heartbeat. */
+  runtimeWorkers(runtime: string): string;
 }
 
 export function createKeys(prefix: string): Keys {
@@ -72,9 +82,14 @@ export function createKeys(prefix: string): Keys {
     scopes: `${prefix}:scopes`,
     cancelChannel: `${prefix}:cancel`,
     workers: `${prefix}:workers`,
-    apiKeyByHash: (h) => `${prefix}:apikey:h:${h}`,
-    apiKeyId: (id) => `${prefix}:apikey:id:${checked('key', id)}`,
-    apiKeysOfScope: (scope) => `${prefix}:apikeys:${checked('scope', scope)}`,
+    // All key records share one hash tag so creating or revoking one is a single MULTI on Cluster.
+    apiKeyByHash: (h) => `${prefix}:{${prefix}-apikeys}:h:${h}`,
+    apiKeyId: (id) => `${prefix}:{${prefix}-apikeys}:id:${checked('key', id)}`,
+    apiKeysOfScope: (scope) => `${prefix}:{${prefix}-apikeys}:scope:${checked('scope', scope)}`,
+    apiKeyIds: `${prefix}:{${prefix}-apikeys}:ids`,
+    // The registry is small and shares one hash tag, so a heartbeat is one MULTI on Cluster too.
+    runtimes: `${prefix}:{${prefix}-registry}:runtimes`,
+    runtimeWorkers: (rt) => `${prefix}:{${prefix}-registry}:workers:${checked('runtime', rt)}`,
     queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}`,
     scope(scope) {
       const base = `${prefix}:{${checked('scope', scope)}}:`;
@@ -96,6 +111,8 @@ export function createKeys(prefix: string): Keys {
         stats: (rt) => `${base}stats:${checked('runtime', rt)}`,
         drain: (rt) => `${base}drain:${checked('runtime', rt)}`,
         held: (rt) => `${base}held:${checked('runtime', rt)}`,
+        waiting: (rt) => `${base}waiting:${checked('runtime', rt)}`,
+        submitBucket: `${base}ratelimit:submit`,
         // Caller-chosen idempotency keys may hold any printable text: hash-free but bounded
         // by the schema, and kept after the last colon so they cannot collide with suffixes.
         idempotency: (key) => `${base}idem:${key}`,

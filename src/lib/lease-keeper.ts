@@ -34,6 +34,8 @@ interface Held {
 export class LeaseKeeper {
   private readonly held = new Map<string, Held>();
   private timer: NodeJS.Timeout | undefined;
+  /** Set by abortAll: a run claimed after that is aborted at once for the same reason. */
+  private stopping: AbortReason | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -54,11 +56,20 @@ export class LeaseKeeper {
   }
 
   hold(runKey: string, base: string, runId: string, fence: number, controller: AbortController): void {
+    // This process can claim a run it still holds: after a pause past its own lease, BullMQ or
+    // the sweeper delivers the run again and the claim recovers it with a higher fence. The
+    // older attempt then lost its lease like any other loser and must stop now; it has no
+    // heartbeat left that would tell it.
+    const prev = this.held.get(runKey);
+    if (prev && prev.fence < fence) prev.controller.abort(new RunAbort('lease-lost'));
     this.held.set(runKey, { runKey, base, runId, fence, controller, renewedAt: Date.now() });
+    // Claimed after the shutdown deadline (a delivery that was already on its way): hand it over too.
+    if (this.stopping) controller.abort(new RunAbort(this.stopping));
   }
 
-  release(runKey: string): void {
-    this.held.delete(runKey);
+  /** Forgets the attempt holding `fence`; a newer attempt of the same run keeps its entry. */
+  release(runKey: string, fence: number): void {
+    if (this.held.get(runKey)?.fence === fence) this.held.delete(runKey);
   }
 
   get size(): number {
@@ -66,10 +77,12 @@ export class LeaseKeeper {
   }
 
   abortAll(reason: AbortReason): void {
+    this.stopping = reason;
     for (const h of this.held.values()) h.controller.abort(new RunAbort(reason));
   }
 
-  private async beat(): Promise<void> {
+  /** One heartbeat for every held run, in one pipeline (the timer calls it; the bench measures it). */
+  async beat(): Promise<void> {
     if (this.held.size === 0) return;
     const runs = [...this.held.values()];
     const pipe = this.redis.pipeline();
@@ -96,6 +109,8 @@ export class LeaseKeeper {
         }
         return;
       }
+      // The attempt closed its run itself (finish, retry, block, hand-over) while the beat was on its way.
+      if (Number(reply[0]) === -3) return;
       if (Number(reply[0]) === -2) {
         this.log.warn({ runId: h.runId, fence: h.fence }, 'lease lost to another worker');
         h.controller.abort(new RunAbort('lease-lost'));

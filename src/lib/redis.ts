@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import type { Logger } from './logger.ts';
 import { registerScripts } from './scripts.ts';
 
@@ -13,25 +13,77 @@ export interface RedisOptions {
    * request-path connections fail fast so an API caller gets a 503 instead of a hang.
    */
   blocking?: boolean;
+  /** Connection health for metrics (see metrics.ts); names are fixed per role, so labels stay bounded. */
+  events?: ConnectionEvents;
 }
 
-/** One place that opens Redis connections, with Baton's scripts registered on each. */
-export function createRedis({ url, name, logger, blocking = false }: RedisOptions): Redis {
-  const redis = new Redis(url, {
+export interface ConnectionEvents {
+  opened(connection: string): void;
+  error(connection: string): void;
+  reconnected(connection: string): void;
+}
+
+/** `redis+cluster://[user:pass@]host:port,host:port` names Redis Cluster seed nodes. */
+export const CLUSTER_SCHEME = 'redis+cluster:';
+
+export function isClusterUrl(url: string): boolean {
+  return url.startsWith(`${CLUSTER_SCHEME}//`);
+}
+
+function clusterSeeds(url: string): { nodes: { host: string; port: number }[]; username?: string; password?: string } {
+  const rest = url.slice(CLUSTER_SCHEME.length + 2);
+  const at = rest.lastIndexOf('@');
+  const auth = at >= 0 ? rest.slice(0, at) : '';
+  const hosts = (at >= 0 ? rest.slice(at + 1) : rest).replace(/\/.*$/, '');
+  const nodes = hosts.split(',').filter(Boolean).map((hp) => {
+    const i = hp.lastIndexOf(':');
+    return { host: hp.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(hp.slice(i + 1)) };
+  });
+  const [username, password] = auth.includes(':') ? auth.split(':', 2).map(decodeURIComponent) : [undefined, auth ? decodeURIComponent(auth) : undefined];
+  return { nodes, username: username || undefined, password };
+}
+
+/**
+ * One place that opens Redis connections, with Baton's scripts registered on each.
+ *
+ * A cluster URL yields an ioredis Cluster. It is returned under the `Redis` type on
+ * purpose: Baton only sends commands whose keys share one slot (a scope's keys share a hash
+ * tag, a queue's keys share its runtime's tag), which Cluster routes like a single node.
+ */
+export function createRedis({ url, name, logger, blocking = false, events }: RedisOptions): Redis {
+  const options = {
     connectionName: `baton:${name}`,
     maxRetriesPerRequest: blocking ? null : 2,
     enableReadyCheck: true,
     // Reconnect quickly, then back off to 2 s: a restarted Redis is back in seconds.
-    retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 6), 2_000),
+    retryStrategy: (times: number) => Math.min(50 * 2 ** Math.min(times, 6), 2_000),
     lazyConnect: false,
-  });
+  };
+  let redis: Redis;
+  if (isClusterUrl(url)) {
+    const seeds = clusterSeeds(url);
+    redis = new Cluster(seeds.nodes, {
+      redisOptions: { ...options, username: seeds.username, password: seeds.password },
+      clusterRetryStrategy: options.retryStrategy,
+      enableReadyCheck: true,
+    }) as unknown as Redis;
+  } else {
+    redis = new Redis(url, options);
+  }
   registerScripts(redis);
+  events?.opened(name);
   let wasUp = false;
   redis.on('ready', () => {
-    if (wasUp) logger?.warn({ connection: name }, 'redis reconnected');
+    if (wasUp) {
+      logger?.warn({ connection: name }, 'redis reconnected');
+      events?.reconnected(name);
+    }
     wasUp = true;
   });
-  redis.on('error', (err) => logger?.debug({ connection: name, err: err.message }, 'redis error'));
+  redis.on('error', (err) => {
+    events?.error(name);
+    logger?.debug({ connection: name, err: err.message }, 'redis error');
+  });
   return redis;
 }
 

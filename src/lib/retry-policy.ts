@@ -39,12 +39,38 @@ export function classify(err: unknown): Classified {
   if (typeof e?.status === 'number') {
     const code = `HTTP_${e.status}`;
     if (!isTransientStatus(e.status)) return { kind: 'permanent', code, message };
-    return { kind: 'transient', code, message, retryAfterMs: parseRetryAfter(headerOf(e.headers, 'retry-after')) };
+    return { kind: 'transient', code, message, retryAfterMs: retryAfterOf(e.headers) };
   }
   if (e?.name === 'TimeoutError') return { kind: 'transient', code: 'TIMEOUT', message };
-  const netCode = typeof e?.code === 'string' ? e.code : (e?.cause as { code?: unknown })?.code;
-  if (typeof netCode === 'string' && TRANSIENT_NET_CODES.has(netCode)) return { kind: 'transient', code: netCode, message };
+  // ioredis gives up on a command while Redis is unreachable (a restart, a failover): Baton's
+  // own step writes and history reads inside an attempt, or an agent's Redis. Redis comes
+  // back; the chaos soak saw runs fail for good here before this line.
+  if (e?.name === 'MaxRetriesPerRequestError' || e?.name === 'ClusterAllFailedError') {
+    return { kind: 'transient', code: 'REDIS_UNAVAILABLE', message };
+  }
+  const netCode = networkCode(err);
+  if (netCode) return { kind: 'transient', code: netCode, message };
   return { kind: 'permanent', code: e?.name && e.name !== 'Error' ? e.name : 'AGENT_ERROR', message };
+}
+
+/**
+ * A Node network error code on the error or down its `cause` chain: fetch wraps the socket
+ * error (`TypeError: fetch failed` → cause `{ code: 'ECONNRESET' }`), and SDKs wrap that again.
+ */
+function networkCode(err: unknown): string | undefined {
+  let e = err as { code?: unknown; cause?: unknown } | undefined;
+  for (let depth = 0; depth < 5 && e && typeof e === 'object'; depth++) {
+    if (typeof e.code === 'string' && TRANSIENT_NET_CODES.has(e.code)) return e.code;
+    e = e.cause as typeof e;
+  }
+  return undefined;
+}
+
+/** Retry-After in ms: OpenAI-style `retry-after-ms` first (finer), then the standard header. */
+function retryAfterOf(headers: unknown): number | undefined {
+  const ms = headerOf(headers, 'retry-after-ms');
+  if (ms && Number.isFinite(Number(ms)) && Number(ms) >= 0) return Number(ms);
+  return parseRetryAfter(headerOf(headers, 'retry-after'));
 }
 
 function headerOf(headers: unknown, name: string): string | undefined {

@@ -111,6 +111,10 @@ export class ContextState {
       if (e) this.emit(e);
       return v;
     }
+    // An attempt whose signal aborted (lease lost, cancel, shutdown) starts no new work: its
+    // writes would be refused anyway, and a body run now could repeat a side effect that the
+    // attempt holding the run next performs again.
+    if (this.d.signal.aborted) throw this.d.signal.reason;
     this.d.memo?.miss(kind);
     if (!idempotent) {
       if (this.memo.has(`${key}#started`)) {

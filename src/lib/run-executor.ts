@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Agent, AgentResult, HistoryMessage } from './agent.ts';
+import { OutputInvalidError } from './errors.ts';
 import type { Config } from './config.ts';
 import type { Dispatcher, JobData } from './dispatcher.ts';
 import type { Keys } from './keys.ts';
@@ -11,6 +12,8 @@ import { flatToObject, parseRunRecord, type RunError, type RunRecord, type RunRe
 import { runScript } from './scripts.ts';
 import { LeaseLostError } from './script-errors.ts';
 import { backoffMs, classify } from './retry-policy.ts';
+import { RunMemory } from './run-memory.ts';
+import { validateOutput } from './output-schema.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
 
@@ -20,6 +23,8 @@ export interface ExecutorEvents extends Partial<MemoEvents> {
   finished?(run: RunRecord, status: 'succeeded' | 'failed' | 'cancelled'): void;
   retried?(run: RunRecord): void;
   blocked?(run: RunRecord): void;
+  /** An event-log append of this run landed: `events` entries, `tokens` token deltas among them. */
+  appended?(run: RunRecord, events: number, tokens: number): void;
 }
 
 export interface ExecutorDeps {
@@ -48,22 +53,39 @@ interface Claimed {
  * this attempt does can land.
  */
 export class RunExecutor {
-  constructor(private readonly d: ExecutorDeps) {}
+  /** `{agent: maxAttempts}` of the agents that declare a default; the claim applies it to a run's first attempt. */
+  private readonly attemptDefaults: string;
+
+  constructor(private readonly d: ExecutorDeps) {
+    const defaults: Record<string, number> = {};
+    for (const [name, agent] of d.agents) if (agent.maxAttempts !== undefined) defaults[name] = agent.maxAttempts;
+    this.attemptDefaults = Object.keys(defaults).length ? JSON.stringify(defaults) : '';
+  }
 
   async execute(job: JobData): Promise<Outcome> {
     const { keys, config: c } = this.d;
     const sk = keys.scope(job.scope);
     const reply = await runScript(this.d.redis, 'claim', [sk.run(job.runId)], [
       sk.base, job.runId, this.d.workerId, c.LEASE_MS, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE,
-      c.DISPATCH_GRACE_MS, c.RETENTION_MS,
+      c.DISPATCH_GRACE_MS, c.RETENTION_MS, this.attemptDefaults,
     ]);
     const code = Number(reply[0]);
     if (code === 1) {
       await this.d.dispatcher.dispatch(job.scope, String(reply[1]));
+      // Cancelled by this claim (requested while no live worker held it): reported here, where it happened.
+      if (this.d.events?.finished) {
+        const cancelled = parseRunRecord(await this.d.redis.hgetall(sk.run(job.runId)));
+        if (cancelled) this.d.events.finished(cancelled, 'cancelled');
+      }
       return { kind: 'done' };
     }
     // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
     if (code === -4) return { kind: 'later', at: Number(reply[1]) };
+    // Parked by a drain: the slot it gave up may have been handed to another run.
+    if (code === -6) {
+      await this.d.dispatcher.dispatch(job.scope, String(reply[1]));
+      return { kind: 'done' };
+    }
     // Unknown, finished, queued, blocked or parked by a drain: this delivery has nothing to do.
     if (code < 0) return { kind: 'done' };
     const run = parseRunRecord(reply[4] as string[]);
@@ -92,15 +114,23 @@ export class RunExecutor {
       redis, runKey, base: sk.base, runId: run.id, fence,
       maxLen: c.EVENTS_MAX_LEN, flushMs: c.EMIT_FLUSH_MS, flushTokens: c.EMIT_FLUSH_TOKENS,
       onLeaseLost: () => controller.abort(new RunAbort('lease-lost')),
+      onWritten: (events, tokens) => this.d.events?.appended?.(run, events, tokens),
     });
-    const close = new Closer(this.d, run, fence, runKey, sk.base, writer, log);
+    const close = new Closer(this.d, run, fence, runKey, sk.base, writer, log, controller.signal);
     try {
       const agent = this.d.agents.get(run.agent);
       if (!agent) {
         await close.finish('failed', undefined, { code: 'UNKNOWN_AGENT', message: `no agent "${run.agent}" in this worker` });
         return { kind: 'done' };
       }
-      const history = await this.loadHistory(run);
+      // A store that cannot be opened or read fails the attempt like the agent would (classified, maybe retried).
+      let history: HistoryMessage[];
+      try {
+        close.memory = await RunMemory.open(agent, run, redis, keys);
+        history = await close.memory.history();
+      } catch (err) {
+        return await close.failure(err, controller.signal);
+      }
       const state = new ContextState({
         redis, runKey, base: sk.base, run, fence, agent, history, steps, writer,
         signal: controller.signal, log, memo: this.d.events as MemoEvents | undefined,
@@ -114,7 +144,29 @@ export class RunExecutor {
         return await close.failure(err, controller.signal);
       }
       if (controller.signal.aborted) return await close.aborted(controller.signal.reason);
-      const result = normalize(out);
+      // A return value that is no answer is the agent's bug: fail the run (thrown out of here it
+      // would leave the run leased, to be recovered into the same bug again and again).
+      let result: ReturnType<typeof normalize>;
+      try {
+        result = normalize(out);
+      } catch (err) {
+        return await close.failure(err, controller.signal);
+      }
+      if (run.outputSchema && result.finishReason === 'stop') {
+        try {
+          result.payload = validateOutput(run.outputSchema, result);
+        } catch (err) {
+          if (!(err instanceof OutputInvalidError)) throw err;
+          const { payload: _unvalidated, ...answer } = result;
+          await close.finish('failed', { ...answer, finishReason: 'error' }, {
+            code: err.code, message: err.message, details: err.errors,
+          });
+          return { kind: 'done' };
+        }
+      } else if (run.outputSchema) {
+        // A truncated answer is not a goal finish: it is not validated, so it carries no payload.
+        delete result.payload;
+      }
       await close.finish('succeeded', result);
       return { kind: 'done' };
     } catch (err) {
@@ -124,20 +176,18 @@ export class RunExecutor {
       }
       throw err;
     } finally {
-      this.d.leases.release(runKey);
+      this.d.leases.release(runKey, fence);
       writer.close();
     }
-  }
-
-  private async loadHistory(run: RunRecord): Promise<HistoryMessage[]> {
-    const raw = await this.d.redis.lrange(this.d.keys.scope(run.scope).messages(run.sessionId), 0, -1);
-    return raw.map((m) => JSON.parse(m) as SessionMessage);
   }
 }
 
 /** The closing transitions of one attempt. */
 class Closer {
   state: ContextState | undefined;
+  memory: RunMemory | undefined;
+  /** Set once a custom store refused the turn, so the closing transition that follows does not try again. */
+  private commitFailed = false;
 
   constructor(
     private readonly d: ExecutorDeps,
@@ -147,6 +197,7 @@ class Closer {
     private readonly base: string,
     private readonly writer: EventWriter,
     private readonly log: Logger,
+    private readonly signal: AbortSignal,
   ) {}
 
   async failure(err: unknown, signal: AbortSignal): Promise<Outcome> {
@@ -160,7 +211,7 @@ class Closer {
     if (cls.kind === 'transient' && this.run.attempt < this.run.maxAttempts) {
       const c = this.d.config;
       const delay = backoffMs(this.run.attempt, c.RETRY_BASE_MS, c.RETRY_MAX_MS, cls.retryAfterMs);
-      await this.flushQuietly();
+      await this.flushBeforeClosing();
       const reply = await runScript(this.d.redis, 'retry', [this.runKey], [
         this.base, this.run.id, this.fence, delay, JSON.stringify(lastError), c.EVENTS_MAX_LEN, c.DISPATCH_GRACE_MS,
       ]);
@@ -178,7 +229,7 @@ class Closer {
     const why = reason instanceof RunAbort ? reason.reason : 'cancelled';
     if (why === 'lease-lost') throw new LeaseLostError(this.run.id);
     if (why === 'shutdown') {
-      await this.flushQuietly();
+      await this.flushBeforeClosing();
       const reply = await runScript(this.d.redis, 'release', [this.runKey], [
         this.base, this.run.id, this.fence, this.d.config.DISPATCH_GRACE_MS,
       ]);
@@ -193,7 +244,7 @@ class Closer {
 
   async block(stepKey: string): Promise<void> {
     const c = this.d.config;
-    await this.flushQuietly();
+    await this.flushBeforeClosing();
     const blocked = {
       stepKey,
       reason: 'a non-idempotent step was started by an earlier attempt and recorded no result',
@@ -221,8 +272,22 @@ class Closer {
   ): Promise<void> {
     const c = this.d.config;
     const full: RunResult = { ...result, toolCallsSeen: result.toolCallsSeen ?? this.state?.toolCallsSeen ?? 0 };
-    const [user, assistant] = turnMessages(this.run, full, status);
-    await this.flushQuietly();
+    let turn: SessionMessage[] = [];
+    if (this.memory && !this.commitFailed) {
+      try {
+        turn = await this.memory.commit(turnMessages(this.run, full, status), () => this.assertLease());
+      } catch (err) {
+        if (err instanceof LeaseLostError) throw err;
+        // The answer exists but its history could not be stored: not a success. Retried
+        // when the store's error is transient (memoized steps make that cheap), else failed.
+        this.commitFailed = true;
+        this.log.warn({ err: (err as Error).message }, 'memory store could not commit the turn');
+        await this.failure(err, this.signal);
+        return;
+      }
+    }
+    const [user, assistant] = turn.length ? turn.map((m) => JSON.stringify(m)) : ['', ''];
+    await this.flushBeforeClosing();
     const reply = await runScript(this.d.redis, 'finish', [this.runKey], [
       this.base, this.run.id, this.fence, status, JSON.stringify(full), lastError ? JSON.stringify(lastError) : '',
       user, assistant, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS,
@@ -233,16 +298,32 @@ class Closer {
     this.log.info({ status, finishReason: full.finishReason }, 'run finished');
   }
 
+  /** A fenced lease renewal: proves this attempt still owns the run before it writes outside Redis. */
+  private async assertLease(): Promise<void> {
+    const reply = await runScript(this.d.redis, 'heartbeat', [this.runKey], [
+      this.base, this.run.id, this.fence, this.d.config.LEASE_MS,
+    ]);
+    if (Number(reply[0]) === -2) throw new LeaseLostError(this.run.id);
+  }
+
   /**
-   * Events are best effort before a closing transition: the closing script is what must
-   * land (it carries the `end` event), and a lost lease is detected there.
+   * The closing script carries the `end` event, so every event of the attempt must be in the
+   * log before it runs: a token batch left behind is a hole in every client's answer (the
+   * chaos soak caught one when Redis restarted during a finish). A failed write is retried
+   * (the writer resends the same batch, applied once) for up to LEASE_MS; past that the lease
+   * is as good as gone, and the error ends the attempt without closing it: the run is then
+   * recovered and its next holder streams the answer again.
    */
-  private async flushQuietly(): Promise<void> {
-    try {
-      await this.writer.flush();
-    } catch (err) {
-      if (err instanceof LeaseLostError) throw err;
-      this.log.warn({ err: (err as Error).message }, 'could not flush events before closing the run');
+  private async flushBeforeClosing(): Promise<void> {
+    const giveUpAt = Date.now() + this.d.config.LEASE_MS;
+    for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
+      try {
+        return await this.writer.flush();
+      } catch (err) {
+        if (err instanceof LeaseLostError || Date.now() + delay > giveUpAt) throw err;
+        this.log.warn({ err: (err as Error).message }, 'could not write events before closing the run; trying again');
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
     }
   }
 }
@@ -251,13 +332,13 @@ class Closer {
  * The turn to commit: user message and answer together, or nothing when there is no
  * answer text (no dangling user message). Anything but a goal finish is marked incomplete.
  */
-function turnMessages(run: RunRecord, result: RunResult, status: string): [string, string] {
-  if (!result.answer) return ['', ''];
+function turnMessages(run: RunRecord, result: RunResult, status: string): SessionMessage[] {
+  if (!result.answer) return [];
   const now = Date.now();
   const user: SessionMessage = { role: 'user', content: run.input.content, runId: run.id, createdAt: run.createdAt };
   const assistant: SessionMessage = { role: 'assistant', content: result.answer, runId: run.id, createdAt: now };
   if (status !== 'succeeded' || result.finishReason !== 'stop') assistant.incomplete = true;
-  return [JSON.stringify(user), JSON.stringify(assistant)];
+  return [user, assistant];
 }
 
 function normalize(out: AgentResult | string): Omit<RunResult, 'toolCallsSeen'> {

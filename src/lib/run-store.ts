@@ -5,6 +5,7 @@ import { runScript } from './scripts.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import { BatonError } from './errors.ts';
 import { newRunId } from './ids.ts';
+import { assertValidOutputSchema } from './output-schema.ts';
 import { scriptCode } from './script-errors.ts';
 import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './run-record.ts';
 
@@ -26,6 +27,14 @@ export interface SubmitRequest {
 
 export interface SubmitResult { run: RunRecord; created: boolean }
 
+/** Hooks for metrics: transitions the API process itself makes. */
+export interface RunStoreEvents {
+  /** A new run was accepted (not an idempotent replay). */
+  submitted?(run: RunRecord): void;
+  /** This call cancelled a run no worker held (a held run is finished by its worker). */
+  cancelled?(run: RunRecord): void;
+}
+
 /** Idempotency keys are remembered 24 h: a client retrying a submit within a day gets the same run. */
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
 
@@ -39,9 +48,11 @@ export class RunStore {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
+    private readonly events: RunStoreEvents = {},
   ) {}
 
   async submit(req: SubmitRequest): Promise<SubmitResult> {
+    if (req.outputSchema !== undefined) assertValidOutputSchema(req.outputSchema);
     const sk = this.keys.scope(req.scope);
     const runId = newRunId();
     const fields: (string | number)[] = [
@@ -53,6 +64,8 @@ export class RunStore {
     if (req.memory !== undefined) fields.push('memory', JSON.stringify(req.memory));
     if (req.outputSchema !== undefined) fields.push('outputSchema', JSON.stringify(req.outputSchema));
     if (req.idempotencyKey !== undefined) fields.push('idempotencyKey', req.idempotencyKey);
+    // Without it, the first claim replaces the deployment default with the agent's own (claim-1.lua).
+    if (req.maxAttempts !== undefined) fields.push('maxAttemptsSet', 1);
     // The scope list is the sweeper's work list; adding a scope that ends up with no run is harmless.
     await this.redis.sadd(this.keys.scopes, req.scope);
     const reply = await runScript(this.redis, 'submit', [sk.run(runId)], [
@@ -71,7 +84,9 @@ export class RunStore {
     const id = String(reply[1]);
     const run = await this.get(req.scope, id);
     if (!run) throw new Error(`run ${id} vanished right after submit`);
-    return { run, created: Number(reply[2]) === 1 };
+    const created = Number(reply[2]) === 1;
+    if (created) this.events.submitted?.(run);
+    return { run, created };
   }
 
   async get(scope: string, runId: string): Promise<RunRecord | undefined> {
@@ -90,6 +105,7 @@ export class RunStore {
     await this.dispatcher.dispatch(scope, String(reply[1]));
     const run = await this.get(scope, runId);
     if (!run) throw new BatonError('RUN_NOT_FOUND');
+    if (Number(reply[0]) === 1) this.events.cancelled?.(run);
     return run;
   }
 
@@ -111,38 +127,58 @@ export class RunStore {
     return (await this.get(scope, runId))!;
   }
 
-  /** Runs of a scope (or of one session), newest first, with an opaque cursor. */
+  /**
+   * Runs of a scope (or of one session), newest first. The index is ordered by (creation
+   * ms, run id), both descending, and the cursor is the last (ms, id) returned: several runs
+   * created in the same millisecond are a normal burst, and a cursor holding only the time
+   * would skip the rest of them.
+   */
   async list(
     scope: string,
     opts: { sessionId?: string; status?: RunStatus[]; limit: number; cursor?: string },
   ): Promise<{ runs: RunRecord[]; nextCursor: string | null }> {
     const sk = this.keys.scope(scope);
     const index = opts.sessionId ? sk.sessionRuns(opts.sessionId) : sk.runs;
+    const after = opts.cursor ? parseListCursor(opts.cursor) : undefined;
+    const max = after ? String(after.score) : '+inf';
+    const batch = Math.max(opts.limit, 50);
     const runs: RunRecord[] = [];
-    let max = opts.cursor ? `(${opts.cursor}` : '+inf';
+    let offset = 0;
     let last: string | null = null;
     // Page through the index until `limit` runs match the status filter (or it is exhausted).
     for (;;) {
-      const ids = await this.redis.zrevrangebyscore(index, max, '-inf', 'WITHSCORES', 'LIMIT', 0, opts.limit);
-      if (ids.length === 0) { last = null; break; }
+      const flat = await this.redis.zrevrangebyscore(index, max, '-inf', 'WITHSCORES', 'LIMIT', offset, batch);
+      const entries: { id: string; score: number }[] = [];
+      for (let i = 0; i < flat.length; i += 2) entries.push({ id: flat[i], score: Number(flat[i + 1]) });
+      offset += entries.length;
+      // Same-millisecond runs at or before the cursor's id were on earlier pages.
+      const fresh = after ? entries.filter((e) => e.score < after.score || e.id < after.id) : entries;
       const pipe = this.redis.pipeline();
-      for (let i = 0; i < ids.length; i += 2) pipe.hgetall(sk.run(ids[i]));
-      const rows = (await pipe.exec()) ?? [];
+      for (const e of fresh) pipe.hgetall(sk.run(e.id));
+      const rows = fresh.length ? ((await pipe.exec()) ?? []) : [];
       const expired: string[] = [];
-      for (let i = 0; i < rows.length; i++) {
-        const run = parseRunRecord((rows[i][1] ?? {}) as Record<string, string>);
-        const id = ids[i * 2];
-        last = ids[i * 2 + 1];
-        if (!run) { expired.push(id); continue; }
+      let i = 0;
+      for (; i < fresh.length && runs.length < opts.limit; i++) {
+        // A read that failed (Redis restarting) says nothing about the run: taking it for an
+        // expired one would drop a live run from the listing for good (the chaos soak did).
+        if (rows[i]?.[0]) throw rows[i][0];
+        const run = parseRunRecord((rows[i]?.[1] ?? {}) as Record<string, string>);
+        last = listCursor(fresh[i].score, fresh[i].id);
+        if (!run) { expired.push(fresh[i].id); continue; }
         if (!opts.status || opts.status.includes(run.status)) runs.push(run);
-        if (runs.length === opts.limit) break;
       }
-      // Runs past their retention leave their index entries behind; drop them as we meet them.
-      if (expired.length) await this.redis.zrem(index, ...expired);
-      if (runs.length === opts.limit || ids.length < opts.limit * 2) break;
-      max = `(${last}`;
+      // Runs past their retention leave their index entries behind; drop them as we meet them
+      // (and step back the offset by as many, since they were before it).
+      if (expired.length) {
+        await this.redis.zrem(index, ...expired);
+        offset -= expired.length;
+      }
+      if (runs.length === opts.limit) {
+        const more = i < fresh.length || entries.length === batch;
+        return { runs, nextCursor: more ? last : null };
+      }
+      if (entries.length < batch) return { runs, nextCursor: null };
     }
-    return { runs, nextCursor: runs.length === opts.limit ? last : null };
   }
 
   /** A session's committed history, oldest first. */
@@ -156,4 +192,14 @@ export class RunStore {
     const messages = raw.slice(0, opts.limit).map((m) => JSON.parse(m) as SessionMessage);
     return { messages, nextCursor: more ? String(start + opts.limit) : null };
   }
+}
+
+/** List cursor: `<creation ms>_<run id>` of the last run of the previous page. */
+function listCursor(score: number, id: string): string {
+  return `${score}_${id}`;
+}
+
+function parseListCursor(cursor: string): { score: number; id: string } {
+  const at = cursor.indexOf('_');
+  return { score: Number(cursor.slice(0, at)), id: cursor.slice(at + 1) };
 }

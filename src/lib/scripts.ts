@@ -13,7 +13,8 @@ const VERSION = 1;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
-  | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release';
+  | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
+  | 'drain' | 'undrain' | 'rate-limit';
 
 interface ScriptSource { name: ScriptName; numberOfKeys: number; lua: string }
 

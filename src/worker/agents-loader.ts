@@ -1,9 +1,10 @@
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import { isAgent, type Agent } from '../lib/agent.ts';
+import { chat } from '../lib/agents/chat.ts';
 import { echo } from '../lib/agents/echo.ts';
 
-export const BUILTIN_AGENTS: readonly Agent[] = [echo];
+export const BUILTIN_AGENTS: readonly Agent[] = [echo, chat];
 
 /**
  * Built-in agents plus every agent exported by the given modules (default export, named

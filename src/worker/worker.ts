@@ -2,13 +2,17 @@ import { DelayedError, Worker, type Job } from 'bullmq';
 import type { Agent } from '../lib/agent.ts';
 import type { Config } from '../lib/config.ts';
 import { Dispatcher, type JobData } from '../lib/dispatcher.ts';
+import { redisCheck, workerCheck, type ReadinessCheck } from '../lib/health.ts';
 import { newWorkerId } from '../lib/ids.ts';
 import { createKeys } from '../lib/keys.ts';
 import { LeaseKeeper } from '../lib/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
+import { Metrics, QUEUE_STATES } from '../lib/metrics.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
 import { RunExecutor, type ExecutorEvents } from '../lib/run-executor.ts';
 import { Sweeper } from '../lib/sweeper.ts';
+import { WorkerPresence, WorkerRegistry } from '../lib/worker-registry.ts';
+import { startOpsServer, type OpsServer } from './ops-server.ts';
 
 export interface WorkerOptions {
   config: Config;
@@ -16,6 +20,13 @@ export interface WorkerOptions {
   log: Logger;
   agents: ReadonlyMap<string, Agent>;
   events?: ExecutorEvents;
+  /** The process's metrics registry; a worker started without one makes its own. */
+  metrics?: Metrics;
+  /**
+   * Serve /metrics, /healthz, /readyz on METRICS_PORT (default). `baton start` turns it off:
+   * there the API serves the shared registry and includes this worker's readiness checks.
+   */
+  opsServer?: boolean;
 }
 
 export interface WorkerHandle {
@@ -24,6 +35,13 @@ export interface WorkerHandle {
   redis: Redis;
   /** Runs this process holds right now. */
   readonly inFlight: number;
+  metrics: Metrics;
+  /** Where /metrics, /healthz, /readyz answer (undefined with opsServer: false). */
+  opsUrl: string | undefined;
+  /** The bound METRICS_PORT (the free port picked when it was 0). */
+  metricsPort: number | undefined;
+  /** Redis answers and this worker is registered on its queue (what /readyz reports). */
+  readonly checks: readonly ReadinessCheck[];
   /** Stops claiming, lets in-flight runs finish until SHUTDOWN_GRACE_MS, then hands the rest over. Idempotent. */
   close(): Promise<void>;
 }
@@ -39,18 +57,30 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   const runtime = c.RUNTIME;
   const workerId = newWorkerId(runtime);
   const log = o.log.child({ workerId, runtime });
+  const metrics = o.metrics ?? new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT });
   const keys = createKeys(c.BATON_KEY_PREFIX);
-  const redis = createRedis({ url: o.redisUrl, name: `worker-cmd`, logger: log });
-  const bullConn = createRedis({ url: o.redisUrl, name: 'worker-bull', logger: log, blocking: true });
-  const subscriber = createRedis({ url: o.redisUrl, name: 'worker-sub', logger: log, blocking: true });
+  const events = metrics.redisEvents;
+  const redis = createRedis({ url: o.redisUrl, name: `worker-cmd`, logger: log, events });
+  const bullConn = createRedis({ url: o.redisUrl, name: 'worker-bull', logger: log, blocking: true, events });
+  const subscriber = createRedis({ url: o.redisUrl, name: 'worker-sub', logger: log, blocking: true, events });
   await waitReady(redis);
   const dispatcher = new Dispatcher(bullConn, keys);
   const leases = new LeaseKeeper(redis, subscriber, keys.cancelChannel, c.LEASE_MS, c.HEARTBEAT_MS, log);
   await leases.start();
   const executor = new RunExecutor({
-    redis, keys, config: c, dispatcher, leases, agents: o.agents, workerId, log, events: o.events,
+    redis, keys, config: c, dispatcher, leases, agents: o.agents, workerId, log,
+    events: bothEvents(metrics.executorEvents(runtime), o.events),
   });
+  metrics.initRuntime(runtime, o.agents.keys());
+  metrics.watchQueue(runtime, (rt) => dispatcher.queue(rt).getJobCounts(...QUEUE_STATES));
+  const stopInFlight = metrics.watchInFlight(runtime, () => leases.size);
   const sweeper = new Sweeper(redis, keys, c, dispatcher, log);
+  // Registered before the first claim: the API accepts this worker's agents from now on.
+  const presence = new WorkerPresence(
+    redis, keys, { workerId, runtime, agents: [...o.agents.keys()], concurrency: c.WORKER_CONCURRENCY },
+    { beatMs: c.HEARTBEAT_MS, liveMs: c.LEASE_MS, log },
+  );
+  await presence.start();
 
   const worker = new Worker<JobData>(
     runtime,
@@ -65,6 +95,8 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
     {
       connection: bullConn,
       prefix: keys.queuePrefix(runtime),
+      // BullMQ names the worker's Redis client after it: /readyz finds this worker by it.
+      name: workerId,
       concurrency: c.WORKER_CONCURRENCY,
       lockDuration: c.LEASE_MS,
       stalledInterval: Math.max(1000, Math.floor(c.LEASE_MS / 2)),
@@ -76,27 +108,69 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   worker.on('failed', (job, err) => log.error({ jobId: job?.id, err: err.message }, 'run delivery failed'));
   void worker.run();
   sweeper.start();
-  log.info({ concurrency: c.WORKER_CONCURRENCY, agents: [...o.agents.keys()] }, 'worker started');
 
   let closing: Promise<void> | undefined;
-  return {
+  let ops: OpsServer | undefined;
+  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  const checks = [redisCheck(redis), workerCheck({
+    queue: dispatcher.queue(runtime),
+    workerId,
+    closing: () => closing !== undefined,
+    registered: async () => (await registry.liveWorkers(runtime)).some((w) => w.workerId === workerId),
+  })];
+  const handle: WorkerHandle = {
     workerId,
     runtime,
     redis,
     get inFlight() { return leases.size; },
+    metrics,
+    get opsUrl() { return ops?.url; },
+    get metricsPort() { return ops?.port; },
+    checks,
     close() {
       closing ??= (async () => {
         log.info({ inFlight: leases.size }, 'worker stopping: no new claims');
-        await sweeper.stop();
+        // BullMQ stops fetching as soon as close() is called; it resolves once in-flight runs
+        // ended. The grace period counts from here, not from after the bookkeeping below.
+        const drained = worker.close();
         const handover = setTimeout(() => leases.abortAll('shutdown'), c.SHUTDOWN_GRACE_MS);
-        await worker.close();
+        await presence.stop();
+        await sweeper.stop();
+        await drained;
         clearTimeout(handover);
         leases.stop();
         await dispatcher.close();
         await Promise.all([redis.quit(), bullConn.quit(), subscriber.quit()].map((p) => p.catch(() => {})));
+        stopInFlight();
+        // Last: /readyz said "stopping" and Prometheus could scrape the grace period.
+        await ops?.close();
         log.info('worker stopped');
       })();
       return closing;
     },
+  };
+  if (o.opsServer ?? true) {
+    try {
+      ops = await startOpsServer({ host: c.HOST, port: c.METRICS_PORT, metrics, checks, log });
+    } catch (err) {
+      await handle.close();
+      throw err;
+    }
+  }
+  log.info({ concurrency: c.WORKER_CONCURRENCY, agents: [...o.agents.keys()], ops: ops?.url }, 'worker started');
+  return handle;
+}
+
+/** The metrics hooks plus a caller's own (tests observe the executor through them). */
+function bothEvents(a: ExecutorEvents, b: ExecutorEvents | undefined): ExecutorEvents {
+  if (!b) return a;
+  return {
+    started: (run, recovered) => { a.started?.(run, recovered); b.started?.(run, recovered); },
+    finished: (run, status) => { a.finished?.(run, status); b.finished?.(run, status); },
+    retried: (run) => { a.retried?.(run); b.retried?.(run); },
+    blocked: (run) => { a.blocked?.(run); b.blocked?.(run); },
+    appended: (run, events, tokens) => { a.appended?.(run, events, tokens); b.appended?.(run, events, tokens); },
+    hit: (kind) => { a.hit?.(kind); b.hit?.(kind); },
+    miss: (kind) => { a.miss?.(kind); b.miss?.(kind); },
   };
 }

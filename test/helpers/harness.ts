@@ -81,7 +81,8 @@ export interface Child {
  * Redis without seeing each other), and helpers that start real API/worker processes.
  */
 export async function useHarness(overrides: Record<string, string> = {}): Promise<Harness> {
-  const redisUrl = inject('redisUrl');
+  // A file may bring its own Redis (a cluster, a redis-server it kills) through REDIS_URL.
+  const redisUrl = overrides.REDIS_URL ?? inject('redisUrl');
   const prefix = `t${randomBytes(5).toString('hex')}`;
   const runtime = `rt-${prefix}`;
   const env = { ...FAST, REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: runtime, ...overrides };

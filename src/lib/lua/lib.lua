@@ -12,6 +12,9 @@
 
 local TERMINAL = { succeeded = true, failed = true, cancelled = true }
 local HOLDS_SLOT = { dispatched = true, running = true, retrying = true }
+-- Not started yet (the API shows both as queued): indexed per runtime in `waiting:<runtime>`,
+-- so stats can tell the oldest one's age and a drain can cancel them without a scan.
+local WAITING = { queued = true, dispatched = true }
 
 local function nowMs()
   local t = redis.call('TIME')
@@ -20,21 +23,27 @@ end
 
 local function runKey(base, runId) return base .. 'run:' .. runId end
 
--- Collected events of this script call, published once at the end (one message per call).
+-- Collected events of this script call, published once at the end (one message per call)
+-- as {prev, events}: `prev` is the id of the stream entry before this batch ('0' if none),
+-- so a live reader can prove it missed no notification (else it re-reads the log).
 local published = {}
 
 local function addEvent(base, runId, maxLen, etype, data)
-  local id = redis.call('XADD', runKey(base, runId) .. ':events', 'MAXLEN', '~', maxLen, '*',
-    'type', etype, 'data', data)
-  local list = published[runId]
-  if not list then list = {}; published[runId] = list end
-  list[#list + 1] = { id, etype, data }
+  local sk = runKey(base, runId) .. ':events'
+  local batch = published[runId]
+  if not batch then
+    local last = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)
+    batch = { prev = (last[1] and last[1][1]) or '0', events = {} }
+    published[runId] = batch
+  end
+  local id = redis.call('XADD', sk, 'MAXLEN', '~', maxLen, '*', 'type', etype, 'data', data)
+  batch.events[#batch.events + 1] = { id, etype, data }
   return id
 end
 
 local function flushPublished(base)
-  for runId, list in pairs(published) do
-    redis.call('PUBLISH', runKey(base, runId) .. ':live', cjson.encode(list))
+  for runId, batch in pairs(published) do
+    redis.call('PUBLISH', runKey(base, runId) .. ':live', cjson.encode(batch))
   end
   published = {}
 end
@@ -46,6 +55,12 @@ local function setStatus(base, runId, runtime, from, to, now)
   local sk = base .. 'stats:' .. runtime
   if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
   redis.call('HINCRBY', sk, to, 1)
+  -- NX: a run parked again (dispatched -> queued) keeps the time it started to wait.
+  if WAITING[to] then
+    redis.call('ZADD', base .. 'waiting:' .. runtime, 'NX', now, runId)
+  elseif from and WAITING[from] then
+    redis.call('ZREM', base .. 'waiting:' .. runtime, runId)
+  end
 end
 
 local function statusEvent(base, runId, maxLen, fields)
@@ -146,10 +161,12 @@ local function finishRun(base, runId, status, fields, endData, now, maxActive, g
   redis.call('PEXPIRE', rk .. ':steps', retention)
 end
 
--- Checks that the caller still holds the run's lease: same fence, still running.
+-- Checks that the caller still holds the run's lease: same fence, still running, not handed over.
 local function fenced(rk, fence)
-  local cur = redis.call('HMGET', rk, 'fence', 'status')
-  return cur[1] == fence and cur[2] == 'running'
+  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner')
+  -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
+  -- the next claim, but the holder's right to write ended with the hand-over.
+  return cur[1] == fence and cur[2] == 'running' and cur[3] ~= ''
 end
 
 -- Cancels a run in any non-terminal state. A running run is asked to stop (its worker

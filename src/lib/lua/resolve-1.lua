@@ -1,6 +1,6 @@
 --[[ Resolve a blocked run's step: 'value' stores the operator's result as the step's
   result; 'rerun' forgets the start marker so the step runs again. Either way the run
-  is admitted again (it still owns its session).
+  is admitted again (it still owns its session), to continue the attempt it was in.
   KEYS[1] run record
   ARGV[1] scope base  ARGV[2] runId  ARGV[3] step key  ARGV[4] value | rerun
   ARGV[5] value JSON  ARGV[6] events max len  ARGV[7] maxActive  ARGV[8] dispatch grace ms
@@ -15,6 +15,8 @@ local steps = rk .. ':steps'
 if ARGV[4] == 'value' then redis.call('HSET', steps, stepKey, ARGV[5]) end
 redis.call('HDEL', steps, stepKey .. '#started')
 redis.call('HDEL', rk, 'blocked')
+-- The next claim continues the interrupted attempt instead of counting a new one.
+redis.call('HSET', rk, 'resumed', 1)
 local out = {}
 statusEvent(base, runId, maxLen, { status = 'queued', resolved = { stepKey = stepKey, mode = ARGV[4] } })
 admit(base, runId, 'blocked', now, tonumber(ARGV[7]), tonumber(ARGV[8]), maxLen, out)

@@ -28,7 +28,7 @@ local fields = {}
 for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'createdAt', now, 'updatedAt', now,
   'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0, unpack(fields))
-redis.call('HINCRBY', base .. 'stats:' .. runtime, 'queued', 1)
+setStatus(base, runId, runtime, nil, 'queued', now)
 redis.call('ZADD', base .. 'runs', now, runId)
 redis.call('ZADD', sk .. ':runs', now, runId)
 if idemKey ~= '' then redis.call('SET', base .. 'idem:' .. idemKey, runId, 'PX', idemTtl) end
