@@ -3,6 +3,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { benchBaton, benchRawBullmq } from './e2e.ts';
+import { benchStreams, printStreams } from './streams.ts';
 import { benchTransitions } from './transitions.ts';
 import { spawnWorker } from './worker-process.ts';
 
@@ -37,6 +38,8 @@ async function main(): Promise<void> {
 
     console.log('\nRedis round trips and commands per transition');
     console.table(await benchTransitions(redisUrl));
+
+    printStreams(await benchStreams(redisUrl));
 
     // Scale-out: the API in this process, 1, 2 and 4 `baton worker` processes.
     const scale: Record<string, ReturnType<typeof fmt>> = { 'raw BullMQ (1 in-process worker)': fmt(raw) };
