@@ -1,0 +1,32 @@
+import { expect, it } from 'vitest';
+import { formatReport, runSoak } from '../bench/soak.ts';
+
+/**
+ * The shortened chaos soak (`npm run soak` runs the long one): real `baton api` and
+ * `baton worker` processes SIGKILLed and restarted, redis-server SIGKILLed and restarted
+ * (append-only, fsync always), while sessions in two scopes submit, stream and poll runs.
+ * Every figure is printed; only the checks are asserted.
+ */
+it('under worker, API and Redis kills no accepted run is lost or duplicated, no side effect repeats, no history or stream is corrupted', async () => {
+  const report = await runSoak({
+    durationMs: 30_000,
+    scopes: 2,
+    sessionsPerScope: 2,
+    workers: 2,
+    apis: 2,
+    workerKillEveryMs: 6_000,
+    apiKillEveryMs: 8_000,
+    redisRestartEveryMs: 9_000,
+    settleTimeoutMs: 45_000,
+    log: (line) => console.log(line),
+  });
+  console.log(`chaos soak (shortened)\n${formatReport(report)}`);
+  expect(report.violations).toEqual([]);
+  expect(report.workerKills).toBeGreaterThan(0);
+  expect(report.apiKills).toBeGreaterThan(0);
+  expect(report.redisRestarts).toBeGreaterThan(0);
+  expect(report.runs).toBeGreaterThan(10);
+  expect(report.succeeded).toBe(report.runs);
+  expect(report.streamsChecked).toBeGreaterThan(0);
+}, 240_000);
+
