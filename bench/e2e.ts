@@ -1,9 +1,13 @@
 import { randomBytes } from 'node:crypto';
+import { Agent, request } from 'node:http';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
 import { ApiKeyStore } from '../src/lib/api-keys.ts';
 import { loadConfig } from '../src/lib/config.ts';
+import { Dispatcher } from '../src/lib/dispatcher.ts';
+import { createRedis } from '../src/lib/redis.ts';
+import { RunStore } from '../src/lib/run-store.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
@@ -42,7 +46,15 @@ export async function benchRawBullmq(redisUrl: string, n: number, concurrency: n
  * → finish with history commit → terminal status, with `workers` worker instances.
  */
 export async function benchBaton(
-  redisUrl: string, n: number, concurrency: number, opts: { workers?: number; spawnWorkers?: (env: Record<string, string>) => Promise<() => Promise<void>> } = {},
+  redisUrl: string,
+  n: number,
+  concurrency: number,
+  opts: {
+    workers?: number;
+    spawnWorkers?: (env: Record<string, string>) => Promise<() => Promise<void>>;
+    /** false: submit through RunStore in this process (the engine without the HTTP layer). */
+    viaHttp?: boolean;
+  } = {},
 ): Promise<Throughput> {
   const prefix = `bench${randomBytes(4).toString('hex')}`;
   const env = {
@@ -66,15 +78,23 @@ export async function benchBaton(
   const statsKey = createKeys(prefix).scope('bench').stats('bench');
   const before = await totalCommands(admin);
   const t0 = performance.now();
-  await inParallel(n, 50, async (i) => {
-    const res = await fetch(`${api.url}/v1/scopes/bench/runs`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-      body: JSON.stringify({ sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench' }),
+  if (opts.viaHttp === false) {
+    const conn = createRedis({ url: redisUrl, name: 'bench-store', blocking: true });
+    const dispatcher = new Dispatcher(conn, createKeys(prefix));
+    const store = new RunStore(conn, createKeys(prefix), config, dispatcher);
+    await inParallel(n, 50, async (i) => {
+      await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
     });
-    if (res.status !== 202) throw new Error(`submit answered ${res.status}: ${await res.text()}`);
-    await res.arrayBuffer();
-  });
+    await dispatcher.close();
+    await conn.quit();
+  } else {
+    const post = httpPoster(`${api.url}/v1/scopes/bench/runs`, { authorization: `Bearer ${key}` });
+    await inParallel(n, 50, async (i) => {
+      const { status, body } = await post({ sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench' });
+      if (status !== 202) throw new Error(`submit answered ${status}: ${body}`);
+    });
+    post.close();
+  }
   for (;;) {
     const done = Number((await admin.hget(statsKey, 'succeeded')) ?? 0);
     if (done >= n) break;
@@ -86,6 +106,35 @@ export async function benchBaton(
   await api.close();
   await admin.quit();
   return { runs: n, seconds, runsPerSec: n / seconds, commandsPerRun: commands / n };
+}
+
+/**
+ * The load generator shares the machine with what it measures, so it uses the cheapest
+ * client there is (node:http with keep-alive): fetch costs about half a millisecond of CPU
+ * more per request, which would be charged to Baton.
+ */
+function httpPoster(url: string, headers: Record<string, string>) {
+  const u = new URL(url);
+  const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  const post = (payload: unknown) =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const body = JSON.stringify(payload);
+      const req = request(
+        {
+          host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
+          headers: { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c) => { text += c; });
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  return Object.assign(post, { close: () => agent.destroy() });
 }
 
 async function inParallel(n: number, width: number, fn: (i: number) => Promise<void>): Promise<void> {

@@ -29,11 +29,14 @@ async function main(): Promise<void> {
   try {
     const raw = await benchRawBullmq(redisUrl, n, concurrency);
     const baton = await benchBaton(redisUrl, n, concurrency);
+    const engine = await benchBaton(redisUrl, n, concurrency, { viaHttp: false });
     console.log('\nend to end (one process, one worker)');
     console.table({
       'raw BullMQ (add + no-op process)': fmt(raw),
+      'Baton engine (RunStore.submit → echo → succeeded, no HTTP)': fmt(engine),
       'Baton (HTTP submit → echo → succeeded)': fmt(baton),
     });
+    console.log(`Baton engine / raw BullMQ: throughput ${(engine.runsPerSec / raw.runsPerSec).toFixed(2)}x`);
     console.log(`Baton / raw BullMQ: throughput ${(baton.runsPerSec / raw.runsPerSec).toFixed(2)}x, Redis commands per run ${(baton.commandsPerRun / raw.commandsPerRun).toFixed(2)}x`);
 
     console.log('\nRedis round trips and commands per transition');

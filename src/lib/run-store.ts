@@ -43,6 +43,8 @@ const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
  * slot, followed by the BullMQ dispatch it asked for (the outbox step).
  */
 export class RunStore {
+  private readonly knownScopes = new Set<string>();
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
@@ -66,8 +68,12 @@ export class RunStore {
     if (req.idempotencyKey !== undefined) fields.push('idempotencyKey', req.idempotencyKey);
     // Without it, the first claim replaces the deployment default with the agent's own (claim-1.lua).
     if (req.maxAttempts !== undefined) fields.push('maxAttemptsSet', 1);
-    // The scope list is the sweeper's work list; adding a scope that ends up with no run is harmless.
-    await this.redis.sadd(this.keys.scopes, req.scope);
+    // The scope list is the sweeper's work list; adding a scope that ends up with no run is
+    // harmless. Once per scope and process: the set only ever grows.
+    if (!this.knownScopes.has(req.scope)) {
+      await this.redis.sadd(this.keys.scopes, req.scope);
+      this.knownScopes.add(req.scope);
+    }
     const reply = await runScript(this.redis, 'submit', [sk.run(runId)], [
       sk.base, runId, req.sessionId, req.runtime, this.config.MAX_ACTIVE_PER_SCOPE,
       this.config.DISPATCH_GRACE_MS, this.config.EVENTS_MAX_LEN, req.idempotencyKey ?? '',
@@ -82,8 +88,9 @@ export class RunStore {
     }
     await this.dispatcher.dispatch(req.scope, String(reply[3]));
     const id = String(reply[1]);
-    const run = await this.get(req.scope, id);
-    if (!run) throw new Error(`run ${id} vanished right after submit`);
+    // An idempotent repeat whose run has passed its retention returns no record.
+    const run = parseRunRecord(reply[4] as string[]);
+    if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
     const created = Number(reply[2]) === 1;
     if (created) this.events.submitted?.(run);
     return { run, created };

@@ -7,7 +7,7 @@
   ARGV[8] idempotency key ('' = none)  ARGV[9] idempotency ttl ms
   ARGV[10] multitask: enqueue | reject | interrupt   ARGV[11] cancel channel
   ARGV[12] retention ms   ARGV[13..] record fields, name/value pairs
-  Returns: {0, runId, created 1|0, dispatches JSON} | {-5} SESSION_BUSY | {-6} DRAINING ]]
+  Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING ]]
 --@include lib
 local base, runId, sessionId, runtime = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local maxActive, graceMs, maxLen = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -16,7 +16,7 @@ local now = nowMs()
 
 if idemKey ~= '' then
   local existing = redis.call('GET', base .. 'idem:' .. idemKey)
-  if existing then return { 0, existing, 0, '[]' } end
+  if existing then return { 0, existing, 0, '[]', redis.call('HGETALL', base .. 'run:' .. existing) } end
 end
 if redis.call('EXISTS', base .. 'drain:' .. runtime) == 1 then return { -6 } end
 
@@ -46,4 +46,5 @@ else
   redis.call('RPUSH', sk .. ':queue', runId)
 end
 flushPublished(base)
-return { 0, runId, 1, cjson.encode(out) }
+-- The record comes back with the reply, so the API answers without reading it again.
+return { 0, runId, 1, cjson.encode(out), redis.call('HGETALL', KEYS[1]) }
