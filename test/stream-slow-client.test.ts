@@ -5,9 +5,9 @@ import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/h
 import { expectExactly, fullLog, type Seen } from './helpers/stream-check.ts';
 
 const CHUNK = 'x'.repeat(4096);
-const CHUNKS = 2000;
+const CHUNKS = 8000;
 
-/** 8 MiB of answer in 4 KiB tokens: far more than socket buffers hold for a reader that stalls. */
+/** 32 MiB of answer in 4 KiB tokens: far more than loopback socket buffers (which grow to several MiB) and the client library hold for a reader that stalls. */
 const firehose = defineAgent({
   name: 'firehose',
   async run(ctx) {

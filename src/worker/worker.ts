@@ -52,6 +52,15 @@ export interface WorkerHandle {
  * set out of reach: a stalled job is re-delivered and the claim turns it into a recovery,
  * and should BullMQ ever fail a job the sweeper re-dispatches the run from its record.
  */
+/** After the hand-over, how long BullMQ may take to let go of its jobs before it is forced. */
+const FORCE_CLOSE_AFTER_HANDOVER_MS = 5_000;
+
+function raceTimeout<T>(p: Promise<T>, ms: number): Promise<T | 'timeout'> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(() => resolve('timeout'), ms); });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
 export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   const { config: c } = o;
   const runtime = c.RUNTIME;
@@ -136,7 +145,14 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
         const handover = setTimeout(() => leases.abortAll('shutdown'), c.SHUTDOWN_GRACE_MS);
         await presence.stop();
         await sweeper.stop();
-        await drained;
+        // Shutdown is bounded: runs were handed over at the grace deadline, so if BullMQ still
+        // waits after that (a job whose completion is stuck behind a Redis reconnect), force
+        // it. Nothing is lost: the run record, not the BullMQ job, says what is left to do.
+        const forceAt = c.SHUTDOWN_GRACE_MS + FORCE_CLOSE_AFTER_HANDOVER_MS;
+        if ((await raceTimeout(drained, forceAt)) === 'timeout') {
+          log.warn({ afterMs: forceAt }, 'bullmq worker did not close in time; forcing it');
+          await raceTimeout(worker.close(true), FORCE_CLOSE_AFTER_HANDOVER_MS);
+        }
         clearTimeout(handover);
         leases.stop();
         await dispatcher.close();
