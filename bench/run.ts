@@ -1,8 +1,6 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { startLocalRedis } from '../src/cli/local-redis.ts';
+import { cpus } from 'node:os';
 import { benchBaton, benchRawBullmq } from './e2e.ts';
+import { withBenchRedis } from './redis-stats.ts';
 import { benchStreams, printStreams } from './streams.ts';
 import { benchTransitions } from './transitions.ts';
 import { spawnWorker } from './worker-process.ts';
@@ -15,51 +13,37 @@ import { spawnWorker } from './worker-process.ts';
 const n = Number(process.env.BENCH_RUNS ?? 2000);
 const concurrency = 50;
 
-async function main(): Promise<void> {
-  let redisUrl = process.env.REDIS_URL;
-  let dir: string | undefined;
-  let stop: (() => Promise<void>) | undefined;
-  if (!redisUrl) {
-    dir = mkdtempSync(join(tmpdir(), 'baton-bench-'));
-    const local = await startLocalRedis(dir, ['--appendonly', 'no']);
-    redisUrl = local.url;
-    stop = local.stop;
-  }
+async function main(redisUrl: string): Promise<void> {
   console.log(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}), node ${process.version}; ${n} runs, worker concurrency ${concurrency}`);
-  try {
-    const raw = await benchRawBullmq(redisUrl, n, concurrency);
-    const baton = await benchBaton(redisUrl, n, concurrency);
-    const engine = await benchBaton(redisUrl, n, concurrency, { viaHttp: false });
-    console.log('\nend to end (one process, one worker)');
-    console.table({
-      'raw BullMQ (add + no-op process)': fmt(raw),
-      'Baton engine (RunStore.submit → echo → succeeded, no HTTP)': fmt(engine),
-      'Baton (HTTP submit → echo → succeeded)': fmt(baton),
-    });
-    console.log(`Baton engine / raw BullMQ: throughput ${(engine.runsPerSec / raw.runsPerSec).toFixed(2)}x`);
-    console.log(`Baton / raw BullMQ: throughput ${(baton.runsPerSec / raw.runsPerSec).toFixed(2)}x, Redis commands per run ${(baton.commandsPerRun / raw.commandsPerRun).toFixed(2)}x`);
+  const raw = await benchRawBullmq(redisUrl, n, concurrency);
+  const baton = await benchBaton(redisUrl, n, concurrency);
+  const engine = await benchBaton(redisUrl, n, concurrency, { viaHttp: false });
+  console.log('\nend to end (one process, one worker)');
+  console.table({
+    'raw BullMQ (add + no-op process)': fmt(raw),
+    'Baton engine (RunStore.submit → echo → succeeded, no HTTP)': fmt(engine),
+    'Baton (HTTP submit → echo → succeeded)': fmt(baton),
+  });
+  console.log(`Baton engine / raw BullMQ: throughput ${(engine.runsPerSec / raw.runsPerSec).toFixed(2)}x`);
+  console.log(`Baton / raw BullMQ: throughput ${(baton.runsPerSec / raw.runsPerSec).toFixed(2)}x, Redis commands per run ${(baton.commandsPerRun / raw.commandsPerRun).toFixed(2)}x`);
 
-    console.log('\nRedis round trips and commands per transition');
-    console.table(await benchTransitions(redisUrl));
+  console.log('\nRedis round trips and commands per transition');
+  console.table(await benchTransitions(redisUrl));
 
-    printStreams(await benchStreams(redisUrl));
+  printStreams(await benchStreams(redisUrl));
 
-    // Scale-out: the API in this process, 1, 2 and 4 `baton worker` processes.
-    const scale: Record<string, ReturnType<typeof fmt>> = { 'raw BullMQ (1 in-process worker)': fmt(raw) };
-    for (const workers of [1, 2, 4]) {
-      const t = await benchBaton(redisUrl, n, concurrency, { workers, spawnWorkers: spawnWorker });
-      scale[`Baton, ${workers} worker process${workers > 1 ? 'es' : ''}`] = fmt(t);
-    }
-    console.log(`\nscale-out (${cpus().length} cores: more processes than cores only adds contention)`);
-    console.table(scale);
-  } finally {
-    await stop?.();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+  // Scale-out: the API in this process, 1, 2 and 4 `baton worker` processes.
+  const scale: Record<string, ReturnType<typeof fmt>> = { 'raw BullMQ (1 in-process worker)': fmt(raw) };
+  for (const workers of [1, 2, 4]) {
+    const t = await benchBaton(redisUrl, n, concurrency, { workers, spawnWorkers: spawnWorker });
+    scale[`Baton, ${workers} worker process${workers > 1 ? 'es' : ''}`] = fmt(t);
   }
+  console.log(`\nscale-out (${cpus().length} cores: more processes than cores only adds contention)`);
+  console.table(scale);
 }
 
 function fmt(t: { runsPerSec: number; commandsPerRun: number; seconds: number }) {
   return { 'runs/s': Math.round(t.runsPerSec), 'redis cmds/run': Number(t.commandsPerRun.toFixed(1)), seconds: Number(t.seconds.toFixed(2)) };
 }
 
-await main();
+await withBenchRedis(main);

@@ -1,11 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { cpus } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
-import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { defineAgent, type Agent } from '../src/lib/agent.ts';
 import { ApiKeyStore } from '../src/lib/api-keys.ts';
 import { BatonClient } from '../src/lib/client.ts';
@@ -13,7 +10,7 @@ import { loadConfig } from '../src/lib/config.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { startWorker } from '../src/worker/worker.ts';
-import { percentile } from './redis-stats.ts';
+import { percentile, withBenchRedis } from './redis-stats.ts';
 
 /**
  * Streams, end to end, next to raw Redis pub/sub measured in the same run:
@@ -195,22 +192,8 @@ export function printStreams(r: StreamBench): void {
 }
 
 async function main(): Promise<void> {
-  let redisUrl = process.env.REDIS_URL;
-  let dir: string | undefined;
-  let stop: (() => Promise<void>) | undefined;
-  if (!redisUrl) {
-    dir = mkdtempSync(join(tmpdir(), 'baton-bench-'));
-    const local = await startLocalRedis(dir, ['--appendonly', 'no']);
-    redisUrl = local.url;
-    stop = local.stop;
-  }
   console.log(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}), node ${process.version}`);
-  try {
-    printStreams(await benchStreams(redisUrl));
-  } finally {
-    await stop?.();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  }
+  await withBenchRedis(async (redisUrl) => printStreams(await benchStreams(redisUrl)));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main();

@@ -1,10 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
-import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { defineAgent, type RunContext } from '../src/lib/agent.ts';
 import { loadConfig } from '../src/lib/config.ts';
 import { Dispatcher } from '../src/lib/dispatcher.ts';
@@ -14,7 +10,7 @@ import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { RunExecutor } from '../src/lib/run-executor.ts';
 import { RunStore } from '../src/lib/run-store.ts';
-import { totalCommands } from './redis-stats.ts';
+import { totalCommands, withBenchRedis } from './redis-stats.ts';
 
 /**
  * Redis round trips per run transition, measured on the real code path: a RunExecutor runs
@@ -168,22 +164,10 @@ async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  let redisUrl = process.env.REDIS_URL;
-  let stop: (() => Promise<void>) | undefined;
-  let dir: string | undefined;
-  if (!redisUrl) {
-    dir = mkdtempSync(join(tmpdir(), 'baton-bench-'));
-    const local = await startLocalRedis(dir, ['--appendonly', 'no']);
-    redisUrl = local.url;
-    stop = local.stop;
-  }
-  try {
+  await withBenchRedis(async (redisUrl) => {
     console.log(`Redis round trips per transition (average of ${SAMPLES} runs)`);
     console.table(await benchTransitions(redisUrl));
-  } finally {
-    await stop?.();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main();
