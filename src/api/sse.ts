@@ -1,18 +1,9 @@
 import { once } from 'node:events';
 import type { Request, Response } from 'express';
-import type { Redis } from 'ioredis';
-import type { EventHub } from '../lib/event-hub.ts';
-import { EventFollower } from '../lib/event-follower.ts';
+import { EventFollower, type FollowTarget } from '../lib/event-follower.ts';
 import type { RunEvent } from '../lib/event-log.ts';
-import type { Keys } from '../lib/keys.ts';
 
-export interface SseOptions {
-  redis: Redis;
-  keys: Keys;
-  hub: EventHub;
-  scope: string;
-  runId: string;
-  afterId: string;
+export interface SseOptions extends FollowTarget {
   keepAliveMs: number;
   /** Suggested reconnect delay sent as `retry:`. */
   retryMs: number;
@@ -54,7 +45,7 @@ export async function serveEvents(req: Request, res: Response, o: SseOptions): P
   };
 
   const follower = new EventFollower({
-    redis: o.redis, keys: o.keys, hub: o.hub, scope: o.scope, runId: o.runId, afterId: o.afterId,
+    ...o,
     deliver(events: RunEvent[]) {
       if (closed) return;
       // Still more than the limit unsent when the next batch comes: the reader is not keeping

@@ -5,7 +5,8 @@ import type { Keys } from './keys.ts';
 
 const PAGE = 500;
 
-export interface FollowOptions {
+/** Which run's log to follow, from where, through which connections. */
+export interface FollowTarget {
   redis: Redis;
   keys: Keys;
   hub: EventHub;
@@ -13,6 +14,9 @@ export interface FollowOptions {
   runId: string;
   /** Deliver events after this id ('0' = from the start). */
   afterId: string;
+}
+
+export interface FollowOptions extends FollowTarget {
   /** Receives each event exactly once, in log order. */
   deliver(events: RunEvent[]): void;
   /** Awaited between pages of a log read, so a replay waits for a slow reader instead of piling up. */
