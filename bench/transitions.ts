@@ -19,8 +19,8 @@ import { totalCommands, withBenchRedis } from './redis-stats.ts';
  * `commands` adds what Redis executed for it, scripts' inner calls included (INFO
  * commandstats deltas, so run this against a Redis nothing else is using).
  *
- * - claim: from the delivery to the agent's first line (claim script, then the session
- *   history the agent sees)
+ * - claim: from the delivery to the agent's first line (the claim script, which also returns
+ *   the session history the agent sees)
  * - step: one idempotent memoized step that misses (its result write)
  * - step (non-idempotent): start marker, then result
  * - finish: from the agent's return to the terminal status (finish script with the history commit)

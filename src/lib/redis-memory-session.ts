@@ -16,12 +16,15 @@ export class RedisMemorySession implements MemorySession {
     private readonly redis: Redis,
     private readonly key: string,
     window?: SlidingWindowOptions,
+    /** The list as already read (by the claim); the first load uses it instead of reading again. */
+    private preloaded?: string[],
   ) {
     if (window) this.assemble = async () => slidingWindow(await this.load(), window);
   }
 
   async load(): Promise<HistoryMessage[]> {
-    const raw = await this.redis.lrange(this.key, 0, -1);
+    const raw = this.preloaded ?? (await this.redis.lrange(this.key, 0, -1));
+    this.preloaded = undefined;
     return raw.map((m) => JSON.parse(m) as HistoryMessage);
   }
 

@@ -44,6 +44,8 @@ interface Claimed {
   fence: number;
   recovered: boolean;
   steps: Record<string, string>;
+  /** The built-in store's session history as the claim read it (JSON messages). */
+  history: string[];
 }
 
 /**
@@ -95,10 +97,11 @@ export class RunExecutor {
       fence: Number(reply[1]),
       recovered: Number(reply[3]) === 1,
       steps: flatToObject(reply[5] as string[]),
+      history: reply[6] as string[],
     });
   }
 
-  private async runClaimed({ run, fence, recovered, steps }: Claimed): Promise<Outcome> {
+  private async runClaimed({ run, fence, recovered, steps, history: claimedHistory }: Claimed): Promise<Outcome> {
     const { redis, keys, config: c } = this.d;
     const sk = keys.scope(run.scope);
     const runKey = sk.run(run.id);
@@ -126,7 +129,7 @@ export class RunExecutor {
       // A store that cannot be opened or read fails the attempt like the agent would (classified, maybe retried).
       let history: HistoryMessage[];
       try {
-        close.memory = await RunMemory.open(agent, run, redis, keys);
+        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory);
         history = await close.memory.history();
       } catch (err) {
         return await close.failure(err, controller.signal);

@@ -18,11 +18,12 @@ export class RunMemory {
     private readonly committedByFinish: boolean,
   ) {}
 
-  static async open(agent: Agent, run: RunRecord, redis: Redis, keys: Keys): Promise<RunMemory> {
+  /** `claimed`: the built-in store's history as the claim script read it, so it is not read twice. */
+  static async open(agent: Agent, run: RunRecord, redis: Redis, keys: Keys, claimed?: string[]): Promise<RunMemory> {
     const option = agent.memory;
     if (isBuiltinMemory(option)) {
       const key = keys.scope(run.scope).messages(run.sessionId);
-      return new RunMemory(new RedisMemorySession(redis, key, option?.window), run, true);
+      return new RunMemory(new RedisMemorySession(redis, key, option?.window, claimed), run, true);
     }
     const store = await option({ scope: run.scope, sessionId: run.sessionId, runtime: run.runtime, agent: agent.name });
     if (typeof store?.load !== 'function' || typeof store.save !== 'function') {

@@ -37,6 +37,15 @@ export interface RuntimeInfo {
   lastSeenAt: number;
 }
 
+/**
+ * A submit reuses "a live worker offers this agent" for 1 s instead of reading the registry
+ * on every request (two commands saved on the hot path). Only the positive answer is kept:
+ * if the worker died within that second the run queues, as it would have a second earlier;
+ * a refusal or a warning is always decided on fresh data, so a worker that just started is
+ * seen at once.
+ */
+const OFFERED_CACHE_MS = 1_000;
+
 /** A runtime none of whose workers beat for a day is dropped from the list. */
 const FORGET_RUNTIME_AFTER_MS = 24 * 3600_000;
 
@@ -60,6 +69,9 @@ function parseRegistrations(raw: Record<string, string>): WorkerRegistration[] {
 
 /** The API's read side of the registry. */
 export class WorkerRegistry {
+  /** runtime + agent -> local time until which "a live worker offers it" is taken as known. */
+  private readonly offered = new Map<string, number>();
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
@@ -96,11 +108,16 @@ export class WorkerRegistry {
    * because runs queue until a worker of the runtime starts (a deploy, a scale-up).
    */
   async admissionWarnings(runtime: string, agent: string): Promise<string[]> {
+    const cacheKey = `${runtime}\n${agent}`;
+    if ((this.offered.get(cacheKey) ?? 0) > Date.now()) return [];
     const live = await this.liveWorkers(runtime);
     if (live.length === 0) {
       return [`no live worker serves runtime "${runtime}"; the run stays queued until one starts`];
     }
-    if (live.some((w) => w.agents.includes(agent))) return [];
+    if (live.some((w) => w.agents.includes(agent))) {
+      this.offered.set(cacheKey, Date.now() + OFFERED_CACHE_MS);
+      return [];
+    }
     const offered = [...new Set(live.flatMap((w) => w.agents))].sort();
     throw new BatonError('UNKNOWN_AGENT', undefined, [
       { path: 'body.agent', message: `runtime "${runtime}" offers ${offered.map((a) => `"${a}"`).join(', ')}` },

@@ -5,7 +5,7 @@
   ARGV[5] events max len  ARGV[6] maxActive  ARGV[7] dispatch grace ms  ARGV[8] retention ms
   ARGV[9] this worker's agent defaults JSON {agentName: maxAttempts} ('' = none): the first
           claim of a run whose submit gave no maxAttempts takes its agent's default
-  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat)}
+  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (list)}
          | {1, dispatches JSON}      cancel was requested while no worker held it: cancelled now
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
@@ -87,4 +87,7 @@ else
   statusEvent(base, runId, maxLen, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
 end
 flushPublished(base)
-return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), redis.call('HGETALL', rk .. ':steps') }
+-- The built-in store's history comes with the claim: an agent starts after one round trip.
+local history = base .. 'session:' .. redis.call('HGET', rk, 'sessionId') .. ':messages'
+return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), redis.call('HGETALL', rk .. ':steps'),
+  redis.call('LRANGE', history, 0, -1) }
