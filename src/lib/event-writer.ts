@@ -27,10 +27,13 @@ const RETRY_MAX_MS = 2_000;
 /**
  * Writes a run's events through the fenced `append` script.
  *
- * Token deltas are coalesced: consecutive tokens become one `token` event, written after
- * `flushMs` or once `flushTokens` tokens are queued, whichever comes first, so a fast model
- * costs tens of round trips per second instead of one per token. Tokens that arrive while a
- * write is in flight join the next batch. emit() never waits on Redis.
+ * Token deltas are coalesced: consecutive tokens become one `token` event, and token writes
+ * start at most once per `flushMs` (sooner once `flushTokens` tokens are queued), so a fast
+ * model costs tens of round trips per second instead of one per token. The window is
+ * leading-edge: a token that arrives after `flushMs` of quiet is written at once, and in a
+ * steady stream a token waits for the rest of the current window only (half of it on
+ * average), not a whole window. Tokens that arrive while a write is in flight join the next
+ * batch. emit() never waits on Redis.
  *
  * Writes are serialized (one in flight), so the stream keeps emit order. Each batch has a
  * number; a batch whose write failed is retried as is, with the same number, and the
@@ -40,8 +43,8 @@ const RETRY_MAX_MS = 2_000;
 export class EventWriter {
   private queue: Pending[] = [];
   private tokensQueued = 0;
-  /** When the oldest queued token arrived: flushMs counts from there, also across a write. */
-  private oldestAt = 0;
+  /** When the last write of new events started: the next token write waits until flushMs after it. */
+  private lastWriteAt = 0;
   /** A non-token event is queued: write without waiting for the timer. */
   private urgent = false;
   private unacked: Batch | undefined;
@@ -59,7 +62,6 @@ export class EventWriter {
   token(text: string): void {
     if (this.lost || this.closed || text === '') return;
     const last = this.queue[this.queue.length - 1];
-    if (this.queue.length === 0) this.oldestAt = Date.now();
     if (last && last.text !== undefined) last.text += text;
     else this.queue.push({ type: 'token', data: '', text });
     this.tokensQueued++;
@@ -96,7 +98,8 @@ export class EventWriter {
   /** Decides when the background write happens: now, after flushMs, or after the write in flight. */
   private schedule(): void {
     if (this.writing || this.closed || this.lost) return;
-    if (this.unacked || this.urgent || this.tokensQueued >= this.o.flushTokens) {
+    const windowLeft = this.lastWriteAt + this.o.flushMs - Date.now();
+    if (this.unacked || this.urgent || this.tokensQueued >= this.o.flushTokens || (this.queue.length > 0 && windowLeft <= 0)) {
       this.clearTimer();
       void this.writeOne().then(() => this.schedule(), () => this.retryLater());
     } else if (this.queue.length > 0) {
@@ -104,7 +107,7 @@ export class EventWriter {
         this.timer = undefined;
         this.urgent = true;
         this.schedule();
-      }, Math.max(0, this.oldestAt + this.o.flushMs - Date.now()));
+      }, windowLeft);
     }
   }
 
@@ -135,6 +138,7 @@ export class EventWriter {
 
   /** One append round trip: the unacknowledged batch if there is one, else what is queued. */
   private writeOne(): Promise<void> {
+    if (!this.unacked) this.lastWriteAt = Date.now();
     const batch = this.unacked ?? this.takeBatch();
     this.unacked = batch;
     this.writing = (async () => {
