@@ -110,7 +110,9 @@ export class RunStore {
     ]);
     if (Number(reply[0]) < 0) throw new BatonError('RUN_NOT_FOUND');
     await this.dispatcher.dispatch(scope, String(reply[1]));
-    const run = await this.get(scope, runId);
+    // The state the cancel produced, not a later read: a running run answers `running` with
+    // cancelRequested, even when its worker stops it before this answer is sent.
+    const run = parseRunRecord(reply[2] as string[]);
     if (!run) throw new BatonError('RUN_NOT_FOUND');
     if (Number(reply[0]) === 1) this.events.cancelled?.(run);
     return run;
