@@ -4,7 +4,6 @@ import type { Keys } from './keys.ts';
 /** One event of a run's log: the Redis Stream entry id, its type and its JSON data (as text). */
 export interface RunEvent { id: string; type: string; data: string }
 
-export const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 
 /** Orders two stream ids (`<ms>-<seq>`): negative when a < b. */
 export function compareIds(a: string, b: string): number {

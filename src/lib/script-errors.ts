@@ -6,7 +6,6 @@ export const SCRIPT_CODES = {
   [-4]: 'LEASE_HELD',
   [-5]: 'SESSION_BUSY',
   [-6]: 'DRAINING',
-  [-7]: 'BAD_STATE',
   [-8]: 'STEP_NOT_BLOCKED',
 } as const;
 

@@ -8,7 +8,7 @@
 
   Error codes (mapped in src/lib/script-errors.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
-    -6 DRAINING   -7 BAD_STATE   -8 STEP_NOT_BLOCKED ]]
+    -6 DRAINING   -8 STEP_NOT_BLOCKED ]]
 
 local TERMINAL = { succeeded = true, failed = true, cancelled = true }
 local HOLDS_SLOT = { dispatched = true, running = true, retrying = true }
