@@ -1,4 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { EventFollower } from '../src/lib/event-follower.ts';
+import { EventHub } from '../src/lib/event-hub.ts';
+import { createLogger } from '../src/lib/logger.ts';
+import { createRedis } from '../src/lib/redis.ts';
+import { track } from './helpers/resources.ts';
 import { defineAgent } from '../src/lib/agent.ts';
 import { SseParser, type SseMessage } from '../src/lib/sse-parser.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
@@ -110,5 +115,26 @@ describe('slow readers and idle streams', () => {
     expect(now.events.at(-1)!.event).toBe('end');
     await waitFor(async () => (await c.sse(`/runs/${sub.body.id}/events`)).status === 404, 15_000, 'the stream to expire');
     expect((await c.get(`/runs/${sub.body.id}`)).status).toBe(404);
+  });
+});
+
+describe('an expired log', () => {
+  it('a reader whose log is gone by the time it reads is finished, not kept open waiting for an end that never comes', async () => {
+    const redis = createRedis({ url: h.redisUrl, name: 'test-expired' });
+    const sub = createRedis({ url: h.redisUrl, name: 'test-expired-sub', blocking: true });
+    track(redis, () => redis.quit());
+    track(sub, () => sub.quit());
+    const hub = new EventHub(sub, createLogger('silent'));
+    const delivered: unknown[] = [];
+    let ended = false;
+    const follower = new EventFollower({
+      redis, keys: h.keys, hub, scope: 'acme', runId: 'gone-run', afterId: '1-0',
+      deliver: (events) => delivered.push(...events),
+      onEnd: () => { ended = true; },
+      onError: (err) => { throw err; },
+    });
+    await follower.start();
+    expect(ended).toBe(true);
+    expect(delivered).toEqual([]);
   });
 });

@@ -21,7 +21,7 @@ export interface FollowOptions extends FollowTarget {
   deliver(events: RunEvent[]): void;
   /** Awaited between pages of a log read, so a replay waits for a slow reader instead of piling up. */
   writable?(): Promise<void>;
-  /** The `end` event was delivered; the follower has stopped. */
+  /** The `end` event was delivered, or the log expired before it could be; the follower has stopped. */
   onEnd(): void;
   /** Reading the log failed (Redis unreachable); the follower has stopped. */
   onError(err: Error): void;
@@ -123,6 +123,15 @@ export class EventFollower {
     for (;;) {
       const page = await readEvents(this.o.redis, this.o.keys, this.o.scope, this.o.runId, this.lastId, PAGE);
       if (this.stopped) return;
+      // A log that expired (RETENTION_MS after the run ended) while a reader joined will never
+      // bring its `end`: finish the reader now instead of keeping it open forever; a reconnect
+      // then gets the 404 an expired run answers.
+      if (page.length === 0 && !(await this.o.redis.exists(this.o.keys.scope(this.o.scope).events(this.o.runId)))) {
+        if (this.stopped) return;
+        void this.stop();
+        this.o.onEnd();
+        return;
+      }
       this.deliver(page);
       if (page.length < PAGE || this.stopped) return;
       await this.o.writable?.();
