@@ -13,11 +13,19 @@ const CHUNK = 'x'.repeat(4096);
 const CHUNKS = 8000;
 
 /** 32 MiB of answer in 4 KiB tokens: far more than loopback socket buffers (which grow to several MiB) and the client library hold for a reader that stalls. */
+/**
+ * The firehose streams its first chunk, then waits until the test's reader has it: the test
+ * is about a reader that stalls mid-stream, not one that joins after megabytes are queued.
+ */
+let readerHasFirstChunk!: () => void;
+const firstChunkRead = new Promise<void>((resolve) => { readerHasFirstChunk = resolve; });
+
 const firehose = defineAgent({
   name: 'firehose',
   async run(ctx) {
     for (let i = 0; i < CHUNKS; i++) {
       ctx.emit(CHUNK);
+      if (i === 0) await firstChunkRead;
       if (i % 20 === 19) await new Promise((r) => setTimeout(r, 1));
     }
     return { answer: `${CHUNKS} chunks` };
@@ -76,6 +84,7 @@ describe('slow readers and idle streams', () => {
     // Read up to the first token, then stall while the run produces 8 MiB.
     const head = await first.drain((got) => got.some((m) => m.event === 'token'));
     expect(head.got.length).toBeGreaterThan(0);
+    readerHasFirstChunk();
     const run = await acme.waitStatus(runId, ['succeeded', 'failed']);
     expect(run.status).toBe('succeeded');
     // What the server managed to send before it gave up on us, then the connection's end.
