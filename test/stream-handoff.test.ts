@@ -3,7 +3,7 @@ import { EventFollower } from '../src/lib/event-follower.ts';
 import { EventHub } from '../src/lib/event-hub.ts';
 import type { RunEvent } from '../src/lib/event-log.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
 import { runScript } from '../src/lib/scripts.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
@@ -19,6 +19,20 @@ beforeAll(async () => {
   await h.startWorker();
   acme = await h.client(api.url, 'acme', 'client');
 });
+
+/** Follows a run's log from the start through `hub`, collecting what it delivers. */
+async function follow(redis: Redis, hub: EventHub, runId: string) {
+  const followed = { got: [] as Seen[], ended: false, follower: undefined as unknown as EventFollower };
+  followed.follower = new EventFollower({
+    redis, keys: h.keys, hub, scope: 'acme', runId, afterId: '0',
+    deliver: (events: RunEvent[]) =>
+      followed.got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data) }))),
+    onEnd: () => { followed.ended = true; },
+    onError: (err) => { throw err; },
+  });
+  await followed.follower.start();
+  return followed;
+}
 
 describe('replay → live hand-off', () => {
   it('readers joining at random moments while tokens flow get no gap and no duplicate (6 runs × 30 readers)', async () => {
@@ -78,19 +92,12 @@ describe('replay → live hand-off', () => {
     const content = words(600, 'kill');
     const submitted = await acme.submit('sub-kill', content, { metadata: { delayMs: 2 } });
     const runId = submitted.body.id as string;
-    const got: Seen[] = [];
-    let ended = false;
-    const follower = new EventFollower({
-      redis, keys: h.keys, hub, scope: 'acme', runId, afterId: '0',
-      deliver: (events: RunEvent[]) => got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data) }))),
-      onEnd: () => { ended = true; },
-      onError: (err) => { throw err; },
-    });
-    await follower.start();
+    const followed = await follow(redis, hub, runId);
+    const { got, follower } = followed;
     let kills = 0;
     for (const at of [20, 60]) {
-      await waitFor(() => got.length >= at || ended, 20_000, `${at} events`);
-      if (ended) break;
+      await waitFor(() => got.length >= at || followed.ended, 20_000, `${at} events`);
+      if (followed.ended) break;
       // A subscribed connection cannot run CLIENT ID: find it by its (unique) name.
       const list = (await redis.client('LIST')) as string;
       const line = list.split('\n').find((l) => l.includes(`name=baton:test-sub-${tag} `));
@@ -99,7 +106,7 @@ describe('replay → live hand-off', () => {
       await redis.client('KILL', 'ID', id);
       kills++;
     }
-    await waitFor(() => ended, 30_000, 'the end event');
+    await waitFor(() => followed.ended, 30_000, 'the end event');
     await follower.stop();
     expect(kills).toBeGreaterThan(0);
     expectExactly(got, await fullLog(h, 'acme', runId));
@@ -123,21 +130,14 @@ describe('replay → live hand-off', () => {
       runScript(h.redis, 'append', [sk.run(runId)], [sk.base, runId, 1, 1000, n, type, JSON.stringify(data)]);
     await append(1, 'token', { text: 'a' });
 
-    const got: Seen[] = [];
-    let ended = false;
-    const follower = new EventFollower({
-      redis, keys: h.keys, hub, scope: 'acme', runId, afterId: '0',
-      deliver: (events: RunEvent[]) => got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data) }))),
-      onEnd: () => { ended = true; },
-      onError: (err) => { throw err; },
-    });
-    await follower.start();
+    const followed = await follow(redis, hub, runId);
+    const { got } = followed;
     await waitFor(() => got.length === 1, 5_000, 'the replayed event');
     // An event lands in the log without its notification (as if the message was lost).
     await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
     await append(2, 'token', { text: 'c' });
     await append(3, 'end', { status: 'succeeded' });
-    await waitFor(() => ended, 5_000, 'the end event');
+    await waitFor(() => followed.ended, 5_000, 'the end event');
     expectExactly(got, await fullLog(h, 'acme', runId));
     expect(got.map((e) => (e.data as { text?: string }).text ?? e.type)).toEqual(['a', 'b', 'c', 'end']);
   });
