@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { defineAgent, type RunContext } from '../src/lib/agent.ts';
+import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { PermanentError, TransientError } from '../src/lib/errors.ts';
 import { createKeys } from '../src/lib/keys.ts';
 

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { createKeys } from '../src/lib/keys.ts';
-import { parseRunRecord, TERMINAL_STATUSES, type RunRecord, type SessionMessage } from '../src/lib/run-record.ts';
+import { parseRunRecord, TERMINAL_STATUSES, type RunRecord, type SessionMessage } from '../src/lib/engine/record.ts';
 import { expectedAnswer, soakKeys } from './soak-agent.ts';
 import type { StreamEvent } from './soak-client.ts';
 

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { createKeys } from '../src/lib/keys.ts';
-import type { SessionMessage } from '../src/lib/run-record.ts';
+import type { SessionMessage } from '../src/lib/engine/record.ts';
 import { startRestartableRedis, type RestartableRedis } from './restartable-redis.ts';
 import { SOAK_WORDS } from './soak-agent.ts';
 import { checkSoak, type AcceptedRun, type CheckStats, type SessionLog, type StreamLog } from './soak-check.ts';

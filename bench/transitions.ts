@@ -1,15 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
-import { defineAgent, type RunContext } from '../src/lib/agent.ts';
+import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { loadConfig } from '../src/lib/config.ts';
-import { Dispatcher } from '../src/lib/dispatcher.ts';
+import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createKeys } from '../src/lib/keys.ts';
-import { LeaseKeeper } from '../src/lib/lease-keeper.ts';
+import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
-import { RunExecutor } from '../src/lib/run-executor.ts';
-import { RunStore } from '../src/lib/run-store.ts';
+import { RunExecutor } from '../src/lib/engine/executor.ts';
+import { RunStore } from '../src/lib/engine/store.ts';
 import { totalCommands, withBenchRedis } from './redis-stats.ts';
 
 /**

@@ -3,19 +3,19 @@
  * that steer retries, and the typed HTTP client (what an application that submits runs
  * imports). Servers are started with the `baton` command, not from here.
  */
-export { defineAgent } from './lib/agent.ts';
+export { defineAgent } from './lib/sdk/agent.ts';
 export type {
   Agent, AgentResult, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions,
-} from './lib/agent.ts';
+} from './lib/sdk/agent.ts';
 export { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from './lib/errors.ts';
-export { redisMemory } from './lib/memory-session.ts';
+export { redisMemory } from './lib/sessions/memory-session.ts';
 export type {
   AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
-} from './lib/memory-session.ts';
-export { slidingWindow, withSlidingWindow } from './lib/sliding-window.ts';
+} from './lib/sessions/memory-session.ts';
+export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.ts';
 export { createChatAgent, type ChatSettings } from './lib/agents/chat.ts';
-export { BatonApiError, BatonClient, BatonStreamError } from './lib/client.ts';
+export { BatonApiError, BatonClient, BatonStreamError } from './lib/client/client.ts';
 export type {
   BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
   SessionMessage, StatusEventData, StreamOptions, SubmitRequest, TerminalStatus,
-} from './lib/client.ts';
+} from './lib/client/client.ts';

@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { hold, staleWriter } from './fixtures/engine-agents.ts';
-import { Dispatcher } from '../src/lib/dispatcher.ts';
-import { LeaseKeeper } from '../src/lib/lease-keeper.ts';
+import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
+import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
-import { RunExecutor } from '../src/lib/run-executor.ts';
-import { runScript } from '../src/lib/scripts.ts';
+import { RunExecutor } from '../src/lib/engine/executor.ts';
+import { runScript } from '../src/lib/engine/scripts.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fx, fxList, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { track } from './helpers/resources.ts';

@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { FIXTURE, fx, fxList, fxSet, runEvents, statuses } from './helpers/engine.ts';
 import { tokenText } from './helpers/http.ts';
-import { runScript } from '../src/lib/scripts.ts';
+import { runScript } from '../src/lib/engine/scripts.ts';
 import { track } from './helpers/resources.ts';
 
 /**

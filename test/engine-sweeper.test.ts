@@ -1,10 +1,10 @@
 import { Queue, Worker } from 'bullmq';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Dispatcher, jobId } from '../src/lib/dispatcher.ts';
+import { Dispatcher, jobId } from '../src/lib/engine/dispatcher.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis } from '../src/lib/redis.ts';
-import { runScript } from '../src/lib/scripts.ts';
-import { Sweeper } from '../src/lib/sweeper.ts';
+import { runScript } from '../src/lib/engine/scripts.ts';
+import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { runEvents, statuses } from './helpers/engine.ts';
 import { track } from './helpers/resources.ts';

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent, type Agent } from '../src/lib/agent.ts';
+import { defineAgent, type Agent } from '../src/lib/sdk/agent.ts';
 import { TransientError } from '../src/lib/errors.ts';
-import { redisMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from '../src/lib/memory-session.ts';
-import { RedisMemorySession } from '../src/lib/redis-memory-session.ts';
-import type { SessionMessage } from '../src/lib/run-record.ts';
-import { slidingWindow, withSlidingWindow } from '../src/lib/sliding-window.ts';
+import { redisMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from '../src/lib/sessions/memory-session.ts';
+import { RedisMemorySession } from '../src/lib/sessions/redis-store.ts';
+import type { SessionMessage } from '../src/lib/engine/record.ts';
+import { slidingWindow, withSlidingWindow } from '../src/lib/sessions/sliding-window.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { probe, seen } from './fixtures/session-agents.ts';
 

@@ -1,10 +1,10 @@
 import { Writable } from 'node:stream';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startApi, type ApiHandle } from '../src/api/server.ts';
-import type { Agent } from '../src/lib/agent.ts';
-import { checkReadiness } from '../src/lib/health.ts';
+import type { Agent } from '../src/lib/sdk/agent.ts';
+import { checkReadiness } from '../src/lib/ops/health.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { Metrics, OTHER } from '../src/lib/metrics.ts';
+import { Metrics, OTHER } from '../src/lib/ops/metrics.ts';
 import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
 import { startWorker, type WorkerHandle } from '../src/worker/worker.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';

@@ -1,6 +1,6 @@
 import { EventSource } from 'eventsource';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { BatonClient, type RunStreamEvent } from '../src/lib/client.ts';
+import { BatonClient, type RunStreamEvent } from '../src/lib/client/client.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { startSseProxy } from './helpers/sse-proxy.ts';
 import { expectExactly, fullLog, words, type Seen } from './helpers/stream-check.ts';

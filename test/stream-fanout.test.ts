@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { BatonClient, type RunStreamEvent } from '../src/lib/client.ts';
+import { BatonClient, type RunStreamEvent } from '../src/lib/client/client.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { fullLog, words } from './helpers/stream-check.ts';
 

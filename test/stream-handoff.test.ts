@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { EventFollower } from '../src/lib/event-follower.ts';
-import { EventHub } from '../src/lib/event-hub.ts';
-import type { RunEvent } from '../src/lib/event-log.ts';
+import { EventFollower } from '../src/lib/streams/follower.ts';
+import { EventHub } from '../src/lib/streams/hub.ts';
+import type { RunEvent } from '../src/lib/streams/log.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
-import { runScript } from '../src/lib/scripts.ts';
+import { runScript } from '../src/lib/engine/scripts.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';

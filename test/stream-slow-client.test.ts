@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { EventFollower } from '../src/lib/event-follower.ts';
-import { EventHub } from '../src/lib/event-hub.ts';
+import { EventFollower } from '../src/lib/streams/follower.ts';
+import { EventHub } from '../src/lib/streams/hub.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis } from '../src/lib/redis.ts';
 import { track } from './helpers/resources.ts';
-import { defineAgent } from '../src/lib/agent.ts';
-import { SseParser, type SseMessage } from '../src/lib/sse-parser.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { SseParser, type SseMessage } from '../src/lib/client/sse-parser.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { expectExactly, fullLog, type Seen } from './helpers/stream-check.ts';
 

@@ -1,10 +1,10 @@
 import { createServer, connect, type AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent } from '../src/lib/agent.ts';
-import { EventWriter } from '../src/lib/event-writer.ts';
-import { parseNotification } from '../src/lib/event-log.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { EventWriter } from '../src/lib/streams/writer.ts';
+import { parseNotification } from '../src/lib/streams/log.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
-import { runScript } from '../src/lib/scripts.ts';
+import { runScript } from '../src/lib/engine/scripts.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fullLog } from './helpers/stream-check.ts';

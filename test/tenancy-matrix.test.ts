@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Role } from '../src/lib/api-keys.ts';
+import type { Role } from '../src/lib/tenancy/api-keys.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { tenancyAgents } from './helpers/tenancy-agents.ts';

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent } from '../src/lib/agent.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 

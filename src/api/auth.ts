@@ -1,5 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/api-keys.ts';
+import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/tenancy/api-keys.ts';
 import { BatonError } from '../lib/errors.ts';
 import { authorizationHeader } from './schemas.ts';
 

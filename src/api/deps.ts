@@ -1,15 +1,15 @@
 import type { Redis } from 'ioredis';
-import type { RuntimeAdmin } from '../lib/admin.ts';
-import type { ApiKeyStore } from '../lib/api-keys.ts';
+import type { RuntimeAdmin } from '../lib/tenancy/admin.ts';
+import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
-import type { EventHub } from '../lib/event-hub.ts';
-import type { ReadinessCheck } from '../lib/health.ts';
+import type { EventHub } from '../lib/streams/hub.ts';
+import type { ReadinessCheck } from '../lib/ops/health.ts';
 import type { Keys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
-import type { Metrics } from '../lib/metrics.ts';
-import type { RunStore } from '../lib/run-store.ts';
-import type { SubmitRateLimiter } from '../lib/rate-limit.ts';
-import type { WorkerRegistry } from '../lib/worker-registry.ts';
+import type { Metrics } from '../lib/ops/metrics.ts';
+import type { RunStore } from '../lib/engine/store.ts';
+import type { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 
 /** What the HTTP layer needs from the process that hosts it. */
 export interface AppDeps {

@@ -1,6 +1,6 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Logger } from '../lib/logger.ts';
-import type { Metrics } from '../lib/metrics.ts';
+import type { Metrics } from '../lib/ops/metrics.ts';
 
 /** Probe and scrape endpoints: logged at debug, or Prometheus would write a line every few seconds. */
 const QUIET = new Set(['/healthz', '/readyz', '/metrics']);

@@ -1,4 +1,4 @@
-import type { RunRecord, RunStatus } from '../lib/run-record.ts';
+import type { RunRecord, RunStatus } from '../lib/engine/record.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
 export function publicStatus(status: RunStatus): Exclude<RunStatus, 'dispatched'> {

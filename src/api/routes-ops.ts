@@ -1,5 +1,5 @@
 import { Router } from 'express';
-import { checkReadiness } from '../lib/health.ts';
+import { checkReadiness } from '../lib/ops/health.ts';
 import type { AppDeps } from './deps.ts';
 
 /**

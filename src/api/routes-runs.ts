@@ -1,7 +1,7 @@
 import { Router, type Request } from 'express';
 import { BatonError } from '../lib/errors.ts';
-import { compareIds, lastEvent } from '../lib/event-log.ts';
-import { assertValidOutputSchema } from '../lib/output-schema.ts';
+import { compareIds, lastEvent } from '../lib/streams/log.ts';
+import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
 import type { AppDeps } from './deps.ts';
 import { requireRole } from './auth.ts';
 import { presentRun } from './presenters.ts';

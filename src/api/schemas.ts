@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ID_PATTERN } from '../lib/keys.ts';
-import { RUN_STATUSES } from '../lib/run-record.ts';
+import { RUN_STATUSES } from '../lib/engine/record.ts';
 
 /** Request and response schemas: the single source for validation and /openapi.json. */
 

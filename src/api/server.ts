@@ -1,19 +1,19 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { RuntimeAdmin } from '../lib/admin.ts';
-import { ApiKeyStore, parseBootstrapKeys } from '../lib/api-keys.ts';
+import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
+import { ApiKeyStore, parseBootstrapKeys } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
-import { Dispatcher } from '../lib/dispatcher.ts';
-import { EventHub } from '../lib/event-hub.ts';
-import { redisCheck, type ReadinessCheck } from '../lib/health.ts';
+import { Dispatcher } from '../lib/engine/dispatcher.ts';
+import { EventHub } from '../lib/streams/hub.ts';
+import { redisCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import { createKeys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
-import { Metrics, QUEUE_STATES } from '../lib/metrics.ts';
+import { Metrics, QUEUE_STATES } from '../lib/ops/metrics.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
-import { SubmitRateLimiter } from '../lib/rate-limit.ts';
-import { RunStore } from '../lib/run-store.ts';
-import { Sweeper } from '../lib/sweeper.ts';
-import { WorkerRegistry } from '../lib/worker-registry.ts';
+import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import { RunStore } from '../lib/engine/store.ts';
+import { Sweeper } from '../lib/engine/sweeper.ts';
+import { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { createApp } from './app.ts';
 
 export interface ApiHandle {

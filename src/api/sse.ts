@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import type { Request, Response } from 'express';
-import { EventFollower, type FollowTarget } from '../lib/event-follower.ts';
-import type { RunEvent } from '../lib/event-log.ts';
+import { EventFollower, type FollowTarget } from '../lib/streams/follower.ts';
+import type { RunEvent } from '../lib/streams/log.ts';
 
 export interface SseOptions extends FollowTarget {
   keepAliveMs: number;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { BatonApiError, BatonClient, type RunStreamEvent, type SubmitRequest } from '../lib/client.ts';
+import { BatonApiError, BatonClient, type RunStreamEvent, type SubmitRequest } from '../lib/client/client.ts';
 
 /**
  * `baton submit` and `baton tail`: the typed client on the command line. They talk HTTP

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ApiKeyStore, ROLES, type ApiKeyInfo, type Role } from '../lib/api-keys.ts';
+import { ApiKeyStore, ROLES, type ApiKeyInfo, type Role } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import { createKeys, isValidId } from '../lib/keys.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';

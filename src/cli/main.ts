@@ -4,7 +4,7 @@ import { loadAgents } from '../worker/agents-loader.ts';
 import { startWorker } from '../worker/worker.ts';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
-import { Metrics } from '../lib/metrics.ts';
+import { Metrics } from '../lib/ops/metrics.ts';
 import { CLIENT_USAGE, describeClientError, runClientCommand } from './client-commands.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand } from './keys-command.ts';
 import { startLocalRedis } from './local-redis.ts';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { parseBootstrapKeys } from './api-keys.ts';
+import { parseBootstrapKeys } from './tenancy/api-keys.ts';
 
 /**
  * Every tunable of Baton, parsed once from the environment, frozen, and passed down.

@@ -1,6 +1,6 @@
 import { Cluster, Redis } from 'ioredis';
 import type { Logger } from './logger.ts';
-import { registerScripts } from './scripts.ts';
+import { registerScripts } from './engine/scripts.ts';
 
 export type { Redis };
 

@@ -1,6 +1,6 @@
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
-import { isAgent, type Agent } from '../lib/agent.ts';
+import { isAgent, type Agent } from '../lib/sdk/agent.ts';
 import { chat } from '../lib/agents/chat.ts';
 import { echo } from '../lib/agents/echo.ts';
 

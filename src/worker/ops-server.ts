@@ -1,8 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { checkReadiness, type ReadinessCheck } from '../lib/health.ts';
+import { checkReadiness, type ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
-import type { Metrics } from '../lib/metrics.ts';
+import type { Metrics } from '../lib/ops/metrics.ts';
 
 export interface OpsServer {
   url: string;

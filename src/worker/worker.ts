@@ -1,17 +1,17 @@
 import { DelayedError, Worker, type Job } from 'bullmq';
-import type { Agent } from '../lib/agent.ts';
+import type { Agent } from '../lib/sdk/agent.ts';
 import type { Config } from '../lib/config.ts';
-import { Dispatcher, type JobData } from '../lib/dispatcher.ts';
-import { redisCheck, workerCheck, type ReadinessCheck } from '../lib/health.ts';
+import { Dispatcher, type JobData } from '../lib/engine/dispatcher.ts';
+import { redisCheck, workerCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import { newWorkerId } from '../lib/ids.ts';
 import { createKeys } from '../lib/keys.ts';
-import { LeaseKeeper } from '../lib/lease-keeper.ts';
+import { LeaseKeeper } from '../lib/engine/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
-import { Metrics, QUEUE_STATES } from '../lib/metrics.ts';
+import { Metrics, QUEUE_STATES } from '../lib/ops/metrics.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
-import { RunExecutor, type ExecutorEvents } from '../lib/run-executor.ts';
-import { Sweeper } from '../lib/sweeper.ts';
-import { WorkerPresence, WorkerRegistry } from '../lib/worker-registry.ts';
+import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
+import { Sweeper } from '../lib/engine/sweeper.ts';
+import { WorkerPresence, WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { startOpsServer, type OpsServer } from './ops-server.ts';
 
 export interface WorkerOptions {

@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { compareIds } from '../../src/lib/event-log.ts';
+import { compareIds } from '../../src/lib/streams/log.ts';
 import type { Harness } from './harness.ts';
 
 /** An event as a reader received it: id, type and the parsed data. */

@@ -1,4 +1,4 @@
-import { defineAgent, type Agent } from '../../src/lib/agent.ts';
+import { defineAgent, type Agent } from '../../src/lib/sdk/agent.ts';
 import { PermanentError, RetryAfterError, TransientError } from '../../src/lib/errors.ts';
 
 /**

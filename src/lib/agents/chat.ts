@@ -1,6 +1,6 @@
 import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
-import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '../agent.ts';
+import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '../sdk/agent.ts';
 import { loadConfig } from '../config.ts';
 import { PermanentError, TransientError } from '../errors.ts';
 

@@ -1,4 +1,4 @@
-import { defineAgent } from '../agent.ts';
+import { defineAgent } from '../sdk/agent.ts';
 
 /**
  * Streams the input back word by word (whitespace kept, so the tokens concatenate to the

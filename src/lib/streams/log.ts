@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { Keys } from './keys.ts';
+import type { Keys } from '../keys.ts';
 
 /** One event of a run's log: the Redis Stream entry id, its type and its JSON data (as text). */
 export interface RunEvent { id: string; type: string; data: string }

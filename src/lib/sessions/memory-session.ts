@@ -1,4 +1,4 @@
-import type { RunInput, SessionMessage } from './run-record.ts';
+import type { RunInput, SessionMessage } from '../engine/record.ts';
 
 /**
  * Where a session's conversation lives, as the runtime sees it.

@@ -1,6 +1,6 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { Keys } from './keys.ts';
+import type { Keys } from '../keys.ts';
 
 /** What a transition asks to hand to BullMQ: [runId, runtime, dispatch number, delay ms]. */
 export type DispatchOrder = [string, string, number, number];

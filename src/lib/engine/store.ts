@@ -1,13 +1,13 @@
 import type { Redis } from 'ioredis';
-import type { Config } from './config.ts';
-import type { Keys } from './keys.ts';
+import type { Config } from '../config.ts';
+import type { Keys } from '../keys.ts';
 import { runScript } from './scripts.ts';
 import type { Dispatcher } from './dispatcher.ts';
-import { BatonError } from './errors.ts';
-import { newRunId } from './ids.ts';
+import { BatonError } from '../errors.ts';
+import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
-import { scriptCode } from './script-errors.ts';
-import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './run-record.ts';
+import { scriptCode } from './script-codes.ts';
+import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 
 export type Multitask = 'enqueue' | 'reject' | 'interrupt';
 

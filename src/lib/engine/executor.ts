@@ -1,18 +1,18 @@
 import type { Redis } from 'ioredis';
-import type { Agent, AgentResult, HistoryMessage } from './agent.ts';
-import { OutputInvalidError } from './errors.ts';
-import type { Config } from './config.ts';
+import type { Agent, AgentResult, HistoryMessage } from '../sdk/agent.ts';
+import { OutputInvalidError } from '../errors.ts';
+import type { Config } from '../config.ts';
 import type { Dispatcher, JobData } from './dispatcher.ts';
-import type { Keys } from './keys.ts';
-import type { Logger } from './logger.ts';
-import { EventWriter } from './event-writer.ts';
+import type { Keys } from '../keys.ts';
+import type { Logger } from '../logger.ts';
+import { EventWriter } from '../streams/writer.ts';
 import { LeaseKeeper, RunAbort } from './lease-keeper.ts';
-import { ContextState, RunBlocked, type MemoEvents } from './run-context.ts';
-import { flatToObject, parseRunRecord, type RunError, type RunRecord, type RunResult, type SessionMessage } from './run-record.ts';
+import { ContextState, RunBlocked, type MemoEvents } from './context.ts';
+import { flatToObject, parseRunRecord, type RunError, type RunRecord, type RunResult, type SessionMessage } from './record.ts';
 import { runScript } from './scripts.ts';
-import { LeaseLostError } from './script-errors.ts';
+import { LeaseLostError } from './script-codes.ts';
 import { backoffMs, classify } from './retry-policy.ts';
-import { RunMemory } from './run-memory.ts';
+import { RunMemory } from '../sessions/run-memory.ts';
 import { validateOutput } from './output-schema.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };

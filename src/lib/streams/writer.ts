@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
-import { runScript } from './scripts.ts';
-import { LeaseLostError } from './script-errors.ts';
+import { runScript } from '../engine/scripts.ts';
+import { LeaseLostError } from '../engine/script-codes.ts';
 
 interface Pending { type: string; data: string; text?: string }
 interface Batch { no: number; argv: (string | number)[]; events: number; tokens: number }

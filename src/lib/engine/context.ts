@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
-import type { Agent, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions } from './agent.ts';
-import type { EventWriter } from './event-writer.ts';
-import type { Logger } from './logger.ts';
-import type { RunRecord } from './run-record.ts';
+import type { Agent, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions } from '../sdk/agent.ts';
+import type { EventWriter } from '../streams/writer.ts';
+import type { Logger } from '../logger.ts';
+import type { RunRecord } from './record.ts';
 import { runScript } from './scripts.ts';
-import { LeaseLostError } from './script-errors.ts';
-import { ID_PATTERN } from './keys.ts';
+import { LeaseLostError } from './script-codes.ts';
+import { ID_PATTERN } from '../keys.ts';
 
 /** Thrown inside the agent when a run had to be blocked; the executor stops the attempt quietly. */
 export class RunBlocked extends Error {

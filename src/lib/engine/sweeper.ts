@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
-import type { Config } from './config.ts';
+import type { Config } from '../config.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
-import type { Keys } from './keys.ts';
-import type { Logger } from './logger.ts';
+import type { Keys } from '../keys.ts';
+import type { Logger } from '../logger.ts';
 import { runScript } from './scripts.ts';
 
 /** States in which a BullMQ job still stands for the run. */

@@ -1,9 +1,9 @@
 import type { JobType } from 'bullmq';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { MemoEvents } from './run-context.ts';
-import type { ExecutorEvents } from './run-executor.ts';
-import type { ConnectionEvents } from './redis.ts';
-import type { RunRecord } from './run-record.ts';
+import type { MemoEvents } from '../engine/context.ts';
+import type { ExecutorEvents } from '../engine/executor.ts';
+import type { ConnectionEvents } from '../redis.ts';
+import type { RunRecord } from '../engine/record.ts';
 
 /** BullMQ job states exported per runtime queue (completed jobs are removed at once, see dispatcher.ts). */
 export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'failed'] as const satisfies readonly JobType[];

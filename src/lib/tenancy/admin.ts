@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
-import type { Config } from './config.ts';
-import type { Dispatcher } from './dispatcher.ts';
-import type { Keys } from './keys.ts';
-import { runScript } from './scripts.ts';
+import type { Config } from '../config.ts';
+import type { Dispatcher } from '../engine/dispatcher.ts';
+import type { Keys } from '../keys.ts';
+import { runScript } from '../engine/scripts.ts';
 import type { RuntimeInfo, WorkerRegistry } from './worker-registry.ts';
 
 /**

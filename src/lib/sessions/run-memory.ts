@@ -1,9 +1,9 @@
 import type { Redis } from 'ioredis';
-import type { Agent } from './agent.ts';
-import type { Keys } from './keys.ts';
+import type { Agent } from '../sdk/agent.ts';
+import type { Keys } from '../keys.ts';
 import { isBuiltinMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from './memory-session.ts';
-import { RedisMemorySession } from './redis-memory-session.ts';
-import type { RunRecord, SessionMessage } from './run-record.ts';
+import { RedisMemorySession } from './redis-store.ts';
+import type { RunRecord, SessionMessage } from '../engine/record.ts';
 
 /**
  * One attempt's use of its session memory (see memory-session.ts for the contract): read

@@ -1,4 +1,4 @@
-import type { RunError, RunInput, RunResult, SessionMessage } from './run-record.ts';
+import type { RunError, RunInput, RunResult, SessionMessage } from '../engine/record.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 
 /**

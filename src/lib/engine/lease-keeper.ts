@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
-import type { Logger } from './logger.ts';
+import type { Logger } from '../logger.ts';
 import { runScript } from './scripts.ts';
-import { LeaseLostError } from './script-errors.ts';
+import { LeaseLostError } from './script-codes.ts';
 
 /** Why a run's signal was aborted. */
 export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown';

@@ -1,6 +1,6 @@
-import type { Logger } from './logger.ts';
-import type { HistoryMessage, MemoryOption } from './memory-session.ts';
-import type { RunInput } from './run-record.ts';
+import type { Logger } from '../logger.ts';
+import type { HistoryMessage, MemoryOption } from '../sessions/memory-session.ts';
+import type { RunInput } from '../engine/record.ts';
 
 /** A message the agent sees in ctx.history (the session's assembled history). */
 export type { HistoryMessage };

@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Keys } from './keys.ts';
+import type { Keys } from '../keys.ts';
 
 export const ROLES = ['client', 'admin'] as const;
 export type Role = (typeof ROLES)[number];

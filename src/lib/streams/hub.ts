@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
-import type { Logger } from './logger.ts';
-import { parseNotification, type LiveBatch } from './event-log.ts';
+import type { Logger } from '../logger.ts';
+import { parseNotification, type LiveBatch } from './log.ts';
 
 export interface HubListener {
   batch(batch: LiveBatch): void;

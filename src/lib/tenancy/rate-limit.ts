@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
-import type { Config } from './config.ts';
-import { BatonError } from './errors.ts';
-import type { Keys } from './keys.ts';
-import { runScript } from './scripts.ts';
+import type { Config } from '../config.ts';
+import { BatonError } from '../errors.ts';
+import type { Keys } from '../keys.ts';
+import { runScript } from '../engine/scripts.ts';
 
 /**
  * The per-scope submit rate limit: a token bucket in Redis (so every API process shares it),

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
-import type { EventHub } from './event-hub.ts';
-import { compareIds, readEvents, type LiveBatch, type RunEvent } from './event-log.ts';
-import type { Keys } from './keys.ts';
+import type { EventHub } from './hub.ts';
+import { compareIds, readEvents, type LiveBatch, type RunEvent } from './log.ts';
+import type { Keys } from '../keys.ts';
 
 const PAGE = 500;
 

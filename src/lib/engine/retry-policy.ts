@@ -1,4 +1,4 @@
-import { PermanentError, RetryAfterError, TransientError } from './errors.ts';
+import { PermanentError, RetryAfterError, TransientError } from '../errors.ts';
 
 export type Classified =
   | { kind: 'transient'; code: string; message: string; retryAfterMs?: number }
