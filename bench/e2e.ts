@@ -7,10 +7,11 @@ import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { loadConfig } from '../src/lib/config.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis.ts';
+import { Transitions } from '../src/lib/engine/transitions.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
+import { builtinAgents } from '../src/worker/agents-loader.ts';
 import { startWorker } from '../src/worker/worker.ts';
 import { totalCommands } from './redis-stats.ts';
 
@@ -71,7 +72,7 @@ export async function benchBaton(
   for (let i = 0; i < workers; i++) {
     if (opts.spawnWorkers) stops.push(await opts.spawnWorkers(env));
     else {
-      const w = await startWorker({ config, redisUrl, log, agents: new Map(BUILTIN_AGENTS.map((a) => [a.name, a])) });
+      const w = await startWorker({ config, redisUrl, log, agents: new Map(builtinAgents(config).map((a) => [a.name, a])) });
       stops.push(() => w.close());
     }
   }
@@ -81,7 +82,7 @@ export async function benchBaton(
   if (opts.viaHttp === false) {
     const conn = createRedis({ url: redisUrl, name: 'bench-store', blocking: true });
     const dispatcher = new Dispatcher(conn, createKeys(prefix));
-    const store = new RunStore(conn, createKeys(prefix), config, dispatcher);
+    const store = new RunStore(conn, createKeys(prefix), config, new Transitions(conn, createKeys(prefix), config, dispatcher));
     await inParallel(n, 50, async (i) => {
       await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
     });

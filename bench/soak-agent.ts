@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
-import { PermanentError, TransientError } from '../src/lib/errors.ts';
+import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
 import { createKeys } from '../src/lib/keys.ts';
 
 /**

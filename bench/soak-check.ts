@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { createKeys } from '../src/lib/keys.ts';
-import { parseRunRecord, TERMINAL_STATUSES, type RunRecord, type SessionMessage } from '../src/lib/engine/record.ts';
+import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
+import { parseRunRecord, type RunRecord, type SessionMessage } from '../src/lib/engine/record.ts';
 import { expectedAnswer, soakKeys } from './soak-agent.ts';
 import type { StreamEvent } from './soak-client.ts';
 
@@ -116,7 +117,7 @@ export async function checkSoak(input: CheckInput): Promise<{ violations: string
     if (resolvedStep) stats.resolvedRuns++;
 
     // Terminal exactly once: a terminal status and one `end` event, the last one.
-    if (!TERMINAL_STATUSES.has(run.status)) v.push(`run ${r.id}: not terminal (${run.status}${run.blocked ? `, blocked on ${run.blocked.stepKey}` : ''})`);
+    if (!(TERMINAL_STATUSES as readonly string[]).includes(run.status)) v.push(`run ${r.id}: not terminal (${run.status}${run.blocked ? `, blocked on ${run.blocked.stepKey}` : ''})`);
     const ends = log.filter((e) => e.type === 'end');
     if (ends.length !== 1) v.push(`run ${r.id}: ${ends.length} end events`);
     else if (log.at(-1)?.type !== 'end') v.push(`run ${r.id}: events after its end event`);

@@ -9,6 +9,7 @@ import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
+import { Transitions } from '../src/lib/engine/transitions.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { totalCommands, withBenchRedis } from './redis-stats.ts';
 
@@ -66,9 +67,10 @@ export async function benchTransitions(redisUrl: string): Promise<Record<string,
   const subscriber = createRedis({ url: redisUrl, name: 'bench-sub', blocking: true });
   await Promise.all([waitReady(setup), waitReady(redis)]);
   const setupDispatcher = new Dispatcher(setup, keys);
-  const store = new RunStore(setup, keys, config, setupDispatcher);
+  const store = new RunStore(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
   const dispatcher = new Dispatcher(redis, keys);
-  const leases = new LeaseKeeper(redis, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  const transitions = new Transitions(redis, keys, config, dispatcher);
+  const leases = new LeaseKeeper(transitions, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
   await leases.start();
   const counter = countOn(redis);
 
@@ -102,7 +104,7 @@ export async function benchTransitions(redisUrl: string): Promise<Record<string,
     },
   });
   const executor = new RunExecutor({
-    redis, keys, config, dispatcher, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
+    redis, keys, config, transitions, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
   });
   const submit = async (i: number) =>
     (await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;
@@ -136,7 +138,7 @@ export async function benchTransitions(redisUrl: string): Promise<Record<string,
     open();
     await Promise.all(running);
   } finally {
-    leases.stop();
+    await leases.stop();
     await setupDispatcher.queue(runtime).obliterate({ force: true }).catch(() => {});
     await Promise.all([setupDispatcher.close(), dispatcher.close()]);
     await deleteByPrefix(admin, prefix);

@@ -1,27 +1,77 @@
-// Keeps the layering of DESIGN.md: src/api and src/worker never import each other, and
-// src/lib imports neither (it is the domain both build on). madge checks for cycles.
+// Keeps the layering of ARCHITECTURE.md, checked by `npm test`:
+// - src/api and src/worker never import each other, and src/lib imports neither (it is the
+//   domain both build on); madge checks for cycles.
+// - src/lib/contract (the public shapes) imports nothing at all; src/lib/client (runs in
+//   browsers and edge runtimes) imports only the contract and itself; src/lib/sdk imports no
+//   server package (ioredis, bullmq, express, openai).
+// - Only the transitions gateway (src/lib/engine/transitions.ts) calls a Lua script.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, resolve, dirname } from 'node:path';
 
 const root = resolve('src');
-const rules = { api: ['worker', 'cli'], worker: ['api', 'cli'], lib: ['api', 'worker', 'cli'] };
 const files = (dir) => readdirSync(dir).flatMap((f) => {
   const p = join(dir, f);
-  return statSync(p).isDirectory() ? files(p) : p.endsWith('.ts') ? [p] : [];
+  return statSync(p).isDirectory() ? files(p) : /\.tsx?$/.test(p) ? [p] : [];
 });
+const SERVER_PACKAGES = ['ioredis', 'bullmq', 'express', 'openai', 'pino', 'prom-client'];
+
+/** Folder rules, most specific first: `banned` relative folders, `packages` bare imports not allowed (or `onlyRelative`). */
+const rules = [
+  { dir: 'lib/contract', onlyWithin: ['lib/contract'], noPackages: true },
+  { dir: 'lib/client', onlyWithin: ['lib/client', 'lib/contract'], noPackages: true },
+  { dir: 'lib/sdk', banned: ['api', 'worker', 'cli'], packages: SERVER_PACKAGES },
+  { dir: 'lib', banned: ['api', 'worker', 'cli'] },
+  { dir: 'api', banned: ['worker', 'cli'] },
+  { dir: 'worker', banned: ['api', 'cli'] },
+];
+
 const problems = [];
-for (const file of files(root)) {
-  const layer = relative(root, file).split('/')[0];
-  const banned = rules[layer];
-  if (!banned) continue;
+const all = files(root);
+for (const file of all) {
+  const rel = relative(root, file);
+  const rule = rules.find((r) => rel.startsWith(`${r.dir}/`));
   const src = readFileSync(file, 'utf8');
-  for (const m of src.matchAll(/(?:from|import)\s*\(?\s*['"](\.[^'"]+)['"]/g)) {
-    const target = relative(root, resolve(dirname(file), m[1])).split('/')[0];
-    if (banned.includes(target)) problems.push(`${relative('.', file)} imports ${m[1]} (src/${layer} must not import src/${target})`);
+  // Type-only imports vanish at run time; a layer is about what gets loaded.
+  for (const m of src.matchAll(/(?:^|\n)\s*(import|export)\s+(type\s+)?(?:[^'";]*?\sfrom\s*)?['"]([^'"]+)['"]/g)) {
+    const typeOnly = Boolean(m[2]);
+    const spec = m[3];
+    if (!rule) continue;
+    if (spec.startsWith('.')) {
+      const target = relative(root, resolve(dirname(file), spec));
+      if (rule.onlyWithin && !rule.onlyWithin.some((d) => target.startsWith(`${d}/`))) {
+        problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} may import only ${rule.onlyWithin.map((d) => `src/${d}`).join(', ')})`);
+      }
+      if (rule.banned?.includes(target.split('/')[0])) {
+        problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} must not import src/${target.split('/')[0]})`);
+      }
+    } else if (!typeOnly) {
+      const pkg = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0];
+      if (rule.noPackages && !spec.startsWith('node:')) problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} imports no package)`);
+      if (rule.noPackages && spec.startsWith('node:')) problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} must run outside Node too)`);
+      if (rule.packages?.includes(pkg)) problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} must not load ${pkg})`);
+    }
   }
 }
+
+// The gateway is the only caller of scripts: no other file names the script helpers or a
+// registered script command.
+const GATEWAY = join(root, 'lib/engine/transitions.ts');
+const LOADER = join(root, 'lib/engine/scripts.ts');
+for (const file of all) {
+  if (file === GATEWAY || file === LOADER) continue;
+  const src = readFileSync(file, 'utf8');
+  const m = /\b(callScript|queueScript|baton_[a-z_]+_v\d+)\b/.exec(src);
+  if (m) problems.push(`${relative('.', file)} uses ${m[1]}: only src/lib/engine/transitions.ts calls Lua scripts`);
+}
+for (const dir of ['test', 'bench']) {
+  for (const file of files(resolve(dir))) {
+    const m = /\b(callScript|queueScript|baton_[a-z_]+_v\d+)\b/.exec(readFileSync(file, 'utf8'));
+    if (m) problems.push(`${relative('.', file)} uses ${m[1]}: tests and benchmarks call scripts through the gateway`);
+  }
+}
+
 if (problems.length) {
   console.error(problems.join('\n'));
   process.exit(1);
 }
-console.log(`layers ok (${files(root).length} files)`);
+console.log(`layers ok (${all.length} files); only the transitions gateway calls scripts`);

@@ -5,7 +5,9 @@ import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
-import { runScript } from '../src/lib/engine/scripts.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
+import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
+import { Transitions } from '../src/lib/engine/transitions.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fx, fxList, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { track } from './helpers/resources.ts';
@@ -31,29 +33,25 @@ async function executorFor(heartbeatMs: number) {
   const sub = createRedis({ url: h.redisUrl, name: 'lease-test-sub', blocking: true });
   await waitReady(redis);
   const dispatcher = new Dispatcher(redis, h.keys);
-  const leases = new LeaseKeeper(redis, sub, h.keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  const transitions = new Transitions(redis, h.keys, config, dispatcher);
+  const leases = new LeaseKeeper(transitions, sub, h.keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
   await leases.start();
   track(leases, async () => {
-    leases.stop();
+    await leases.stop();
     await dispatcher.close();
     await Promise.all([redis.quit(), sub.quit()]);
   });
   const executor = new RunExecutor({
-    redis, keys: h.keys, config, dispatcher, leases, agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
+    redis, keys: h.keys, config, transitions, leases, agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
   });
   return { executor, leases };
 }
 
 /** Claims a run the way a worker would, from the test (no agent runs). */
 async function claimAsGhost(runId: string) {
-  const sk = h.keys.scope('acme');
-  const rk = sk.run(runId);
-  const c = h.config;
-  const reply = await runScript(h.redis, 'claim', [rk], [
-    sk.base, runId, 'ghost', c.LEASE_MS, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS, '',
-  ]);
-  expect(Number(reply[0])).toBe(0);
-  return { fence: Number(reply[1]), rk, sk };
+  const reply = await h.transitions().claim({ scope: 'acme', runId }, 'ghost', {});
+  if (reply.kind !== 'claimed') throw new Error(`the ghost's claim answered ${reply.kind}`);
+  return new Attempt(reply.run, reply.fence, h.keys.scope('acme'));
 }
 
 describe('leases within one process', () => {
@@ -69,7 +67,7 @@ describe('leases within one process', () => {
     // to it again: this process now claims the run a second time, as a recovery.
     const rk = h.keys.scope('acme').run(runId);
     // No heartbeats from here on but the ones the test makes: a paused process sends none.
-    leases.stop();
+    await leases.stop();
     await h.redis.hset(rk, 'leaseExpiresAt', 1);
     const second = executor.execute(job);
     await waitFor(async () => (await h.redis.hget(rk, 'fence')) === '2', 10_000, 'the second claim');
@@ -98,7 +96,7 @@ describe('leases within one process', () => {
     const rk = h.keys.scope('acme').run(runId);
     const first = executor.execute(job);
     await waitFor(() => fx(h, runId, 'reached-in-process'), 10_000, 'the first attempt to wait after step one');
-    leases.stop();
+    await leases.stop();
     await h.redis.hset(rk, 'leaseExpiresAt', 1);
     const second = executor.execute(job);
     expect(await first).toEqual({ kind: 'done' });
@@ -119,33 +117,28 @@ describe('leases within one process', () => {
   it('a heartbeat racing the attempt\'s own closing transition is not a lost lease', async () => {
     const { leases } = await executorFor(2500);
     const runId = (await acme.submit('beat-race', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
-    const { fence, rk, sk } = await claimAsGhost(runId);
-    const controller = new AbortController();
-    leases.hold(rk, sk.base, runId, fence, controller);
+    const attempt = await claimAsGhost(runId);
+    leases.hold(attempt);
     // The attempt finished; the beat was already on its way before its entry was released.
-    const c = h.config;
-    const done = await runScript(h.redis, 'finish', [rk], [
-      sk.base, runId, fence, 'succeeded', '{"answer":"x","finishReason":"stop","toolCallsSeen":0}', '', '', '',
-      c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS,
-    ]);
-    expect(Number(done[0])).toBe(0);
+    await h.transitions().finish(attempt, { status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
     await leases.beat();
-    expect(controller.signal.aborted).toBe(false);
-    leases.release(rk, fence);
+    expect(attempt.signal.aborted).toBe(false);
+    leases.release(attempt);
   });
 
   it('a lease handed over at shutdown can be neither renewed nor written with', async () => {
     const runId = (await acme.submit('released', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
-    const { fence, rk, sk } = await claimAsGhost(runId);
-    const c = h.config;
-    expect(Number((await runScript(h.redis, 'release', [rk], [sk.base, runId, fence, c.DISPATCH_GRACE_MS]))[0])).toBe(0);
+    const attempt = await claimAsGhost(runId);
+    const t = h.transitions();
+    await t.release(attempt);
+    const rk = attempt.runKey;
     const endedAt = Number(await h.redis.hget(rk, 'leaseExpiresAt'));
     // A beat that was in flight during the hand-over must not revive the lease...
-    expect(Number((await runScript(h.redis, 'heartbeat', [rk], [sk.base, runId, fence, c.LEASE_MS]))[0])).toBe(-3);
+    expect(await t.heartbeat([attempt])).toEqual([{ kind: 'closed' }]);
     expect(Number(await h.redis.hget(rk, 'leaseExpiresAt'))).toBe(endedAt);
     // ...and the released holder can no longer write.
-    expect(Number((await runScript(h.redis, 'step', [rk], [sk.base, runId, fence, 'done', 'step:x:1', '{"v":1}']))[0])).toBe(-2);
-    expect(Number((await runScript(h.redis, 'append', [rk], [sk.base, runId, fence, c.EVENTS_MAX_LEN, 1, 'token', '{"text":"late"}']))[0])).toBe(-2);
+    await expect(t.step(attempt, { op: 'done', stepKey: 'step:x:1', result: '{"v":1}' })).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(t.append(attempt, 1, [['token', '{"text":"late"}']])).rejects.toBeInstanceOf(LeaseLostError);
   });
 
   it('after the shutdown deadline, a run claimed late is handed over at once', async () => {

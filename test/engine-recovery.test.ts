@@ -3,7 +3,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { FIXTURE, fx, fxList, fxSet, runEvents, statuses } from './helpers/engine.ts';
 import { tokenText } from './helpers/http.ts';
-import { runScript } from '../src/lib/engine/scripts.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
+import { parseRunRecord } from '../src/lib/engine/record.ts';
+import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
 import { track } from './helpers/resources.ts';
 
 /**
@@ -115,22 +117,23 @@ describe('crash recovery', () => {
     await acme.waitStatus(runId, ['running']);
     const sk = h.keys.scope('acme');
     const rk = sk.run(runId);
-    const fence = Number(await h.redis.hget(rk, 'fence'));
-    const stale = fence - 1;
-    const c = h.config;
-    const refused = async (name: Parameters<typeof runScript>[1], argv: (string | number)[]) =>
-      Number((await runScript(h.redis, name, [rk], argv))[0]);
-    expect(await refused('heartbeat', [sk.base, runId, stale, c.LEASE_MS])).toBe(-2);
-    expect(await refused('append', [sk.base, runId, stale, c.EVENTS_MAX_LEN, 1, 'token', '{"text":"stale"}'])).toBe(-2);
-    expect(await refused('step', [sk.base, runId, stale, 'done', 'step:x:1', '{"v":1}'])).toBe(-2);
-    expect(await refused('retry', [sk.base, runId, stale, 10, '{"code":"X","message":"x"}', c.EVENTS_MAX_LEN, c.DISPATCH_GRACE_MS])).toBe(-2);
-    expect(await refused('release', [sk.base, runId, stale, c.DISPATCH_GRACE_MS])).toBe(-2);
-    expect(await refused('block', [sk.base, runId, stale, '{"stepKey":"step:x:1","reason":"x","since":1}', c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS])).toBe(-2);
-    expect(await refused('finish', [sk.base, runId, stale, 'succeeded', '{"answer":"stale","finishReason":"stop","toolCallsSeen":0}', '', '', '', c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS])).toBe(-2);
+    const record = parseRunRecord(await h.redis.hgetall(rk))!;
+    const fence = record.fence;
+    const stale = new Attempt(record, fence - 1, sk);
+    const t = h.transitions();
+    const refused = (p: Promise<unknown>) => expect(p).rejects.toBeInstanceOf(LeaseLostError);
+    expect(await t.heartbeat([stale])).toEqual([{ kind: 'lost' }]);
+    await refused(t.append(stale, 1, [['token', '{"text":"stale"}']]));
+    await refused(t.step(stale, { op: 'done', stepKey: 'step:x:1', result: '{"v":1}' }));
+    await refused(t.retry(stale, { delayMs: 10, lastError: '{"code":"X","message":"x"}' }));
+    await refused(t.release(stale));
+    await refused(t.block(stale, { stepKey: 'step:x:1', reason: 'x', since: 1 }));
+    await refused(t.finish(stale, { status: 'succeeded', result: '{"answer":"stale","finishReason":"stop","toolCallsSeen":0}' }));
     // With the current fence, the first writer of a step result wins; a second write gets it back.
-    const first = await runScript(h.redis, 'step', [rk], [sk.base, runId, fence, 'done', 'step:y:1', '{"v":"first"}']);
-    const second = await runScript(h.redis, 'step', [rk], [sk.base, runId, fence, 'done', 'step:y:1', '{"v":"second"}']);
-    expect([first, second]).toEqual([[0, '{"v":"first"}'], [0, '{"v":"first"}']]);
+    const current = new Attempt(record, fence, sk);
+    const first = await t.step(current, { op: 'done', stepKey: 'step:y:1', result: '{"v":"first"}' });
+    const second = await t.step(current, { op: 'done', stepKey: 'step:y:1', result: '{"v":"second"}' });
+    expect([first, second]).toEqual(['{"v":"first"}', '{"v":"first"}']);
     const run = await acme.waitStatus(runId, ['succeeded', 'failed']);
     expect(run.result.answer).toBe('a b c d e f');
     expect(await h.redis.hexists(sk.steps(runId), 'step:x:1')).toBe(0);

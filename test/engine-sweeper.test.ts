@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher, jobId } from '../src/lib/engine/dispatcher.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis } from '../src/lib/redis.ts';
-import { runScript } from '../src/lib/engine/scripts.ts';
+import { Transitions } from '../src/lib/engine/transitions.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { runEvents, statuses } from './helpers/engine.ts';
@@ -72,13 +72,8 @@ describe('sweeper', () => {
     const orphan = await submitAndLoseJob('sw-orphan', 'orphaned');
     const cancelled = await submitAndLoseJob('sw-orphan-c', 'cancel me while orphaned');
     // A worker that claimed both runs and died: leases that nobody renews, no job left.
-    const sk = h.keys.scope('acme');
-    const c = h.config;
     for (const id of [orphan, cancelled]) {
-      const reply = await runScript(h.redis, 'claim', [sk.run(id)], [
-        sk.base, id, 'ghost-worker', c.LEASE_MS, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS, '',
-      ]);
-      expect(Number(reply[0])).toBe(0);
+      expect((await h.transitions().claim({ scope: 'acme', runId: id }, 'ghost-worker', {})).kind).toBe('claimed');
     }
     const res = await acme.post(`/runs/${cancelled}/cancel`);
     expect(res.body).toMatchObject({ status: 'running', cancelRequested: true });
@@ -101,7 +96,7 @@ describe('sweeper', () => {
     }, 10_000, 'the dispatch deadline to pass');
     const log = createLogger('silent');
     const dispatchers = [0, 1, 2, 3].map(() => new Dispatcher(h.redis, h.keys));
-    const sweepers = dispatchers.map((d) => new Sweeper(h.redis, h.keys, h.config, d, log));
+    const sweepers = dispatchers.map((d) => new Sweeper(h.redis, h.keys, h.config, d, new Transitions(h.redis, h.keys, h.config, d), log));
     try {
       const repaired = await Promise.all(sweepers.map((s) => s.sweep()));
       expect(repaired.reduce((a, b) => a + b, 0)).toBe(1);

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ERROR_CODES } from '../src/lib/errors.ts';
+import { ERROR_CODES } from '../src/lib/contract/errors.ts';
 import { ROOT } from './helpers/harness.ts';
 
 /** README.md's "Error codes" table is the documentation of the registry: same codes, same statuses. */

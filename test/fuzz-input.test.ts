@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { request } from 'node:http';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ERROR_CODES } from '../src/lib/errors.ts';
+import { ERROR_CODES } from '../src/lib/contract/errors.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startApi } from '../src/api/server.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
+import { builtinAgents } from '../src/worker/agents-loader.ts';
 import { startWorker } from '../src/worker/worker.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { call, readSse } from './helpers/http.ts';
@@ -55,7 +55,7 @@ describe('keys in logs', () => {
     const log = createLogger('trace', { write: (s: string) => void lines.push(s) });
     const boot = secret();
     const config = h.configWith({ LOG_LEVEL: 'trace', BATON_BOOTSTRAP_KEYS: `acme:admin:${boot}` });
-    const worker = await startWorker({ config, redisUrl: h.redisUrl, log, agents: new Map(BUILTIN_AGENTS.map((a) => [a.name, a])) });
+    const worker = await startWorker({ config, redisUrl: h.redisUrl, log, agents: new Map(builtinAgents(config).map((a) => [a.name, a])) });
     track(worker, () => worker.close());
     const api = await startApi({ config, redisUrl: h.redisUrl, log });
     track(api, () => api.close());

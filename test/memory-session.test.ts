@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent, type Agent } from '../src/lib/sdk/agent.ts';
-import { TransientError } from '../src/lib/errors.ts';
+import { TransientError } from '../src/lib/sdk/errors.ts';
 import { redisMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from '../src/lib/sessions/memory-session.ts';
 import { RedisMemorySession } from '../src/lib/sessions/redis-store.ts';
 import type { SessionMessage } from '../src/lib/engine/record.ts';

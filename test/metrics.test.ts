@@ -5,7 +5,7 @@ import type { Agent } from '../src/lib/sdk/agent.ts';
 import { checkReadiness } from '../src/lib/ops/health.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { Metrics, OTHER } from '../src/lib/ops/metrics.ts';
-import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
+import { builtinAgents } from '../src/worker/agents-loader.ts';
 import { startWorker, type WorkerHandle } from '../src/worker/worker.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
@@ -34,7 +34,7 @@ beforeAll(async () => {
   const log = captureLogs();
   api = await startApi({ config: h.config, redisUrl: h.redisUrl, log });
   track(api, () => api.close());
-  const agents = new Map<string, Agent>([...BUILTIN_AGENTS, flaky, broken, waiter].map((a) => [a.name, a]));
+  const agents = new Map<string, Agent>([...builtinAgents(h.config), flaky, broken, waiter].map((a) => [a.name, a]));
   worker = await startWorker({ config: h.config, redisUrl: h.redisUrl, log, agents });
   track(worker, () => worker.close());
   acme = await h.client(api.url, 'acme', 'admin');

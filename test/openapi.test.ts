@@ -1,7 +1,7 @@
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ROUTES } from '../src/api/openapi.ts';
-import { ERROR_CODES } from '../src/lib/errors.ts';
+import { ROUTES } from '../src/api/routes.ts';
+import { ERROR_CODES } from '../src/lib/contract/errors.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 

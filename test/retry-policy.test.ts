@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { APIConnectionError, APIError } from 'openai';
 import { describe, expect, it } from 'vitest';
-import { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from '../src/lib/errors.ts';
+import { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from '../src/lib/sdk/errors.ts';
 import { backoffMs, classify, isTransientStatus, parseRetryAfter } from '../src/lib/engine/retry-policy.ts';
 
 /** Invariant 6's rules, without Redis: what retries, what fails at once, how long to wait. */

@@ -4,7 +4,7 @@ import { EventHub } from '../src/lib/streams/hub.ts';
 import type { RunEvent } from '../src/lib/streams/log.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
-import { runScript } from '../src/lib/engine/scripts.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
@@ -126,8 +126,9 @@ describe('replay → live hand-off', () => {
     const runId = `gap-${h.prefix}`;
     const sk = h.keys.scope('acme');
     await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
-    const append = (n: number, type: string, data: unknown) =>
-      runScript(h.redis, 'append', [sk.run(runId)], [sk.base, runId, 1, 1000, n, type, JSON.stringify(data)]);
+    const attempt = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 1, sk);
+    const t = h.transitions();
+    const append = (n: number, type: string, data: unknown) => t.append(attempt, n, [[type, JSON.stringify(data)]]);
     await append(1, 'token', { text: 'a' });
 
     const followed = await follow(redis, hub, runId);

@@ -4,7 +4,10 @@ import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { EventWriter } from '../src/lib/streams/writer.ts';
 import { parseNotification } from '../src/lib/streams/log.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
-import { runScript } from '../src/lib/engine/scripts.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
+import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
+import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
+import { Transitions } from '../src/lib/engine/transitions.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fullLog } from './helpers/stream-check.ts';
@@ -88,30 +91,29 @@ describe('token coalescing', () => {
 
 describe('append script', () => {
   /** A run record that looks held by fence 1, enough for the fenced append. */
-  async function fakeRunning(runId: string): Promise<{ runKey: string; base: string }> {
+  /** A run record held by a pretend worker under fence 1, and that worker's attempt. */
+  async function fakeRunning(runId: string, fence = 1): Promise<Attempt> {
     const sk = h.keys.scope('acme');
     await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
-    return { runKey: sk.run(runId), base: sk.base };
+    return new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, fence, sk);
   }
 
   it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {
     const runId = `app-${h.prefix}`;
-    const { runKey, base } = await fakeRunning(runId);
+    const attempt = await fakeRunning(runId);
     const sub = createRedis({ url: h.redisUrl, name: 'test-append-sub', blocking: true });
     track(sub, () => sub.quit());
     const batches: ReturnType<typeof parseNotification>[] = [];
     sub.on('message', (_ch: string, msg: string) => batches.push(parseNotification(msg)));
     await sub.subscribe(h.keys.scope('acme').channel(runId));
 
-    const argv = (n: number, text: string) => [base, runId, 1, 1000, n, 'token', JSON.stringify({ text })];
-    const first = await runScript(h.redis, 'append', [runKey], argv(1, 'a'));
-    const again = await runScript(h.redis, 'append', [runKey], argv(1, 'a'));
-    const second = await runScript(h.redis, 'append', [runKey], argv(2, 'b'));
-    const stale = await runScript(h.redis, 'append', [runKey], [base, runId, 0, 1000, 3, 'token', '{"text":"x"}']);
-    expect(Number(first[0])).toBe(0);
-    expect(Number(again[0])).toBe(1);
-    expect(Number(second[0])).toBe(0);
-    expect(Number(stale[0])).toBe(-2);
+    const t = h.transitions();
+    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
+    expect(await t.append(attempt, 1, token('a'))).toBe('applied');
+    expect(await t.append(attempt, 1, token('a'))).toBe('duplicate');
+    expect(await t.append(attempt, 2, token('b'))).toBe('applied');
+    const stale = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 0, h.keys.scope('acme'));
+    await expect(t.append(stale, 3, token('x'))).rejects.toBeInstanceOf(LeaseLostError);
 
     const log = await fullLog(h, 'acme', runId);
     expect(log.map((e) => e.data)).toEqual([{ text: 'a' }, { text: 'b' }]);
@@ -124,13 +126,13 @@ describe('append script', () => {
 
   it('a write whose reply is lost (connection dropped after the script ran) is retried without duplicating tokens', async () => {
     const runId = `lost-${h.prefix}`;
-    const { runKey, base } = await fakeRunning(runId);
+    const attempt = await fakeRunning(runId);
     const proxy = await replyDroppingProxy(h.redisUrl, 3);
     const conn: Redis = createRedis({ url: proxy.url, name: `test-writer-${h.prefix}` });
     track(conn, () => conn.quit());
     await waitReady(conn);
     const writer = new EventWriter({
-      redis: conn, runKey, base, runId, fence: 1, maxLen: 100_000, flushMs: 2, flushTokens: 8,
+      transitions: new Transitions(conn, h.keys, h.config, new Dispatcher(conn, h.keys)), attempt, flushMs: 2, flushTokens: 8,
       onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
     });
     let sent = '';

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
-import { BUILTIN_AGENTS } from '../src/worker/agents-loader.ts';
+import { builtinAgents } from '../src/worker/agents-loader.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -26,7 +26,7 @@ describe('GET /v1/scopes/{scope}/runtimes', () => {
     await h.startWorker({ agents: [shout], env: { WORKER_CONCURRENCY: '3' } });
     await h.startWorker({ env: { WORKER_CONCURRENCY: '5' } });
     const rt = await runtimeOf(h.runtime);
-    const agents = [...BUILTIN_AGENTS.map((a) => a.name), 'shout'].sort();
+    const agents = [...builtinAgents(h.config).map((a) => a.name), 'shout'].sort();
     expect(rt).toMatchObject({ runtimeId: h.runtime, liveWorkers: 2, agents, concurrency: 8, draining: false });
     expect(Date.parse(rt.lastSeenAt)).toBeGreaterThan(0);
   });

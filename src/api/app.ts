@@ -5,12 +5,11 @@ import type { AppDeps } from './deps.ts';
 import { authenticate } from './auth.ts';
 import { errorHandler } from './error-handler.ts';
 import { mountTemplate, observeRequests } from './http-metrics.ts';
-import { openApiDocument } from './openapi.ts';
-import { adminRouter } from './routes-admin.ts';
-import { opsRouter } from './routes-ops.ts';
-import { runsRouter } from './routes-runs.ts';
+import { mountRoutes } from './route.ts';
+import { ROUTES } from './routes.ts';
+import { SCOPE } from './routes-runs.ts';
 
-/** Builds the HTTP API. Routes parse and authorize, call one src/lib function, and shape the answer. */
+/** Builds the HTTP API from the route catalogue: public routes at the root, a scope's routes behind its key. */
 export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
@@ -18,11 +17,9 @@ export function createApp(deps: AppDeps): Express {
   app.use(helmet());
 
   app.use(observeRequests(deps.metrics, deps.log));
-  app.use(opsRouter(deps));
-  app.get('/openapi.json', (_req, res) => void res.json(openApiDocument()));
-
+  app.use(mountRoutes(ROUTES.filter((r) => r.access === 'public'), '', deps));
   app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
-  app.use('/v1/scopes/:scope', mountTemplate('/v1/scopes/:scope'), authenticate(deps.apiKeys), runsRouter(deps), adminRouter(deps));
+  app.use(SCOPE, mountTemplate(SCOPE), authenticate(deps.apiKeys), mountRoutes(ROUTES.filter((r) => r.access !== 'public'), SCOPE, deps));
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
   app.use(errorHandler(deps.log));
   return app;

@@ -3,9 +3,6 @@ import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/tenancy/api-keys.ts';
 import { BatonError } from '../lib/errors.ts';
 import { authorizationHeader } from './schemas.ts';
 
-/** RFC 6750: a 401 names the scheme it wants. */
-const CHALLENGE = { 'WWW-Authenticate': 'Bearer' };
-
 /**
  * Every /v1/scopes/:scope route: a valid key (401 otherwise) of this very scope. A key of
  * another scope gets the same 404 a missing object gets, so it learns nothing about
@@ -14,9 +11,9 @@ const CHALLENGE = { 'WWW-Authenticate': 'Bearer' };
 export function authenticate(store: ApiKeyStore): RequestHandler {
   return async (req: Request, res: Response, next: NextFunction) => {
     const header = authorizationHeader.safeParse(req.headers.authorization);
-    if (!header.success) return next(new BatonError('UNAUTHENTICATED', undefined, [], CHALLENGE));
+    if (!header.success) return next(new BatonError('UNAUTHENTICATED'));
     const info = await store.verify(header.data.slice('Bearer '.length));
-    if (!info) return next(new BatonError('UNAUTHENTICATED', undefined, [], CHALLENGE));
+    if (!info) return next(new BatonError('UNAUTHENTICATED'));
     if (info.scope !== req.params.scope) return next(new BatonError('NOT_FOUND'));
     res.locals.apiKey = info;
     next();

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
-import type { EventHub } from '../lib/streams/hub.ts';
+import type { RunStreams } from '../lib/streams/run-streams.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import type { Keys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
@@ -18,7 +18,7 @@ export interface AppDeps {
   keys: Keys;
   store: RunStore;
   apiKeys: ApiKeyStore;
-  hub: EventHub;
+  streams: RunStreams;
   log: Logger;
   /** The process's Prometheus registry (shared with a worker in the same process). */
   metrics: Metrics;

@@ -1,20 +1,31 @@
 import type { ErrorRequestHandler } from 'express';
-import { BatonError, ERROR_CODES } from '../lib/errors.ts';
+import { ERROR_CODES } from '../lib/contract/errors.ts';
+import { BatonError } from '../lib/errors.ts';
 import type { Logger } from '../lib/logger.ts';
+import { isRedisUnavailable } from '../lib/redis.ts';
 
 /** Maps every error to `{ error: { code, message, details } }`; 5xx logged at error, 4xx at info. */
 export function errorHandler(log: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const e = toBatonError(err);
-    const line = { method: req.method, path: req.path, code: e.code, status: e.status };
-    if (e.status >= 500) log.error({ ...line, err: (err as Error)?.stack ?? String(err) }, 'request failed');
+    const status = ERROR_CODES[e.code].status;
+    const line = { method: req.method, path: req.path, code: e.code, status };
+    if (status >= 500) log.error({ ...line, err: (err as Error)?.stack ?? String(err) }, 'request failed');
     else log.info(line, 'request rejected');
     if (res.headersSent) {
       res.end();
       return;
     }
-    res.status(e.status).set(e.headers).json({ error: { code: e.code, message: e.message, details: e.details } });
+    res.status(status).set(headersFor(e)).json({ error: { code: e.code, message: e.message, details: e.details } });
   };
+}
+
+/** RFC 6750: a 401 names the scheme it wants; a 429 or 503 says when to come back (whole seconds, rounded up). */
+function headersFor(e: BatonError): Record<string, string> {
+  const h: Record<string, string> = {};
+  if (e.code === 'UNAUTHENTICATED') h['WWW-Authenticate'] = 'Bearer';
+  if (e.retryAfterMs !== undefined) h['Retry-After'] = String(Math.max(1, Math.ceil(e.retryAfterMs / 1000)));
+  return h;
 }
 
 function toBatonError(err: unknown): BatonError {
@@ -23,7 +34,7 @@ function toBatonError(err: unknown): BatonError {
   if (e?.type === 'entity.parse.failed') return new BatonError('INVALID_JSON', undefined, [{ path: 'body', message: 'not valid JSON' }]);
   if (e?.type === 'entity.too.large') return new BatonError('PAYLOAD_TOO_LARGE');
   if (e?.type === 'charset.unsupported' || e?.type === 'encoding.unsupported') return new BatonError('UNSUPPORTED_MEDIA_TYPE');
-  if (isRedisDown(e)) return new BatonError('REDIS_UNAVAILABLE');
+  if (isRedisUnavailable(err)) return new BatonError('REDIS_UNAVAILABLE');
   const client = clientError(err);
   if (client) return client;
   return new BatonError('INTERNAL', ERROR_CODES.INTERNAL.message);
@@ -43,12 +54,4 @@ function clientError(err: unknown): BatonError | undefined {
   if (status === 415) return new BatonError('UNSUPPORTED_MEDIA_TYPE');
   const where = err instanceof URIError ? 'path' : 'body';
   return new BatonError('VALIDATION_FAILED', undefined, [{ path: where, message: String(e.message ?? 'malformed request') }]);
-}
-
-function isRedisDown(e: { name?: string; code?: string; message?: string }): boolean {
-  return (
-    e?.name === 'MaxRetriesPerRequestError' ||
-    e?.code === 'ECONNREFUSED' ||
-    /Connection is closed|Stream isn't writeable|connect ECONNREFUSED/.test(e?.message ?? '')
-  );
 }

@@ -1,87 +1,15 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { ERROR_CODES, type ErrorCode } from '../lib/errors.ts';
+import { ERROR_CODES, type ErrorCode } from '../lib/contract/errors.ts';
 import * as res from './response-schemas.ts';
-import * as req from './schemas.ts';
+import type { RouteSpec } from './route.ts';
 
 /**
- * /openapi.json, generated from the same zod schemas the routes validate with. ROUTES is the
- * catalogue of every route the app serves; test/openapi.test.ts walks the Express router and
- * fails when a route is served but missing here (or listed here but not served), and the
- * cross-tenant and fuzz tests take their route list from this document.
+ * /openapi.json, generated from the route catalogue (routes.ts): the same zod schemas the
+ * routes validate with. test/openapi.test.ts walks the Express router and fails when a route
+ * is served but not in the catalogue (or the other way round), and the cross-tenant and fuzz
+ * tests take their route list from this document.
  */
-
-type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
-type Access = 'public' | 'client' | 'admin';
-
-export interface RouteSpec {
-  method: Method;
-  /** Express syntax (`/v1/scopes/:scope/runs/:runId`); shown as `{scope}` in the document. */
-  path: string;
-  summary: string;
-  /** public: no key; client: any key of the scope; admin: an admin key of the scope. */
-  access: Access;
-  params?: z.ZodObject;
-  query?: z.ZodType;
-  body?: z.ZodType;
-  /** Extra headers the route reads (Authorization is covered by `security`). */
-  headers?: Record<string, z.ZodType>;
-  /** Success answers: status -> description and schema (JSON unless contentType says otherwise). */
-  ok: Record<number, { description: string; schema?: z.ZodType; contentType?: string }>;
-  /** Error codes this route can answer besides the ones every route of its kind can. */
-  errors?: ErrorCode[];
-}
-
-const SCOPE = '/v1/scopes/:scope';
-
-export const ROUTES: readonly RouteSpec[] = [
-  { method: 'get', path: '/healthz', summary: 'Liveness: the process serves HTTP.', access: 'public',
-    ok: { 200: { description: 'alive', schema: res.healthResponse } } },
-  { method: 'get', path: '/readyz', summary: 'Readiness: Redis answers (and a worker in this process is registered).', access: 'public',
-    ok: { 200: { description: 'ready', schema: res.healthResponse }, 503: { description: 'not ready', schema: res.healthResponse } } },
-  { method: 'get', path: '/metrics', summary: 'Prometheus metrics (no tenant data unless METRICS_SCOPE_LABEL).', access: 'public',
-    ok: { 200: { description: 'Prometheus text format', schema: z.string(), contentType: 'text/plain' } } },
-  { method: 'get', path: '/openapi.json', summary: 'This document.', access: 'public',
-    ok: { 200: { description: 'OpenAPI 3.1 document' } } },
-  { method: 'post', path: `${SCOPE}/runs`, summary: 'Submit a run (a turn of a session).', access: 'client',
-    params: req.scopeParams, body: req.submitBody,
-    ok: {
-      202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
-      200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
-    },
-    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'] },
-  { method: 'get', path: `${SCOPE}/runs`, summary: "List the scope's runs, newest first.", access: 'client',
-    params: req.scopeParams, query: req.listRunsQuery,
-    ok: { 200: { description: 'a page of runs', schema: res.runListResponse } } },
-  { method: 'get', path: `${SCOPE}/runs/:runId`, summary: 'Get a run.', access: 'client',
-    params: req.runParams, ok: { 200: { description: 'the run', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND'] },
-  { method: 'post', path: `${SCOPE}/runs/:runId/cancel`, summary: 'Cancel a run (a running one stops at once).', access: 'client',
-    params: req.runParams, body: req.emptyBody,
-    ok: { 200: { description: 'the run after the cancel', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND'] },
-  { method: 'post', path: `${SCOPE}/runs/:runId/steps/:stepKey/resolve`, summary: 'Resolve the step a blocked run waits on.',
-    access: 'admin', params: req.stepParams, body: req.resolveBody,
-    ok: { 200: { description: 'the run, queued again', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND', 'STEP_NOT_BLOCKED'] },
-  { method: 'get', path: `${SCOPE}/runs/:runId/events`, summary: "Stream a run's events (SSE), resumable by id.", access: 'client',
-    params: req.runParams, query: req.eventsQuery, headers: { 'Last-Event-ID': req.lastEventIdHeader },
-    ok: {
-      200: { description: 'replay after the given id, then live, until `end`', schema: res.sseStream, contentType: 'text/event-stream' },
-      204: { description: 'the reader already has the `end` event' },
-    },
-    errors: ['RUN_NOT_FOUND'] },
-  { method: 'get', path: `${SCOPE}/sessions/:sessionId/messages`, summary: "A session's committed history, oldest first.",
-    access: 'client', params: req.sessionParams, query: req.messagesQuery,
-    ok: { 200: { description: 'a page of messages', schema: res.messagesResponse } } },
-  { method: 'get', path: `${SCOPE}/runtimes`, summary: 'Runtimes, their live workers and agents.', access: 'client',
-    params: req.scopeParams, ok: { 200: { description: 'runtimes', schema: res.runtimesResponse } } },
-  { method: 'get', path: `${SCOPE}/runtimes/:runtimeId/stats`, summary: "Counts of this scope's runs on one runtime.",
-    access: 'admin', params: req.runtimeParams, ok: { 200: { description: 'stats', schema: res.statsResponse } } },
-  { method: 'post', path: `${SCOPE}/runtimes/:runtimeId/drain`, summary: "Stop starting this scope's runs on the runtime.",
-    access: 'admin', params: req.runtimeParams, body: req.drainBody,
-    ok: { 200: { description: 'draining', schema: res.drainResponse } } },
-  { method: 'delete', path: `${SCOPE}/runtimes/:runtimeId/drain`, summary: 'Resume: parked runs are admitted again.',
-    access: 'admin', params: req.runtimeParams, body: req.emptyBody,
-    ok: { 200: { description: 'resumed', schema: res.resumeResponse } } },
-];
 
 /** `/v1/scopes/:scope` -> `/v1/scopes/{scope}`. */
 export const openApiPath = (expressPath: string) => expressPath.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
@@ -111,13 +39,14 @@ function errorCodes(r: RouteSpec): ErrorCode[] {
   return [...new Set([...codes, ...(r.errors ?? [])])];
 }
 
-let cached: Record<string, unknown> | undefined;
+const cache = new WeakMap<readonly RouteSpec[], Record<string, unknown>>();
 
-export function openApiDocument(): Record<string, unknown> {
+export function openApiDocument(routes: readonly RouteSpec[]): Record<string, unknown> {
+  const cached = cache.get(routes);
   if (cached) return cached;
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
   const paths: Record<string, Record<string, unknown>> = {};
-  for (const r of ROUTES) {
+  for (const r of routes) {
     const responses: Record<string, unknown> = {};
     for (const [status, o] of Object.entries(r.ok)) {
       responses[status] = o.schema
@@ -145,7 +74,7 @@ export function openApiDocument(): Record<string, unknown> {
       responses,
     };
   }
-  cached = {
+  const doc = {
     openapi: '3.1.0',
     info: {
       title: 'Baton',
@@ -158,5 +87,6 @@ export function openApiDocument(): Record<string, unknown> {
     },
     paths,
   };
-  return cached;
+  cache.set(routes, doc);
+  return doc;
 }

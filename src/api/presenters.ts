@@ -1,12 +1,13 @@
+import type { PublicRunStatus, Run } from '../lib/contract/runs.ts';
 import type { RunRecord, RunStatus } from '../lib/engine/record.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
-export function publicStatus(status: RunStatus): Exclude<RunStatus, 'dispatched'> {
+export function publicStatus(status: RunStatus): PublicRunStatus {
   return status === 'dispatched' ? 'queued' : status;
 }
 
 /** The run as the API shows it: no lease internals, no caller memory echo. */
-export function presentRun(run: RunRecord, basePath: string) {
+export function presentRun(run: RunRecord, basePath: string): Run {
   return {
     id: run.id,
     scope: run.scope,
@@ -17,8 +18,8 @@ export function presentRun(run: RunRecord, basePath: string) {
     attempt: run.attempt,
     maxAttempts: run.maxAttempts,
     recoveries: run.recoveries,
-    createdAt: iso(run.createdAt),
-    updatedAt: iso(run.updatedAt),
+    createdAt: new Date(run.createdAt).toISOString(),
+    updatedAt: new Date(run.updatedAt).toISOString(),
     startedAt: iso(run.startedAt),
     finishedAt: iso(run.finishedAt),
     retryAt: iso(run.retryAt),
@@ -27,7 +28,7 @@ export function presentRun(run: RunRecord, basePath: string) {
     metadata: run.metadata,
     idempotencyKey: run.idempotencyKey,
     lastError: run.lastError,
-    blocked: run.blocked ? { ...run.blocked, since: iso(run.blocked.since) } : undefined,
+    blocked: run.blocked ? { ...run.blocked, since: new Date(run.blocked.since).toISOString() } : undefined,
     result: run.result,
     links: {
       self: `${basePath}/runs/${run.id}`,

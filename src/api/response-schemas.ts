@@ -1,13 +1,14 @@
 import { z } from 'zod';
-import { ERROR_CODES } from '../lib/errors.ts';
+import { ERROR_CODES, PUBLIC_RUN_STATUSES } from '../lib/contract/index.ts';
 
 /**
- * Shapes of the API's answers, for /openapi.json. Requests are validated with schemas.ts;
- * these describe what comes back (presenters.ts and the admin routes build exactly this).
+ * Shapes of the API's answers, for /openapi.json: the contract's types (src/lib/contract)
+ * as zod schemas. test/contract-types.test.ts pins each one to its type, and the presenters
+ * are typed with the contract, so the document, the answers and the client agree.
  */
 
 const iso = z.string().describe('ISO 8601 time');
-const publicStatus = z.enum(['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled']);
+const publicStatus = z.enum(PUBLIC_RUN_STATUSES);
 
 export const errorResponse = z.object({
   error: z.object({

@@ -1,23 +1,34 @@
-import { Router } from 'express';
+import { z } from 'zod';
 import { checkReadiness } from '../lib/ops/health.ts';
-import type { AppDeps } from './deps.ts';
+import * as res from './response-schemas.ts';
+import { route, type RouteSpec } from './route.ts';
 
 /**
  * Unauthenticated operations endpoints: /healthz (the process answers), /readyz (Redis
  * answers, and a worker hosted in the same process is registered), /metrics (Prometheus
- * text format). They expose no tenant data: metrics carry no scope label unless
- * METRICS_SCOPE_LABEL is set.
+ * text format). They expose no tenant data: metrics carry no scope label
+ * unless METRICS_SCOPE_LABEL is set.
  */
-export function opsRouter(d: Pick<AppDeps, 'metrics' | 'checks'>): Router {
-  const r = Router();
-  r.get('/healthz', (_req, res) => void res.json({ ok: true }));
-  r.get('/readyz', async (_req, res) => {
-    const report = await checkReadiness(d.checks);
-    res.status(report.ok ? 200 : 503).set('cache-control', 'no-store').json(report);
-  });
-  r.get('/metrics', async (_req, res) => {
-    const { contentType, body } = await d.metrics.expose();
-    res.set('content-type', contentType).set('cache-control', 'no-store').send(body);
-  });
-  return r;
-}
+export const opsRoutes: RouteSpec[] = [
+  route({
+    method: 'get', path: '/healthz', summary: 'Liveness: the process serves HTTP.', access: 'public',
+    ok: { 200: { description: 'alive', schema: res.healthResponse } },
+    handler: () => ({ body: { ok: true } }),
+  }),
+  route({
+    method: 'get', path: '/readyz', summary: 'Readiness: Redis answers (and a worker in this process is registered).', access: 'public',
+    ok: { 200: { description: 'ready', schema: res.healthResponse }, 503: { description: 'not ready', schema: res.healthResponse } },
+    async handler(_i, d) {
+      const report = await checkReadiness(d.checks);
+      return { status: report.ok ? 200 : 503, headers: { 'cache-control': 'no-store' }, body: report };
+    },
+  }),
+  route({
+    method: 'get', path: '/metrics', summary: 'Prometheus metrics (no tenant data unless METRICS_SCOPE_LABEL).', access: 'public',
+    ok: { 200: { description: 'Prometheus text format', schema: z.string(), contentType: 'text/plain' } },
+    async handler({ http: { res: out } }, d) {
+      const { contentType, body } = await d.metrics.expose();
+      out.set('content-type', contentType).set('cache-control', 'no-store').send(body);
+    },
+  }),
+];

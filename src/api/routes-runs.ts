@@ -1,99 +1,97 @@
-import { Router, type Request } from 'express';
 import { BatonError } from '../lib/errors.ts';
-import { compareIds, lastEvent } from '../lib/streams/log.ts';
 import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
-import type { AppDeps } from './deps.ts';
-import { requireRole } from './auth.ts';
 import { presentRun } from './presenters.ts';
-import { serveEvents } from './sse.ts';
-import { parse } from './validate.ts';
+import * as res from './response-schemas.ts';
+import { route, type RouteSpec } from './route.ts';
 import {
-  emptyBody, emptyQuery, eventsQuery, lastEventIdHeader, listRunsQuery, messagesQuery, resolveBody, runParams,
-  scopeParams, sessionParams, stepParams, submitBody,
+  emptyBody, eventsQuery, lastEventIdHeader, listRunsQuery, messagesQuery, resolveBody, runParams, scopeParams,
+  sessionParams, stepParams, submitBody,
 } from './schemas.ts';
+import { serveEvents } from './sse.ts';
 
+export const SCOPE = '/v1/scopes/:scope';
 const basePath = (scope: string) => `/v1/scopes/${scope}`;
 
 /** Runs, their events and their sessions' history, under /v1/scopes/:scope. */
-export function runsRouter(d: AppDeps): Router {
-  const r = Router({ mergeParams: true });
-
-  r.post('/runs', async (req, res) => {
-    const { scope } = parse(scopeParams, req.params, 'params');
-    const body = parse(submitBody, req.body, 'body');
-    parse(emptyQuery, req.query, 'query');
-    if ('memory' in (req.body as object) && (body.memory === null || body.memory === undefined)) {
-      throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
-    }
-    // Every check that can refuse the input runs before the rate limit, so bad input spends no token.
-    if (body.outputSchema !== undefined) assertValidOutputSchema(body.outputSchema);
-    const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
-    await d.submitLimiter.take(scope);
-    const { run, created } = await d.store.submit({ scope, ...body });
-    res.status(created ? 202 : 200).json({ ...presentRun(run, basePath(scope)), ...(warnings.length ? { warnings } : {}) });
-  });
-
-  r.get('/runs', async (req, res) => {
-    const { scope } = parse(scopeParams, req.params, 'params');
-    const q = parse(listRunsQuery, req.query, 'query');
-    parse(emptyBody, req.body, 'body');
-    const page = await d.store.list(scope, q);
-    res.json({ runs: page.runs.map((run) => presentRun(run, basePath(scope))), nextCursor: page.nextCursor });
-  });
-
-  r.get('/runs/:runId', async (req, res) => {
-    const { scope, runId } = parse(runParams, req.params, 'params');
-    parse(emptyQuery, req.query, 'query');
-    parse(emptyBody, req.body, 'body');
-    const run = await d.store.get(scope, runId);
-    if (!run) throw new BatonError('RUN_NOT_FOUND');
-    res.json(presentRun(run, basePath(scope)));
-  });
-
-  r.post('/runs/:runId/cancel', async (req, res) => {
-    const { scope, runId } = parse(runParams, req.params, 'params');
-    parse(emptyBody, req.body, 'body');
-    parse(emptyQuery, req.query, 'query');
-    const run = await d.store.cancel(scope, runId);
-    res.json(presentRun(run, basePath(scope)));
-  });
-
-  r.post('/runs/:runId/steps/:stepKey/resolve', requireRole('admin'), async (req, res) => {
-    const { scope, runId, stepKey } = parse(stepParams, req.params, 'params');
-    const body = parse(resolveBody, req.body, 'body');
-    parse(emptyQuery, req.query, 'query');
-    const run = await d.store.resolveStep(scope, runId, stepKey, 'rerun' in body ? { rerun: true } : { value: body.value });
-    res.json(presentRun(run, basePath(scope)));
-  });
-
-  r.get('/runs/:runId/events', async (req, res) => {
-    const { scope, runId } = parse(runParams, req.params, 'params');
-    const q = parse(eventsQuery, req.query, 'query');
-    parse(emptyBody, req.body, 'body');
-    const afterId = lastEventId(req) ?? q.after ?? '0';
-    const newest = await lastEvent(d.redis, d.keys, scope, runId);
-    if (!newest) throw new BatonError('RUN_NOT_FOUND');
-    // The reader already has the `end` event: 204 tells an EventSource to stop reconnecting.
-    if (newest.type === 'end' && afterId !== '0' && compareIds(newest.id, afterId) <= 0) return void res.status(204).end();
-    await serveEvents(req, res, {
-      redis: d.redis, keys: d.keys, hub: d.hub, scope, runId, afterId,
-      keepAliveMs: d.config.SSE_KEEPALIVE_MS, retryMs: d.config.SSE_RETRY_MS, maxBufferBytes: d.config.SSE_MAX_BUFFER_BYTES,
-      onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
-    });
-  });
-
-  r.get('/sessions/:sessionId/messages', async (req, res) => {
-    const { scope, sessionId } = parse(sessionParams, req.params, 'params');
-    const q = parse(messagesQuery, req.query, 'query');
-    parse(emptyBody, req.body, 'body');
-    res.json(await d.store.messages(scope, sessionId, q));
-  });
-
-  return r;
-}
-
-function lastEventId(req: Request): string | undefined {
-  const h = req.headers['last-event-id'];
-  if (h === undefined) return undefined;
-  return parse(lastEventIdHeader, h, 'headers');
-}
+export const runRoutes: RouteSpec[] = [
+  route({
+    method: 'post', path: `${SCOPE}/runs`, summary: 'Submit a run (a turn of a session).', access: 'client',
+    params: scopeParams, body: submitBody,
+    ok: {
+      202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
+      200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
+    },
+    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
+    async handler({ params: { scope }, body, rawBody }, d) {
+      if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
+        throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
+      }
+      // Every check that can refuse the input runs before the rate limit, so bad input spends no token.
+      if (body.outputSchema !== undefined) assertValidOutputSchema(body.outputSchema);
+      const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
+      await d.submitLimiter.take(scope);
+      const { run, created } = await d.store.submit({ scope, ...body });
+      return { status: created ? 202 : 200, body: { ...presentRun(run, basePath(scope)), ...(warnings.length ? { warnings } : {}) } };
+    },
+  }),
+  route({
+    method: 'get', path: `${SCOPE}/runs`, summary: "List the scope's runs, newest first.", access: 'client',
+    params: scopeParams, query: listRunsQuery,
+    ok: { 200: { description: 'a page of runs', schema: res.runListResponse } },
+    async handler({ params: { scope }, query }, d) {
+      const page = await d.store.list(scope, query);
+      return { body: { runs: page.runs.map((run) => presentRun(run, basePath(scope))), nextCursor: page.nextCursor } };
+    },
+  }),
+  route({
+    method: 'get', path: `${SCOPE}/runs/:runId`, summary: 'Get a run.', access: 'client',
+    params: runParams, ok: { 200: { description: 'the run', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND'],
+    async handler({ params: { scope, runId } }, d) {
+      const run = await d.store.get(scope, runId);
+      if (!run) throw new BatonError('RUN_NOT_FOUND');
+      return { body: presentRun(run, basePath(scope)) };
+    },
+  }),
+  route({
+    method: 'post', path: `${SCOPE}/runs/:runId/cancel`, summary: 'Cancel a run (a running one stops at once).', access: 'client',
+    params: runParams, body: emptyBody,
+    ok: { 200: { description: 'the run after the cancel', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND'],
+    async handler({ params: { scope, runId } }, d) {
+      return { body: presentRun(await d.store.cancel(scope, runId), basePath(scope)) };
+    },
+  }),
+  route({
+    method: 'post', path: `${SCOPE}/runs/:runId/steps/:stepKey/resolve`, summary: 'Resolve the step a blocked run waits on.',
+    access: 'admin', params: stepParams, body: resolveBody,
+    ok: { 200: { description: 'the run, queued again', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND', 'STEP_NOT_BLOCKED'],
+    async handler({ params: { scope, runId, stepKey }, body }, d) {
+      const run = await d.store.resolveStep(scope, runId, stepKey, 'rerun' in body ? { rerun: true } : { value: body.value });
+      return { body: presentRun(run, basePath(scope)) };
+    },
+  }),
+  route({
+    method: 'get', path: `${SCOPE}/runs/:runId/events`, summary: "Stream a run's events (SSE), resumable by id.", access: 'client',
+    params: runParams, query: eventsQuery, headers: { 'Last-Event-ID': lastEventIdHeader },
+    ok: {
+      200: { description: 'replay after the given id, then live, until `end`', schema: res.sseStream, contentType: 'text/event-stream' },
+      204: { description: 'the reader already has the `end` event' },
+    },
+    errors: ['RUN_NOT_FOUND'],
+    async handler({ params: { scope, runId }, query, headers, http }, d) {
+      const afterId = headers['last-event-id'] ?? query.after ?? '0';
+      const c = d.config;
+      await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, {
+        keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
+        onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
+      });
+    },
+  }),
+  route({
+    method: 'get', path: `${SCOPE}/sessions/:sessionId/messages`, summary: "A session's committed history, oldest first.",
+    access: 'client', params: sessionParams, query: messagesQuery,
+    ok: { 200: { description: 'a page of messages', schema: res.messagesResponse } },
+    async handler({ params: { scope, sessionId }, query }, d) {
+      return { body: await d.store.messages(scope, sessionId, query) };
+    },
+  }),
+];

@@ -1,10 +1,15 @@
 import { z } from 'zod';
-import { ID_PATTERN } from '../lib/keys.ts';
-import { RUN_STATUSES } from '../lib/engine/record.ts';
+import {
+  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, RUN_STATUSES, STEP_KEY_PATTERN, STREAM_ID_PATTERN,
+} from '../lib/contract/index.ts';
 
-/** Request and response schemas: the single source for validation and /openapi.json. */
+/**
+ * Request schemas: the validation of every route and the source of /openapi.json. The
+ * shapes are the contract's (src/lib/contract); test/contract-types.test.ts pins each
+ * schema to its contract type, so neither can drift from the other.
+ */
 
-export const idSchema = z.string().regex(ID_PATTERN, 'must be 1-64 of A-Z a-z 0-9 . _ - and start with a letter or digit');
+export const idSchema = z.string().regex(ID_PATTERN, ID_RULE);
 
 export const scopeParams = z.strictObject({ scope: idSchema });
 export const runParams = z.strictObject({ scope: idSchema, runId: idSchema });
@@ -12,7 +17,7 @@ export const sessionParams = z.strictObject({ scope: idSchema, sessionId: idSche
 export const stepParams = z.strictObject({
   scope: idSchema,
   runId: idSchema,
-  stepKey: z.string().regex(/^(step|infer|tool):[A-Za-z0-9][A-Za-z0-9._-]{0,63}:\d{1,6}$/, 'must be <kind>:<name>:<n>'),
+  stepKey: z.string().regex(STEP_KEY_PATTERN, 'must be <kind>:<name>:<n>'),
 });
 
 /** Metadata: a flat-ish JSON object, bounded so a run record stays small. */
@@ -33,7 +38,7 @@ export const submitBody = z.strictObject({
   memory: z.unknown().optional(),
   maxAttempts: z.number().int().min(1).max(100).optional(),
   idempotencyKey: z.string().regex(/^[\x21-\x7e]{1,128}$/, 'printable ASCII, 1-128 chars').optional(),
-  multitask: z.enum(['enqueue', 'reject', 'interrupt']).default('enqueue'),
+  multitask: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
   outputSchema: z.record(z.string(), z.unknown()).optional(),
 });
 export type SubmitBody = z.infer<typeof submitBody>;
@@ -55,11 +60,14 @@ export const messagesQuery = z.strictObject({
   cursor: z.string().regex(/^\d{1,9}$/).transform(Number).optional(),
 });
 
+/** `0` (from the start) or a stream id. */
+const STREAM_ID_OR_START = new RegExp(`^(0|${STREAM_ID_PATTERN.source.slice(1, -1)})$`);
+
 export const eventsQuery = z.strictObject({
-  after: z.string().regex(/^(0|\d{1,20}-\d{1,20})$/, 'must be a stream id <ms>-<seq>').optional(),
+  after: z.string().regex(STREAM_ID_OR_START, 'must be a stream id <ms>-<seq>').optional(),
 });
 
-export const lastEventIdHeader = z.string().regex(/^\d{1,20}-\d{1,20}$/, 'must be a stream id <ms>-<seq>');
+export const lastEventIdHeader = z.string().regex(STREAM_ID_PATTERN, 'must be a stream id <ms>-<seq>');
 
 export const resolveBody = z.union([
   z.strictObject({ value: z.unknown().refine((v) => v !== undefined, 'value is required') }),
@@ -78,3 +86,6 @@ export const drainBody = z.strictObject({ cancelQueued: z.boolean().default(fals
 
 /** `Authorization: Bearer <key>`: keys are printable ASCII without spaces, 16-256 chars. */
 export const authorizationHeader = z.string().regex(/^Bearer [\x21-\x7e]{16,256}$/, 'must be "Bearer <API key>"');
+
+/** For routes that take no path parameters. */
+export const emptyParams = z.strictObject({});

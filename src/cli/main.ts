@@ -1,10 +1,10 @@
 import { parseArgs } from 'node:util';
 import { startApi } from '../api/server.ts';
-import { loadAgents } from '../worker/agents-loader.ts';
+import { builtinAgents, loadAgents } from '../worker/agents-loader.ts';
 import { startWorker } from '../worker/worker.ts';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
-import { createLogger, type Logger } from '../lib/logger.ts';
-import { Metrics } from '../lib/ops/metrics.ts';
+import { createLogger } from '../lib/logger.ts';
+import { openResources } from '../lib/resources.ts';
 import { CLIENT_USAGE, describeClientError, runClientCommand } from './client-commands.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand } from './keys-command.ts';
 import { startLocalRedis } from './local-redis.ts';
@@ -15,18 +15,37 @@ const USAGE = `Usage: baton <command> [options]
 Commands:
   start     API + worker in one process (spawns redis-server under .baton/redis when REDIS_URL is unset)
   api       the HTTP API only (needs REDIS_URL)
-  worker    a worker for RUNTIME (needs REDIS_URL)
+  worker    a worker for one runtime (needs REDIS_URL)
   keys      API keys: create, list, revoke (below)
 
-Options:
-  --agents <path>   load agents from a module (repeatable), besides the built-in ones
-  -h, --help        this text
+Options (each is the same as the environment variable named; the flag wins):
+  --agents <path>        start, worker: load agents from a module (repeatable), besides the built-in ones
+  --runtime <id>         start, worker: the runtime to serve (RUNTIME, default "default")
+  --concurrency <n>      start, worker: runs executed at once (WORKER_CONCURRENCY, default 16)
+  --port <n>             start, api: port to listen on, 0 = any free one (PORT, default 3000)
+  --host <addr>          start, api: address to bind (HOST, default 127.0.0.1)
+  -h, --help             this text
 
-Configuration comes from the environment; see README.md.
+Everything else is configured through the environment; see README.md.
 
 ${CLIENT_USAGE}
 
 ${KEYS_USAGE}`;
+
+/** Flags each server command takes, and the environment variable each one sets. */
+const FLAGS = {
+  start: ['agents', 'runtime', 'concurrency', 'port', 'host'],
+  api: ['port', 'host'],
+  worker: ['agents', 'runtime', 'concurrency'],
+} as const;
+const FLAG_ENV = { runtime: 'RUNTIME', concurrency: 'WORKER_CONCURRENCY', port: 'PORT', host: 'HOST' } as const;
+
+type ServerCommand = keyof typeof FLAGS;
+
+function usageError(message: string): never {
+  console.error(`${message}\n\n${USAGE}`);
+  process.exit(2);
+}
 
 async function main(argv: string[]): Promise<void> {
   // Client commands parse their own flags and need no Redis configuration.
@@ -39,32 +58,59 @@ async function main(argv: string[]): Promise<void> {
     process.exit(code);
   }
   // Key commands parse their own flags and talk to Redis directly.
-  if (argv[0] === 'keys') process.exit(await runKeysCommand(argv.slice(1), loadConfigOrExit()));
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { agents: { type: 'string', multiple: true }, help: { type: 'boolean', short: 'h' } },
-  });
-  const command = positionals[0];
-  if (values.help || !command) {
+  if (argv[0] === 'keys') process.exit(await runKeysCommand(argv.slice(1), loadConfigOrExit(process.env)));
+  const command = argv[0];
+  if (command === undefined || command === '-h' || command === '--help' || command === 'help') {
     console.log(USAGE);
     return;
   }
-  const config = loadConfigOrExit();
-  const log = createLogger(config.LOG_LEVEL);
-  switch (command) {
-    case 'start': return start(config, log, values.agents ?? []);
-    case 'api': return api(config, log);
-    case 'worker': return worker(config, log, values.agents ?? []);
-    default:
-      console.error(`unknown command "${command}"\n\n${USAGE}`);
-      process.exit(2);
+  if (!(command in FLAGS)) usageError(`unknown command "${command}"`);
+  const allowed = FLAGS[command as ServerCommand];
+  let parsed: ReturnType<typeof parseServerFlags>;
+  try {
+    parsed = parseServerFlags(argv.slice(1));
+  } catch (err) {
+    usageError((err as Error).message);
+  }
+  if (parsed.values.help) {
+    console.log(USAGE);
+    return;
+  }
+  if (parsed.positionals.length) usageError(`unexpected argument "${parsed.positionals[0]}"`);
+  const env: Record<string, string | undefined> = { ...process.env };
+  for (const [flag, value] of Object.entries(parsed.values)) {
+    if (flag === 'help' || value === undefined) continue;
+    if (!(allowed as readonly string[]).includes(flag)) usageError(`baton ${command} takes no --${flag}`);
+    if (flag in FLAG_ENV) env[FLAG_ENV[flag as keyof typeof FLAG_ENV]] = String(value);
+  }
+  const config = loadConfigOrExit(env);
+  const agentPaths = parsed.values.agents ?? [];
+  switch (command as ServerCommand) {
+    case 'start': return start(config, agentPaths);
+    case 'api': return api(config);
+    case 'worker': return worker(config, agentPaths);
   }
 }
 
-function loadConfigOrExit(): Config {
+function parseServerFlags(args: string[]) {
+  return parseArgs({
+    args,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      agents: { type: 'string', multiple: true },
+      runtime: { type: 'string' },
+      concurrency: { type: 'string' },
+      port: { type: 'string' },
+      host: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+
+function loadConfigOrExit(env: Record<string, string | undefined>): Config {
   try {
-    return loadConfig();
+    return loadConfig(env);
   } catch (err) {
     if (err instanceof ConfigError) {
       console.error(err.message);
@@ -82,7 +128,8 @@ function requireRedisUrl(config: Config): string {
   return config.REDIS_URL;
 }
 
-async function start(config: Config, log: Logger, agentPaths: string[]): Promise<void> {
+async function start(config: Config, agentPaths: string[]): Promise<void> {
+  const log = createLogger(config.LOG_LEVEL);
   let redisUrl = config.REDIS_URL;
   let stopRedis: (() => Promise<void>) | undefined;
   if (!redisUrl) {
@@ -96,26 +143,29 @@ async function start(config: Config, log: Logger, agentPaths: string[]): Promise
     };
     log.info({ redis: redisUrl, dir: '.baton/redis' }, 'started local redis-server');
   }
-  const agents = await loadAgents(agentPaths);
-  // One registry for both halves: the API's /metrics and /readyz cover the worker too.
-  const metrics = new Metrics({ scopeLabel: config.METRICS_SCOPE_LABEL, labelLimit: config.METRICS_LABEL_LIMIT });
-  const w = await startWorker({ config, redisUrl, log, agents, metrics, opsServer: false });
-  const a = await startApi({ config, redisUrl, log, metrics, checks: w.checks });
+  const agents = await loadAgents(agentPaths, builtinAgents(config));
+  // One composition root for both halves: one set of connections, one sweeper, one metrics
+  // registry (the API's /metrics and /readyz cover the worker too).
+  const resources = await openResources({ config, redisUrl, log, role: 'start' });
+  const w = await startWorker({ resources, agents });
+  const a = await startApi({ resources, checks: w.checks });
   const devKey = await ensureDevKey(a.redis, config);
   if (devKey) console.log(`development API key (scope "dev", role admin), shown only now:\n  ${devKey}`);
   else console.log('API keys exist already; make one with: baton keys create --scope dev --role admin');
   console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
-  onShutdown(log, [() => a.close(), () => w.close(), ...(stopRedis ? [stopRedis] : [])]);
+  onShutdown(log, [() => a.close(), () => w.close(), () => resources.close(), ...(stopRedis ? [stopRedis] : [])]);
 }
 
-async function api(config: Config, log: Logger): Promise<void> {
+async function api(config: Config): Promise<void> {
+  const log = createLogger(config.LOG_LEVEL);
   const a = await startApi({ config, redisUrl: requireRedisUrl(config), log });
   console.log(`baton api listening on ${a.url}`);
   onShutdown(log, [() => a.close()]);
 }
 
-async function worker(config: Config, log: Logger, agentPaths: string[]): Promise<void> {
-  const agents = await loadAgents(agentPaths);
+async function worker(config: Config, agentPaths: string[]): Promise<void> {
+  const log = createLogger(config.LOG_LEVEL);
+  const agents = await loadAgents(agentPaths, builtinAgents(config));
   const w = await startWorker({ config, redisUrl: requireRedisUrl(config), log, agents });
   console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
   onShutdown(log, [() => w.close()]);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { parseBootstrapKeys } from './tenancy/api-keys.ts';
+import { ROLES, type Role } from './contract/admin.ts';
 
 /**
  * Every tunable of Baton, parsed once from the environment, frozen, and passed down.
@@ -148,4 +148,20 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError('invalid configuration:\n  HEARTBEAT_MS: must be shorter than LEASE_MS');
   }
   return Object.freeze({ ...c, HEARTBEAT_MS: heartbeat });
+}
+
+/** Parses BATON_BOOTSTRAP_KEYS: `scope:role:key` entries separated by commas. */
+export function parseBootstrapKeys(spec: string): { scope: string; role: Role; key: string }[] {
+  return spec
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((entry) => {
+      const [scope, role, ...rest] = entry.split(':');
+      const key = rest.join(':');
+      if (!scope || !ROLES.includes(role as Role) || key.length < 16) {
+        throw new Error(`BATON_BOOTSTRAP_KEYS entry "${scope}:${role}:…" must be scope:role:key with role client|admin and a key of 16+ chars`);
+      }
+      return { scope, role: role as Role, key };
+    });
 }

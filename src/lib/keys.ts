@@ -7,12 +7,10 @@
  * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see lua/lib.lua).
  */
 
-/** Ids that become part of keys: no braces or colons, so a key can never be forged. */
-export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+import { isValidId } from './contract/ids.ts';
 
-export function isValidId(id: string): boolean {
-  return ID_PATTERN.test(id);
-}
+/** Ids that become part of keys: no braces or colons, so a key can never be forged. */
+export { ID_PATTERN, isValidId } from './contract/ids.ts';
 
 function checked(kind: string, id: string): string {
   if (!isValidId(id)) throw new Error(`invalid ${kind} id: ${JSON.stringify(id)}`);

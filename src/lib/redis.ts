@@ -100,3 +100,20 @@ export async function waitReady(redis: Redis, timeoutMs = 10_000): Promise<void>
     redis.on('ready', onReady);
   });
 }
+
+/** Redis's own clock in ms: leases, registry beats and ages are all measured against it. */
+export async function redisNowMs(redis: Redis): Promise<number> {
+  const [secs, micros] = await redis.time();
+  return Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+/**
+ * Whether a command failed because Redis could not be reached (it was retried on the
+ * command connection until maxRetriesPerRequest, or no Cluster node answered). Decided by
+ * the error's type as ioredis names it, never by its message. The API answers these with
+ * 503 REDIS_UNAVAILABLE; inside a run they are transient, because Redis comes back.
+ */
+export function isRedisUnavailable(err: unknown): boolean {
+  const name = (err as { name?: unknown } | null)?.name;
+  return name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError';
+}

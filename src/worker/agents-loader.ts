@@ -1,16 +1,20 @@
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
+import type { Config } from '../lib/config.ts';
 import { isAgent, type Agent } from '../lib/sdk/agent.ts';
-import { chat } from '../lib/agents/chat.ts';
+import { createChatAgent } from '../lib/agents/chat.ts';
 import { echo } from '../lib/agents/echo.ts';
 
-export const BUILTIN_AGENTS: readonly Agent[] = [echo, chat];
+/** `echo`, and `chat` on the OpenAI-compatible endpoint the configuration names. */
+export function builtinAgents(config: Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_KEY' | 'OPENAI_MODEL'>): Agent[] {
+  return [echo, createChatAgent({ baseURL: config.OPENAI_BASE_URL, apiKey: config.OPENAI_API_KEY, model: config.OPENAI_MODEL })];
+}
 
 /**
  * Built-in agents plus every agent exported by the given modules (default export, named
  * exports, or an array of agents). A module that exports no agent is a configuration error.
  */
-export async function loadAgents(paths: readonly string[] = [], builtins: readonly Agent[] = BUILTIN_AGENTS): Promise<Map<string, Agent>> {
+export async function loadAgents(paths: readonly string[], builtins: readonly Agent[]): Promise<Map<string, Agent>> {
   const agents = new Map<string, Agent>(builtins.map((a) => [a.name, a]));
   for (const p of paths) {
     const mod = (await import(pathToFileURL(resolve(p)).href)) as Record<string, unknown>;

@@ -1,27 +1,27 @@
 import { DelayedError, Worker, type Job } from 'bullmq';
 import type { Agent } from '../lib/sdk/agent.ts';
 import type { Config } from '../lib/config.ts';
-import { Dispatcher, type JobData } from '../lib/engine/dispatcher.ts';
+import type { JobData } from '../lib/engine/dispatcher.ts';
 import { redisCheck, workerCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import { newWorkerId } from '../lib/ids.ts';
-import { createKeys } from '../lib/keys.ts';
 import { LeaseKeeper } from '../lib/engine/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
-import { Metrics, QUEUE_STATES } from '../lib/ops/metrics.ts';
-import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
+import { QUEUE_STATES, type Metrics } from '../lib/ops/metrics.ts';
+import type { Redis } from '../lib/redis.ts';
+import { openResources, type Resources } from '../lib/resources.ts';
 import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
-import { Sweeper } from '../lib/engine/sweeper.ts';
+import { withTimeout } from '../lib/timeout.ts';
 import { WorkerPresence, WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { startOpsServer, type OpsServer } from './ops-server.ts';
 
-export interface WorkerOptions {
-  config: Config;
-  redisUrl: string;
-  log: Logger;
+export type WorkerOptions = (
+  /** The process's composition root (`baton start` shares one with its API). */
+  | { resources: Resources }
+  /** Standalone: the worker opens (and closes) its own. */
+  | { config: Config; redisUrl: string; log: Logger; metrics?: Metrics }
+) & {
   agents: ReadonlyMap<string, Agent>;
   events?: ExecutorEvents;
-  /** The process's metrics registry; a worker started without one makes its own. */
-  metrics?: Metrics;
   /**
    * Serve /metrics, /healthz, /readyz on METRICS_PORT (default). `baton start` turns it off:
    * there the API serves the shared registry and includes this worker's readiness checks.
@@ -55,35 +55,22 @@ export interface WorkerHandle {
 /** After the hand-over, how long BullMQ may take to let go of its jobs before it is forced. */
 const FORCE_CLOSE_AFTER_HANDOVER_MS = 5_000;
 
-function raceTimeout<T>(p: Promise<T>, ms: number): Promise<T | 'timeout'> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(() => resolve('timeout'), ms); });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
 export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
-  const { config: c } = o;
+  const res = 'resources' in o ? o.resources : await openResources({ ...o, role: 'worker' });
+  const owned = !('resources' in o);
+  const { config: c, redis, keys, metrics, dispatcher, transitions } = res;
   const runtime = c.RUNTIME;
   const workerId = newWorkerId(runtime);
-  const log = o.log.child({ workerId, runtime });
-  const metrics = o.metrics ?? new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT });
-  const keys = createKeys(c.BATON_KEY_PREFIX);
-  const events = metrics.redisEvents;
-  const redis = createRedis({ url: o.redisUrl, name: `worker-cmd`, logger: log, events });
-  const bullConn = createRedis({ url: o.redisUrl, name: 'worker-bull', logger: log, blocking: true, events });
-  const subscriber = createRedis({ url: o.redisUrl, name: 'worker-sub', logger: log, blocking: true, events });
-  await waitReady(redis);
-  const dispatcher = new Dispatcher(bullConn, keys);
-  const leases = new LeaseKeeper(redis, subscriber, keys.cancelChannel, c.LEASE_MS, c.HEARTBEAT_MS, log);
+  const log = res.log.child({ workerId, runtime });
+  const leases = new LeaseKeeper(transitions, res.subscriber, keys.cancelChannel, c.LEASE_MS, c.HEARTBEAT_MS, log);
   await leases.start();
   const executor = new RunExecutor({
-    redis, keys, config: c, dispatcher, leases, agents: o.agents, workerId, log,
+    redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log,
     events: bothEvents(metrics.executorEvents(runtime), o.events),
   });
   metrics.initRuntime(runtime, o.agents.keys());
   metrics.watchQueue(runtime, (rt) => dispatcher.queue(rt).getJobCounts(...QUEUE_STATES));
   const stopInFlight = metrics.watchInFlight(runtime, () => leases.size);
-  const sweeper = new Sweeper(redis, keys, c, dispatcher, log);
   // Registered before the first claim: the API accepts this worker's agents from now on.
   const presence = new WorkerPresence(
     redis, keys, { workerId, runtime, agents: [...o.agents.keys()], concurrency: c.WORKER_CONCURRENCY },
@@ -102,7 +89,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
       }
     },
     {
-      connection: bullConn,
+      connection: res.bull,
       prefix: keys.queuePrefix(runtime),
       // BullMQ names the worker's Redis client after it: /readyz finds this worker by it.
       name: workerId,
@@ -116,7 +103,6 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   worker.on('error', (err) => log.warn({ err: err.message }, 'bullmq worker error'));
   worker.on('failed', (job, err) => log.error({ jobId: job?.id, err: err.message }, 'run delivery failed'));
   void worker.run();
-  sweeper.start();
 
   let closing: Promise<void> | undefined;
   let ops: OpsServer | undefined;
@@ -144,20 +130,18 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
         const drained = worker.close();
         const handover = setTimeout(() => leases.abortAll('shutdown'), c.SHUTDOWN_GRACE_MS);
         await presence.stop();
-        await sweeper.stop();
         // Shutdown is bounded: runs were handed over at the grace deadline, so if BullMQ still
         // waits after that (a job whose completion is stuck behind a Redis reconnect), force
         // it. Nothing is lost: the run record, not the BullMQ job, says what is left to do.
         const forceAt = c.SHUTDOWN_GRACE_MS + FORCE_CLOSE_AFTER_HANDOVER_MS;
-        if ((await raceTimeout(drained, forceAt)) === 'timeout') {
+        if ((await withTimeout(drained, forceAt)) === 'timeout') {
           log.warn({ afterMs: forceAt }, 'bullmq worker did not close in time; forcing it');
-          await raceTimeout(worker.close(true), FORCE_CLOSE_AFTER_HANDOVER_MS);
+          await withTimeout(worker.close(true), FORCE_CLOSE_AFTER_HANDOVER_MS);
         }
         clearTimeout(handover);
-        leases.stop();
-        await dispatcher.close();
-        await Promise.all([redis.quit(), bullConn.quit(), subscriber.quit()].map((p) => p.catch(() => {})));
+        await leases.stop();
         stopInFlight();
+        if (owned) await res.close();
         // Last: /readyz said "stopping" and Prometheus could scrape the grace period.
         await ops?.close();
         log.info('worker stopped');

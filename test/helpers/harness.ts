@@ -9,8 +9,10 @@ import { loadConfig, type Config } from '../../src/lib/config.ts';
 import { createKeys, type Keys } from '../../src/lib/keys.ts';
 import { createLogger } from '../../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../../src/lib/redis.ts';
-import { BUILTIN_AGENTS } from '../../src/worker/agents-loader.ts';
+import { builtinAgents } from '../../src/worker/agents-loader.ts';
 import { startWorker, type WorkerHandle } from '../../src/worker/worker.ts';
+import { Dispatcher } from '../../src/lib/engine/dispatcher.ts';
+import { Transitions } from '../../src/lib/engine/transitions.ts';
 import { track } from './resources.ts';
 import { call, readSse, type JsonResponse } from './http.ts';
 
@@ -44,13 +46,15 @@ export interface Harness {
   startApi(overrides?: Record<string, string>): Promise<ApiHandle>;
   startWorker(opts?: { env?: Record<string, string>; agents?: Agent[] }): Promise<WorkerHandle>;
   /** Starts `baton <command>` as a child process; resolves when it prints its ready line. */
-  spawn(command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[] }): Promise<Child>;
+  spawn(command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[]; args?: string[] }): Promise<Child>;
   /** An API key for `scope` with `role` (created once per file, cached). */
   key(scope: string, role?: Role): Promise<string>;
   /** HTTP helpers bound to `/v1/scopes/<scope>` on `baseUrl`, authenticated with key(scope, role). */
   client(baseUrl: string, scope: string, role?: Role): Promise<ScopeClient>;
   /** Every Redis key of this file's prefix. */
   allKeys(): Promise<string[]>;
+  /** The transitions gateway on this file's connection, for tests that drive scripts directly. */
+  transitions(overrides?: Record<string, string>): Transitions;
 }
 
 export interface ScopeClient {
@@ -134,12 +138,12 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       return track(api, () => api.close());
     },
     async startWorker(opts = {}) {
-      const agents = new Map<string, Agent>([...BUILTIN_AGENTS, ...(opts.agents ?? [])].map((a) => [a.name, a]));
+      const agents = new Map<string, Agent>([...builtinAgents(configWith(opts.env)), ...(opts.agents ?? [])].map((a) => [a.name, a]));
       const w = await startWorker({ config: configWith(opts.env), redisUrl, log, agents });
       return track(w, () => w.close());
     },
     async spawn(command, opts = {}) {
-      const args = [BIN, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', p])];
+      const args = [BIN, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', p]), ...(opts.args ?? [])];
       const child = spawn(process.execPath, args, {
         env: { ...process.env, ...env, ...opts.env },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -170,6 +174,11 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
         close: () => kill('SIGKILL'),
       };
       return track(handle, handle.close);
+    },
+    transitions(o = {}) {
+      const dispatcher = new Dispatcher(redis, createKeys(prefix));
+      track(dispatcher, () => dispatcher.close());
+      return new Transitions(redis, createKeys(prefix), configWith(o), dispatcher);
     },
     async allKeys() {
       const found: string[] = [];

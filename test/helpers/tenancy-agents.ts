@@ -1,5 +1,5 @@
 import { defineAgent, type Agent } from '../../src/lib/sdk/agent.ts';
-import { PermanentError, RetryAfterError, TransientError } from '../../src/lib/errors.ts';
+import { PermanentError, RetryAfterError, TransientError } from '../../src/lib/sdk/errors.ts';
 
 /**
  * In-process agents that park a run in each status the stats and drain tests need:

@@ -1,8 +1,7 @@
 import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '../sdk/agent.ts';
-import { loadConfig } from '../config.ts';
-import { PermanentError, TransientError } from '../errors.ts';
+import { PermanentError, TransientError } from '../sdk/errors.ts';
 
 export interface ChatSettings {
   /** Any OpenAI-compatible endpoint; the OpenAI API when absent. */
@@ -137,13 +136,3 @@ function toChatMessage(m: HistoryMessage): ChatCompletionMessageParam {
         : { role: 'assistant', content: m.content };
   }
 }
-
-/** The built-in instance: settings come from the process's configuration, read when first used. */
-let fromEnv: ChatSettings | undefined;
-export const chat = createChatAgent(() => {
-  if (!fromEnv) {
-    const c = loadConfig();
-    fromEnv = { baseURL: c.OPENAI_BASE_URL, apiKey: c.OPENAI_API_KEY, model: c.OPENAI_MODEL };
-  }
-  return fromEnv;
-});

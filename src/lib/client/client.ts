@@ -1,4 +1,4 @@
-import type { RunError, RunInput, RunResult, SessionMessage } from '../engine/record.ts';
+import { ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type SubmitRequest } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 
 /**
@@ -10,75 +10,10 @@ import { SseParser, type SseMessage } from './sse-parser.ts';
  *   for await (const text of baton.tokens(run.id)) process.stdout.write(text);
  */
 
-export type PublicRunStatus = 'queued' | 'running' | 'retrying' | 'blocked' | 'succeeded' | 'failed' | 'cancelled';
-export type { RunError, RunInput, RunResult, SessionMessage };
-
-/** A run as the API shows it (timestamps are ISO strings). */
-export interface Run {
-  id: string;
-  scope: string;
-  sessionId: string;
-  runtime: string;
-  agent: string;
-  status: PublicRunStatus;
-  attempt: number;
-  maxAttempts: number;
-  recoveries: number;
-  createdAt: string;
-  updatedAt: string;
-  startedAt?: string;
-  finishedAt?: string;
-  retryAt?: string;
-  cancelRequested?: boolean;
-  input: RunInput;
-  metadata?: Record<string, unknown>;
-  idempotencyKey?: string;
-  lastError?: RunError;
-  blocked?: { stepKey: string; reason: string; since: string };
-  result?: RunResult;
-  links: { self: string; events: string };
-}
-
-export interface SubmitRequest {
-  sessionId: string;
-  input: RunInput;
-  runtime?: string;
-  agent?: string;
-  metadata?: Record<string, unknown>;
-  /** Any JSON value except null; reaches the agent as ctx.memory, never stored in the session. */
-  memory?: unknown;
-  maxAttempts?: number;
-  idempotencyKey?: string;
-  multitask?: 'enqueue' | 'reject' | 'interrupt';
-  outputSchema?: Record<string, unknown>;
-}
-
-export interface MessagesPage { messages: SessionMessage[]; nextCursor: string | null }
-
-export type TerminalStatus = 'succeeded' | 'failed' | 'cancelled';
-
-/** The events of a run's stream. Every event has the stream id a client resumes from. */
-export type RunStreamEvent =
-  | { id: string; type: 'status'; data: StatusEventData }
-  /** A new attempt starts (first try, retry or recovery): discard the text of earlier attempts. */
-  | { id: string; type: 'attempt'; data: { attempt: number; maxAttempts: number; recovered?: boolean } }
-  | { id: string; type: 'token'; data: { text: string } }
-  /** Streamed to the reader, never part of the answer (error notices and the like). */
-  | { id: string; type: 'ephemeral'; data: { text: string } }
-  /** The last event of every run: its final status and result. */
-  | { id: string; type: 'end'; data: { status: TerminalStatus; result: RunResult; error?: RunError } }
-  /** An event type this client version does not know (`name` is its SSE event name). */
-  | { id: string; type: 'unknown'; name: string; data: unknown };
-
-export interface StatusEventData {
-  status: PublicRunStatus | 'recovered';
-  attempt?: number;
-  maxAttempts?: number;
-  retryAt?: number;
-  lastError?: RunError;
-  recoveries?: number;
-  blocked?: { stepKey: string; reason: string; since: number };
-}
+export type {
+  MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData,
+  SubmitRequest, TerminalStatus,
+} from '../contract/index.ts';
 
 export interface StreamOptions {
   /** Start after this event id (what a previous reader last saw). Default: from the start. */
@@ -138,7 +73,7 @@ export class BatonClient {
   private readonly idleTimeoutMs: number;
 
   constructor(o: BatonClientOptions) {
-    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(o.scope)) throw new TypeError(`invalid scope ${JSON.stringify(o.scope)}`);
+    if (!ID_PATTERN.test(o.scope)) throw new TypeError(`invalid scope ${JSON.stringify(o.scope)}`);
     this.base = `${o.url.replace(/\/+$/, '')}/v1/scopes/${o.scope}`;
     this.headers = { authorization: `Bearer ${o.apiKey}` };
     this.fetch = o.fetch ?? globalThis.fetch;
@@ -294,7 +229,7 @@ class Connection {
   }
 }
 
-const KNOWN = new Set(['status', 'attempt', 'token', 'ephemeral', 'end']);
+const KNOWN = new Set<string>(RUN_EVENT_TYPES);
 
 function toStreamEvent(m: SseMessage): RunStreamEvent | undefined {
   // Baton gives every event an id; an event without one cannot be resumed from, so it is not ours.

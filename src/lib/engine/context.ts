@@ -1,10 +1,9 @@
-import type { Redis } from 'ioredis';
 import type { Agent, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions } from '../sdk/agent.ts';
 import type { EventWriter } from '../streams/writer.ts';
 import type { Logger } from '../logger.ts';
+import type { Attempt } from './attempt.ts';
 import type { RunRecord } from './record.ts';
-import { runScript } from './scripts.ts';
-import { LeaseLostError } from './script-codes.ts';
+import type { Transitions } from './transitions.ts';
 import { ID_PATTERN } from '../keys.ts';
 
 /** Thrown inside the agent when a run had to be blocked; the executor stops the attempt quietly. */
@@ -21,17 +20,14 @@ export interface MemoEvents {
 }
 
 export interface ContextDeps {
-  redis: Redis;
-  runKey: string;
-  base: string;
+  transitions: Transitions;
+  attempt: Attempt;
   run: RunRecord;
-  fence: number;
   agent: Agent;
   history: HistoryMessage[];
   /** The steps hash as read at claim: step key -> stored JSON ({v, e?}) or start markers. */
   steps: Record<string, string>;
   writer: EventWriter;
-  signal: AbortSignal;
   log: Logger;
   memo?: MemoEvents;
   /** Blocks the run (fenced); called when a non-idempotent step was started and never finished. */
@@ -67,7 +63,7 @@ export class ContextState {
       metadata: run.metadata ?? {},
       memory: run.memory,
       history: d.history,
-      signal: d.signal,
+      signal: d.attempt.signal,
       log: d.log,
       emit: (text, options) => this.emit(text, options),
       step: (key, fn, options) => this.memoized('step', key, fn, options?.idempotent ?? true),
@@ -80,7 +76,7 @@ export class ContextState {
   }
 
   private emit(text: string, options?: EmitOptions): void {
-    if (typeof text !== 'string' || text === '' || this.d.signal.aborted) return;
+    if (typeof text !== 'string' || text === '' || this.d.attempt.signal.aborted) return;
     if (options?.ephemeral) {
       this.d.writer.event('ephemeral', { text });
       return;
@@ -114,35 +110,27 @@ export class ContextState {
     // An attempt whose signal aborted (lease lost, cancel, shutdown) starts no new work: its
     // writes would be refused anyway, and a body run now could repeat a side effect that the
     // attempt holding the run next performs again.
-    if (this.d.signal.aborted) throw this.d.signal.reason;
+    if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
     this.d.memo?.miss(kind);
     if (!idempotent) {
       if (this.memo.has(`${key}#started`)) {
         await this.d.block(key);
         throw new RunBlocked(key);
       }
-      await this.write('start', key, '');
+      await this.d.transitions.step(this.d.attempt, { op: 'start', stepKey: key });
       this.memo.set(`${key}#started`, String(Date.now()));
     }
     const capture = kind === 'infer' ? { text: '' } : undefined;
     if (capture) this.captures.add(capture);
     let value: T;
     try {
-      value = await fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.signal });
+      value = await fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal });
     } finally {
       if (capture) this.captures.delete(capture);
     }
     const json = JSON.stringify(capture?.text ? { v: value ?? null, e: capture.text } : { v: value ?? null });
-    const kept = await this.write('done', key, json);
+    const kept = await this.d.transitions.step(this.d.attempt, { op: 'done', stepKey: key, result: json });
     this.memo.set(key, kept);
     return (JSON.parse(kept) as { v: T }).v;
-  }
-
-  private async write(op: 'start' | 'done', key: string, json: string): Promise<string> {
-    const reply = await runScript(this.d.redis, 'step', [this.d.runKey], [
-      this.d.base, this.d.run.id, this.d.fence, op, key, json,
-    ]);
-    if (Number(reply[0]) === -2) throw new LeaseLostError(this.d.run.id);
-    return String(reply[1]);
   }
 }

@@ -1,16 +1,17 @@
 import type { Redis } from 'ioredis';
 import type { Agent, AgentResult, HistoryMessage } from '../sdk/agent.ts';
-import { OutputInvalidError } from '../errors.ts';
+import { OutputInvalidError } from '../sdk/errors.ts';
 import type { Config } from '../config.ts';
-import type { Dispatcher, JobData } from './dispatcher.ts';
+import type { JobData } from './dispatcher.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import { EventWriter } from '../streams/writer.ts';
-import { LeaseKeeper, RunAbort } from './lease-keeper.ts';
+import type { LeaseKeeper } from './lease-keeper.ts';
+import { Attempt, RunAbort } from './attempt.ts';
 import { ContextState, RunBlocked, type MemoEvents } from './context.ts';
-import { flatToObject, parseRunRecord, type RunError, type RunRecord, type RunResult, type SessionMessage } from './record.ts';
-import { runScript } from './scripts.ts';
+import { parseRunRecord, type RunError, type RunRecord, type RunResult, type SessionMessage } from './record.ts';
 import { LeaseLostError } from './script-codes.ts';
+import type { Transitions } from './transitions.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import { validateOutput } from './output-schema.ts';
@@ -31,7 +32,7 @@ export interface ExecutorDeps {
   redis: Redis;
   keys: Keys;
   config: Config;
-  dispatcher: Dispatcher;
+  transitions: Transitions;
   leases: LeaseKeeper;
   agents: ReadonlyMap<string, Agent>;
   workerId: string;
@@ -56,70 +57,51 @@ interface Claimed {
  */
 export class RunExecutor {
   /** `{agent: maxAttempts}` of the agents that declare a default; the claim applies it to a run's first attempt. */
-  private readonly attemptDefaults: string;
+  private readonly attemptDefaults: Record<string, number> = {};
 
   constructor(private readonly d: ExecutorDeps) {
-    const defaults: Record<string, number> = {};
-    for (const [name, agent] of d.agents) if (agent.maxAttempts !== undefined) defaults[name] = agent.maxAttempts;
-    this.attemptDefaults = Object.keys(defaults).length ? JSON.stringify(defaults) : '';
+    for (const [name, agent] of d.agents) if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
   }
 
   async execute(job: JobData): Promise<Outcome> {
-    const { keys, config: c } = this.d;
-    const sk = keys.scope(job.scope);
-    const reply = await runScript(this.d.redis, 'claim', [sk.run(job.runId)], [
-      sk.base, job.runId, this.d.workerId, c.LEASE_MS, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE,
-      c.DISPATCH_GRACE_MS, c.RETENTION_MS, this.attemptDefaults,
-    ]);
-    const code = Number(reply[0]);
-    if (code === 1) {
-      await this.d.dispatcher.dispatch(job.scope, String(reply[1]));
-      // Cancelled by this claim (requested while no live worker held it): reported here, where it happened.
-      if (this.d.events?.finished) {
-        const cancelled = parseRunRecord(await this.d.redis.hgetall(sk.run(job.runId)));
-        if (cancelled) this.d.events.finished(cancelled, 'cancelled');
-      }
-      return { kind: 'done' };
+    const claim = await this.d.transitions.claim(job, this.d.workerId, this.attemptDefaults);
+    switch (claim.kind) {
+      case 'claimed':
+        return this.runClaimed(claim);
+      case 'cancelled':
+        // Cancelled by this claim (requested while no live worker held it): reported here, where it happened.
+        if (this.d.events?.finished) {
+          const cancelled = parseRunRecord(await this.d.redis.hgetall(this.d.keys.scope(job.scope).run(job.runId)));
+          if (cancelled) this.d.events.finished(cancelled, 'cancelled');
+        }
+        return { kind: 'done' };
+      // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
+      case 'later':
+        return { kind: 'later', at: claim.until };
+      // Parked by a drain, or unknown, finished, queued, blocked: this delivery has nothing to do.
+      case 'parked':
+      case 'nothing':
+        return { kind: 'done' };
     }
-    // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
-    if (code === -4) return { kind: 'later', at: Number(reply[1]) };
-    // Parked by a drain: the slot it gave up may have been handed to another run.
-    if (code === -6) {
-      await this.d.dispatcher.dispatch(job.scope, String(reply[1]));
-      return { kind: 'done' };
-    }
-    // Unknown, finished, queued, blocked or parked by a drain: this delivery has nothing to do.
-    if (code < 0) return { kind: 'done' };
-    const run = parseRunRecord(reply[4] as string[]);
-    if (!run) return { kind: 'done' };
-    return this.runClaimed({
-      run,
-      fence: Number(reply[1]),
-      recovered: Number(reply[3]) === 1,
-      steps: flatToObject(reply[5] as string[]),
-      history: reply[6] as string[],
-    });
   }
 
   private async runClaimed({ run, fence, recovered, steps, history: claimedHistory }: Claimed): Promise<Outcome> {
-    const { redis, keys, config: c } = this.d;
-    const sk = keys.scope(run.scope);
-    const runKey = sk.run(run.id);
+    const { redis, keys, config: c, transitions } = this.d;
+    const attempt = new Attempt(run, fence, keys.scope(run.scope));
     const log = this.d.log.child({
       scope: run.scope, runtime: run.runtime, runId: run.id, sessionId: run.sessionId, workerId: this.d.workerId,
     });
     log.info({ attempt: run.attempt, fence, recovered }, recovered ? 'run recovered' : 'run started');
     this.d.events?.started?.(run, recovered);
 
-    const controller = new AbortController();
-    this.d.leases.hold(runKey, sk.base, run.id, fence, controller);
+    this.d.leases.hold(attempt);
     const writer = new EventWriter({
-      redis, runKey, base: sk.base, runId: run.id, fence,
-      maxLen: c.EVENTS_MAX_LEN, flushMs: c.EMIT_FLUSH_MS, flushTokens: c.EMIT_FLUSH_TOKENS,
-      onLeaseLost: () => controller.abort(new RunAbort('lease-lost')),
+      transitions, attempt, flushMs: c.EMIT_FLUSH_MS, flushTokens: c.EMIT_FLUSH_TOKENS,
+      onLeaseLost: () => attempt.abort('lease-lost'),
       onWritten: (events, tokens) => this.d.events?.appended?.(run, events, tokens),
     });
-    const close = new Closer(this.d, run, fence, runKey, sk.base, writer, log, controller.signal);
+    const close = new Closer(this.d, run, attempt, writer, log);
+    const { signal } = attempt;
     try {
       const agent = this.d.agents.get(run.agent);
       if (!agent) {
@@ -132,28 +114,28 @@ export class RunExecutor {
         close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory);
         history = await close.memory.history();
       } catch (err) {
-        return await close.failure(err, controller.signal);
+        return await close.failure(err);
       }
       const state = new ContextState({
-        redis, runKey, base: sk.base, run, fence, agent, history, steps, writer,
-        signal: controller.signal, log, memo: this.d.events as MemoEvents | undefined,
+        transitions, attempt, run, agent, history, steps, writer, log,
+        memo: this.d.events as MemoEvents | undefined,
         block: (stepKey) => close.block(stepKey),
       });
       close.state = state;
       let out: AgentResult | string;
       try {
-        out = await untilAborted(Promise.resolve().then(() => agent.run(state.ctx)), controller.signal);
+        out = await untilAborted(Promise.resolve().then(() => agent.run(state.ctx)), signal);
       } catch (err) {
-        return await close.failure(err, controller.signal);
+        return await close.failure(err);
       }
-      if (controller.signal.aborted) return await close.aborted(controller.signal.reason);
+      if (signal.aborted) return await close.aborted(signal.reason);
       // A return value that is no answer is the agent's bug: fail the run (thrown out of here it
       // would leave the run leased, to be recovered into the same bug again and again).
       let result: ReturnType<typeof normalize>;
       try {
         result = normalize(out);
       } catch (err) {
-        return await close.failure(err, controller.signal);
+        return await close.failure(err);
       }
       if (run.outputSchema && result.finishReason === 'stop') {
         try {
@@ -179,7 +161,7 @@ export class RunExecutor {
       }
       throw err;
     } finally {
-      this.d.leases.release(runKey, fence);
+      this.d.leases.release(attempt);
       writer.close();
     }
   }
@@ -195,17 +177,15 @@ class Closer {
   constructor(
     private readonly d: ExecutorDeps,
     private readonly run: RunRecord,
-    private readonly fence: number,
-    private readonly runKey: string,
-    private readonly base: string,
+    private readonly attempt: Attempt,
     private readonly writer: EventWriter,
     private readonly log: Logger,
-    private readonly signal: AbortSignal,
   ) {}
 
-  async failure(err: unknown, signal: AbortSignal): Promise<Outcome> {
+  async failure(err: unknown): Promise<Outcome> {
     if (err instanceof LeaseLostError) throw err;
     if (err instanceof RunBlocked) return { kind: 'done' };
+    const { signal } = this.attempt;
     if (signal.aborted) return this.aborted(signal.reason);
     const cls = classify(err);
     const lastError: RunError = { code: cls.code, message: cls.message.slice(0, 2000) };
@@ -213,15 +193,11 @@ class Closer {
     this.log.warn({ err: lastError, kind: cls.kind, attempt: this.run.attempt }, 'attempt failed');
     if (cls.kind === 'transient' && this.run.attempt < this.run.maxAttempts) {
       const c = this.d.config;
-      const delay = backoffMs(this.run.attempt, c.RETRY_BASE_MS, c.RETRY_MAX_MS, cls.retryAfterMs);
+      const delayMs = backoffMs(this.run.attempt, c.RETRY_BASE_MS, c.RETRY_MAX_MS, cls.retryAfterMs);
       await this.flushBeforeClosing();
-      const reply = await runScript(this.d.redis, 'retry', [this.runKey], [
-        this.base, this.run.id, this.fence, delay, JSON.stringify(lastError), c.EVENTS_MAX_LEN, c.DISPATCH_GRACE_MS,
-      ]);
-      if (Number(reply[0]) === -2) throw new LeaseLostError(this.run.id);
-      await this.d.dispatcher.dispatch(this.run.scope, String(reply[2]));
+      const retryAt = await this.d.transitions.retry(this.attempt, { delayMs, lastError: JSON.stringify(lastError) });
       this.d.events?.retried?.(this.run);
-      this.log.info({ retryAt: Number(reply[1]), delay }, 'run retrying');
+      this.log.info({ retryAt, delay: delayMs }, 'run retrying');
       return { kind: 'done' };
     }
     await this.finish('failed', this.partial('error'), lastError);
@@ -233,11 +209,7 @@ class Closer {
     if (why === 'lease-lost') throw new LeaseLostError(this.run.id);
     if (why === 'shutdown') {
       await this.flushBeforeClosing();
-      const reply = await runScript(this.d.redis, 'release', [this.runKey], [
-        this.base, this.run.id, this.fence, this.d.config.DISPATCH_GRACE_MS,
-      ]);
-      if (Number(reply[0]) === -2) throw new LeaseLostError(this.run.id);
-      await this.d.dispatcher.dispatch(this.run.scope, String(reply[1]));
+      await this.d.transitions.release(this.attempt);
       this.log.info('run handed over at shutdown');
       return { kind: 'done' };
     }
@@ -246,19 +218,12 @@ class Closer {
   }
 
   async block(stepKey: string): Promise<void> {
-    const c = this.d.config;
     await this.flushBeforeClosing();
-    const blocked = {
+    await this.d.transitions.block(this.attempt, {
       stepKey,
       reason: 'a non-idempotent step was started by an earlier attempt and recorded no result',
       since: Date.now(),
-    };
-    const reply = await runScript(this.d.redis, 'block', [this.runKey], [
-      this.base, this.run.id, this.fence, JSON.stringify(blocked), c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE,
-      c.DISPATCH_GRACE_MS,
-    ]);
-    if (Number(reply[0]) === -2) throw new LeaseLostError(this.run.id);
-    await this.d.dispatcher.dispatch(this.run.scope, String(reply[1]));
+    });
     this.d.events?.blocked?.(this.run);
     this.log.warn({ stepKey }, 'run blocked');
   }
@@ -273,40 +238,30 @@ class Closer {
     result: Omit<RunResult, 'toolCallsSeen'> & { toolCallsSeen?: number } = { answer: '', finishReason: 'error' },
     lastError?: RunError,
   ): Promise<void> {
-    const c = this.d.config;
     const full: RunResult = { ...result, toolCallsSeen: result.toolCallsSeen ?? this.state?.toolCallsSeen ?? 0 };
     let turn: SessionMessage[] = [];
     if (this.memory && !this.commitFailed) {
       try {
-        turn = await this.memory.commit(turnMessages(this.run, full, status), () => this.assertLease());
+        turn = await this.memory.commit(turnMessages(this.run, full, status), () => this.d.transitions.assertLease(this.attempt));
       } catch (err) {
         if (err instanceof LeaseLostError) throw err;
         // The answer exists but its history could not be stored: not a success. Retried
         // when the store's error is transient (memoized steps make that cheap), else failed.
         this.commitFailed = true;
         this.log.warn({ err: (err as Error).message }, 'memory store could not commit the turn');
-        await this.failure(err, this.signal);
+        await this.failure(err);
         return;
       }
     }
-    const [user, assistant] = turn.length ? turn.map((m) => JSON.stringify(m)) : ['', ''];
     await this.flushBeforeClosing();
-    const reply = await runScript(this.d.redis, 'finish', [this.runKey], [
-      this.base, this.run.id, this.fence, status, JSON.stringify(full), lastError ? JSON.stringify(lastError) : '',
-      user, assistant, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS,
-    ]);
-    if (Number(reply[0]) === -2) throw new LeaseLostError(this.run.id);
-    await this.d.dispatcher.dispatch(this.run.scope, String(reply[1]));
+    await this.d.transitions.finish(this.attempt, {
+      status,
+      result: JSON.stringify(full),
+      lastError: lastError ? JSON.stringify(lastError) : undefined,
+      turn: turn.length ? [JSON.stringify(turn[0]), JSON.stringify(turn[1])] : undefined,
+    });
     this.d.events?.finished?.(this.run, status);
     this.log.info({ status, finishReason: full.finishReason }, 'run finished');
-  }
-
-  /** A fenced lease renewal: proves this attempt still owns the run before it writes outside Redis. */
-  private async assertLease(): Promise<void> {
-    const reply = await runScript(this.d.redis, 'heartbeat', [this.runKey], [
-      this.base, this.run.id, this.fence, this.d.config.LEASE_MS,
-    ]);
-    if (Number(reply[0]) === -2) throw new LeaseLostError(this.run.id);
   }
 
   /**

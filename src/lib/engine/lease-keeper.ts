@@ -1,24 +1,12 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
-import { runScript } from './scripts.ts';
-import { LeaseLostError } from './script-codes.ts';
+import { RunAbort, type AbortReason, type Attempt } from './attempt.ts';
+import type { Transitions } from './transitions.ts';
 
-/** Why a run's signal was aborted. */
-export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown';
-
-export class RunAbort extends Error {
-  constructor(readonly reason: AbortReason) {
-    super(`run aborted: ${reason}`);
-    this.name = 'AbortError';
-  }
-}
+export { RunAbort, type AbortReason };
 
 interface Held {
-  runKey: string;
-  base: string;
-  runId: string;
-  fence: number;
-  controller: AbortController;
+  attempt: Attempt;
   /** Local time of the last successful renewal (or the claim). */
   renewedAt: number;
 }
@@ -38,7 +26,7 @@ export class LeaseKeeper {
   private stopping: AbortReason | undefined;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly transitions: Transitions,
     private readonly subscriber: Redis,
     private readonly cancelChannel: string,
     private readonly leaseMs: number,
@@ -46,30 +34,33 @@ export class LeaseKeeper {
     private readonly log: Logger,
   ) {}
 
+  private readonly onMessage = (channel: string, runKey: string) => {
+    if (channel === this.cancelChannel) this.held.get(runKey)?.attempt.abort('cancelled');
+  };
+
   async start(): Promise<void> {
-    this.subscriber.on('message', (channel: string, runKey: string) => {
-      if (channel === this.cancelChannel) this.held.get(runKey)?.controller.abort(new RunAbort('cancelled'));
-    });
+    // The subscriber connection is the process's, shared with the API's live streams.
+    this.subscriber.on('message', this.onMessage);
     await this.subscriber.subscribe(this.cancelChannel);
     this.timer = setInterval(() => void this.beat(), this.heartbeatMs);
     this.timer.unref();
   }
 
-  hold(runKey: string, base: string, runId: string, fence: number, controller: AbortController): void {
+  hold(attempt: Attempt): void {
     // This process can claim a run it still holds: after a pause past its own lease, BullMQ or
     // the sweeper delivers the run again and the claim recovers it with a higher fence. The
     // older attempt then lost its lease like any other loser and must stop now; it has no
     // heartbeat left that would tell it.
-    const prev = this.held.get(runKey);
-    if (prev && prev.fence < fence) prev.controller.abort(new RunAbort('lease-lost'));
-    this.held.set(runKey, { runKey, base, runId, fence, controller, renewedAt: Date.now() });
+    const prev = this.held.get(attempt.runKey);
+    if (prev && prev.attempt.fence < attempt.fence) prev.attempt.abort('lease-lost');
+    this.held.set(attempt.runKey, { attempt, renewedAt: Date.now() });
     // Claimed after the shutdown deadline (a delivery that was already on its way): hand it over too.
-    if (this.stopping) controller.abort(new RunAbort(this.stopping));
+    if (this.stopping) attempt.abort(this.stopping);
   }
 
-  /** Forgets the attempt holding `fence`; a newer attempt of the same run keeps its entry. */
-  release(runKey: string, fence: number): void {
-    if (this.held.get(runKey)?.fence === fence) this.held.delete(runKey);
+  /** Forgets `attempt`; a newer attempt of the same run keeps its entry. */
+  release(attempt: Attempt): void {
+    if (this.held.get(attempt.runKey)?.attempt === attempt) this.held.delete(attempt.runKey);
   }
 
   get size(): number {
@@ -78,53 +69,46 @@ export class LeaseKeeper {
 
   abortAll(reason: AbortReason): void {
     this.stopping = reason;
-    for (const h of this.held.values()) h.controller.abort(new RunAbort(reason));
+    for (const h of this.held.values()) h.attempt.abort(reason);
   }
 
   /** One heartbeat for every held run, in one pipeline (the timer calls it; the bench measures it). */
   async beat(): Promise<void> {
     if (this.held.size === 0) return;
     const runs = [...this.held.values()];
-    const pipe = this.redis.pipeline();
-    for (const h of runs) {
-      (pipe as unknown as Record<string, (...a: unknown[]) => void>).baton_heartbeat_v1(
-        h.runKey, h.base, h.runId, h.fence, this.leaseMs,
-      );
-    }
-    let results: [Error | null, unknown][] | null = null;
-    try {
-      results = await pipe.exec();
-    } catch (err) {
-      this.log.warn({ err: (err as Error).message }, 'heartbeat failed');
-    }
+    const replies = await this.transitions.heartbeat(runs.map((h) => h.attempt));
     const now = Date.now();
     runs.forEach((h, i) => {
+      const reply = replies[i];
+      const { attempt } = h;
       // A run that finished while the beat was in flight is no longer running: not a lost lease.
-      if (this.held.get(h.runKey) !== h) return;
-      const [err, reply] = results?.[i] ?? [new Error('no reply'), null];
-      if (err || !Array.isArray(reply)) {
-        if (now - h.renewedAt >= this.leaseMs) {
-          this.log.warn({ runId: h.runId }, 'lease could not be renewed in time; stopping the run');
-          h.controller.abort(new RunAbort('lease-lost'));
-        }
-        return;
+      if (this.held.get(attempt.runKey) !== h) return;
+      switch (reply.kind) {
+        case 'failed':
+          if (now - h.renewedAt >= this.leaseMs) {
+            this.log.warn({ runId: attempt.runId, err: reply.error.message }, 'lease could not be renewed in time; stopping the run');
+            attempt.abort('lease-lost');
+          }
+          return;
+        // The attempt closed its run itself (finish, retry, block, hand-over) while the beat was on its way.
+        case 'closed':
+          return;
+        case 'lost':
+          this.log.warn({ runId: attempt.runId, fence: attempt.fence }, 'lease lost to another worker');
+          attempt.abort('lease-lost');
+          return;
+        case 'renewed':
+          h.renewedAt = now;
+          if (reply.cancelRequested) attempt.abort('cancelled');
       }
-      // The attempt closed its run itself (finish, retry, block, hand-over) while the beat was on its way.
-      if (Number(reply[0]) === -3) return;
-      if (Number(reply[0]) === -2) {
-        this.log.warn({ runId: h.runId, fence: h.fence }, 'lease lost to another worker');
-        h.controller.abort(new RunAbort('lease-lost'));
-        return;
-      }
-      h.renewedAt = now;
-      if (Number(reply[1]) === 1) h.controller.abort(new RunAbort('cancelled'));
     });
   }
 
-  stop(): void {
+  async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    this.subscriber.off('message', this.onMessage);
+    await this.subscriber.unsubscribe(this.cancelChannel).catch(() => {});
   }
 }
 
-export { LeaseLostError };

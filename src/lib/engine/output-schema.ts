@@ -1,6 +1,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import { BatonError, OutputInvalidError } from '../errors.ts';
+import { BatonError } from '../errors.ts';
+import { OutputInvalidError } from '../sdk/errors.ts';
 
 /**
  * The submit's `outputSchema` (a JSON Schema) and the check of a goal finish against it.

@@ -1,22 +1,8 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
+import type { RunError, RunInput, RunResult, RunStatus, SessionMessage } from '../contract/runs.ts';
 
-export const RUN_STATUSES = [
-  'queued', 'dispatched', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled',
-] as const;
-export type RunStatus = (typeof RUN_STATUSES)[number];
-export const TERMINAL_STATUSES: ReadonlySet<RunStatus> = new Set(['succeeded', 'failed', 'cancelled']);
-
-export interface RunInput { content: string }
-
-export interface RunResult {
-  answer: string;
-  /** 'stop' (goal reached), 'length' (truncated), 'cancelled', 'error'. */
-  finishReason: string;
-  toolCallsSeen: number;
-  payload?: unknown;
-}
-
-export interface RunError { code: string; message: string; details?: unknown }
+export { RUN_STATUSES } from '../contract/runs.ts';
+export type { RunError, RunInput, RunResult, RunStatus, SessionMessage };
 
 export interface Blocked { stepKey: string; reason: string; since: number }
 
@@ -74,13 +60,4 @@ export function flatToObject(flat: string[]): Record<string, string> {
   const o: Record<string, string> = {};
   for (let i = 0; i < flat.length; i += 2) o[flat[i]] = flat[i + 1];
   return o;
-}
-
-/** A message of a session's committed history. */
-export interface SessionMessage {
-  role: 'user' | 'assistant';
-  content: string;
-  runId: string;
-  createdAt: number;
-  incomplete?: boolean;
 }

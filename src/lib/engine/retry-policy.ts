@@ -1,4 +1,5 @@
-import { PermanentError, RetryAfterError, TransientError } from '../errors.ts';
+import { isRedisUnavailable } from '../redis.ts';
+import { PermanentError, RetryAfterError, TransientError } from '../sdk/errors.ts';
 
 export type Classified =
   | { kind: 'transient'; code: string; message: string; retryAfterMs?: number }
@@ -45,9 +46,7 @@ export function classify(err: unknown): Classified {
   // ioredis gives up on a command while Redis is unreachable (a restart, a failover): Baton's
   // own step writes and history reads inside an attempt, or an agent's Redis. Redis comes
   // back; the chaos soak saw runs fail for good here before this line.
-  if (e?.name === 'MaxRetriesPerRequestError' || e?.name === 'ClusterAllFailedError') {
-    return { kind: 'transient', code: 'REDIS_UNAVAILABLE', message };
-  }
+  if (isRedisUnavailable(err)) return { kind: 'transient', code: 'REDIS_UNAVAILABLE', message };
   const netCode = networkCode(err);
   if (netCode) return { kind: 'transient', code: netCode, message };
   return { kind: 'permanent', code: e?.name && e.name !== 'Error' ? e.name : 'AGENT_ERROR', message };

@@ -1,26 +1,37 @@
-/** Negative codes returned by the Lua scripts (see lua/lib.lua), mapped in one place. */
-export const SCRIPT_CODES = {
-  [-1]: 'NOT_FOUND',
-  [-2]: 'LEASE_LOST',
-  [-3]: 'NOT_RUNNABLE',
-  [-4]: 'LEASE_HELD',
-  [-5]: 'SESSION_BUSY',
-  [-6]: 'DRAINING',
-  [-8]: 'STEP_NOT_BLOCKED',
+import { BatonError } from '../errors.ts';
+
+/**
+ * The negative codes the Lua scripts return (lua/lib.lua lists them too). The gateway
+ * (transitions.ts) is the only reader: it turns a code into a typed reply or, through
+ * scriptError, into a typed error. No other file compares a number.
+ */
+export const ScriptCode = {
+  NotFound: -1,
+  LeaseLost: -2,
+  NotRunnable: -3,
+  LeaseHeld: -4,
+  SessionBusy: -5,
+  Draining: -6,
+  StepNotBlocked: -8,
 } as const;
-
-export type ScriptCode = (typeof SCRIPT_CODES)[keyof typeof SCRIPT_CODES];
-
-export function scriptCode(code: number): ScriptCode {
-  const name = (SCRIPT_CODES as Record<number, ScriptCode>)[code];
-  if (!name) throw new Error(`unknown script result code ${code}`);
-  return name;
-}
+export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 
 /** A fenced write was refused: this process no longer holds the run's lease. */
 export class LeaseLostError extends Error {
   constructor(readonly runId: string) {
     super(`lease on run ${runId} was lost`);
     this.name = 'LeaseLostError';
+  }
+}
+
+/** The one mapping from a script's refusal to the error its caller throws. */
+export function scriptError(code: number, runId: string): Error {
+  switch (code) {
+    case ScriptCode.LeaseLost: return new LeaseLostError(runId);
+    case ScriptCode.NotFound: return new BatonError('RUN_NOT_FOUND');
+    case ScriptCode.SessionBusy: return new BatonError('SESSION_BUSY');
+    case ScriptCode.Draining: return new BatonError('DRAINING');
+    case ScriptCode.StepNotBlocked: return new BatonError('STEP_NOT_BLOCKED');
+    default: return new Error(`script for run ${runId} answered the unexpected code ${code}`);
   }
 }

@@ -1,57 +1,82 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
-import type { Redis, Cluster } from 'ioredis';
+import type { Redis, Cluster, ChainableCommander } from 'ioredis';
 
 /**
- * Loads every `lua/<name>-<numKeys>.lua`, inlines `--@include lib`, and registers it on a
- * connection with defineCommand under a versioned name (`baton_<name>_v1`), so a script
- * change never collides with an older process's cached SHA during a rolling deploy.
+ * Loads every `lua/<name>.lua`, inlines `--@include lib`, and registers it on a connection
+ * with defineCommand under a versioned name (`baton_<name>_v2`), so a script change never
+ * collides with an older process's cached SHA during a rolling deploy. Only the transitions
+ * gateway (transitions.ts) calls them; `npm test` checks that nothing else does.
  */
 const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
-const VERSION = 1;
+/** Bumped whenever a script's calling convention changes. v2: named KEYS and one JSON options argument. */
+const VERSION = 2;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain' | 'rate-limit';
 
-interface ScriptSource { name: ScriptName; numberOfKeys: number; lua: string }
+let sources: Map<string, string> | undefined;
 
-function loadSources(): ScriptSource[] {
+function loadSources(): Map<string, string> {
   const lib = readFileSync(join(LUA_DIR, 'lib.lua'), 'utf8');
-  return readdirSync(LUA_DIR)
-    .map((file) => /^([a-z-]+?)-(\d+)\.lua$/.exec(file))
-    .filter((m): m is RegExpExecArray => m !== null)
-    .map((m) => ({
-      name: m[1] as ScriptName,
-      numberOfKeys: Number(m[2]),
-      lua: readFileSync(join(LUA_DIR, m[0]), 'utf8').replace('--@include lib', lib),
-    }));
+  const out = new Map<string, string>();
+  for (const file of readdirSync(LUA_DIR)) {
+    const m = /^([a-z-]+)\.lua$/.exec(file);
+    if (!m || m[1] === 'lib') continue;
+    out.set(m[1], readFileSync(join(LUA_DIR, file), 'utf8').replace('--@include lib', lib));
+  }
+  return out;
 }
 
-let sources: ScriptSource[] | undefined;
-
 export type Connection = Redis | Cluster;
-type ScriptReply = unknown[];
 
-/** Calls a registered script: `run(redis, 'claim', [runKey], argv)`. */
-export async function runScript(
-  redis: Connection,
-  name: ScriptName,
-  keys: string[],
-  argv: (string | number)[],
-): Promise<ScriptReply> {
-  const fn = (redis as unknown as Record<string, (...a: unknown[]) => Promise<ScriptReply>>)[
-    `baton_${name}_v${VERSION}`
-  ];
+/** A script's keys by name (its header lists them); undefined entries are left out. */
+export type NamedKeys = Record<string, string | undefined>;
+
+type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
+
+/**
+ * The wire form of a call: KEYS in the order of their names, the names travel in the
+ * options (`O.k`), so neither side depends on a position.
+ */
+function wire(keys: NamedKeys, options: Record<string, unknown>, payload: readonly (string | number)[]): (string | number)[] {
+  const names: string[] = [];
+  const values: string[] = [];
+  for (const [name, key] of Object.entries(keys)) {
+    if (key === undefined) continue;
+    names.push(name);
+    values.push(key);
+  }
+  return [values.length, ...values, JSON.stringify({ ...options, k: names }), ...payload];
+}
+
+const commandName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
+
+function scriptFn(target: Connection | ChainableCommander, name: ScriptName): ScriptFn {
+  const fn = (target as unknown as Record<string, ScriptFn>)[commandName(name)];
   if (!fn) throw new Error(`script ${name} is not registered on this connection`);
-  return fn.call(redis, ...keys, ...argv);
+  return fn;
+}
+
+/** Calls a registered script; the reply is raw (the gateway decodes it). */
+export function callScript(
+  redis: Connection, name: ScriptName, keys: NamedKeys, options: Record<string, unknown>,
+  payload: readonly (string | number)[] = [],
+): Promise<unknown> {
+  return scriptFn(redis, name).apply(redis, wire(keys, options, payload));
+}
+
+/** Queues a script call on a pipeline; its reply comes with the pipeline's exec(). */
+export function queueScript(
+  pipe: ChainableCommander, name: ScriptName, keys: NamedKeys, options: Record<string, unknown>,
+): void {
+  void scriptFn(pipe, name).apply(pipe, wire(keys, options, []));
 }
 
 export function registerScripts(redis: Connection): void {
   sources ??= loadSources();
-  for (const s of sources) {
-    redis.defineCommand(`baton_${s.name}_v${VERSION}`, { numberOfKeys: s.numberOfKeys, lua: s.lua });
-  }
+  for (const [name, lua] of sources) redis.defineCommand(commandName(name as ScriptName), { lua });
 }

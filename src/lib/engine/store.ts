@@ -1,15 +1,13 @@
 import type { Redis } from 'ioredis';
 import type { Config } from '../config.ts';
 import type { Keys } from '../keys.ts';
-import { runScript } from './scripts.ts';
-import type { Dispatcher } from './dispatcher.ts';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
-import { scriptCode } from './script-codes.ts';
 import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
+import type { Multitask, Resolution, Transitions } from './transitions.ts';
 
-export type Multitask = 'enqueue' | 'reject' | 'interrupt';
+export type { Multitask };
 
 export interface SubmitRequest {
   scope: string;
@@ -49,49 +47,36 @@ export class RunStore {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Config,
-    private readonly dispatcher: Dispatcher,
+    private readonly transitions: Transitions,
     private readonly events: RunStoreEvents = {},
   ) {}
 
   async submit(req: SubmitRequest): Promise<SubmitResult> {
     if (req.outputSchema !== undefined) assertValidOutputSchema(req.outputSchema);
-    const sk = this.keys.scope(req.scope);
     const runId = newRunId();
-    const fields: (string | number)[] = [
-      'id', runId, 'scope', req.scope, 'sessionId', req.sessionId, 'runtime', req.runtime,
-      'agent', req.agent, 'maxAttempts', req.maxAttempts ?? this.config.MAX_ATTEMPTS,
-      'input', JSON.stringify(req.input),
-    ];
-    if (req.metadata !== undefined) fields.push('metadata', JSON.stringify(req.metadata));
-    if (req.memory !== undefined) fields.push('memory', JSON.stringify(req.memory));
-    if (req.outputSchema !== undefined) fields.push('outputSchema', JSON.stringify(req.outputSchema));
-    if (req.idempotencyKey !== undefined) fields.push('idempotencyKey', req.idempotencyKey);
-    // Without it, the first claim replaces the deployment default with the agent's own (claim-1.lua).
-    if (req.maxAttempts !== undefined) fields.push('maxAttemptsSet', 1);
+    const fields: Record<string, string | number> = {
+      id: runId, scope: req.scope, sessionId: req.sessionId, runtime: req.runtime,
+      agent: req.agent, maxAttempts: req.maxAttempts ?? this.config.MAX_ATTEMPTS,
+      input: JSON.stringify(req.input),
+    };
+    if (req.metadata !== undefined) fields.metadata = JSON.stringify(req.metadata);
+    if (req.memory !== undefined) fields.memory = JSON.stringify(req.memory);
+    if (req.outputSchema !== undefined) fields.outputSchema = JSON.stringify(req.outputSchema);
+    if (req.idempotencyKey !== undefined) fields.idempotencyKey = req.idempotencyKey;
+    // Without it, the first claim replaces the deployment default with the agent's own (lua/claim.lua).
+    if (req.maxAttempts !== undefined) fields.maxAttemptsSet = 1;
     // The scope list is the sweeper's work list; adding a scope that ends up with no run is
     // harmless. Once per scope and process: the set only ever grows.
     if (!this.knownScopes.has(req.scope)) {
       await this.redis.sadd(this.keys.scopes, req.scope);
       this.knownScopes.add(req.scope);
     }
-    const reply = await runScript(this.redis, 'submit', [sk.run(runId)], [
-      sk.base, runId, req.sessionId, req.runtime, this.config.MAX_ACTIVE_PER_SCOPE,
-      this.config.DISPATCH_GRACE_MS, this.config.EVENTS_MAX_LEN, req.idempotencyKey ?? '',
-      IDEMPOTENCY_TTL_MS, req.multitask ?? 'enqueue', this.keys.cancelChannel, this.config.RETENTION_MS,
-      ...fields,
-    ]);
-    const code = Number(reply[0]);
-    if (code < 0) {
-      const name = scriptCode(code);
-      if (name === 'SESSION_BUSY' || name === 'DRAINING') throw new BatonError(name);
-      throw new Error(`submit failed: ${name}`);
-    }
-    await this.dispatcher.dispatch(req.scope, String(reply[3]));
-    const id = String(reply[1]);
+    const { run, created, runId: id } = await this.transitions.submit({
+      scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
+      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields,
+    });
     // An idempotent repeat whose run has passed its retention returns no record.
-    const run = parseRunRecord(reply[4] as string[]);
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
-    const created = Number(reply[2]) === 1;
     if (created) this.events.submitted?.(run);
     return { run, created };
   }
@@ -102,38 +87,20 @@ export class RunStore {
 
   /** Cancels a run; returns its state afterwards (a finished run is returned unchanged). */
   async cancel(scope: string, runId: string): Promise<RunRecord> {
-    const sk = this.keys.scope(scope);
-    const c = this.config;
-    const reply = await runScript(this.redis, 'cancel', [sk.run(runId)], [
-      sk.base, runId, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS, c.RETENTION_MS,
-      this.keys.cancelChannel,
-    ]);
-    if (Number(reply[0]) < 0) throw new BatonError('RUN_NOT_FOUND');
-    await this.dispatcher.dispatch(scope, String(reply[1]));
     // The state the cancel produced, not a later read: a running run answers `running` with
     // cancelRequested, even when its worker stops it before this answer is sent.
-    const run = parseRunRecord(reply[2] as string[]);
+    const { outcome, run } = await this.transitions.cancel(scope, runId);
     if (!run) throw new BatonError('RUN_NOT_FOUND');
-    if (Number(reply[0]) === 1) this.events.cancelled?.(run);
+    if (outcome === 'cancelled') this.events.cancelled?.(run);
     return run;
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */
-  async resolveStep(
-    scope: string, runId: string, stepKey: string, resolution: { value: unknown } | { rerun: true },
-  ): Promise<RunRecord> {
-    const sk = this.keys.scope(scope);
-    const c = this.config;
-    const mode = 'rerun' in resolution ? 'rerun' : 'value';
-    const value = 'value' in resolution ? JSON.stringify({ v: resolution.value }) : '';
-    const reply = await runScript(this.redis, 'resolve', [sk.run(runId)], [
-      sk.base, runId, stepKey, mode, value, c.EVENTS_MAX_LEN, c.MAX_ACTIVE_PER_SCOPE, c.DISPATCH_GRACE_MS,
-    ]);
-    const code = Number(reply[0]);
-    if (code === -1) throw new BatonError('RUN_NOT_FOUND');
-    if (code === -8) throw new BatonError('STEP_NOT_BLOCKED');
-    await this.dispatcher.dispatch(scope, String(reply[1]));
-    return (await this.get(scope, runId))!;
+  async resolveStep(scope: string, runId: string, stepKey: string, resolution: Resolution): Promise<RunRecord> {
+    await this.transitions.resolve(scope, runId, stepKey, resolution);
+    const run = await this.get(scope, runId);
+    if (!run) throw new BatonError('RUN_NOT_FOUND');
+    return run;
   }
 
   /**

@@ -1,9 +1,9 @@
-import type { Redis } from 'ioredis';
+import { redisNowMs, type Redis } from '../redis.ts';
 import type { Config } from '../config.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import { runScript } from './scripts.ts';
+import type { Transitions } from './transitions.ts';
 
 /** States in which a BullMQ job still stands for the run. */
 const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 'waiting-children']);
@@ -28,6 +28,7 @@ export class Sweeper {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
+    private readonly transitions: Transitions,
     private readonly log: Logger,
   ) {}
 
@@ -60,8 +61,7 @@ export class Sweeper {
 
   /** One full pass over every scope; returns how many runs it re-dispatched. */
   async sweep(): Promise<number> {
-    const [secs, micros] = await this.redis.time();
-    const now = Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
+    const now = await redisNowMs(this.redis);
     let count = 0;
     let cursor = '0';
     do {
@@ -75,12 +75,10 @@ export class Sweeper {
 
   private async sweepScope(scope: string, now: number): Promise<number> {
     const sk = this.keys.scope(scope);
-    const c = this.config;
     let count = 0;
     const expired = await this.redis.zrangebyscore(sk.leases, '-inf', now, 'LIMIT', 0, 500);
     for (const runId of expired) {
-      const reply = await runScript(this.redis, 'repair', [sk.run(runId)], [sk.base, runId, 'lease', 0, c.DISPATCH_GRACE_MS, 'missing']);
-      count += await this.dispatchRepair(scope, runId, String(reply[1]), 'lease expired');
+      if (await this.transitions.repairLease(scope, runId)) count += this.repaired1(scope, runId, 'lease expired');
     }
     const due = await this.redis.zrangebyscore(sk.pending, '-inf', now, 'LIMIT', 0, 500);
     for (const runId of due) {
@@ -90,19 +88,15 @@ export class Sweeper {
         continue;
       }
       const state = await this.dispatcher.queue(meta[1]).getJobState(jobId(runId, Number(meta[0])));
-      const alive = LIVE_JOB_STATES.has(state) ? 'alive' : 'missing';
-      const reply = await runScript(this.redis, 'repair', [sk.run(runId)], [
-        sk.base, runId, 'pending', meta[0], c.DISPATCH_GRACE_MS, alive,
-      ]);
-      count += await this.dispatchRepair(scope, runId, String(reply[1]), 'dispatch lost');
+      if (await this.transitions.repairPending(scope, runId, Number(meta[0]), LIVE_JOB_STATES.has(state))) {
+        count += this.repaired1(scope, runId, 'dispatch lost');
+      }
     }
     return count;
   }
 
-  private async dispatchRepair(scope: string, runId: string, orders: string, why: string): Promise<number> {
-    if (orders === '[]' || orders === '{}') return 0;
+  private repaired1(scope: string, runId: string, why: string): number {
     this.log.warn({ scope, runId, why }, 'sweeper re-dispatched a run');
-    await this.dispatcher.dispatch(scope, orders);
     return 1;
   }
 }

@@ -1,5 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { withTimeout } from '../timeout.ts';
 
 /** One readiness condition: `status` is what /readyz shows under `name` (e.g. redis: "up"). */
 export interface ReadinessCheck {
@@ -65,11 +66,5 @@ export function workerCheck(o: {
 }
 
 async function bounded(p: Promise<boolean>): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => { timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS); });
-  try {
-    return await Promise.race([p.catch(() => false), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return (await withTimeout(p.catch(() => false), PROBE_TIMEOUT_MS)) === true;
 }

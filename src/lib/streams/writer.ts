@@ -1,17 +1,13 @@
-import type { Redis } from 'ioredis';
-import { runScript } from '../engine/scripts.ts';
+import type { Attempt } from '../engine/attempt.ts';
 import { LeaseLostError } from '../engine/script-codes.ts';
+import type { Transitions } from '../engine/transitions.ts';
 
 interface Pending { type: string; data: string; text?: string }
-interface Batch { no: number; argv: (string | number)[]; events: number; tokens: number }
+interface Batch { no: number; events: [string, string][]; tokens: number }
 
 export interface EventWriterOptions {
-  redis: Redis;
-  runKey: string;
-  base: string;
-  runId: string;
-  fence: number;
-  maxLen: number;
+  transitions: Transitions;
+  attempt: Attempt;
   flushMs: number;
   flushTokens: number;
   /** Called once when a write is refused because the lease moved on. */
@@ -83,7 +79,7 @@ export class EventWriter {
         await this.writing.catch(() => {});
         continue;
       }
-      if (this.lost) throw new LeaseLostError(this.o.runId);
+      if (this.lost) throw new LeaseLostError(this.o.attempt.runId);
       if (!this.unacked && this.queue.length === 0) return;
       await this.writeOne();
     }
@@ -127,13 +123,12 @@ export class EventWriter {
   }
 
   private takeBatch(): Batch {
-    const argv: (string | number)[] = [this.o.base, this.o.runId, this.o.fence, this.o.maxLen, ++this.batchNo];
-    for (const p of this.queue) argv.push(p.type, p.text !== undefined ? JSON.stringify({ text: p.text }) : p.data);
-    const counts = { events: this.queue.length, tokens: this.tokensQueued };
+    const events = this.queue.map((p): [string, string] => [p.type, p.text !== undefined ? JSON.stringify({ text: p.text }) : p.data]);
+    const batch = { no: ++this.batchNo, events, tokens: this.tokensQueued };
     this.queue = [];
     this.tokensQueued = 0;
     this.urgent = false;
-    return { no: this.batchNo, argv, ...counts };
+    return batch;
   }
 
   /** One append round trip: the unacknowledged batch if there is one, else what is queued. */
@@ -144,20 +139,19 @@ export class EventWriter {
     this.writing = (async () => {
       try {
         this.writes++;
-        const reply = await runScript(this.o.redis, 'append', [this.o.runKey], batch.argv);
-        if (Number(reply[0]) === -2) {
+        await this.o.transitions.append(this.o.attempt, batch.no, batch.events);
+        this.unacked = undefined;
+        this.failures = 0;
+        this.o.onWritten?.(batch.events.length, batch.tokens);
+      } catch (err) {
+        if (err instanceof LeaseLostError) {
           this.lost = true;
           this.unacked = undefined;
           this.queue = [];
-          const err = new LeaseLostError(this.o.runId);
           this.o.onLeaseLost(err);
-          throw err;
+        } else {
+          this.failures++;
         }
-        this.unacked = undefined;
-        this.failures = 0;
-        this.o.onWritten?.(batch.events, batch.tokens);
-      } catch (err) {
-        if (!this.lost) this.failures++;
         throw err;
       } finally {
         this.writing = undefined;

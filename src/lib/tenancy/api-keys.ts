@@ -2,8 +2,9 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
 
-export const ROLES = ['client', 'admin'] as const;
-export type Role = (typeof ROLES)[number];
+import { ROLES, type Role } from '../contract/admin.ts';
+
+export { ROLES, type Role };
 
 export interface ApiKeyInfo { id: string; scope: string; role: Role; createdAt: number }
 
@@ -77,18 +78,3 @@ export class ApiKeyStore {
   }
 }
 
-/** Parses BATON_BOOTSTRAP_KEYS: `scope:role:key` entries separated by commas. */
-export function parseBootstrapKeys(spec: string): { scope: string; role: Role; key: string }[] {
-  return spec
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean)
-    .map((entry) => {
-      const [scope, role, ...rest] = entry.split(':');
-      const key = rest.join(':');
-      if (!scope || !ROLES.includes(role as Role) || key.length < 16) {
-        throw new Error(`BATON_BOOTSTRAP_KEYS entry "${scope}:${role}:…" must be scope:role:key with role client|admin and a key of 16+ chars`);
-      }
-      return { scope, role: role as Role, key };
-    });
-}

@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
+import { redisNowMs } from '../redis.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
@@ -49,11 +50,6 @@ const OFFERED_CACHE_MS = 1_000;
 /** A runtime none of whose workers beat for a day is dropped from the list. */
 const FORGET_RUNTIME_AFTER_MS = 24 * 3600_000;
 
-async function redisNow(redis: Redis): Promise<number> {
-  const [s, us] = await redis.time();
-  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-}
-
 function parseRegistrations(raw: Record<string, string>): WorkerRegistration[] {
   const out: WorkerRegistration[] = [];
   for (const json of Object.values(raw)) {
@@ -80,12 +76,12 @@ export class WorkerRegistry {
   ) {}
 
   async liveWorkers(runtime: string): Promise<WorkerRegistration[]> {
-    const [now, raw] = await Promise.all([redisNow(this.redis), this.redis.hgetall(this.keys.runtimeWorkers(runtime))]);
+    const [now, raw] = await Promise.all([redisNowMs(this.redis), this.redis.hgetall(this.keys.runtimeWorkers(runtime))]);
     return parseRegistrations(raw).filter((w) => w.beatAt + this.liveMs > now);
   }
 
   async runtimes(): Promise<RuntimeInfo[]> {
-    const [now, flat] = await Promise.all([redisNow(this.redis), this.redis.zrange(this.keys.runtimes, 0, -1, 'WITHSCORES')]);
+    const [now, flat] = await Promise.all([redisNowMs(this.redis), this.redis.zrange(this.keys.runtimes, 0, -1, 'WITHSCORES')]);
     const out: RuntimeInfo[] = [];
     for (let i = 0; i < flat.length; i += 2) {
       const runtimeId = flat[i];
@@ -152,7 +148,7 @@ export class WorkerPresence {
 
   private async beat(): Promise<void> {
     if (this.stopped) return;
-    const now = await redisNow(this.redis);
+    const now = await redisNowMs(this.redis);
     const reg: WorkerRegistration = {
       ...this.me, host: hostname(), pid: process.pid, startedAt: this.startedAt, beatAt: now,
     };

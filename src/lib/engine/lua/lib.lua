@@ -1,14 +1,34 @@
---[[ Shared helpers, prepended to every script that says `--@include lib`.
+--[[ Shared prelude and helpers, inlined into every script at `--@include lib`.
 
-  Key layout mirrors src/lib/keys.ts: every key of a scope starts with `base`
-  (`<prefix>:{<scope>}:`), so all keys touched here live in the scope's Cluster slot.
+  Calling convention (src/lib/engine/transitions.ts is the only caller):
+    KEYS    the keys the call names, in the order of O.k
+    ARGV[1] options, one JSON object decoded here into O. Always present:
+              O.k        names of KEYS, in order: K[name] is the key
+              O.base     the scope's key prefix `<prefix>:{<scope>}:`
+            and the limits scripts share: O.maxLen (events per run log), O.maxActive
+            (slots per scope), O.graceMs (dispatch grace), O.retention (ms a finished run
+            stays), O.cancelChannel. Each script's header lists the rest.
+    ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
 
-  Slots: a scope may have at most `maxActive` runs holding a slot (dispatched, running,
-  retrying). Session heads beyond that wait, FIFO, in `<base>ready`.
+  Keys: everything a script touches lives in the scope's Cluster slot. The scope's own keys
+  (meta, ready, pending, leases, ...) and the keys of the run a call is about arrive in KEYS.
+  Derived here, because only a record read inside the script says which: the keys of other
+  runs a transition moves (the next head of a session, parked runs handed a free slot),
+  the per-runtime keys of a run's runtime (stats:<rt>, waiting:<rt>, drain:<rt>, held:<rt>)
+  and a run's session keys. A run's log, steps and live channel are its record key plus a
+  fixed suffix (:events, :steps, :live). All of them follow src/lib/keys.ts.
 
-  Error codes (mapped in src/lib/script-errors.ts):
+  Slots: a scope may have at most O.maxActive runs holding a slot (dispatched, running,
+  retrying). Session heads beyond that wait, FIFO, in `ready`.
+
+  Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
     -6 DRAINING   -8 STEP_NOT_BLOCKED ]]
+
+local O = cjson.decode(ARGV[1])
+local K = {}
+for i, name in ipairs(O.k) do K[name] = KEYS[i] end
+local BASE = O.base
 
 local TERMINAL = { succeeded = true, failed = true, cancelled = true }
 local HOLDS_SLOT = { dispatched = true, running = true, retrying = true }
@@ -21,144 +41,145 @@ local function nowMs()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function runKey(base, runId) return base .. 'run:' .. runId end
+local function runKey(runId) return BASE .. 'run:' .. runId end
+local function sessionKey(sessionId) return BASE .. 'session:' .. sessionId end
+local function runtimeKey(kind, runtime) return BASE .. kind .. ':' .. runtime end
 
 -- Collected events of this script call, published once at the end (one message per call)
 -- as {prev, events}: `prev` is the id of the stream entry before this batch ('0' if none),
 -- so a live reader can prove it missed no notification (else it re-reads the log).
 local published = {}
 
-local function addEvent(base, runId, maxLen, etype, data)
-  local sk = runKey(base, runId) .. ':events'
+local function addEvent(runId, etype, data)
+  local sk = runKey(runId) .. ':events'
   local batch = published[runId]
   if not batch then
     local last = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)
     batch = { prev = (last[1] and last[1][1]) or '0', events = {} }
     published[runId] = batch
   end
-  local id = redis.call('XADD', sk, 'MAXLEN', '~', maxLen, '*', 'type', etype, 'data', data)
+  local id = redis.call('XADD', sk, 'MAXLEN', '~', O.maxLen, '*', 'type', etype, 'data', data)
   batch.events[#batch.events + 1] = { id, etype, data }
   return id
 end
 
-local function flushPublished(base)
+local function flushPublished()
   for runId, batch in pairs(published) do
-    redis.call('PUBLISH', runKey(base, runId) .. ':live', cjson.encode(batch))
+    redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
   end
   published = {}
 end
 
 -- Moves a run to `to`, keeping the per-runtime status counters exact. Terminal counters are
 -- cumulative (never decremented); the others count runs currently in that status.
-local function setStatus(base, runId, runtime, from, to, now)
-  redis.call('HSET', runKey(base, runId), 'status', to, 'updatedAt', now)
-  local sk = base .. 'stats:' .. runtime
+local function setStatus(runId, runtime, from, to, now)
+  redis.call('HSET', runKey(runId), 'status', to, 'updatedAt', now)
+  local sk = runtimeKey('stats', runtime)
   if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
   redis.call('HINCRBY', sk, to, 1)
   -- NX: a run parked again (dispatched -> queued) keeps the time it started to wait.
   if WAITING[to] then
-    redis.call('ZADD', base .. 'waiting:' .. runtime, 'NX', now, runId)
+    redis.call('ZADD', runtimeKey('waiting', runtime), 'NX', now, runId)
   elseif from and WAITING[from] then
-    redis.call('ZREM', base .. 'waiting:' .. runtime, runId)
+    redis.call('ZREM', runtimeKey('waiting', runtime), runId)
   end
 end
 
-local function statusEvent(base, runId, maxLen, fields)
-  return addEvent(base, runId, maxLen, 'status', cjson.encode(fields))
+local function statusEvent(runId, fields)
+  return addEvent(runId, 'status', cjson.encode(fields))
 end
 
 -- Hands a run to BullMQ through the outbox: bumps the dispatch number (the job id is
 -- `<runId>-<dispatch>`) and records when a job must exist by; the caller adds the job.
-local function enqueueJob(base, runId, runtime, now, delay, graceMs, out)
-  local n = redis.call('HINCRBY', runKey(base, runId), 'dispatch', 1)
-  redis.call('ZADD', base .. 'pending', now + delay + graceMs, runId)
+local function enqueueJob(runId, runtime, now, delay, out)
+  local n = redis.call('HINCRBY', runKey(runId), 'dispatch', 1)
+  redis.call('ZADD', K.pending, now + delay + O.graceMs, runId)
   out[#out + 1] = { runId, runtime, n, delay }
 end
 
-local function activeCount(base)
-  return tonumber(redis.call('HGET', base .. 'meta', 'active') or '0')
+local function activeCount()
+  return tonumber(redis.call('HGET', K.meta, 'active') or '0')
 end
 
-local function dispatchRun(base, runId, runtime, from, now, graceMs, maxLen, out)
-  redis.call('HINCRBY', base .. 'meta', 'active', 1)
-  setStatus(base, runId, runtime, from, 'dispatched', now)
-  enqueueJob(base, runId, runtime, now, 0, graceMs, out)
+local function dispatchRun(runId, runtime, from, now, out)
+  redis.call('HINCRBY', K.meta, 'active', 1)
+  setStatus(runId, runtime, from, 'dispatched', now)
+  enqueueJob(runId, runtime, now, 0, out)
 end
 
 -- A session head asks for a scope slot. Draining runtimes hold their runs; a full scope
 -- parks them in the ready list. `from` is the run's current status.
-local function admit(base, runId, from, now, maxActive, graceMs, maxLen, out)
-  local runtime = redis.call('HGET', runKey(base, runId), 'runtime')
-  if from ~= 'queued' then setStatus(base, runId, runtime, from, 'queued', now); from = 'queued' end
-  if redis.call('EXISTS', base .. 'drain:' .. runtime) == 1 then
-    redis.call('RPUSH', base .. 'held:' .. runtime, runId)
+local function admit(runId, from, now, out)
+  local runtime = redis.call('HGET', runKey(runId), 'runtime')
+  if from ~= 'queued' then setStatus(runId, runtime, from, 'queued', now); from = 'queued' end
+  if redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
+    redis.call('RPUSH', runtimeKey('held', runtime), runId)
     return
   end
-  if activeCount(base) >= maxActive then
-    redis.call('RPUSH', base .. 'ready', runId)
+  if activeCount() >= O.maxActive then
+    redis.call('RPUSH', K.ready, runId)
     return
   end
-  dispatchRun(base, runId, runtime, from, now, graceMs, maxLen, out)
+  dispatchRun(runId, runtime, from, now, out)
 end
 
 -- Gives free scope slots to parked session heads, oldest first. Entries whose run was
 -- cancelled or expired while parked are dropped.
-local function fillSlots(base, now, maxActive, graceMs, maxLen, out)
-  while activeCount(base) < maxActive do
-    local runId = redis.call('LPOP', base .. 'ready')
+local function fillSlots(now, out)
+  while activeCount() < O.maxActive do
+    local runId = redis.call('LPOP', K.ready)
     if not runId then return end
-    local rk = runKey(base, runId)
+    local rk = runKey(runId)
     if redis.call('HGET', rk, 'status') == 'queued' then
       local runtime = redis.call('HGET', rk, 'runtime')
-      if redis.call('EXISTS', base .. 'drain:' .. runtime) == 1 then
-        redis.call('RPUSH', base .. 'held:' .. runtime, runId)
+      if redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
+        redis.call('RPUSH', runtimeKey('held', runtime), runId)
       else
-        dispatchRun(base, runId, runtime, 'queued', now, graceMs, maxLen, out)
+        dispatchRun(runId, runtime, 'queued', now, out)
       end
     end
   end
 end
 
 -- The session's active run ended: the next queued run of the session becomes its head.
-local function advanceSession(base, sessionId, runId, now, maxActive, graceMs, maxLen, out)
-  local sk = base .. 'session:' .. sessionId
+local function advanceSession(sessionId, runId, now, out)
+  local sk = sessionKey(sessionId)
   if redis.call('HGET', sk, 'active') ~= runId then return end
   redis.call('HDEL', sk, 'active')
   while true do
     local nextId = redis.call('LPOP', sk .. ':queue')
     if not nextId then return end
-    if redis.call('HGET', runKey(base, nextId), 'status') == 'queued' then
+    if redis.call('HGET', runKey(nextId), 'status') == 'queued' then
       redis.call('HSET', sk, 'active', nextId)
-      admit(base, nextId, 'queued', now, maxActive, graceMs, maxLen, out)
+      admit(nextId, 'queued', now, out)
       return
     end
   end
 end
 
-local function releaseSlot(base)
-  if activeCount(base) > 0 then redis.call('HINCRBY', base .. 'meta', 'active', -1) end
+local function releaseSlot()
+  if activeCount() > 0 then redis.call('HINCRBY', K.meta, 'active', -1) end
 end
 
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
 -- retention set. `fields` are extra run-record fields (result, lastError, ...).
-local function finishRun(base, runId, status, fields, endData, now, maxActive, graceMs, maxLen, retention, out)
-  local rk = runKey(base, runId)
-  local from = redis.call('HGET', rk, 'status')
-  local runtime = redis.call('HGET', rk, 'runtime')
-  local sessionId = redis.call('HGET', rk, 'sessionId')
-  setStatus(base, runId, runtime, from, status, now)
+local function finishRun(runId, status, fields, endData, now, out)
+  local rk = runKey(runId)
+  local r = redis.call('HMGET', rk, 'status', 'runtime', 'sessionId')
+  local from = r[1]
+  setStatus(runId, r[2], from, status, now)
   redis.call('HSET', rk, 'finishedAt', now, 'leaseOwner', '', 'leaseExpiresAt', 0)
   if #fields > 0 then redis.call('HSET', rk, unpack(fields)) end
   redis.call('HDEL', rk, 'retryAt')
-  redis.call('ZREM', base .. 'leases', runId)
-  redis.call('ZREM', base .. 'pending', runId)
-  addEvent(base, runId, maxLen, 'end', endData)
-  if HOLDS_SLOT[from] then releaseSlot(base) end
-  advanceSession(base, sessionId, runId, now, maxActive, graceMs, maxLen, out)
-  fillSlots(base, now, maxActive, graceMs, maxLen, out)
-  redis.call('PEXPIRE', rk, retention)
-  redis.call('PEXPIRE', rk .. ':events', retention)
-  redis.call('PEXPIRE', rk .. ':steps', retention)
+  redis.call('ZREM', K.leases, runId)
+  redis.call('ZREM', K.pending, runId)
+  addEvent(runId, 'end', endData)
+  if HOLDS_SLOT[from] then releaseSlot() end
+  advanceSession(r[3], runId, now, out)
+  fillSlots(now, out)
+  redis.call('PEXPIRE', rk, O.retention)
+  redis.call('PEXPIRE', rk .. ':events', O.retention)
+  redis.call('PEXPIRE', rk .. ':steps', O.retention)
 end
 
 -- Checks that the caller still holds the run's lease: same fence, still running, not handed over.
@@ -166,28 +187,29 @@ local function fenced(rk, fence)
   local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner')
   -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
   -- the next claim, but the holder's right to write ended with the hand-over.
-  return cur[1] == fence and cur[2] == 'running' and cur[3] ~= ''
+  return cur[1] == tostring(fence) and cur[2] == 'running' and cur[3] ~= ''
 end
+
+local CANCELLED_RESULT = '{"answer":"","finishReason":"cancelled","toolCallsSeen":0}'
 
 -- Cancels a run in any non-terminal state. A running run is asked to stop (its worker
 -- aborts ctx.signal, then finishes it as cancelled); every other state ends here.
 -- Returns 0 (already terminal), 1 (cancelled now), 2 (cancel requested) or -1 (unknown).
-local function cancelRun(base, runId, now, maxActive, graceMs, maxLen, retention, cancelChannel, out)
-  local rk = runKey(base, runId)
+local function cancelRun(runId, now, out)
+  local rk = runKey(runId)
   local st = redis.call('HGET', rk, 'status')
   if not st then return -1 end
   if TERMINAL[st] then return 0 end
   if st == 'running' then
     redis.call('HSET', rk, 'cancelRequested', 1)
-    redis.call('PUBLISH', cancelChannel, rk)
+    redis.call('PUBLISH', O.cancelChannel, rk)
     return 2
   end
-  local sk = base .. 'session:' .. redis.call('HGET', rk, 'sessionId')
+  local sk = sessionKey(redis.call('HGET', rk, 'sessionId'))
   if st == 'queued' and redis.call('HGET', sk, 'active') ~= runId then
     redis.call('LREM', sk .. ':queue', 0, runId)
   end
-  local result = '{"answer":"","finishReason":"cancelled","toolCallsSeen":0}'
-  finishRun(base, runId, 'cancelled', { 'result', result }, '{"status":"cancelled","result":' .. result .. '}',
-    now, maxActive, graceMs, maxLen, retention, out)
+  finishRun(runId, 'cancelled', { 'result', CANCELLED_RESULT },
+    '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
   return 1
 end

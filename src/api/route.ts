@@ -1,0 +1,91 @@
+import { Router, type Request, type RequestHandler, type Response } from 'express';
+import type { z } from 'zod';
+import type { ErrorCode } from '../lib/contract/errors.ts';
+import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
+import type { AppDeps } from './deps.ts';
+import { requireRole } from './auth.ts';
+import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
+import { parse } from './validate.ts';
+
+/**
+ * A route of the catalogue (routes.ts): how it is called, what it answers, who may call it,
+ * and its handler. The same entry validates requests (mount below), documents the route
+ * (/openapi.json) and feeds the cross-tenant and fuzz tests, so a route cannot exist in one
+ * of those and not the others. A handler gets parsed input and makes one domain call.
+ */
+
+export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
+/** public: no key; client: any key of the scope; admin: an admin key of the scope. */
+export type Access = 'public' | 'client' | 'admin';
+
+/** What a handler answers: JSON with a status (200 by default), or nothing when it wrote the response itself. */
+export interface Reply { status?: number; body?: unknown; headers?: Record<string, string> }
+
+export interface RouteInput<P, Q, B> {
+  params: P;
+  query: Q;
+  body: B;
+  /** The headers the route declares, parsed (absent ones undefined), by lower-case name. */
+  headers: Record<string, string | undefined>;
+  /** The body as sent, before parsing (for checks zod cannot express, like "present but null"). */
+  rawBody: unknown;
+  /** The caller's key (routes of a scope only). */
+  key: ApiKeyInfo | undefined;
+  /** The HTTP exchange, for the few routes that stream. */
+  http: { req: Request; res: Response };
+}
+
+export interface RouteSpec<P extends z.ZodType = z.ZodType, Q extends z.ZodType = z.ZodType, B extends z.ZodType = z.ZodType> {
+  method: Method;
+  /** Express syntax (`/v1/scopes/:scope/runs/:runId`); shown as `{scope}` in the document. */
+  path: string;
+  summary: string;
+  access: Access;
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** Headers the route reads besides Authorization, with their schemas. */
+  headers?: Record<string, z.ZodType<string>>;
+  /** Success answers: status -> description and schema (JSON unless contentType says otherwise). */
+  ok: Record<number, { description: string; schema?: z.ZodType; contentType?: string }>;
+  /** Error codes this route can answer besides the ones every route of its kind can. */
+  errors?: ErrorCode[];
+  handler(input: RouteInput<z.output<P>, z.output<Q>, z.output<B>>, d: AppDeps): Promise<Reply | void> | Reply | void;
+}
+
+/** Declares a route with its handler typed by its schemas. */
+export function route<
+  P extends z.ZodType = typeof emptyParams, Q extends z.ZodType = typeof emptyQuery, B extends z.ZodType = typeof emptyBody,
+>(spec: RouteSpec<P, Q, B>): RouteSpec {
+  return spec as unknown as RouteSpec;
+}
+
+/**
+ * An Express router serving `routes` whose paths start with `prefix` (the router is mounted
+ * there). Each route parses params, query, body and declared headers with its schemas (a
+ * route without a query or a body refuses one), checks the role, then calls its handler.
+ */
+export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: AppDeps): Router {
+  const r = Router({ mergeParams: true });
+  for (const spec of routes) {
+    if (!spec.path.startsWith(prefix)) throw new Error(`route ${spec.path} is not under ${prefix}`);
+    const guards: RequestHandler[] = spec.access === 'admin' ? [requireRole('admin')] : [];
+    r[spec.method](spec.path.slice(prefix.length) || '/', ...guards, async (req, res) => {
+      const params = parse(spec.params ?? emptyParams, req.params, 'params');
+      const query = parse(spec.query ?? emptyQuery, req.query, 'query');
+      const body = parse(spec.body ?? emptyBody, req.body, 'body');
+      const headers: Record<string, string | undefined> = {};
+      for (const [name, schema] of Object.entries(spec.headers ?? {})) {
+        const value = req.headers[name.toLowerCase()];
+        headers[name.toLowerCase()] = value === undefined ? undefined : parse(schema, value, 'headers');
+      }
+      const key = res.locals.apiKey as ApiKeyInfo | undefined;
+      const reply = await spec.handler({ params, query, body, headers, rawBody: req.body, key, http: { req, res } }, d);
+      if (!reply || res.headersSent) return;
+      res.status(reply.status ?? 200).set(reply.headers ?? {});
+      if (reply.body === undefined) res.end();
+      else res.json(reply.body);
+    });
+  }
+  return r;
+}

@@ -1,0 +1,20 @@
+import { openApiDocument } from './openapi.ts';
+import { route, type RouteSpec } from './route.ts';
+import { adminRoutes } from './routes-admin.ts';
+import { opsRoutes } from './routes-ops.ts';
+import { runRoutes } from './routes-runs.ts';
+
+/**
+ * The catalogue: every route the API serves. app.ts mounts it, /openapi.json describes it,
+ * and the tests walk it (openapi, cross-tenant matrix, fuzz).
+ */
+export const ROUTES: readonly RouteSpec[] = [
+  ...opsRoutes,
+  route({
+    method: 'get', path: '/openapi.json', summary: 'This document.', access: 'public',
+    ok: { 200: { description: 'OpenAPI 3.1 document' } },
+    handler: () => ({ body: openApiDocument(ROUTES) }),
+  }),
+  ...runRoutes,
+  ...adminRoutes,
+];

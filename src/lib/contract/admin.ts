@@ -1,0 +1,32 @@
+/** API key roles, runtimes and the operator actions on one (scope, runtime) pair, as the API shows them. */
+
+/** client: submit, read, stream, cancel; admin: that plus stats, drain and resolving blocked steps. */
+export const ROLES = ['client', 'admin'] as const;
+export type Role = (typeof ROLES)[number];
+
+/** A runtime as one scope sees it (`GET /v1/scopes/{scope}/runtimes`). */
+export interface RuntimeView {
+  runtimeId: string;
+  liveWorkers: number;
+  agents: string[];
+  concurrency: number;
+  /** ISO time of the newest heartbeat of any of its workers. */
+  lastSeenAt: string;
+  /** Whether this scope drained the runtime. */
+  draining: boolean;
+}
+
+export interface RuntimeStats {
+  scope: string;
+  runtimeId: string;
+  /** Current counts by public status (dispatched shows as queued); terminal counts are cumulative. */
+  counts: { queued: number; running: number; retrying: number; blocked: number; succeeded: number; failed: number; cancelled: number };
+  /** Age of the run that has waited longest to start; null when none waits. */
+  oldestQueuedAgeMs: number | null;
+  draining: boolean;
+  /** Live workers of the runtime (they serve every scope). */
+  liveWorkers: number;
+}
+
+export interface DrainResult { scope: string; runtimeId: string; draining: true; cancelled: number }
+export interface ResumeResult { scope: string; runtimeId: string; draining: false; resumed: number }

@@ -1,0 +1,34 @@
+/**
+ * The registry of error codes Baton answers with: each code's HTTP status and message.
+ * README.md lists them (test/error-codes-doc.test.ts keeps both in step). Domain code
+ * throws a BatonError with a code; only the API turns a code into a status.
+ */
+export const ERROR_CODES = {
+  VALIDATION_FAILED: { status: 400, message: 'The request is invalid.' },
+  INVALID_JSON: { status: 400, message: 'The body is not valid JSON.' },
+  CALLER_MEMORY_INVALID: { status: 400, message: 'memory must be a JSON value other than null.' },
+  OUTPUT_SCHEMA_INVALID: { status: 400, message: 'outputSchema is not a valid JSON Schema.' },
+  UNAUTHENTICATED: { status: 401, message: 'A valid API key is required.' },
+  FORBIDDEN: { status: 403, message: "This key's role may not do that." },
+  NOT_FOUND: { status: 404, message: 'Not found.' },
+  RUN_NOT_FOUND: { status: 404, message: 'No such run in this scope.' },
+  SESSION_BUSY: { status: 409, message: 'The session has an active or queued run.' },
+  DRAINING: { status: 409, message: 'This runtime is draining in this scope; it accepts no new runs.' },
+  STEP_NOT_BLOCKED: { status: 409, message: 'The run is not blocked on that step.' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
+  PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
+  UNKNOWN_AGENT: { status: 422, message: "The runtime's live workers do not offer this agent." },
+  RATE_LIMITED: { status: 429, message: 'Too many submits for this scope; retry later.' },
+  REDIS_UNAVAILABLE: { status: 503, message: 'Redis is unreachable; nothing was changed.' },
+  INTERNAL: { status: 500, message: 'Internal error.' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export interface ErrorDetail {
+  path: string;
+  message: string;
+}
+
+/** Every error answer: `{ error: { code, message, details } }`. */
+export interface ErrorBody { error: { code: ErrorCode; message: string; details: ErrorDetail[] } }

@@ -1,0 +1,33 @@
+import type { PublicRunStatus, RunError, RunResult, TerminalStatus } from './runs.ts';
+
+/** The events of a run's stream. Every event has the stream id a client resumes from. */
+export type RunStreamEvent =
+  | { id: string; type: 'status'; data: StatusEventData }
+  /** A new attempt starts (first try, retry or recovery): discard the text of earlier attempts. */
+  | { id: string; type: 'attempt'; data: AttemptEventData }
+  | { id: string; type: 'token'; data: { text: string } }
+  /** Streamed to the reader, never part of the answer (error notices and the like). */
+  | { id: string; type: 'ephemeral'; data: { text: string } }
+  /** The last event of every run: its final status and result. */
+  | { id: string; type: 'end'; data: EndEventData }
+  /** An event type this client version does not know (`name` is its SSE event name). */
+  | { id: string; type: 'unknown'; name: string; data: unknown };
+
+export interface StatusEventData {
+  status: PublicRunStatus | 'recovered';
+  attempt?: number;
+  maxAttempts?: number;
+  retryAt?: number;
+  lastError?: RunError;
+  recoveries?: number;
+  blocked?: { stepKey: string; reason: string; since: number };
+  resumed?: boolean;
+  resolved?: { stepKey: string; mode: 'value' | 'rerun' };
+}
+
+export interface AttemptEventData { attempt: number; maxAttempts: number; recovered?: boolean; resumed?: boolean }
+
+export interface EndEventData { status: TerminalStatus; result: RunResult; error?: RunError }
+
+/** SSE event names a run's stream carries. */
+export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'end'] as const;

@@ -1,0 +1,88 @@
+/** The run, the submit request and the session history as the API shows them. */
+
+/** Every status a run record can have; `dispatched` is internal (shown as queued). */
+export const RUN_STATUSES = [
+  'queued', 'dispatched', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled',
+] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+
+export const PUBLIC_RUN_STATUSES = ['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled'] as const;
+export type PublicRunStatus = (typeof PUBLIC_RUN_STATUSES)[number];
+
+export const TERMINAL_STATUSES = ['succeeded', 'failed', 'cancelled'] as const;
+export type TerminalStatus = (typeof TERMINAL_STATUSES)[number];
+
+export const MULTITASK_STRATEGIES = ['enqueue', 'reject', 'interrupt'] as const;
+export type Multitask = (typeof MULTITASK_STRATEGIES)[number];
+
+export interface RunInput { content: string }
+
+export interface RunResult {
+  answer: string;
+  /** 'stop' (goal reached), 'length' (truncated), 'cancelled', 'error'. */
+  finishReason: string;
+  toolCallsSeen: number;
+  payload?: unknown;
+}
+
+export interface RunError { code: string; message: string; details?: unknown }
+
+/** Submit body of `POST /v1/scopes/{scope}/runs`. */
+export interface SubmitRequest {
+  sessionId: string;
+  input: RunInput;
+  /** Default `default`. */
+  runtime?: string;
+  /** Default `echo`. */
+  agent?: string;
+  metadata?: Record<string, unknown>;
+  /** Any JSON value except null; reaches the agent as ctx.memory, never stored in the session. */
+  memory?: unknown;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  /** What to do when the session is busy; default `enqueue`. */
+  multitask?: Multitask;
+  outputSchema?: Record<string, unknown>;
+}
+
+/** A run as the API shows it: no lease internals, no caller memory echo; times are ISO strings. */
+export interface Run {
+  id: string;
+  scope: string;
+  sessionId: string;
+  runtime: string;
+  agent: string;
+  status: PublicRunStatus;
+  attempt: number;
+  maxAttempts: number;
+  recoveries: number;
+  createdAt: string;
+  updatedAt: string;
+  startedAt?: string;
+  finishedAt?: string;
+  retryAt?: string;
+  cancelRequested?: boolean;
+  input: RunInput;
+  metadata?: Record<string, unknown>;
+  idempotencyKey?: string;
+  lastError?: RunError;
+  blocked?: { stepKey: string; reason: string; since: string };
+  result?: RunResult;
+  links: { self: string; events: string };
+  /** Submit only: e.g. that no live worker serves the runtime yet. */
+  warnings?: string[];
+}
+
+export interface RunsPage { runs: Run[]; nextCursor: string | null }
+
+/** A message of a session's committed history. */
+export interface SessionMessage {
+  role: 'user' | 'assistant';
+  content: string;
+  runId: string;
+  createdAt: number;
+  /** The answer was cut short (error, cancel, truncation). */
+  incomplete?: boolean;
+}
+
+export interface MessagesPage { messages: SessionMessage[]; nextCursor: string | null }

@@ -1,0 +1,31 @@
+--[[ Drain a runtime for one scope: from now on the scope's runs of that runtime are not
+  started there (submit answers DRAINING, admission parks session heads in held:<runtime>,
+  a claim parks a dispatched run). Running and retrying runs go on and finish.
+  With cancelQueued, also cancels up to `batch` of the scope's waiting runs (queued or
+  dispatched) of that runtime per call; the caller repeats until none remain. The set only
+  shrinks while the flag is up, because a draining runtime accepts no submit.
+  KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, pending, leases
+  O     cancelQueued (bool), batch
+  Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
+--@include lib
+local now = nowMs()
+redis.call('SET', K.drain, now, 'NX')
+local out = {}
+local cancelled = 0
+if O.cancelQueued then
+  for _, runId in ipairs(redis.call('ZRANGE', K.waiting, 0, O.batch - 1)) do
+    local st = redis.call('HGET', runKey(runId), 'status')
+    if WAITING[st] then
+      cancelRun(runId, now, out)
+      cancelled = cancelled + 1
+    else
+      -- Defensive: an index entry whose run is gone or started no longer waits.
+      redis.call('ZREM', K.waiting, runId)
+    end
+  end
+  flushPublished()
+end
+local left = redis.call('ZCARD', K.waiting)
+-- Every run the held list names was waiting; with none left, all its entries are stale.
+if O.cancelQueued and left == 0 then redis.call('DEL', K.held) end
+return { cancelled, left, cjson.encode(out) }

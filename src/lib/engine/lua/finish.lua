@@ -1,0 +1,21 @@
+--[[ Finish a run: terminal status and result, the turn committed to the session history
+  (user message + answer together, exactly once: this script runs once per run because it
+  requires the current fence of a running run), `end` event, session and slot handed on.
+  KEYS  run, meta, ready, pending, leases, messages (the run's session history)
+  O     runId, fence, status (succeeded | failed | cancelled), result (JSON text),
+        lastError (JSON text, absent = none), turn ([user JSON, assistant JSON], absent = commit nothing)
+  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+--@include lib
+local runId, rk = O.runId, K.run
+if not fenced(rk, O.fence) then return { -2 } end
+local now = nowMs()
+local fields = { 'result', O.result }
+if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
+if O.turn then redis.call('RPUSH', K.messages, O.turn[1], O.turn[2]) end
+local endData = '{"status":"' .. O.status .. '","result":' .. O.result
+if O.lastError then endData = endData .. ',"error":' .. O.lastError end
+endData = endData .. '}'
+local out = {}
+finishRun(runId, O.status, fields, endData, now, out)
+flushPublished()
+return { 0, cjson.encode(out) }

@@ -1,0 +1,77 @@
+import type { Config } from './config.ts';
+import { Dispatcher } from './engine/dispatcher.ts';
+import { Sweeper } from './engine/sweeper.ts';
+import { Transitions } from './engine/transitions.ts';
+import { createKeys, type Keys } from './keys.ts';
+import type { Logger } from './logger.ts';
+import { Metrics } from './ops/metrics.ts';
+import { createRedis, waitReady, type Redis } from './redis.ts';
+
+/**
+ * The composition root of one Baton process: its Redis connections, key builder, metrics
+ * registry, dispatcher, transitions gateway and sweeper, made once and closed once.
+ * `baton start` hosts the API and a worker on one of these; `baton api` and `baton worker`
+ * each open their own. Domain code receives what it needs from here, never from the
+ * environment.
+ */
+export interface Resources {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly keys: Keys;
+  readonly metrics: Metrics;
+  /** Request-path commands and every transition; fails fast while Redis is down. */
+  readonly redis: Redis;
+  /** BullMQ's connection (queues and workers); retries forever, as BullMQ requires. */
+  readonly bull: Redis;
+  /** Pub/sub: live stream notifications (API) and cancel requests (worker) share it. */
+  readonly subscriber: Redis;
+  readonly dispatcher: Dispatcher;
+  readonly transitions: Transitions;
+  readonly sweeper: Sweeper;
+  /** Stops the sweeper, closes the queues and the connections. Idempotent. */
+  close(): Promise<void>;
+}
+
+export interface ResourceOptions {
+  config: Config;
+  redisUrl: string;
+  log: Logger;
+  /** A registry to share (an application's own); else one is made for this process. */
+  metrics?: Metrics;
+  /** What the process is (`api`, `worker`, `start`): its connections are named `<role>-cmd`, `-bull`, `-sub`. */
+  role: string;
+}
+
+export async function openResources(o: ResourceOptions): Promise<Resources> {
+  const { config: c, redisUrl: url, log } = o;
+  const metrics = o.metrics ?? new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT });
+  const keys = createKeys(c.BATON_KEY_PREFIX);
+  const events = metrics.redisEvents;
+  const redis = createRedis({ url, name: `${o.role}-cmd`, logger: log, events });
+  const bull = createRedis({ url, name: `${o.role}-bull`, logger: log, blocking: true, events });
+  const subscriber = createRedis({ url, name: `${o.role}-sub`, logger: log, blocking: true, events });
+  const quit = () => Promise.all([redis, bull, subscriber].map((r) => r.quit().catch(() => {})));
+  try {
+    await waitReady(redis);
+  } catch (err) {
+    await quit();
+    throw err;
+  }
+  const dispatcher = new Dispatcher(bull, keys);
+  const transitions = new Transitions(redis, keys, c, dispatcher);
+  // Every process sweeps: sweeps are idempotent, so more processes only repair sooner.
+  const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log);
+  sweeper.start();
+  let closing: Promise<void> | undefined;
+  return {
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper,
+    close() {
+      closing ??= (async () => {
+        await sweeper.stop();
+        await dispatcher.close();
+        await quit();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,38 @@
+import { describe, expectTypeOf, it } from 'vitest';
+import type { z } from 'zod';
+import * as res from '../src/api/response-schemas.ts';
+import * as req from '../src/api/schemas.ts';
+import type { presentRun } from '../src/api/presenters.ts';
+import type {
+  DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, SubmitRequest,
+} from '../src/lib/contract/index.ts';
+import type { RunRecord } from '../src/lib/engine/record.ts';
+import type * as client from '../src/lib/client/client.ts';
+
+/**
+ * The public shapes are written once (src/lib/contract). These checks run in `npm test`'s
+ * type check: a schema, a presenter or the client that drifts from the contract fails it.
+ */
+describe('contract types', () => {
+  it('request schemas accept exactly the contract requests', () => {
+    expectTypeOf<z.input<typeof req.submitBody>>().toEqualTypeOf<SubmitRequest>();
+  });
+
+  it('response schemas describe exactly the contract answers', () => {
+    expectTypeOf<z.infer<typeof res.runResponse>>().toEqualTypeOf<Run>();
+    expectTypeOf<z.infer<typeof res.runListResponse>>().toEqualTypeOf<RunsPage>();
+    expectTypeOf<z.infer<typeof res.messagesResponse>>().toEqualTypeOf<MessagesPage>();
+    expectTypeOf<z.infer<typeof res.errorResponse>>().toEqualTypeOf<ErrorBody>();
+    expectTypeOf<z.infer<typeof res.runtimesResponse>>().toEqualTypeOf<{ runtimes: RuntimeView[] }>();
+    expectTypeOf<z.infer<typeof res.statsResponse>>().toEqualTypeOf<RuntimeStats>();
+    expectTypeOf<z.infer<typeof res.drainResponse>>().toEqualTypeOf<DrainResult>();
+    expectTypeOf<z.infer<typeof res.resumeResponse>>().toEqualTypeOf<ResumeResult>();
+  });
+
+  it('the presenter, the run record and the client use the contract', () => {
+    expectTypeOf<ReturnType<typeof presentRun>>().toEqualTypeOf<Run>();
+    expectTypeOf<RunRecord['status']>().toEqualTypeOf<RunStatus>();
+    expectTypeOf<client.Run>().toEqualTypeOf<Run>();
+    expectTypeOf<client.SubmitRequest>().toEqualTypeOf<SubmitRequest>();
+  });
+});
