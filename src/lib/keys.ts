@@ -74,7 +74,14 @@ export interface Keys {
   runtimeWorkers(runtime: string): string;
 }
 
+/**
+ * Scope key builders are made on every transition; a process serves a bounded working set
+ * of scopes, so they are kept (and the cache is simply dropped when it grows past this).
+ */
+const SCOPE_CACHE_MAX = 10_000;
+
 export function createKeys(prefix: string): Keys {
+  const scopes = new Map<string, ScopeKeys>();
   return {
     prefix,
     scopes: `${prefix}:scopes`,
@@ -90,8 +97,11 @@ export function createKeys(prefix: string): Keys {
     runtimeWorkers: (rt) => `${prefix}:{${prefix}-registry}:workers:${checked('runtime', rt)}`,
     queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}`,
     scope(scope) {
+      const known = scopes.get(scope);
+      if (known) return known;
+      if (scopes.size >= SCOPE_CACHE_MAX) scopes.clear();
       const base = `${prefix}:{${checked('scope', scope)}}:`;
-      return {
+      const built: ScopeKeys = {
         base,
         run: (id) => `${base}run:${checked('run', id)}`,
         events: (id) => `${base}run:${checked('run', id)}:events`,
@@ -115,6 +125,8 @@ export function createKeys(prefix: string): Keys {
         // by the schema, and kept after the last colon so they cannot collide with suffixes.
         idempotency: (key) => `${base}idem:${key}`,
       };
+      scopes.set(scope, built);
+      return built;
     },
   };
 }

@@ -33,6 +33,9 @@ function loadSources(): Map<string, string> {
 
 export type Connection = Redis | Cluster;
 
+/** A call's options, already encoded as one JSON object (the gateway builds it; see wire()). */
+export interface OptionsJson { json: string }
+
 /** A script's keys by name (its header lists them); undefined entries are left out. */
 export type NamedKeys = Record<string, string | undefined>;
 
@@ -42,15 +45,17 @@ type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
  * The wire form of a call: KEYS in the order of their names, the names travel in the
  * options (`O.k`), so neither side depends on a position.
  */
-function wire(keys: NamedKeys, options: Record<string, unknown>, payload: readonly (string | number)[]): (string | number)[] {
+function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string | number)[]): (string | number)[] {
   const names: string[] = [];
   const values: string[] = [];
-  for (const [name, key] of Object.entries(keys)) {
+  for (const name in keys) {
+    const key = keys[name];
     if (key === undefined) continue;
     names.push(name);
     values.push(key);
   }
-  return [values.length, ...values, JSON.stringify({ ...options, k: names }), ...payload];
+  // `k` (the key names) goes first so the object stays one JSON text: `{"k":[...],<options>}`.
+  return [values.length, ...values, `{"k":${JSON.stringify(names)},${options.json.slice(1)}`, ...payload];
 }
 
 const commandName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
@@ -63,7 +68,7 @@ function scriptFn(target: Connection | ChainableCommander, name: ScriptName): Sc
 
 /** Calls a registered script; the reply is raw (the gateway decodes it). */
 export function callScript(
-  redis: Connection, name: ScriptName, keys: NamedKeys, options: Record<string, unknown>,
+  redis: Connection, name: ScriptName, keys: NamedKeys, options: OptionsJson,
   payload: readonly (string | number)[] = [],
 ): Promise<unknown> {
   return scriptFn(redis, name).apply(redis, wire(keys, options, payload));
@@ -71,7 +76,7 @@ export function callScript(
 
 /** Queues a script call on a pipeline; its reply comes with the pipeline's exec(). */
 export function queueScript(
-  pipe: ChainableCommander, name: ScriptName, keys: NamedKeys, options: Record<string, unknown>,
+  pipe: ChainableCommander, name: ScriptName, keys: NamedKeys, options: OptionsJson,
 ): void {
   void scriptFn(pipe, name).apply(pipe, wire(keys, options, []));
 }

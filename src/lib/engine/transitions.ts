@@ -4,7 +4,7 @@ import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
-import { callScript, queueScript, type NamedKeys, type ScriptName } from './scripts.ts';
+import { callScript, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
 
 /**
@@ -72,7 +72,8 @@ export interface FinishInput {
 type Raw = unknown[];
 
 export class Transitions {
-  private readonly limits: Record<string, unknown>;
+  /** The limits every script shares, as the start of the options JSON (they never change). */
+  private readonly limitsJson: string;
 
   constructor(
     private readonly redis: Redis,
@@ -80,13 +81,13 @@ export class Transitions {
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
   ) {
-    this.limits = {
+    this.limitsJson = JSON.stringify({
       maxLen: config.EVENTS_MAX_LEN,
       maxActive: config.MAX_ACTIVE_PER_SCOPE,
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
-    };
+    });
   }
 
   // ---- API side ----
@@ -188,9 +189,9 @@ export class Transitions {
     if (attempts.length === 0) return [];
     const pipe: ChainableCommander = this.redis.pipeline();
     for (const a of attempts) {
-      queueScript(pipe, 'heartbeat', { run: a.runKey, leases: a.keys.leases }, {
-        ...this.limits, base: a.keys.base, runId: a.runId, fence: a.fence, leaseMs: this.config.LEASE_MS,
-      });
+      queueScript(pipe, 'heartbeat', { run: a.runKey, leases: a.keys.leases }, this.options(a.keys.base, {
+        runId: a.runId, fence: a.fence, leaseMs: this.config.LEASE_MS,
+      }));
     }
     let results: [Error | null, unknown][] | null;
     try {
@@ -305,8 +306,14 @@ export class Transitions {
   private async call(
     name: ScriptName, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
   ): Promise<Raw> {
-    const base = this.keys.scope(scope).base;
-    return (await callScript(this.redis, name, keys, { ...this.limits, base, ...options }, payload)) as Raw;
+    return (await callScript(this.redis, name, keys, this.options(this.keys.scope(scope).base, options), payload)) as Raw;
+  }
+
+  /** The options argument: shared limits, the scope base and the call's own fields. */
+  private options(base: string, own: Record<string, unknown>): OptionsJson {
+    const fields = JSON.stringify(own);
+    const rest = fields === '{}' ? '}' : `,${fields.slice(1)}`;
+    return { json: `${this.limitsJson.slice(0, -1)},"base":${JSON.stringify(base)}${rest}` };
   }
 
   /** Adds the BullMQ jobs a transition asked for; returns whether there were any. */
