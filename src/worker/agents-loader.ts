@@ -1,10 +1,25 @@
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import { isAgent, type Agent } from '../lib/sdk/agent.ts';
-import { chat } from '../lib/agents/chat.ts';
+import { builtinChatAgent, type BuiltinChatSettings } from '../lib/agents/chat.ts';
 import { echo } from '../lib/agents/echo.ts';
+import { loadConfig } from '../lib/config.ts';
 
-export const BUILTIN_AGENTS: readonly Agent[] = [echo, chat];
+/** The built-in agents, the `chat` one set up from the process's configuration. */
+export function builtinAgents(config: BuiltinChatSettings): Agent[] {
+  return [echo, builtinChatAgent(config)];
+}
+
+/**
+ * The built-in agents for callers that hold no configuration yet: `chat` reads it from the
+ * environment when it first runs (so a worker without OPENAI_* still starts and serves
+ * `echo`). A composition root that has its Config should pass builtinAgents(config) instead.
+ */
+let fromEnv: Agent | undefined;
+export const BUILTIN_AGENTS: readonly Agent[] = [
+  echo,
+  { name: 'chat', run: (ctx) => (fromEnv ??= builtinChatAgent(loadConfig())).run(ctx) },
+];
 
 /**
  * Built-in agents plus every agent exported by the given modules (default export, named
