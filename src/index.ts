@@ -13,7 +13,9 @@ export type {
   AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
 } from './lib/sessions/memory-session.ts';
 export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.ts';
-export { createChatAgent, type ChatSettings } from './lib/agents/chat.ts';
+export { createChatAgent, defineTool, DEFAULT_MAX_STEPS } from './lib/agents/chat.ts';
+export type { ChatAgentOptions, ChatTool, JsonSchema, ToolCallContext } from './lib/agents/chat.ts';
+export type { ModelUsage } from './lib/sdk/agent-reports.ts';
 export { BatonApiError, BatonClient, BatonStreamError } from './lib/client/client.ts';
 export type {
   BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,

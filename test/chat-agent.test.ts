@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createChatAgent } from '../src/lib/agents/chat.ts';
+import { builtinChatAgent } from '../src/lib/agents/chat.ts';
 import { startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText, type SseEvent } from './helpers/http.ts';
@@ -17,7 +17,9 @@ beforeAll(async () => {
   h = await useHarness();
   fake = await startFakeOpenAI();
   apiUrl = (await h.startApi()).url;
-  await h.startWorker({ agents: [createChatAgent({ baseURL: fake.baseURL, apiKey: 'test-key', model: 'fake-model' })] });
+  await h.startWorker({
+    agents: [builtinChatAgent({ OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'test-key', OPENAI_MODEL: 'fake-model' })],
+  });
   acme = await h.client(apiUrl, 'acme', 'client');
 });
 

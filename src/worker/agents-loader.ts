@@ -1,14 +1,14 @@
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
-import type { Config } from '../lib/config.ts';
 import { isAgent, type Agent } from '../lib/sdk/agent.ts';
-import { createChatAgent } from '../lib/agents/chat.ts';
+import { builtinChatAgent, type BuiltinChatSettings } from '../lib/agents/chat.ts';
 import { echo } from '../lib/agents/echo.ts';
 
-/** `echo`, and `chat` on the OpenAI-compatible endpoint the configuration names. */
-export function builtinAgents(config: Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_KEY' | 'OPENAI_MODEL'>): Agent[] {
-  return [echo, createChatAgent({ baseURL: config.OPENAI_BASE_URL, apiKey: config.OPENAI_API_KEY, model: config.OPENAI_MODEL })];
+/** The built-in agents, the `chat` one set up from the process's configuration. */
+export function builtinAgents(config: BuiltinChatSettings): Agent[] {
+  return [echo, builtinChatAgent(config)];
 }
+
 
 /**
  * Built-in agents plus every agent exported by the given modules (default export, named

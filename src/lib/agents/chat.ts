@@ -1,119 +1,160 @@
-import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
+import OpenAI from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '../sdk/agent.ts';
-import { PermanentError, TransientError } from '../sdk/errors.ts';
+import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
+import type { MemoryOption } from '../sessions/memory-session.ts';
+import type { Config } from '../config.ts';
+import { PermanentError } from '../sdk/errors.ts';
+import { modelTurn, type ModelTurn } from './chat-model-call.ts';
+import { prepareTools, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool } from './chat-tools.ts';
 
-export interface ChatSettings {
+export { defineTool, type ChatTool, type JsonSchema, type ToolCallContext } from './chat-tools.ts';
+
+/** Model calls a chat agent makes per run unless told otherwise: room for a few rounds of tools. */
+export const DEFAULT_MAX_STEPS = 10;
+
+export interface ChatAgentOptions {
+  /** The agent's name (what a submit names). */
+  name: string;
+  /** The model id the endpoint serves. */
+  model: string;
   /** Any OpenAI-compatible endpoint; the OpenAI API when absent. */
   baseURL?: string;
   /** Optional for local servers that need no key (a placeholder is sent then). */
   apiKey?: string;
-  model: string;
+  /** A system message, fixed or per run (e.g. from ctx.metadata); none when absent or empty. */
+  system?: string | ((ctx: RunContext) => string | undefined);
+  /** Tools the model may call, by name (the name the model sees and the tool's step name). */
+  tools?: Record<string, ChatTool>;
+  /**
+   * Model calls per run, default 10. When the model still asks for tools after the last one,
+   * those calls are not run and the run ends with finishReason `length`: the answer so far
+   * is committed marked incomplete.
+   */
+  maxSteps?: number;
   /**
    * No answer byte for this long fails the attempt as transient. 60 s: long enough for a
    * slow first token from a large model, short enough that a hung connection is retried
    * well within a lease's lifetime of heartbeats.
    */
   timeoutMs?: number;
+  /** As on any agent: default attempts for its runs, and where its history lives. */
+  maxAttempts?: number;
+  memory?: MemoryOption;
 }
 
 /**
- * The built-in `chat` agent: the session history plus the new message, sent to an
- * OpenAI-compatible chat completions endpoint, the answer streamed token by token through
- * ctx.emit inside one memoized ctx.infer step (so a recovered run replays a finished answer
- * instead of paying for it twice). Retries are Baton's job, not the SDK's (`maxRetries: 0`):
- * provider errors surface to the retry policy, which retries 408/425/429/5xx (honouring
- * Retry-After), network errors and cut streams, and fails 400/401/404 at once.
+ * An agent that talks to an OpenAI-compatible chat completions endpoint (the `openai`
+ * package) in a tool-calling loop: the session history plus the new message go to the
+ * model; while it asks for tools, each call is checked against the tool's schema, run, and
+ * its result sent back; its text streams to readers token by token.
  *
- * `metadata.system` (string) becomes a system message; caller memory, when given, is handed
- * to the model as a system message too (it is context, never history).
+ * Durability: each model call is a memoized `ctx.infer` step holding the whole response
+ * (text, tool calls, usage), each tool run a memoized `ctx.tool` step, so a retry or a
+ * recovery after a crash repeats neither: it replays the stored text and results and goes
+ * on from the first step that never finished. Arguments that fail a tool's schema (or are
+ * not JSON) go back to the model as a tool error, which it can correct.
+ *
+ * Retries are Baton's job, not the SDK's (`maxRetries: 0`): provider errors reach the retry
+ * policy, which retries 408/425/429/5xx (honouring Retry-After), network errors and cut
+ * streams, and fails 400/401/404 at once.
+ *
+ * The answer is the text of every model call of the run, in order, separated by a blank
+ * line: the same text readers saw streamed. Caller memory, when given, reaches the model as
+ * a system message (it is context, never history).
  */
-export function createChatAgent(settings: ChatSettings | (() => ChatSettings)): Agent {
-  let cached: { key: string; client: OpenAI } | undefined;
+export function createChatAgent(options: ChatAgentOptions): Agent {
+  const { name, model } = options;
+  const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
+  if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
+  const tools = prepareTools(name, options.tools ?? {});
+  const byName = new Map(tools.map((t) => [t.name, t]));
+  let client: OpenAI | undefined;
   const clientFor = () => {
-    const s = typeof settings === 'function' ? settings() : settings;
-    const key = `${s.baseURL}|${s.apiKey}|${s.timeoutMs}`;
-    if (cached?.key !== key) {
-      if (!s.baseURL && !s.apiKey) {
-        throw new PermanentError('the chat agent needs OPENAI_API_KEY or OPENAI_BASE_URL', 'CHAT_NOT_CONFIGURED');
-      }
-      const client = new OpenAI({
-        baseURL: s.baseURL, apiKey: s.apiKey || 'not-needed', maxRetries: 0, timeout: s.timeoutMs ?? 60_000,
-      });
-      cached = { key, client };
+    if (!options.baseURL && !options.apiKey) {
+      throw new PermanentError(
+        `agent ${JSON.stringify(name)} needs an apiKey or a baseURL (the built-in chat agent reads OPENAI_API_KEY and OPENAI_BASE_URL)`,
+        'CHAT_NOT_CONFIGURED',
+      );
     }
-    return { client: cached.client, model: s.model };
+    // The key is passed even when empty so the SDK never reads OPENAI_API_KEY behind the options' back.
+    client ??= new OpenAI({
+      baseURL: options.baseURL, apiKey: options.apiKey || 'not-needed', maxRetries: 0, timeout: options.timeoutMs ?? 60_000,
+    });
+    return client;
   };
 
   return defineAgent({
-    name: 'chat',
+    name,
+    maxAttempts: options.maxAttempts,
+    memory: options.memory,
     async run(ctx) {
-      const { client, model } = clientFor();
-      const messages = chatMessages(ctx);
-      const out = await ctx.infer('chat', async ({ signal }) => {
-        try {
-          return await streamAnswer(ctx, client, model, messages, signal);
-        } catch (err) {
-          const notice = providerError(err);
-          if (!(notice instanceof APIUserAbortError)) ctx.emit(`[model error: ${errorCode(notice)}]`, { ephemeral: true });
-          throw notice;
+      const openai = clientFor();
+      const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
+      const messages = chatMessages(ctx, system);
+      const definitions = tools.length ? { tools: tools.map((t) => t.definition) } : {};
+      let answer = '';
+      for (let step = 1; ; step++) {
+        const turn = await modelTurn(ctx, openai, { model, messages, ...definitions }, {
+          stepName: name, turn: step, separator: answer ? '\n\n' : '',
+        });
+        if (turn.text) answer += (answer ? '\n\n' : '') + turn.text;
+        if (turn.finishReason === 'length') return { answer, finishReason: 'length' };
+        if (turn.toolCalls.length === 0) return { answer, finishReason: 'stop' };
+        if (step >= maxSteps) {
+          ctx.emit(`[stopped after ${maxSteps} model calls]`, { ephemeral: true });
+          return { answer, finishReason: 'length' };
         }
-      });
-      return { answer: out.text, finishReason: out.finishReason === 'length' ? 'length' : 'stop' };
+        messages.push(assistantMessage(turn));
+        // One after another, in the model's order: the step keys and the side effects keep
+        // the same order in every attempt.
+        for (const call of turn.toolCalls) {
+          messages.push({ role: 'tool', tool_call_id: call.id, content: await runTool(ctx, byName, call) });
+        }
+      }
     },
   });
 }
 
-async function streamAnswer(
-  ctx: RunContext, client: OpenAI, model: string, messages: ChatCompletionMessageParam[], signal: AbortSignal,
-): Promise<{ text: string; finishReason: string }> {
-  const stream = await client.chat.completions.create({ model, messages, stream: true }, { signal });
-  let text = '';
-  let finishReason: string | null = null;
+/** The content of the tool message answering `call`: the tool's result or why it did not run. */
+async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: ModelTurn['toolCalls'][number]): Promise<string> {
+  const prepared = tools.get(call.name);
+  const refuse = (error: string, problems?: string[]) => {
+    reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error, replayed: false });
+    return toolErrorContent(error, problems);
+  };
+  let raw: unknown;
   try {
-    for await (const chunk of stream) {
-      const choice = chunk.choices[0];
-      const delta = choice?.delta?.content;
-      if (delta) {
-        text += delta;
-        ctx.emit(delta);
-      }
-      if (choice?.finish_reason) finishReason = choice.finish_reason;
-    }
+    raw = call.arguments.trim() ? JSON.parse(call.arguments) : {};
   } catch (err) {
-    if (signal.aborted || err instanceof APIUserAbortError) throw err;
-    throw new TransientError(`the model stream broke after ${text.length} characters: ${(err as Error).message}`, 'STREAM_CUT', { cause: err });
+    reportToolCall(ctx, { callId: call.id, name: call.name, args: call.arguments });
+    return refuse(`the arguments are not valid JSON (${(err as Error).message}); send a JSON object`);
   }
-  // A stream that ends without a finish reason was cut, even when the connection closed cleanly.
-  if (!finishReason) throw new TransientError(`the model stream ended unfinished after ${text.length} characters`, 'STREAM_CUT');
-  return { text, finishReason };
+  reportToolCall(ctx, { callId: call.id, name: call.name, args: raw });
+  if (!prepared) return refuse(`there is no tool named ${JSON.stringify(call.name)}; the tools are: ${[...tools.keys()].join(', ')}`);
+  const checked = await prepared.check(raw);
+  if (!checked.ok) return refuse(`the arguments do not match the parameters of ${call.name}`, checked.problems);
+
+  let ran = false;
+  const result = await ctx.tool(call.name, checked.args, (args, step) => {
+    ran = true;
+    return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });
+  }, { idempotent: prepared.tool.idempotent ?? true });
+  reportToolResult(ctx, { callId: call.id, name: call.name, ok: true, result, replayed: !ran });
+  return toolResultContent(result);
 }
 
-/**
- * Provider errors in Baton's terms. HTTP errors keep their `status` and `headers`, which the
- * retry policy classifies (and reads Retry-After from); connection failures and timeouts,
- * which carry no status, become TransientError.
- */
-function providerError(err: unknown): unknown {
-  if (err instanceof APIUserAbortError) return err;
-  if (err instanceof APIConnectionTimeoutError) return new TransientError('the model did not answer in time', 'TIMEOUT', { cause: err });
-  if (err instanceof APIConnectionError) {
-    return new TransientError(`the model endpoint is unreachable: ${err.message}`, 'PROVIDER_UNREACHABLE', { cause: err });
-  }
-  if (err instanceof APIError && err.status === undefined) {
-    return new TransientError(`the model stream reported an error: ${err.message}`, 'PROVIDER_STREAM_ERROR', { cause: err });
-  }
-  return err;
+function assistantMessage(turn: ModelTurn): ChatCompletionMessageParam {
+  return {
+    role: 'assistant',
+    content: turn.text || null,
+    tool_calls: turn.toolCalls.map((c) => ({ id: c.id, type: 'function' as const, function: { name: c.name, arguments: c.arguments } })),
+  };
 }
 
-function errorCode(err: unknown): string {
-  if (err instanceof APIError && typeof err.status === 'number') return `HTTP ${err.status}`;
-  return (err as { code?: unknown })?.code ? String((err as { code: unknown }).code) : 'error';
-}
-
-function chatMessages(ctx: RunContext): ChatCompletionMessageParam[] {
+function chatMessages(ctx: RunContext, system: string | undefined): ChatCompletionMessageParam[] {
   const out: ChatCompletionMessageParam[] = [];
-  if (typeof ctx.metadata.system === 'string' && ctx.metadata.system) out.push({ role: 'system', content: ctx.metadata.system });
+  if (system) out.push({ role: 'system', content: system });
   if (ctx.memory !== undefined) {
     out.push({ role: 'system', content: `Context from the caller (JSON, not part of the conversation): ${JSON.stringify(ctx.memory)}` });
   }
@@ -135,4 +176,21 @@ function toChatMessage(m: HistoryMessage): ChatCompletionMessageParam {
         }
         : { role: 'assistant', content: m.content };
   }
+}
+
+/** The settings of the built-in `chat` agent, as the process's configuration holds them. */
+export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_KEY' | 'OPENAI_MODEL'>;
+
+/**
+ * The built-in `chat` agent: createChatAgent with no tools, its endpoint from OPENAI_*,
+ * and `metadata.system` (a string) of a submit as its system message.
+ */
+export function builtinChatAgent(settings: BuiltinChatSettings): Agent {
+  return createChatAgent({
+    name: 'chat',
+    model: settings.OPENAI_MODEL,
+    baseURL: settings.OPENAI_BASE_URL,
+    apiKey: settings.OPENAI_API_KEY,
+    system: (ctx) => (typeof ctx.metadata.system === 'string' ? ctx.metadata.system : undefined),
+  });
 }
