@@ -1,0 +1,127 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import express from 'express';
+import type { Registry } from 'prom-client';
+import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
+import { ApiKeyStore, parseBootstrapKeys } from '../lib/tenancy/api-keys.ts';
+import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
+import { Dispatcher } from '../lib/engine/dispatcher.ts';
+import { EventHub } from '../lib/streams/hub.ts';
+import { redisCheck, type ReadinessCheck } from '../lib/ops/health.ts';
+import { createKeys } from '../lib/keys.ts';
+import { createLogger, type Logger } from '../lib/logger.ts';
+import { Metrics, QUEUE_STATES } from '../lib/ops/metrics.ts';
+import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
+import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import { RunStore } from '../lib/engine/store.ts';
+import { Sweeper } from '../lib/engine/sweeper.ts';
+import { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
+import { createApp } from './app.ts';
+
+export interface BatonRouterOptions {
+  /** Settings, as `loadConfig(env)` makes them; default: from process.env. PORT and HOST are unused (the host app listens). */
+  config?: Config;
+  /** Default: the config's REDIS_URL. */
+  redisUrl?: string;
+  /** Default: a pino logger at the config's LOG_LEVEL. */
+  log?: Logger;
+  /**
+   * The host app's prom-client registry. Baton registers its own metrics in it, so the app's
+   * /metrics shows them; process metrics (process_*, nodejs_*) are left to the host. Without
+   * it Baton keeps a registry of its own, served at `<mount>/metrics`.
+   */
+  registry?: Registry;
+  /** Readiness of other parts of the process (a worker started in it), added to `<mount>/readyz`. */
+  checks?: readonly ReadinessCheck[];
+}
+
+/** A Node request handler, what Express's `app.use` takes (typed without Express's own types). */
+export type NodeHandler = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
+
+export interface BatonRouter {
+  /** The API, to mount under a path: `app.use('/agents', baton.router)` serves `/agents/v1/...`. */
+  router: NodeHandler;
+  /** Baton's metrics; give it to `startWorker({ metrics })` to count a worker of this process in the same registry. */
+  metrics: Metrics;
+  redis: Redis;
+  /** Stops the sweeper, ends Baton's open event streams (their clients resume by id) and closes Redis. Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Baton's HTTP API as a handler for an existing Express 5 app: the same routes, auth,
+ * validation and streams as `baton api`, served under the app's path and on its server.
+ *
+ * The wiring is startApi's (src/api/server.ts) without the listening server. Both are to move
+ * onto the process's composition root, which will then own the connections and the sweeper.
+ */
+export async function createBatonRouter(o: BatonRouterOptions = {}): Promise<BatonRouter> {
+  const c = o.config ?? loadConfig();
+  const redisUrl = o.redisUrl ?? c.REDIS_URL;
+  if (!redisUrl) throw new ConfigError('createBatonRouter needs a Redis: pass redisUrl or set REDIS_URL');
+  const log = (o.log ?? createLogger(c.LOG_LEVEL)).child({ component: 'api' });
+  const metrics = new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT, defaultMetrics: !o.registry });
+  // Registered before any connection opens: a name clash (two routers in one registry) fails here, leaking nothing.
+  if (o.registry) {
+    for (const { name } of metrics.registry.getMetricsAsArray()) o.registry.registerMetric(metrics.registry.getSingleMetric(name)!);
+  }
+  const keys = createKeys(c.BATON_KEY_PREFIX);
+  const events = metrics.redisEvents;
+  const redis = createRedis({ url: redisUrl, name: 'api-cmd', logger: log, events });
+  const bullConn = createRedis({ url: redisUrl, name: 'api-bull', logger: log, blocking: true, events });
+  const subscriber = createRedis({ url: redisUrl, name: 'api-sub', logger: log, blocking: true, events });
+  const quit = () => Promise.all([redis.quit(), bullConn.quit(), subscriber.quit()].map((p) => p.catch(() => {})));
+  const dispatcher = new Dispatcher(bullConn, keys);
+  const apiKeys = new ApiKeyStore(redis, keys);
+  try {
+    await waitReady(redis);
+    for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
+  } catch (err) {
+    await dispatcher.close();
+    await quit();
+    throw err;
+  }
+  const countJobs = (runtime: string) => dispatcher.queue(runtime).getJobCounts(...QUEUE_STATES);
+  const store = new RunStore(redis, keys, c, dispatcher, {
+    submitted(run) {
+      metrics.runSubmitted(run);
+      metrics.watchQueue(run.runtime, countJobs);
+    },
+    cancelled: (run) => metrics.runFinished(run, 'cancelled'),
+  });
+  const hub = new EventHub(subscriber, log);
+  const sweeper = new Sweeper(redis, keys, c, dispatcher, log);
+  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  const admin = new RuntimeAdmin(redis, keys, c, dispatcher, registry);
+  const submitLimiter = new SubmitRateLimiter(redis, keys, c);
+  const checks = [redisCheck(redis), ...(o.checks ?? [])];
+  const app = createApp({ config: c, redis, keys, store, hub, apiKeys, log, admin, registry, submitLimiter, metrics, checks });
+  sweeper.start();
+
+  // The host's server is not Baton's to close, so Baton ends its own open responses (event
+  // streams stay open for a run's length and would keep the host's server.close() waiting).
+  const open = new Set<ServerResponse>();
+  let closing: Promise<void> | undefined;
+  // An Express app of its own around Baton's: Express mounts an app (settings, req.app,
+  // prototypes restored on the way out) where it would only call a plain function.
+  const router = express();
+  router.use((req, res, next) => {
+    // Closed: the request goes back to the host app's own routes.
+    if (closing) return next('router');
+    open.add(res);
+    res.once('close', () => open.delete(res));
+    next();
+  });
+  router.use(app);
+  return {
+    router, metrics, redis,
+    close() {
+      closing ??= (async () => {
+        await sweeper.stop();
+        for (const res of open) res.destroy();
+        await dispatcher.close();
+        await quit();
+      })();
+      return closing;
+    },
+  };
+}
