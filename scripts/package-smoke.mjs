@@ -32,6 +32,7 @@ const SERVER_PACKAGES = ['ioredis', 'bullmq', 'express', 'openai', 'pino', 'prom
 
 const started = new Set();
 let failed = false;
+let passedSteps = 0;
 
 class SmokeError extends Error {}
 function check(ok, message, detail = '') {
@@ -102,6 +103,7 @@ async function step(name, fn) {
   const t = Date.now();
   try {
     const note = await fn();
+    passedSteps++;
     console.log(`  ok   ${name} (${((Date.now() - t) / 1000).toFixed(1)} s)${note ? `: ${note}` : ''}`);
   } catch (err) {
     console.error(`  FAIL ${name}: ${err instanceof SmokeError ? err.message : err.stack}`);
@@ -154,9 +156,11 @@ async function main() {
   }
   if (failed) {
     console.error('package smoke test FAILED');
+    console.log(`smoke: ${passedSteps} passed, 1 failed`);
     process.exit(1);
   }
   console.log(`package smoke test passed on ${nodes.length} Node version(s)`);
+  console.log(`smoke: ${passedSteps} passed, 0 failed`);
 }
 
 async function scenario(node, consumer, work) {
