@@ -60,9 +60,13 @@ export async function createBatonRouter(o: BatonRouterOptions = {}): Promise<Bat
   if (!redisUrl) throw new ConfigError('createBatonRouter needs a Redis: pass redisUrl or set REDIS_URL');
   const log = (o.log ?? createLogger(c.LOG_LEVEL)).child({ component: 'api' });
   const metrics = new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT, defaultMetrics: !o.registry });
-  // Registered before any connection opens: a name clash (two routers in one registry) fails here, leaking nothing.
+  // Checked before anything is registered or connected: a name clash (two routers on one
+  // registry) fails here and leaves the host's registry as it was.
   if (o.registry) {
-    for (const { name } of metrics.registry.getMetricsAsArray()) o.registry.registerMetric(metrics.registry.getSingleMetric(name)!);
+    const names = metrics.registry.getMetricsAsArray().map((m) => m.name);
+    const taken = names.filter((name) => o.registry!.getSingleMetric(name));
+    if (taken.length) throw new Error(`the registry already has Baton's metrics (${taken.join(', ')}): one router per registry`);
+    for (const name of names) o.registry.registerMetric(metrics.registry.getSingleMetric(name)!);
   }
   const keys = createKeys(c.BATON_KEY_PREFIX);
   const events = metrics.redisEvents;
