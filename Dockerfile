@@ -1,17 +1,25 @@
-# Baton runs its TypeScript sources through tsx (a runtime dependency), so the image is the
-# sources plus production dependencies: no build stage. One image serves every role; the
-# command picks it (`api`, `worker`, or `start`, which needs redis-server and is for local use).
-FROM node:20-slim
+# Two stages: the first compiles src/ to dist/ (TypeScript is a devDependency); the image is
+# dist/ and bin/ on production dependencies only, so nothing in it transforms TypeScript at
+# run time. One image serves every role; the command picks it (`api`, `worker`, or `start`,
+# which needs redis-server and is for local use).
+FROM node:20-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
+COPY src ./src
+RUN npm run build
 
+FROM node:20-slim
 WORKDIR /app
 ENV NODE_ENV=production
 
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
-COPY tsconfig.json ./
 COPY bin ./bin
-COPY src ./src
+COPY --from=build /app/dist ./dist
 
 USER node
 # 3000: the API (PORT). 9464: a worker's /metrics, /healthz, /readyz (METRICS_PORT).

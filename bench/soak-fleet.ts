@@ -3,7 +3,8 @@ import { createWriteStream, readFileSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const BIN = fileURLToPath(new URL('../bin/baton.js', import.meta.url));
+// The `baton` command from src/ (test/helpers/baton-src.mjs): the soak checks the code as it is, no build needed.
+const BIN = fileURLToPath(new URL('../test/helpers/baton-src.mjs', import.meta.url));
 
 export type Kind = 'api' | 'worker';
 
@@ -23,7 +24,7 @@ export interface Member {
 export interface Crash { name: string; code: number | null; signal: string | null; logFile: string }
 
 /**
- * The soak's API and worker processes, started as `node bin/baton.js api|worker` the way an
+ * The soak's API and worker processes, started as `baton api|worker` processes the way an
  * operator runs them, each logging to its own file in `logDir`. It plays the supervisor
  * (systemd, Kubernetes): a killed process is replaced by a new one. A process that dies on
  * its own is recorded as a crash.

@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const BIN = fileURLToPath(new URL('../bin/baton.js', import.meta.url));
+// The `baton` command from src/ (test/helpers/baton-src.mjs): benchmarks measure the code as it is, no build needed.
+const BIN = fileURLToPath(new URL('../test/helpers/baton-src.mjs', import.meta.url));
 
 /** Starts `baton worker` as a child process; resolves with a stop function once it serves its runtime. */
 export async function spawnWorker(env: Record<string, string>): Promise<() => Promise<void>> {

@@ -1,7 +1,7 @@
 /**
- * The `baton` package: the agent SDK (what a worker's agent modules import), the errors
- * that steer retries, and the typed HTTP client (what an application that submits runs
- * imports). Servers are started with the `baton` command, not from here.
+ * `baton`: the agent SDK, what a worker's agent modules import (defineAgent, the errors that
+ * steer retries, memory stores, the built-in chat agent's factory). The HTTP client is
+ * `baton/client`; starting or embedding the API and workers from code is `baton/server`.
  */
 export { defineAgent } from './lib/sdk/agent.ts';
 export type {
@@ -16,8 +16,5 @@ export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.
 export { createChatAgent, defineTool, DEFAULT_MAX_STEPS } from './lib/agents/chat.ts';
 export type { ChatAgentOptions, ChatTool, JsonSchema, ToolCallContext } from './lib/agents/chat.ts';
 export type { ModelUsage } from './lib/sdk/agent-reports.ts';
-export { BatonApiError, BatonClient, BatonStreamError } from './lib/client/client.ts';
-export type {
-  BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
-  SessionMessage, StatusEventData, StreamOptions, SubmitRequest, TerminalStatus,
-} from './lib/client/client.ts';
+// The shapes agents see in ctx.input and ctx.history (also part of `baton/client`).
+export type { RunError, RunInput, RunResult, SessionMessage } from './lib/contract/runs.ts';

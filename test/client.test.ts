@@ -1,7 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { BatonApiError, BatonClient, BatonStreamError, defineAgent, TransientError, type RunStreamEvent } from '../src/index.ts';
+import { BatonApiError, BatonClient, BatonStreamError, type RunStreamEvent } from '../src/client.ts';
+import { defineAgent, TransientError } from '../src/index.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 import { startSseProxy } from './helpers/sse-proxy.ts';

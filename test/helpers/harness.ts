@@ -17,7 +17,8 @@ import { track } from './resources.ts';
 import { call, readSse, type JsonResponse } from './http.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-export const BIN = `${ROOT}bin/baton.js`;
+/** The `baton` command run from src/ through tsx: spawned processes need no build (bin/baton.js runs dist/). */
+export const BIN = `${ROOT}test/helpers/baton-src.mjs`;
 
 /** Settings that make tests fast: short leases and sweeps, no log noise. */
 export const FAST: Record<string, string> = {

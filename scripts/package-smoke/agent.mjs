@@ -1,0 +1,11 @@
+// An agent module in plain JavaScript: `baton worker --agents ./agent.mjs` imports it with no loader.
+import { defineAgent } from 'baton';
+
+export const smokeMjs = defineAgent({
+  name: 'smoke-mjs',
+  async run(ctx) {
+    ctx.emit('mjs: ');
+    ctx.emit(ctx.input.content);
+    return `mjs: ${ctx.input.content}`;
+  },
+});

@@ -1,0 +1,6 @@
+// The browser bundle's entry: an application page that talks to Baton.
+import { BatonClient } from 'baton/client';
+
+export async function latest(url, apiKey, scope, runId) {
+  return new BatonClient({ url, apiKey, scope }).get(runId);
+}

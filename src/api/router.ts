@@ -1,0 +1,100 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import express from 'express';
+import type { Registry } from 'prom-client';
+import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
+import type { ReadinessCheck } from '../lib/ops/health.ts';
+import { createLogger, type Logger } from '../lib/logger.ts';
+import { Metrics } from '../lib/ops/metrics.ts';
+import type { Redis } from '../lib/redis.ts';
+import { openResources, type Resources } from '../lib/resources.ts';
+import { createApp } from './app.ts';
+import { apiDeps } from './server.ts';
+
+export interface BatonRouterOptions {
+  /** Settings, as `loadConfig(env)` makes them; default: from process.env. PORT and HOST are unused (the host app listens). */
+  config?: Config;
+  /** Default: the config's REDIS_URL. */
+  redisUrl?: string;
+  /** Default: a pino logger at the config's LOG_LEVEL. */
+  log?: Logger;
+  /**
+   * The host app's prom-client registry. Baton registers its own metrics in it, so the app's
+   * /metrics shows them; process metrics (process_*, nodejs_*) are left to the host. Without
+   * it Baton keeps a registry of its own, served at `<mount>/metrics`.
+   */
+  registry?: Registry;
+  /** Readiness of other parts of the process (a worker started in it), added to `<mount>/readyz`. */
+  checks?: readonly ReadinessCheck[];
+}
+
+/** A Node request handler, what Express's `app.use` takes (typed without Express's own types). */
+export type NodeHandler = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
+
+export interface BatonRouter {
+  /** The API, to mount under a path: `app.use('/agents', baton.router)` serves `/agents/v1/...`. */
+  router: NodeHandler;
+  /** Baton's metrics; give it to `startWorker({ metrics })` to count a worker of this process in the same registry. */
+  metrics: Metrics;
+  redis: Redis;
+  /** The process's composition root this router runs on; `startWorker({ resources })` shares it. */
+  resources: Resources;
+  /** Stops the sweeper, ends Baton's open event streams (their clients resume by id) and closes Redis. Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Baton's HTTP API as a handler for an existing Express 5 app: the same routes, auth,
+ * validation and streams as `baton api`, served under the app's path and on its server.
+ *
+ * It opens the process's composition root (connections, sweeper) and wires the API on it
+ * the way startApi does, without a listening server.
+ */
+export async function createBatonRouter(o: BatonRouterOptions = {}): Promise<BatonRouter> {
+  const c = o.config ?? loadConfig();
+  const redisUrl = o.redisUrl ?? c.REDIS_URL;
+  if (!redisUrl) throw new ConfigError('createBatonRouter needs a Redis: pass redisUrl or set REDIS_URL');
+  const log = (o.log ?? createLogger(c.LOG_LEVEL)).child({ component: 'api' });
+  const metrics = new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT, defaultMetrics: !o.registry });
+  // Checked before anything is registered or connected: a name clash (two routers on one
+  // registry) fails here and leaves the host's registry as it was.
+  if (o.registry) {
+    const names = metrics.registry.getMetricsAsArray().map((m) => m.name);
+    const taken = names.filter((name) => o.registry!.getSingleMetric(name));
+    if (taken.length) throw new Error(`the registry already has Baton's metrics (${taken.join(', ')}): one router per registry`);
+    for (const name of names) o.registry.registerMetric(metrics.registry.getSingleMetric(name)!);
+  }
+  const resources = await openResources({ config: c, redisUrl, log, metrics, role: 'api' });
+  let app: express.Express;
+  try {
+    app = createApp(await apiDeps(resources, o.checks));
+  } catch (err) {
+    await resources.close();
+    throw err;
+  }
+
+  // The host's server is not Baton's to close, so Baton ends its own open responses (event
+  // streams stay open for a run's length and would keep the host's server.close() waiting).
+  const open = new Set<ServerResponse>();
+  let closing: Promise<void> | undefined;
+  // An Express app of its own around Baton's: Express mounts an app (settings, req.app,
+  // prototypes restored on the way out) where it would only call a plain function.
+  const router = express();
+  router.use((req, res, next) => {
+    // Closed: the request goes back to the host app's own routes.
+    if (closing) return next('router');
+    open.add(res);
+    res.once('close', () => open.delete(res));
+    next();
+  });
+  router.use(app);
+  return {
+    router, metrics, redis: resources.redis, resources,
+    close() {
+      closing ??= (async () => {
+        for (const res of open) res.destroy();
+        await resources.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,10 @@
+/**
+ * `baton/client`: the typed HTTP client, for applications that submit and stream runs.
+ * It runs on any fetch (browsers, Deno, Bun, edge runtimes, Node) and imports nothing
+ * server-side: test/client-bundle.test.ts bundles it for the browser to keep it that way.
+ */
+export { BatonApiError, BatonClient, BatonStreamError } from './lib/client/client.ts';
+export type {
+  BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
+  SessionMessage, StatusEventData, StreamOptions, SubmitRequest, TerminalStatus,
+} from './lib/client/client.ts';
