@@ -6,6 +6,7 @@ import type { Dispatcher } from './dispatcher.ts';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
+import type { SchemaGuard } from './schema-guard.ts';
 import { scriptCode } from './script-codes.ts';
 import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 
@@ -51,10 +52,12 @@ export class RunStore {
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
     private readonly events: RunStoreEvents = {},
+    /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
+    private readonly schemaGuard?: SchemaGuard,
   ) {}
 
   async submit(req: SubmitRequest): Promise<SubmitResult> {
-    if (req.outputSchema !== undefined) assertValidOutputSchema(req.outputSchema);
+    if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard);
     const sk = this.keys.scope(req.scope);
     const runId = newRunId();
     const fields: (string | number)[] = [
