@@ -71,7 +71,7 @@ export class SchemaGuard {
     if (!limited.ok) throw schemaInvalid(limited.violation.message, limited.violation.at);
     const key = hashOf(limited.text);
     if (this.knownGood.has(key)) return;
-    const out = await this.run({ op: 'check', key, schema: limited.text }, this.budget.compileMs);
+    const out = await this.run({ op: 'check', key, schema: limited.text, patterns: limited.patterns }, this.budget.compileMs);
     if (out.ok) {
       if (this.knownGood.size >= KNOWN_GOOD_MAX) this.knownGood.delete(this.knownGood.values().next().value!);
       this.knownGood.add(key);
@@ -101,7 +101,10 @@ export class SchemaGuard {
       }
       if (text === undefined) throw outputInvalid('the payload is not a JSON value');
     }
-    const out = await this.run({ op: 'validate', key: hashOf(limited.text), schema: limited.text, value: text }, this.budget.validateMs);
+    const out = await this.run(
+      { op: 'validate', key: hashOf(limited.text), schema: limited.text, patterns: limited.patterns, value: text },
+      this.budget.validateMs,
+    );
     if (out.ok) return value;
     if (out.reason === 'value') throw new OutputInvalidError(out.problems);
     if (out.reason === 'schema') throw outputInvalid(`outputSchema cannot be compiled: ${out.message}`);

@@ -117,15 +117,16 @@ function pathOf(step: Step | undefined): string {
 
 /**
  * Checks a parsed schema against the static limits; returns the first violation, or the
- * schema's JSON text when it is within them. The walk is iterative and does not descend
- * past maxDepth, so no schema, however deep, can overflow the stack here.
+ * schema's JSON text and its regular expressions when it is within them. The walk is
+ * iterative and does not descend past maxDepth, so no schema, however deep, can overflow
+ * the stack here.
  */
 export function checkSchemaLimits(
   schema: unknown,
   limits: SchemaLimits = SCHEMA_LIMITS,
-): { ok: true; text: string } | { ok: false; violation: LimitViolation } {
+): { ok: true; text: string; patterns: string[] } | { ok: false; violation: LimitViolation } {
   let members = 0;
-  let patterns = 0;
+  const found: string[] = [];
   let enumValues = 0;
   const fail = (limit: keyof SchemaLimits, at: Step | undefined, message: string) =>
     ({ ok: false as const, violation: { limit, at: pathOf(at), message } });
@@ -152,12 +153,12 @@ export function checkSchemaLimits(
       // A property *named* "pattern" or "enum" holds a schema (an object), not a keyword's
       // value, so testing the value's type tells the keyword apart.
       if (key === 'pattern' && typeof child === 'string') {
-        patterns++;
+        found.push(child);
         const bad = pattern(child, here);
         if (bad) return bad;
       } else if (key === 'patternProperties' && child !== null && typeof child === 'object' && !Array.isArray(child)) {
         for (const p of Object.keys(child)) {
-          patterns++;
+          found.push(p);
           const bad = pattern(p, { value: undefined, depth: here.depth + 1, key: p, parent: here });
           if (bad) return bad;
         }
@@ -169,7 +170,7 @@ export function checkSchemaLimits(
     if (members > limits.maxMembers) {
       return fail('maxMembers', undefined, `the schema has more than ${limits.maxMembers} object members (keywords and property names; maxMembers)`);
     }
-    if (patterns > limits.maxPatterns) {
+    if (found.length > limits.maxPatterns) {
       return fail('maxPatterns', undefined, `the schema has more than ${limits.maxPatterns} regular expressions (pattern and patternProperties; maxPatterns)`);
     }
     if (enumValues > limits.maxEnumValues) {
@@ -182,7 +183,7 @@ export function checkSchemaLimits(
   if (bytes > limits.maxBytes) {
     return fail('maxBytes', undefined, `the schema is ${bytes} bytes of JSON; the limit is ${limits.maxBytes} (maxBytes)`);
   }
-  return { ok: true, text };
+  return { ok: true, text, patterns: found };
 }
 
 /**

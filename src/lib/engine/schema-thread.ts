@@ -16,10 +16,13 @@ export interface ThreadSettings {
   maxValueDepth: number;
 }
 
-/** What the guard asks: `key` is the schema text's hash, the cache key. */
+/**
+ * What the guard asks: `key` is the schema text's hash, the cache key; `patterns` are the
+ * schema's regular expressions, as the static limits found them.
+ */
 export type ThreadJob =
-  | { op: 'check'; key: string; schema: string }
-  | { op: 'validate'; key: string; schema: string; value: string };
+  | { op: 'check'; key: string; schema: string; patterns: string[] }
+  | { op: 'validate'; key: string; schema: string; patterns: string[]; value: string };
 
 export type ThreadRequest = ThreadJob & { id: number };
 
@@ -66,13 +69,16 @@ const settings = workerData as ThreadSettings;
 /** Compiled validators by the schema's hash; a Map keeps insertion order, so the first key is the least recently used. */
 const cache = new Map<string, ValidateFunction>();
 
-function validatorFor(key: string, text: string): ValidateFunction {
+function validatorFor({ key, schema: text, patterns }: ThreadJob): ValidateFunction {
   const hit = cache.get(key);
   if (hit) {
     cache.delete(key);
     cache.set(key, hit);
     return hit;
   }
+  // Every pattern must be one RE2 runs, also those ajv would skip (patternProperties whose
+  // schema accepts anything): a schema is refused or accepted whole, not by what it uses.
+  for (const p of patterns) linearRegExp(p);
   const schema = JSON.parse(text) as Record<string, unknown>;
   const is2020 = typeof schema.$schema === 'string' && schema.$schema.includes('2020-12');
   const checker = is2020 ? meta.draft2020 : meta.draft7;
@@ -86,7 +92,7 @@ function validatorFor(key: string, text: string): ValidateFunction {
 function handle(req: ThreadRequest): ThreadReply {
   let validate: ValidateFunction;
   try {
-    validate = validatorFor(req.key, req.schema);
+    validate = validatorFor(req);
   } catch (err) {
     return { id: req.id, ok: false, reason: 'schema', message: String((err as Error)?.message ?? err).slice(0, 500) };
   }
