@@ -4,12 +4,14 @@ import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../src/lib/contract/errors.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
+import { exponentialSchema, nestedSchema, patternBomb, RECURSIVE_SCHEMA, REDOS_SCHEMA } from './helpers/hostile-schemas.ts';
 import { call } from './helpers/http.ts';
 
 /**
  * Invariant 10 under generated input: for every route of /openapi.json, malformed params,
  * queries, headers and bodies never get a 5xx, always get a registered error code with its
- * registered status, and a rejected request leaves Redis byte for byte as it was.
+ * registered status, and a rejected request leaves Redis byte for byte as it was. The same
+ * for generated output schemas on submit: accepted, or refused with a registered code.
  *
  * No worker runs and the API's sweeper is off, so nothing but the requests writes to Redis.
  * The submit rate limit is off here (its bucket is written by well-formed submits that end
@@ -22,6 +24,7 @@ let key: string;
 let routes: { method: string; path: string; params: string[] }[];
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
+const SCHEMA_RUNS = Number(process.env.FUZZ_SCHEMA_RUNS ?? 200);
 
 beforeAll(async () => {
   h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192' });
@@ -144,6 +147,87 @@ const extraHeaders = fc.record({
   ),
 });
 
+/** Regular expressions: mostly ordinary, some catastrophic for a backtracking engine or beyond RE2. */
+const patternText = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom('^[a-z0-9_-]{3,16}$', '\\d{3}-\\d{4}', '\\p{L}+', '\\u00e9+', '(?<name>a)', '', '.*', '^(a+)+$', '(x+x+)+y') },
+  { weight: 2, arbitrary: fc.constantFrom('(a)\\1', '(?=a)', '(?<!a)b', '[', '^[^]$', '\\cA', 'a{2,1001}') },
+  { weight: 1, arbitrary: fc.string({ maxLength: 12 }) },
+);
+
+/**
+ * JSON-Schema-shaped objects, made of real keywords with values mostly of the right type,
+ * sometimes of the wrong one: what a careless or hostile tenant sends as `outputSchema`. An object has one
+ * keyword holding subschemas and at most four levels: a handful of nodes, so the bodies stay
+ * within this file's BODY_LIMIT_BYTES and generating them stays cheap.
+ */
+/** Mostly `good`, one time in `1 + weight` a value of the wrong type. */
+const mostly = <T, U>(good: fc.Arbitrary<T>, bad: fc.Arbitrary<U>, weight = 12) =>
+  fc.oneof({ weight, arbitrary: good }, { weight: 1, arbitrary: bad });
+
+const scalarKeywords = fc.record(
+  {
+    type: mostly(fc.oneof(fc.constantFrom('string', 'number', 'integer', 'boolean', 'null', 'object', 'array'), fc.constant(['string', 'null'])),
+      fc.oneof(fc.constant('nope'), fc.integer())),
+    required: mostly(fc.array(fc.constantFrom('a', 'constructor', '__proto__', 'toString', ''), { maxLength: 3 }), fc.string({ maxLength: 4 })),
+    pattern: mostly(patternText, fc.integer()),
+    enum: mostly(fc.array(fc.jsonValue({ maxDepth: 1 }), { minLength: 1, maxLength: 4 }), fc.constant('x')),
+    const: fc.jsonValue({ maxDepth: 1 }),
+    minLength: mostly(fc.nat(5), fc.constantFrom(-1, '3')),
+    format: fc.constantFrom('email', 'date-time', 'regex', 'nope'),
+    $id: fc.constantFrom('https://shared.test/s.json', 'relative.json', 'urn:x:y'),
+  },
+  { requiredKeys: [] },
+);
+
+const schemaShapes = fc.letrec<{ node: unknown; object: Record<string, unknown> }>((tie) => ({
+  node: fc.oneof(
+    { maxDepth: 4, depthIdentifier: 'outputSchema', depthSize: 'small' },
+    fc.oneof(
+      scalarKeywords,
+      fc.boolean(),
+      fc.record({ $ref: fc.constantFrom('#', '#/definitions/a', '#/$defs/a', '#/nope', 'https://example.invalid/s.json', 'other.json#x') }),
+    ),
+    tie('object'),
+  ),
+  object: fc.tuple(
+    scalarKeywords,
+    fc.oneof(
+      fc.record({ properties: fc.dictionary(fc.string({ maxLength: 8 }), tie('node'), { maxKeys: 3 }) }),
+      fc.record({ patternProperties: fc.dictionary(patternText, tie('node'), { maxKeys: 2 }), additionalProperties: fc.boolean() }),
+      fc.record({ additionalProperties: tie('node') }),
+      fc.record({ items: tie('node') }),
+      fc.record({ prefixItems: fc.array(tie('node'), { maxLength: 2 }) }),
+      fc.record({ allOf: fc.array(tie('node'), { maxLength: 2 }) }),
+      fc.record({ anyOf: fc.array(tie('node'), { maxLength: 2 }) }),
+      fc.record({ not: tie('node') }),
+      fc.record({ definitions: fc.dictionary(fc.constantFrom('a', 'b'), tie('node'), { maxKeys: 2 }), $ref: fc.constant('#/definitions/a') }),
+      fc.record({ $defs: fc.dictionary(fc.constantFrom('a', 'b'), tie('node'), { maxKeys: 2 }) }),
+    ),
+  ).map(([scalars, nested]) => ({ ...scalars, ...nested })),
+}));
+
+/** A root `outputSchema`: generated shapes under any `$schema`, now and then one of the report's hostile schemas. */
+const outputSchemaArb = fc.oneof(
+  {
+    weight: 8,
+    arbitrary: fc.tuple(
+      schemaShapes.object,
+      fc.oneof(
+        { weight: 6, arbitrary: fc.constant(undefined) },
+        { weight: 2, arbitrary: fc.constantFrom('http://json-schema.org/draft-07/schema#', 'https://json-schema.org/draft/2020-12/schema') },
+        { weight: 1, arbitrary: fc.constantFrom('http://json-schema.org/draft-04/schema#', 'nope') },
+      ),
+    ).map(([schema, $schema]) => ($schema === undefined ? schema : { ...schema, $schema })),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom<Record<string, unknown>>(
+      REDOS_SCHEMA, RECURSIVE_SCHEMA, exponentialSchema(40), patternBomb(100), nestedSchema(80),
+      { type: 'string', pattern: 'a'.repeat(1_001) }, { type: 'object', required: ['constructor'] },
+    ),
+  },
+);
+
 const malformedRequest = () =>
   fc.record({
     route: fc.constantFrom(...routes),
@@ -200,5 +284,39 @@ describe('generated malformed requests to every route', () => {
     );
     console.log(`${RUNS} generated requests: ${accepted} well-formed after all; rejections by code:`, Object.fromEntries(seen));
     expect(seen.get('VALIDATION_FAILED')).toBeGreaterThan(0);
+  });
+});
+
+describe('generated output schemas on submit', () => {
+  it('never answer 5xx: a schema is accepted or refused with a registered code naming outputSchema, and a refusal writes nothing', async () => {
+    // A scope of its own: the property above may have drained acme's runtime (a well-formed request).
+    const schemasKey = await h.key('schemas', 'client');
+    let baseline = await snapshot();
+    const seen = new Map<string, number>();
+    let accepted = 0;
+    await fc.assert(
+      fc.asyncProperty(outputSchemaArb, async (outputSchema) => {
+        const body = JSON.stringify({ ...validSubmit, outputSchema });
+        const headers = { authorization: `Bearer ${schemasKey}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) };
+        const res = await send('POST', '/v1/scopes/schemas/runs', headers, body);
+        const what = `outputSchema=${JSON.stringify(outputSchema).slice(0, 300)} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status < 400) {
+          accepted++;
+          baseline = await snapshot();
+          return;
+        }
+        const error = (JSON.parse(res.text) as { error: { code: keyof typeof ERROR_CODES; details: { path: string }[] } }).error;
+        expect(Object.keys(ERROR_CODES), what).toContain(error.code);
+        expect(ERROR_CODES[error.code].status, what).toBe(res.status);
+        if (error.code === 'OUTPUT_SCHEMA_INVALID') expect(error.details[0].path, what).toMatch(/^body\.outputSchema/);
+        seen.set(error.code, (seen.get(error.code) ?? 0) + 1);
+        expect([...(await snapshot()).entries()].sort(), what).toEqual([...baseline.entries()].sort());
+      }),
+      { numRuns: SCHEMA_RUNS },
+    );
+    console.log(`${SCHEMA_RUNS} generated schemas: ${accepted} accepted; refusals by code:`, Object.fromEntries(seen));
+    expect(accepted).toBeGreaterThan(0);
+    expect(seen.get('OUTPUT_SCHEMA_INVALID')).toBeGreaterThan(0);
   });
 });

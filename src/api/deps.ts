@@ -8,6 +8,7 @@ import type { Keys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
 import type { RunStore } from '../lib/engine/store.ts';
+import type { SchemaGuard } from '../lib/engine/schema-guard.ts';
 import type { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
 import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 
@@ -27,4 +28,6 @@ export interface AppDeps {
   admin: RuntimeAdmin;
   registry: WorkerRegistry;
   submitLimiter: SubmitRateLimiter;
+  /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
+  schemaGuard: SchemaGuard;
 }

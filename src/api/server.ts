@@ -48,12 +48,12 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
       metrics.watchQueue(run.runtime, countJobs);
     },
     cancelled: (run) => metrics.runFinished(run, 'cancelled'),
-  });
+  }, res.schemaGuard);
   const apiKeys = new ApiKeyStore(redis, keys);
   for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   return {
-    config: c, redis, keys, store, log, metrics, registry, apiKeys,
+    config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     submitLimiter: new SubmitRateLimiter(transitions, c),

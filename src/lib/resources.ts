@@ -1,5 +1,6 @@
 import type { Config } from './config.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
+import { SchemaGuard } from './engine/schema-guard.ts';
 import { Sweeper } from './engine/sweeper.ts';
 import { Transitions } from './engine/transitions.ts';
 import { createKeys, type Keys } from './keys.ts';
@@ -28,7 +29,9 @@ export interface Resources {
   readonly dispatcher: Dispatcher;
   readonly transitions: Transitions;
   readonly sweeper: Sweeper;
-  /** Stops the sweeper, closes the queues and the connections. Idempotent. */
+  /** Compiles and checks output schemas in a thread of its own, within a time budget. */
+  readonly schemaGuard: SchemaGuard;
+  /** Stops the sweeper, closes the queues, the connections and the schema thread. Idempotent. */
   close(): Promise<void>;
 }
 
@@ -62,14 +65,16 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   // Every process sweeps: sweeps are idempotent, so more processes only repair sooner.
   const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log);
   sweeper.start();
+  const schemaGuard = new SchemaGuard();
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard,
     close() {
       closing ??= (async () => {
         await sweeper.stop();
         await dispatcher.close();
         await quit();
+        await schemaGuard.close();
       })();
       return closing;
     },

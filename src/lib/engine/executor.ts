@@ -15,6 +15,7 @@ import type { Transitions } from './transitions.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import { validateOutput } from './output-schema.ts';
+import type { SchemaGuard } from './schema-guard.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
 
@@ -38,6 +39,8 @@ export interface ExecutorDeps {
   workerId: string;
   log: Logger;
   events?: ExecutorEvents;
+  /** Validates goal finishes off the event loop; unset: the process's shared guard. */
+  schemaGuard?: SchemaGuard;
 }
 
 interface Claimed {
@@ -139,9 +142,11 @@ export class RunExecutor {
       }
       if (run.outputSchema && result.finishReason === 'stop') {
         try {
-          result.payload = validateOutput(run.outputSchema, result);
+          result.payload = await validateOutput(run.outputSchema, result, this.d.schemaGuard);
         } catch (err) {
-          if (!(err instanceof OutputInvalidError)) throw err;
+          // Anything else (the guard closing at shutdown) is classified like an agent error,
+          // never thrown out of here, where it would leave the run leased.
+          if (!(err instanceof OutputInvalidError)) return await close.failure(err);
           const { payload: _unvalidated, ...answer } = result;
           await close.finish('failed', { ...answer, finishReason: 'error' }, {
             code: err.code, message: err.message, details: err.errors,
@@ -152,6 +157,8 @@ export class RunExecutor {
         // A truncated answer is not a goal finish: it is not validated, so it carries no payload.
         delete result.payload;
       }
+      // Validation waits on the schema thread: a cancel or a lost lease may have come meanwhile.
+      if (signal.aborted) return await close.aborted(signal.reason);
       await close.finish('succeeded', result);
       return { kind: 'done' };
     } catch (err) {

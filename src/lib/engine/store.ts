@@ -4,6 +4,7 @@ import type { Keys } from '../keys.ts';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
+import type { SchemaGuard } from './schema-guard.ts';
 import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 import type { Multitask, Resolution, Transitions } from './transitions.ts';
 
@@ -49,10 +50,12 @@ export class RunStore {
     private readonly config: Config,
     private readonly transitions: Transitions,
     private readonly events: RunStoreEvents = {},
+    /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
+    private readonly schemaGuard?: SchemaGuard,
   ) {}
 
   async submit(req: SubmitRequest): Promise<SubmitResult> {
-    if (req.outputSchema !== undefined) assertValidOutputSchema(req.outputSchema);
+    if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard);
     const runId = newRunId();
     const fields: Record<string, string | number> = {
       id: runId, scope: req.scope, sessionId: req.sessionId, runtime: req.runtime,

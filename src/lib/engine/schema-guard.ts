@@ -1,0 +1,276 @@
+import { createHash } from 'node:crypto';
+import { Worker, type ResourceLimits } from 'node:worker_threads';
+import { BatonError } from '../errors.ts';
+import { OutputInvalidError, TransientError } from '../sdk/errors.ts';
+import {
+  SCHEMA_GUARD_BUDGET, SCHEMA_LIMITS, checkSchemaLimits, type SchemaGuardBudget, type SchemaLimits,
+} from './schema-limits.ts';
+import type { ThreadJob, ThreadReady, ThreadReply, ThreadRequest, ThreadSettings } from './schema-thread.ts';
+
+/**
+ * Compiles and validates tenants' output schemas without ever blocking the caller's event
+ * loop (invariant 12: no tenant stalls another). A schema is first held against the static
+ * limits (schema-limits.ts); then ajv runs in a worker thread, one request at a time, each
+ * with a time budget, the thread with a heap limit. A request that overruns either is
+ * answered as the tenant's failure, and the thread is terminated and replaced for the next.
+ *
+ *   await guard.check(schema)                  at submit: resolves, or throws 400 OUTPUT_SCHEMA_INVALID
+ *   await guard.validate(schema, value, json?) at a goal finish: the value, or throws OutputInvalidError
+ *
+ * One guard per process, closed by its owner (close() terminates the thread). Code that is
+ * not handed one uses processSchemaGuard().
+ */
+export interface SchemaGuardOptions {
+  limits?: Partial<SchemaLimits>;
+  budget?: Partial<SchemaGuardBudget>;
+}
+
+/** The guard was closed (its process is shutting down): not the schema's fault, so a run retries. */
+export class SchemaGuardClosedError extends TransientError {
+  constructor() {
+    super('the output schema guard is closed', 'SCHEMA_GUARD_CLOSED');
+    this.name = 'SchemaGuardClosedError';
+  }
+}
+
+/** The thread could not start (a broken install): the guard's fault, never the schema's. */
+export class SchemaGuardUnavailableError extends TransientError {
+  constructor(cause: unknown) {
+    super(`the output schema guard could not start its thread: ${(cause as Error)?.message ?? cause}`, 'SCHEMA_GUARD_UNAVAILABLE', { cause });
+    this.name = 'SchemaGuardUnavailableError';
+  }
+}
+
+/** Why a request got no answer from the thread. */
+type Cut = { id: number; ok: false; reason: 'budget' | 'memory' | 'crash' | 'closed' | 'unavailable'; error?: unknown };
+type Outcome = ThreadReply | Cut;
+
+interface Job { req: ThreadRequest; budgetMs: number; done(out: Outcome): void }
+interface Thread { worker: Worker; ready: boolean }
+
+/** Schemas that passed check() are remembered by hash, so the second check of a submit (route, then store) is free. */
+const KNOWN_GOOD_MAX = 1_000;
+
+export class SchemaGuard {
+  readonly limits: Readonly<SchemaLimits>;
+  readonly budget: Readonly<SchemaGuardBudget>;
+  private thread: Thread | undefined;
+  private current: { job: Job; timer: NodeJS.Timeout } | undefined;
+  private readonly queue: Job[] = [];
+  private readonly knownGood = new Set<string>();
+  private nextId = 1;
+  private closing: Promise<void> | undefined;
+
+  constructor(o: SchemaGuardOptions = {}) {
+    this.limits = Object.freeze({ ...SCHEMA_LIMITS, ...o.limits });
+    this.budget = Object.freeze({ ...SCHEMA_GUARD_BUDGET, ...o.budget });
+  }
+
+  /** Refuses a schema over a limit, one ajv cannot compile, or one whose compile overruns the budget: 400 OUTPUT_SCHEMA_INVALID. */
+  async check(schema: object): Promise<void> {
+    const limited = checkSchemaLimits(schema, this.limits);
+    if (!limited.ok) throw schemaInvalid(limited.violation.message, limited.violation.at);
+    const key = hashOf(limited.text);
+    if (this.knownGood.has(key)) return;
+    const out = await this.run({ op: 'check', key, schema: limited.text, patterns: limited.patterns }, this.budget.compileMs);
+    if (out.ok) {
+      if (this.knownGood.size >= KNOWN_GOOD_MAX) this.knownGood.delete(this.knownGood.values().next().value!);
+      this.knownGood.add(key);
+      return;
+    }
+    if (out.reason === 'schema') throw schemaInvalid(out.message);
+    if (out.reason === 'value') throw new Error('the schema thread answered a check with a value failure');
+    throw this.cutError(out, 'compiling the schema', this.budget.compileMs, schemaInvalid);
+  }
+
+  /**
+   * Validates `value` (the agent's payload, or its answer parsed) against `schema`. Pass
+   * `json` when the caller has the value's JSON text already (the answer): it is sent as is,
+   * which also spares serializing a value too deep for JSON.stringify. Resolves with `value`;
+   * every failure of the value or the schema, an overrun budget included, is an
+   * OutputInvalidError (permanent: the same answer would fail the same way again).
+   */
+  async validate(schema: object, value: unknown, json?: string): Promise<unknown> {
+    const limited = checkSchemaLimits(schema, this.limits);
+    if (!limited.ok) throw outputInvalid(`outputSchema is over a limit: ${limited.violation.message}`);
+    let text = json;
+    if (text === undefined) {
+      try {
+        text = JSON.stringify(value);
+      } catch (err) {
+        throw outputInvalid(`the payload cannot be serialized as JSON: ${(err as Error).message}`);
+      }
+      if (text === undefined) throw outputInvalid('the payload is not a JSON value');
+    }
+    const out = await this.run(
+      { op: 'validate', key: hashOf(limited.text), schema: limited.text, patterns: limited.patterns, value: text },
+      this.budget.validateMs,
+    );
+    if (out.ok) return value;
+    if (out.reason === 'value') throw new OutputInvalidError(out.problems);
+    if (out.reason === 'schema') throw outputInvalid(`outputSchema cannot be compiled: ${out.message}`);
+    throw this.cutError(out, 'validating the answer', this.budget.validateMs, outputInvalid);
+  }
+
+  /** Terminates the thread; pending and later requests fail with SchemaGuardClosedError. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      const jobs = this.queue.splice(0);
+      if (this.current) {
+        clearTimeout(this.current.timer);
+        jobs.unshift(this.current.job);
+        this.current = undefined;
+      }
+      for (const job of jobs) job.done({ id: job.req.id, ok: false, reason: 'closed' });
+      const thread = this.thread;
+      this.thread = undefined;
+      if (thread) await thread.worker.terminate();
+    })();
+    return this.closing;
+  }
+
+  /**
+   * A request the thread did not answer. Closed or unavailable: the guard's state, not the
+   * schema's fault (transient). Over budget, over memory or a crash: the request caused it,
+   * so it is the schema's (or answer's) failure, in the caller's own error type.
+   */
+  private cutError(out: Cut, what: string, budgetMs: number, asFailure: (message: string) => Error): Error {
+    switch (out.reason) {
+      case 'closed': return new SchemaGuardClosedError();
+      case 'unavailable': return new SchemaGuardUnavailableError(out.error);
+      case 'budget': return asFailure(`${what} took longer than its budget of ${budgetMs} ms and was stopped`);
+      case 'memory': return asFailure(`${what} needed more than the memory limit of ${this.budget.heapMb} MB and was stopped`);
+      case 'crash': return asFailure(`${what} crashed the schema thread`);
+    }
+  }
+
+  private run(job: ThreadJob, budgetMs: number): Promise<Outcome> {
+    if (this.closing) return Promise.resolve({ id: 0, ok: false, reason: 'closed' });
+    return new Promise<Outcome>((done) => {
+      this.queue.push({ req: { ...job, id: this.nextId++ }, budgetMs, done });
+      this.pump();
+    });
+  }
+
+  /** Starts the next request when the thread is ready and idle; the budget counts from here. */
+  private pump(): void {
+    if (this.closing || this.current || this.queue.length === 0) return this.holdProcess();
+    const thread = (this.thread ??= this.spawn());
+    if (!thread.ready) return this.holdProcess();
+    const job = this.queue.shift()!;
+    const timer = setTimeout(() => this.discard(thread, 'budget'), job.budgetMs);
+    this.current = { job, timer };
+    this.holdProcess();
+    thread.worker.postMessage(job.req);
+  }
+
+  /**
+   * The thread keeps the process alive only while it has work: an idle guard that nobody
+   * closed (the process-wide default) must not keep a finished process running.
+   */
+  private holdProcess(): void {
+    const busy = this.current !== undefined || this.queue.length > 0;
+    if (this.thread) (busy ? this.thread.worker.ref() : this.thread.worker.unref());
+  }
+
+  private spawn(): Thread {
+    const thread: Thread = {
+      worker: startThread(
+        { cacheEntries: this.budget.cacheEntries, maxValueDepth: this.limits.maxValueDepth },
+        // The young generation is kept small too: V8 sizes it from the machine otherwise.
+        { maxOldGenerationSizeMb: this.budget.heapMb, maxYoungGenerationSizeMb: 16 },
+      ),
+      ready: false,
+    };
+    thread.worker.on('message', (m: ThreadReply | ThreadReady) => {
+      if (this.thread !== thread) return;
+      if ('ready' in m) {
+        thread.ready = true;
+        return this.pump();
+      }
+      const cur = this.current;
+      if (!cur || cur.job.req.id !== m.id) return;
+      clearTimeout(cur.timer);
+      this.current = undefined;
+      cur.job.done(m);
+      this.pump();
+    });
+    // V8 out of memory under resourceLimits, or anything else that ends the thread.
+    thread.worker.on('error', (err: Error & { code?: string }) => {
+      if (!thread.ready) return this.unavailable(thread, err);
+      this.discard(thread, err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash');
+    });
+    thread.worker.on('exit', (code) => {
+      if (!thread.ready) return this.unavailable(thread, new Error(`the thread exited with code ${code}`));
+      this.discard(thread, 'crash');
+    });
+    return thread;
+  }
+
+  /**
+   * The thread is unusable (over budget, out of memory, crashed): terminate it, answer the
+   * request it was running with the reason, and give the queue to a fresh thread.
+   */
+  private discard(thread: Thread, reason: 'budget' | 'memory' | 'crash'): void {
+    if (this.thread !== thread) return;
+    this.thread = undefined;
+    void thread.worker.terminate();
+    const cur = this.current;
+    this.current = undefined;
+    if (cur) {
+      clearTimeout(cur.timer);
+      cur.job.done({ id: cur.job.req.id, ok: false, reason });
+    }
+    this.pump();
+  }
+
+  /**
+   * The thread died before it was ready: no request ran, so none is at fault. The queue is
+   * failed instead of handed to a new thread, which would die the same way, over and over;
+   * the next request tries again.
+   */
+  private unavailable(thread: Thread, error: unknown): void {
+    if (this.thread !== thread) return;
+    this.thread = undefined;
+    void thread.worker.terminate();
+    for (const job of this.queue.splice(0)) job.done({ id: job.req.id, ok: false, reason: 'unavailable', error });
+  }
+}
+
+function hashOf(text: string): string {
+  return createHash('sha256').update(text).digest('base64url');
+}
+
+function schemaInvalid(message: string, at = ''): BatonError {
+  return new BatonError('OUTPUT_SCHEMA_INVALID', undefined, [
+    { path: at ? `body.outputSchema.${at}` : 'body.outputSchema', message },
+  ]);
+}
+
+function outputInvalid(message: string): OutputInvalidError {
+  return new OutputInvalidError([{ path: '/', message }]);
+}
+
+/**
+ * The thread runs schema-thread next to this module: schema-thread.js once compiled to
+ * dist/; from the TypeScript sources (tsx, vitest), schema-thread-tsx.mjs, which registers
+ * tsx in the thread and then imports schema-thread.ts (Node 20 gives a thread neither the
+ * parent's loader hooks nor a working `--import tsx`).
+ */
+function startThread(settings: ThreadSettings, resourceLimits: ResourceLimits): Worker {
+  const fromSources = new URL(import.meta.url).pathname.endsWith('.ts');
+  const file = new URL(fromSources ? './schema-thread-tsx.mjs' : './schema-thread.js', import.meta.url);
+  // execArgv []: the host's flags (a test runner's, --inspect) are not the thread's.
+  return new Worker(file, { workerData: settings, resourceLimits, execArgv: [] });
+}
+
+let processGuard: SchemaGuard | undefined;
+
+/**
+ * This process's guard, started on first use. Its thread holds the process open only while
+ * it works, so a process that never closes it still exits. A composition root that owns a
+ * guard passes it down instead, and closes it after the API and worker it serves.
+ */
+export function processSchemaGuard(): SchemaGuard {
+  return (processGuard ??= new SchemaGuard());
+}

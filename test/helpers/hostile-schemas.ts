@@ -1,0 +1,33 @@
+/**
+ * The output schemas of issue 12's report, built small enough to read: each stalled a
+ * process before the schema guard. Shared by the guard's unit test, the HTTP test and the fuzz test.
+ */
+
+/** `allOf` of two `$ref`s to the next level, `levels` deep (2 KB at 24): validation work doubles per level. */
+export function exponentialSchema(levels: number): Record<string, unknown> {
+  const definitions: Record<string, unknown> = {};
+  for (let i = 0; i < levels; i++) definitions[`l${i}`] = { allOf: [{ $ref: `#/definitions/l${i + 1}` }, { $ref: `#/definitions/l${i + 1}` }] };
+  definitions[`l${levels}`] = { type: 'number' };
+  return { definitions, $ref: '#/definitions/l0' };
+}
+
+/** `n` patternProperties: 5,000 (174 KB here, 184 KB in the report) took 7.8 s and 266 MB to compile. */
+export function patternBomb(n: number): Record<string, unknown> {
+  const patternProperties: Record<string, unknown> = {};
+  for (let i = 0; i < n; i++) patternProperties[`^p${i}_[a-z]+$`] = { type: 'string' };
+  return { type: 'object', patternProperties };
+}
+
+/** Backtracking engines take time exponential in the number of `a`s before a `!`. */
+export const REDOS_SCHEMA = { type: 'string', pattern: '^(a+)+$' };
+export const REDOS_ANSWER = JSON.stringify(`${'a'.repeat(29)}!`);
+
+/** Validates arrays of arrays at any depth: an answer nested 20,000 deep overflowed the stack. */
+export const RECURSIVE_SCHEMA = { type: 'array', items: { $ref: '#' } };
+
+/** `depth` levels of `not`, a schema nested `depth` deep. */
+export function nestedSchema(depth: number): Record<string, unknown> {
+  let s: Record<string, unknown> = { type: 'string' };
+  for (let i = 1; i < depth; i++) s = { not: s };
+  return s;
+}
