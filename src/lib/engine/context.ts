@@ -3,6 +3,7 @@ import type { Agent, EmitOptions, HistoryMessage, RunContext, StepCall, StepOpti
 import type { EventWriter } from '../streams/writer.ts';
 import type { Logger } from '../logger.ts';
 import type { RunRecord } from './record.ts';
+import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { runScript } from './scripts.ts';
 import { LeaseLostError } from './script-codes.ts';
 import { ID_PATTERN } from '../keys.ts';
@@ -28,6 +29,8 @@ export interface ContextDeps {
   fence: number;
   agent: Agent;
   history: HistoryMessage[];
+  /** ctx.memoryBlocks: its `conversation` is `history`. */
+  memoryBlocks: MemoryBlocks;
   /** The steps hash as read at claim: step key -> stored JSON ({v, e?}) or start markers. */
   steps: Record<string, string>;
   writer: EventWriter;
@@ -67,6 +70,7 @@ export class ContextState {
       metadata: run.metadata ?? {},
       memory: run.memory,
       history: d.history,
+      memoryBlocks: d.memoryBlocks,
       signal: d.signal,
       log: d.log,
       emit: (text, options) => this.emit(text, options),

@@ -13,6 +13,7 @@ import { runScript } from './scripts.ts';
 import { LeaseLostError } from './script-codes.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
+import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { validateOutput } from './output-schema.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
@@ -128,14 +129,15 @@ export class RunExecutor {
       }
       // A store that cannot be opened or read fails the attempt like the agent would (classified, maybe retried).
       let history: HistoryMessage[];
+      let memoryBlocks: MemoryBlocks;
       try {
         close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory);
-        history = await close.memory.history();
+        ({ history, memoryBlocks } = await close.memory.context());
       } catch (err) {
         return await close.failure(err, controller.signal);
       }
       const state = new ContextState({
-        redis, runKey, base: sk.base, run, fence, agent, history, steps, writer,
+        redis, runKey, base: sk.base, run, fence, agent, history, memoryBlocks, steps, writer,
         signal: controller.signal, log, memo: this.d.events as MemoEvents | undefined,
         block: (stepKey) => close.block(stepKey),
       });

@@ -4,6 +4,7 @@ import type { Keys } from '../keys.ts';
 import { isBuiltinMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from './memory-session.ts';
 import { RedisMemorySession } from './redis-store.ts';
 import type { RunRecord, SessionMessage } from '../engine/record.ts';
+import { composeMemoryBlocks, type MemoryBlocks } from './memory-blocks.ts';
 
 /**
  * One attempt's use of its session memory (see memory-session.ts for the contract): read
@@ -45,6 +46,12 @@ export class RunMemory {
     const messages = this.store.assemble ? await this.store.assemble(request) : await this.store.load();
     if (!Array.isArray(messages)) throw new TypeError('a memory store must return an array of messages');
     return messages.filter((m) => m.runId !== r.id);
+  }
+
+  /** ctx.history and ctx.memoryBlocks. */
+  async context(): Promise<{ history: HistoryMessage[]; memoryBlocks: MemoryBlocks }> {
+    const history = await this.history();
+    return { history, memoryBlocks: composeMemoryBlocks(history, this.run.memory, undefined) };
   }
 
   /**
