@@ -13,6 +13,8 @@ export type {
   AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
 } from './lib/sessions/memory-session.ts';
 export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.ts';
+export { openAIEmbeddings, type Embedder, type OpenAIEmbeddingsOptions } from './lib/sessions/embeddings.ts';
+export type { RecallOptions } from './lib/sessions/recall-options.ts';
 export type { ExternalMemory, MemoryBlocks, RecalledTurn } from './lib/sessions/memory-blocks.ts';
 export { createChatAgent, type ChatSettings } from './lib/agents/chat.ts';
 export { BatonApiError, BatonClient, BatonStreamError } from './lib/client/client.ts';

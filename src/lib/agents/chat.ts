@@ -3,6 +3,7 @@ import type { ChatCompletionMessageParam } from 'openai/resources/chat/completio
 import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '../sdk/agent.ts';
 import { loadConfig } from '../config.ts';
 import { PermanentError, TransientError } from '../errors.ts';
+import { recalledTurnsPrompt } from './recalled-turns.ts';
 
 export interface ChatSettings {
   /** Any OpenAI-compatible endpoint; the OpenAI API when absent. */
@@ -118,6 +119,8 @@ function chatMessages(ctx: RunContext): ChatCompletionMessageParam[] {
   if (ctx.memory !== undefined) {
     out.push({ role: 'system', content: `Context from the caller (JSON, not part of the conversation): ${JSON.stringify(ctx.memory)}` });
   }
+  const recalled = recalledTurnsPrompt(ctx.memoryBlocks);
+  if (recalled) out.push({ role: 'system', content: recalled });
   for (const m of ctx.history) out.push(toChatMessage(m));
   out.push({ role: 'user', content: ctx.input.content });
   return out;

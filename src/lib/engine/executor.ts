@@ -127,11 +127,12 @@ export class RunExecutor {
         await close.finish('failed', undefined, { code: 'UNKNOWN_AGENT', message: `no agent "${run.agent}" in this worker` });
         return { kind: 'done' };
       }
-      // A store that cannot be opened or read fails the attempt like the agent would (classified, maybe retried).
+      // A store that cannot be opened or read, and recall's embeddings, fail the attempt like
+      // the agent would (classified, maybe retried).
       let history: HistoryMessage[];
       let memoryBlocks: MemoryBlocks;
       try {
-        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory);
+        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory, { log, signal: controller.signal });
         ({ history, memoryBlocks } = await close.memory.context());
       } catch (err) {
         return await close.failure(err, controller.signal);
