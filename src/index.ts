@@ -16,6 +16,8 @@ export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.
 export { openAIEmbeddings, type Embedder, type OpenAIEmbeddingsOptions } from './lib/sessions/embeddings.ts';
 export type { RecallOptions } from './lib/sessions/recall-options.ts';
 export type { ExternalMemory, MemoryBlocks, RecalledTurn } from './lib/sessions/memory-blocks.ts';
+export type { AgentInput, ArtifactRef, ArtifactStore, InputArtifact } from './lib/artifacts/artifact-store.ts';
+export type { ArtifactAttachment, ArtifactDisposition } from './lib/engine/record.ts';
 export { createChatAgent, type ChatSettings } from './lib/agents/chat.ts';
 export { BatonApiError, BatonClient, BatonStreamError } from './lib/client/client.ts';
 export type {

@@ -3,6 +3,7 @@ import type { Agent, EmitOptions, HistoryMessage, RunContext, StepCall, StepOpti
 import type { EventWriter } from '../streams/writer.ts';
 import type { Logger } from '../logger.ts';
 import type { RunRecord } from './record.ts';
+import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { runScript } from './scripts.ts';
 import { LeaseLostError } from './script-codes.ts';
@@ -31,6 +32,8 @@ export interface ContextDeps {
   history: HistoryMessage[];
   /** ctx.memoryBlocks: its `conversation` is `history`. */
   memoryBlocks: MemoryBlocks;
+  /** ctx.input: the run's input with its artifacts resolved. */
+  input: AgentInput;
   /** The steps hash as read at claim: step key -> stored JSON ({v, e?}) or start markers. */
   steps: Record<string, string>;
   writer: EventWriter;
@@ -66,7 +69,7 @@ export class ContextState {
       agent: run.agent,
       attempt: run.attempt,
       maxAttempts: run.maxAttempts,
-      input: run.input,
+      input: d.input,
       metadata: run.metadata ?? {},
       memory: run.memory,
       history: d.history,

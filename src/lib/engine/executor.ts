@@ -14,6 +14,9 @@ import { LeaseLostError } from './script-codes.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
+import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
+import { RedisArtifactStore } from '../artifacts/redis-store.ts';
+import { resolveInputArtifacts } from '../artifacts/resolve.ts';
 import { validateOutput } from './output-schema.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
@@ -38,6 +41,8 @@ export interface ExecutorDeps {
   workerId: string;
   log: Logger;
   events?: ExecutorEvents;
+  /** Where input artifacts are read from; the Redis store when absent. */
+  artifacts?: ArtifactStore;
 }
 
 interface Claimed {
@@ -58,8 +63,10 @@ interface Claimed {
 export class RunExecutor {
   /** `{agent: maxAttempts}` of the agents that declare a default; the claim applies it to a run's first attempt. */
   private readonly attemptDefaults: string;
+  private readonly artifacts: ArtifactStore;
 
   constructor(private readonly d: ExecutorDeps) {
+    this.artifacts = d.artifacts ?? new RedisArtifactStore(d.redis, d.keys, d.config.RETENTION_MS);
     const defaults: Record<string, number> = {};
     for (const [name, agent] of d.agents) if (agent.maxAttempts !== undefined) defaults[name] = agent.maxAttempts;
     this.attemptDefaults = Object.keys(defaults).length ? JSON.stringify(defaults) : '';
@@ -127,18 +134,20 @@ export class RunExecutor {
         await close.finish('failed', undefined, { code: 'UNKNOWN_AGENT', message: `no agent "${run.agent}" in this worker` });
         return { kind: 'done' };
       }
-      // A store that cannot be opened or read, and recall's embeddings, fail the attempt like
-      // the agent would (classified, maybe retried).
+      // A store that cannot be opened or read, recall's embeddings and the input artifacts fail
+      // the attempt like the agent would (classified, maybe retried).
       let history: HistoryMessage[];
       let memoryBlocks: MemoryBlocks;
+      let input: AgentInput;
       try {
         close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory, { log, signal: controller.signal });
         ({ history, memoryBlocks } = await close.memory.context());
+        input = await resolveInputArtifacts(this.artifacts, run.scope, run.input);
       } catch (err) {
         return await close.failure(err, controller.signal);
       }
       const state = new ContextState({
-        redis, runKey, base: sk.base, run, fence, agent, history, memoryBlocks, steps, writer,
+        redis, runKey, base: sk.base, run, fence, agent, history, memoryBlocks, input, steps, writer,
         signal: controller.signal, log, memo: this.d.events as MemoEvents | undefined,
         block: (stepKey) => close.block(stepKey),
       });

@@ -6,7 +6,16 @@ export const RUN_STATUSES = [
 export type RunStatus = (typeof RUN_STATUSES)[number];
 export const TERMINAL_STATUSES: ReadonlySet<RunStatus> = new Set(['succeeded', 'failed', 'cancelled']);
 
-export interface RunInput { content: string }
+export interface RunInput {
+  content: string;
+  /** Input artifacts the submit attached (uploaded before, in the same scope). */
+  artifacts?: ArtifactAttachment[];
+}
+
+/** `inline`: the agent gets the bytes; `reference`: only the id and metadata. Default inline. */
+export type ArtifactDisposition = 'inline' | 'reference';
+
+export interface ArtifactAttachment { id: string; disposition?: ArtifactDisposition }
 
 export interface RunResult {
   answer: string;

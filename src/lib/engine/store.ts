@@ -7,14 +7,14 @@ import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import { scriptCode } from './script-codes.ts';
-import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
+import { parseRunRecord, type RunInput, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 
 export type Multitask = 'enqueue' | 'reject' | 'interrupt';
 
 export interface SubmitRequest {
   scope: string;
   sessionId: string;
-  input: { content: string };
+  input: RunInput;
   runtime: string;
   agent: string;
   metadata?: Record<string, unknown>;
@@ -62,6 +62,8 @@ export class RunStore {
       'agent', req.agent, 'maxAttempts', req.maxAttempts ?? this.config.MAX_ATTEMPTS,
       'input', JSON.stringify(req.input),
     ];
+    // The ids alone, for the transitions that keep the run's artifacts alive (pinArtifacts in lib.lua).
+    if (req.input.artifacts?.length) fields.push('artifactIds', JSON.stringify(req.input.artifacts.map((a) => a.id)));
     if (req.metadata !== undefined) fields.push('metadata', JSON.stringify(req.metadata));
     if (req.memory !== undefined) fields.push('memory', JSON.stringify(req.memory));
     if (req.outputSchema !== undefined) fields.push('outputSchema', JSON.stringify(req.outputSchema));

@@ -1,6 +1,6 @@
 import type { Logger } from '../logger.ts';
 import type { HistoryMessage, MemoryOption } from '../sessions/memory-session.ts';
-import type { RunInput } from '../engine/record.ts';
+import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 
 /** A message the agent sees in ctx.history (the session's assembled history). */
@@ -31,7 +31,8 @@ export interface RunContext {
   /** 1 on the first attempt; unchanged by a recovery after a crash. */
   readonly attempt: number;
   readonly maxAttempts: number;
-  readonly input: RunInput;
+  /** The new message; `artifacts` when the submit attached some (bytes for inline ones). */
+  readonly input: AgentInput;
   readonly metadata: Record<string, unknown>;
   /** Caller memory from the submit body (never stored in session state); undefined when absent. */
   readonly memory: unknown;

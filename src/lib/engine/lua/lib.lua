@@ -135,6 +135,34 @@ local function advanceSession(base, sessionId, runId, now, maxActive, graceMs, m
   end
 end
 
+-- Input artifacts (src/lib/artifacts/redis-store.ts) live until RETENTION_MS after the last
+-- run naming them ends. The run record's `artifactIds` (JSON array) names them; the submit
+-- counts the run into each artifact's `runs` and clears its expiry, and the run's end counts
+-- it out, setting the expiry again at zero. `artifactsPinned` makes the count-out happen once
+-- per run. An id with no hash (a store other than Redis's) is left alone.
+local function pinArtifacts(base, rk)
+  local ids = redis.call('HGET', rk, 'artifactIds')
+  if not ids then return end
+  for _, id in ipairs(cjson.decode(ids)) do
+    local ak = base .. 'artifact:' .. id
+    if redis.call('EXISTS', ak) == 1 then
+      redis.call('HINCRBY', ak, 'runs', 1)
+      redis.call('PERSIST', ak)
+    end
+  end
+  redis.call('HSET', rk, 'artifactsPinned', 1)
+end
+
+local function unpinArtifacts(base, rk, retention)
+  if redis.call('HDEL', rk, 'artifactsPinned') == 0 then return end
+  for _, id in ipairs(cjson.decode(redis.call('HGET', rk, 'artifactIds'))) do
+    local ak = base .. 'artifact:' .. id
+    if redis.call('EXISTS', ak) == 1 and redis.call('HINCRBY', ak, 'runs', -1) <= 0 then
+      redis.call('PEXPIRE', ak, retention)
+    end
+  end
+end
+
 local function releaseSlot(base)
   if activeCount(base) > 0 then redis.call('HINCRBY', base .. 'meta', 'active', -1) end
 end
@@ -159,6 +187,7 @@ local function finishRun(base, runId, status, fields, endData, now, maxActive, g
   redis.call('PEXPIRE', rk, retention)
   redis.call('PEXPIRE', rk .. ':events', retention)
   redis.call('PEXPIRE', rk .. ':steps', retention)
+  unpinArtifacts(base, rk, retention)
 end
 
 -- Checks that the caller still holds the run's lease: same fence, still running, not handed over.

@@ -31,6 +31,7 @@ redis.call('HSET', KEYS[1], 'status', 'queued', 'createdAt', now, 'updatedAt', n
 setStatus(base, runId, runtime, nil, 'queued', now)
 redis.call('ZADD', base .. 'runs', now, runId)
 redis.call('ZADD', sk .. ':runs', now, runId)
+pinArtifacts(base, KEYS[1])
 if idemKey ~= '' then redis.call('SET', base .. 'idem:' .. idemKey, runId, 'PX', idemTtl) end
 statusEvent(base, runId, maxLen, { status = 'queued', attempt = 0 })
 
