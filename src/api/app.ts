@@ -7,6 +7,7 @@ import { errorHandler } from './error-handler.ts';
 import { mountTemplate, observeRequests } from './http-metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import { adminRouter } from './routes-admin.ts';
+import { artifactsRouter } from './routes-artifacts.ts';
 import { opsRouter } from './routes-ops.ts';
 import { runsRouter } from './routes-runs.ts';
 
@@ -21,6 +22,8 @@ export function createApp(deps: AppDeps): Express {
   app.use(opsRouter(deps));
   app.get('/openapi.json', (_req, res) => void res.json(openApiDocument()));
 
+  // Artifact uploads are raw bodies of any type: routed before the JSON body parser.
+  app.use('/v1/scopes/:scope', mountTemplate('/v1/scopes/:scope'), artifactsRouter(deps));
   app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
   app.use('/v1/scopes/:scope', mountTemplate('/v1/scopes/:scope'), authenticate(deps.apiKeys), runsRouter(deps), adminRouter(deps));
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));

@@ -10,6 +10,7 @@ import type { Metrics } from '../lib/ops/metrics.ts';
 import type { RunStore } from '../lib/engine/store.ts';
 import type { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
 import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
+import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
 
 /** What the HTTP layer needs from the process that hosts it. */
 export interface AppDeps {
@@ -27,4 +28,6 @@ export interface AppDeps {
   admin: RuntimeAdmin;
   registry: WorkerRegistry;
   submitLimiter: SubmitRateLimiter;
+  /** Where input artifacts are stored; the Redis store when absent. */
+  artifacts?: ArtifactStore;
 }

@@ -24,6 +24,8 @@ export interface RouteSpec {
   params?: z.ZodObject;
   query?: z.ZodType;
   body?: z.ZodType;
+  /** A raw body of any media type (instead of a JSON `body`), kept as sent. */
+  rawBody?: { description: string };
   /** Extra headers the route reads (Authorization is covered by `security`). */
   headers?: Record<string, z.ZodType>;
   /** Success answers: status -> description and schema (JSON unless contentType says otherwise). */
@@ -49,7 +51,7 @@ export const ROUTES: readonly RouteSpec[] = [
       202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
-    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'] },
+    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'] },
   { method: 'get', path: `${SCOPE}/runs`, summary: "List the scope's runs, newest first.", access: 'client',
     params: req.scopeParams, query: req.listRunsQuery,
     ok: { 200: { description: 'a page of runs', schema: res.runListResponse } } },
@@ -71,6 +73,10 @@ export const ROUTES: readonly RouteSpec[] = [
   { method: 'get', path: `${SCOPE}/sessions/:sessionId/messages`, summary: "A session's committed history, oldest first.",
     access: 'client', params: req.sessionParams, query: req.messagesQuery,
     ok: { 200: { description: 'a page of messages', schema: res.messagesResponse } } },
+  { method: 'post', path: `${SCOPE}/artifacts`, summary: 'Upload an input artifact; a submit names its id in input.artifacts.',
+    access: 'client', params: req.scopeParams,
+    rawBody: { description: 'The artifact, up to ARTIFACT_MAX_BYTES, any media type (its Content-Type is kept); no Content-Encoding.' },
+    ok: { 201: { description: 'stored; expires RETENTION_MS after upload or after the last run naming it ends', schema: res.artifactResponse } } },
   { method: 'get', path: `${SCOPE}/runtimes`, summary: 'Runtimes, their live workers and agents.', access: 'client',
     params: req.scopeParams, ok: { 200: { description: 'runtimes', schema: res.runtimesResponse } } },
   { method: 'get', path: `${SCOPE}/runtimes/:runtimeId/stats`, summary: "Counts of this scope's runs on one runtime.",
@@ -106,8 +112,9 @@ function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
   if (r.access !== 'public') codes.push('UNAUTHENTICATED', 'NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
-  if (r.params || r.query || r.body || r.headers) codes.push('VALIDATION_FAILED');
+  if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
+  if (r.rawBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   return [...new Set([...codes, ...(r.errors ?? [])])];
 }
 
@@ -142,6 +149,7 @@ export function openApiDocument(): Record<string, unknown> {
       security: r.access === 'public' ? [] : [{ bearer: [] }],
       parameters: [...parameters('path', r.params), ...parameters('query', r.query), ...headerParams],
       ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: jsonSchema(r.body) } } } } : {}),
+      ...(r.rawBody ? { requestBody: { required: true, description: r.rawBody.description, content: { '*/*': { schema: { type: 'string', format: 'binary' } } } } } : {}),
       responses,
     };
   }

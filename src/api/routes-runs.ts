@@ -2,6 +2,8 @@ import { Router, type Request } from 'express';
 import { BatonError } from '../lib/errors.ts';
 import { compareIds, lastEvent } from '../lib/streams/log.ts';
 import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
+import { assertAttachmentsExist } from '../lib/artifacts/resolve.ts';
+import { artifactStoreOf } from './routes-artifacts.ts';
 import type { AppDeps } from './deps.ts';
 import { requireRole } from './auth.ts';
 import { presentRun } from './presenters.ts';
@@ -17,6 +19,7 @@ const basePath = (scope: string) => `/v1/scopes/${scope}`;
 /** Runs, their events and their sessions' history, under /v1/scopes/:scope. */
 export function runsRouter(d: AppDeps): Router {
   const r = Router({ mergeParams: true });
+  const artifacts = artifactStoreOf(d);
 
   r.post('/runs', async (req, res) => {
     const { scope } = parse(scopeParams, req.params, 'params');
@@ -27,6 +30,7 @@ export function runsRouter(d: AppDeps): Router {
     }
     // Every check that can refuse the input runs before the rate limit, so bad input spends no token.
     if (body.outputSchema !== undefined) assertValidOutputSchema(body.outputSchema);
+    await assertAttachmentsExist(artifacts, scope, body.input.artifacts);
     const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
     await d.submitLimiter.take(scope);
     const { run, created } = await d.store.submit({ scope, ...body });
