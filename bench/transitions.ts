@@ -9,6 +9,7 @@ import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
+import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { totalCommands, withBenchRedis } from './redis-stats.ts';
@@ -105,6 +106,7 @@ export async function benchTransitions(redisUrl: string): Promise<Record<string,
   });
   const executor = new RunExecutor({
     redis, keys, config, transitions, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
+    artifacts: new RedisArtifactStore(redis, keys, config.RETENTION_MS),
   });
   const submit = async (i: number) =>
     (await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;

@@ -18,3 +18,8 @@ export type { ChatAgentOptions, ChatTool, JsonSchema, ToolCallContext } from './
 export type { ModelUsage } from './lib/sdk/agent-reports.ts';
 // The shapes agents see in ctx.input and ctx.history (also part of `baton/client`).
 export type { RunError, RunInput, RunResult, SessionMessage } from './lib/contract/runs.ts';
+export { openAIEmbeddings, type Embedder, type OpenAIEmbeddingsOptions } from './lib/sessions/embeddings.ts';
+export type { RecallOptions } from './lib/sessions/recall-options.ts';
+export type { ExternalMemory, MemoryBlocks, RecalledTurn } from './lib/sessions/memory-blocks.ts';
+export type { AgentInput, ArtifactRef, ArtifactStore, InputArtifact } from './lib/artifacts/artifact-store.ts';
+export type { ArtifactAttachment, ArtifactDisposition } from './lib/engine/record.ts';

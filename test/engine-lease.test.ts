@@ -5,6 +5,7 @@ import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
+import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
@@ -43,6 +44,7 @@ async function executorFor(heartbeatMs: number) {
   });
   const executor = new RunExecutor({
     redis, keys: h.keys, config, transitions, leases, agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
+    artifacts: new RedisArtifactStore(redis, h.keys, config.RETENTION_MS),
   });
   return { executor, leases };
 }

@@ -11,6 +11,7 @@ import type { RunStore } from '../lib/engine/store.ts';
 import type { SchemaGuard } from '../lib/engine/schema-guard.ts';
 import type { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
 import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
+import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
 
 /** What the HTTP layer needs from the process that hosts it. */
 export interface AppDeps {
@@ -30,4 +31,6 @@ export interface AppDeps {
   submitLimiter: SubmitRateLimiter;
   /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
   schemaGuard: SchemaGuard;
+  /** Where input artifacts are stored. */
+  artifacts: ArtifactStore;
 }

@@ -34,8 +34,9 @@ function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
   if (r.access !== 'public') codes.push('UNAUTHENTICATED', 'NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
-  if (r.params || r.query || r.body || r.headers) codes.push('VALIDATION_FAILED');
+  if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
+  if (r.rawBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   return [...new Set([...codes, ...(r.errors ?? [])])];
 }
 
@@ -71,6 +72,7 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
       security: r.access === 'public' ? [] : [{ bearer: [] }],
       parameters: [...parameters('path', r.params), ...parameters('query', r.query), ...headerParams],
       ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: jsonSchema(r.body) } } } } : {}),
+      ...(r.rawBody ? { requestBody: { required: true, description: r.rawBody.description, content: { '*/*': { schema: { type: 'string', format: 'binary' } } } } } : {}),
       responses,
     };
   }

@@ -34,7 +34,10 @@ export const runResponse = z.object({
   finishedAt: iso.optional(),
   retryAt: iso.optional(),
   cancelRequested: z.boolean().optional(),
-  input: z.object({ content: z.string() }),
+  input: z.object({
+    content: z.string(),
+    artifacts: z.array(z.object({ id: z.string(), disposition: z.enum(['inline', 'reference']).optional() })).optional(),
+  }),
   metadata: z.record(z.string(), z.unknown()).optional(),
   idempotencyKey: z.string().optional(),
   lastError: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
@@ -45,6 +48,14 @@ export const runResponse = z.object({
   links: z.object({ self: z.string(), events: z.string() }),
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings: z.array(z.string()).optional(),
+});
+
+/** POST …/artifacts: the stored artifact, to name in a submit's input.artifacts. */
+export const artifactResponse = z.object({
+  id: z.string(),
+  contentType: z.string(),
+  size: z.number().int(),
+  createdAt: iso,
 });
 
 export const runListResponse = z.object({ runs: z.array(runResponse), nextCursor: z.string().nullable() });

@@ -1,4 +1,5 @@
-import { Router, type Request, type RequestHandler, type Response } from 'express';
+import express, { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { BatonError } from '../lib/errors.ts';
 import type { z } from 'zod';
 import type { ErrorCode } from '../lib/contract/errors.ts';
 import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
@@ -13,6 +14,9 @@ import { parse } from './validate.ts';
  * (/openapi.json) and feeds the cross-tenant and fuzz tests, so a route cannot exist in one
  * of those and not the others. A handler gets parsed input and makes one domain call.
  */
+
+/** Where a scope's routes live; every route under it needs a key of that scope. */
+export const SCOPE = '/v1/scopes/:scope';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 /** public: no key; client: any key of the scope; admin: an admin key of the scope. */
@@ -44,6 +48,8 @@ export interface RouteSpec<P extends z.ZodType = z.ZodType, Q extends z.ZodType 
   params?: P;
   query?: Q;
   body?: B;
+  /** A raw body of any media type (instead of a JSON `body`), read by the handler itself. */
+  rawBody?: { description: string };
   /** Headers the route reads besides Authorization, with their schemas. */
   headers?: Record<string, z.ZodType<string>>;
   /** Success answers: status -> description and schema (JSON unless contentType says otherwise). */
@@ -62,14 +68,20 @@ export function route<
 
 /**
  * An Express router serving `routes` whose paths start with `prefix` (the router is mounted
- * there). Each route parses params, query, body and declared headers with its schemas (a
- * route without a query or a body refuses one), checks the role, then calls its handler.
+ * there, behind authentication for a scope's routes). Each route checks the role, reads its
+ * body (JSON up to `jsonLimit` bytes, unless the route takes a raw body), parses params,
+ * query, body and declared headers with its schemas (a route without a query or a body
+ * refuses one), then calls its handler. So a body is read only once the key has been
+ * checked: an unauthenticated request costs its headers and nothing more.
  */
-export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: AppDeps): Router {
+export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: AppDeps, o: { jsonLimit?: number } = {}): Router {
   const r = Router({ mergeParams: true });
+  const json: RequestHandler[] = o.jsonLimit === undefined
+    ? []
+    : [requireJsonBody, express.json({ limit: o.jsonLimit, strict: true, type: () => true })];
   for (const spec of routes) {
     if (!spec.path.startsWith(prefix)) throw new Error(`route ${spec.path} is not under ${prefix}`);
-    const guards: RequestHandler[] = spec.access === 'admin' ? [requireRole('admin')] : [];
+    const guards: RequestHandler[] = [...(spec.access === 'admin' ? [requireRole('admin')] : []), ...(spec.rawBody ? [] : json)];
     r[spec.method](spec.path.slice(prefix.length) || '/', ...guards, async (req, res) => {
       const params = parse(spec.params ?? emptyParams, req.params, 'params');
       const query = parse(spec.query ?? emptyQuery, req.query, 'query');
@@ -88,4 +100,11 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
     });
   }
   return r;
+}
+
+/** A request that carries a body must say it is JSON; bodyless requests pass. */
+function requireJsonBody(req: Request, _res: Response, next: NextFunction): void {
+  const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  if (hasBody && !req.is('application/json')) return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
+  next();
 }

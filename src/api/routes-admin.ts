@@ -1,6 +1,5 @@
 import * as res from './response-schemas.ts';
-import { route, type RouteSpec } from './route.ts';
-import { SCOPE } from './routes-runs.ts';
+import { route, SCOPE, type RouteSpec } from './route.ts';
 import { drainBody, emptyBody, runtimeParams, scopeParams } from './schemas.ts';
 
 /**

@@ -1,15 +1,15 @@
 import { BatonError } from '../lib/errors.ts';
 import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
+import { assertAttachmentsExist } from '../lib/artifacts/resolve.ts';
 import { presentRun } from './presenters.ts';
 import * as res from './response-schemas.ts';
-import { route, type RouteSpec } from './route.ts';
+import { route, SCOPE, type RouteSpec } from './route.ts';
 import {
   emptyBody, eventsQuery, lastEventIdHeader, listRunsQuery, messagesQuery, resolveBody, runParams, scopeParams,
   sessionParams, stepParams, submitBody,
 } from './schemas.ts';
 import { serveEvents } from './sse.ts';
 
-export const SCOPE = '/v1/scopes/:scope';
 const basePath = (scope: string) => `/v1/scopes/${scope}`;
 
 /** Runs, their events and their sessions' history, under /v1/scopes/:scope. */
@@ -21,13 +21,14 @@ export const runRoutes: RouteSpec[] = [
       202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
-    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
+    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
     async handler({ params: { scope }, body, rawBody }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
       }
       // Every check that can refuse the input runs before the rate limit, so bad input spends no token.
       if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard);
+      await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
       await d.submitLimiter.take(scope);
       const { run, created } = await d.store.submit({ scope, ...body });

@@ -1,6 +1,7 @@
 import { openApiDocument } from './openapi.ts';
 import { route, type RouteSpec } from './route.ts';
 import { adminRoutes } from './routes-admin.ts';
+import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
 
@@ -16,5 +17,6 @@ export const ROUTES: readonly RouteSpec[] = [
     handler: () => ({ body: openApiDocument(ROUTES) }),
   }),
   ...runRoutes,
+  ...artifactRoutes,
   ...adminRoutes,
 ];

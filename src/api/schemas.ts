@@ -28,9 +28,18 @@ const metadataSchema = z
 
 export const MAX_CONTENT_CHARS = 256 * 1024;
 
+/** At most this many artifacts per submit: each inline one is held in the worker's memory while the run lasts. */
+export const MAX_ARTIFACTS_PER_RUN = 16;
+
+/** input.artifacts: ids from POST …/artifacts of the same scope, each at most once. */
+const attachmentsSchema = z
+  .array(z.strictObject({ id: idSchema, disposition: z.enum(['inline', 'reference']).optional() }))
+  .max(MAX_ARTIFACTS_PER_RUN)
+  .refine((list) => new Set(list.map((a) => a.id)).size === list.length, 'each artifact at most once');
+
 export const submitBody = z.strictObject({
   sessionId: idSchema,
-  input: z.strictObject({ content: z.string().min(1).max(MAX_CONTENT_CHARS) }),
+  input: z.strictObject({ content: z.string().min(1).max(MAX_CONTENT_CHARS), artifacts: attachmentsSchema.optional() }),
   runtime: idSchema.default('default'),
   agent: idSchema.default('echo'),
   metadata: metadataSchema.optional(),
@@ -78,6 +87,12 @@ export const emptyBody = z.strictObject({});
 
 /** For routes that take no query parameters: any parameter is an unknown field. */
 export const emptyQuery = z.strictObject({});
+
+/**
+ * Content-Type of an artifact upload, kept as sent: printable ASCII, no longer than a header
+ * a client would really send. Absent: application/octet-stream.
+ */
+export const artifactContentType = z.string().regex(/^[\x20-\x7e]{1,255}$/, 'printable ASCII, at most 255 characters');
 
 export const runtimeParams = z.strictObject({ scope: idSchema, runtimeId: idSchema });
 

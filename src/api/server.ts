@@ -53,7 +53,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   return {
-    config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard,
+    config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     submitLimiter: new SubmitRateLimiter(transitions, c),

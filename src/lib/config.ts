@@ -78,6 +78,14 @@ export const configSchema = z.object({
   /** BODY_LIMIT_BYTES: largest accepted JSON body. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1024 * 1024),
   /**
+   * ARTIFACT_MAX_BYTES: largest input artifact upload (413 beyond). 10 MiB holds a photo, a
+   * PDF of a few dozen pages or a large source file, what a turn of a conversation attaches;
+   * the Redis store keeps the bytes in one value and the worker holds an inline artifact in
+   * memory, so the bound is also what one attachment may cost them. At most 512 MiB, the
+   * largest value Redis stores.
+   */
+  ARTIFACT_MAX_BYTES: z.coerce.number().int().min(1).max(512 * 1024 * 1024).default(10 * 1024 * 1024),
+  /**
    * SUBMIT_RATE_PER_SEC / SUBMIT_BURST: per-scope token bucket for submits (429 with Retry-After
    * beyond it). 20/s sustained with bursts of 100 is far above what a tenant's users type, and
    * low enough that one tenant's runaway script cannot flood Redis for everyone. 0 turns it off.

@@ -8,3 +8,8 @@ export function newRunId(): string {
 export function newWorkerId(runtime: string): string {
   return `${runtime}-${process.pid}-${randomBytes(4).toString('hex')}`;
 }
+
+/** Artifact ids: `a<time36><hex16>`, 64 random bits like run ids (an id is all a submit needs to attach one). */
+export function newArtifactId(): string {
+  return `a${Date.now().toString(36)}${randomBytes(8).toString('hex')}`;
+}

@@ -27,6 +27,13 @@ export interface ScopeKeys {
   sessionQueue(sessionId: string): string;
   messages(sessionId: string): string;
   sessionRuns(sessionId: string): string;
+  /**
+   * Recall vectors of a session's committed turns (hash: runId -> float32 bytes), one hash per
+   * embedding model, so vectors of two models are never compared. `space` is a hex digest.
+   */
+  turnVectors(sessionId: string, space: string): string;
+  /** An input artifact of the scope (hash: metadata, bytes, count of unfinished runs naming it). */
+  artifact(artifactId: string): string;
   /** All runs of the scope by creation time (listing). */
   runs: string;
   /** scope counters: active (dispatched+running+retrying) */
@@ -111,6 +118,8 @@ export function createKeys(prefix: string): Keys {
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
         messages: (id) => `${base}session:${checked('session', id)}:messages`,
         sessionRuns: (id) => `${base}session:${checked('session', id)}:runs`,
+        turnVectors: (id, space) => `${base}session:${checked('session', id)}:vectors:${checked('vector space', space)}`,
+        artifact: (id) => `${base}artifact:${checked('artifact', id)}`,
         runs: `${base}runs`,
         meta: `${base}meta`,
         ready: `${base}ready`,

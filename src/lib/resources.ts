@@ -1,3 +1,5 @@
+import type { ArtifactStore } from './artifacts/artifact-store.ts';
+import { RedisArtifactStore } from './artifacts/redis-store.ts';
 import type { Config } from './config.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
@@ -29,6 +31,8 @@ export interface Resources {
   readonly dispatcher: Dispatcher;
   readonly transitions: Transitions;
   readonly sweeper: Sweeper;
+  /** Where input artifacts are kept (the Redis store unless the process was given another). */
+  readonly artifacts: ArtifactStore;
   /** Compiles and checks output schemas in a thread of its own, within a time budget. */
   readonly schemaGuard: SchemaGuard;
   /** Stops the sweeper, closes the queues, the connections and the schema thread. Idempotent. */
@@ -41,6 +45,8 @@ export interface ResourceOptions {
   log: Logger;
   /** A registry to share (an application's own); else one is made for this process. */
   metrics?: Metrics;
+  /** An S3-like store for input artifacts; default: Redis, under each scope. */
+  artifacts?: ArtifactStore;
   /** What the process is (`api`, `worker`, `start`): its connections are named `<role>-cmd`, `-bull`, `-sub`. */
   role: string;
 }
@@ -66,9 +72,10 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log);
   sweeper.start();
   const schemaGuard = new SchemaGuard();
+  const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, c.RETENTION_MS);
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard, artifacts,
     close() {
       closing ??= (async () => {
         await sweeper.stop();

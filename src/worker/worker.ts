@@ -65,7 +65,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   const leases = new LeaseKeeper(transitions, res.subscriber, keys.cancelChannel, c.LEASE_MS, c.HEARTBEAT_MS, log);
   await leases.start();
   const executor = new RunExecutor({
-    redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log, schemaGuard: res.schemaGuard,
+    redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     events: bothEvents(metrics.executorEvents(runtime), o.events),
   });
   metrics.initRuntime(runtime, o.agents.keys());

@@ -7,6 +7,7 @@ import type { Config } from '../config.ts';
 import { PermanentError } from '../sdk/errors.ts';
 import { modelTurn, type ModelTurn } from './chat-model-call.ts';
 import { prepareTools, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool } from './chat-tools.ts';
+import { recalledTurnsPrompt } from './recalled-turns.ts';
 
 export { defineTool, type ChatTool, type JsonSchema, type ToolCallContext } from './chat-tools.ts';
 
@@ -158,6 +159,8 @@ function chatMessages(ctx: RunContext, system: string | undefined): ChatCompleti
   if (ctx.memory !== undefined) {
     out.push({ role: 'system', content: `Context from the caller (JSON, not part of the conversation): ${JSON.stringify(ctx.memory)}` });
   }
+  const recalled = recalledTurnsPrompt(ctx.memoryBlocks);
+  if (recalled) out.push({ role: 'system', content: recalled });
   for (const m of ctx.history) out.push(toChatMessage(m));
   out.push({ role: 'user', content: ctx.input.content });
   return out;

@@ -8,6 +8,7 @@ export const ERROR_CODES = {
   INVALID_JSON: { status: 400, message: 'The body is not valid JSON.' },
   CALLER_MEMORY_INVALID: { status: 400, message: 'memory must be a JSON value other than null.' },
   OUTPUT_SCHEMA_INVALID: { status: 400, message: 'outputSchema is not a valid JSON Schema.' },
+  ARTIFACT_NOT_FOUND: { status: 400, message: 'input.artifacts names an artifact this scope does not have.' },
   UNAUTHENTICATED: { status: 401, message: 'A valid API key is required.' },
   FORBIDDEN: { status: 403, message: "This key's role may not do that." },
   NOT_FOUND: { status: 404, message: 'Not found.' },

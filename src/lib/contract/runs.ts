@@ -15,7 +15,16 @@ export type TerminalStatus = (typeof TERMINAL_STATUSES)[number];
 export const MULTITASK_STRATEGIES = ['enqueue', 'reject', 'interrupt'] as const;
 export type Multitask = (typeof MULTITASK_STRATEGIES)[number];
 
-export interface RunInput { content: string }
+export interface RunInput {
+  content: string;
+  /** Input artifacts the submit attached (uploaded before, in the same scope). */
+  artifacts?: ArtifactAttachment[];
+}
+
+/** `inline`: the agent gets the bytes; `reference`: only the id and metadata. Default inline. */
+export type ArtifactDisposition = 'inline' | 'reference';
+
+export interface ArtifactAttachment { id: string; disposition?: ArtifactDisposition }
 
 export interface RunResult {
   answer: string;

@@ -4,6 +4,8 @@ import type { Logger } from '../logger.ts';
 import type { Attempt } from './attempt.ts';
 import type { RunRecord } from './record.ts';
 import type { Transitions } from './transitions.ts';
+import type { AgentInput } from '../artifacts/artifact-store.ts';
+import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
 
 /** Thrown inside the agent when a run had to be blocked; the executor stops the attempt quietly. */
@@ -25,6 +27,10 @@ export interface ContextDeps {
   run: RunRecord;
   agent: Agent;
   history: HistoryMessage[];
+  /** ctx.memoryBlocks: its `conversation` is `history`. */
+  memoryBlocks: MemoryBlocks;
+  /** ctx.input: the run's input with its artifacts resolved. */
+  input: AgentInput;
   /** The steps hash as read at claim: step key -> stored JSON ({v, e?}) or start markers. */
   steps: Record<string, string>;
   writer: EventWriter;
@@ -59,10 +65,11 @@ export class ContextState {
       agent: run.agent,
       attempt: run.attempt,
       maxAttempts: run.maxAttempts,
-      input: run.input,
+      input: d.input,
       metadata: run.metadata ?? {},
       memory: run.memory,
       history: d.history,
+      memoryBlocks: d.memoryBlocks,
       signal: d.attempt.signal,
       log: d.log,
       emit: (text, options) => this.emit(text, options),

@@ -14,6 +14,9 @@ import { LeaseLostError } from './script-codes.ts';
 import type { Transitions } from './transitions.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
+import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
+import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
+import { resolveInputArtifacts } from '../artifacts/resolve.ts';
 import { validateOutput } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 
@@ -41,6 +44,8 @@ export interface ExecutorDeps {
   events?: ExecutorEvents;
   /** Validates goal finishes off the event loop; unset: the process's shared guard. */
   schemaGuard?: SchemaGuard;
+  /** Where input artifacts are read from. */
+  artifacts: ArtifactStore;
 }
 
 interface Claimed {
@@ -111,16 +116,20 @@ export class RunExecutor {
         await close.finish('failed', undefined, { code: 'UNKNOWN_AGENT', message: `no agent "${run.agent}" in this worker` });
         return { kind: 'done' };
       }
-      // A store that cannot be opened or read fails the attempt like the agent would (classified, maybe retried).
+      // A store that cannot be opened or read, recall's embeddings and the input artifacts fail
+      // the attempt like the agent would (classified, maybe retried).
       let history: HistoryMessage[];
+      let memoryBlocks: MemoryBlocks;
+      let input: AgentInput;
       try {
-        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory);
-        history = await close.memory.history();
+        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory, { log, signal });
+        ({ history, memoryBlocks } = await close.memory.context());
+        input = await resolveInputArtifacts(this.d.artifacts, run.scope, run.input);
       } catch (err) {
         return await close.failure(err);
       }
       const state = new ContextState({
-        transitions, attempt, run, agent, history, steps, writer, log,
+        transitions, attempt, run, agent, history, memoryBlocks, input, steps, writer, log,
         memo: this.d.events as MemoEvents | undefined,
         block: (stepKey) => close.block(stepKey),
       });

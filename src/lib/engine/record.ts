@@ -1,8 +1,10 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
-import type { RunError, RunInput, RunResult, RunStatus, SessionMessage } from '../contract/runs.ts';
+import type {
+  ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage,
+} from '../contract/runs.ts';
 
 export { RUN_STATUSES } from '../contract/runs.ts';
-export type { RunError, RunInput, RunResult, RunStatus, SessionMessage };
+export type { ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage };
 
 export interface Blocked { stepKey: string; reason: string; since: number }
 

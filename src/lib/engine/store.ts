@@ -5,7 +5,7 @@ import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
-import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
+import { parseRunRecord, type RunInput, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 import type { Multitask, Resolution, Transitions } from './transitions.ts';
 
 export type { Multitask };
@@ -13,7 +13,7 @@ export type { Multitask };
 export interface SubmitRequest {
   scope: string;
   sessionId: string;
-  input: { content: string };
+  input: RunInput;
   runtime: string;
   agent: string;
   metadata?: Record<string, unknown>;
@@ -62,6 +62,8 @@ export class RunStore {
       agent: req.agent, maxAttempts: req.maxAttempts ?? this.config.MAX_ATTEMPTS,
       input: JSON.stringify(req.input),
     };
+    // The ids alone, for the transitions that keep the run's artifacts alive (pinArtifacts in lib.lua).
+    if (req.input.artifacts?.length) fields.artifactIds = JSON.stringify(req.input.artifacts.map((a) => a.id));
     if (req.metadata !== undefined) fields.metadata = JSON.stringify(req.metadata);
     if (req.memory !== undefined) fields.memory = JSON.stringify(req.memory);
     if (req.outputSchema !== undefined) fields.outputSchema = JSON.stringify(req.outputSchema);

@@ -1,6 +1,7 @@
 import type { Logger } from '../logger.ts';
 import type { HistoryMessage, MemoryOption } from '../sessions/memory-session.ts';
-import type { RunInput } from '../engine/record.ts';
+import type { AgentInput } from '../artifacts/artifact-store.ts';
+import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 
 /** A message the agent sees in ctx.history (the session's assembled history). */
 export type { HistoryMessage };
@@ -30,12 +31,18 @@ export interface RunContext {
   /** 1 on the first attempt; unchanged by a recovery after a crash. */
   readonly attempt: number;
   readonly maxAttempts: number;
-  readonly input: RunInput;
+  /** The new message; `artifacts` when the submit attached some (bytes for inline ones). */
+  readonly input: AgentInput;
   readonly metadata: Record<string, unknown>;
   /** Caller memory from the submit body (never stored in session state); undefined when absent. */
   readonly memory: unknown;
   /** The session's history as the memory store assembled it, without this run's user message. */
   readonly history: readonly HistoryMessage[];
+  /**
+   * The same memory by origin: `conversation` (ctx.history itself) and `external` (caller
+   * memory, recalled turns), built anew for every attempt; see sessions/memory-blocks.ts.
+   */
+  readonly memoryBlocks: MemoryBlocks;
   /** Aborted on cancel, lease loss or shutdown; `signal.reason` says which. */
   readonly signal: AbortSignal;
   readonly log: Logger;

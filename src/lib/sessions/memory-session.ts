@@ -1,4 +1,5 @@
 import type { RunInput, SessionMessage } from '../engine/record.ts';
+import { resolveRecallOptions, type RecallOptions, type ResolvedRecallOptions } from './recall-options.ts';
 
 /**
  * Where a session's conversation lives, as the runtime sees it.
@@ -79,10 +80,12 @@ export interface SlidingWindowOptions {
   maxChars?: number;
 }
 
-/** The built-in Redis store, optionally with the sliding-window assembler. */
+/** The built-in Redis store, optionally with the sliding-window assembler and recall. */
 export interface BuiltinMemory {
   readonly builtin: 'redis';
   readonly window?: SlidingWindowOptions;
+  /** Relevant turns from outside the window, into ctx.memoryBlocks.external.recalledTurns (see recall.ts). */
+  readonly recall?: ResolvedRecallOptions;
 }
 
 /** What an agent's `memory` option may hold. Absent: the built-in Redis store, whole history. */
@@ -90,10 +93,12 @@ export type MemoryOption = MemoryFactory | BuiltinMemory;
 
 /**
  * The built-in Redis store with options: `memory: redisMemory({ window: { maxMessages: 20 } })`
- * gives the agent the last 20 messages as ctx.history while the whole history stays stored.
+ * gives the agent the last 20 messages as ctx.history while the whole history stays stored;
+ * `recall: { embed, minScore }` adds the most relevant older turns to ctx.memoryBlocks.
  */
-export function redisMemory(options: { window?: SlidingWindowOptions } = {}): BuiltinMemory {
-  return Object.freeze({ builtin: 'redis' as const, window: options.window });
+export function redisMemory(options: { window?: SlidingWindowOptions; recall?: RecallOptions } = {}): BuiltinMemory {
+  const recall = options.recall ? resolveRecallOptions(options.recall) : undefined;
+  return Object.freeze({ builtin: 'redis' as const, window: options.window, ...(recall ? { recall } : {}) });
 }
 
 export function isBuiltinMemory(option: MemoryOption | undefined): option is BuiltinMemory | undefined {

@@ -1,9 +1,15 @@
 import type { Redis } from 'ioredis';
 import type { Agent } from '../sdk/agent.ts';
 import type { Keys } from '../keys.ts';
-import { isBuiltinMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from './memory-session.ts';
+import type { Logger } from '../logger.ts';
+import {
+  isBuiltinMemory, type AssembleRequest, type HistoryMessage, type MemorySession, type SlidingWindowOptions,
+} from './memory-session.ts';
 import { RedisMemorySession } from './redis-store.ts';
 import type { RunRecord, SessionMessage } from '../engine/record.ts';
+import { composeMemoryBlocks, type MemoryBlocks, type RecalledTurn } from './memory-blocks.ts';
+import { SessionRecall, vectorSpace } from './recall.ts';
+import { slidingWindow } from './sliding-window.ts';
 
 /**
  * One attempt's use of its session memory (see memory-session.ts for the contract): read
@@ -16,14 +22,29 @@ export class RunMemory {
     private readonly run: RunRecord,
     /** The built-in store: the finish transition writes the turn. */
     private readonly committedByFinish: boolean,
+    /** The built-in store's recall, with its window (recall reads the whole history, then windows it). */
+    private readonly recall?: { session: SessionRecall; window?: SlidingWindowOptions },
   ) {}
 
-  /** `claimed`: the built-in store's history as the claim script read it, so it is not read twice. */
-  static async open(agent: Agent, run: RunRecord, redis: Redis, keys: Keys, claimed?: string[]): Promise<RunMemory> {
+  /**
+   * `claimed`: the built-in store's history as the claim script read it, so it is not read
+   * twice. `log` and `signal` are the attempt's, for recall's log line and embeddings calls.
+   */
+  static async open(
+    agent: Agent, run: RunRecord, redis: Redis, keys: Keys, claimed: string[] | undefined,
+    attempt: { log: Logger; signal?: AbortSignal },
+  ): Promise<RunMemory> {
     const option = agent.memory;
     if (isBuiltinMemory(option)) {
-      const key = keys.scope(run.scope).messages(run.sessionId);
-      return new RunMemory(new RedisMemorySession(redis, key, option?.window, claimed), run, true);
+      const sk = keys.scope(run.scope);
+      const store = new RedisMemorySession(redis, sk.messages(run.sessionId), option?.window, claimed);
+      const recall = option?.recall
+        ? {
+          session: new SessionRecall(redis, sk.turnVectors(run.sessionId, vectorSpace(option.recall.embed)), option.recall, attempt.log, attempt.signal),
+          window: option.window,
+        }
+        : undefined;
+      return new RunMemory(store, run, true, recall);
     }
     const store = await option({ scope: run.scope, sessionId: run.sessionId, runtime: run.runtime, agent: agent.name });
     if (typeof store?.load !== 'function' || typeof store.save !== 'function') {
@@ -45,6 +66,24 @@ export class RunMemory {
     const messages = this.store.assemble ? await this.store.assemble(request) : await this.store.load();
     if (!Array.isArray(messages)) throw new TypeError('a memory store must return an array of messages');
     return messages.filter((m) => m.runId !== r.id);
+  }
+
+  /**
+   * ctx.history and ctx.memoryBlocks. With recall, the whole history is read once: recall
+   * scores the turns outside the window, and the window is the same one `assemble` makes.
+   */
+  async context(): Promise<{ history: HistoryMessage[]; memoryBlocks: MemoryBlocks }> {
+    const r = this.run;
+    let history: HistoryMessage[];
+    let recalled: RecalledTurn[] | undefined;
+    if (this.recall) {
+      const all = (await this.store.load()).filter((m) => m.runId !== r.id);
+      history = this.recall.window ? slidingWindow(all, this.recall.window) : all;
+      recalled = await this.recall.session.recall(all, history, r.input.content, r.id);
+    } else {
+      history = await this.history();
+    }
+    return { history, memoryBlocks: composeMemoryBlocks(history, r.memory, recalled) };
   }
 
   /**

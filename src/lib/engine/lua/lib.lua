@@ -15,7 +15,7 @@
   Derived here, because only a record read inside the script says which: the keys of other
   runs a transition moves (the next head of a session, parked runs handed a free slot),
   the per-runtime keys of a run's runtime (stats:<rt>, waiting:<rt>, drain:<rt>, held:<rt>)
-  and a run's session keys. A run's log, steps and live channel are its record key plus a
+  a run's session keys and the artifacts a run names (`artifact:<id>`). A run's log, steps and live channel are its record key plus a
   fixed suffix (:events, :steps, :live). All of them follow src/lib/keys.ts.
 
   Slots: a scope may have at most O.maxActive runs holding a slot (dispatched, running,
@@ -157,6 +157,34 @@ local function advanceSession(sessionId, runId, now, out)
   end
 end
 
+-- Input artifacts (src/lib/artifacts/redis-store.ts) live until RETENTION_MS after the last
+-- run naming them ends. The run record's `artifactIds` (JSON array) names them; the submit
+-- counts the run into each artifact's `runs` and clears its expiry, and the run's end counts
+-- it out, setting the expiry again at zero. `artifactsPinned` makes the count-out happen once
+-- per run. An id with no hash (a store other than Redis's) is left alone.
+local function pinArtifacts(rk)
+  local ids = redis.call('HGET', rk, 'artifactIds')
+  if not ids then return end
+  for _, id in ipairs(cjson.decode(ids)) do
+    local ak = BASE .. 'artifact:' .. id
+    if redis.call('EXISTS', ak) == 1 then
+      redis.call('HINCRBY', ak, 'runs', 1)
+      redis.call('PERSIST', ak)
+    end
+  end
+  redis.call('HSET', rk, 'artifactsPinned', 1)
+end
+
+local function unpinArtifacts(rk)
+  if redis.call('HDEL', rk, 'artifactsPinned') == 0 then return end
+  for _, id in ipairs(cjson.decode(redis.call('HGET', rk, 'artifactIds'))) do
+    local ak = BASE .. 'artifact:' .. id
+    if redis.call('EXISTS', ak) == 1 and redis.call('HINCRBY', ak, 'runs', -1) <= 0 then
+      redis.call('PEXPIRE', ak, O.retention)
+    end
+  end
+end
+
 local function releaseSlot()
   if activeCount() > 0 then redis.call('HINCRBY', K.meta, 'active', -1) end
 end
@@ -180,6 +208,7 @@ local function finishRun(runId, status, fields, endData, now, out)
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)
+  unpinArtifacts(rk)
 end
 
 -- Checks that the caller still holds the run's lease: same fence, still running, not handed over.

@@ -26,6 +26,7 @@ redis.call('HSET', rk, 'status', 'queued', 'createdAt', now, 'updatedAt', now,
 setStatus(runId, O.runtime, nil, 'queued', now)
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
+pinArtifacts(rk)
 if K.idem then redis.call('SET', K.idem, runId, 'PX', O.idemTtlMs) end
 statusEvent(runId, { status = 'queued', attempt = 0 })
 

@@ -1,0 +1,219 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { request } from 'node:http';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { AgentInput } from '../src/lib/artifacts/artifact-store.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+
+/**
+ * Input artifacts: uploaded raw, attached by id at submit, resolved into ctx.input.artifacts,
+ * kept alive while a run names them. Real Redis, the real API, an in-process worker.
+ */
+let h: Harness;
+let apiUrl: string;
+let acme: ScopeClient;
+let globex: ScopeClient;
+const inputs = new Map<string, AgentInput>();
+
+beforeAll(async () => {
+  h = await useHarness({ SUBMIT_RATE_PER_SEC: '0' });
+  apiUrl = (await h.startApi()).url;
+  acme = await h.client(apiUrl, 'acme', 'client');
+  globex = await h.client(apiUrl, 'globex', 'client');
+  const probe = defineAgent({
+    name: 'artifact-probe',
+    run(ctx) {
+      inputs.set(ctx.runId, ctx.input);
+      ctx.emit('seen');
+      return 'seen';
+    },
+  });
+  await h.startWorker({ agents: [probe] });
+});
+
+async function upload(c: ScopeClient, bytes: Uint8Array | string, headers: Record<string, string> = {}) {
+  const res = await fetch(`${apiUrl}/v1/scopes/${c.scope}/artifacts`, {
+    method: 'POST', body: bytes as unknown as BodyInit, headers: { ...c.headers, ...headers },
+  });
+  return { status: res.status, body: await res.json() as any };
+}
+
+/** Every key of the two scopes with a digest of its value and its expiry state (the queue's keys are BullMQ's own). */
+async function snapshot(): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  const scoped = (await h.allKeys()).filter((k) => k.includes(':{acme}:') || k.includes(':{globex}:'));
+  for (const k of scoped.sort()) {
+    const dump = await h.redis.dumpBuffer(k);
+    const ttl = await h.redis.pttl(k);
+    out.push([k, `${dump ? createHash('sha1').update(dump).digest('hex') : 'gone'} ${ttl === -1 ? 'persistent' : 'expiring'}`]);
+  }
+  return out;
+}
+
+const artifactKey = (scope: string, id: string) => h.keys.scope(scope).artifact(id);
+
+describe('an uploaded artifact attached to a run', () => {
+  it('reaches the agent: inline bytes exactly, reference as metadata, content types kept, in order', async () => {
+    const binary = Buffer.concat([Buffer.from(Array.from({ length: 256 }, (_, i) => i)), randomBytes(300_000)]);
+    const png = await upload(acme, binary, { 'content-type': 'image/png' });
+    expect(png.status).toBe(201);
+    expect(png.body).toMatchObject({ contentType: 'image/png', size: binary.length });
+    expect(png.body.id).toMatch(/^a[0-9a-z]+$/);
+    // The answer is what /openapi.json documents for the route.
+    const doc = await (await fetch(`${apiUrl}/openapi.json`)).json() as any;
+    const documented = doc.paths['/v1/scopes/{scope}/artifacts'].post.responses['201'].content['application/json'].schema;
+    const valid = new Ajv2020({ strict: false }).compile(documented);
+    expect(valid(png.body), JSON.stringify(valid.errors)).toBe(true);
+    const notes = await upload(acme, 'plain notes, ünïcode', { 'content-type': 'text/plain; charset=utf-8' });
+    const raw = await upload(acme, Buffer.from([0, 1, 2]));
+    expect(raw.body.contentType).toBe('application/octet-stream');
+
+    const sub = await acme.submit('files', 'look at these', {
+      agent: 'artifact-probe',
+      input: {
+        content: 'look at these',
+        artifacts: [{ id: png.body.id, disposition: 'inline' }, { id: notes.body.id, disposition: 'reference' }, { id: raw.body.id }],
+      },
+    });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(202);
+    expect(sub.body.input.artifacts).toHaveLength(3);
+    expect((await acme.waitStatus(sub.body.id, ['succeeded', 'failed'])).status).toBe('succeeded');
+
+    const got = inputs.get(sub.body.id)!;
+    expect(got.content).toBe('look at these');
+    const [a, b, c] = got.artifacts!;
+    expect(a).toMatchObject({ id: png.body.id, contentType: 'image/png', size: binary.length, disposition: 'inline' });
+    expect(Buffer.compare(Buffer.from(a.bytes!), binary)).toBe(0);
+    expect(b).toEqual({ id: notes.body.id, contentType: 'text/plain; charset=utf-8', size: Buffer.byteLength('plain notes, ünïcode'), disposition: 'reference' });
+    expect(c).toMatchObject({ id: raw.body.id, disposition: 'inline' });
+    expect([...c.bytes!]).toEqual([0, 1, 2]);
+  });
+
+  it('a run without artifacts sees the input it always saw', async () => {
+    const sub = await acme.submit('files', 'no files', { agent: 'artifact-probe' });
+    await acme.waitStatus(sub.body.id, ['succeeded']);
+    expect(inputs.get(sub.body.id)).toEqual({ content: 'no files' });
+  });
+});
+
+describe('a submit naming an artifact it may not use', () => {
+  it('another scope’s id or an unknown id is a 400 and writes nothing', async () => {
+    const theirs = await upload(globex, 'globex secrets', { 'content-type': 'text/plain' });
+    expect(theirs.status).toBe(201);
+    const mine = await upload(acme, 'acme file');
+    const before = await snapshot();
+    const crossScope = await acme.submit('files-x', 'steal', {
+      agent: 'artifact-probe', input: { content: 'steal', artifacts: [{ id: mine.body.id }, { id: theirs.body.id, disposition: 'inline' }] },
+    });
+    expect(crossScope.status).toBe(400);
+    expect(crossScope.body.error.code).toBe('ARTIFACT_NOT_FOUND');
+    expect(crossScope.body.error.details).toEqual([{ path: 'body.input.artifacts.1.id', message: `no artifact ${theirs.body.id} in this scope` }]);
+    const unknown = await acme.submit('files-x', 'guess', {
+      agent: 'artifact-probe', input: { content: 'guess', artifacts: [{ id: 'a0000000000000000000' }] },
+    });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error.code).toBe('ARTIFACT_NOT_FOUND');
+    // The same answer for an id of another scope as for one never issued.
+    expect(unknown.body.error.message).toBe(crossScope.body.error.message);
+    expect(await snapshot()).toEqual(before);
+  });
+
+  it('the same artifact twice or more than 16 is a 400 as well', async () => {
+    const one = await upload(acme, 'x');
+    const twice = await acme.submit('files-x', 'dup', { input: { content: 'dup', artifacts: [{ id: one.body.id }, { id: one.body.id }] } });
+    expect(twice.status).toBe(400);
+    expect(twice.body.error.code).toBe('VALIDATION_FAILED');
+    const many = await acme.submit('files-x', 'many', {
+      input: { content: 'many', artifacts: Array.from({ length: 17 }, (_, i) => ({ id: `a${i}` })) },
+    });
+    expect(many.status).toBe(400);
+  });
+});
+
+describe('uploads', () => {
+  it('over ARTIFACT_MAX_BYTES (10 MiB) are 413 and store nothing, with or without a Content-Length', async () => {
+    const before = await snapshot();
+    const big = Buffer.alloc(11 * 1024 * 1024, 7);
+    const declared = await upload(acme, big, { 'content-type': 'application/pdf' });
+    expect(declared.status).toBe(413);
+    expect(declared.body.error.code).toBe('PAYLOAD_TOO_LARGE');
+
+    // Chunked, so the size shows only while streaming.
+    const streamed = await new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const u = new URL(`${apiUrl}/v1/scopes/acme/artifacts`);
+      const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers: { ...acme.headers, 'transfer-encoding': 'chunked' } }, (res) => {
+        let text = '';
+        res.on('data', (c) => { text += c; });
+        res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+      });
+      req.on('error', reject);
+      const chunk = Buffer.alloc(1024 * 1024, 9);
+      let sent = 0;
+      const more = () => {
+        while (sent < 11) {
+          sent++;
+          if (!req.write(chunk)) return void req.once('drain', more);
+        }
+        req.end();
+      };
+      more();
+    });
+    expect(streamed.status).toBe(413);
+    expect(streamed.body.error.code).toBe('PAYLOAD_TOO_LARGE');
+    expect(await snapshot()).toEqual(before);
+
+    // Exactly the limit is fine.
+    const limit = await upload(acme, Buffer.alloc(10 * 1024 * 1024, 1));
+    expect(limit.status).toBe(201);
+    expect(limit.body.size).toBe(10 * 1024 * 1024);
+  });
+
+  it('refuse a Content-Encoding, an empty body and a query, and need a key of the scope', async () => {
+    const before = await snapshot();
+    expect((await upload(acme, 'x', { 'content-encoding': 'gzip' })).body.error.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+    expect((await upload(acme, '')).body.error.code).toBe('VALIDATION_FAILED');
+    const withQuery = await fetch(`${apiUrl}/v1/scopes/acme/artifacts?x=1`, { method: 'POST', body: 'x', headers: acme.headers });
+    expect(withQuery.status).toBe(400);
+    expect((await upload({ ...acme, headers: {} }, 'x')).status).toBe(401);
+    expect((await upload({ ...acme, scope: 'globex' }, 'x')).status).toBe(404);
+    expect(await snapshot()).toEqual(before);
+  });
+});
+
+describe('lifetime', () => {
+  it('an artifact lives while a run names it, and RETENTION_MS after the last one ends', async () => {
+    const art = await upload(acme, 'kept while needed');
+    const key = artifactKey('acme', art.body.id);
+    const retention = h.config.RETENTION_MS;
+    // Uploaded, not used yet: it expires RETENTION_MS after the upload.
+    expect(await h.redis.pttl(key)).toBeGreaterThan(0);
+    expect(await h.redis.pttl(key)).toBeLessThanOrEqual(retention);
+    // Two runs that wait (no worker serves this runtime) name it.
+    const idle = `${h.runtime}-idle`;
+    const attach = { content: 'wait', artifacts: [{ id: art.body.id }] };
+    const one = await acme.submit('life-1', 'wait', { runtime: idle, input: attach });
+    const two = await acme.submit('life-2', 'wait', { runtime: idle, input: attach });
+    expect(await h.redis.pttl(key)).toBe(-1);
+    expect(await h.redis.hget(key, 'runs')).toBe('2');
+    expect((await acme.post(`/runs/${one.body.id}/cancel`, {})).body.status).toBe('cancelled');
+    expect(await h.redis.pttl(key)).toBe(-1);
+    expect(await h.redis.hget(key, 'runs')).toBe('1');
+    // Cancelling a finished run again counts nothing twice.
+    await acme.post(`/runs/${one.body.id}/cancel`, {});
+    expect(await h.redis.hget(key, 'runs')).toBe('1');
+    await acme.post(`/runs/${two.body.id}/cancel`, {});
+    expect(await h.redis.hget(key, 'runs')).toBe('0');
+    expect(await h.redis.pttl(key)).toBeGreaterThan(0);
+    expect(await h.redis.pttl(key)).toBeLessThanOrEqual(retention);
+  });
+
+  it('a run that finishes sets the expiry of its artifacts', async () => {
+    const art = await upload(acme, 'used once');
+    const sub = await acme.submit('life-3', 'use it', { agent: 'artifact-probe', input: { content: 'use it', artifacts: [{ id: art.body.id }] } });
+    await acme.waitStatus(sub.body.id, ['succeeded']);
+    const key = artifactKey('acme', art.body.id);
+    expect(await h.redis.hget(key, 'runs')).toBe('0');
+    expect(await h.redis.pttl(key)).toBeGreaterThan(0);
+  });
+});
