@@ -110,6 +110,8 @@ describe('documented response schemas', () => {
     check('/v1/scopes/{scope}/runtimes/{runtimeId}/stats', 'get', 200, (await acme.get(`/runtimes/${h.runtime}/stats`)).body);
     check('/v1/scopes/{scope}/runtimes/{runtimeId}/drain', 'post', 200, (await acme.post(`/runtimes/${h.runtime}-z/drain`, {})).body);
     check('/v1/scopes/{scope}/runtimes/{runtimeId}/drain', 'delete', 200, (await acme.del(`/runtimes/${h.runtime}-z/drain`)).body);
+    check('/v1/scopes/{scope}/runs/{runId}/steps', 'get', 200, (await acme.get(`/runs/${sub.body.id}/steps`)).body);
+    check('/v1/whoami', 'get', 200, (await call(url, 'GET', '/v1/whoami', undefined, acme.headers)).body);
     const missing = await acme.get('/runs/nope');
     check('/v1/scopes/{scope}/runs/{runId}', 'get', 404, missing.body);
   });

@@ -9,6 +9,8 @@ import { openApiDocument } from './openapi.ts';
 import { adminRouter } from './routes-admin.ts';
 import { opsRouter } from './routes-ops.ts';
 import { runsRouter } from './routes-runs.ts';
+import { stepsRouter } from './routes-steps.ts';
+import { whoamiRouter } from './routes-whoami.ts';
 
 /** Builds the HTTP API. Routes parse and authorize, call one src/lib function, and shape the answer. */
 export function createApp(deps: AppDeps): Express {
@@ -22,7 +24,8 @@ export function createApp(deps: AppDeps): Express {
   app.get('/openapi.json', (_req, res) => void res.json(openApiDocument()));
 
   app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
-  app.use('/v1/scopes/:scope', mountTemplate('/v1/scopes/:scope'), authenticate(deps.apiKeys), runsRouter(deps), adminRouter(deps));
+  app.use(whoamiRouter(deps));
+  app.use('/v1/scopes/:scope', mountTemplate('/v1/scopes/:scope'), authenticate(deps.apiKeys), runsRouter(deps), adminRouter(deps), stepsRouter(deps));
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
   app.use(errorHandler(deps.log));
   return app;

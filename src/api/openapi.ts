@@ -43,6 +43,8 @@ export const ROUTES: readonly RouteSpec[] = [
     ok: { 200: { description: 'Prometheus text format', schema: z.string(), contentType: 'text/plain' } } },
   { method: 'get', path: '/openapi.json', summary: 'This document.', access: 'public',
     ok: { 200: { description: 'OpenAPI 3.1 document' } } },
+  { method: 'get', path: '/v1/whoami', summary: "The presented key's scope and role (any scope's key).", access: 'client',
+    ok: { 200: { description: 'the key', schema: res.whoamiResponse } } },
   { method: 'post', path: `${SCOPE}/runs`, summary: 'Submit a run (a turn of a session).', access: 'client',
     params: req.scopeParams, body: req.submitBody,
     ok: {
@@ -55,6 +57,8 @@ export const ROUTES: readonly RouteSpec[] = [
     ok: { 200: { description: 'a page of runs', schema: res.runListResponse } } },
   { method: 'get', path: `${SCOPE}/runs/:runId`, summary: 'Get a run.', access: 'client',
     params: req.runParams, ok: { 200: { description: 'the run', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND'] },
+  { method: 'get', path: `${SCOPE}/runs/:runId/steps`, summary: "A run's memoized steps, in the order they started.", access: 'client',
+    params: req.runParams, ok: { 200: { description: 'the steps', schema: res.stepsResponse } }, errors: ['RUN_NOT_FOUND'] },
   { method: 'post', path: `${SCOPE}/runs/:runId/cancel`, summary: 'Cancel a run (a running one stops at once).', access: 'client',
     params: req.runParams, body: req.emptyBody,
     ok: { 200: { description: 'the run after the cancel', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND'] },
