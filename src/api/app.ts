@@ -10,6 +10,7 @@ import { adminRouter } from './routes-admin.ts';
 import { opsRouter } from './routes-ops.ts';
 import { runsRouter } from './routes-runs.ts';
 import { stepsRouter } from './routes-steps.ts';
+import { uiRouter } from './routes-ui.ts';
 import { whoamiRouter } from './routes-whoami.ts';
 
 /** Builds the HTTP API. Routes parse and authorize, call one src/lib function, and shape the answer. */
@@ -22,6 +23,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(observeRequests(deps.metrics, deps.log));
   app.use(opsRouter(deps));
   app.get('/openapi.json', (_req, res) => void res.json(openApiDocument()));
+  app.use(uiRouter());
 
   app.use('/v1', requireJsonBody, express.json({ limit: deps.config.BODY_LIMIT_BYTES, strict: true, type: () => true }));
   app.use(whoamiRouter(deps));

@@ -43,6 +43,15 @@ export const ROUTES: readonly RouteSpec[] = [
     ok: { 200: { description: 'Prometheus text format', schema: z.string(), contentType: 'text/plain' } } },
   { method: 'get', path: '/openapi.json', summary: 'This document.', access: 'public',
     ok: { 200: { description: 'OpenAPI 3.1 document' } } },
+  { method: 'get', path: '/', summary: 'Redirects to the run inspector.', access: 'public',
+    ok: { 302: { description: 'to /ui' } } },
+  { method: 'get', path: '/ui', summary: 'The run inspector, a single-page app (log in with an API key).', access: 'public',
+    ok: { 200: { description: 'the app', schema: z.string(), contentType: 'text/html' } },
+    errors: ['NOT_FOUND'] },
+  { method: 'get', path: '/ui/*path', summary: "The run inspector's files; any other path is one of its views (its index.html).",
+    access: 'public', params: z.strictObject({ path: z.string().describe('a file of the build, or a view such as runs/{runId}') }),
+    ok: { 200: { description: 'a file of the build, or the app' } },
+    errors: ['NOT_FOUND'] },
   { method: 'get', path: '/v1/whoami', summary: "The presented key's scope and role (any scope's key).", access: 'client',
     ok: { 200: { description: 'the key', schema: res.whoamiResponse } } },
   { method: 'post', path: `${SCOPE}/runs`, summary: 'Submit a run (a turn of a session).', access: 'client',
@@ -87,8 +96,8 @@ export const ROUTES: readonly RouteSpec[] = [
     ok: { 200: { description: 'resumed', schema: res.resumeResponse } } },
 ];
 
-/** `/v1/scopes/:scope` -> `/v1/scopes/{scope}`. */
-export const openApiPath = (expressPath: string) => expressPath.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+/** `/v1/scopes/:scope` -> `/v1/scopes/{scope}`; a wildcard `/ui/*path` -> `/ui/{path}`. */
+export const openApiPath = (expressPath: string) => expressPath.replace(/[:*]([A-Za-z0-9_]+)/g, '{$1}');
 
 function jsonSchema(schema: z.ZodType): Record<string, unknown> {
   // Requests are described as the client sends them (before defaults and transforms).
