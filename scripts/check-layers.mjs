@@ -1,13 +1,16 @@
 // Keeps the layering of DESIGN.md: src/api and src/worker never import each other, and
-// src/lib imports neither (it is the domain both build on). madge checks for cycles.
+// src/lib imports neither (it is the domain both build on). src/ui is a browser bundle: it may
+// import only itself and the browser-safe client (src/lib/client). madge checks for cycles.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, resolve, dirname } from 'node:path';
 
 const root = resolve('src');
-const rules = { api: ['worker', 'cli'], worker: ['api', 'cli'], lib: ['api', 'worker', 'cli'] };
+const rules = { api: ['worker', 'cli', 'ui'], worker: ['api', 'cli', 'ui'], lib: ['api', 'worker', 'cli', 'ui'], ui: ['api', 'worker', 'cli'] };
+// Inside src/lib, the one folder the browser bundle may use.
+const UI_MAY_USE_FROM_LIB = 'lib/client/';
 const files = (dir) => readdirSync(dir).flatMap((f) => {
   const p = join(dir, f);
-  return statSync(p).isDirectory() ? files(p) : p.endsWith('.ts') ? [p] : [];
+  return statSync(p).isDirectory() ? files(p) : /\.tsx?$/.test(p) ? [p] : [];
 });
 const problems = [];
 for (const file of files(root)) {
@@ -16,8 +19,12 @@ for (const file of files(root)) {
   if (!banned) continue;
   const src = readFileSync(file, 'utf8');
   for (const m of src.matchAll(/(?:from|import)\s*\(?\s*['"](\.[^'"]+)['"]/g)) {
-    const target = relative(root, resolve(dirname(file), m[1])).split('/')[0];
+    const path = relative(root, resolve(dirname(file), m[1]));
+    const target = path.split('/')[0];
     if (banned.includes(target)) problems.push(`${relative('.', file)} imports ${m[1]} (src/${layer} must not import src/${target})`);
+    else if (layer === 'ui' && target === 'lib' && !path.startsWith(UI_MAY_USE_FROM_LIB)) {
+      problems.push(`${relative('.', file)} imports ${m[1]} (src/ui may use only src/${UI_MAY_USE_FROM_LIB} of src/lib)`);
+    }
   }
 }
 if (problems.length) {
