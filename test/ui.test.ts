@@ -6,6 +6,7 @@ import { charge, flaky } from './fixtures/engine-agents.ts';
 import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
 import { FIXTURE, fx, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { startSseProxy } from './helpers/sse-proxy.ts';
 
 /**
  * The run inspector in a real browser (Debian's Chromium through playwright-core), served by
@@ -166,6 +167,32 @@ describe('run inspector', () => {
     // The same run at a desktop and a phone width.
     await screenshots(w.page, 'run-view');
     expect(w.errors).toEqual([]);
+  });
+
+  it('resumes a dropped event stream where it broke: nothing lost, nothing twice', async () => {
+    // The page is served through a proxy that cuts the first event stream after three events,
+    // as a flaky network or a load balancer would; the page reconnects with Last-Event-ID.
+    let streams = 0;
+    const proxy = await startSseProxy(api.url, { cutAfterEvents: () => (streams++ === 0 ? 3 : undefined) });
+    const run = (await acme.submit('ui-resume', 'one two three', { agent: 'ui-talk', metadata: { gated: true } })).body;
+    const w = await openPage(browser);
+    pages.push(w);
+    await w.page.goto(`${proxy.url}/ui/runs/${run.id}#key=${encodeURIComponent(acme.key)}`);
+    await untilText(answer(w.page), 'one');
+    expect(proxy.cuts).toBe(1);
+    release(run.id);
+    release(run.id);
+    await untilText(answer(w.page), 'one two three');
+    await untilText(statusBadge(w.page), 'succeeded');
+    await untilText(w.page.locator('.stream-state'), 'Stream complete.');
+    const types = await w.page.locator('ol.timeline .ev-type').allTextContents();
+    expect(types.filter((t) => t === 'attempt')).toHaveLength(1);
+    expect(types.filter((t) => t === 'end')).toHaveLength(1);
+    const ids = await w.page.locator('ol.timeline .ev-id').allTextContents();
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(streams).toBe(2);
+    // The browser notes the cut connection itself; the page adds nothing of its own.
+    expect(w.errors.filter((e) => !/net::ERR_/.test(e))).toEqual([]);
   });
 
   it('filters the runs list by status, session, agent and runtime', async () => {
