@@ -122,7 +122,7 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
           {streamLine(state, timeline.end !== undefined)}
           {timeline.attempt !== undefined && timeline.end === undefined ? ` · attempt ${timeline.attempt}` : ''}
         </p>
-        <pre class="text answer" aria-labelledby="answer-h">
+        <pre class="text answer">
           {answer || <span class="empty">No answer text yet.</span>}
         </pre>
         {run.result && run.result.finishReason !== 'stop' && (
