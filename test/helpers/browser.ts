@@ -23,7 +23,9 @@ export function ensureUiBuilt(): void {
   const newest = Math.max(...inputs.flatMap(files).map((f) => statSync(f).mtimeMs));
   if (existsSync(index) && statSync(index).mtimeMs >= newest) return;
   const vite = join(ROOT, 'node_modules', 'vite', 'bin', 'vite.js');
-  const r = spawnSync(process.execPath, [vite, 'build', '--config', 'vite.ui.config.ts'], { cwd: ROOT, encoding: 'utf8' });
+  // NODE_ENV is `test` inside vitest; Vite would then build a development bundle.
+  const env = { ...process.env, NODE_ENV: 'production' };
+  const r = spawnSync(process.execPath, [vite, 'build', '--config', 'vite.ui.config.ts'], { cwd: ROOT, encoding: 'utf8', env });
   if (r.status !== 0) throw new Error(`npm run build:ui failed:\n${r.stdout}\n${r.stderr}`);
 }
 
