@@ -1,11 +1,12 @@
-// Builds dist/ from src/: tsc emits ESM, .d.ts and source maps (tsconfig.build.json), then the
+// Builds dist/ from src/: tsc emits ESM, .d.ts and source maps (tsconfig.build.json), the
 // Lua scripts are copied next to the compiled script loader, which reads them from ./lua/
-// beside itself. `npm run build` and `npm pack` (prepack) call this file; bin/baton.js calls
-// buildIfStale() in a checkout, so `npm start` never runs code older than src/.
+// beside itself, and Vite builds the run inspector into dist/ui. `npm run build` and `npm pack`
+// (prepack) call this file; bin/baton.js calls buildIfStale() in a checkout, so `npm start`
+// never runs code older than src/.
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
@@ -13,7 +14,7 @@ const DIST = join(ROOT, 'dist');
 const STAMP = join(DIST, '.build-stamp');
 const LOCK = join(ROOT, '.build.lock');
 /** What the build reads: a change to any of these makes dist/ stale. */
-const INPUTS = ['src', 'tsconfig.json', 'tsconfig.build.json', 'scripts/build.mjs'];
+const INPUTS = ['src', 'tsconfig.json', 'tsconfig.build.json', 'scripts/build.mjs', 'vite.ui.config.ts'];
 /** tsc takes seconds here; a lock this old was left by a build that was killed. */
 const ABANDONED_LOCK_MS = 120_000;
 
@@ -52,6 +53,11 @@ export function build() {
     const r = spawnSync(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', tmp], { stdio: 'inherit' });
     if (r.status !== 0) throw new Error(`tsc failed (exit ${r.status ?? r.signal})`);
     cpSync(join(ROOT, 'src/lib/engine/lua'), join(tmp, 'lib/engine/lua'), { recursive: true });
+    // The run inspector, served by the API from dist/ui (vite.ui.config.ts).
+    // vite's package exports no bin path; its CLI sits two folders above its entry module.
+    const vite = join(dirname(createRequire(import.meta.url).resolve('vite')), '../../bin/vite.js');
+    const ui = spawnSync(process.execPath, [vite, 'build', '--config', join(ROOT, 'vite.ui.config.ts'), '--outDir', join(tmp, 'ui')], { stdio: 'inherit', cwd: ROOT });
+    if (ui.status !== 0) throw new Error(`the run inspector's build failed (exit ${ui.status ?? ui.signal})`);
     rewriteDeclarationImports(tmp);
     writeFileSync(join(tmp, '.build-stamp'), '');
     utimesSync(join(tmp, '.build-stamp'), began, began);

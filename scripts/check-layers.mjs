@@ -4,6 +4,7 @@
 // - src/lib/contract (the public shapes) imports nothing at all; src/lib/client (runs in
 //   browsers and edge runtimes) imports only the contract and itself; src/lib/sdk imports no
 //   server package (ioredis, bullmq, express, openai).
+// - src/ui (the run inspector, a browser bundle) imports only itself, the client and the contract.
 // - Only the transitions gateway (src/lib/engine/transitions.ts) calls a Lua script.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, resolve, dirname } from 'node:path';
@@ -20,9 +21,11 @@ const rules = [
   { dir: 'lib/contract', onlyWithin: ['lib/contract'], noPackages: true },
   { dir: 'lib/client', onlyWithin: ['lib/client', 'lib/contract'], noPackages: true },
   { dir: 'lib/sdk', banned: ['api', 'worker', 'cli'], packages: SERVER_PACKAGES },
-  { dir: 'lib', banned: ['api', 'worker', 'cli'] },
-  { dir: 'api', banned: ['worker', 'cli'] },
-  { dir: 'worker', banned: ['api', 'cli'] },
+  { dir: 'lib', banned: ['api', 'worker', 'cli', 'ui'] },
+  { dir: 'api', banned: ['worker', 'cli', 'ui'] },
+  { dir: 'worker', banned: ['api', 'cli', 'ui'] },
+  // The run inspector is a browser bundle: itself, the browser-safe client and the contract.
+  { dir: 'ui', onlyWithin: ['ui', 'lib/client', 'lib/contract'] },
 ];
 
 const problems = [];

@@ -143,4 +143,19 @@ describe('typed client', () => {
     expect(got.map((e) => [e.id, e.type])).toEqual([['1-0', 'status'], ['2-0', 'end']]);
     expect(requests).toEqual([undefined, '1-0']);
   });
+  it("works with a browser's fetch, which refuses to be called as a method of another object", async () => {
+    const real = globalThis.fetch;
+    // What Chromium does: fetch called with a `this` other than the global object is a TypeError.
+    globalThis.fetch = function (this: unknown, input: RequestInfo | URL, init?: RequestInit) {
+      if (this !== undefined && this !== globalThis) throw new TypeError("Failed to execute 'fetch' on 'Window': Illegal invocation");
+      return real(input, init);
+    } as typeof fetch;
+    try {
+      const browserLike = new BatonClient({ url: apiUrl, apiKey: key, scope: 'acme' });
+      const run = await browserLike.submit({ sessionId: 'browser-fetch', input: { content: 'from a page' }, runtime: h.runtime });
+      expect((await browserLike.get(run.id)).id).toBe(run.id);
+    } finally {
+      globalThis.fetch = real;
+    }
+  });
 });

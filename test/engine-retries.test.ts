@@ -43,10 +43,13 @@ describe('retries', () => {
     // Memoized work ran once across the three attempts; the repeated tool name got its own key.
     expect([await fx(h, runId, 'prepare'), await fx(h, runId, 'lookup')]).toEqual(['1', '2']);
     const steps = await h.redis.hgetall(h.keys.scope('acme').steps(runId));
-    expect(Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, JSON.parse(v)]))).toEqual({
+    const stored = Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, JSON.parse(v)]));
+    expect(Object.fromEntries(Object.entries(stored).map(([k, { v, e }]) => [k, e === undefined ? { v } : { v, e }]))).toEqual({
       'step:prepare:1': { v: 1 }, 'tool:lookup:1': { v: 1 }, 'tool:lookup:2': { v: 2 },
       'infer:draft:1': { v: 'drafted', e: 'draft ' },
     });
+    // Each result carries when its body ran, recorded by the attempt that ran it.
+    for (const s of Object.values(stored)) expect(s.finishedAt).toBeGreaterThanOrEqual(s.startedAt);
     expect(final.result.toolCallsSeen).toBe(2);
 
     // Both waits were visible through GET, with the absolute time of the next attempt.

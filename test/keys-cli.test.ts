@@ -110,6 +110,7 @@ describe('baton start', () => {
     const first = await startBaton(prefix);
     const m = /development API key \(scope "dev", role admin\), shown only now:\n {2}(\S+)/.exec(first.out);
     expect(m, first.out).not.toBeNull();
+    expect(first.out).toContain(`run inspector: ${first.url}/ui#key=${m![1]}`);
     const auth = { authorization: `Bearer ${m![1]}` };
     const sub = await call(first.url, 'POST', '/v1/scopes/dev/runs', { sessionId: 's1', input: { content: 'hi dev' }, runtime: h.runtime }, auth);
     expect(sub.status).toBe(202);
@@ -120,6 +121,7 @@ describe('baton start', () => {
     const second = await startBaton(prefix);
     expect(second.out).toContain('API keys exist already');
     expect(second.out).not.toContain('development API key');
+    expect(second.out).toContain(`run inspector: ${second.url}/ui\n`);
     expect((await call(second.url, 'GET', '/v1/scopes/dev/runtimes', undefined, auth)).status).toBe(200);
     await second.stop();
   });

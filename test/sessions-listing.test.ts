@@ -35,7 +35,7 @@ async function allPages(path: string, field: 'runs' | 'messages'): Promise<any[]
 }
 
 describe('GET /runs', () => {
-  it('lists newest first, filters by session and status, and pages with a cursor', async () => {
+  it('lists newest first, filters by session, status, agent and runtime, and pages with a cursor', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await acme.submit('list-a', `a${i}`)).body.id);
     for (let i = 0; i < 3; i++) ids.push((await acme.submit('list-b', `b${i}`)).body.id);
@@ -50,6 +50,13 @@ describe('GET /runs', () => {
     const pages = await allPages('/runs?sessionId=list-b&limit=2', 'runs');
     expect(pages.map((p) => p.length)).toEqual([2, 2]);
     expect(newestFirst(pages.flat())).toEqual([held.body.id, ...byNewest(done.slice(5))]);
+
+    // Agent and runtime filter like status does, alone or together.
+    expect(newestFirst((await acme.get('/runs?agent=gated')).body.runs)).toEqual([held.body.id]);
+    const echoOfA = (await acme.get(`/runs?sessionId=list-a&agent=echo&runtime=${h.runtime}`)).body;
+    expect(newestFirst(echoOfA.runs)).toEqual(byNewest(done.slice(0, 5)));
+    expect((await acme.get(`/runs?runtime=${h.runtime}-elsewhere`)).body).toEqual({ runs: [], nextCursor: null });
+    expect((await acme.get('/runs?agent=a:b')).status).toBe(400);
 
     const running = (await acme.get('/runs?status=running')).body.runs;
     expect(newestFirst(running)).toEqual([held.body.id]);

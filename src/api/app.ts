@@ -16,9 +16,11 @@ export function createApp(deps: AppDeps): Express {
   app.use(helmet());
 
   app.use(observeRequests(deps.metrics, deps.log));
-  app.use(mountRoutes(ROUTES.filter((r) => r.access === 'public'), '', deps));
+  // Routes outside a scope: the public ones, and those any valid key may call (whoami).
+  const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key');
+  app.use(mountRoutes(unscoped, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // The key first, then the body: each scope route reads its own body after authenticate().
-  const scoped = ROUTES.filter((r) => r.access !== 'public');
+  const scoped = ROUTES.filter((r) => r.access === 'client' || r.access === 'admin');
   app.use(SCOPE, mountTemplate(SCOPE), authenticate(deps.apiKeys), mountRoutes(scoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
   app.use(errorHandler(deps.log));

@@ -10,14 +10,32 @@ import { authorizationHeader } from './schemas.ts';
  */
 export function authenticate(store: ApiKeyStore): RequestHandler {
   return async (req: Request, res: Response, next: NextFunction) => {
-    const header = authorizationHeader.safeParse(req.headers.authorization);
-    if (!header.success) return next(new BatonError('UNAUTHENTICATED'));
-    const info = await store.verify(header.data.slice('Bearer '.length));
+    const info = await presentedKey(store, req);
     if (!info) return next(new BatonError('UNAUTHENTICATED'));
     if (info.scope !== req.params.scope) return next(new BatonError('NOT_FOUND'));
     res.locals.apiKey = info;
     next();
   };
+}
+
+/**
+ * A valid key of any scope (401 otherwise), for routes that name no scope: they answer
+ * only about the key itself, so nothing of another scope can be learnt through them.
+ */
+export function identify(store: ApiKeyStore): RequestHandler {
+  return async (req: Request, res: Response, next: NextFunction) => {
+    const info = await presentedKey(store, req);
+    if (!info) return next(new BatonError('UNAUTHENTICATED'));
+    res.locals.apiKey = info;
+    next();
+  };
+}
+
+/** The key of `Authorization: Bearer <key>`, if it is well-formed, issued and not revoked. */
+async function presentedKey(store: ApiKeyStore, req: Request): Promise<ApiKeyInfo | undefined> {
+  const header = authorizationHeader.safeParse(req.headers.authorization);
+  if (!header.success) return undefined;
+  return store.verify(header.data.slice('Bearer '.length));
 }
 
 /** 403 unless the request's key has `role` (admin may do everything a client may). */

@@ -11,8 +11,8 @@ import type { RouteSpec } from './route.ts';
  * tests take their route list from this document.
  */
 
-/** `/v1/scopes/:scope` -> `/v1/scopes/{scope}`. */
-export const openApiPath = (expressPath: string) => expressPath.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+/** `/v1/scopes/:scope` -> `/v1/scopes/{scope}`; a wildcard `/ui/*path` -> `/ui/{path}`. */
+export const openApiPath = (expressPath: string) => expressPath.replace(/[:*]([A-Za-z0-9_]+)/g, '{$1}');
 
 function jsonSchema(schema: z.ZodType): Record<string, unknown> {
   // Requests are described as the client sends them (before defaults and transforms).
@@ -32,7 +32,8 @@ function parameters(where: 'path' | 'query', schema: z.ZodType | undefined) {
 /** Error codes a route can answer, by status. */
 function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
-  if (r.access !== 'public') codes.push('UNAUTHENTICATED', 'NOT_FOUND');
+  if (r.access !== 'public') codes.push('UNAUTHENTICATED');
+  if (r.access === 'client' || r.access === 'admin') codes.push('NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');

@@ -120,3 +120,25 @@ export const resumeResponse = z.object({
 export const healthResponse = z.object({ ok: z.boolean() }).catchall(z.unknown());
 
 export const sseStream = z.string().describe('text/event-stream: `id`, `event` (status | attempt | token | end …), `data` (JSON)');
+
+export const stepsResponse = z.object({
+  steps: z.array(
+    z.object({
+      key: z.string().describe('<kind>:<name>:<n>'),
+      kind: z.enum(['step', 'infer', 'tool']),
+      name: z.string(),
+      n: z.number().int().describe('the n-th call of this name in the run'),
+      status: z.enum(['done', 'started']).describe('started: a non-idempotent step began and stored no result'),
+      value: z.unknown().optional(),
+      streamed: z.string().optional().describe('text an inference streamed'),
+      startedAt: iso.optional(),
+      finishedAt: iso.optional(),
+    }),
+  ),
+});
+
+export const whoamiResponse = z.object({
+  scope: z.string(),
+  role: z.enum(['client', 'admin']),
+  keyId: z.string(),
+});

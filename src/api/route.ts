@@ -4,7 +4,7 @@ import type { z } from 'zod';
 import type { ErrorCode } from '../lib/contract/errors.ts';
 import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
 import type { AppDeps } from './deps.ts';
-import { requireRole } from './auth.ts';
+import { identify, requireRole } from './auth.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
 
@@ -19,8 +19,8 @@ import { parse } from './validate.ts';
 export const SCOPE = '/v1/scopes/:scope';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
-/** public: no key; client: any key of the scope; admin: an admin key of the scope. */
-export type Access = 'public' | 'client' | 'admin';
+/** public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an admin key of the scope. */
+export type Access = 'public' | 'key' | 'client' | 'admin';
 
 /** What a handler answers: JSON with a status (200 by default), or nothing when it wrote the response itself. */
 export interface Reply { status?: number; body?: unknown; headers?: Record<string, string> }
@@ -81,7 +81,11 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
     : [requireJsonBody, express.json({ limit: o.jsonLimit, strict: true, type: () => true })];
   for (const spec of routes) {
     if (!spec.path.startsWith(prefix)) throw new Error(`route ${spec.path} is not under ${prefix}`);
-    const guards: RequestHandler[] = [...(spec.access === 'admin' ? [requireRole('admin')] : []), ...(spec.rawBody ? [] : json)];
+    const guards: RequestHandler[] = [
+      ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
+      ...(spec.access === 'admin' ? [requireRole('admin')] : []),
+      ...(spec.rawBody || spec.access === 'public' ? [] : json),
+    ];
     r[spec.method](spec.path.slice(prefix.length) || '/', ...guards, async (req, res) => {
       const params = parse(spec.params ?? emptyParams, req.params, 'params');
       const query = parse(spec.query ?? emptyQuery, req.query, 'query');

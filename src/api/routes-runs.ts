@@ -1,6 +1,7 @@
 import { BatonError } from '../lib/errors.ts';
 import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
 import { assertAttachmentsExist } from '../lib/artifacts/resolve.ts';
+import { readSteps } from '../lib/engine/step-list.ts';
 import { presentRun } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
@@ -95,4 +96,17 @@ export const runRoutes: RouteSpec[] = [
       return { body: await d.store.messages(scope, sessionId, query) };
     },
   }),
+  route({
+    method: 'get', path: `${SCOPE}/runs/:runId/steps`, summary: "A run's memoized steps, with their values and times.", access: 'client',
+    params: runParams, ok: { 200: { description: 'the steps, in the order they started', schema: res.stepsResponse } }, errors: ['RUN_NOT_FOUND'],
+    async handler({ params: { scope, runId } }, d) {
+      const steps = await readSteps(d.redis, d.keys, scope, runId);
+      if (!steps) throw new BatonError('RUN_NOT_FOUND');
+      return { body: { steps: steps.map((s) => ({ ...s, startedAt: iso(s.startedAt), finishedAt: iso(s.finishedAt) })) } };
+    },
+  }),
 ];
+
+function iso(ms: number | undefined): string | undefined {
+  return ms === undefined ? undefined : new Date(ms).toISOString();
+}

@@ -4,6 +4,8 @@ import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
+import { uiRoutes } from './routes-ui.ts';
+import { whoamiRoutes } from './routes-whoami.ts';
 
 /**
  * The catalogue: every route the API serves. app.ts mounts it, /openapi.json describes it,
@@ -16,6 +18,8 @@ export const ROUTES: readonly RouteSpec[] = [
     ok: { 200: { description: 'OpenAPI 3.1 document' } },
     handler: () => ({ body: openApiDocument(ROUTES) }),
   }),
+  ...uiRoutes(),
+  ...whoamiRoutes,
   ...runRoutes,
   ...artifactRoutes,
   ...adminRoutes,

@@ -152,6 +152,8 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
   const devKey = await ensureDevKey(a.redis, config);
   if (devKey) console.log(`development API key (scope "dev", role admin), shown only now:\n  ${devKey}`);
   else console.log('API keys exist already; make one with: baton keys create --scope dev --role admin');
+  // The key rides in the fragment, which the browser never sends: the inspector takes it from there.
+  console.log(`run inspector: ${a.url}/ui${devKey ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
   console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
   onShutdown(log, [() => a.close(), () => w.close(), () => resources.close(), ...(stopRedis ? [stopRedis] : [])]);
 }

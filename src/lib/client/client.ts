@@ -76,7 +76,9 @@ export class BatonClient {
     if (!ID_PATTERN.test(o.scope)) throw new TypeError(`invalid scope ${JSON.stringify(o.scope)}`);
     this.base = `${o.url.replace(/\/+$/, '')}/v1/scopes/${o.scope}`;
     this.headers = { authorization: `Bearer ${o.apiKey}` };
-    this.fetch = o.fetch ?? globalThis.fetch;
+    // Called through a wrapper: a browser's fetch throws "Illegal invocation" when called as a
+    // method of another object (this.fetch(...)).
+    this.fetch = o.fetch ?? ((input, init) => globalThis.fetch(input, init));
     this.maxReconnects = o.maxReconnects ?? 10;
     this.idleTimeoutMs = o.idleTimeoutMs ?? 45_000;
   }

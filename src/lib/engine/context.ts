@@ -31,7 +31,7 @@ export interface ContextDeps {
   memoryBlocks: MemoryBlocks;
   /** ctx.input: the run's input with its artifacts resolved. */
   input: AgentInput;
-  /** The steps hash as read at claim: step key -> stored JSON ({v, e?}) or start markers. */
+  /** The steps hash as read at claim: step key -> stored JSON ({v, e?, startedAt?, finishedAt?}) or start markers. */
   steps: Record<string, string>;
   writer: EventWriter;
   log: Logger;
@@ -130,12 +130,17 @@ export class ContextState {
     const capture = kind === 'infer' ? { text: '' } : undefined;
     if (capture) this.captures.add(capture);
     let value: T;
+    // The step's times ride along with its result (the inspector shows them): no extra round trip.
+    const startedAt = Date.now();
     try {
       value = await fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal });
     } finally {
       if (capture) this.captures.delete(capture);
     }
-    const json = JSON.stringify(capture?.text ? { v: value ?? null, e: capture.text } : { v: value ?? null });
+    const finishedAt = Date.now();
+    const json = JSON.stringify(
+      capture?.text ? { v: value ?? null, e: capture.text, startedAt, finishedAt } : { v: value ?? null, startedAt, finishedAt },
+    );
     const kept = await this.d.transitions.step(this.d.attempt, { op: 'done', stepKey: key, result: json });
     this.memo.set(key, kept);
     return (JSON.parse(kept) as { v: T }).v;

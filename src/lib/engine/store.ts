@@ -116,7 +116,7 @@ export class RunStore {
    */
   async list(
     scope: string,
-    opts: { sessionId?: string; status?: RunStatus[]; limit: number; cursor?: string },
+    opts: { sessionId?: string; status?: RunStatus[]; agent?: string; runtime?: string; limit: number; cursor?: string },
   ): Promise<{ runs: RunRecord[]; nextCursor: string | null }> {
     const sk = this.keys.scope(scope);
     const index = opts.sessionId ? sk.sessionRuns(opts.sessionId) : sk.runs;
@@ -126,7 +126,11 @@ export class RunStore {
     const runs: RunRecord[] = [];
     let offset = 0;
     let last: string | null = null;
-    // Page through the index until `limit` runs match the status filter (or it is exhausted).
+    // Page through the index until `limit` runs match the filters (or it is exhausted).
+    const matches = (run: RunRecord) =>
+      (!opts.status || opts.status.includes(run.status)) &&
+      (opts.agent === undefined || run.agent === opts.agent) &&
+      (opts.runtime === undefined || run.runtime === opts.runtime);
     for (;;) {
       const flat = await this.redis.zrevrangebyscore(index, max, '-inf', 'WITHSCORES', 'LIMIT', offset, batch);
       const entries: { id: string; score: number }[] = [];
@@ -146,7 +150,7 @@ export class RunStore {
         const run = parseRunRecord((rows[i]?.[1] ?? {}) as Record<string, string>);
         last = listCursor(fresh[i].score, fresh[i].id);
         if (!run) { expired.push(fresh[i].id); continue; }
-        if (!opts.status || opts.status.includes(run.status)) runs.push(run);
+        if (matches(run)) runs.push(run);
       }
       // Runs past their retention leave their index entries behind; drop them as we meet them
       // (and step back the offset by as many, since they were before it).

@@ -1,0 +1,183 @@
+import { BatonApiError, type Run as ClientRun } from '../../lib/client/client.ts';
+
+export { BatonApiError };
+
+/** What GET /v1/whoami says about the key the inspector holds. */
+export interface Identity {
+  scope: string;
+  role: 'client' | 'admin';
+  keyId: string;
+}
+
+/**
+ * A pending wait of a run: an approval or an input the run needs before it goes on. The
+ * waits feature adds `waits` to the run; the inspector renders them whenever they are there.
+ */
+export interface Wait {
+  key: string;
+  kind: string;
+  name: string;
+  prompt?: unknown;
+  schema?: Record<string, unknown>;
+  since?: string | number;
+  expiresAt?: string | number;
+}
+
+/** A run as the API shows it, with the fields newer servers may add. */
+export type Run = Omit<ClientRun, 'status'> & { status: string; waits?: Wait[] };
+
+export interface Step {
+  key: string;
+  kind: string;
+  name: string;
+  n: number;
+  status: 'done' | 'started';
+  value?: unknown;
+  streamed?: string;
+  startedAt?: string;
+  finishedAt?: string;
+}
+
+export interface Message {
+  role: 'user' | 'assistant';
+  content: string;
+  runId: string;
+  createdAt: number;
+  incomplete?: boolean;
+}
+
+export interface Runtime {
+  runtimeId: string;
+  liveWorkers: number;
+  agents: string[];
+  concurrency: number;
+  lastSeenAt: string;
+  draining: boolean;
+}
+
+export interface RuntimeStats {
+  counts: Record<string, number>;
+  oldestQueuedAgeMs: number | null;
+  draining: boolean;
+  liveWorkers: number;
+}
+
+export interface RunFilter {
+  status?: string;
+  sessionId?: string;
+  agent?: string;
+  runtime?: string;
+}
+
+/** The same rule the API applies to scope, session, runtime and agent ids. */
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** Where the API is: the inspector is served at `<api>/ui`, so the API is what precedes `/ui`. */
+export function apiBase(loc: Location = location): string {
+  const at = loc.pathname.indexOf('/ui');
+  return loc.origin + (at > 0 ? loc.pathname.slice(0, at) : '');
+}
+
+async function request<T>(base: string, key: string, method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = { authorization: `Bearer ${key}`, accept: 'application/json' };
+  const init: RequestInit = { method, headers, cache: 'no-store' };
+  if (body !== undefined) {
+    headers['content-type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(base + path, init);
+  const text = await res.text();
+  let parsed: unknown;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  if (!res.ok) {
+    const e = (parsed as { error?: { code?: string; message?: string; details?: { path: string; message: string }[] } })?.error;
+    throw new BatonApiError(res.status, e?.code ?? `HTTP_${res.status}`, e?.message ?? (text.slice(0, 200) || res.statusText), e?.details);
+  }
+  return parsed as T;
+}
+
+/** Asks the API whose key this is. */
+export function whoami(base: string, key: string): Promise<Identity> {
+  return request(base, key, 'GET', '/v1/whoami');
+}
+
+/**
+ * The REST calls the inspector makes, all on the public API with the key of one scope.
+ * `onUnauthorized` fires on any 401 (a revoked key): the app then asks for a key again.
+ */
+export class Api {
+  constructor(
+    readonly base: string,
+    readonly key: string,
+    readonly scope: string,
+    private readonly onUnauthorized: () => void = () => {},
+  ) {}
+
+  private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    try {
+      return await request<T>(this.base, this.key, method, `/v1/scopes/${this.scope}${path}`, body);
+    } catch (err) {
+      if (err instanceof BatonApiError && err.status === 401) this.onUnauthorized();
+      throw err;
+    }
+  }
+
+  runs(filter: RunFilter, limit: number): Promise<{ runs: Run[]; nextCursor: string | null }> {
+    const q = new URLSearchParams({ limit: String(limit) });
+    for (const [k, v] of Object.entries(filter)) if (v) q.set(k, v);
+    return this.call('GET', `/runs?${q}`);
+  }
+
+  run(runId: string): Promise<Run> {
+    return this.call('GET', `/runs/${encodeURIComponent(runId)}`);
+  }
+
+  async steps(runId: string): Promise<Step[]> {
+    return (await this.call<{ steps: Step[] }>('GET', `/runs/${encodeURIComponent(runId)}/steps`)).steps;
+  }
+
+  cancel(runId: string): Promise<Run> {
+    return this.call('POST', `/runs/${encodeURIComponent(runId)}/cancel`, {});
+  }
+
+  resolve(runId: string, stepKey: string, resolution: { value: unknown } | { rerun: true }): Promise<Run> {
+    return this.call('POST', `/runs/${encodeURIComponent(runId)}/steps/${encodeURIComponent(stepKey)}/resolve`, resolution);
+  }
+
+  resumeWait(runId: string, waitKey: string, value: unknown): Promise<unknown> {
+    return this.call('POST', `/runs/${encodeURIComponent(runId)}/waits/${encodeURIComponent(waitKey)}`, { value });
+  }
+
+  messages(sessionId: string, cursor?: string): Promise<{ messages: Message[]; nextCursor: string | null }> {
+    const q = new URLSearchParams({ limit: '500' });
+    if (cursor) q.set('cursor', cursor);
+    return this.call('GET', `/sessions/${encodeURIComponent(sessionId)}/messages?${q}`);
+  }
+
+  async runtimes(): Promise<Runtime[]> {
+    return (await this.call<{ runtimes: Runtime[] }>('GET', '/runtimes')).runtimes;
+  }
+
+  stats(runtimeId: string): Promise<RuntimeStats> {
+    return this.call('GET', `/runtimes/${encodeURIComponent(runtimeId)}/stats`);
+  }
+
+  drain(runtimeId: string, cancelQueued: boolean): Promise<{ cancelled: number }> {
+    return this.call('POST', `/runtimes/${encodeURIComponent(runtimeId)}/drain`, { cancelQueued });
+  }
+
+  resume(runtimeId: string): Promise<{ resumed: number }> {
+    return this.call('DELETE', `/runtimes/${encodeURIComponent(runtimeId)}/drain`, {});
+  }
+}
+
+/** A line for the person reading the page. */
+export function describeError(err: unknown): string {
+  if (err instanceof BatonApiError) return `${err.message} (${err.code})`;
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

@@ -1,0 +1,75 @@
+import { useEffect, useState } from 'preact/hooks';
+
+/** The inspector's views, addressed by path under `<api>/ui`. */
+export type Route =
+  | { view: 'runs' }
+  | { view: 'run'; runId: string }
+  | { view: 'session'; sessionId: string }
+  | { view: 'runtimes' }
+  | { view: 'missing'; path: string };
+
+/** `<api>/ui`: the path the app's own links start with. */
+export function uiBase(loc: Location = location): string {
+  const at = loc.pathname.indexOf('/ui');
+  return at >= 0 ? loc.pathname.slice(0, at + 3) : '/ui';
+}
+
+export function parseRoute(pathname: string, base = uiBase()): Route {
+  const rest = pathname.startsWith(base) ? pathname.slice(base.length) : pathname;
+  const parts = rest.split('/').filter(Boolean).map(safeDecode);
+  if (parts.length === 0 || (parts.length === 1 && parts[0] === 'runs')) return { view: 'runs' };
+  if (parts.length === 2 && parts[0] === 'runs') return { view: 'run', runId: parts[1] };
+  if (parts.length === 2 && parts[0] === 'sessions') return { view: 'session', sessionId: parts[1] };
+  if (parts.length === 1 && parts[0] === 'runtimes') return { view: 'runtimes' };
+  return { view: 'missing', path: rest };
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/** The href of a view: `href('runs', id)` -> `<api>/ui/runs/<id>`. */
+export function href(...parts: string[]): string {
+  return [uiBase(), ...parts.map(encodeURIComponent)].join('/');
+}
+
+const listeners = new Set<() => void>();
+
+/** Moves to another view of the app without a page load. */
+export function navigate(to: string, replace = false): void {
+  if (replace) history.replaceState(null, '', to);
+  else history.pushState(null, '', to);
+  for (const l of listeners) l();
+}
+
+/** The current path and query; re-renders on navigate() and on the browser's back/forward. */
+export function useLocation(): { pathname: string; search: string } {
+  const read = () => ({ pathname: location.pathname, search: location.search });
+  const [loc, setLoc] = useState(read);
+  useEffect(() => {
+    const update = () => setLoc(read());
+    listeners.add(update);
+    addEventListener('popstate', update);
+    return () => {
+      listeners.delete(update);
+      removeEventListener('popstate', update);
+    };
+  }, []);
+  return loc;
+}
+
+/**
+ * Click handler for the app's own links: a plain left click navigates inside the app; a
+ * modified click (new tab, download) is left to the browser.
+ */
+export function onLinkClick(e: MouseEvent): void {
+  const a = e.currentTarget as HTMLAnchorElement;
+  if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  if (a.origin !== location.origin) return;
+  e.preventDefault();
+  navigate(a.pathname + a.search);
+}

@@ -1,0 +1,108 @@
+import type { RunStreamEvent } from './run-stream.ts';
+
+/** One line of the timeline: consecutive token events are one line, with their count. */
+export interface TimelineEntry {
+  id: string;
+  /** Id of the last event merged into this line (the same as `id` for one event). */
+  lastId: string;
+  type: string;
+  summary: string;
+  /** Token lines: how many events and characters they hold. */
+  tokens?: { events: number; chars: number };
+}
+
+export interface Timeline {
+  entries: TimelineEntry[];
+  /** Entries dropped from the front to keep the page bounded. */
+  dropped: number;
+  /** The answer as streamed so far: the text of the current attempt only. */
+  answer: string;
+  attempt?: number;
+  notices: { id: string; text: string }[];
+  end?: { status: string; answer?: string; finishReason?: string; error?: { code: string; message: string } };
+}
+
+export const emptyTimeline = (): Timeline => ({ entries: [], dropped: 0, answer: '', notices: [] });
+
+/** A run with many status changes stays readable and cheap to render. */
+const MAX_ENTRIES = 1000;
+
+/** Folds a batch of events into the timeline (a new object; the old one is left as it was). */
+export function applyEvents(t: Timeline, events: RunStreamEvent[]): Timeline {
+  const next: Timeline = { ...t, entries: [...t.entries], notices: [...t.notices] };
+  for (const e of events) apply(next, e);
+  if (next.entries.length > MAX_ENTRIES) {
+    next.dropped += next.entries.length - MAX_ENTRIES;
+    next.entries = next.entries.slice(-MAX_ENTRIES);
+  }
+  return next;
+}
+
+function apply(t: Timeline, e: RunStreamEvent): void {
+  switch (e.type) {
+    case 'token': {
+      t.answer += e.data.text;
+      const last = t.entries.at(-1);
+      if (last?.type === 'token' && last.tokens) {
+        const tokens = { events: last.tokens.events + 1, chars: last.tokens.chars + e.data.text.length };
+        t.entries[t.entries.length - 1] = { ...last, lastId: e.id, tokens, summary: tokenSummary(tokens) };
+      } else {
+        const tokens = { events: 1, chars: e.data.text.length };
+        t.entries.push({ id: e.id, lastId: e.id, type: 'token', tokens, summary: tokenSummary(tokens) });
+      }
+      return;
+    }
+    case 'attempt':
+      // A new attempt produces the answer again from its start (README: "drop the text you have").
+      t.answer = '';
+      t.attempt = e.data.attempt;
+      push(t, e, `attempt ${e.data.attempt} of ${e.data.maxAttempts}${e.data.recovered ? ' (taken over after a lost lease)' : ''}`);
+      return;
+    case 'status':
+      push(t, e, statusSummary(e.data as unknown as Record<string, unknown>));
+      return;
+    case 'ephemeral':
+      t.notices.push({ id: e.id, text: e.data.text });
+      push(t, e, e.data.text);
+      return;
+    case 'end': {
+      const d = e.data;
+      t.end = { status: d.status, answer: d.result?.answer, finishReason: d.result?.finishReason, error: d.error };
+      const why = d.error ? `: ${d.error.code} ${d.error.message}` : d.result?.finishReason ? ` (${d.result.finishReason})` : '';
+      push(t, e, `${d.status}${why}`);
+      return;
+    }
+    default:
+      push(t, e, `${e.name}: ${short(JSON.stringify(e.data))}`, e.name);
+  }
+}
+
+function push(t: Timeline, e: RunStreamEvent, summary: string, type: string = e.type): void {
+  t.entries.push({ id: e.id, lastId: e.id, type, summary });
+}
+
+function tokenSummary(n: { events: number; chars: number }): string {
+  return `${n.chars} character${n.chars === 1 ? '' : 's'} of answer${n.events > 1 ? ` in ${n.events} events` : ''}`;
+}
+
+function statusSummary(d: Record<string, unknown>): string {
+  const parts = [String(d.status)];
+  if (typeof d.attempt === 'number' && typeof d.maxAttempts === 'number') parts.push(`attempt ${d.attempt}/${d.maxAttempts}`);
+  if (typeof d.retryAt === 'number') parts.push(`next attempt at ${new Date(d.retryAt).toLocaleTimeString(undefined, { hour12: false })}`);
+  const err = d.lastError as { code?: string; message?: string } | undefined;
+  if (err?.code) parts.push(`${err.code}: ${err.message ?? ''}`);
+  const blocked = d.blocked as { stepKey?: string } | undefined;
+  if (blocked?.stepKey) parts.push(`on step ${blocked.stepKey}`);
+  const resolved = d.resolved as { stepKey?: string; mode?: string } | undefined;
+  if (resolved?.stepKey) parts.push(`step ${resolved.stepKey} resolved (${resolved.mode})`);
+  return parts.join(' · ');
+}
+
+function short(s: string, max = 160): string {
+  return s.length > max ? `${s.slice(0, max)}…` : s;
+}
+
+/** The time an event was written: its stream id starts with the Redis time in ms. */
+export function eventTime(id: string): Date {
+  return new Date(Number(id.split('-')[0]));
+}

@@ -1,0 +1,36 @@
+import type { ComponentChildren } from 'preact';
+import { onLinkClick } from '../lib/router.ts';
+import { describeError } from '../lib/api.ts';
+
+/** A link to a view of the app: a real href (keyboard, new tab), handled without a reload. */
+export function Link(props: { href: string; children: ComponentChildren; class?: string; 'aria-current'?: 'page' }) {
+  return (
+    <a href={props.href} class={props.class} aria-current={props['aria-current']} onClick={onLinkClick}>
+      {props.children}
+    </a>
+  );
+}
+
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+export const isTerminal = (status: string) => TERMINAL.has(status);
+
+/** A run's status as a word with a colour; the word carries the meaning, the colour only helps. */
+export function StatusBadge({ status }: { status: string }) {
+  return <span class={`badge status-${/^[a-z]+$/.test(status) ? status : 'other'}`}>{status}</span>;
+}
+
+/** An error the reader should see, announced to screen readers. */
+export function ErrorNote({ error, prefix }: { error: unknown; prefix?: string }) {
+  if (!error) return null;
+  return (
+    <p class="error" role="alert">
+      {prefix ? `${prefix}: ` : ''}
+      {describeError(error)}
+    </p>
+  );
+}
+
+/** Static text for "nothing here yet". */
+export function Empty({ children }: { children: ComponentChildren }) {
+  return <p class="empty">{children}</p>;
+}

@@ -1,0 +1,291 @@
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { BatonApiError, describeError, type Api, type Run, type Step } from '../lib/api.ts';
+import { formatDuration, formatJson, formatTime } from '../lib/format.ts';
+import { useNow } from '../lib/hooks.ts';
+import { href } from '../lib/router.ts';
+import type { StreamState } from '../lib/run-stream.ts';
+import { useRunStream } from '../lib/use-run-stream.ts';
+import { ErrorNote, isTerminal, Link, StatusBadge } from './common.tsx';
+import { ResolveForm } from './resolve-form.tsx';
+import { StepsTable } from './steps-table.tsx';
+import { TimelineList } from './timeline-list.tsx';
+import { WaitsPanel } from './waits-panel.tsx';
+
+/** A run that is not finished is also re-read this often, in case an event is slow to come. */
+const FALLBACK_POLL_MS = 5000;
+
+type Loaded = { phase: 'loading' } | { phase: 'missing' } | { phase: 'error'; error: unknown } | { phase: 'ok'; run: Run };
+
+/**
+ * One run: its record, its live event stream (answer, notices, timeline), its memoized steps,
+ * and what may be done to it (cancel; resolve a blocked step with an admin key; answer a wait).
+ */
+export function RunView({ api, runId, admin }: { api: Api; runId: string; admin: boolean }) {
+  const [loaded, setLoaded] = useState<Loaded>({ phase: 'loading' });
+  const [steps, setSteps] = useState<{ steps?: Step[]; error?: unknown }>({});
+  const inFlight = useRef<Promise<void> | undefined>(undefined);
+  const again = useRef(false);
+
+  // One refresh at a time; a request for another while one runs is served right after it.
+  const refresh = useCallback(() => {
+    if (inFlight.current) {
+      again.current = true;
+      return;
+    }
+    inFlight.current = (async () => {
+      try {
+        const [run, st] = await Promise.all([api.run(runId), api.steps(runId).then((s) => ({ steps: s }), (error) => ({ error }))]);
+        setLoaded({ phase: 'ok', run });
+        setSteps(st);
+      } catch (error) {
+        if (error instanceof BatonApiError && error.status === 404) setLoaded({ phase: 'missing' });
+        else setLoaded((l) => (l.phase === 'ok' ? l : { phase: 'error', error }));
+      } finally {
+        inFlight.current = undefined;
+        if (again.current) {
+          again.current = false;
+          refresh();
+        }
+      }
+    })();
+  }, [api, runId]);
+
+  useEffect(() => {
+    document.title = `Run ${runId} · Baton`;
+    refresh();
+  }, [refresh]);
+
+  const exists = loaded.phase === 'ok';
+  const terminal = exists && isTerminal(loaded.run.status);
+  useEffect(() => {
+    if (!exists || terminal) return;
+    const t = setInterval(refresh, FALLBACK_POLL_MS);
+    return () => clearInterval(t);
+  }, [exists, terminal, refresh]);
+
+  const { timeline, state } = useRunStream(api, runId, exists, refresh);
+
+  if (loaded.phase === 'loading') return <p role="status">Loading run {runId}…</p>;
+  if (loaded.phase === 'missing') {
+    return (
+      <>
+        <h1 tabIndex={-1}>Run not found</h1>
+        <p>
+          Scope <strong>{api.scope}</strong> has no run <code class="mono">{runId}</code>. It may belong to another scope, or
+          its retention has passed. <Link href={href('runs')}>See the runs</Link>.
+        </p>
+      </>
+    );
+  }
+  if (loaded.phase === 'error') {
+    return (
+      <>
+        <h1 tabIndex={-1}>Run {runId}</h1>
+        <ErrorNote error={loaded.error} prefix="Could not load the run" />
+      </>
+    );
+  }
+  const run = loaded.run;
+  const answer = timeline.end?.answer ?? timeline.answer;
+
+  return (
+    <>
+      <h1 tabIndex={-1} class="run-title">
+        Run <span class="mono">{run.id}</span> <StatusBadge status={run.status} />
+      </h1>
+      <RunSummary run={run} />
+      {run.lastError && <LastError error={run.lastError} status={run.status} />}
+      {run.blocked && (
+        <section class="panel warn" aria-labelledby="blocked-h">
+          <h2 id="blocked-h">Blocked on step {run.blocked.stepKey}</h2>
+          <p>
+            {run.blocked.reason} Since {formatTime(run.blocked.since)}.
+          </p>
+          {admin ? (
+            <ResolveForm api={api} runId={run.id} stepKey={run.blocked.stepKey} onDone={refresh} />
+          ) : (
+            <p class="hint">An admin key of this scope can resolve it.</p>
+          )}
+        </section>
+      )}
+      {run.waits && run.waits.length > 0 && <WaitsPanel api={api} runId={run.id} waits={run.waits} onDone={refresh} />}
+      {!isTerminal(run.status) && <CancelControl api={api} run={run} onDone={refresh} />}
+
+      <section aria-labelledby="input-h">
+        <h2 id="input-h">Input</h2>
+        <pre class="text">{run.input.content}</pre>
+      </section>
+
+      <section aria-labelledby="answer-h">
+        <h2 id="answer-h">Answer</h2>
+        <p class="stream-state" role="status">
+          {streamLine(state, timeline.end !== undefined)}
+          {timeline.attempt !== undefined && timeline.end === undefined ? ` · attempt ${timeline.attempt}` : ''}
+        </p>
+        <pre class="text answer">
+          {answer || <span class="empty">No answer text yet.</span>}
+        </pre>
+        {run.result && run.result.finishReason !== 'stop' && (
+          <p class="hint">Finish reason: {run.result.finishReason} (the answer is incomplete).</p>
+        )}
+      </section>
+
+      {timeline.notices.length > 0 && (
+        <section aria-labelledby="notices-h">
+          <h2 id="notices-h">Notices</h2>
+          <p class="hint">Streamed to readers, never part of the answer or the history.</p>
+          <ul class="notices">
+            {timeline.notices.map((n) => (
+              <li key={n.id}>{n.text}</li>
+            ))}
+          </ul>
+        </section>
+      )}
+
+      <section aria-labelledby="steps-h">
+        <h2 id="steps-h">Memoized steps</h2>
+        <ErrorNote error={steps.error} prefix="Could not load the steps" />
+        {steps.steps && <StepsTable steps={steps.steps} />}
+      </section>
+
+      <section aria-labelledby="events-h">
+        <h2 id="events-h">Events</h2>
+        <TimelineList timeline={timeline} />
+      </section>
+    </>
+  );
+}
+
+function streamLine(s: StreamState, ended: boolean): string {
+  switch (s.state) {
+    case 'connecting':
+      return 'Connecting to the event stream…';
+    case 'live':
+      return ended ? 'Stream complete.' : 'Live: new events appear as they happen.';
+    case 'reconnecting':
+      return `Connection lost; reconnecting${s.after ? ` after event ${s.after}` : ''}…`;
+    case 'ended':
+      return 'Stream complete.';
+    case 'failed':
+      return s.error instanceof BatonApiError && s.error.status === 404
+        ? 'The event log is no longer kept (its retention passed).'
+        : `The event stream stopped: ${describeError(s.error)}`;
+  }
+}
+
+function RunSummary({ run }: { run: Run }) {
+  const now = useNow();
+  const retryIn = run.status === 'retrying' && run.retryAt ? new Date(run.retryAt).getTime() - now : undefined;
+  return (
+    <dl class="summary">
+      <div>
+        <dt>Session</dt>
+        <dd>
+          <Link href={href('sessions', run.sessionId)}>{run.sessionId}</Link>
+        </dd>
+      </div>
+      <div>
+        <dt>Agent</dt>
+        <dd>{run.agent}</dd>
+      </div>
+      <div>
+        <dt>Runtime</dt>
+        <dd>{run.runtime}</dd>
+      </div>
+      <div>
+        <dt>Attempt</dt>
+        <dd>
+          {run.attempt} of {run.maxAttempts}
+        </dd>
+      </div>
+      <div>
+        <dt>Recoveries</dt>
+        <dd title="Times another worker took the run over after its lease ran out">{run.recoveries}</dd>
+      </div>
+      {retryIn !== undefined && (
+        <div>
+          <dt>Next attempt</dt>
+          <dd>
+            {retryIn > 0 ? `in ${formatDuration(retryIn)}` : 'due now'} ({formatTime(run.retryAt)})
+          </dd>
+        </div>
+      )}
+      <div>
+        <dt>Created</dt>
+        <dd>{formatTime(run.createdAt)}</dd>
+      </div>
+      <div>
+        <dt>Started</dt>
+        <dd>{formatTime(run.startedAt)}</dd>
+      </div>
+      <div>
+        <dt>Finished</dt>
+        <dd>{formatTime(run.finishedAt)}</dd>
+      </div>
+      {run.cancelRequested && (
+        <div>
+          <dt>Cancel</dt>
+          <dd>requested; the worker is stopping the run</dd>
+        </div>
+      )}
+    </dl>
+  );
+}
+
+function LastError({ error, status }: { error: NonNullable<Run['lastError']>; status: string }) {
+  return (
+    <section class={`panel ${status === 'failed' ? 'bad' : 'warn'}`} aria-labelledby="error-h">
+      <h2 id="error-h">{status === 'retrying' ? 'Why it retries' : 'Last error'}</h2>
+      <p>
+        <code>{error.code}</code> {error.message}
+      </p>
+      {error.details !== undefined && (
+        <details>
+          <summary>Details</summary>
+          <pre class="json">{formatJson(error.details)}</pre>
+        </details>
+      )}
+    </section>
+  );
+}
+
+/** Cancel asks once more: it cannot be undone, and a running run stops at once. */
+function CancelControl({ api, run, onDone }: { api: Api; run: Run; onDone(): void }) {
+  const [confirming, setConfirming] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>();
+  const cancel = async () => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      await api.cancel(run.id);
+      setConfirming(false);
+      onDone();
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  if (run.cancelRequested) return null;
+  return (
+    <div class="actions-row">
+      {!confirming ? (
+        <button type="button" class="danger" onClick={() => setConfirming(true)}>
+          Cancel run…
+        </button>
+      ) : (
+        <div role="group" aria-label="Confirm cancel">
+          <span>Cancel this run? Its partial answer is kept, marked incomplete.</span>{' '}
+          <button type="button" class="danger" disabled={busy} onClick={cancel}>
+            Yes, cancel the run
+          </button>{' '}
+          <button type="button" class="quiet" onClick={() => setConfirming(false)}>
+            Keep it running
+          </button>
+        </div>
+      )}
+      <ErrorNote error={error} prefix="Cancel failed" />
+    </div>
+  );
+}

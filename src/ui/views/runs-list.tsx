@@ -1,0 +1,158 @@
+import { useEffect, useState } from 'preact/hooks';
+import { ID_PATTERN, type Api, type RunFilter } from '../lib/api.ts';
+import { formatAgo, formatTime } from '../lib/format.ts';
+import { useNow, usePolling } from '../lib/hooks.ts';
+import { href, navigate, uiBase } from '../lib/router.ts';
+import { Empty, ErrorNote, Link, StatusBadge } from './common.tsx';
+
+/** The statuses a reader filters by; `queued` also covers the internal `dispatched`. */
+const STATUSES = ['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled'];
+const FIELDS = ['sessionId', 'agent', 'runtime'] as const;
+const LABELS: Record<(typeof FIELDS)[number], string> = { sessionId: 'Session', agent: 'Agent', runtime: 'Runtime' };
+const PAGE = 50;
+const MAX = 200;
+/** Often enough to watch a run move, cheap enough for an open tab: one GET per 2 s. */
+const POLL_MS = 2000;
+
+function filterOf(search: string): RunFilter {
+  const q = new URLSearchParams(search);
+  const f: RunFilter = {};
+  const status = q.get('status');
+  if (status && STATUSES.includes(status)) f.status = status;
+  for (const k of FIELDS) {
+    const v = q.get(k);
+    if (v && ID_PATTERN.test(v)) f[k] = v;
+  }
+  return f;
+}
+
+/** The scope's runs, newest first, filtered, refreshed every 2 s. */
+export function RunsList({ api, search }: { api: Api; search: string }) {
+  const filter = filterOf(search);
+  const [limit, setLimit] = useState(PAGE);
+  const key = JSON.stringify(filter);
+  useEffect(() => setLimit(PAGE), [key]);
+  const query = { ...filter, status: filter.status === 'queued' ? 'queued,dispatched' : filter.status };
+  const page = usePolling(() => api.runs(query, limit), POLL_MS, [key, limit, api]);
+  const now = useNow();
+  useEffect(() => {
+    document.title = 'Runs · Baton';
+  }, []);
+
+  return (
+    <>
+      <h1 tabIndex={-1}>Runs</h1>
+      <Filters filter={filter} />
+      <ErrorNote error={page.error} prefix="Could not load the runs" />
+      {page.data && page.data.runs.length === 0 && <Empty>No runs match.</Empty>}
+      {page.data && page.data.runs.length > 0 && (
+        <table class="runs">
+          <caption class="visually-hidden">Runs, newest first</caption>
+          <thead>
+            <tr>
+              <th scope="col">Run</th>
+              <th scope="col">Status</th>
+              <th scope="col">Session</th>
+              <th scope="col">Agent</th>
+              <th scope="col">Runtime</th>
+              <th scope="col">Attempt</th>
+              <th scope="col">Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {page.data.runs.map((r) => (
+              <tr key={r.id}>
+                <td data-label="Run">
+                  <Link href={href('runs', r.id)} class="mono">{r.id}</Link>
+                </td>
+                <td data-label="Status">
+                  <StatusBadge status={r.status} />
+                </td>
+                <td data-label="Session">
+                  <Link href={href('sessions', r.sessionId)}>{r.sessionId}</Link>
+                </td>
+                <td data-label="Agent">{r.agent}</td>
+                <td data-label="Runtime">{r.runtime}</td>
+                <td data-label="Attempt">
+                  {r.attempt} of {r.maxAttempts}
+                </td>
+                <td data-label="Created">
+                  <time dateTime={r.createdAt} title={formatTime(r.createdAt)}>
+                    {formatAgo(r.createdAt, now)}
+                  </time>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {page.data?.nextCursor && limit < MAX && (
+        <button type="button" class="quiet" onClick={() => setLimit(Math.min(MAX, limit + PAGE))}>
+          Show older runs
+        </button>
+      )}
+    </>
+  );
+}
+
+function Filters({ filter }: { filter: RunFilter }) {
+  const [draft, setDraft] = useState<RunFilter>(filter);
+  const [problem, setProblem] = useState<string>();
+  useEffect(() => setDraft(filter), [JSON.stringify(filter)]);
+  const set = (k: keyof RunFilter, v: string) => setDraft({ ...draft, [k]: v });
+
+  const apply = (e: Event) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    // A fixed order, so the same filter is always the same URL.
+    for (const k of ['status', ...FIELDS] as const) {
+      const value = (draft[k] ?? '').trim();
+      if (!value) continue;
+      if (k !== 'status' && !ID_PATTERN.test(value)) {
+        setProblem(`${LABELS[k]}: up to 64 of A-Z a-z 0-9 . _ - , starting with a letter or digit.`);
+        return;
+      }
+      q.set(k, value);
+    }
+    setProblem(undefined);
+    navigate(`${uiBase()}/runs${q.size ? `?${q}` : ''}`);
+  };
+
+  return (
+    <form class="filters" onSubmit={apply} aria-label="Filter runs">
+      <div class="field">
+        <label for="f-status">Status</label>
+        <select id="f-status" value={draft.status ?? ''} onChange={(e) => set('status', (e.currentTarget as HTMLSelectElement).value)}>
+          <option value="">any</option>
+          {STATUSES.map((s) => (
+            <option value={s}>{s}</option>
+          ))}
+        </select>
+      </div>
+      {FIELDS.map((k) => (
+        <div class="field" key={k}>
+          <label for={`f-${k}`}>{LABELS[k]}</label>
+          <input
+            id={`f-${k}`}
+            type="text"
+            autocomplete="off"
+            spellcheck={false}
+            value={draft[k] ?? ''}
+            onInput={(e) => set(k, (e.currentTarget as HTMLInputElement).value)}
+          />
+        </div>
+      ))}
+      <div class="actions">
+        <button type="submit">Apply filters</button>
+        <button type="button" class="quiet" onClick={() => navigate(`${uiBase()}/runs`)}>
+          Clear
+        </button>
+      </div>
+      {problem && (
+        <p class="error" role="alert">
+          {problem}
+        </p>
+      )}
+    </form>
+  );
+}

@@ -1,0 +1,433 @@
+import type { BrowserContext, Page } from 'playwright-core';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ApiHandle } from '../src/api/server.ts';
+import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
+import { charge, flaky } from './fixtures/engine-agents.ts';
+import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
+import { FIXTURE, fx, fxSet, useFixturesInProcess } from './helpers/engine.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { startSseProxy } from './helpers/sse-proxy.ts';
+
+/**
+ * The run inspector in a real browser (Debian's Chromium through playwright-core), served by
+ * a real API under its real helmet CSP, with real workers on a real Redis. Every page must
+ * load and work with no console error (a CSP violation is one).
+ */
+
+// ---- an agent the test steps through: each release lets one more word of the answer out ----
+
+const released = new Map<string, number>();
+const wakers = new Map<string, () => void>();
+
+function release(runId: string): void {
+  released.set(runId, (released.get(runId) ?? 0) + 1);
+  wakers.get(runId)?.();
+}
+
+async function gate(ctx: RunContext, n: number): Promise<void> {
+  while ((released.get(ctx.runId) ?? 0) < n) {
+    if (ctx.signal.aborted) throw ctx.signal.reason;
+    await new Promise<void>((resolve) => {
+      wakers.set(ctx.runId, resolve);
+      ctx.signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+  }
+}
+
+/** Two memoized steps and a notice, then the input's words as the answer, one per release when `metadata.gated`. */
+const talk = defineAgent({
+  name: 'ui-talk',
+  async run(ctx) {
+    const words = ctx.input.content.split(' ');
+    await ctx.step('plan', () => ({ words: words.length }));
+    await ctx.tool('lookup', { q: words[0] }, () => `found ${words[0]}`);
+    ctx.emit('warming up', { ephemeral: true });
+    for (let i = 0; i < words.length; i++) {
+      if (i > 0 && ctx.metadata.gated) await gate(ctx, i);
+      ctx.emit(i === 0 ? words[i] : ` ${words[i]}`);
+    }
+    return { answer: words.join(' ') };
+  },
+});
+
+// ---- setup ----
+
+let h: Harness;
+let api: ApiHandle;
+let acme: ScopeClient;
+let browser: BrowserContext;
+let pages: WatchedPage[] = [];
+
+beforeAll(async () => {
+  ensureUiBuilt();
+  h = await useHarness();
+  useFixturesInProcess(h);
+  api = await h.startApi();
+  await h.startWorker({ agents: [talk, flaky] });
+  acme = await h.client(api.url, 'acme', 'admin');
+  browser = await launchBrowser();
+});
+
+afterEach(async () => {
+  for (const p of pages) await p.page.close();
+  pages = [];
+});
+
+/** A tab logged in with `key` through the URL fragment, as a printed link would open it. */
+async function loggedIn(key: string, path = '/ui'): Promise<WatchedPage> {
+  const w = await openPage(browser);
+  pages.push(w);
+  await w.page.goto(`${api.url}${path}#key=${encodeURIComponent(key)}`);
+  await w.page.getByRole('button', { name: 'Log out' }).waitFor();
+  return w;
+}
+
+const ui = (path: string) => `${api.url}/ui${path}`;
+const answer = (page: Page) => page.locator('pre.answer');
+const statusBadge = (page: Page) => page.locator('h1 .badge');
+
+describe('run inspector', () => {
+  it('serves the app at /ui under the API CSP and logs in with a key typed at the keyboard', async () => {
+    const w = await openPage(browser);
+    pages.push(w);
+    const root = await w.page.goto(`${api.url}/`);
+    // `/` redirected to /ui, and the page came with helmet's CSP: scripts from 'self' only.
+    expect(new URL(w.page.url()).pathname).toBe('/ui');
+    const csp = root!.headers()['content-security-policy'];
+    expect(csp).toContain("script-src 'self'");
+    expect(csp).toContain("default-src 'self'");
+    expect(csp).not.toContain('unsafe-eval');
+
+    await w.page.getByLabel('API key').waitFor();
+    // Keyboard only: focus moves to the key field, Enter submits.
+    await w.page.keyboard.press('Tab');
+    const focused = await w.page.evaluate(() => document.activeElement?.id);
+    expect(focused).toBe('api-key');
+    await w.page.keyboard.type('bk_not-a-key-anyone-issued-0000');
+    await w.page.keyboard.press('Enter');
+    await untilText(w.page.getByRole('alert'), 'That key is not valid (unknown or revoked).');
+    expect(w.errors.filter((e) => !e.includes('401'))).toEqual([]);
+    w.errors.length = 0;
+
+    await w.page.getByLabel('API key').fill(acme.key);
+    await w.page.keyboard.press('Enter');
+    await untilText(w.page.locator('.who'), 'scope acme · admin key');
+    // The key is in this tab's sessionStorage, and in no URL.
+    expect(await w.page.evaluate(() => sessionStorage.getItem('baton.inspector.key'))).toBe(acme.key);
+    expect(w.page.url()).not.toContain(acme.key);
+    // A reload keeps the tab logged in.
+    await w.page.reload();
+    await untilText(w.page.locator('.who'), 'scope acme · admin key');
+    expect(w.errors).toEqual([]);
+  });
+
+  it('takes a key from the link fragment and removes it from the address bar', async () => {
+    const client = await h.key('acme', 'client');
+    const w = await loggedIn(client, '/ui/runtimes');
+    expect(w.page.url()).toBe(ui('/runtimes'));
+    await untilText(w.page.locator('.who'), 'scope acme · client key');
+    expect(w.errors).toEqual([]);
+    // The entry with the key was replaced, not kept: going back leaves the app.
+    await w.page.goBack();
+    expect(w.page.url()).toBe('about:blank');
+  });
+
+  it('shows a run in the list and its tokens in the run view as they are produced', async () => {
+    const w = await loggedIn(acme.key);
+    const run = (await acme.submit('ui-live', 'alpha beta gamma', { agent: 'ui-talk', metadata: { gated: true } })).body;
+    const link = w.page.getByRole('link', { name: run.id });
+    await link.waitFor();
+    await link.click();
+    expect(w.page.url()).toBe(ui(`/runs/${run.id}`));
+
+    await untilText(answer(w.page), 'alpha');
+    // The page shows the first word while the run is still producing the rest.
+    expect((await acme.get(`/runs/${run.id}`)).body.status).toBe('running');
+    await untilText(statusBadge(w.page), 'running');
+    release(run.id);
+    await untilText(answer(w.page), 'alpha beta');
+    release(run.id);
+    await untilText(answer(w.page), 'alpha beta gamma');
+    await untilText(statusBadge(w.page), 'succeeded');
+    await untilText(w.page.locator('.stream-state'), 'Stream complete.');
+
+    // The notice, the memoized steps with their values, and the event timeline.
+    await untilText(w.page.locator('.notices'), 'warming up');
+    const steps = w.page.locator('table.steps tbody tr');
+    await waitFor(async () => (await steps.count()) === 2, 10_000, 'two steps');
+    expect((await steps.nth(0).textContent())!).toContain('step:plan:1');
+    expect((await steps.nth(0).textContent())!).toContain('{"words":3}');
+    expect((await steps.nth(1).textContent())!).toContain('tool:lookup:1');
+    expect((await steps.nth(1).textContent())!).toContain('"found alpha"');
+    const timeline = await w.page.locator('ol.timeline').textContent();
+    for (const piece of ['queued', 'running', 'attempt 1 of 3', 'warming up', 'succeeded (stop)']) expect(timeline).toContain(piece);
+    expect(await w.page.locator('.summary').textContent()).toContain('Attempt1 of 3');
+    expect(w.errors).toEqual([]);
+
+    // The same run at a desktop and a phone width.
+    await screenshots(w.page, 'run-view');
+    expect(w.errors).toEqual([]);
+  });
+
+  it('resumes a dropped event stream where it broke: nothing lost, nothing twice', async () => {
+    // The page is served through a proxy that cuts the first event stream after three events,
+    // as a flaky network or a load balancer would; the page reconnects with Last-Event-ID.
+    let streams = 0;
+    const proxy = await startSseProxy(api.url, { cutAfterEvents: () => (streams++ === 0 ? 3 : undefined) });
+    const run = (await acme.submit('ui-resume', 'one two three', { agent: 'ui-talk', metadata: { gated: true } })).body;
+    const w = await openPage(browser);
+    pages.push(w);
+    await w.page.goto(`${proxy.url}/ui/runs/${run.id}#key=${encodeURIComponent(acme.key)}`);
+    await untilText(answer(w.page), 'one');
+    expect(proxy.cuts).toBe(1);
+    release(run.id);
+    release(run.id);
+    await untilText(answer(w.page), 'one two three');
+    await untilText(statusBadge(w.page), 'succeeded');
+    await untilText(w.page.locator('.stream-state'), 'Stream complete.');
+    const types = await w.page.locator('ol.timeline .ev-type').allTextContents();
+    expect(types.filter((t) => t === 'attempt')).toHaveLength(1);
+    expect(types.filter((t) => t === 'end')).toHaveLength(1);
+    const ids = await w.page.locator('ol.timeline .ev-id').allTextContents();
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(streams).toBe(2);
+    // The browser notes the cut connection itself; the page adds nothing of its own.
+    expect(w.errors.filter((e) => !/net::ERR_/.test(e))).toEqual([]);
+  });
+
+  it('filters the runs list by status, session, agent and runtime', async () => {
+    const a = (await acme.submit('ui-filter-a', 'one', { agent: 'ui-talk' })).body;
+    const b = (await acme.submit('ui-filter-b', 'two', { agent: 'echo' })).body;
+    await acme.waitStatus(a.id, ['succeeded']);
+    await acme.waitStatus(b.id, ['succeeded']);
+    const w = await loggedIn(acme.key);
+    const rows = w.page.locator('table.runs tbody tr');
+    await w.page.getByRole('link', { name: b.id }).waitFor();
+
+    await w.page.getByLabel('Agent').fill('ui-talk');
+    await w.page.getByLabel('Session').fill('ui-filter-a');
+    await w.page.getByRole('button', { name: 'Apply filters' }).click();
+    await waitFor(async () => (await rows.count()) === 1, 10_000, 'one row');
+    expect(await rows.first().textContent()).toContain(a.id);
+    expect(new URL(w.page.url()).search).toBe('?sessionId=ui-filter-a&agent=ui-talk');
+
+    await w.page.getByRole('button', { name: 'Clear' }).click();
+    await w.page.getByLabel('Runtime').fill(h.runtime);
+    await w.page.getByLabel('Status').selectOption('succeeded');
+    await w.page.getByLabel('Agent').fill('echo');
+    await w.page.getByRole('button', { name: 'Apply filters' }).click();
+    await waitFor(async () => (await rows.count()) === 1 && (await rows.first().textContent())!.includes(b.id), 10_000, 'the echo run');
+
+    await w.page.getByLabel('Runtime').fill('no:such');
+    await w.page.getByRole('button', { name: 'Apply filters' }).click();
+    await untilText(w.page.getByRole('alert'), (t) => t.startsWith('Runtime: up to 64'));
+    expect(w.errors).toEqual([]);
+  });
+
+  it('cancels a running run; its partial answer shows as incomplete in the session', async () => {
+    const run = (await acme.submit('ui-cancel', 'first second third', { agent: 'ui-talk', metadata: { gated: true } })).body;
+    const w = await loggedIn(acme.key, `/ui/runs/${run.id}`);
+    await untilText(answer(w.page), 'first');
+    await w.page.getByRole('button', { name: 'Cancel run…' }).click();
+    await w.page.getByRole('button', { name: 'Yes, cancel the run' }).click();
+    await untilText(statusBadge(w.page), 'cancelled');
+    expect((await acme.get(`/runs/${run.id}`)).body).toMatchObject({ status: 'cancelled', result: { answer: 'first', finishReason: 'cancelled' } });
+    await untilText(w.page.locator('.stream-state'), 'Stream complete.');
+    expect(await w.page.getByRole('button', { name: 'Cancel run…' }).count()).toBe(0);
+
+    await w.page.getByRole('link', { name: 'ui-cancel' }).click();
+    const assistant = w.page.locator('.msg-assistant');
+    await untilText(assistant, (t) => t.includes('incomplete') && t.includes('first'), 'the incomplete answer');
+    await untilText(w.page.locator('.msg-user'), (t) => t.includes('first second third'), 'the user message');
+    expect(w.errors).toEqual([]);
+  });
+
+  it('resolves a blocked step with an admin key; a client key sees no resolve form', async () => {
+    // A worker dies inside a non-idempotent tool: the run blocks (see engine-block.test.ts).
+    const rt = `${h.runtime}-b`;
+    const child = await h.spawn('worker', { agents: [FIXTURE], env: { FX_TAG: 'A', RUNTIME: rt } });
+    const run = (await acme.submit('ui-block', 'charge me', { agent: 'fx-charge', runtime: rt })).body;
+    await waitFor(() => fx(h, run.id, 'reached'), 20_000, 'worker A inside the tool');
+    await h.startWorker({ agents: [charge], env: { RUNTIME: rt } });
+    await child.kill('SIGKILL');
+    await fxSet(h, run.id, 'go');
+    await acme.waitStatus(run.id, ['blocked'], 20_000);
+
+    const asClient = await loggedIn(await h.key('acme', 'client'), `/ui/runs/${run.id}`);
+    await untilText(asClient.page.locator('#blocked-h'), 'Blocked on step tool:charge:1');
+    await untilText(asClient.page.locator('table.steps tbody tr'), (t) => t.includes('tool:charge:1') && t.includes('started, no result'), 'the started step');
+    expect(await asClient.page.getByRole('button', { name: 'Resolve step' }).count()).toBe(0);
+    expect(await asClient.page.locator('#blocked-h').locator('..').textContent()).toContain('An admin key of this scope can resolve it.');
+    expect(asClient.errors).toEqual([]);
+
+    const w = await loggedIn(acme.key, `/ui/runs/${run.id}`);
+    await w.page.getByLabel('Step result (JSON)').fill('not json');
+    await w.page.getByRole('button', { name: 'Resolve step' }).click();
+    await untilText(w.page.getByRole('alert'), (t) => t.startsWith('Enter the value as JSON'), 'the JSON hint');
+    await w.page.getByLabel('Step result (JSON)').fill('{"receipt":"manual","amount":5}');
+    await w.page.getByRole('button', { name: 'Resolve step' }).click();
+    await untilText(statusBadge(w.page), 'succeeded');
+    await untilText(answer(w.page), 'charged {"receipt":"manual","amount":5}');
+    await untilText(w.page.locator('table.steps tbody tr'), (t) => t.includes('tool:charge:1') && t.includes('done'), 'the resolved step');
+    expect(await fx(h, run.id, 'charge')).toBe('1');
+    expect(await w.page.locator('ol.timeline').textContent()).toContain('step tool:charge:1 resolved (value)');
+    expect(w.errors).toEqual([]);
+  });
+
+  it('drains and resumes a runtime as admin; a client key sees no admin controls', async () => {
+    const w = await loggedIn(acme.key, '/ui/runtimes');
+    const card = w.page.locator(`article[data-runtime="${h.runtime}"]`);
+    await card.getByRole('button', { name: `Drain ${h.runtime}` }).waitFor();
+    expect(await card.textContent()).toContain('ui-talk');
+    await untilText(card.locator('.counts'), (t) => t.includes('succeeded'), 'the counts');
+    await card.getByRole('button', { name: `Drain ${h.runtime}` }).click();
+    await untilText(card.getByRole('status'), 'Draining; 0 queued runs cancelled.');
+    expect((await acme.get(`/runtimes/${h.runtime}/stats`)).body.draining).toBe(true);
+    await card.getByRole('button', { name: `Resume ${h.runtime}` }).click();
+    await untilText(card.getByRole('status'), 'Resumed; 0 parked runs admitted.');
+    expect((await acme.get(`/runtimes/${h.runtime}/stats`)).body.draining).toBe(false);
+    await card.getByRole('button', { name: `Drain ${h.runtime}` }).waitFor();
+    expect(w.errors).toEqual([]);
+
+    const asClient = await loggedIn(await h.key('acme', 'client'), '/ui/runtimes');
+    await asClient.page.getByRole('heading', { name: h.runtime }).first().waitFor();
+    expect(await asClient.page.getByRole('button', { name: /^(Drain|Resume) / }).count()).toBe(0);
+    expect(await asClient.page.locator('.counts').count()).toBe(0);
+    expect(asClient.errors).toEqual([]);
+  });
+
+  it("shows another scope's run as not found", async () => {
+    const run = (await acme.submit('ui-private', 'mine', { agent: 'echo' })).body;
+    await acme.waitStatus(run.id, ['succeeded']);
+    const w = await loggedIn(await h.key('globex', 'admin'), `/ui/runs/${run.id}`);
+    await untilText(w.page.getByRole('heading', { level: 1 }), 'Run not found');
+    expect(await w.page.locator('main').textContent()).toContain(`Scope globex has no run ${run.id}`);
+    expect(await w.page.locator('main').textContent()).not.toContain('mine');
+    // The only console lines are the browser's own note of the API's 404.
+    expect(w.errors.filter((e) => !/status of 404/.test(e))).toEqual([]);
+  });
+
+  it('shows a retry with its countdown and reason, and a list of runs in every state', async () => {
+    const retrying = (await acme.submit('ui-retry', 'retry me', { agent: 'fx-flaky', metadata: { plan: ['retry-after:600000', 'ok'] } })).body;
+    const failed = (await acme.submit('ui-fail', 'fail me', { agent: 'fx-flaky', metadata: { plan: ['permanent'] } })).body;
+    const running = (await acme.submit('ui-running', 'still going on', { agent: 'ui-talk', metadata: { gated: true } })).body;
+    await acme.waitStatus(retrying.id, ['retrying']);
+    await acme.waitStatus(failed.id, ['failed']);
+    await acme.waitStatus(running.id, ['running']);
+
+    const w = await loggedIn(acme.key, `/ui/runs/${retrying.id}`);
+    await untilText(w.page.locator('#error-h'), 'Why it retries');
+    expect(await w.page.locator('#error-h').locator('..').textContent()).toContain('RETRY_AFTER slow down (execution 1)');
+    await untilText(w.page.locator('.summary'), (t) => /Next attemptin (9|10) min/.test(t), 'the countdown');
+    await untilText(w.page.locator('.summary'), (t) => t.includes('Attempt1 of 3'), 'the attempt');
+    // The streamed text of the attempt, the inference that streamed it, and the memoized steps.
+    await untilText(answer(w.page), 'draft');
+    await untilText(w.page.locator('table.steps'), (t) => ['step:prepare:1', 'tool:lookup:1', 'tool:lookup:2', 'infer:draft:1'].every((k) => t.includes(k)), 'the steps');
+    await screenshots(w.page, 'run-view-retrying');
+
+    await w.page.getByRole('link', { name: 'Runs', exact: true }).click();
+    for (const id of [retrying.id, failed.id, running.id]) await w.page.getByRole('link', { name: id }).waitFor();
+    await screenshots(w.page, 'runs-list');
+    expect(w.errors).toEqual([]);
+    release(running.id);
+    release(running.id);
+    await acme.waitStatus(running.id, ['succeeded']);
+  });
+
+  it('renders pending waits as forms and posts {value} to their resume route', async () => {
+    // The waits route arrives with the waits feature; here the run's GET is given two waits
+    // and the resume POSTs are answered by the test, to check what the page sends.
+    const run = (await acme.submit('ui-waits', 'wait for me', { agent: 'echo' })).body;
+    await acme.waitStatus(run.id, ['succeeded']);
+    const waits = [
+      { key: 'wait:ship:1', kind: 'approval', name: 'ship', prompt: { to: 'prod' }, since: Date.now() },
+      {
+        key: 'wait:details:1', kind: 'input', name: 'details', since: Date.now(),
+        schema: {
+          type: 'object', required: ['count', 'color'],
+          properties: {
+            count: { type: 'integer', title: 'How many' },
+            color: { enum: ['red', 'green'], title: 'Colour' },
+            urgent: { type: 'boolean', title: 'Urgent' },
+            note: { type: 'string', title: 'Note', maxLength: 80 },
+          },
+        },
+      },
+    ];
+    const posted: { url: string; body: unknown }[] = [];
+    const w = await openPage(browser);
+    pages.push(w);
+    await w.page.route(`**/v1/scopes/acme/runs/${run.id}`, async (route) => {
+      const res = await route.fetch();
+      await route.fulfill({ response: res, json: { ...(await res.json()), status: 'waiting', waits } });
+    });
+    await w.page.route(`**/v1/scopes/acme/runs/${run.id}/waits/*`, async (route) => {
+      posted.push({ url: route.request().url(), body: route.request().postDataJSON() });
+      await route.fulfill({ json: { ok: true } });
+    });
+    await w.page.goto(`${ui(`/runs/${run.id}`)}#key=${encodeURIComponent(acme.key)}`);
+    await w.page.getByRole('heading', { name: 'Waiting for input' }).waitFor();
+
+    await w.page.getByRole('button', { name: 'Approve' }).click();
+    await waitFor(() => posted.length === 1, 10_000, 'the approval');
+    expect(posted[0]).toEqual({ url: api.url + `/v1/scopes/acme/runs/${run.id}/waits/wait%3Aship%3A1`, body: { value: { approved: true } } });
+    await w.page.getByLabel('Reason (sent with a decline)').fill('not today');
+    await w.page.getByRole('button', { name: 'Decline' }).click();
+    await waitFor(() => posted.length === 2, 10_000, 'the decline');
+    expect(posted[1].body).toEqual({ value: { approved: false, reason: 'not today' } });
+
+    // Required fields are checked before anything is sent.
+    await w.page.getByRole('button', { name: 'Send' }).click();
+    await untilText(w.page.locator('.schema-form .error').first(), 'Required.');
+    expect(posted).toHaveLength(2);
+    await w.page.getByLabel('How many').fill('2.5');
+    await w.page.getByLabel('Colour').selectOption('green');
+    await w.page.getByLabel('Urgent').check();
+    await w.page.getByRole('button', { name: 'Send' }).click();
+    await untilText(w.page.locator('.schema-form .error').first(), 'Enter a whole number.');
+    await w.page.getByLabel('How many').fill('3');
+    await w.page.getByLabel('Note').fill('by noon');
+    await w.page.getByRole('button', { name: 'Send' }).click();
+    await waitFor(() => posted.length === 3, 10_000, 'the input');
+    expect(posted[2]).toEqual({
+      url: api.url + `/v1/scopes/acme/runs/${run.id}/waits/wait%3Adetails%3A1`,
+      body: { value: { count: 3, color: 'green', urgent: true, note: 'by noon' } },
+    });
+    expect(w.errors).toEqual([]);
+  });
+});
+
+/**
+ * Full-page screenshots at a desktop and a phone width (test-artifacts/ui/<name>-<width>.png),
+ * each checked for sideways scrolling and unlabelled controls first.
+ */
+async function screenshots(page: Page, name: string): Promise<void> {
+  for (const width of [1280, 390]) {
+    await page.setViewportSize({ width, height: 900 });
+    await expectNoSideways(page, `${name} at ${width}`);
+    await expectLabelledControls(page);
+    await page.screenshot({ path: artifactPath(`${name}-${width}.png`), fullPage: true });
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+}
+
+/** Nothing on the page is wider than the window (no sideways scrolling to read it). */
+async function expectNoSideways(page: Page, what: string): Promise<void> {
+  const { scroll, width } = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, width: innerWidth }));
+  expect(scroll, what).toBeLessThanOrEqual(width);
+}
+
+/** Every input, select, textarea and button has a name a screen reader can announce. */
+async function expectLabelledControls(page: Page): Promise<void> {
+  const unnamed = await page.evaluate(() =>
+    [...document.querySelectorAll('input, select, textarea, button')]
+      .filter((el) => {
+        const e = el as HTMLInputElement;
+        if (e.labels && e.labels.length > 0) return false;
+        if (e.getAttribute('aria-label') || e.getAttribute('aria-labelledby')) return false;
+        return el.tagName !== 'BUTTON' || !el.textContent?.trim();
+      })
+      .map((el) => el.outerHTML.slice(0, 120)),
+  );
+  expect(unnamed).toEqual([]);
+}
