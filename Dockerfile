@@ -1,4 +1,5 @@
-# Two stages: the first compiles src/ to dist/ (TypeScript is a devDependency); the image is
+# Two stages: the first compiles src/ to dist/ and builds the run inspector (TypeScript and
+# Vite are devDependencies); the image is
 # dist/ and bin/ on production dependencies only, so nothing in it transforms TypeScript at
 # run time. One image serves every role; the command picks it (`api`, `worker`, or `start`,
 # which needs redis-server and is for local use).
@@ -6,7 +7,7 @@ FROM node:20-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json tsconfig.build.json vite.ui.config.ts ./
 COPY scripts ./scripts
 COPY src ./src
 RUN npm run build
