@@ -125,8 +125,8 @@ async function main() {
       tarball = join(work, info.filename);
       const files = info.files.map((f) => f.path);
       for (const f of ['bin/baton.js', 'dist/index.js', 'dist/index.d.ts', 'dist/client.js', 'dist/client.d.ts', 'dist/server.js',
-        'dist/server.d.ts', 'dist/cli/main.js', 'dist/index.js.map', 'dist/lib/engine/lua/claim-1.lua', 'dist/lib/engine/lua/lib.lua',
-        'grafana/dashboards/baton.json', 'README.md', 'LICENSE', 'package.json']) {
+        'dist/server.d.ts', 'dist/cli/main.js', 'dist/index.js.map', 'dist/lib/engine/lua/claim.lua', 'dist/lib/engine/lua/lib.lua',
+        'dist/ui/index.html', 'grafana/dashboards/baton.json', 'README.md', 'LICENSE', 'package.json']) {
         check(files.includes(f), `the tarball lacks ${f}`);
       }
       const extra = files.filter((f) => /^(src|test|bench|scripts)\//.test(f) || f.endsWith('.test.ts'));
@@ -191,7 +191,13 @@ async function scenario(node, consumer, work) {
     key = /development API key[^\n]*\n\s+(\S+)/.exec(start.output())?.[1];
     check(key, 'baton start printed no development key', start.output());
     redisUrl = readFileSync(join(dir, '.baton/redis.url'), 'utf8').trim();
-    return api;
+    // The run inspector ships built: its page and the script it loads are served.
+    const page = await fetch(`${api}/ui`);
+    const html = await page.text();
+    check(page.status === 200 && /<script[^>]+src="\/ui\/assets\//.test(html), 'GET /ui did not serve the run inspector', `${page.status}\n${html.slice(0, 300)}`);
+    const script = /src="(\/ui\/assets\/[^"]+\.js)"/.exec(html)[1];
+    check((await fetch(api + script)).status === 200, `GET ${script} failed`);
+    return `${api}, run inspector at /ui`;
   });
 
   const submit = async (url, runtime, agent, content) => {

@@ -3,7 +3,7 @@
 //   REDIS_URL=... RUNTIME=smoke-host node host-app.mjs    prints "host app listening on <url>"
 import express from 'express';
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
-import { createBatonRouter, createLogger, loadAgents, loadConfig, startWorker } from 'baton/server';
+import { builtinAgents, createBatonRouter, createLogger, loadAgents, loadConfig, startWorker } from 'baton/server';
 
 const config = loadConfig();
 const log = createLogger(config.LOG_LEVEL);
@@ -12,9 +12,8 @@ collectDefaultMetrics({ register: registry });
 const hellos = new Counter({ name: 'host_hello_total', help: 'Hellos served.', registers: [registry] });
 
 const baton = await createBatonRouter({ config, log, registry });
-const worker = await startWorker({
-  config, redisUrl: config.REDIS_URL, log, agents: await loadAgents(), metrics: baton.metrics, opsServer: false,
-});
+// The worker shares the router's composition root: its connections, sweeper and metrics.
+const worker = await startWorker({ resources: baton.resources, agents: await loadAgents([], builtinAgents(config)) });
 
 const app = express();
 app.get('/hello', (_req, res) => {
@@ -28,7 +27,7 @@ app.use('/agents', baton.router);
 
 const server = app.listen(0, '127.0.0.1', () => console.log(`host app listening on http://127.0.0.1:${server.address().port}`));
 process.once('SIGTERM', async () => {
-  await baton.close();
   await worker.close();
+  await baton.close();
   server.close(() => process.exit(0));
 });

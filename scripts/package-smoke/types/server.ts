@@ -1,5 +1,5 @@
 // Embedding: the API in a host app, a worker from code.
-import { createBatonRouter, loadAgents, loadConfig, createLogger, startWorker, type BatonRouter, type WorkerHandle } from 'baton/server';
+import { builtinAgents, createBatonRouter, loadAgents, loadConfig, createLogger, startWorker, type BatonRouter, type WorkerHandle } from 'baton/server';
 import type { IsAny } from './is-any.ts';
 
 export async function embed(use: (path: string, handler: BatonRouter['router']) => void): Promise<() => Promise<void>> {
@@ -7,7 +7,7 @@ export async function embed(use: (path: string, handler: BatonRouter['router']) 
   const log = createLogger('info');
   const baton: BatonRouter = await createBatonRouter({ config, log });
   use('/agents', baton.router);
-  const worker: WorkerHandle = await startWorker({ config, redisUrl: config.REDIS_URL!, log, agents: await loadAgents([]), metrics: baton.metrics, opsServer: false });
+  const worker: WorkerHandle = await startWorker({ resources: baton.resources, agents: await loadAgents([], builtinAgents(config)) });
   return async () => {
     await baton.close();
     await worker.close();
