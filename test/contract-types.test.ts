@@ -4,7 +4,8 @@ import * as res from '../src/api/response-schemas.ts';
 import * as req from '../src/api/schemas.ts';
 import type { presentRun } from '../src/api/presenters.ts';
 import type {
-  DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, SubmitRequest,
+  DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, StepsPage,
+  SubmitRequest, WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type * as client from '../src/lib/client/client.ts';
@@ -27,6 +28,8 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.statsResponse>>().toEqualTypeOf<RuntimeStats>();
     expectTypeOf<z.infer<typeof res.drainResponse>>().toEqualTypeOf<DrainResult>();
     expectTypeOf<z.infer<typeof res.resumeResponse>>().toEqualTypeOf<ResumeResult>();
+    expectTypeOf<z.infer<typeof res.stepsResponse>>().toEqualTypeOf<StepsPage>();
+    expectTypeOf<z.infer<typeof res.whoamiResponse>>().toEqualTypeOf<WhoAmI>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

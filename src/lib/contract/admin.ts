@@ -30,3 +30,6 @@ export interface RuntimeStats {
 
 export interface DrainResult { scope: string; runtimeId: string; draining: true; cancelled: number }
 export interface ResumeResult { scope: string; runtimeId: string; draining: false; resumed: number }
+
+/** What `GET /v1/whoami` says about the presented key. */
+export interface WhoAmI { scope: string; role: Role; keyId: string }

@@ -95,3 +95,21 @@ export interface SessionMessage {
 }
 
 export interface MessagesPage { messages: SessionMessage[]; nextCursor: string | null }
+
+/** A memoized step of a run, as `GET …/runs/{runId}/steps` shows it (times are ISO strings). */
+export interface Step {
+  /** `<kind>:<name>:<n>`: the n-th call of that name in the run. */
+  key: string;
+  kind: 'step' | 'infer' | 'tool';
+  name: string;
+  n: number;
+  /** done: its result is stored; started: a non-idempotent step began and stored no result (yet). */
+  status: 'done' | 'started';
+  value?: unknown;
+  /** The text an inference streamed (replayed into the answer when the memo is hit). */
+  streamed?: string;
+  startedAt?: string;
+  finishedAt?: string;
+}
+
+export interface StepsPage { steps: Step[] }

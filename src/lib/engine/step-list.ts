@@ -1,22 +1,13 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
+import type { Step } from '../contract/runs.ts';
 
-/** A memoized step of a run, as the API lists it. */
-export interface StepView {
-  /** `<kind>:<name>:<n>`: the n-th call of that name in the run. */
-  key: string;
-  kind: string;
-  name: string;
-  n: number;
-  /** done: its result is stored; started: a non-idempotent step began and stored no result (yet). */
-  status: 'done' | 'started';
-  value?: unknown;
-  /** The text an inference streamed (replayed into the answer when the memo is hit). */
-  streamed?: string;
-  /** Epoch ms. Absent for a result an operator supplied, and for steps recorded before times were. */
+/** A memoized step as read from the run's steps hash (times in epoch ms; the API shows them as ISO). */
+export type StepView = Omit<Step, 'startedAt' | 'finishedAt'> & {
+  /** Absent for a result an operator supplied, and for steps recorded before times were. */
   startedAt?: number;
   finishedAt?: number;
-}
+};
 
 const STEP_KEY = /^(step|infer|tool):(.+):(\d+)$/;
 const STARTED = '#started';
@@ -39,7 +30,7 @@ export async function readSteps(redis: Redis, keys: Keys, scope: string, runId: 
     const m = STEP_KEY.exec(key);
     if (!m) return undefined;
     let s = steps.get(key);
-    if (!s) steps.set(key, (s = { key, kind: m[1], name: m[2], n: Number(m[3]), status: 'started' }));
+    if (!s) steps.set(key, (s = { key, kind: m[1] as Step['kind'], name: m[2], n: Number(m[3]), status: 'started' }));
     return s;
   };
   for (const [field, raw] of Object.entries(hash)) {

@@ -5,24 +5,14 @@ import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
-import { parseRunRecord, type RunInput, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
+import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 import type { Multitask, Resolution, Transitions } from './transitions.ts';
+import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
 export type { Multitask };
 
-export interface SubmitRequest {
-  scope: string;
-  sessionId: string;
-  input: RunInput;
-  runtime: string;
-  agent: string;
-  metadata?: Record<string, unknown>;
-  memory?: unknown;
-  maxAttempts?: number;
-  idempotencyKey?: string;
-  multitask?: Multitask;
-  outputSchema?: Record<string, unknown>;
-}
+/** A submit as the store takes it: the API's request (defaults applied) and the scope of its path. */
+export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent'> & { scope: string; runtime: string; agent: string };
 
 export interface SubmitResult { run: RunRecord; created: boolean }
 

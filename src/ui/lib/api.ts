@@ -1,13 +1,12 @@
 import { BatonApiError, type Run as ClientRun } from '../../lib/client/client.ts';
+import type { RuntimeStats, RuntimeView, SessionMessage, Step, WhoAmI } from '../../lib/contract/index.ts';
 
 export { BatonApiError };
-
+export type { RuntimeStats, Step };
 /** What GET /v1/whoami says about the key the inspector holds. */
-export interface Identity {
-  scope: string;
-  role: 'client' | 'admin';
-  keyId: string;
-}
+export type Identity = WhoAmI;
+export type Message = SessionMessage;
+export type Runtime = RuntimeView;
 
 /**
  * A pending wait of a run: an approval or an input the run needs before it goes on. The
@@ -26,41 +25,9 @@ export interface Wait {
 /** A run as the API shows it, with the fields newer servers may add. */
 export type Run = Omit<ClientRun, 'status'> & { status: string; waits?: Wait[] };
 
-export interface Step {
-  key: string;
-  kind: string;
-  name: string;
-  n: number;
-  status: 'done' | 'started';
-  value?: unknown;
-  streamed?: string;
-  startedAt?: string;
-  finishedAt?: string;
-}
 
-export interface Message {
-  role: 'user' | 'assistant';
-  content: string;
-  runId: string;
-  createdAt: number;
-  incomplete?: boolean;
-}
 
-export interface Runtime {
-  runtimeId: string;
-  liveWorkers: number;
-  agents: string[];
-  concurrency: number;
-  lastSeenAt: string;
-  draining: boolean;
-}
 
-export interface RuntimeStats {
-  counts: Record<string, number>;
-  oldestQueuedAgeMs: number | null;
-  draining: boolean;
-  liveWorkers: number;
-}
 
 export interface RunFilter {
   status?: string;
