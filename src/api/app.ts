@@ -16,8 +16,8 @@ export function createApp(deps: AppDeps): Express {
   app.use(helmet());
 
   app.use(observeRequests(deps.metrics, deps.log));
-  // Routes outside a scope: the public ones, and those any valid key may call (whoami).
-  const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key');
+  // Routes outside a scope: the public ones, those any valid key may call (whoami), and those a token opens.
+  const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key' || r.access === 'token');
   app.use(mountRoutes(unscoped, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // The key first, then the body: each scope route reads its own body after authenticate().
   const scoped = ROUTES.filter((r) => r.access === 'client' || r.access === 'admin');

@@ -32,8 +32,9 @@ function parameters(where: 'path' | 'query', schema: z.ZodType | undefined) {
 /** Error codes a route can answer, by status. */
 function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
-  if (r.access !== 'public') codes.push('UNAUTHENTICATED');
-  if (r.access === 'client' || r.access === 'admin') codes.push('NOT_FOUND');
+  if (r.access !== 'public' && r.access !== 'token') codes.push('UNAUTHENTICATED');
+  // A token that opens nothing is answered like a missing object, whatever it names.
+  if (r.access === 'client' || r.access === 'admin' || r.access === 'token') codes.push('NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
@@ -70,7 +71,8 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     (paths[openApiPath(r.path)] ??= {})[r.method] = {
       summary: r.summary,
       'x-baton-access': r.access,
-      security: r.access === 'public' ? [] : [{ bearer: [] }],
+      // A token route's credential is the token in its path, which no security scheme describes.
+      security: r.access === 'public' || r.access === 'token' ? [] : [{ bearer: [] }],
       parameters: [...parameters('path', r.params), ...parameters('query', r.query), ...headerParams],
       ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: jsonSchema(r.body) } } } } : {}),
       ...(r.rawBody ? { requestBody: { required: true, description: r.rawBody.description, content: { '*/*': { schema: { type: 'string', format: 'binary' } } } } } : {}),
@@ -82,7 +84,8 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     info: {
       title: 'Baton',
       version: pkg.version,
-      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path.',
+      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path, '
+        + 'except `POST /v1/waits/{token}`, which a wait\'s resume token opens (once) without a key.',
     },
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },

@@ -1,13 +1,18 @@
-import type { PublicRunStatus, Run } from '../lib/contract/runs.ts';
-import type { RunRecord, RunStatus } from '../lib/engine/record.ts';
+import type { PublicRunStatus, Run, Wait } from '../lib/contract/runs.ts';
+import type { RunRecord, RunStatus, StoredWait } from '../lib/engine/record.ts';
+import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
 export function publicStatus(status: RunStatus): PublicRunStatus {
   return status === 'dispatched' ? 'queued' : status;
 }
 
-/** The run as the API shows it: no lease internals, no caller memory echo. */
-export function presentRun(run: RunRecord, basePath: string): Run {
+/**
+ * The run as the API shows it: no lease internals, no caller memory echo. Every caller shows
+ * it to a key of the run's scope, the one audience a wait's resume token is for: `tokens`
+ * adds them to the pending waits.
+ */
+export function presentRun(run: RunRecord, basePath: string, tokens?: Pick<WaitTokens, 'tokenFor'>): Run {
   return {
     id: run.id,
     scope: run.scope,
@@ -29,11 +34,29 @@ export function presentRun(run: RunRecord, basePath: string): Run {
     idempotencyKey: run.idempotencyKey,
     lastError: run.lastError,
     blocked: run.blocked ? { ...run.blocked, since: new Date(run.blocked.since).toISOString() } : undefined,
+    waits: run.waits?.length ? run.waits.map((w) => presentWait(run, w, tokens)) : undefined,
+    runAt: iso(run.runAt),
+    ttlMs: run.ttlMs,
+    timeoutMs: run.timeoutMs,
     result: run.result,
     links: {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,
     },
+  };
+}
+
+function presentWait(run: RunRecord, w: StoredWait, tokens: Pick<WaitTokens, 'tokenFor'> | undefined): Wait {
+  return {
+    key: w.key,
+    kind: w.kind,
+    name: w.name,
+    prompt: w.prompt,
+    schema: w.schema,
+    since: new Date(w.since).toISOString(),
+    expiresAt: iso(w.expiresAt),
+    // A sleep ends by itself: nothing to resume it with.
+    token: tokens && w.kind !== 'sleep' ? tokens.tokenFor(run.scope, run.id, w.key) : undefined,
   };
 }
 

@@ -19,8 +19,12 @@ import { parse } from './validate.ts';
 export const SCOPE = '/v1/scopes/:scope';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
-/** public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an admin key of the scope. */
-export type Access = 'public' | 'key' | 'client' | 'admin';
+/**
+ * public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an
+ * admin key of the scope; token: no key, the capability token in the path is the credential
+ * (a wait's resume token: it opens that one wait once, and the handler checks it).
+ */
+export type Access = 'public' | 'key' | 'client' | 'admin' | 'token';
 
 /** What a handler answers: JSON with a status (200 by default), or nothing when it wrote the response itself. */
 export interface Reply { status?: number; body?: unknown; headers?: Record<string, string> }

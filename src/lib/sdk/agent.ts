@@ -11,6 +11,25 @@ export interface StepOptions {
   idempotent?: boolean;
 }
 
+/** An approval-gated tool call, like any ctx.tool, plus: */
+export interface ToolOptions extends StepOptions {
+  /**
+   * Wait for a person to allow the call before `fn` runs: a wait of kind `approval` whose
+   * prompt is the arguments, resumed with `{ approved: true }` or `{ approved: false, reason? }`.
+   * A decline throws ToolDeclinedError; an approved call runs once and is memoized as usual.
+   */
+  approval?: boolean;
+}
+
+export interface WaitOptions {
+  /** A JSON Schema the resume value must match; the API refuses (400) a value that does not. */
+  schema?: Record<string, unknown>;
+  /** Give up after this long (from when the wait was first reached): waitFor throws WaitTimeoutError. */
+  timeoutMs?: number;
+  /** What to show whoever answers (any JSON): a question, a form's context. */
+  prompt?: unknown;
+}
+
 export interface StepCall {
   /** `<runId>:<stepKey>`: stable across attempts and recoveries; pass it to providers. */
   idempotencyKey: string;
@@ -43,7 +62,7 @@ export interface RunContext {
    * memory, recalled turns), built anew for every attempt; see sessions/memory-blocks.ts.
    */
   readonly memoryBlocks: MemoryBlocks;
-  /** Aborted on cancel, lease loss or shutdown; `signal.reason` says which. */
+  /** Aborted on cancel, lease loss, shutdown or a used-up timeoutMs; `signal.reason` says which. */
   readonly signal: AbortSignal;
   readonly log: Logger;
   /** Streams a token delta; never blocks on Redis. */
@@ -52,8 +71,21 @@ export interface RunContext {
   step<T>(key: string, fn: (call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
   /** A memoized model call (step key `infer:<name>:<n>`); text it emits is replayed on a memo hit. */
   infer<T>(name: string, fn: (call: StepCall) => Promise<T> | T): Promise<T>;
-  /** A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen. */
-  tool<A, T>(name: string, args: A, fn: (args: A, call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  /** A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen; `approval` waits for a person first. */
+  tool<A, T>(name: string, args: A, fn: (args: A, call: StepCall) => Promise<T> | T, options?: ToolOptions): Promise<T>;
+  /**
+   * Waits for a value from outside (a person, a system): key `wait:<name>:<n>`, counted like
+   * step keys. The attempt ends without failing once the agent waits on nothing else; the run
+   * is `waiting`, holds no worker and no scope slot, and is run again when the wait is resumed
+   * (`POST …/runs/{runId}/waits/{key}`, or its token): memoized steps return their results and
+   * this call returns the value. Several waits may pend at once (Promise.all). Not inside the
+   * body of a step.
+   */
+  waitFor<T = unknown>(name: string, options?: WaitOptions): Promise<T>;
+  /** A durable pause: the run leaves its worker and is run again when it is over (key `wait:sleep:<n>`). */
+  sleep(ms: number): Promise<void>;
+  /** sleep() until a time (a Date or epoch ms). */
+  sleepUntil(when: Date | number): Promise<void>;
 }
 
 export interface AgentResult {
