@@ -4,9 +4,11 @@ import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '.
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
 import type { Config } from '../config.ts';
-import { PermanentError } from '../sdk/errors.ts';
+import { PermanentError, ToolDeclinedError } from '../sdk/errors.ts';
 import { modelTurn, type ModelTurn } from './chat-model-call.ts';
-import { prepareTools, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool } from './chat-tools.ts';
+import {
+  prepareTools, toolDeclinedContent, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool,
+} from './chat-tools.ts';
 import { recalledTurnsPrompt } from './recalled-turns.ts';
 
 export { defineTool, type ChatTool, type JsonSchema, type ToolCallContext } from './chat-tools.ts';
@@ -137,10 +139,18 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
   if (!checked.ok) return refuse(`the arguments do not match the parameters of ${call.name}`, checked.problems);
 
   let ran = false;
-  const result = await ctx.tool(call.name, checked.args, (args, step) => {
-    ran = true;
-    return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });
-  }, { idempotent: prepared.tool.idempotent ?? true });
+  let result: unknown;
+  try {
+    result = await ctx.tool(call.name, checked.args, (args, step) => {
+      ran = true;
+      return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });
+    }, { idempotent: prepared.tool.idempotent ?? true, approval: prepared.tool.approval ?? false });
+  } catch (err) {
+    // A person said no: the model hears it as the tool's answer and decides what to do next.
+    if (!(err instanceof ToolDeclinedError)) throw err;
+    reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false });
+    return toolDeclinedContent(call.name, err.reason);
+  }
   reportToolResult(ctx, { callId: call.id, name: call.name, ok: true, result, replayed: !ran });
   return toolResultContent(result);
 }
