@@ -5,9 +5,11 @@
  */
 export { defineAgent } from './lib/sdk/agent.ts';
 export type {
-  Agent, AgentResult, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions,
+  Agent, AgentResult, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions, ToolOptions, WaitOptions,
 } from './lib/sdk/agent.ts';
-export { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from './lib/sdk/errors.ts';
+export {
+  OutputInvalidError, PermanentError, RetryAfterError, ToolDeclinedError, TransientError, WaitTimeoutError,
+} from './lib/sdk/errors.ts';
 export { redisMemory } from './lib/sessions/memory-session.ts';
 export type {
   AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
