@@ -213,6 +213,9 @@ export class Metrics {
       this.memoHits.inc({ runtime: rt, kind }, 0);
       this.memoMisses.inc({ runtime: rt, kind }, 0);
     }
+    for (const [kind, outcome] of [['input', 'resumed'], ['input', 'timed_out'], ['approval', 'resumed'], ['approval', 'timed_out'], ['sleep', 'slept']]) {
+      this.waitDuration.zero({ runtime: rt, kind, outcome });
+    }
   }
 
   /** A wait of a run of `runtime` stopped pending (this process ended it). */
