@@ -266,6 +266,11 @@ class Closer {
     const waits = state.waitRequests();
     await this.flushBeforeClosing();
     const reply = await this.d.transitions.wait(this.attempt, waits);
+    if (reply.cancelRequested) {
+      this.attempt.abort('cancelled');
+      await this.finish('cancelled', this.partial('cancelled'));
+      return { kind: 'done' };
+    }
     this.attempt.abort('waiting');
     this.d.events?.waiting?.(this.run, reply);
     if (reply.nextAt !== undefined) this.d.wakeAt?.(this.run.scope, this.run.id, reply.nextAt);

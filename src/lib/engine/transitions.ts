@@ -102,6 +102,8 @@ export interface WaitRequest {
 export interface AnsweredWait { key?: string; kind: WaitKind; since: number }
 
 export interface ParkReply {
+  /** A cancel was requested meanwhile: the run was not parked; the attempt finishes it as cancelled. */
+  cancelRequested: boolean;
   /** Waits whose deadline had passed by the park (they got their outcome in it). */
   answered: AnsweredWait[];
   /** The earliest deadline of the waits left pending. */
@@ -338,9 +340,10 @@ export class Transitions {
       ...this.slotKeys(attempt.keys, attempt.runId), steps: attempt.keys.steps(attempt.runId), waits: attempt.keys.waits(attempt.runId),
     }, { runId: attempt.runId, fence: attempt.fence, timeouts, untils, tokens }, specs);
     if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
+    if (code(reply) === 1) return { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false };
     await this.dispatch(attempt.scope, reply[1]);
     const nextAt = Number(reply[3]);
-    return { answered: list(reply[2]), nextAt: nextAt > 0 ? nextAt : undefined, admittedAgain: Number(reply[4]) === 1 };
+    return { cancelRequested: false, answered: list(reply[2]), nextAt: nextAt > 0 ? nextAt : undefined, admittedAgain: Number(reply[4]) === 1 };
   }
 
   /**

@@ -12,10 +12,13 @@
         tokens {waitKey: SHA-256 hex of its resume token}
   ARGV[2..] each wait reached, as JSON {key, kind, name, prompt?, schema?} (stored as sent)
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
+         | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
          | {-2} LEASE_LOST ]]
 --@include lib
 local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { -2 } end
+-- A waiting run would keep a cancel request nobody acts on until it is resumed.
+if redis.call('HGET', rk, 'cancelRequested') == '1' then return { 1 } end
 local now = nowMs()
 local r = redis.call('HMGET', rk, 'runtime', 'deadlineAt')
 local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
