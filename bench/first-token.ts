@@ -21,7 +21,7 @@ import { num, printTable, ratio } from './table.ts';
  */
 const SAMPLES = Number(process.env.BENCH_TTFT_SAMPLES ?? 30);
 const ROUNDS = Number(process.env.BENCH_TTFT_ROUNDS ?? 5);
-const BURST = 50;
+export const BURST = 50;
 const WARMUP = 5;
 
 export interface FirstTokenSide { oneMs: number; burstMs: number }

@@ -15,7 +15,7 @@ import { buildCompiled, spawnBaton, type Launcher } from './processes.ts';
  * The API runs compiled (bin/baton.js), as deployed; the same API run from the sources
  * through tsx is measured too, since that is how the figure was first taken (issue 18).
  */
-const CLIENTS = Number(process.env.BENCH_SSE_CLIENTS ?? 1000);
+export const SSE_CLIENTS = Number(process.env.BENCH_SSE_CLIENTS ?? 1000);
 const SETTLE_MS = 1000;
 
 export interface SseMemory { idleMiB: number; connectedMiB: number; connectSeconds: number }
@@ -35,7 +35,7 @@ export function sseMemoryUnavailable(): string | undefined {
 
 export async function benchSseMemory(redisUrl: string): Promise<SseMemoryBench> {
   buildCompiled();
-  return { clients: CLIENTS, compiled: await measure(redisUrl, 'compiled'), sources: await measure(redisUrl, 'sources') };
+  return { clients: SSE_CLIENTS, compiled: await measure(redisUrl, 'compiled'), sources: await measure(redisUrl, 'sources') };
 }
 
 async function measure(redisUrl: string, launcher: Launcher): Promise<SseMemory> {
@@ -55,11 +55,11 @@ async function measure(redisUrl: string, launcher: Launcher): Promise<SseMemory>
     let connected = 0;
     const t0 = performance.now();
     const everyone = new Promise<void>((resolve, reject) => {
-      for (let i = 0; i < CLIENTS; i++) {
+      for (let i = 0; i < SSE_CLIENTS; i++) {
         void (async () => {
           let first = true;
           for await (const _ of client.stream(run.id, { signal: stop.signal })) {
-            if (first && ++connected === CLIENTS) resolve();
+            if (first && ++connected === SSE_CLIENTS) resolve();
             first = false;
           }
         })().catch((err) => { if (!stop.signal.aborted) reject(err); });

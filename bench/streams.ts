@@ -16,9 +16,10 @@ import { num, printTable, ratio } from './table.ts';
 
 /**
  * Streams, end to end, next to raw Redis pub/sub measured in the same run:
- * - latency: RUNS runs stream at once, each emitting a token every 10 ms once its reader is
- *   connected; every token carries its emit time and the reader (Baton's typed client over
- *   SSE) notes when it arrives. Raw: RUNS publishers PUBLISH a timestamp every 10 ms, one subscriber notes arrival.
+ * - latency: STREAM_RUNS runs stream at once, each emitting a token every 10 ms once its
+ *   reader is connected; every token carries its emit time and the reader (Baton's typed
+ *   client over SSE) notes when it arrives. Raw: STREAM_RUNS publishers PUBLISH a timestamp
+ *   every 10 ms, one subscriber notes arrival.
  *   Two layouts: everything in this process (API, worker, readers), and readers apart: the
  *   API and the worker are `baton api` / `baton worker` processes and the readers are this
  *   process (raw: the publisher is a process of its own, bench/raw-publisher.ts). Emit and
@@ -32,7 +33,7 @@ import { num, printTable, ratio } from './table.ts';
  */
 
 /** BENCH_STREAM_RUNS: concurrent streaming runs for the latency figures (default 100). */
-const RUNS = Number(process.env.BENCH_STREAM_RUNS ?? 100);
+export const STREAM_RUNS = Number(process.env.BENCH_STREAM_RUNS ?? 100);
 const TOKENS_PER_RUN = 100;
 const INTERVAL_MS = 10;
 const FAST_TOKENS = 20_000;
@@ -62,7 +63,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function benchEnv(redisUrl: string) {
   return {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: `bstream${randomBytes(4).toString('hex')}`, RUNTIME: 'bench', PORT: '0',
-    LOG_LEVEL: 'warn', METRICS_PORT: '0', WORKER_CONCURRENCY: String(RUNS), MAX_ACTIVE_PER_SCOPE: String(RUNS * 2),
+    LOG_LEVEL: 'warn', METRICS_PORT: '0', WORKER_CONCURRENCY: String(STREAM_RUNS), MAX_ACTIVE_PER_SCOPE: String(STREAM_RUNS * 2),
     SUBMIT_RATE_PER_SEC: '0',
   };
 }
@@ -80,7 +81,7 @@ async function clientFor(redisUrl: string, prefix: string, url: string): Promise
 export async function benchStreams(redisUrl: string): Promise<StreamBench> {
   const oneProcess = await benchOneProcess(redisUrl);
   const apart = await benchApart(redisUrl);
-  return { runs: RUNS, ...oneProcess, ...apart };
+  return { runs: STREAM_RUNS, ...oneProcess, ...apart };
 }
 
 async function benchOneProcess(redisUrl: string): Promise<Pick<StreamBench, 'oneProcess' | 'flushMs'>> {
@@ -91,7 +92,7 @@ async function benchOneProcess(redisUrl: string): Promise<Pick<StreamBench, 'one
   const worker = await startWorker({ config, redisUrl, log, agents: new Map([[streamer.name, streamer]]), opsServer: false });
   try {
     const client = await clientFor(redisUrl, env.BATON_KEY_PREFIX, api.url);
-    const latency = await batonLatency(client, RUNS, 'lat');
+    const latency = await batonLatency(client, STREAM_RUNS, 'lat');
     const fast = await batonThroughput(client);
     const raw = await rawInProcess(redisUrl);
     return { flushMs: config.EMIT_FLUSH_MS, oneProcess: { baton: { ...latency, ...fast }, raw } };
@@ -108,9 +109,9 @@ async function benchApart(redisUrl: string): Promise<Pick<StreamBench, 'apart' |
     const client = await clientFor(redisUrl, env.BATON_KEY_PREFIX, api.url!);
     // A few runs first: the processes' first requests compile code paths this figure is not about.
     await batonLatency(client, 5, 'warm');
-    const baton = await batonLatency(client, RUNS, 'apart');
+    const baton = await batonLatency(client, STREAM_RUNS, 'apart');
     const loneBaton = await batonLatency(client, 1, 'lone');
-    const raw = await rawApart(redisUrl, RUNS);
+    const raw = await rawApart(redisUrl, STREAM_RUNS);
     const loneRaw = await rawApart(redisUrl, 1);
     return { apart: { baton, raw }, lone: { baton: loneBaton, raw: loneRaw } };
   } finally {
@@ -182,7 +183,7 @@ async function rawSubscriber(redisUrl: string, channels: string[]) {
 /** The same two measurements over bare PUBLISH/SUBSCRIBE in this process: no log, no resume, no coalescing. */
 async function rawInProcess(redisUrl: string): Promise<Latency & { tokensPerSec: number }> {
   const tag = randomBytes(4).toString('hex');
-  const channels = Array.from({ length: RUNS }, (_, i) => `raw-${tag}-${i}`);
+  const channels = Array.from({ length: STREAM_RUNS }, (_, i) => `raw-${tag}-${i}`);
   const sub = await rawSubscriber(redisUrl, channels);
   const fastSub = new Redis(redisUrl);
   const pub = new Redis(redisUrl);
@@ -195,7 +196,7 @@ async function rawInProcess(redisUrl: string): Promise<Latency & { tokensPerSec:
         void pub.publish(ch, wallMs().toFixed(3));
       }
     }));
-    const latency = await sub.collect(RUNS * TOKENS_PER_RUN);
+    const latency = await sub.collect(STREAM_RUNS * TOKENS_PER_RUN);
 
     let fastCount = 0;
     let fastFirst = 0;
