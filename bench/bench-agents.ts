@@ -16,15 +16,16 @@ const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) 
 });
 
 /**
- * `latency` (default): after `startDelayMs`, `tokens` tokens, one every `intervalMs`, each
- * the emit time followed by `|`, so a reader in any process can tell how long a token took
- * to reach it.
+ * Waits `startDelayMs` first (readers connect meanwhile), then
+ * `latency` (default): `tokens` tokens, one every `intervalMs`, each the emit time followed
+ * by `|`, so a reader in any process can tell how long a token took to reach it;
  * `fast`: `tokens` tokens of 4 characters as fast as the agent can emit them.
  */
 export const streamer = defineAgent({
   name: 'bench-streamer',
   async run(ctx) {
     const tokens = Number(ctx.metadata.tokens ?? 100);
+    if (ctx.metadata.startDelayMs) await sleep(Number(ctx.metadata.startDelayMs), ctx.signal);
     if (ctx.metadata.mode === 'fast') {
       for (let i = 0; i < tokens; i++) {
         ctx.emit('tok ');
@@ -33,7 +34,6 @@ export const streamer = defineAgent({
       return 'done';
     }
     const interval = Number(ctx.metadata.intervalMs ?? 10);
-    if (ctx.metadata.startDelayMs) await sleep(Number(ctx.metadata.startDelayMs), ctx.signal);
     const start = wallMs();
     for (let i = 0; i < tokens; i++) {
       // Keep the schedule (not drift): token i is due at start + i * interval.
