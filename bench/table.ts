@@ -12,7 +12,8 @@ export function printTable(title: string, rows: Record<string, Record<string, Ce
   const grid = [[title, ...columns], ...labels.map((l) => [l, ...columns.map((c) => text(rows[l][c]))])];
   const widths = grid[0].map((_, i) => Math.max(3, ...grid.map((r) => r[i].length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
-  console.log(line(grid[0]));
+  // Markdown needs the blank line: a table right under a line of text is read as more text.
+  console.log(`\n${line(grid[0])}`);
   console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
   for (const r of grid.slice(1)) console.log(line(r));
 }
