@@ -88,7 +88,8 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     info: {
       title: 'Baton',
       version: pkg.version,
-      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path.',
+      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path; '
+        + 'a run\'s events route also takes a stream token as `?access_token=`.',
     },
     components: {
       securitySchemes: {
