@@ -1,5 +1,6 @@
-import type { PublicRunStatus, Run } from '../lib/contract/runs.ts';
+import type { PublicRunStatus, Run, StreamToken } from '../lib/contract/runs.ts';
 import type { RunRecord, RunStatus } from '../lib/engine/record.ts';
+import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
 export function publicStatus(status: RunStatus): PublicRunStatus {
@@ -35,6 +36,11 @@ export function presentRun(run: RunRecord, basePath: string): Run {
       events: `${basePath}/runs/${run.id}/events`,
     },
   };
+}
+
+/** A minted stream token with what it opens. */
+export function presentStreamToken(minted: MintedStreamToken, grant: StreamGrant): StreamToken {
+  return { token: minted.token, expiresAt: new Date(minted.expiresAt).toISOString(), ...grant };
 }
 
 function iso(ms: number | undefined): string | undefined {

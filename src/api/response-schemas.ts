@@ -18,6 +18,13 @@ export const errorResponse = z.object({
   }),
 });
 
+export const streamTokenResponse = z.object({
+  token: z.string().describe('pass as `?access_token=` on the events route'),
+  expiresAt: iso.describe('after this, the token opens no new connection'),
+  runId: z.string().optional().describe('the run whose events it opens'),
+  sessionId: z.string().optional().describe('the session whose runs’ events it opens'),
+});
+
 export const runResponse = z.object({
   id: z.string(),
   scope: z.string(),
@@ -48,6 +55,8 @@ export const runResponse = z.object({
   links: z.object({ self: z.string(), events: z.string() }),
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings: z.array(z.string()).optional(),
+  /** Submit only, when asked: a token for this run's events. */
+  streamToken: streamTokenResponse.optional(),
 });
 
 /** POST …/artifacts: the stored artifact, to name in a submit's input.artifacts. */

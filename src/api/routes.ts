@@ -4,6 +4,7 @@ import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
+import { streamTokenRoutes } from './routes-stream-tokens.ts';
 import { uiRoutes } from './routes-ui.ts';
 import { whoamiRoutes } from './routes-whoami.ts';
 
@@ -21,6 +22,7 @@ export const ROUTES: readonly RouteSpec[] = [
   ...uiRoutes(),
   ...whoamiRoutes,
   ...runRoutes,
+  ...streamTokenRoutes,
   ...artifactRoutes,
   ...adminRoutes,
 ];

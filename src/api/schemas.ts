@@ -49,6 +49,7 @@ export const submitBody = z.strictObject({
   idempotencyKey: z.string().regex(/^[\x21-\x7e]{1,128}$/, 'printable ASCII, 1-128 chars').optional(),
   multitask: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
   outputSchema: z.record(z.string(), z.unknown()).optional(),
+  streamToken: z.boolean().optional(),
 });
 export type SubmitBody = z.infer<typeof submitBody>;
 
@@ -76,6 +77,8 @@ const STREAM_ID_OR_START = new RegExp(`^(0|${STREAM_ID_PATTERN.source.slice(1, -
 
 export const eventsQuery = z.strictObject({
   after: z.string().regex(STREAM_ID_OR_START, 'must be a stream id <ms>-<seq>').optional(),
+  /** A stream token, for readers that cannot send Authorization (a browser's EventSource); checked before parsing. */
+  access_token: z.string().describe('a stream token (POST …/stream-token), instead of an API key').optional(),
 });
 
 export const lastEventIdHeader = z.string().regex(STREAM_ID_PATTERN, 'must be a stream id <ms>-<seq>');

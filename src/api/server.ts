@@ -13,6 +13,7 @@ import { RunStore } from '../lib/engine/store.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { createApp } from './app.ts';
 import type { AppDeps } from './deps.ts';
@@ -54,6 +55,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
+    streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS),
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     submitLimiter: new SubmitRateLimiter(transitions, c),

@@ -54,6 +54,11 @@ export interface ScopeKeys {
   idempotency(key: string): string;
   /** Live notifications of a run's new events. */
   channel(runId: string): string;
+  /**
+   * A capability token of the scope by the SHA-256 (hex) of the token: what it opens, for
+   * which action, and the key that minted it; expires with the token.
+   */
+  capability(sha256hex: string): string;
 }
 
 export interface Keys {
@@ -133,6 +138,7 @@ export function createKeys(prefix: string): Keys {
         // Caller-chosen idempotency keys may hold any printable text: hash-free but bounded
         // by the schema, and kept after the last colon so they cannot collide with suffixes.
         idempotency: (key) => `${base}idem:${key}`,
+        capability: (hash) => `${base}cap:${checked('token hash', hash)}`,
       };
       scopes.set(scope, built);
       return built;

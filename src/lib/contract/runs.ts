@@ -52,6 +52,20 @@ export interface SubmitRequest {
   /** What to do when the session is busy; default `enqueue`. */
   multitask?: Multitask;
   outputSchema?: Record<string, unknown>;
+  /** Also mint a stream token for the new run, returned as the answer's `streamToken`. */
+  streamToken?: boolean;
+}
+
+/**
+ * A read-only pass for a browser page, in place of an API key: `?access_token=<token>` on the
+ * events route of one run (`runId`) or of any run of one session (`sessionId`), until
+ * `expiresAt`. It opens nothing else.
+ */
+export interface StreamToken {
+  token: string;
+  expiresAt: string;
+  runId?: string;
+  sessionId?: string;
 }
 
 /** A run as the API shows it: no lease internals, no caller memory echo; times are ISO strings. */
@@ -80,6 +94,8 @@ export interface Run {
   links: { self: string; events: string };
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings?: string[];
+  /** Submit only, when asked with `streamToken: true`: a token for this run's events. */
+  streamToken?: StreamToken;
 }
 
 export interface RunsPage { runs: Run[]; nextCursor: string | null }
