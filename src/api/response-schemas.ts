@@ -18,6 +18,13 @@ export const errorResponse = z.object({
   }),
 });
 
+export const usageTotals = z.object({
+  inputTokens: z.number().int(),
+  outputTokens: z.number().int(),
+  totalTokens: z.number().int(),
+  modelCalls: z.number().int(),
+});
+
 export const runResponse = z.object({
   id: z.string(),
   scope: z.string(),
@@ -43,7 +50,10 @@ export const runResponse = z.object({
   lastError: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
   blocked: z.object({ stepKey: z.string(), reason: z.string(), since: iso }).optional(),
   result: z
-    .object({ answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional() })
+    .object({
+      answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional(),
+      usage: usageTotals.optional().describe('every model call of the run, in any attempt, counted once'),
+    })
     .optional(),
   links: z.object({ self: z.string(), events: z.string() }),
   /** Submit only: e.g. that no live worker serves the runtime yet. */
@@ -119,7 +129,9 @@ export const resumeResponse = z.object({
 
 export const healthResponse = z.object({ ok: z.boolean() }).catchall(z.unknown());
 
-export const sseStream = z.string().describe('text/event-stream: `id`, `event` (status | attempt | token | end …), `data` (JSON)');
+export const sseStream = z.string().describe(
+  'text/event-stream: `id`, `event` (status | attempt | token | ephemeral | tool-call | tool-result | end), `data` (JSON)',
+);
 
 export const stepsResponse = z.object({
   steps: z.array(
