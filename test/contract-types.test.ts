@@ -4,7 +4,7 @@ import * as res from '../src/api/response-schemas.ts';
 import * as req from '../src/api/schemas.ts';
 import type { presentRun } from '../src/api/presenters.ts';
 import type {
-  DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, StepsPage,
+  DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, ScopeUsage, StepsPage,
   SubmitRequest, WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
@@ -30,6 +30,7 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.resumeResponse>>().toEqualTypeOf<ResumeResult>();
     expectTypeOf<z.infer<typeof res.stepsResponse>>().toEqualTypeOf<StepsPage>();
     expectTypeOf<z.infer<typeof res.whoamiResponse>>().toEqualTypeOf<WhoAmI>();
+    expectTypeOf<z.infer<typeof res.usageResponse>>().toEqualTypeOf<ScopeUsage>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

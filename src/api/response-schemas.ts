@@ -154,3 +154,11 @@ export const whoamiResponse = z.object({
   role: z.enum(['client', 'admin']),
   keyId: z.string(),
 });
+
+export const usageResponse = z.object({
+  scope: z.string(),
+  from: z.string().describe('YYYY-MM-DD (UTC)'),
+  to: z.string().describe('YYYY-MM-DD (UTC), inclusive'),
+  rows: z.array(usageTotals.extend({ day: z.string(), agent: z.string(), model: z.string() })),
+  total: usageTotals,
+});

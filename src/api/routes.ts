@@ -5,6 +5,7 @@ import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
 import { uiRoutes } from './routes-ui.ts';
+import { usageRoutes } from './routes-usage.ts';
 import { whoamiRoutes } from './routes-whoami.ts';
 
 /**
@@ -23,4 +24,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...runRoutes,
   ...artifactRoutes,
   ...adminRoutes,
+  ...usageRoutes,
 ];

@@ -11,8 +11,8 @@ import { SseParser, type SseMessage } from './sse-parser.ts';
  */
 
 export type {
-  MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData,
-  SubmitRequest, TerminalStatus,
+  EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage, SessionMessage,
+  StatusEventData, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData, UsageRow, UsageTotals,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
