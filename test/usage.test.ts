@@ -1,5 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createChatAgent } from '../src/lib/agents/chat.ts';
+import { defineAgent, type InferCall } from '../src/lib/sdk/agent.ts';
+import { RetryAfterError } from '../src/lib/sdk/errors.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { parseRunRecord } from '../src/lib/engine/record.ts';
 import type { UsageRow } from '../src/lib/contract/admin.ts';
@@ -20,12 +22,31 @@ let opsUrl: string;
 let acme: ScopeClient;
 let globex: ScopeClient;
 
+let late: InferCall | undefined;
+
+/** An agent calling its model by hand: it records usage itself, then waits ten minutes to retry. */
+const costly = defineAgent({
+  name: 'costly',
+  async run(ctx) {
+    await ctx.infer('think', (call) => {
+      call.recordUsage({ model: 'hand-model', inputTokens: 9, outputTokens: 1 });
+      late = call;
+      return 'thought';
+    });
+    // After its step was stored: counted nowhere (a warning in the log), never twice.
+    late!.recordUsage({ model: 'hand-model', inputTokens: 1000, outputTokens: 1000 });
+    throw new RetryAfterError('the model asks for a pause', 600_000);
+  },
+});
+
 beforeAll(async () => {
   h = await useHarness();
   fake = await startFakeOpenAI();
   url = (await h.startApi()).url;
   const common = { model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key' };
-  const worker = await h.startWorker({ agents: [createChatAgent({ ...common, name: 'writer' }), createChatAgent({ ...common, name: 'editor' })] });
+  const worker = await h.startWorker({
+    agents: [createChatAgent({ ...common, name: 'writer' }), createChatAgent({ ...common, name: 'editor' }), costly],
+  });
   opsUrl = worker.opsUrl!;
   acme = await h.client(url, 'acme', 'admin');
   globex = await h.client(url, 'globex', 'admin');
@@ -120,6 +141,20 @@ describe('usage by scope, day, agent and model', () => {
     expect(tokens(after, 'writer', 'input') - tokens(before, 'writer', 'input')).toBe(11 + 13 + 7);
     expect(tokens(after, 'writer', 'output') - tokens(before, 'writer', 'output')).toBe(3 + 4 + 2);
     expect([tokens(after, 'editor', 'input') - tokens(before, 'editor', 'input'), tokens(after, 'editor', 'output') - tokens(before, 'editor', 'output')]).toEqual([20, 5]);
+  });
+
+  it('a call recorded by hand counts once, and stays on a run cancelled while it waited to retry', async () => {
+    const sub = await globex.submit('u-costly', 'think', { agent: 'costly' });
+    await globex.waitStatus(sub.body.id, ['retrying']);
+    expect((await globex.post(`/runs/${sub.body.id}/cancel`, {})).status).toBe(200);
+    const run = await globex.waitStatus(sub.body.id, ['cancelled']);
+    expect(run.result).toMatchObject({ finishReason: 'cancelled', usage: { inputTokens: 9, outputTokens: 1, totalTokens: 10, modelCalls: 1 } });
+    const [step] = (await globex.get(`/runs/${run.id}/steps`)).body.steps;
+    const day = dayOf(Date.parse(step.finishedAt));
+    const usage = (await globex.get(`/usage?from=${day}&to=${day}`)).body;
+    expect(usage.rows.filter((r: UsageRow) => r.agent === 'costly')).toEqual([
+      { day, agent: 'costly', model: 'hand-model', inputTokens: 9, outputTokens: 1, totalTokens: 10, modelCalls: 1 },
+    ]);
   });
 
   it("another scope's key gets 404, a client key 403, and a bad range 400", async () => {
