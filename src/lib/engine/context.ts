@@ -68,6 +68,7 @@ export class ContextState {
   /** Text of running inferences, per agent: what a memo hit replays. */
   private readonly captures = new Set<{ agent: string; text: string }>();
   private readonly select: EventPredicate;
+  private readonly subagents = new Map<string, RunContext>();
   readonly ctx: RunContext;
 
   constructor(private readonly d: ContextDeps) {
@@ -105,8 +106,13 @@ export class ContextState {
       },
       subagent: (name) => {
         if (typeof name !== 'string' || !ID_PATTERN.test(name)) throw new TypeError(`sub-agent name ${JSON.stringify(name)} must match ${ID_PATTERN}`);
-        // The prefix names the whole chain, so a sub-agent's steps read as whose they are.
-        return this.context(name, `${prefix}${name}.`);
+        // The prefix names the whole chain, so a sub-agent's steps read as whose they are. One
+        // context per chain: helpers keep per-context state (baton/ai's pending tool failure),
+        // which must not depend on whether the agent asked for the sub-agent once or twice.
+        const sub = `${prefix}${name}.`;
+        let known = this.subagents.get(sub);
+        if (!known) this.subagents.set(sub, (known = this.context(name, sub)));
+        return known;
       },
     };
     attachEventSink(ctx, { publish: (e) => this.publish(e) });
