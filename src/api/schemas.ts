@@ -115,8 +115,8 @@ const daySchema = z
 /** GET …/usage: from and to inclusive, to not before from, at most MAX_USAGE_DAYS days. */
 export const usageQuery = z.strictObject({ from: daySchema, to: daySchema }).superRefine((q, ctx) => {
   const days = (Date.parse(q.to) - Date.parse(q.from)) / DAY_MS + 1;
-  if (days < 1) ctx.addIssue({ code: 'custom', path: ['to'], message: 'must not be before from' });
-  else if (days > MAX_USAGE_DAYS) ctx.addIssue({ code: 'custom', path: ['to'], message: `must be at most ${MAX_USAGE_DAYS} days from from, inclusive` });
+  if (days < 1) ctx.addIssue({ code: 'custom', path: ['to'], message: 'must be the first day or a later one' });
+  else if (days > MAX_USAGE_DAYS) ctx.addIssue({ code: 'custom', path: ['to'], message: `the range may span at most ${MAX_USAGE_DAYS} days` });
 });
 
 /** `Authorization: Bearer <key>`: keys are printable ASCII without spaces, 16-256 chars. */
