@@ -30,7 +30,9 @@ export function presentRun(run: RunRecord, basePath: string): Run {
     idempotencyKey: run.idempotencyKey,
     lastError: run.lastError,
     blocked: run.blocked ? { ...run.blocked, since: new Date(run.blocked.since).toISOString() } : undefined,
-    result: run.result,
+    // The record's usage is the one the step script kept: also there for a run that ended
+    // without its worker (cancelled while it waited for a retry).
+    result: run.result && run.usage ? { ...run.result, usage: run.usage } : run.result,
     links: {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,

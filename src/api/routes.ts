@@ -6,6 +6,7 @@ import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
 import { uiRoutes } from './routes-ui.ts';
+import { usageRoutes } from './routes-usage.ts';
 import { whoamiRoutes } from './routes-whoami.ts';
 
 /**
@@ -25,4 +26,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...streamTokenRoutes,
   ...artifactRoutes,
   ...adminRoutes,
+  ...usageRoutes,
 ];

@@ -13,8 +13,9 @@ import { SseParser, type SseMessage } from './sse-parser.ts';
  */
 
 export type {
-  MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData,
-  StreamToken, SubmitRequest, TerminalStatus,
+  EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage, SessionMessage,
+  StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData, UsageRow,
+  UsageTotals,
 } from '../contract/index.ts';
 
 export interface StreamOptions {

@@ -32,6 +32,20 @@ export interface RunResult {
   finishReason: string;
   toolCallsSeen: number;
   payload?: unknown;
+  /** The run's model calls, in every attempt; absent when it made none Baton was told of. */
+  usage?: UsageTotals;
+}
+
+/**
+ * Token usage as the providers reported it, summed over model calls. A call counts once, when
+ * its result is stored: a retry or recovery that takes it from the memo adds nothing.
+ */
+export interface UsageTotals {
+  inputTokens: number;
+  outputTokens: number;
+  /** inputTokens + outputTokens. */
+  totalTokens: number;
+  modelCalls: number;
 }
 
 export interface RunError { code: string; message: string; details?: unknown }
