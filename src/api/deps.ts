@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
+import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import type { Config } from '../lib/config.ts';
 import type { RunStreams } from '../lib/streams/run-streams.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
@@ -22,6 +23,8 @@ export interface AppDeps {
   keys: Keys;
   store: RunStore;
   apiKeys: ApiKeyStore;
+  /** Read-only tokens for browser pages, accepted by the routes of access `stream`. */
+  streamTokens: StreamTokenStore;
   streams: RunStreams;
   log: Logger;
   /** The process's Prometheus registry (shared with a worker in the same process). */

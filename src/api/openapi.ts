@@ -34,12 +34,19 @@ function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
   if (r.access !== 'public' && r.access !== 'token') codes.push('UNAUTHENTICATED');
   // A token that opens nothing is answered like a missing object, whatever it names.
-  if (r.access === 'client' || r.access === 'admin' || r.access === 'token') codes.push('NOT_FOUND');
+  if (r.access === 'client' || r.access === 'admin' || r.access === 'stream' || r.access === 'token') codes.push('NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   if (r.rawBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   return [...new Set([...codes, ...(r.errors ?? [])])];
+}
+
+/** Who may call a route: nobody needs to, a key, or (a stream route) a key or a stream token. */
+function security(r: RouteSpec): Record<string, string[]>[] {
+  // A token route's credential is the token in its path, which no security scheme describes.
+  if (r.access === 'public' || r.access === 'token') return [];
+  return r.access === 'stream' ? [{ bearer: [] }, { streamToken: [] }] : [{ bearer: [] }];
 }
 
 const cache = new WeakMap<readonly RouteSpec[], Record<string, unknown>>();
@@ -71,8 +78,7 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     (paths[openApiPath(r.path)] ??= {})[r.method] = {
       summary: r.summary,
       'x-baton-access': r.access,
-      // A token route's credential is the token in its path, which no security scheme describes.
-      security: r.access === 'public' || r.access === 'token' ? [] : [{ bearer: [] }],
+      security: security(r),
       parameters: [...parameters('path', r.params), ...parameters('query', r.query), ...headerParams],
       ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: jsonSchema(r.body) } } } } : {}),
       ...(r.rawBody ? { requestBody: { required: true, description: r.rawBody.description, content: { '*/*': { schema: { type: 'string', format: 'binary' } } } } } : {}),
@@ -84,11 +90,17 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     info: {
       title: 'Baton',
       version: pkg.version,
-      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path, '
-        + 'except `POST /v1/waits/{token}`, which a wait\'s resume token opens (once) without a key.',
+      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path; '
+        + 'a run\'s events route also takes a stream token as `?access_token=`, and `POST /v1/waits/{token}` is opened (once) by a wait\'s resume token, without a key.',
     },
     components: {
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer' },
+        streamToken: {
+          type: 'apiKey', in: 'query', name: 'access_token',
+          description: 'A stream token (POST …/stream-token, or submit with streamToken: true): read-only, one run or session, expiring.',
+        },
+      },
       schemas: { Error: jsonSchema(res.errorResponse) },
     },
     paths,

@@ -1,6 +1,7 @@
-import type { PublicRunStatus, Run, Wait } from '../lib/contract/runs.ts';
+import type { PublicRunStatus, Run, StreamToken, Wait } from '../lib/contract/runs.ts';
 import type { RunRecord, RunStatus, StoredWait } from '../lib/engine/record.ts';
 import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
+import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
 export function publicStatus(status: RunStatus): PublicRunStatus {
@@ -38,7 +39,9 @@ export function presentRun(run: RunRecord, basePath: string, tokens?: Pick<WaitT
     runAt: iso(run.runAt),
     ttlMs: run.ttlMs,
     timeoutMs: run.timeoutMs,
-    result: run.result,
+    // The record's usage is the one the step script kept: also there for a run that ended
+    // without its worker (cancelled while it waited for a retry).
+    result: run.result && run.usage ? { ...run.result, usage: run.usage } : run.result,
     links: {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,
@@ -58,6 +61,11 @@ function presentWait(run: RunRecord, w: StoredWait, tokens: Pick<WaitTokens, 'to
     // A sleep ends by itself: nothing to resume it with.
     token: tokens && w.kind !== 'sleep' ? tokens.tokenFor(run.scope, run.id, w.key) : undefined,
   };
+}
+
+/** A minted stream token with what it opens. */
+export function presentStreamToken(minted: MintedStreamToken, grant: StreamGrant): StreamToken {
+  return { token: minted.token, expiresAt: new Date(minted.expiresAt).toISOString(), ...grant };
 }
 
 function iso(ms: number | undefined): string | undefined {

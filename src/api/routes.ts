@@ -4,8 +4,10 @@ import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
+import { streamTokenRoutes } from './routes-stream-tokens.ts';
 import { waitRoutes } from './routes-waits.ts';
 import { uiRoutes } from './routes-ui.ts';
+import { usageRoutes } from './routes-usage.ts';
 import { whoamiRoutes } from './routes-whoami.ts';
 
 /**
@@ -22,7 +24,9 @@ export const ROUTES: readonly RouteSpec[] = [
   ...uiRoutes(),
   ...whoamiRoutes,
   ...runRoutes,
+  ...streamTokenRoutes,
   ...waitRoutes,
   ...artifactRoutes,
   ...adminRoutes,
+  ...usageRoutes,
 ];

@@ -15,6 +15,7 @@ import { waitingRuns } from '../lib/ops/waiting-runs.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { createApp } from './app.ts';
 import type { AppDeps } from './deps.ts';
@@ -61,6 +62,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
+    streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS),
     waits, waitTokens: res.waitTokens,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),

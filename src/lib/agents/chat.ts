@@ -147,13 +147,19 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
     }, { idempotent: prepared.tool.idempotent ?? true, approval: prepared.tool.approval ?? false });
   } catch (err) {
     // A person said no: the model hears it as the tool's answer and decides what to do next.
-    if (!(err instanceof ToolDeclinedError)) throw err;
-    reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false });
-    return toolDeclinedContent(call.name, err.reason);
+    if (err instanceof ToolDeclinedError) {
+      reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false });
+      return toolDeclinedContent(call.name, err.reason);
+    }
+    // The attempt ends as the error says (a TransientError retries it); readers see why first.
+    if (!ctx.signal.aborted) reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: describe(err), replayed: false });
+    throw err;
   }
   reportToolResult(ctx, { callId: call.id, name: call.name, ok: true, result, replayed: !ran });
   return toolResultContent(result);
 }
+
+const describe = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 function assistantMessage(turn: ModelTurn): ChatCompletionMessageParam {
   return {

@@ -1,5 +1,6 @@
 import {
-  ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type SubmitRequest, type Wait, type WaitResumed,
+  ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest, type Wait,
+  type WaitResumed,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 
@@ -13,8 +14,9 @@ import { SseParser, type SseMessage } from './sse-parser.ts';
  */
 
 export type {
-  ApprovalDecision, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, SessionMessage,
-  StatusEventData, SubmitRequest, TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
+  ApprovalDecision, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage,
+  SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
+  UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
@@ -121,6 +123,16 @@ export class BatonClient {
   /** Declines an approval wait: the tool does not run, and the agent is told (with `reason`). */
   decline(runId: string, waitKey: string, reason?: string): Promise<Run> {
     return this.resume(runId, waitKey, reason === undefined ? { approved: false } : { approved: false, reason });
+  }
+
+  /**
+   * A read-only token for a browser page, so the page never holds the API key: it opens
+   * `…/runs/{runId}/events?access_token=<token>` for the run, or for every run of the session,
+   * until `expiresAt`, and nothing else.
+   */
+  streamToken(grant: { runId: string } | { sessionId: string }): Promise<StreamToken> {
+    const path = 'runId' in grant ? `/runs/${encodeURIComponent(grant.runId)}` : `/sessions/${encodeURIComponent(grant.sessionId)}`;
+    return this.json('POST', `${path}/stream-token`, {});
   }
 
   /** A session's committed history, oldest first. */

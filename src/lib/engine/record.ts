@@ -1,6 +1,6 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
 import type {
-  ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage,
+  ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
 } from '../contract/runs.ts';
 import type { WaitEventEntry } from '../contract/events.ts';
 
@@ -41,6 +41,11 @@ export interface RunRecord {
   result?: RunResult;
   lastError?: RunError;
   blocked?: Blocked;
+  /**
+   * Model usage of the steps stored so far, in any attempt (record fields usageIn, usageOut,
+   * usageCalls, added by the step script); absent before the first counted model call.
+   */
+  usage?: UsageTotals;
   /** Scheduled runs: when due. */
   runAt?: number;
   ttlMs?: number;
@@ -71,6 +76,12 @@ export function parseRunRecord(raw: Record<string, string> | string[]): RunRecor
   if (!r.leaseOwner) delete r.leaseOwner;
   if (!r.leaseExpiresAt) delete r.leaseExpiresAt;
   r.cancelRequested = h.cancelRequested === '1';
+  const calls = Number(h.usageCalls ?? 0);
+  if (calls > 0) {
+    const inputTokens = Number(h.usageIn ?? 0);
+    const outputTokens = Number(h.usageOut ?? 0);
+    r.usage = { inputTokens, outputTokens, totalTokens: inputTokens + outputTokens, modelCalls: calls };
+  }
   return r as unknown as RunRecord;
 }
 

@@ -54,6 +54,11 @@ export class ApiKeyStore {
     return { id: h.id, scope: h.scope, role: h.role as Role, createdAt: Number(h.createdAt) };
   }
 
+  /** Whether the key with this id is still issued (not revoked). */
+  async isIssued(id: string): Promise<boolean> {
+    return (await this.redis.exists(this.keys.apiKeyId(id))) === 1;
+  }
+
   async list(scope: string): Promise<ApiKeyInfo[]> {
     const ids = await this.redis.smembers(this.keys.apiKeysOfScope(scope));
     const out: ApiKeyInfo[] = [];
