@@ -151,6 +151,18 @@ describe('a run that waits for input', () => {
   });
 });
 
+describe('sub-agents', () => {
+  it("a sub-agent's wait is named after it, like its steps", async () => {
+    const run = (await acme.submit('sub-1', 'x', { agent: 'fx-delegate' })).body;
+    const waiting = await acme.waitStatus(run.id, ['waiting']);
+    expect(waiting.waits).toEqual([expect.objectContaining({ key: 'wait:helper.question:1', name: 'helper.question', kind: 'input' })]);
+    expect((await resume(acme, run.id, 'wait:helper.question:1', 'yes')).status).toBe(200);
+    expect((await acme.waitStatus(run.id, ['succeeded', 'failed'])).result.answer).toBe('helper heard yes');
+    const steps = (await acme.get(`/runs/${run.id}/steps`)).body.steps.map((s: any) => s.key);
+    expect(steps).toEqual(['wait:helper.question:1', 'step:helper.use:1']);
+  });
+});
+
 describe('tool approval', () => {
   it('approved: the tool runs once; declined: it never runs and the agent gets ToolDeclinedError with the reason', async () => {
     const yes = (await acme.submit('ship-1', 'v1', { agent: 'fx-ship' })).body;
