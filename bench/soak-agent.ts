@@ -8,9 +8,11 @@ import { createKeys } from '../src/lib/keys.ts';
  *
  * Each run makes two idempotent memoized calls to a pretend provider that dedupes by the
  * step's idempotency key (as payment or e-mail APIs do), one non-idempotent tool call whose
- * executions are counted, and streams an answer derived from its input and from how many
- * turns its session had before it. The provider keeps its books in the soak's Redis, under
- * keys the checker reads at the end (see soakKeys).
+ * executions are counted, waits for a confirmation (the soak driver resumes it with the
+ * run's id, at a random moment), calls an approval-gated tool once the driver approves it,
+ * and streams an answer derived from its input and from how many turns its session had
+ * before it. The provider keeps its books in the soak's Redis, under keys the checker reads
+ * at the end (see soakKeys).
  */
 
 /** The soak's own keys, next to Baton's under the same prefix; one hash tag, so one Lua call can touch them all. */
@@ -29,6 +31,11 @@ export function soakKeys(prefix: string) {
     memoReruns: `${base}memo-reruns`,
   };
 }
+
+/** The value the soak driver resumes `wait:confirm:1` with: `{ confirm: <runId> }`. */
+export const SOAK_CONFIRM_SCHEMA = {
+  type: 'object', required: ['confirm'], additionalProperties: false, properties: { confirm: { type: 'string' } },
+};
 
 /** Words the soak's inputs are made of; the answer is derived from them. */
 export const SOAK_WORDS = [
@@ -154,6 +161,16 @@ export const soakAgent = defineAgent({
       await sleep(jitter(20, 120), ctx.signal);
       return { notified: args.runId };
     }, { idempotent: false });
+
+    // A person's confirmation: the driver answers with the run's id, so a value delivered to
+    // the wrong wait or twice would show here (and fail the run, which the checker reports).
+    const confirmed = await ctx.waitFor<{ confirm: string }>('confirm', {
+      prompt: `confirm run ${ctx.runId}`, schema: SOAK_CONFIRM_SCHEMA,
+    });
+    if (confirmed?.confirm !== ctx.runId) throw new PermanentError(`wait:confirm:1 delivered ${JSON.stringify(confirmed)} to run ${ctx.runId}`);
+    // A tool a person must approve first; once approved it is an idempotent provider call.
+    await ctx.tool('publish', { runId: ctx.runId }, async (_args, { idempotencyKey }) =>
+      applyOnce(ctx, fence, 'tool:publish:1', idempotencyKey, `published ${ctx.runId}`), { approval: true });
 
     ctx.emit(`turn ${turn}: `);
     const draft = await ctx.infer('draft', async ({ idempotencyKey }) => {

@@ -28,11 +28,16 @@ export interface StreamLog {
   ended: boolean;
 }
 
+/** What the driver's resumes of one wait got back: HTTP statuses in order. */
+export interface WaitResumes { runId: string; waitKey: string; statuses: number[]; byToken: number }
+
 export interface CheckInput {
   redis: Redis;
   prefix: string;
   sessions: SessionLog[];
   streams: StreamLog[];
+  /** Every wait the driver resumed, by `<runId> <waitKey>`. */
+  resumes: Map<string, WaitResumes>;
   /** A session's committed history as the API serves it. */
   messages(scope: string, sessionId: string): Promise<SessionMessage[]>;
 }
@@ -44,6 +49,9 @@ export interface CheckStats {
   retriedRuns: number;
   /** Runs that were blocked on the non-idempotent step and resolved by the operator. */
   resolvedRuns: number;
+  /** Waits the driver resumed (a 200), and how many of those through the resume token. */
+  waitsResumed: number;
+  tokenResumes: number;
   providerRequests: number;
   providerApplied: number;
   toolExecutions: number;
@@ -52,8 +60,13 @@ export interface CheckStats {
   historyMessages: number;
 }
 
-const STEPS = ['step:plan:1', 'infer:draft:1'] as const;
+const STEPS = ['step:plan:1', 'tool:publish:1', 'infer:draft:1'] as const;
 const TOOL = 'tool:notify:1';
+/** The waits every run reaches, and the value each must have been resumed with. */
+const WAITS = [
+  { key: 'wait:confirm:1', value: (runId: string) => ({ confirm: runId }) },
+  { key: 'wait:publish:1', value: () => ({ approved: true }) },
+] as const;
 
 /**
  * The soak's verdict, computed from Redis (what really happened) and the API (what a user
@@ -66,7 +79,8 @@ export async function checkSoak(input: CheckInput): Promise<{ violations: string
   const sk = soakKeys(input.prefix);
   const accepted = input.sessions.flatMap((s) => s.runs);
   const stats: CheckStats = {
-    runs: accepted.length, succeeded: 0, recoveries: 0, retriedRuns: 0, resolvedRuns: 0, providerRequests: 0, providerApplied: 0,
+    runs: accepted.length, succeeded: 0, recoveries: 0, retriedRuns: 0, resolvedRuns: 0, waitsResumed: 0, tokenResumes: 0,
+    providerRequests: 0, providerApplied: 0,
     toolExecutions: 0, streamsChecked: 0, streamConnections: 0, historyMessages: 0,
   };
 
@@ -91,6 +105,17 @@ export async function checkSoak(input: CheckInput): Promise<{ violations: string
   for (const n of Object.values(applied)) stats.providerApplied += Number(n);
   for (const n of Object.values(executions)) stats.toolExecutions += Number(n);
   for (const [key, n] of Object.entries(memoReruns)) v.push(`step ${key}: ran ${n} more time(s) after its result was stored`);
+
+  // Exactly once from the driver's side too: a wait answered 200 more than once was delivered twice.
+  for (const r of input.resumes.values()) {
+    const ok = r.statuses.filter((st) => st === 200).length;
+    stats.waitsResumed += ok;
+    stats.tokenResumes += r.byToken;
+    if (ok > 1) v.push(`run ${r.runId}: ${r.waitKey} resumed ${ok} times (${r.statuses.join(', ')})`);
+    // 409: answered already (a reply lost to a kill, then asked again). Anything else is a refusal the driver did not earn.
+    const odd = r.statuses.filter((st) => st !== 200 && st !== 409);
+    if (odd.length) v.push(`run ${r.runId}: resuming ${r.waitKey} answered ${odd.join(', ')}`);
+  }
 
   const records = new Map<string, RunRecord>();
   const logs = new Map<string, StreamEvent[]>();
@@ -138,6 +163,11 @@ export async function checkSoak(input: CheckInput): Promise<{ violations: string
       const key = `${r.id}:${step}`;
       if (Number(applied[key] ?? 0) !== 1) v.push(`run ${r.id}: step ${step} applied ${applied[key] ?? 0} times`);
       if (steps[step] === undefined) v.push(`run ${r.id}: step ${step} has no stored result`);
+    }
+    // Each wait's outcome is the value the driver sent, delivered once (its step result).
+    for (const w of WAITS) {
+      const stored = steps[w.key] === undefined ? undefined : (JSON.parse(steps[w.key]) as { v: unknown }).v;
+      if (JSON.stringify(stored) !== JSON.stringify(w.value(r.id))) v.push(`run ${r.id}: ${w.key} holds ${JSON.stringify(stored)}`);
     }
     const execs = Number(executions[`${r.id}:${TOOL}`] ?? 0);
     if (execs > 1) v.push(`run ${r.id}: non-idempotent ${TOOL} executed ${execs} times`);

@@ -9,13 +9,14 @@ import { createKeys } from '../src/lib/keys.ts';
 import type { SessionMessage } from '../src/lib/engine/record.ts';
 import { startRestartableRedis, type RestartableRedis } from './restartable-redis.ts';
 import { SOAK_WORDS } from './soak-agent.ts';
-import { checkSoak, type AcceptedRun, type CheckStats, type SessionLog, type StreamLog } from './soak-check.ts';
+import { checkSoak, type AcceptedRun, type CheckStats, type SessionLog, type StreamLog, type WaitResumes } from './soak-check.ts';
 import { jsonCall, readStream, type Reply } from './soak-client.ts';
 import { Fleet, logTail, type Kind } from './soak-fleet.ts';
 
 /**
  * The chaos soak: many sessions in several scopes submit runs of the soak agent (memoized
- * steps with side effects, a non-idempotent tool, streamed tokens) through `baton api`
+ * steps with side effects, a non-idempotent tool, a wait and an approval the driver answers
+ * at random moments, streamed tokens) through `baton api`
  * processes to `baton worker` processes, while a chaos driver SIGKILLs and restarts
  * workers, APIs and redis-server itself (append-only, fsync always). Then it lets
  * everything settle and checks what a user would notice (see soak-check.ts).
@@ -174,6 +175,7 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       Array.from({ length: o.sessionsPerScope }, (_, i) => ({ scope, sessionId: `chat-${i + 1}`, runs: [] as AcceptedRun[] })));
     const streams: StreamLog[] = [];
     const followers: Promise<void>[] = [];
+    const resumes = new Map<string, WaitResumes>();
     const terminal = new Set(['succeeded', 'failed', 'cancelled']);
 
     /** Submits until an API answers 202/200: the same idempotency key makes a retry safe. */
@@ -274,6 +276,52 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       }
     };
 
+    /** The wait token route of any live API (no key: the token is the credential). */
+    const anyToken = async (token: string, body: unknown, signal: AbortSignal): Promise<Reply> => {
+      for (;;) {
+        if (signal.aborted) return { status: 0, body: { error: { code: 'GAVE_UP' } } };
+        const api = pick(f.apis);
+        if (api) {
+          const reply = await jsonCall(`${api.url}/v1/waits/${encodeURIComponent(token)}`, 'POST', {}, body);
+          if (reply.status !== 0 && reply.status !== 503) return reply;
+        }
+        await sleep(jitter(100, 300));
+      }
+    };
+
+    /**
+     * The people: answer the runs' waits at random moments while the chaos goes on (a pass
+     * every 0.2-0.9 s; each pending wait answered with even odds per pass), half the time
+     * through the wait's resume token instead of a key. The confirmation gets the run's id,
+     * the approval a yes; every answer's status is kept for the checker.
+     */
+    const answerer = async (): Promise<void> => {
+      const signal = state.clients.signal;
+      while (!signal.aborted) {
+        for (const scope of scopes) {
+          const page = await anyApi(scope, 'GET', '/runs?status=waiting&limit=200', undefined, signal);
+          if (page.status !== 200) continue;
+          for (const run of page.body.runs as { id: string; waits?: { key: string; kind: string; token?: string }[] }[]) {
+            for (const w of run.waits ?? []) {
+              if (Math.random() < 0.5 || signal.aborted) continue;
+              const value = w.kind === 'approval' ? { approved: true } : { confirm: run.id };
+              const id = `${run.id} ${w.key}`;
+              const log = resumes.get(id) ?? { runId: run.id, waitKey: w.key, statuses: [], byToken: 0 };
+              resumes.set(id, log);
+              const byToken = w.token !== undefined && Math.random() < 0.5;
+              const reply = byToken
+                ? await anyToken(w.token!, { value }, signal)
+                : await anyApi(scope, 'POST', `/runs/${run.id}/waits/${encodeURIComponent(w.key)}`, { value }, signal);
+              if (reply.status === 0) continue;
+              log.statuses.push(reply.status);
+              if (reply.status === 200 && byToken) log.byToken++;
+            }
+          }
+        }
+        await sleep(jitter(200, 900), signal);
+      }
+    };
+
     const chaos = async (kind: Kind | 'redis', mean: number): Promise<void> => {
       const signal = state.chaos.signal;
       // The first fault of each kind comes early, so even a short soak sees every kind.
@@ -303,7 +351,7 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
 
     const chaosStarted = Date.now();
     o.log(`soak: ${o.apis} APIs and ${o.workers} workers up after ${Math.round((chaosStarted - started) / 1000)} s; chaos for ${Math.round(o.durationMs / 1000)} s`);
-    const resolving = resolver();
+    const resolving = Promise.all([resolver(), answerer()]);
     const sessionLoops = sessions.map(sessionLoop);
     let chaosFailure: unknown;
     const chaosLoops = [
@@ -355,7 +403,7 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       }
       return all;
     };
-    const { violations, stats } = await checkSoak({ redis, prefix, sessions, streams, messages });
+    const { violations, stats } = await checkSoak({ redis, prefix, sessions, streams, messages, resumes });
     violations.push(...state.submitErrors);
     for (const c of fleet.crashes) {
       violations.push(`${c.name} crashed on its own (${c.code ?? c.signal}); last log lines:\n${logTail(c.logFile)}`);
@@ -388,6 +436,7 @@ export function formatReport(r: SoakReport): string {
     `runs ${r.runs} accepted, ${r.succeeded} succeeded; ${r.retriedRuns} needed another attempt, ${r.recoveries} lease recoveries, ${r.resolvedRuns} blocked and resolved`,
     `kills: ${r.workerKills} workers, ${r.apiKills} APIs; Redis restarts ${r.redisRestarts}; submit retries ${r.submitRetries}`,
     `provider: ${r.providerRequests} requests, ${r.providerApplied} applied; non-idempotent tool executions ${r.toolExecutions}`,
+    `waits: ${r.waitsResumed} resumed by the driver (${r.tokenResumes} through a resume token)`,
     `streams: ${r.streamsChecked} clients over ${r.streamConnections} connections; history messages ${r.historyMessages}`,
     `violations: ${r.violations.length}`,
     ...r.violations.slice(0, 50).map((v) => `  - ${v}`),

@@ -5,13 +5,16 @@
  */
 export { defineAgent } from './lib/sdk/agent.ts';
 export type {
-  Agent, AgentResult, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, StepCall, StepOptions,
+  Agent, AgentResult, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, StepCall, StepOptions, ToolOptions,
+  WaitOptions,
 } from './lib/sdk/agent.ts';
 // What reaches readers and the history, by agent and role: defineAgent({ select, onSkip }).
 export { agentRole, and, not, or, role } from './lib/sdk/select.ts';
 export type { AgentEvent, EventPredicate } from './lib/sdk/select.ts';
 export type { EventRole, TextEventData, ToolCallEventData, ToolResultEventData } from './lib/contract/events.ts';
-export { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from './lib/sdk/errors.ts';
+export {
+  OutputInvalidError, PermanentError, RetryAfterError, ToolDeclinedError, TransientError, WaitTimeoutError,
+} from './lib/sdk/errors.ts';
 export { redisMemory } from './lib/sessions/memory-session.ts';
 export type {
   AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,

@@ -226,10 +226,10 @@ describe('baton/ai with the AI SDK', () => {
     expect(history).toEqual([['user', 'question #ai-cut', false], ['assistant', 'The answer is 42.', false]]);
   });
 
-  it('refuses approval-gated tools until waits exist', () => {
+  it('refuses approval for a tool without execute: nothing would run once approved (test/waits-agents.test.ts runs approvals)', () => {
     const ctx = { } as RunContext;
-    const t = tool({ description: 'd', inputSchema: z.object({}), execute: async () => 'x' });
-    expect(() => durableTools(ctx, { pay: t }, { pay: { approval: true } })).toThrow(/waits feature/);
-    expect(() => durableTools(ctx, { pay: { ...t, needsApproval: true } })).toThrow(/waits feature/);
+    const t = tool({ description: 'd', inputSchema: z.object({}) });
+    expect(() => durableTools(ctx, { pay: t }, { pay: { approval: true } })).toThrow(/without execute cannot wait for approval/);
+    expect(() => durableTools(ctx, { pay: { ...t, needsApproval: true } })).toThrow(/without execute cannot wait for approval/);
   });
 });

@@ -267,10 +267,10 @@ describe('createChatAgent tool loop', () => {
     await b.close();
   });
 
-  it('refuses a tool that asks for approval, and a tool name a step key cannot hold', () => {
+  it('takes a tool that asks for approval (test/waits-agents.test.ts runs one), refuses a tool name a step key cannot hold', () => {
     const base = { name: 'gated', model: 'm', baseURL: fake.baseURL };
     const tool = { description: 'd', parameters: { type: 'object' }, execute: () => 'x' };
-    expect(() => createChatAgent({ ...base, tools: { pay: { ...tool, approval: true } } })).toThrow(/approval-gated tools need the waits feature/);
+    expect(() => createChatAgent({ ...base, tools: { pay: { ...tool, approval: true } } })).not.toThrow();
     expect(() => createChatAgent({ ...base, tools: { 'pay:now': tool } })).toThrow(/must match/);
     expect(() => createChatAgent({ ...base, tools: { pay: { ...tool, parameters: { type: 'nonsense' } } } })).toThrow(/not a valid JSON Schema/);
   });

@@ -5,7 +5,7 @@ import * as req from '../src/api/schemas.ts';
 import type { presentRun } from '../src/api/presenters.ts';
 import type {
   DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, StepsPage,
-  ScopeUsage, StreamToken, SubmitRequest, WhoAmI,
+  ScopeUsage, StreamToken, SubmitRequest, WaitResumed, WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type * as client from '../src/lib/client/client.ts';
@@ -32,6 +32,7 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.whoamiResponse>>().toEqualTypeOf<WhoAmI>();
     expectTypeOf<z.infer<typeof res.streamTokenResponse>>().toEqualTypeOf<StreamToken>();
     expectTypeOf<z.infer<typeof res.usageResponse>>().toEqualTypeOf<ScopeUsage>();
+    expectTypeOf<z.infer<typeof res.waitResumedResponse>>().toEqualTypeOf<WaitResumed>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

@@ -86,7 +86,9 @@ function send(method: string, path: string, headers: Record<string, string>, bod
 
 const VALID: Record<string, string> = {
   scope: 'acme', runId: 'rmissing0000000000', sessionId: 's1', runtimeId: 'default', stepKey: 'step:charge:1',
+  waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`,
 };
+const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token'];
 
 /** A path segment: mostly hostile, sometimes valid, already safe to put in a request line. */
 const segment = (name: string) =>
@@ -115,7 +117,7 @@ const jsonBody = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)),
   fc.record({
     field: fc.constantFrom('sessionId', 'input', 'runtime', 'agent', 'metadata', 'memory', 'maxAttempts', 'idempotencyKey',
-      'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra'),
+      'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs'),
     value: fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(null), fc.string({ minLength: 300_000, maxLength: 300_001 })),
   }).map(({ field, value }) => JSON.stringify({ ...validSubmit, [field]: value })),
   fc.constantFrom(
@@ -123,7 +125,8 @@ const jsonBody = fc.oneof(
     JSON.stringify({ ...validSubmit, memory: null }), JSON.stringify({ ...validSubmit, input: { content: 'x', role: 'system' } }),
     JSON.stringify({ ...validSubmit, metadata: Object.fromEntries(Array.from({ length: 70 }, (_, i) => [`k${i}`, i])) }),
     JSON.stringify({ ...validSubmit, outputSchema: { type: 12 } }), JSON.stringify({ cancelQueued: 'yes' }),
-    JSON.stringify({ value: 1, rerun: true }), 'x'.repeat(9000),
+    JSON.stringify({ value: 1, rerun: true }), 'x'.repeat(9000), JSON.stringify({ value: { approved: 'yes' } }), '{"value":null}',
+    JSON.stringify({ ...validSubmit, runAt: '2020-01-01T00:00:00Z', delayMs: 5 }), JSON.stringify({ ...validSubmit, delayMs: 5, multitask: 'interrupt' }),
   ),
 );
 
@@ -231,9 +234,9 @@ const outputSchemaArb = fc.oneof(
 const malformedRequest = () =>
   fc.record({
     route: fc.constantFrom(...routes),
-    params: fc.dictionary(fc.constantFrom('scope', 'runId', 'sessionId', 'runtimeId', 'stepKey'), fc.constant(true)).chain((broken) =>
+    params: fc.dictionary(fc.constantFrom(...PARAMS), fc.constant(true)).chain((broken) =>
       fc.record(Object.fromEntries(
-        ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey'].map((p) => [p, broken[p] ? segment(p) : fc.constant(VALID[p])]),
+        PARAMS.map((p) => [p, broken[p] ? segment(p) : fc.constant(VALID[p])]),
       ) as Record<string, fc.Arbitrary<string>>),
     ),
     query: queryString,

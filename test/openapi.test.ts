@@ -3,6 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { openApiPath } from '../src/api/openapi.ts';
 import { ROUTES } from '../src/api/routes.ts';
 import { ERROR_CODES } from '../src/lib/contract/errors.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 
@@ -73,7 +74,12 @@ describe('GET /openapi.json', () => {
         const params = (op.parameters as any[]).filter((p) => p.in === 'path').map((p) => p.name).sort();
         expect(params, where).toEqual(inPath);
         for (const p of op.parameters) expect(p.schema, `${where} ${p.name}`).toBeTypeOf('object');
-        if (path.startsWith('/v1/')) {
+        if (op['x-baton-access'] === 'token') {
+          // Opened by the token in its path, no key: nothing to authenticate, a token that opens nothing is a 404.
+          expect(op.security, where).toEqual([]);
+          expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['404', '503']));
+          expect(op.responses['401'], where).toBeUndefined();
+        } else if (path.startsWith('/v1/')) {
           // The events route also takes a stream token (?access_token=), for pages without a key.
           const security = op['x-baton-access'] === 'stream' ? [{ bearer: [] }, { streamToken: [] }] : [{ bearer: [] }];
           expect(op.security, where).toEqual(security);
@@ -97,7 +103,8 @@ describe('GET /openapi.json', () => {
 
 describe('documented response schemas', () => {
   it('match what the API answers', async () => {
-    await h.startWorker();
+    const asks = defineAgent({ name: 'doc-asks', run: async (ctx) => String(await ctx.waitFor('answer')) });
+    await h.startWorker({ agents: [asks] });
     const acme: ScopeClient = await h.client(url, 'acme');
     const ajv = new Ajv2020({ strict: false });
     const schemaOf = (path: string, method: string, status: number) => {
@@ -128,5 +135,16 @@ describe('documented response schemas', () => {
     check('/v1/scopes/{scope}/runs', 'post', 202, withToken.body);
     const missing = await acme.get('/runs/nope');
     check('/v1/scopes/{scope}/runs/{runId}', 'get', 404, missing.body);
+
+    const asking = await acme.waitStatus((await acme.submit('doc-2', 'ask', { agent: 'doc-asks' })).body.id, ['waiting']);
+    check('/v1/scopes/{scope}/runs/{runId}', 'get', 200, asking);
+    const resumed = await acme.post(`/runs/${asking.id}/waits/wait:answer:1`, { value: 'yes' });
+    check('/v1/scopes/{scope}/runs/{runId}/waits/{waitKey}', 'post', 200, resumed.body);
+    check('/v1/scopes/{scope}/runs/{runId}/waits/{waitKey}', 'post', 409, (await acme.post(`/runs/${asking.id}/waits/wait:answer:1`, { value: 'no' })).body);
+    const second = await acme.waitStatus((await acme.submit('doc-3', 'ask', { agent: 'doc-asks' })).body.id, ['waiting']);
+    const byToken = await call(url, 'POST', `/v1/waits/${second.waits[0].token}`, { value: 'yes' });
+    check('/v1/waits/{token}', 'post', 200, byToken.body);
+    check('/v1/waits/{token}', 'post', 409, (await call(url, 'POST', `/v1/waits/${second.waits[0].token}`, { value: 'yes' })).body);
+    check('/v1/scopes/{scope}/runs', 'post', 202, (await acme.submit('doc-4', 'later', { delayMs: 60_000, ttlMs: 1000, timeoutMs: 1000 })).body);
   });
 });

@@ -4,7 +4,8 @@ import { formatReport, runSoak } from '../bench/soak.ts';
 /**
  * The shortened chaos soak (`npm run soak` runs the long one): real `baton api` and
  * `baton worker` processes SIGKILLed and restarted, redis-server SIGKILLed and restarted
- * (append-only, fsync always), while sessions in two scopes submit, stream and poll runs.
+ * (append-only, fsync always), while sessions in two scopes submit, stream and poll runs
+ * and the driver answers each run's wait and approval at random moments.
  * Every figure is printed; only the checks are asserted.
  */
 it('under worker, API and Redis kills no accepted run is lost or duplicated, no side effect repeats, no history or stream is corrupted', async () => {
@@ -28,5 +29,8 @@ it('under worker, API and Redis kills no accepted run is lost or duplicated, no 
   expect(report.runs).toBeGreaterThan(10);
   expect(report.succeeded).toBe(report.runs);
   expect(report.streamsChecked).toBeGreaterThan(0);
+  // The checker holds every succeeded run's confirmation and approval to the values sent; some went through a token.
+  expect(report.waitsResumed).toBeGreaterThan(0);
+  expect(report.tokenResumes).toBeGreaterThan(0);
 }, 240_000);
 

@@ -8,8 +8,8 @@ import { tenancyAgents } from './helpers/tenancy-agents.ts';
 /**
  * Invariant 9, route by route. The routes come from /openapi.json (which test/openapi.test.ts
  * holds equal to what Express serves), so a route added later is in this matrix by itself.
- * Scope A (`acme`) has a finished run, a blocked run and a queued run; scope B (`globex`)
- * tries every route on A's objects with both of its roles. Nothing may answer anything but a
+ * Scope A (`acme`) has a finished run, a blocked run, a waiting run and a queued run; scope B
+ * (`globex`) tries every route on A's objects with both of its roles. Nothing may answer anything but a
  * 404 that looks exactly like the one for an object that does not exist, and A's keys in Redis
  * must stay byte for byte the same. Sweepers are off, so nothing else writes A's keys meanwhile.
  */
@@ -26,12 +26,20 @@ beforeAll(async () => {
   const acme = await h.client(url, 'acme');
   const done = await acme.submit('m1', 'a finished run of acme');
   const blocked = await acme.submit('m2', 'x', { agent: 'charge' });
+  const waiting = await acme.submit('m4', 'prod', { agent: 'approve' });
   await acme.waitStatus(done.body.id, ['succeeded']);
   const b = await acme.waitStatus(blocked.body.id, ['blocked']);
+  const w = await acme.waitStatus(waiting.body.id, ['waiting']);
+  // globex has a waiting run of its own: its token must open nothing of acme's.
+  const globex = await h.client(url, 'globex');
+  const gw = await globex.waitStatus((await globex.submit('m4', 'prod', { agent: 'approve' })).body.id, ['waiting']);
   const queued = await acme.submit('m3', 'waits for a runtime nobody serves', { runtime: `${h.runtime}-none` });
   expect(queued.status).toBe(202);
   await worker.close();
-  Object.assign(ids, { runId: done.body.id, blockedRunId: b.id, stepKey: b.blocked.stepKey, runtimeId: h.runtime });
+  Object.assign(ids, {
+    runId: done.body.id, blockedRunId: b.id, stepKey: b.blocked.stepKey, runtimeId: h.runtime,
+    waitingRunId: w.id, waitKey: w.waits[0].key, token: w.waits[0].token, globexToken: gw.waits[0].token,
+  });
 
   const doc = (await call(url, 'GET', '/openapi.json')).body;
   routes = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, ops]) =>
@@ -54,8 +62,9 @@ async function scopeState(scope: string): Promise<[string, string][]> {
 function urlFor(path: string, scope: string, values: Record<string, string>): string {
   return path.replace(/\{(\w+)\}/g, (_, p: string) => {
     if (p === 'scope') return scope;
-    // The blocked run is the one a resolve applies to.
-    const v = p === 'runId' && path.includes('/resolve') ? values.blockedRunId : values[p];
+    // The blocked run is the one a resolve applies to, the waiting run the one a resume does.
+    const v = p === 'runId' && path.includes('/resolve') ? values.blockedRunId
+      : p === 'runId' && path.includes('/waits/') ? values.waitingRunId : values[p];
     if (v === undefined) throw new Error(`no test value for path parameter {${p}} of ${path}: add one to this matrix`);
     return encodeURIComponent(v);
   });
@@ -65,6 +74,7 @@ function urlFor(path: string, scope: string, values: Record<string, string>): st
 function bodyFor(method: string, path: string): unknown {
   if (path.endsWith('/runs') && method === 'POST') return { sessionId: 'm1', input: { content: 'hijack' }, runtime: h.runtime };
   if (path.endsWith('/resolve')) return { value: 'forged' };
+  if (path.includes('/waits/')) return { value: { approved: true } };
   if (path.endsWith('/drain') && method === 'POST') return { cancelQueued: true };
   if (method === 'POST') return {};
   return undefined;
@@ -81,7 +91,8 @@ describe('a key of scope B on scope A', () => {
     const before = await scopeState('acme');
     expect(before.length).toBeGreaterThan(5);
     const missing = {
-      ...ids, runId: 'rdoesnotexist000000', blockedRunId: 'rdoesnotexist000001', sessionId: 'nobody', runtimeId: 'nowhere',
+      ...ids, runId: 'rdoesnotexist000000', blockedRunId: 'rdoesnotexist000001', waitingRunId: 'rdoesnotexist000002',
+      sessionId: 'nobody', runtimeId: 'nowhere',
     };
     let checked = 0;
     for (const r of scoped) {
@@ -123,6 +134,38 @@ describe('a key of scope B on scope A', () => {
       if (r.path.endsWith('/stats')) expect(res.body.counts, what).toMatchObject({ succeeded: 0, blocked: 0 });
     }
     expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
+describe('a resume token', () => {
+  it('of another scope, or altered to name another scope, answers the 404 of a token that never existed, and A is unchanged', async () => {
+    const tokenRoutes = routes.filter((r) => r.access === 'token');
+    expect(tokenRoutes.map((r) => `${r.method} ${r.path}`)).toEqual(['POST /v1/waits/{token}']);
+    const before = await scopeState('acme');
+    const made = `bwt_acme.${'A'.repeat(43)}`;
+    const nobody = await call(url, 'POST', `/v1/waits/${made}`, { value: { approved: true } });
+    expect(nobody.status).toBe(404);
+    const forged = [
+      ids.token.replace('bwt_acme.', 'bwt_globex.'),
+      ids.globexToken.replace('bwt_globex.', 'bwt_acme.'),
+      ids.token.replace('bwt_acme.', 'bwt_no-such-scope.'),
+    ];
+    for (const token of forged) {
+      for (const key of [undefined, await h.key('acme', 'admin'), await h.key('globex', 'admin')]) {
+        const res = await call(url, 'POST', `/v1/waits/${encodeURIComponent(token)}`, { value: { approved: true } },
+          key ? { authorization: `Bearer ${key}` } : {});
+        expect(res, token).toMatchObject({ status: nobody.status, body: nobody.body });
+      }
+    }
+    // A token is no key: as a Bearer key on every route of its own scope it is refused.
+    for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
+      const res = await send(r.method, urlFor(r.path, 'acme', ids), ids.token);
+      expect(res.status, `${r.method} ${r.path} with a token as key`).toBe(401);
+    }
+    expect(await scopeState('acme')).toEqual(before);
+    // The token itself opens its wait, once.
+    expect((await call(url, 'POST', `/v1/waits/${encodeURIComponent(ids.token)}`, { value: { approved: false } })).status).toBe(200);
+    expect((await call(url, 'POST', `/v1/waits/${encodeURIComponent(ids.token)}`, { value: { approved: true } })).status).toBe(409);
   });
 });
 

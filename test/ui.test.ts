@@ -4,6 +4,7 @@ import type { ApiHandle } from '../src/api/server.ts';
 import { z } from 'zod';
 import { createChatAgent, defineTool } from '../src/lib/agents/chat.ts';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
+import { ToolDeclinedError } from '../src/lib/sdk/errors.ts';
 import { charge, flaky } from './fixtures/engine-agents.ts';
 import { answer as says, callTools, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
@@ -53,6 +54,34 @@ const talk = defineAgent({
   },
 });
 
+/** Two approval-gated tools and an input with a JSON Schema, all at once; declines are caught. */
+const declined = (err: unknown) => {
+  if (err instanceof ToolDeclinedError) return `${err.tool} declined: ${err.reason}`;
+  throw err;
+};
+const waiting = defineAgent({
+  name: 'ui-waits',
+  async run(ctx) {
+    const [ship, notify, details] = await Promise.all([
+      ctx.tool('ship', { to: 'prod' }, () => 'shipped to prod', { approval: true }).catch(declined),
+      ctx.tool('notify', { channel: '#ops' }, () => 'notified', { approval: true }).catch(declined),
+      ctx.waitFor('details', {
+        prompt: 'What should go out?',
+        schema: {
+          type: 'object', required: ['count', 'color'],
+          properties: {
+            count: { type: 'integer', title: 'How many' },
+            color: { enum: ['red', 'green'], title: 'Colour' },
+            urgent: { type: 'boolean', title: 'Urgent' },
+            note: { type: 'string', title: 'Note', maxLength: 80 },
+          },
+        },
+      }),
+    ]);
+    return `${ship}; ${notify}; ${JSON.stringify(details)}`;
+  },
+});
+
 // ---- setup ----
 
 let h: Harness;
@@ -80,7 +109,7 @@ beforeAll(async () => {
   useFixturesInProcess(h);
   fake = await startFakeOpenAI();
   api = await h.startApi();
-  await h.startWorker({ agents: [talk, flaky, forecaster(fake.baseURL)] });
+  await h.startWorker({ agents: [talk, flaky, forecaster(fake.baseURL), waiting] });
   acme = await h.client(api.url, 'acme', 'admin');
   browser = await launchBrowser();
 });
@@ -381,65 +410,71 @@ describe('run inspector', () => {
     await acme.waitStatus(running.id, ['succeeded']);
   });
 
-  it('renders pending waits as forms and posts {value} to their resume route', async () => {
-    // The waits route arrives with the waits feature; here the run's GET is given two waits
-    // and the resume POSTs are answered by the test, to check what the page sends.
-    const run = (await acme.submit('ui-waits', 'wait for me', { agent: 'echo' })).body;
-    await acme.waitStatus(run.id, ['succeeded']);
-    const waits = [
-      { key: 'wait:ship:1', kind: 'approval', name: 'ship', prompt: { to: 'prod' }, since: Date.now() },
-      {
-        key: 'wait:details:1', kind: 'input', name: 'details', since: Date.now(),
-        schema: {
-          type: 'object', required: ['count', 'color'],
-          properties: {
-            count: { type: 'integer', title: 'How many' },
-            color: { enum: ['red', 'green'], title: 'Colour' },
-            urgent: { type: 'boolean', title: 'Urgent' },
-            note: { type: 'string', title: 'Note', maxLength: 80 },
-          },
-        },
-      },
-    ];
-    const posted: { url: string; body: unknown }[] = [];
+  it('renders pending waits as forms and resumes them through the real resume route', async () => {
+    // Two approvals and an input at once: each card answers its own wait, and the run goes on.
+    const run = (await acme.submit('ui-waits', 'wait for me', { agent: 'ui-waits' })).body;
+    await acme.waitStatus(run.id, ['waiting']);
     const w = await openPage(browser);
     pages.push(w);
-    await w.page.route(`**/v1/scopes/acme/runs/${run.id}`, async (route) => {
-      const res = await route.fetch();
-      await route.fulfill({ response: res, json: { ...(await res.json()), status: 'waiting', waits } });
-    });
-    await w.page.route(`**/v1/scopes/acme/runs/${run.id}/waits/*`, async (route) => {
-      posted.push({ url: route.request().url(), body: route.request().postDataJSON() });
-      await route.fulfill({ json: { ok: true } });
+    const posted: { url: string; body: unknown }[] = [];
+    w.page.on('request', (r) => {
+      if (r.method() === 'POST' && r.url().includes('/waits/')) posted.push({ url: r.url(), body: r.postDataJSON() });
     });
     await w.page.goto(`${ui(`/runs/${run.id}`)}#key=${encodeURIComponent(acme.key)}`);
     await w.page.getByRole('heading', { name: 'Waiting for input' }).waitFor();
+    const card = (key: string) => w.page.locator('article.wait', { hasText: key });
+    await card('wait:details:1').waitFor();
+    await screenshots(w.page, 'run-view-waiting');
 
-    await w.page.getByRole('button', { name: 'Approve' }).click();
+    await card('wait:ship:1').getByRole('button', { name: 'Approve' }).click();
     await waitFor(() => posted.length === 1, 10_000, 'the approval');
     expect(posted[0]).toEqual({ url: api.url + `/v1/scopes/acme/runs/${run.id}/waits/wait%3Aship%3A1`, body: { value: { approved: true } } });
-    await w.page.getByLabel('Reason (sent with a decline)').fill('not today');
-    await w.page.getByRole('button', { name: 'Decline' }).click();
+    await card('wait:ship:1').waitFor({ state: 'detached' });
+    await card('wait:notify:1').getByLabel('Reason (sent with a decline)').fill('not today');
+    await card('wait:notify:1').getByRole('button', { name: 'Decline' }).click();
     await waitFor(() => posted.length === 2, 10_000, 'the decline');
     expect(posted[1].body).toEqual({ value: { approved: false, reason: 'not today' } });
+    await card('wait:notify:1').waitFor({ state: 'detached' });
 
     // Required fields are checked before anything is sent.
-    await w.page.getByRole('button', { name: 'Send' }).click();
-    await untilText(w.page.locator('.schema-form .error').first(), 'Required.');
+    const details = card('wait:details:1');
+    await details.getByRole('button', { name: 'Send' }).click();
+    await untilText(details.locator('.schema-form .error').first(), 'Required.');
     expect(posted).toHaveLength(2);
-    await w.page.getByLabel('How many').fill('2.5');
-    await w.page.getByLabel('Colour').selectOption('green');
-    await w.page.getByLabel('Urgent').check();
-    await w.page.getByRole('button', { name: 'Send' }).click();
-    await untilText(w.page.locator('.schema-form .error').first(), 'Enter a whole number.');
-    await w.page.getByLabel('How many').fill('3');
-    await w.page.getByLabel('Note').fill('by noon');
-    await w.page.getByRole('button', { name: 'Send' }).click();
+    await details.getByLabel('How many').fill('2.5');
+    await details.getByLabel('Colour').selectOption('green');
+    await details.getByLabel('Urgent').check();
+    await details.getByRole('button', { name: 'Send' }).click();
+    await untilText(details.locator('.schema-form .error').first(), 'Enter a whole number.');
+    await details.getByLabel('How many').fill('3');
+    await details.getByLabel('Note').fill('by noon');
+    await details.getByRole('button', { name: 'Send' }).click();
     await waitFor(() => posted.length === 3, 10_000, 'the input');
     expect(posted[2]).toEqual({
       url: api.url + `/v1/scopes/acme/runs/${run.id}/waits/wait%3Adetails%3A1`,
       body: { value: { count: 3, color: 'green', urgent: true, note: 'by noon' } },
     });
+    await untilText(statusBadge(w.page), 'succeeded');
+    expect((await acme.get(`/runs/${run.id}`)).body.result.answer).toBe('shipped to prod; notify declined: not today; {"count":3,"color":"green","urgent":true,"note":"by noon"}');
+    expect(w.errors).toEqual([]);
+
+  });
+
+  it('filters the runs list by the statuses of waits and schedules', async () => {
+    const waitingRun = (await acme.submit('ui-filter-wait', 'wait', { agent: 'ui-waits' })).body;
+    const scheduledRun = (await acme.submit('ui-filter-later', 'later', { delayMs: 600_000 })).body;
+    await acme.waitStatus(waitingRun.id, ['waiting']);
+    const w = await loggedIn(acme.key);
+    const rows = w.page.locator('table.runs tbody tr');
+    const options = await w.page.getByLabel('Status').locator('option').allTextContents();
+    for (const s of ['scheduled', 'waiting', 'expired']) expect(options).toContain(s);
+    for (const [status, run] of [['waiting', waitingRun], ['scheduled', scheduledRun]] as const) {
+      await w.page.getByLabel('Status').selectOption(status);
+      await w.page.getByRole('button', { name: 'Apply filters' }).click();
+      await waitFor(async () => (await rows.count()) === 1 && (await rows.first().textContent())!.includes(run.id), 10_000, `the ${status} run`);
+      expect(await rows.first().locator('.badge').textContent()).toBe(status);
+    }
+    for (const r of [waitingRun, scheduledRun]) await acme.post(`/runs/${r.id}/cancel`, {});
     expect(w.errors).toEqual([]);
   });
 });

@@ -16,8 +16,8 @@ export function createApp(deps: AppDeps): Express {
   app.use(helmet());
 
   app.use(observeRequests(deps.metrics, deps.log));
-  // Routes outside a scope: the public ones, and those any valid key may call (whoami).
-  const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key');
+  // Routes outside a scope: the public ones, those any valid key may call (whoami), and those a token opens.
+  const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key' || r.access === 'token');
   app.use(mountRoutes(unscoped, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // Routes a stream token opens check a key or a token themselves, so they come before the
   // scope's key check; any other request falls through to it.

@@ -13,6 +13,8 @@ import type { SchemaGuard } from '../lib/engine/schema-guard.ts';
 import type { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
 import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
+import type { WaitStore } from '../lib/engine/wait-store.ts';
+import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 
 /** What the HTTP layer needs from the process that hosts it. */
 export interface AppDeps {
@@ -36,4 +38,8 @@ export interface AppDeps {
   schemaGuard: SchemaGuard;
   /** Where input artifacts are stored. */
   artifacts: ArtifactStore;
+  /** Resumes waits (by key, or by resume token). */
+  waits: WaitStore;
+  /** Shows pending waits' resume tokens to keys of their scope. */
+  waitTokens: WaitTokens;
 }

@@ -2,6 +2,7 @@ import type { ErrorRequestHandler } from 'express';
 import { ERROR_CODES } from '../lib/contract/errors.ts';
 import { BatonError } from '../lib/errors.ts';
 import type { Logger } from '../lib/logger.ts';
+import { loggablePath } from './http-metrics.ts';
 import { isRedisUnavailable } from '../lib/redis.ts';
 
 /** Maps every error to `{ error: { code, message, details } }`; 5xx logged at error, 4xx at info. */
@@ -9,7 +10,7 @@ export function errorHandler(log: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
     const e = toBatonError(err);
     const status = ERROR_CODES[e.code].status;
-    const line = { method: req.method, path: req.path, code: e.code, status };
+    const line = { method: req.method, path: loggablePath(req.path), code: e.code, status };
     if (status >= 500) log.error({ ...line, err: (err as Error)?.stack ?? String(err) }, 'request failed');
     else log.info(line, 'request rejected');
     if (res.headersSent) {

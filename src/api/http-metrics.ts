@@ -18,6 +18,14 @@ export function mountTemplate(pattern: string): RequestHandler {
 }
 
 /**
+ * A request's path as logs may show it: a resume token in the path of `/v1/waits/{token}` is
+ * a credential, so it never reaches a log line (any spelling Express would route there).
+ */
+export function loggablePath(path: string): string {
+  return /^\/v1\/waits\//i.test(path) ? '/v1/waits/…' : path;
+}
+
+/**
  * One histogram observation and one log line per request, when the response ends (or the
  * client goes away mid-stream). The log line carries method, route template, path, status
  * and duration, never headers or bodies, so no API key or message content reaches the logs.
@@ -34,7 +42,7 @@ export function observeRequests(metrics: Metrics, log: Logger): RequestHandler {
       const status = res.headersSent ? res.statusCode : 499;
       metrics.httpRequest(req.method, route, status, seconds);
       // The full path without its query string (req.path is relative to the router by now).
-      const path = req.originalUrl.split('?')[0];
+      const path = loggablePath(req.originalUrl.split('?')[0]);
       const line = { method: req.method, route, path, status, ms: Math.round(seconds * 1000) };
       if (QUIET.has(path)) log.debug(line, 'request');
       else log.info(line, 'request');

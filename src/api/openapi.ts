@@ -32,8 +32,9 @@ function parameters(where: 'path' | 'query', schema: z.ZodType | undefined) {
 /** Error codes a route can answer, by status. */
 function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
-  if (r.access !== 'public') codes.push('UNAUTHENTICATED');
-  if (r.access === 'client' || r.access === 'admin' || r.access === 'stream') codes.push('NOT_FOUND');
+  if (r.access !== 'public' && r.access !== 'token') codes.push('UNAUTHENTICATED');
+  // A token that opens nothing is answered like a missing object, whatever it names.
+  if (r.access === 'client' || r.access === 'admin' || r.access === 'stream' || r.access === 'token') codes.push('NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
@@ -43,7 +44,8 @@ function errorCodes(r: RouteSpec): ErrorCode[] {
 
 /** Who may call a route: nobody needs to, a key, or (a stream route) a key or a stream token. */
 function security(r: RouteSpec): Record<string, string[]>[] {
-  if (r.access === 'public') return [];
+  // A token route's credential is the token in its path, which no security scheme describes.
+  if (r.access === 'public' || r.access === 'token') return [];
   return r.access === 'stream' ? [{ bearer: [] }, { streamToken: [] }] : [{ bearer: [] }];
 }
 
@@ -89,7 +91,7 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
       title: 'Baton',
       version: pkg.version,
       description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path; '
-        + 'a run\'s events route also takes a stream token as `?access_token=`.',
+        + 'a run\'s events route also takes a stream token as `?access_token=`, and `POST /v1/waits/{token}` is opened (once) by a wait\'s resume token, without a key.',
     },
     components: {
       securitySchemes: {

@@ -1,5 +1,6 @@
-import type { PublicRunStatus, Run, StreamToken } from '../lib/contract/runs.ts';
-import type { RunRecord, RunStatus } from '../lib/engine/record.ts';
+import type { PublicRunStatus, Run, StreamToken, Wait } from '../lib/contract/runs.ts';
+import type { RunRecord, RunStatus, StoredWait } from '../lib/engine/record.ts';
+import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
@@ -7,8 +8,12 @@ export function publicStatus(status: RunStatus): PublicRunStatus {
   return status === 'dispatched' ? 'queued' : status;
 }
 
-/** The run as the API shows it: no lease internals, no caller memory echo. */
-export function presentRun(run: RunRecord, basePath: string): Run {
+/**
+ * The run as the API shows it: no lease internals, no caller memory echo. Every caller shows
+ * it to a key of the run's scope, the one audience a wait's resume token is for: `tokens`
+ * adds them to the pending waits.
+ */
+export function presentRun(run: RunRecord, basePath: string, tokens?: Pick<WaitTokens, 'tokenFor'>): Run {
   return {
     id: run.id,
     scope: run.scope,
@@ -30,6 +35,10 @@ export function presentRun(run: RunRecord, basePath: string): Run {
     idempotencyKey: run.idempotencyKey,
     lastError: run.lastError,
     blocked: run.blocked ? { ...run.blocked, since: new Date(run.blocked.since).toISOString() } : undefined,
+    waits: run.waits?.length ? run.waits.map((w) => presentWait(run, w, tokens)) : undefined,
+    runAt: iso(run.runAt),
+    ttlMs: run.ttlMs,
+    timeoutMs: run.timeoutMs,
     // The record's usage is the one the step script kept: also there for a run that ended
     // without its worker (cancelled while it waited for a retry).
     result: run.result && run.usage ? { ...run.result, usage: run.usage } : run.result,
@@ -37,6 +46,20 @@ export function presentRun(run: RunRecord, basePath: string): Run {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,
     },
+  };
+}
+
+function presentWait(run: RunRecord, w: StoredWait, tokens: Pick<WaitTokens, 'tokenFor'> | undefined): Wait {
+  return {
+    key: w.key,
+    kind: w.kind,
+    name: w.name,
+    prompt: w.prompt,
+    schema: w.schema,
+    since: new Date(w.since).toISOString(),
+    expiresAt: iso(w.expiresAt),
+    // A sleep ends by itself: nothing to resume it with.
+    token: tokens && w.kind !== 'sleep' ? tokens.tokenFor(run.scope, run.id, w.key) : undefined,
   };
 }
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ERROR_CODES, PUBLIC_RUN_STATUSES } from '../lib/contract/index.ts';
+import { ERROR_CODES, PUBLIC_RUN_STATUSES, WAIT_KINDS } from '../lib/contract/index.ts';
 
 /**
  * Shapes of the API's answers, for /openapi.json: the contract's types (src/lib/contract)
@@ -56,6 +56,19 @@ export const runResponse = z.object({
   idempotencyKey: z.string().optional(),
   lastError: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
   blocked: z.object({ stepKey: z.string(), reason: z.string(), since: iso }).optional(),
+  waits: z.array(z.object({
+    key: z.string().describe('wait:<name>:<n>'),
+    kind: z.enum(WAIT_KINDS),
+    name: z.string(),
+    prompt: z.unknown().optional(),
+    schema: z.record(z.string(), z.unknown()).optional(),
+    since: iso,
+    expiresAt: iso.optional(),
+    token: z.string().optional().describe('resumes this wait once with POST /v1/waits/{token}, no key needed'),
+  })).optional(),
+  runAt: iso.optional(),
+  ttlMs: z.number().int().optional(),
+  timeoutMs: z.number().int().optional(),
   result: z
     .object({
       answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional(),
@@ -109,13 +122,16 @@ export const statsResponse = z.object({
   scope: z.string(),
   runtimeId: z.string(),
   counts: z.object({
+    scheduled: z.number().int(),
     queued: z.number().int(),
     running: z.number().int(),
     retrying: z.number().int(),
+    waiting: z.number().int(),
     blocked: z.number().int(),
     succeeded: z.number().int().describe('cumulative'),
     failed: z.number().int().describe('cumulative'),
     cancelled: z.number().int().describe('cumulative'),
+    expired: z.number().int().describe('cumulative'),
   }),
   oldestQueuedAgeMs: z.number().int().nullable(),
   draining: z.boolean(),
@@ -146,17 +162,20 @@ export const stepsResponse = z.object({
   steps: z.array(
     z.object({
       key: z.string().describe('<kind>:<name>:<n>'),
-      kind: z.enum(['step', 'infer', 'tool']),
+      kind: z.enum(['step', 'infer', 'tool', 'wait']),
       name: z.string(),
       n: z.number().int().describe('the n-th call of this name in the run'),
       status: z.enum(['done', 'started']).describe('started: a non-idempotent step began and stored no result'),
       value: z.unknown().optional(),
       streamed: z.string().optional().describe('text an inference streamed'),
+      timedOut: z.boolean().optional().describe('a wait that timed out'),
       startedAt: iso.optional(),
       finishedAt: iso.optional(),
     }),
   ),
 });
+
+export const waitResumedResponse = z.object({ runId: z.string(), waitKey: z.string(), resumed: z.literal(true) });
 
 export const whoamiResponse = z.object({
   scope: z.string(),

@@ -23,9 +23,11 @@ export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 /**
  * public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an
  * admin key of the scope; stream: any key of the scope, or a stream token for the run in the
- * path (a browser page's read-only pass), from pages of the CORS_ORIGINS too.
+ * path (a browser page's read-only pass), from pages of the CORS_ORIGINS too; token: no key,
+ * the capability token in the path is the credential (a wait's resume token: it opens that
+ * one wait once, and the handler checks it).
  */
-export type Access = 'public' | 'key' | 'client' | 'admin' | 'stream';
+export type Access = 'public' | 'key' | 'client' | 'admin' | 'stream' | 'token';
 
 /** What a handler answers: JSON with a status (200 by default), or nothing when it wrote the response itself. */
 export interface Reply { status?: number; body?: unknown; headers?: Record<string, string> }

@@ -45,7 +45,7 @@ export const runRoutes: RouteSpec[] = [
     ok: { 200: { description: 'a page of runs', schema: res.runListResponse } },
     async handler({ params: { scope }, query }, d) {
       const page = await d.store.list(scope, query);
-      return { body: { runs: page.runs.map((run) => presentRun(run, basePath(scope))), nextCursor: page.nextCursor } };
+      return { body: { runs: page.runs.map((run) => presentRun(run, basePath(scope), d.waitTokens)), nextCursor: page.nextCursor } };
     },
   }),
   route({
@@ -54,7 +54,7 @@ export const runRoutes: RouteSpec[] = [
     async handler({ params: { scope, runId } }, d) {
       const run = await d.store.get(scope, runId);
       if (!run) throw new BatonError('RUN_NOT_FOUND');
-      return { body: presentRun(run, basePath(scope)) };
+      return { body: presentRun(run, basePath(scope), d.waitTokens) };
     },
   }),
   route({
@@ -71,7 +71,7 @@ export const runRoutes: RouteSpec[] = [
     ok: { 200: { description: 'the run, queued again', schema: res.runResponse } }, errors: ['RUN_NOT_FOUND', 'STEP_NOT_BLOCKED'],
     async handler({ params: { scope, runId, stepKey }, body }, d) {
       const run = await d.store.resolveStep(scope, runId, stepKey, 'rerun' in body ? { rerun: true } : { value: body.value });
-      return { body: presentRun(run, basePath(scope)) };
+      return { body: presentRun(run, basePath(scope), d.waitTokens) };
     },
   }),
   route({

@@ -5,6 +5,7 @@ import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
+import { waitRoutes } from './routes-waits.ts';
 import { uiRoutes } from './routes-ui.ts';
 import { usageRoutes } from './routes-usage.ts';
 import { whoamiRoutes } from './routes-whoami.ts';
@@ -24,6 +25,7 @@ export const ROUTES: readonly RouteSpec[] = [
   ...whoamiRoutes,
   ...runRoutes,
   ...streamTokenRoutes,
+  ...waitRoutes,
   ...artifactRoutes,
   ...adminRoutes,
   ...usageRoutes,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import {
-  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, RUN_STATUSES, STEP_KEY_PATTERN, STREAM_ID_PATTERN,
+  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, RUN_STATUSES, STEP_KEY_PATTERN, STREAM_ID_PATTERN, WAIT_KEY_PATTERN, WAIT_TOKEN_PATTERN,
 } from '../lib/contract/index.ts';
 
 /**
@@ -37,6 +37,10 @@ const attachmentsSchema = z
   .max(MAX_ARTIFACTS_PER_RUN)
   .refine((list) => new Set(list.map((a) => a.id)).size === list.length, 'each artifact at most once');
 
+/** Delays, time-to-live and budgets up to a year: beyond that a value is more likely a unit mistake than a plan. */
+export const MAX_SCHEDULE_MS = 366 * 24 * 3600_000;
+const durationMs = (min: number) => z.number().int().min(min).max(MAX_SCHEDULE_MS);
+
 export const submitBody = z.strictObject({
   sessionId: idSchema,
   input: z.strictObject({ content: z.string().min(1).max(MAX_CONTENT_CHARS), artifacts: attachmentsSchema.optional() }),
@@ -50,6 +54,21 @@ export const submitBody = z.strictObject({
   multitask: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
   outputSchema: z.record(z.string(), z.unknown()).optional(),
   streamToken: z.boolean().optional(),
+  runAt: z.iso.datetime({ offset: true }).optional(),
+  delayMs: durationMs(0).optional(),
+  ttlMs: durationMs(1).optional(),
+  timeoutMs: durationMs(1).optional(),
+}).superRefine((b, ctx) => {
+  if (b.runAt !== undefined && b.delayMs !== undefined) {
+    ctx.addIssue({ code: 'custom', path: ['delayMs'], message: 'give runAt or delayMs, not both' });
+  }
+  if (b.runAt !== undefined && Date.parse(b.runAt) - Date.now() > MAX_SCHEDULE_MS) {
+    ctx.addIssue({ code: 'custom', path: ['runAt'], message: 'at most a year ahead' });
+  }
+  // A delayed run joins its session when due, so there is no busy session to reject or interrupt at submit.
+  if ((b.runAt !== undefined || b.delayMs !== undefined) && b.multitask !== 'enqueue') {
+    ctx.addIssue({ code: 'custom', path: ['multitask'], message: 'a delayed run (runAt, delayMs) queues in its session: only enqueue' });
+  }
 });
 export type SubmitBody = z.infer<typeof submitBody>;
 
@@ -87,6 +106,20 @@ export const resolveBody = z.union([
   z.strictObject({ value: z.unknown().refine((v) => v !== undefined, 'value is required') }),
   z.strictObject({ rerun: z.literal(true) }),
 ]);
+
+/** A wait of a run: `wait:<name>:<n>` as the run's `waits` names it. */
+export const waitParams = z.strictObject({
+  scope: idSchema,
+  runId: idSchema,
+  waitKey: z.string().regex(WAIT_KEY_PATTERN, 'must be wait:<name>:<n>'),
+});
+
+export const waitTokenParams = z.strictObject({ token: z.string().regex(WAIT_TOKEN_PATTERN, 'must be a resume token (bwt_…)') });
+
+/** The value a wait is resumed with: any JSON (an approval's is `{approved, reason?}`); the wait's schema checks it. */
+export const waitResumeBody = z.strictObject({
+  value: z.unknown().refine((v) => v !== undefined, 'value is required'),
+});
 
 export const emptyBody = z.strictObject({});
 

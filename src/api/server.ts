@@ -10,6 +10,8 @@ import { QUEUE_STATES } from '../lib/ops/metrics.ts';
 import type { Redis } from '../lib/redis.ts';
 import { openResources, type Resources } from '../lib/resources.ts';
 import { RunStore } from '../lib/engine/store.ts';
+import { WaitStore } from '../lib/engine/wait-store.ts';
+import { waitingRuns } from '../lib/ops/waiting-runs.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
@@ -45,17 +47,23 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   const store = new RunStore(redis, keys, c, transitions, {
     submitted(run) {
       metrics.runSubmitted(run);
-      // The API exports the queue depth of every runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
+      // The API exports the queue depth and waiting runs of every runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
       metrics.watchQueue(run.runtime, countJobs);
+      metrics.watchWaiting(run.runtime, (rt) => waitingRuns(redis, keys, rt));
     },
     cancelled: (run) => metrics.runFinished(run, 'cancelled'),
+    deadline: (scope, member, at) => res.sweeper.soon(scope, member, at),
   }, res.schemaGuard);
+  const waits = new WaitStore(redis, keys, transitions, (scope, runId) => store.get(scope, runId), res.schemaGuard, {
+    resumed: (wait) => metrics.waitEnded(wait.runtime, wait, 'resumed'),
+  });
   const apiKeys = new ApiKeyStore(redis, keys);
   for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS),
+    waits, waitTokens: res.waitTokens,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     submitLimiter: new SubmitRateLimiter(transitions, c),

@@ -14,9 +14,17 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --metadata <json> metadata object             --tail           then stream it like \`tail\`
   tail <runId>      print the run's tokens as they arrive, then its final status
     --after <id>      resume after this event id
+  resume <runId> <waitKey> [json]
+                    resume a pending wait with a JSON value (from the argument or stdin)
+  approve <runId> <waitKey>
+                    approve a tool call the run waits on
+  decline <runId> <waitKey> [--reason <text>]
+                    decline it: the tool does not run, the agent is told why
 
-  Both need the API URL, an API key and its scope: --url/--key/--scope or
-  BATON_URL/BATON_API_KEY/BATON_SCOPE. Exit status: 0 succeeded, 1 failed or cancelled.`;
+  All need the API URL, an API key and its scope: --url/--key/--scope or
+  BATON_URL/BATON_API_KEY/BATON_SCOPE. Exit status: submit/tail 0 succeeded, 1 failed or
+  cancelled; resume/approve/decline 0 when the wait was resumed (they print the run's status),
+  1 when the API refused it (e.g. WAIT_NOT_PENDING).`;
 
 const COMMON = {
   url: { type: 'string' },
@@ -25,9 +33,47 @@ const COMMON = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export async function runClientCommand(command: 'submit' | 'tail', argv: string[]): Promise<number> {
-  if (command === 'submit') return submit(argv);
-  return tail(argv);
+export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline'] as const;
+export type ClientCommand = (typeof CLIENT_COMMANDS)[number];
+
+export async function runClientCommand(command: ClientCommand, argv: string[]): Promise<number> {
+  switch (command) {
+    case 'submit': return submit(argv);
+    case 'tail': return tail(argv);
+    default: return resumeWait(command, argv);
+  }
+}
+
+/** `resume`, `approve`, `decline`: one wait of one run, answered once. */
+async function resumeWait(command: 'resume' | 'approve' | 'decline', argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { ...COMMON, reason: { type: 'string' } },
+  });
+  if (values.help) return usage(0);
+  if (values.reason !== undefined && command !== 'decline') throw new UsageError('--reason goes with decline');
+  const most = command === 'resume' ? 3 : 2;
+  if (positionals.length < 2 || positionals.length > most) {
+    throw new UsageError(`${command} needs a run id and a wait key${command === 'resume' ? ' (and the value as JSON, or on stdin)' : ''}`);
+  }
+  const [runId, waitKey] = positionals;
+  const client = clientFrom(values);
+  let run;
+  if (command === 'approve') run = await client.approve(runId, waitKey);
+  else if (command === 'decline') run = await client.decline(runId, waitKey, values.reason);
+  else run = await client.resume(runId, waitKey, parseJson('the value', positionals[2] ?? readFileSync(0, 'utf8')));
+  const left = run.waits?.length ? `; still waiting on ${run.waits.map((w) => w.key).join(', ')}` : '';
+  console.log(`${run.id}: ${run.status}${left}`);
+  return 0;
+}
+
+function parseJson(what: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new UsageError(`${what} is not valid JSON`);
+  }
 }
 
 async function submit(argv: string[]): Promise<number> {

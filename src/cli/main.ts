@@ -5,7 +5,7 @@ import { startWorker } from '../worker/worker.ts';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import { createLogger } from '../lib/logger.ts';
 import { openResources } from '../lib/resources.ts';
-import { CLIENT_USAGE, describeClientError, runClientCommand } from './client-commands.ts';
+import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand } from './keys-command.ts';
 import { startLocalRedis } from './local-redis.ts';
 import { onShutdown } from './shutdown.ts';
@@ -49,8 +49,8 @@ function usageError(message: string): never {
 
 async function main(argv: string[]): Promise<void> {
   // Client commands parse their own flags and need no Redis configuration.
-  if (argv[0] === 'submit' || argv[0] === 'tail') {
-    const code = await runClientCommand(argv[0], argv.slice(1)).catch((err: unknown) => {
+  if ((CLIENT_COMMANDS as readonly string[]).includes(argv[0])) {
+    const code = await runClientCommand(argv[0] as ClientCommand, argv.slice(1)).catch((err: unknown) => {
       const d = describeClientError(err);
       console.error(d.message);
       return d.code;

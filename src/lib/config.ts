@@ -95,6 +95,14 @@ export const configSchema = z.object({
    */
   SUBMIT_RATE_PER_SEC: z.coerce.number().min(0).max(1_000_000).default(20),
   SUBMIT_BURST: z.coerce.number().int().min(1).max(1_000_000).default(100),
+  /**
+   * WAIT_TOKEN_SECRET: the key resume tokens (POST /v1/waits/{token}) are derived from, the
+   * same in every process. Redis stores only each token's SHA-256. Unset: a secret is made at
+   * the first start and kept in Redis, so anyone who can read Redis could derive tokens (as
+   * they could resume waits by writing Redis); set it to keep the secret out of Redis.
+   * Changing it voids the tokens of pending waits (their waits can still be resumed with a key).
+   */
+  WAIT_TOKEN_SECRET: z.string().min(32, 'at least 32 characters').optional(),
   /** SSE_KEEPALIVE_MS: comment line sent on idle SSE connections so proxies keep them open. */
   SSE_KEEPALIVE_MS: intMs(15_000),
   /**

@@ -12,6 +12,11 @@ import { isValidId } from './contract/ids.ts';
 /** Ids that become part of keys: no braces or colons, so a key can never be forged. */
 export { ID_PATTERN, isValidId } from './contract/ids.ts';
 
+function checkedHash(h: string): string {
+  if (!/^[0-9a-f]{64}$/.test(h)) throw new Error('invalid token digest');
+  return h;
+}
+
 function checked(kind: string, id: string): string {
   if (!isValidId(id)) throw new Error(`invalid ${kind} id: ${JSON.stringify(id)}`);
   return id;
@@ -23,6 +28,8 @@ export interface ScopeKeys {
   run(runId: string): string;
   events(runId: string): string;
   steps(runId: string): string;
+  /** A run's pending waits (hash: waitKey -> the wait as JSON, `<waitKey>#token` -> its token's SHA-256). */
+  waits(runId: string): string;
   session(sessionId: string): string;
   sessionQueue(sessionId: string): string;
   messages(sessionId: string): string;
@@ -44,6 +51,14 @@ export interface ScopeKeys {
   pending: string;
   /** Running runs: score = lease deadline. */
   leases: string;
+  /**
+   * Deadlines the sweeper enforces (zset, score = when): `wait:<runId>` the run's earliest wait
+   * timeout or sleep end, `due:<runId>` a scheduled run's start, `ttl:<runId>` a run's latest
+   * start, `timeout:<runId>` the end of its timeoutMs budget.
+   */
+  timers: string;
+  /** A resume token's record by its SHA-256 (hex): `<runId> <waitKey>`. */
+  waitToken(sha256hex: string): string;
   stats(runtime: string): string;
   drain(runtime: string): string;
   held(runtime: string): string;
@@ -75,6 +90,8 @@ export interface Keys {
   queuePrefix(runtime: string): string;
   /** Channel on which cancel requests reach whichever worker holds a run. */
   cancelChannel: string;
+  /** The secret resume tokens are derived from, when WAIT_TOKEN_SECRET does not give one. */
+  waitTokenSecret: string;
   /** Hash of live workers: workerId -> JSON registration. */
   workers: string;
   /** API key record by the SHA-256 (hex) of the key: {id, scope, role, createdAt}. */
@@ -103,6 +120,7 @@ export function createKeys(prefix: string): Keys {
     prefix,
     scopes: `${prefix}:scopes`,
     cancelChannel: `${prefix}:cancel`,
+    waitTokenSecret: `${prefix}:wait-token-secret`,
     workers: `${prefix}:workers`,
     // All key records share one hash tag so creating or revoking one is a single MULTI on Cluster.
     apiKeyByHash: (h) => `${prefix}:{${prefix}-apikeys}:h:${h}`,
@@ -123,6 +141,7 @@ export function createKeys(prefix: string): Keys {
         run: (id) => `${base}run:${checked('run', id)}`,
         events: (id) => `${base}run:${checked('run', id)}:events`,
         steps: (id) => `${base}run:${checked('run', id)}:steps`,
+        waits: (id) => `${base}run:${checked('run', id)}:waits`,
         channel: (id) => `${base}run:${checked('run', id)}:live`,
         session: (id) => `${base}session:${checked('session', id)}`,
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
@@ -135,6 +154,8 @@ export function createKeys(prefix: string): Keys {
         ready: `${base}ready`,
         pending: `${base}pending`,
         leases: `${base}leases`,
+        timers: `${base}timers`,
+        waitToken: (h) => `${base}wait-token:${checkedHash(h)}`,
         stats: (rt) => `${base}stats:${checked('runtime', rt)}`,
         drain: (rt) => `${base}drain:${checked('runtime', rt)}`,
         held: (rt) => `${base}held:${checked('runtime', rt)}`,

@@ -5,6 +5,7 @@ import { Dispatcher } from './engine/dispatcher.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
 import { Sweeper } from './engine/sweeper.ts';
 import { Transitions } from './engine/transitions.ts';
+import { WaitTokens } from './engine/wait-tokens.ts';
 import { createKeys, type Keys } from './keys.ts';
 import type { Logger } from './logger.ts';
 import { Metrics } from './ops/metrics.ts';
@@ -35,6 +36,8 @@ export interface Resources {
   readonly artifacts: ArtifactStore;
   /** Compiles and checks output schemas in a thread of its own, within a time budget. */
   readonly schemaGuard: SchemaGuard;
+  /** Derives the resume tokens of waits (workers record their digests, the API shows and checks them). */
+  readonly waitTokens: WaitTokens;
   /** Stops the sweeper, closes the queues, the connections and the schema thread. Idempotent. */
   close(): Promise<void>;
 }
@@ -66,16 +69,26 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     await quit();
     throw err;
   }
+  const waitTokens = new WaitTokens(redis, keys, c.WAIT_TOKEN_SECRET);
+  try {
+    await waitTokens.load();
+  } catch (err) {
+    await quit();
+    throw err;
+  }
   const dispatcher = new Dispatcher(bull, keys);
   const transitions = new Transitions(redis, keys, c, dispatcher);
   // Every process sweeps: sweeps are idempotent, so more processes only repair sooner.
-  const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log);
+  const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log, {
+    waitsExpired: (runtime, waits) => metrics.waitsExpired(runtime, waits),
+    finished: (run, status) => metrics.runFinished(run, status),
+  });
   sweeper.start();
   const schemaGuard = new SchemaGuard();
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, c.RETENTION_MS);
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard, artifacts,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard, artifacts, waitTokens,
     close() {
       closing ??= (async () => {
         await sweeper.stop();

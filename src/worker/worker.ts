@@ -7,6 +7,7 @@ import { newWorkerId } from '../lib/ids.ts';
 import { LeaseKeeper } from '../lib/engine/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
 import { QUEUE_STATES, type Metrics } from '../lib/ops/metrics.ts';
+import { waitingRuns } from '../lib/ops/waiting-runs.ts';
 import type { Redis } from '../lib/redis.ts';
 import { openResources, type Resources } from '../lib/resources.ts';
 import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
@@ -67,9 +68,12 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   const executor = new RunExecutor({
     redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     events: bothEvents(metrics.executorEvents(runtime), o.events),
+    waitTokens: res.waitTokens,
+    wakeAt: (scope, runId, at) => res.sweeper.soon(scope, `wait:${runId}`, at),
   });
   metrics.initRuntime(runtime, o.agents.keys());
   metrics.watchQueue(runtime, (rt) => dispatcher.queue(rt).getJobCounts(...QUEUE_STATES));
+  metrics.watchWaiting(runtime, (rt) => waitingRuns(redis, keys, rt));
   const stopInFlight = metrics.watchInFlight(runtime, () => leases.size);
   // Registered before the first claim: the API accepts this worker's agents from now on.
   const presence = new WorkerPresence(
@@ -169,6 +173,7 @@ function bothEvents(a: ExecutorEvents, b: ExecutorEvents | undefined): ExecutorE
     finished: (run, status) => { a.finished?.(run, status); b.finished?.(run, status); },
     retried: (run) => { a.retried?.(run); b.retried?.(run); },
     blocked: (run) => { a.blocked?.(run); b.blocked?.(run); },
+    waiting: (run, park) => { a.waiting?.(run, park); b.waiting?.(run, park); },
     appended: (run, events, tokens) => { a.appended?.(run, events, tokens); b.appended?.(run, events, tokens); },
     hit: (kind) => { a.hit?.(kind); b.hit?.(kind); },
     miss: (kind) => { a.miss?.(kind); b.miss?.(kind); },

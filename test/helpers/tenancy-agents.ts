@@ -5,7 +5,7 @@ import { PermanentError, RetryAfterError, TransientError } from '../../src/lib/s
  * In-process agents that park a run in each status the stats and drain tests need:
  * `gate` runs until the test opens its gate (named by the input), `slow-retry` retries a
  * minute later, `fail` fails at once, `charge` blocks (a non-idempotent step that never
- * recorded a result).
+ * recorded a result), `approve` waits for the approval of its `ship` tool.
  */
 const gates = new Map<string, { open: Promise<void>; release: () => void }>();
 
@@ -52,6 +52,12 @@ export const tenancyAgents: Agent[] = [
       // whether the charge happened, so the run blocks.
       await ctx.step('charge', () => { throw new TransientError('connection reset mid-charge'); }, { idempotent: false });
       return { answer: 'charged' };
+    },
+  }),
+  defineAgent({
+    name: 'approve',
+    async run(ctx) {
+      return ctx.tool('ship', { to: ctx.input.content }, () => `shipped to ${ctx.input.content}`, { approval: true });
     },
   }),
 ];

@@ -39,9 +39,9 @@ export interface ChatTool<A = any, R = unknown> {
    */
   idempotent?: boolean;
   /**
-   * Approval-gated tools (a run waits for a person to allow the call) come with the waits
-   * feature. Until then createChatAgent refuses a tool that sets this, rather than run it
-   * unapproved.
+   * true: each call waits for a person to allow it before `execute` runs (a wait of kind
+   * `approval` whose prompt is the arguments; the run holds no worker meanwhile). A decline
+   * goes back to the model as the tool's answer, with the reason given, and the loop goes on.
    */
   approval?: boolean;
 }
@@ -67,8 +67,8 @@ export interface PreparedTool {
 const drafts = { default: new Ajv({ allErrors: true, strict: false }), 2020: new Ajv2020({ allErrors: true, strict: false }) };
 
 /**
- * Checks every tool when the agent is made, so a mistake (a bad name, an invalid schema, an
- * approval flag that cannot be honoured yet) stops the worker at start, not a run later.
+ * Checks every tool when the agent is made, so a mistake (a bad name, an invalid schema)
+ * stops the worker at start, not a run later.
  */
 export function prepareTools(agent: string, tools: Record<string, ChatTool>): PreparedTool[] {
   return Object.entries(tools).map(([name, tool]) => {
@@ -76,12 +76,6 @@ export function prepareTools(agent: string, tools: Record<string, ChatTool>): Pr
     // The name becomes part of the tool's step key, so it obeys the step name pattern.
     if (!ID_PATTERN.test(name)) throw new TypeError(`${where}: the name must match ${ID_PATTERN}`);
     if (typeof tool?.execute !== 'function') throw new TypeError(`${where}: execute must be a function`);
-    if (tool.approval) {
-      throw new TypeError(
-        `${where}: approval-gated tools need the waits feature, which this version does not have; ` +
-        'remove `approval` (the tool would otherwise run without anyone approving it)',
-      );
-    }
     const { schema, check } = argumentCheck(where, tool.parameters);
     return {
       name, tool, check,
@@ -129,6 +123,13 @@ function argumentCheck(where: string, parameters: ChatTool['parameters']): { sch
 /** How a tool's result reads to the model. */
 export function toolResultContent(result: unknown): string {
   return typeof result === 'string' ? result : JSON.stringify(result ?? null);
+}
+
+/** How a declined call reads to the model: it did not run, and why not when a reason was given. */
+export function toolDeclinedContent(name: string, reason: string | undefined): string {
+  return JSON.stringify(reason
+    ? { error: `the user declined this call of ${name}; it did not run`, reason }
+    : { error: `the user declined this call of ${name}; it did not run` });
 }
 
 /** How a refused call reads to the model: JSON, so it can tell an error from a result. */

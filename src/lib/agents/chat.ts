@@ -4,9 +4,11 @@ import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '.
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
 import type { Config } from '../config.ts';
-import { PermanentError } from '../sdk/errors.ts';
+import { PermanentError, ToolDeclinedError } from '../sdk/errors.ts';
 import { modelTurn, type ModelTurn } from './chat-model-call.ts';
-import { prepareTools, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool } from './chat-tools.ts';
+import {
+  prepareTools, toolDeclinedContent, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool,
+} from './chat-tools.ts';
 import { recalledTurnsPrompt } from './recalled-turns.ts';
 
 export { defineTool, type ChatTool, type JsonSchema, type ToolCallContext } from './chat-tools.ts';
@@ -142,8 +144,13 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
     result = await ctx.tool(call.name, checked.args, (args, step) => {
       ran = true;
       return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });
-    }, { idempotent: prepared.tool.idempotent ?? true });
+    }, { idempotent: prepared.tool.idempotent ?? true, approval: prepared.tool.approval ?? false });
   } catch (err) {
+    // A person said no: the model hears it as the tool's answer and decides what to do next.
+    if (err instanceof ToolDeclinedError) {
+      reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false });
+      return toolDeclinedContent(call.name, err.reason);
+    }
     // The attempt ends as the error says (a TransientError retries it); readers see why first.
     if (!ctx.signal.aborted) reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: describe(err), replayed: false });
     throw err;

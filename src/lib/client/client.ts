@@ -1,5 +1,6 @@
 import {
-  ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest,
+  ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest, type Wait,
+  type WaitResumed,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 
@@ -13,9 +14,9 @@ import { SseParser, type SseMessage } from './sse-parser.ts';
  */
 
 export type {
-  EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage, SessionMessage,
-  StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData, UsageRow,
-  UsageTotals,
+  ApprovalDecision, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage,
+  SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
+  UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
@@ -98,6 +99,30 @@ export class BatonClient {
   /** Cancels a run: at once when it is not running, else its worker stops it (status follows). */
   cancel(runId: string): Promise<Run> {
     return this.json('POST', `/runs/${encodeURIComponent(runId)}/cancel`, {});
+  }
+
+  /** The run's pending waits (each with its resume token); [] when it waits for nothing. */
+  async waits(runId: string): Promise<Wait[]> {
+    return (await this.get(runId)).waits ?? [];
+  }
+
+  /**
+   * Resumes a pending wait with `value` (checked against the wait's schema: 400 otherwise).
+   * Once per wait: a wait resumed, timed out or never declared is 409 WAIT_NOT_PENDING.
+   * Returns the run afterwards.
+   */
+  resume(runId: string, waitKey: string, value: unknown): Promise<Run> {
+    return this.json('POST', `/runs/${encodeURIComponent(runId)}/waits/${encodeURIComponent(waitKey)}`, { value });
+  }
+
+  /** Approves an approval wait: the tool call it holds runs. */
+  approve(runId: string, waitKey: string): Promise<Run> {
+    return this.resume(runId, waitKey, { approved: true });
+  }
+
+  /** Declines an approval wait: the tool does not run, and the agent is told (with `reason`). */
+  decline(runId: string, waitKey: string, reason?: string): Promise<Run> {
+    return this.resume(runId, waitKey, reason === undefined ? { approved: false } : { approved: false, reason });
   }
 
   /**
@@ -215,6 +240,20 @@ export class BatonClient {
     if (!res.ok) throw await apiError(res);
     return (await res.json()) as T;
   }
+}
+
+/**
+ * Resumes the wait a resume token opens, with no API key (a link in an email, a chat-ops
+ * button): `token` is a wait's `token` as a key of its scope sees it. Once: a second use is
+ * 409 WAIT_NOT_PENDING; a token that opens nothing is 404.
+ */
+export async function resumeWithToken(o: { url: string; token: string; value: unknown; fetch?: typeof fetch }): Promise<WaitResumed> {
+  const f = o.fetch ?? ((input: RequestInfo | URL, init?: RequestInit) => globalThis.fetch(input, init));
+  const res = await f(`${o.url.replace(/\/+$/, '')}/v1/waits/${encodeURIComponent(o.token)}`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ value: o.value }),
+  });
+  if (!res.ok) throw await apiError(res);
+  return (await res.json()) as WaitResumed;
 }
 
 /** One SSE connection's abort controller: aborted by the caller's signal or by silence. */

@@ -21,7 +21,10 @@ export interface RuntimeStats {
   scope: string;
   runtimeId: string;
   /** Current counts by public status (dispatched shows as queued); terminal counts are cumulative. */
-  counts: { queued: number; running: number; retrying: number; blocked: number; succeeded: number; failed: number; cancelled: number };
+  counts: {
+    scheduled: number; queued: number; running: number; retrying: number; waiting: number; blocked: number;
+    succeeded: number; failed: number; cancelled: number; expired: number;
+  };
   /** Age of the run that has waited longest to start; null when none waits. */
   oldestQueuedAgeMs: number | null;
   draining: boolean;

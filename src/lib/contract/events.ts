@@ -1,4 +1,4 @@
-import type { PublicRunStatus, RunError, RunResult, TerminalStatus } from './runs.ts';
+import type { PublicRunStatus, RunError, RunResult, TerminalStatus, WaitKind } from './runs.ts';
 
 /** The events of a run's stream. Every event has the stream id a client resumes from. */
 export type RunStreamEvent =
@@ -55,6 +55,23 @@ export interface StatusEventData {
   blocked?: { stepKey: string; reason: string; since: number };
   resumed?: boolean;
   resolved?: { stepKey: string; mode: 'value' | 'rerun' };
+  /** `waiting`: the waits the run waits on (times in epoch ms; no resume tokens in the stream). */
+  waits?: WaitEventEntry[];
+  /** `queued` after a wait: which one let the run go on, and how. */
+  wait?: { key: string; outcome: 'resumed' | 'timed-out' | 'slept' };
+  /** `scheduled`: when the run is due (epoch ms). */
+  runAt?: number;
+}
+
+/** A pending wait as a `status: waiting` event carries it. */
+export interface WaitEventEntry {
+  key: string;
+  kind: WaitKind;
+  name: string;
+  prompt?: unknown;
+  schema?: Record<string, unknown>;
+  since: number;
+  expiresAt?: number;
 }
 
 export interface AttemptEventData { attempt: number; maxAttempts: number; recovered?: boolean; resumed?: boolean }

@@ -1,15 +1,21 @@
 /** The run, the submit request and the session history as the API shows them. */
 
-/** Every status a run record can have; `dispatched` is internal (shown as queued). */
+/**
+ * Every status a run record can have; `dispatched` is internal (shown as queued). `waiting`:
+ * the run waits for input, an approval or a timer and holds no worker; `scheduled`: submitted
+ * with runAt/delayMs and not due yet; `expired`: its ttlMs passed before it started.
+ */
 export const RUN_STATUSES = [
-  'queued', 'dispatched', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled',
+  'scheduled', 'queued', 'dispatched', 'running', 'retrying', 'waiting', 'blocked', 'succeeded', 'failed', 'cancelled', 'expired',
 ] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
-export const PUBLIC_RUN_STATUSES = ['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled'] as const;
+export const PUBLIC_RUN_STATUSES = [
+  'scheduled', 'queued', 'running', 'retrying', 'waiting', 'blocked', 'succeeded', 'failed', 'cancelled', 'expired',
+] as const;
 export type PublicRunStatus = (typeof PUBLIC_RUN_STATUSES)[number];
 
-export const TERMINAL_STATUSES = ['succeeded', 'failed', 'cancelled'] as const;
+export const TERMINAL_STATUSES = ['succeeded', 'failed', 'cancelled', 'expired'] as const;
 export type TerminalStatus = (typeof TERMINAL_STATUSES)[number];
 
 export const MULTITASK_STRATEGIES = ['enqueue', 'reject', 'interrupt'] as const;
@@ -28,7 +34,7 @@ export interface ArtifactAttachment { id: string; disposition?: ArtifactDisposit
 
 export interface RunResult {
   answer: string;
-  /** 'stop' (goal reached), 'length' (truncated), 'cancelled', 'error'. */
+  /** 'stop' (goal reached), 'length' (truncated), 'cancelled', 'error', 'timeout' (timeoutMs used up), 'expired' (ttlMs passed). */
   finishReason: string;
   toolCallsSeen: number;
   payload?: unknown;
@@ -66,6 +72,20 @@ export interface SubmitRequest {
   /** What to do when the session is busy; default `enqueue`. */
   multitask?: Multitask;
   outputSchema?: Record<string, unknown>;
+  /**
+   * Start no earlier than this ISO time (`runAt`) or this many ms after the submit (`delayMs`),
+   * at most one of them: the run is `scheduled` until then, then queues in its session like a
+   * new run. Only with multitask `enqueue`.
+   */
+  runAt?: string;
+  delayMs?: number;
+  /** A run not started within this many ms of being due (the submit, or runAt) ends `expired`. */
+  ttlMs?: number;
+  /**
+   * Wall time budget from the first start, time spent waiting (waits, sleeps, a block)
+   * excluded: at its end the agent's ctx.signal aborts and the run fails with TIMEOUT.
+   */
+  timeoutMs?: number;
   /** Also mint a stream token for the new run, returned as the answer's `streamToken`. */
   streamToken?: boolean;
 }
@@ -81,6 +101,39 @@ export interface StreamToken {
   runId?: string;
   sessionId?: string;
 }
+
+/** What a wait is for: a person's or a system's input, an approval of a tool call, or a timer (ctx.sleep). */
+export const WAIT_KINDS = ['input', 'approval', 'sleep'] as const;
+export type WaitKind = (typeof WAIT_KINDS)[number];
+
+/** A pending wait of a run (`run.waits`): what it waits for and how to resume it. */
+export interface Wait {
+  /** `wait:<name>:<n>`: the n-th wait of that name in the run; resume it by this key. */
+  key: string;
+  kind: WaitKind;
+  name: string;
+  /** What the agent asks (an approval's prompt is the tool call's arguments). */
+  prompt?: unknown;
+  /** The JSON Schema a resume value must match (an approval's is `{approved, reason?}`). */
+  schema?: Record<string, unknown>;
+  since: string;
+  /** When the wait times out (or a sleep ends). */
+  expiresAt?: string;
+  /**
+   * Resumes this wait once, without an API key: `POST /v1/waits/{token}`. Shown only to keys
+   * of the scope; a sleep has none.
+   */
+  token?: string;
+}
+
+/** Body of `POST …/runs/{runId}/waits/{waitKey}` and `POST /v1/waits/{token}`. */
+export interface WaitResumeRequest { value: unknown }
+
+/** The value an approval wait takes. */
+export interface ApprovalDecision { approved: boolean; reason?: string }
+
+/** What `POST /v1/waits/{token}` answers: the wait it resumed (the token holder sees nothing else of the run). */
+export interface WaitResumed { runId: string; waitKey: string; resumed: true }
 
 /** A run as the API shows it: no lease internals, no caller memory echo; times are ISO strings. */
 export interface Run {
@@ -104,6 +157,12 @@ export interface Run {
   idempotencyKey?: string;
   lastError?: RunError;
   blocked?: { stepKey: string; reason: string; since: string };
+  /** Pending waits (status `waiting`, or answered ones the run has not reached again yet). */
+  waits?: Wait[];
+  /** A scheduled run's due time. */
+  runAt?: string;
+  ttlMs?: number;
+  timeoutMs?: number;
   result?: RunResult;
   links: { self: string; events: string };
   /** Submit only: e.g. that no live worker serves the runtime yet. */
@@ -130,7 +189,8 @@ export interface MessagesPage { messages: SessionMessage[]; nextCursor: string |
 export interface Step {
   /** `<kind>:<name>:<n>`: the n-th call of that name in the run. */
   key: string;
-  kind: 'step' | 'infer' | 'tool';
+  /** `wait`: a wait that was answered (its value), timed out (`timedOut`) or a sleep that ended. */
+  kind: 'step' | 'infer' | 'tool' | 'wait';
   name: string;
   n: number;
   /** done: its result is stored; started: a non-idempotent step began and stored no result (yet). */
@@ -138,6 +198,8 @@ export interface Step {
   value?: unknown;
   /** The text an inference streamed (replayed into the answer when the memo is hit). */
   streamed?: string;
+  /** A wait that timed out instead of being answered. */
+  timedOut?: boolean;
   startedAt?: string;
   finishedAt?: string;
 }

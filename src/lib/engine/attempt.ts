@@ -1,7 +1,10 @@
 import type { ScopeKeys } from '../keys.ts';
 
-/** Why an attempt's signal was aborted. */
-export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown';
+/**
+ * Why an attempt's signal was aborted. `timeout`: the run's timeoutMs ran out; `waiting`: the
+ * attempt ended waiting (parked), so the agent's code left behind must stop.
+ */
+export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown' | 'timeout' | 'waiting';
 
 export class RunAbort extends Error {
   constructor(readonly reason: AbortReason) {
@@ -43,7 +46,7 @@ export class Attempt {
     this.runKey = keys.run(run.id);
   }
 
-  /** Aborted on cancel, lease loss and shutdown; `reason` is a RunAbort saying which. */
+  /** Aborted on cancel, lease loss, shutdown, timeout and park; `reason` is a RunAbort saying which. */
   get signal(): AbortSignal {
     return this.controller.signal;
   }

@@ -1,12 +1,17 @@
-import type { Agent, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, StepOptions } from '../sdk/agent.ts';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Agent, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, WaitOptions } from '../sdk/agent.ts';
 import { attachEventSink } from '../sdk/agent-reports.ts';
 import { DEFAULT_SELECT, type AgentEvent, type EventPredicate } from '../sdk/select.ts';
-import type { UsageTotals } from '../contract/runs.ts';
+import type { ApprovalDecision, UsageTotals } from '../contract/runs.ts';
+import { BatonError } from '../errors.ts';
+import { PermanentError, ToolDeclinedError, WaitTimeoutError } from '../sdk/errors.ts';
 import type { EventWriter } from '../streams/writer.ts';
 import type { Logger } from '../logger.ts';
 import type { Attempt } from './attempt.ts';
 import type { RunRecord } from './record.ts';
-import type { Transitions } from './transitions.ts';
+import type { Transitions, WaitRequest } from './transitions.ts';
+import type { SchemaGuard } from './schema-guard.ts';
+import { WaitTokens } from './wait-tokens.ts';
 import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
@@ -18,6 +23,36 @@ export class RunBlocked extends Error {
     this.name = 'RunBlocked';
   }
 }
+
+/**
+ * Rejects what an agent still awaits (its waits) once its attempt ended waiting: the agent
+ * unwinds, and the run goes on in a later attempt that finds the answers in the memo.
+ */
+export class RunWaiting extends Error {
+  constructor(readonly waitKeys: string[]) {
+    super(`the attempt ended waiting for ${waitKeys.join(', ')}`);
+    this.name = 'RunWaiting';
+  }
+}
+
+/** What ContextState.parked resolves with: the agent waits on waits and nothing else. */
+export const PARKED: unique symbol = Symbol('parked');
+
+/** The value an approval takes; the API checks a resume against it like any wait's schema. */
+export const APPROVAL_SCHEMA: Record<string, unknown> = {
+  type: 'object',
+  required: ['approved'],
+  additionalProperties: false,
+  properties: { approved: { type: 'boolean' }, reason: { type: 'string', maxLength: 2000 } },
+};
+
+/** A wait's prompt (an approval's: the tool's arguments) is stored with the run and shown to people: bounded. */
+export const MAX_PROMPT_BYTES = 64 * 1024;
+/** Timeouts and sleeps up to a year: deadlines beyond that are more likely a unit mistake than a plan. */
+const MAX_WAIT_MS = 366 * 24 * 3600_000;
+
+/** The step whose body runs in this async context: a wait cannot be awaited inside one. */
+const stepBody = new AsyncLocalStorage<string>();
 
 export interface MemoEvents {
   hit(kind: string): void;
@@ -43,6 +78,10 @@ export interface ContextDeps {
   usageCounted?(agent: string, calls: readonly ModelCallUsage[]): void;
   /** Blocks the run (fenced); called when a non-idempotent step was started and never finished. */
   block(stepKey: string): Promise<void>;
+  /** Derives the resume tokens of waits; without it waits get none (resumable with a key only). */
+  waitTokens?: WaitTokens;
+  /** Checks the JSON Schema of a wait before the run waits on it. */
+  schemaGuard?: SchemaGuard;
 }
 
 /** Model ids longer than this are cut: a model id is short, and it becomes part of a field of the scope's usage hash. */
@@ -56,6 +95,12 @@ const MODEL_ID_MAX = 200;
  * Every event an agent produces passes the agent's `select` here, tagged with the context
  * it came through (the run's agent, or a sub-agent): what is left out is neither written to
  * the run's log nor part of the text committed when the run ends early.
+ *
+ * Waits: a wait whose answer is in the memo returns it at once; any other is recorded here
+ * and its promise stays pending. Once the agent waits on waits only, `parked` resolves and
+ * the executor ends the attempt as waiting with every wait recorded. "Only" is judged after
+ * a turn of the event loop with no step in flight, so the waits of a Promise.all, and waits
+ * reached right after a step that was still running, all make it into the one park.
  */
 export class ContextState {
   /** Selected non-ephemeral text emitted in this attempt (committed as an incomplete answer if the run ends early). */
@@ -70,8 +115,18 @@ export class ContextState {
   private readonly select: EventPredicate;
   private readonly subagents = new Map<string, RunContext>();
   readonly ctx: RunContext;
+  /** Waits reached and not answered, in the order reached. */
+  private readonly pending = new Map<string, { request: WaitRequest; reject(err: unknown): void }>();
+  /** Steps (and wait schema checks) in flight: the agent is not blocked on waits only while any runs. */
+  private busy = 0;
+  private gateQueued = false;
+  private isParked = false;
+  private resolveParked!: (v: typeof PARKED) => void;
+  /** Resolves when the agent waits on waits and nothing else (never otherwise). */
+  readonly parked = new Promise<typeof PARKED>((resolve) => { this.resolveParked = resolve; });
 
   constructor(private readonly d: ContextDeps) {
+    d.attempt.signal.addEventListener('abort', () => this.abandonWaits(), { once: true });
     this.memo = new Map(Object.entries(d.steps));
     this.select = d.agent.select ?? DEFAULT_SELECT;
     this.usage = { ...(d.run.usage ?? { inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: 0 }) };
@@ -102,7 +157,49 @@ export class ContextState {
       infer: (name, fn) => this.memoized(agent, 'infer', prefix + name, fn, true),
       tool: (name, args, fn, options) => {
         this.toolCallsSeen++;
-        return this.memoized(agent, 'tool', prefix + name, (call) => fn(args, call), options?.idempotent ?? true);
+        if (!options?.approval) return this.memoized(agent, 'tool', prefix + name, (call) => fn(args, call), options?.idempotent ?? true);
+        // Both keys now, in call order: a concurrent call must not take this call's numbers.
+        let waitKey: string;
+        let toolKey: string;
+        try {
+          waitKey = this.stepKey('wait', prefix + name);
+          toolKey = this.stepKey('tool', prefix + name);
+        } catch (err) {
+          return Promise.reject(err);
+        }
+        const run = () => this.runStep(agent, 'tool', toolKey, (call) => fn(args, call), options.idempotent ?? true);
+        return this.approvedTool(prefix + name, waitKey, toolKey, run, args);
+      },
+      waitFor: <T>(name: string, options: WaitOptions = {}) => {
+        try {
+          const key = this.stepKey('wait', prefix + name);
+          return this.wait<T>({ key, kind: 'input', name: prefix + name, ...checkWaitOptions(key, options) });
+        } catch (err) {
+          return Promise.reject(err);
+        }
+      },
+      sleep: (ms) => {
+        try {
+          const key = this.stepKey('wait', `${prefix}sleep`);
+          if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > MAX_WAIT_MS) {
+            throw new TypeError(`ctx.sleep(${String(ms)}): ms must be a number from 0 to ${MAX_WAIT_MS}`);
+          }
+          if (ms === 0) return Promise.resolve();
+          return this.wait<null>({ key, kind: 'sleep', name: `${prefix}sleep`, timeoutMs: Math.ceil(ms) }).then(() => undefined);
+        } catch (err) {
+          return Promise.reject(err);
+        }
+      },
+      sleepUntil: (when) => {
+        try {
+          const key = this.stepKey('wait', `${prefix}sleep`);
+          const untilMs = when instanceof Date ? when.getTime() : when;
+          if (typeof untilMs !== 'number' || !Number.isFinite(untilMs)) throw new TypeError('ctx.sleepUntil needs a Date or epoch ms');
+          if (untilMs <= Date.now() && !this.memo.has(key)) return Promise.resolve();
+          return this.wait<null>({ key, kind: 'sleep', name: `${prefix}sleep`, untilMs: Math.ceil(untilMs) }).then(() => undefined);
+        } catch (err) {
+          return Promise.reject(err);
+        }
       },
       subagent: (name) => {
         if (typeof name !== 'string' || !ID_PATTERN.test(name)) throw new TypeError(`sub-agent name ${JSON.stringify(name)} must match ${ID_PATTERN}`);
@@ -117,6 +214,89 @@ export class ContextState {
     };
     attachEventSink(ctx, { publish: (e) => this.publish(e) });
     return ctx;
+  }
+
+  /** The waits the agent is blocked on, for the park. */
+  waitRequests(): WaitRequest[] {
+    return [...this.pending.values()].map((p) => p.request);
+  }
+
+  /** An approval-gated tool: the approval first (unless the call ran in an earlier attempt), then the memoized tool. */
+  private async approvedTool<T>(name: string, waitKey: string, toolKey: string, run: () => Promise<T>, args: unknown): Promise<T> {
+    if (!this.memo.has(toolKey)) {
+      const decision = await this.wait<ApprovalDecision>({
+        key: waitKey, kind: 'approval', name, prompt: checkedPrompt(waitKey, args), schema: APPROVAL_SCHEMA,
+      });
+      if (!decision?.approved) throw new ToolDeclinedError(name, decision?.reason);
+    }
+    return run();
+  }
+
+  /** A wait: its answer from the memo, or recorded and pending until the attempt parks. */
+  private async wait<T>(request: WaitRequest): Promise<T> {
+    const stored = this.memo.get(request.key);
+    if (stored !== undefined) {
+      const s = JSON.parse(stored) as { v: T; timedOut?: boolean };
+      if (s.timedOut) throw new WaitTimeoutError(request.name, request.key);
+      return s.v;
+    }
+    if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
+    const inStep = stepBody.getStore();
+    if (inStep !== undefined) {
+      throw new TypeError(
+        `${request.key} is awaited inside the body of ${inStep}: a step's result is stored when its body returns, ` +
+        'and a wait ends the attempt before that; wait before or after the step',
+      );
+    }
+    if (request.schema !== undefined && request.schema !== APPROVAL_SCHEMA) await this.checkSchema(request);
+    if (request.kind !== 'sleep' && this.d.waitTokens) {
+      request.tokenHash = WaitTokens.digest(this.d.waitTokens.tokenFor(this.d.run.scope, this.d.run.id, request.key));
+    }
+    return new Promise<T>((_, reject) => {
+      this.pending.set(request.key, { request, reject });
+      this.gate();
+    });
+  }
+
+  /** A schema no value could be checked against would leave the wait unresumable: refuse it before waiting. */
+  private async checkSchema(request: WaitRequest): Promise<void> {
+    if (!this.d.schemaGuard) return;
+    this.busy++;
+    try {
+      await this.d.schemaGuard.check(request.schema!);
+    } catch (err) {
+      if (err instanceof BatonError) {
+        throw new PermanentError(`the schema of ${request.key} is not a usable JSON Schema: ${err.message}`, 'WAIT_SCHEMA_INVALID');
+      }
+      throw err;
+    } finally {
+      this.settled();
+    }
+  }
+
+  /** After a turn of the event loop: park if waits pend and nothing else runs. */
+  private gate(): void {
+    if (this.gateQueued || this.isParked) return;
+    this.gateQueued = true;
+    setImmediate(() => {
+      this.gateQueued = false;
+      if (this.isParked || this.busy > 0 || this.pending.size === 0 || this.d.attempt.signal.aborted) return;
+      this.isParked = true;
+      this.resolveParked(PARKED);
+    });
+  }
+
+  private settled(): void {
+    this.busy--;
+    if (this.pending.size > 0) this.gate();
+  }
+
+  /** The attempt ended (parked, cancelled, lost...): what the agent still awaits is rejected, so it unwinds. */
+  private abandonWaits(): void {
+    const reason = this.d.attempt.signal.reason as { reason?: string } | undefined;
+    const err = reason?.reason === 'waiting' ? new RunWaiting([...this.pending.keys()]) : reason;
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
   }
 
   private emit(agent: string, text: string, options?: EmitOptions): void {
@@ -161,10 +341,21 @@ export class ContextState {
     return `${kind}:${name}:${n}`;
   }
 
-  private async memoized<T>(
+  private memoized<T>(
     agent: string, kind: 'step' | 'infer' | 'tool', name: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
   ): Promise<T> {
-    const key = this.stepKey(kind, name);
+    let key: string;
+    try {
+      key = this.stepKey(kind, name);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.runStep(agent, kind, key, fn, idempotent);
+  }
+
+  private async runStep<T>(
+    agent: string, kind: 'step' | 'infer' | 'tool', key: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
+  ): Promise<T> {
     const stored = this.memo.get(key);
     if (stored !== undefined) {
       this.d.memo?.hit(kind);
@@ -178,43 +369,48 @@ export class ContextState {
     // attempt holding the run next performs again.
     if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
     this.d.memo?.miss(kind);
-    if (!idempotent) {
-      if (this.memo.has(`${key}#started`)) {
-        await this.d.block(key);
-        throw new RunBlocked(key);
-      }
-      await this.d.transitions.step(this.d.attempt, { op: 'start', stepKey: key });
-      this.memo.set(`${key}#started`, String(Date.now()));
-    }
-    const capture = kind === 'infer' ? { agent, text: '' } : undefined;
-    if (capture) this.captures.add(capture);
-    const calls: Required<ModelCallUsage>[] = [];
-    let open = true;
-    const recordUsage = (u: ModelCallUsage) => {
-      // Usage reported after the step was written can be counted nowhere. A warning, not an
-      // error: a late callback (a stream's onFinish) throwing would crash the worker, not the run.
-      if (!open) return void this.d.log.warn({ stepKey: key }, 'usage recorded after its step finished is not counted');
-      calls.push(modelCall(u));
-    };
-    let value: T;
-    // The step's times ride along with its result (the inspector shows them): no extra round trip.
-    const startedAt = Date.now();
+    this.busy++;
     try {
-      value = await fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal, recordUsage });
+      if (!idempotent) {
+        if (this.memo.has(`${key}#started`)) {
+          await this.d.block(key);
+          throw new RunBlocked(key);
+        }
+        await this.d.transitions.step(this.d.attempt, { op: 'start', stepKey: key });
+        this.memo.set(`${key}#started`, String(Date.now()));
+      }
+      const capture = kind === 'infer' ? { agent, text: '' } : undefined;
+      if (capture) this.captures.add(capture);
+      const calls: Required<ModelCallUsage>[] = [];
+      let open = true;
+      const recordUsage = (u: ModelCallUsage) => {
+        // Usage reported after the step was written can be counted nowhere. A warning, not an
+        // error: a late callback (a stream's onFinish) throwing would crash the worker, not the run.
+        if (!open) return void this.d.log.warn({ stepKey: key }, 'usage recorded after its step finished is not counted');
+        calls.push(modelCall(u));
+      };
+      let value: T;
+      // The step's times ride along with its result (the inspector shows them): no extra round trip.
+      const startedAt = Date.now();
+      try {
+        value = await stepBody.run(key, () => fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal, recordUsage }));
+      } finally {
+        open = false;
+        if (capture) this.captures.delete(capture);
+      }
+      const finishedAt = Date.now();
+      const json = JSON.stringify(
+        capture?.text ? { v: value ?? null, e: capture.text, startedAt, finishedAt } : { v: value ?? null, startedAt, finishedAt },
+      );
+      // The usage goes with the result in one fenced script, which counts it only if it stores the result.
+      const usage = calls.length ? { agent, at: finishedAt, calls } : undefined;
+      const kept = await this.d.transitions.step(this.d.attempt, { op: 'done', stepKey: key, result: json, usage });
+      this.memo.set(key, kept);
+      if (usage && kept === json) this.counted(agent, calls);
+      return (JSON.parse(kept) as { v: T }).v;
     } finally {
-      open = false;
-      if (capture) this.captures.delete(capture);
+      this.settled();
     }
-    const finishedAt = Date.now();
-    const json = JSON.stringify(
-      capture?.text ? { v: value ?? null, e: capture.text, startedAt, finishedAt } : { v: value ?? null, startedAt, finishedAt },
-    );
-    // The usage goes with the result in one fenced script, which counts it only if it stores the result.
-    const usage = calls.length ? { agent, at: finishedAt, calls } : undefined;
-    const kept = await this.d.transitions.step(this.d.attempt, { op: 'done', stepKey: key, result: json, usage });
-    this.memo.set(key, kept);
-    if (usage && kept === json) this.counted(agent, calls);
-    return (JSON.parse(kept) as { v: T }).v;
   }
 
   private counted(agent: string, calls: readonly ModelCallUsage[]): void {
@@ -234,4 +430,35 @@ function modelCall(u: ModelCallUsage): Required<ModelCallUsage> {
   const tokens = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n > 0 ? Math.min(Math.round(n), 1e12) : 0);
   const model = typeof u?.model === 'string' && u.model.trim() ? u.model.trim().slice(0, MODEL_ID_MAX) : 'unknown';
   return { model, inputTokens: tokens(u?.inputTokens), outputTokens: tokens(u?.outputTokens) };
+}
+
+/** The parts of WaitOptions a wait records, checked. */
+function checkWaitOptions(key: string, o: WaitOptions): Pick<WaitRequest, 'prompt' | 'schema' | 'timeoutMs'> {
+  if (typeof o !== 'object' || o === null) throw new TypeError(`${key}: the options must be an object`);
+  const out: Pick<WaitRequest, 'prompt' | 'schema' | 'timeoutMs'> = {};
+  if (o.timeoutMs !== undefined) {
+    if (!Number.isInteger(o.timeoutMs) || o.timeoutMs < 1 || o.timeoutMs > MAX_WAIT_MS) {
+      throw new TypeError(`${key}: timeoutMs must be a whole number of ms from 1 to ${MAX_WAIT_MS}`);
+    }
+    out.timeoutMs = o.timeoutMs;
+  }
+  if (o.schema !== undefined) {
+    if (typeof o.schema !== 'object' || o.schema === null || Array.isArray(o.schema)) throw new TypeError(`${key}: schema must be a JSON Schema object`);
+    out.schema = o.schema;
+  }
+  if (o.prompt !== undefined) out.prompt = checkedPrompt(key, o.prompt);
+  return out;
+}
+
+function checkedPrompt(key: string, prompt: unknown): unknown {
+  if (prompt === undefined) return undefined;
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(prompt);
+  } catch (err) {
+    throw new TypeError(`${key}: the prompt is not JSON (${(err as Error).message})`);
+  }
+  if (text === undefined) return undefined;
+  if (Buffer.byteLength(text) > MAX_PROMPT_BYTES) throw new TypeError(`${key}: the prompt is over ${MAX_PROMPT_BYTES} bytes as JSON`);
+  return prompt;
 }

@@ -8,10 +8,12 @@ import type { Logger } from '../logger.ts';
 import { EventWriter } from '../streams/writer.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
 import { Attempt, RunAbort } from './attempt.ts';
-import { ContextState, RunBlocked, type MemoEvents } from './context.ts';
+import { ContextState, PARKED, RunBlocked, RunWaiting, type MemoEvents } from './context.ts';
 import { parseRunRecord, type RunError, type RunRecord, type RunResult, type SessionMessage } from './record.ts';
 import { LeaseLostError } from './script-codes.ts';
-import type { Transitions } from './transitions.ts';
+import type { ClaimReply, ParkReply, Transitions } from './transitions.ts';
+import type { WaitTokens } from './wait-tokens.ts';
+import type { TerminalStatus } from '../contract/runs.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
@@ -25,7 +27,9 @@ export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
 /** Hooks for metrics; every one optional so the executor does not depend on prom-client. */
 export interface ExecutorEvents extends Partial<MemoEvents> {
   started?(run: RunRecord, recovered: boolean): void;
-  finished?(run: RunRecord, status: 'succeeded' | 'failed' | 'cancelled'): void;
+  finished?(run: RunRecord, status: TerminalStatus): void;
+  /** The attempt ended waiting (the park's reply says which waits it found answered by then). */
+  waiting?(run: RunRecord, park: ParkReply): void;
   retried?(run: RunRecord): void;
   blocked?(run: RunRecord): void;
   /** An event-log append of this run landed: `events` entries, `tokens` token deltas among them. */
@@ -48,16 +52,17 @@ export interface ExecutorDeps {
   schemaGuard?: SchemaGuard;
   /** Where input artifacts are read from. */
   artifacts: ArtifactStore;
+  /** Derives the resume tokens of the waits runs reach; unset: waits get no token. */
+  waitTokens?: WaitTokens;
+  /**
+   * Brings a deadline forward from the next sweep to its moment (the sweeper's soon()): a
+   * parked run's earliest wait deadline. The sweeper enforces it anyway; this only makes a
+   * short sleep take about its length.
+   */
+  wakeAt?(scope: string, runId: string, at: number): void;
 }
 
-interface Claimed {
-  run: RunRecord;
-  fence: number;
-  recovered: boolean;
-  steps: Record<string, string>;
-  /** The built-in store's session history as the claim read it (JSON messages). */
-  history: string[];
-}
+type Claimed = Extract<ClaimReply, { kind: 'claimed' }>;
 
 /**
  * Executes one delivery of a run: claim (fenced lease), run the agent with a RunContext,
@@ -78,11 +83,12 @@ export class RunExecutor {
     switch (claim.kind) {
       case 'claimed':
         return this.runClaimed(claim);
-      case 'cancelled':
-        // Cancelled by this claim (requested while no live worker held it): reported here, where it happened.
+      case 'ended':
+        // Ended by this claim (a cancel requested while no live worker held it, a ttlMs or
+        // timeoutMs that ran out): reported here, where it happened.
         if (this.d.events?.finished) {
-          const cancelled = parseRunRecord(await this.d.redis.hgetall(this.d.keys.scope(job.scope).run(job.runId)));
-          if (cancelled) this.d.events.finished(cancelled, 'cancelled');
+          const ended = parseRunRecord(await this.d.redis.hgetall(this.d.keys.scope(job.scope).run(job.runId)));
+          if (ended) this.d.events.finished(ended, claim.status);
         }
         return { kind: 'done' };
       // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
@@ -95,7 +101,7 @@ export class RunExecutor {
     }
   }
 
-  private async runClaimed({ run, fence, recovered, steps, history: claimedHistory }: Claimed): Promise<Outcome> {
+  private async runClaimed({ run, fence, recovered, steps, history: claimedHistory, deadline, now }: Claimed): Promise<Outcome> {
     const { redis, keys, config: c, transitions } = this.d;
     const attempt = new Attempt(run, fence, keys.scope(run.scope));
     const log = this.d.log.child({
@@ -112,6 +118,9 @@ export class RunExecutor {
     });
     const close = new Closer(this.d, run, attempt, writer, log);
     const { signal } = attempt;
+    // timeoutMs: the claim said when the budget ends (Redis time, so the delay is measured on
+    // one clock); the run's code is stopped then and the run fails with TIMEOUT.
+    const budget = deadline === undefined ? undefined : setTimeout(() => attempt.abort('timeout'), Math.max(0, deadline - now));
     try {
       const agent = this.d.agents.get(run.agent);
       if (!agent) {
@@ -135,14 +144,18 @@ export class RunExecutor {
         memo: this.d.events as MemoEvents | undefined,
         usageCounted: (agentName, calls) => this.d.events?.modelUsage?.(run, agentName, calls),
         block: (stepKey) => close.block(stepKey),
+        waitTokens: this.d.waitTokens,
+        schemaGuard: this.d.schemaGuard,
       });
       close.state = state;
-      let out: AgentResult | string;
+      let out: AgentResult | string | typeof PARKED;
       try {
-        out = await untilAborted(Promise.resolve().then(() => agent.run(state.ctx)), signal);
+        // The agent answers, or it ends up waiting on waits only (then the attempt parks).
+        out = await untilAborted(Promise.race([Promise.resolve().then(() => agent.run(state.ctx)), state.parked]), signal);
       } catch (err) {
         return await close.failure(err);
       }
+      if (out === PARKED) return await close.park(state);
       if (signal.aborted) return await close.aborted(signal.reason);
       // A return value that is no answer is the agent's bug: fail the run (thrown out of here it
       // would leave the run leased, to be recovered into the same bug again and again).
@@ -180,6 +193,7 @@ export class RunExecutor {
       }
       throw err;
     } finally {
+      clearTimeout(budget);
       this.d.leases.release(attempt);
       writer.close();
     }
@@ -203,7 +217,7 @@ class Closer {
 
   async failure(err: unknown): Promise<Outcome> {
     if (err instanceof LeaseLostError) throw err;
-    if (err instanceof RunBlocked) return { kind: 'done' };
+    if (err instanceof RunBlocked || err instanceof RunWaiting) return { kind: 'done' };
     const { signal } = this.attempt;
     if (signal.aborted) return this.aborted(signal.reason);
     const cls = classify(err);
@@ -232,7 +246,38 @@ class Closer {
       this.log.info('run handed over at shutdown');
       return { kind: 'done' };
     }
+    // The attempt parked already; whatever the agent did after that is nobody's answer.
+    if (why === 'waiting') return { kind: 'done' };
+    if (why === 'timeout') {
+      // As for a cancel: the answer so far is committed, marked incomplete.
+      await this.finish('failed', this.partial('timeout'), {
+        code: 'TIMEOUT', message: `the run used up its timeoutMs (${this.run.timeoutMs} ms of running, waits excluded)`,
+      });
+      return { kind: 'done' };
+    }
     await this.finish('cancelled', this.partial('cancelled'));
+    return { kind: 'done' };
+  }
+
+  /**
+   * The agent waits on waits only: the attempt ends waiting (lua/wait.lua). Its events are
+   * flushed first, so the `status: waiting` event follows every token of the attempt. Then
+   * the attempt's signal aborts ('waiting'): the agent's pending waits reject with RunWaiting
+   * and nothing it still does can write.
+   */
+  async park(state: ContextState): Promise<Outcome> {
+    const waits = state.waitRequests();
+    await this.flushBeforeClosing();
+    const reply = await this.d.transitions.wait(this.attempt, waits);
+    if (reply.cancelRequested) {
+      this.attempt.abort('cancelled');
+      await this.finish('cancelled', this.partial('cancelled'));
+      return { kind: 'done' };
+    }
+    this.attempt.abort('waiting');
+    this.d.events?.waiting?.(this.run, reply);
+    if (reply.nextAt !== undefined) this.d.wakeAt?.(this.run.scope, this.run.id, reply.nextAt);
+    this.log.info({ waits: waits.map((w) => w.key), admittedAgain: reply.admittedAgain }, 'run waiting');
     return { kind: 'done' };
   }
 

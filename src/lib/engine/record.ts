@@ -2,11 +2,15 @@
 import type {
   ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
 } from '../contract/runs.ts';
+import type { WaitEventEntry } from '../contract/events.ts';
 
 export { RUN_STATUSES } from '../contract/runs.ts';
 export type { ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage };
 
 export interface Blocked { stepKey: string; reason: string; since: number }
+
+/** A pending wait as stored (`run:<id>:waits`); times are epoch ms. */
+export type StoredWait = WaitEventEntry;
 
 export interface RunRecord {
   id: string;
@@ -42,12 +46,24 @@ export interface RunRecord {
    * usageCalls, added by the step script); absent before the first counted model call.
    */
   usage?: UsageTotals;
+  /** Scheduled runs: when due. */
+  runAt?: number;
+  ttlMs?: number;
+  timeoutMs?: number;
+  /** ttlMs: the latest start (epoch ms), once the run is due. */
+  startBy?: number;
+  /** timeoutMs: the end of the budget while it counts (epoch ms). */
+  deadlineAt?: number;
+  /** timeoutMs: what is left of it while the run waits or is blocked. */
+  budgetLeft?: number;
+  /** Pending waits, when the reader asked for them (RunStore reads them with the record). */
+  waits?: StoredWait[];
 }
 
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
   'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'createdAt', 'updatedAt',
-  'startedAt', 'finishedAt', 'retryAt', 'leaseExpiresAt',
+  'startedAt', 'finishedAt', 'retryAt', 'leaseExpiresAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft',
 ] as const;
 
 /** Turns HGETALL output (object or flat array) into a RunRecord; undefined when empty. */
@@ -67,6 +83,22 @@ export function parseRunRecord(raw: Record<string, string> | string[]): RunRecor
     r.usage = { inputTokens, outputTokens, totalTokens: inputTokens + outputTokens, modelCalls: calls };
   }
   return r as unknown as RunRecord;
+}
+
+/** The pending waits of a `run:<id>:waits` hash (HGETALL), oldest first. */
+export function parseWaits(raw: Record<string, string>): StoredWait[] {
+  const waits: StoredWait[] = [];
+  for (const [field, text] of Object.entries(raw)) {
+    if (field.includes('#')) continue;
+    const w = JSON.parse(text) as StoredWait;
+    waits.push({
+      key: w.key, kind: w.kind, name: w.name, since: w.since,
+      ...(w.prompt !== undefined ? { prompt: w.prompt } : {}),
+      ...(w.schema !== undefined ? { schema: w.schema } : {}),
+      ...(w.expiresAt !== undefined ? { expiresAt: w.expiresAt } : {}),
+    });
+  }
+  return waits.sort((a, b) => a.since - b.since || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
 
 export function flatToObject(flat: string[]): Record<string, string> {

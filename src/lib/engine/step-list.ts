@@ -9,12 +9,13 @@ export type StepView = Omit<Step, 'startedAt' | 'finishedAt'> & {
   finishedAt?: number;
 };
 
-const STEP_KEY = /^(step|infer|tool):(.+):(\d+)$/;
+const STEP_KEY = /^(step|infer|tool|wait):(.+):(\d+)$/;
 const STARTED = '#started';
 
 /**
  * A run's memoized steps in the order they started; undefined when the run does not exist. The steps
- * hash holds `<key>` -> `{v, e?, startedAt?, finishedAt?}` for stored results and
+ * hash holds `<key>` -> `{v, e?, startedAt?, finishedAt?}` for stored results (a wait's outcome
+ * too: `wait:<name>:<n>` -> `{v, timedOut?, startedAt, finishedAt}`) and
  * `<key>#started` -> ms for non-idempotent steps that began (see context.ts).
  */
 export async function readSteps(redis: Redis, keys: Keys, scope: string, runId: string): Promise<StepView[] | undefined> {
@@ -41,10 +42,12 @@ export async function readSteps(redis: Redis, keys: Keys, scope: string, runId: 
     }
     const s = view(field);
     if (!s) continue;
-    const stored = JSON.parse(raw) as { v: unknown; e?: string; startedAt?: number; finishedAt?: number };
+    const stored = JSON.parse(raw) as { v: unknown; e?: string; startedAt?: number; finishedAt?: number; timedOut?: boolean };
     s.status = 'done';
     s.value = stored.v;
     if (stored.e) s.streamed = stored.e;
+    // A wait's outcome is stored like a step's result: its value, or that it timed out.
+    if (stored.timedOut) s.timedOut = true;
     // The result's own times are from one clock (the worker's); a start marker is Redis time.
     if (stored.startedAt !== undefined) s.startedAt = stored.startedAt;
     if (stored.finishedAt !== undefined) s.finishedAt = stored.finishedAt;

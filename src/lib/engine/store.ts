@@ -5,7 +5,7 @@ import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
-import { parseRunRecord, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
+import { parseRunRecord, parseWaits, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
 import type { Multitask, Resolution, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
@@ -22,6 +22,11 @@ export interface RunStoreEvents {
   submitted?(run: RunRecord): void;
   /** This call cancelled a run no worker held (a held run is finished by its worker). */
   cancelled?(run: RunRecord): void;
+  /**
+   * This call set a deadline of the scope's timers (`due:<runId>`, `ttl:<runId>`), due at
+   * `at`: the process may act on it at its moment (the sweeper's soon()).
+   */
+  deadline?(scope: string, member: string, at: number): void;
 }
 
 /** Idempotency keys are remembered 24 h: a client retrying a submit within a day gets the same run. */
@@ -60,6 +65,8 @@ export class RunStore {
     if (req.idempotencyKey !== undefined) fields.idempotencyKey = req.idempotencyKey;
     // Without it, the first claim replaces the deployment default with the agent's own (lua/claim.lua).
     if (req.maxAttempts !== undefined) fields.maxAttemptsSet = 1;
+    if (req.ttlMs !== undefined) fields.ttlMs = req.ttlMs;
+    if (req.timeoutMs !== undefined) fields.timeoutMs = req.timeoutMs;
     // The scope list is the sweeper's work list; adding a scope that ends up with no run is
     // harmless. Once per scope and process: the set only ever grows.
     if (!this.knownScopes.has(req.scope)) {
@@ -69,15 +76,25 @@ export class RunStore {
     const { run, created, runId: id } = await this.transitions.submit({
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
       idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields,
+      runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
     });
     // An idempotent repeat whose run has passed its retention returns no record.
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
-    if (created) this.events.submitted?.(run);
+    if (created) {
+      this.events.submitted?.(run);
+      if (run.runAt !== undefined && run.status === 'scheduled') this.events.deadline?.(req.scope, `due:${run.id}`, run.runAt);
+      if (run.startBy !== undefined) this.events.deadline?.(req.scope, `ttl:${run.id}`, run.startBy);
+    }
     return { run, created };
   }
 
+  /** A run with its pending waits. */
   async get(scope: string, runId: string): Promise<RunRecord | undefined> {
-    return parseRunRecord(await this.redis.hgetall(this.keys.scope(scope).run(runId)));
+    const sk = this.keys.scope(scope);
+    // One MULTI (both keys share the scope's slot), so the waits are the record's.
+    const replies = await this.redis.multi().hgetall(sk.run(runId)).hgetall(sk.waits(runId)).exec();
+    for (const [err] of replies ?? []) if (err) throw err;
+    return withWaits(replies?.[0]?.[1] as Record<string, string>, replies?.[1]?.[1] as Record<string, string>);
   }
 
   /** Cancels a run; returns its state afterwards (a finished run is returned unchanged). */
@@ -129,15 +146,17 @@ export class RunStore {
       // Same-millisecond runs at or before the cursor's id were on earlier pages.
       const fresh = after ? entries.filter((e) => e.score < after.score || e.id < after.id) : entries;
       const pipe = this.redis.pipeline();
-      for (const e of fresh) pipe.hgetall(sk.run(e.id));
+      for (const e of fresh) pipe.hgetall(sk.run(e.id)).hgetall(sk.waits(e.id));
       const rows = fresh.length ? ((await pipe.exec()) ?? []) : [];
       const expired: string[] = [];
       let i = 0;
       for (; i < fresh.length && runs.length < opts.limit; i++) {
         // A read that failed (Redis restarting) says nothing about the run: taking it for an
         // expired one would drop a live run from the listing for good (the chaos soak did).
-        if (rows[i]?.[0]) throw rows[i][0];
-        const run = parseRunRecord((rows[i]?.[1] ?? {}) as Record<string, string>);
+        const [[recordErr, record] = [null, {}], [waitsErr, waits] = [null, {}]] = [rows[2 * i], rows[2 * i + 1]];
+        if (recordErr) throw recordErr;
+        if (waitsErr) throw waitsErr;
+        const run = withWaits(record as Record<string, string>, waits as Record<string, string>);
         last = listCursor(fresh[i].score, fresh[i].id);
         if (!run) { expired.push(fresh[i].id); continue; }
         if (matches(run)) runs.push(run);
@@ -167,6 +186,12 @@ export class RunStore {
     const messages = raw.slice(0, opts.limit).map((m) => JSON.parse(m) as SessionMessage);
     return { messages, nextCursor: more ? String(start + opts.limit) : null };
   }
+}
+
+function withWaits(record: Record<string, string> | undefined, waits: Record<string, string> | undefined): RunRecord | undefined {
+  const run = parseRunRecord(record ?? {});
+  if (run && waits && Object.keys(waits).length) run.waits = parseWaits(waits);
+  return run;
 }
 
 /** List cursor: `<creation ms>_<run id>` of the last run of the previous page. */

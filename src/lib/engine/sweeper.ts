@@ -3,7 +3,24 @@ import type { Config } from '../config.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import type { Transitions } from './transitions.ts';
+import type { RunRecord } from './record.ts';
+import type { AnsweredWait, Transitions } from './transitions.ts';
+
+/** Hooks for metrics: what the sweeper (or a deadline timer of this process) ended. */
+export interface SweeperEvents {
+  waitsExpired?(runtime: string, waits: readonly AnsweredWait[]): void;
+  finished?(run: RunRecord, status: 'expired' | 'failed'): void;
+}
+
+/** Deadlines due per scope and sweep: the rest are taken at the next sweep, so one scope cannot stall a pass. */
+const TIMERS_PER_SWEEP = 500;
+/**
+ * Deadlines closer than this get a timer in the process that learnt of them (a parked run's
+ * sleep, a delayed submit), so a short sleep takes about its length rather than up to a sweep
+ * interval more. Further ones are the sweeper's alone; at most MAX_SOON timers are kept.
+ */
+const SOON_MS = 60_000;
+const MAX_SOON = 10_000;
 
 /** States in which a BullMQ job still stands for the run. */
 const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 'waiting-children']);
@@ -17,10 +34,16 @@ const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 
  *   and the add, a job deleted by hand, a BullMQ job failed after too many stalls) gets a new job.
  * - leases: a running run whose lease deadline passed (its worker died, and BullMQ has no job
  *   that would deliver it) gets a job, whose claim takes the lease over.
+ * - timers: deadlines kept in each scope's `timers` zset: wait timeouts and sleeps, scheduled
+ *   runs coming due, ttlMs and timeoutMs running out. They are enforced here because no
+ *   process need be alive at the moment: whichever sweeps first afterwards acts. Each is a
+ *   script that re-checks the run, so early, late or repeated calls are harmless.
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  private readonly soonTimers = new Map<string, NodeJS.Timeout>();
+  private stopped = false;
   repaired = 0;
 
   constructor(
@@ -30,7 +53,24 @@ export class Sweeper {
     private readonly dispatcher: Dispatcher,
     private readonly transitions: Transitions,
     private readonly log: Logger,
+    private readonly events: SweeperEvents = {},
   ) {}
+
+  /**
+   * A deadline this process just set (`member` of the scope's timers, due at `at`, Redis
+   * time): when it is near, act on it at its moment instead of at the next sweep.
+   */
+  soon(scope: string, member: string, at: number): void {
+    const delay = at - Date.now();
+    const id = `${scope} ${member}`;
+    if (this.stopped || delay > SOON_MS || this.soonTimers.has(id) || this.soonTimers.size >= MAX_SOON) return;
+    const timer = setTimeout(() => {
+      this.soonTimers.delete(id);
+      this.timer1(scope, member).catch((err) => this.log.warn({ err: (err as Error).message, scope, member }, 'deadline timer failed; the sweeper takes it'));
+    }, Math.max(0, delay) + 5);
+    timer.unref();
+    this.soonTimers.set(id, timer);
+  }
 
   start(): void {
     if (this.config.SWEEP_INTERVAL_MS === 0) return;
@@ -54,8 +94,11 @@ export class Sweeper {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    for (const t of this.soonTimers.values()) clearTimeout(t);
+    this.soonTimers.clear();
     await this.running;
   }
 
@@ -92,7 +135,42 @@ export class Sweeper {
         count += this.repaired1(scope, runId, 'dispatch lost');
       }
     }
+    // One range read per scope: a scope with no deadline due costs nothing more.
+    for (const member of await this.redis.zrangebyscore(sk.timers, '-inf', now, 'LIMIT', 0, TIMERS_PER_SWEEP)) {
+      await this.timer1(scope, member);
+    }
     return count;
+  }
+
+  /** Acts on one deadline of a scope's timers (`<what>:<runId>`). */
+  private async timer1(scope: string, member: string): Promise<void> {
+    const at = member.indexOf(':');
+    const what = member.slice(0, at);
+    const runId = member.slice(at + 1);
+    switch (what) {
+      case 'wait': {
+        const { answered, runtime } = await this.transitions.waitTimeout(scope, runId);
+        if (answered.length) this.events.waitsExpired?.(runtime, answered);
+        return;
+      }
+      case 'due':
+        await this.transitions.runDue(scope, runId);
+        return;
+      case 'ttl': {
+        const run = await this.transitions.expire(scope, runId);
+        if (run) this.events.finished?.(run, 'expired');
+        return;
+      }
+      case 'timeout': {
+        const run = await this.transitions.timeOut(scope, runId);
+        if (run) this.events.finished?.(run, 'failed');
+        return;
+      }
+      default:
+        // Not a member any version of Baton writes: drop it rather than meet it every sweep.
+        this.log.warn({ scope, member }, 'unknown deadline entry removed');
+        await this.redis.zrem(this.keys.scope(scope).timers, member);
+    }
   }
 
   private repaired1(scope: string, runId: string, why: string): number {

@@ -3,6 +3,7 @@ import type { Config } from '../config.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';
+import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
 import { callScript, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
@@ -28,6 +29,11 @@ export interface NewRun {
   multitask: Multitask;
   idempotencyKey?: string;
   idempotencyTtlMs: number;
+  /** Due at this epoch ms (runAt) or this long after the submit (delayMs); absent: now. */
+  runAt?: number;
+  delayMs?: number;
+  /** Not started within this long of being due: expired. */
+  ttlMs?: number;
   /** Record fields (name → value) written with the run. */
   fields: Record<string, string | number>;
 }
@@ -35,9 +41,16 @@ export interface NewRun {
 export type SubmitReply = { created: boolean; runId: string; run: RunRecord | undefined };
 
 export type ClaimReply =
-  | { kind: 'claimed'; run: RunRecord; fence: number; recovered: boolean; steps: Record<string, string>; history: string[] }
-  /** A cancel was requested while no live worker held the run: the claim finished it as cancelled. */
-  | { kind: 'cancelled' }
+  | {
+    kind: 'claimed'; run: RunRecord; fence: number; recovered: boolean; steps: Record<string, string>; history: string[];
+    /** The end of the run's timeoutMs budget and the claim's time, both Redis time (epoch ms). */
+    deadline: number | undefined; now: number;
+  }
+  /**
+   * The claim ended the run instead: cancelled (requested while no live worker held it),
+   * expired (its ttlMs passed before it started) or failed (its timeoutMs was used up).
+   */
+  | { kind: 'ended'; status: 'cancelled' | 'expired' | 'failed' }
   /** A live lease holds the run, or its retry is not due: deliver again at `until`. */
   | { kind: 'later'; until: number }
   /** Its runtime is drained for its scope: the run is parked until resumed. */
@@ -86,6 +99,38 @@ export interface FinishInput {
   turn?: [string, string];
 }
 
+/** A wait an attempt reached and nobody answered yet, as the park transition takes it. */
+export interface WaitRequest {
+  /** `wait:<name>:<n>`. */
+  key: string;
+  kind: WaitKind;
+  name: string;
+  prompt?: unknown;
+  schema?: Record<string, unknown>;
+  /** Times out (a sleep ends) this long after the wait was first reached. */
+  timeoutMs?: number;
+  /** Ends at this epoch ms (ctx.sleepUntil). */
+  untilMs?: number;
+  /** SHA-256 (hex) of its resume token; input and approval waits have one. */
+  tokenHash?: string;
+}
+
+/** A wait that stopped pending with an outcome, for the wait-duration histogram. */
+export interface AnsweredWait { key?: string; kind: WaitKind; since: number }
+
+export interface ParkReply {
+  /** A cancel was requested meanwhile: the run was not parked; the attempt finishes it as cancelled. */
+  cancelRequested: boolean;
+  /** Waits whose deadline had passed by the park (they got their outcome in it). */
+  answered: AnsweredWait[];
+  /** The earliest deadline of the waits left pending. */
+  nextAt: number | undefined;
+  /** A wait the attempt reached had been answered meanwhile: the run was admitted again at once. */
+  admittedAgain: boolean;
+}
+
+export interface ResumedWait { kind: WaitKind; since: number; runtime: string; agent: string }
+
 type Raw = unknown[];
 
 export class Transitions {
@@ -115,7 +160,10 @@ export class Transitions {
     const reply = await this.call('submit', r.scope, {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
       sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotencyKey === undefined ? undefined : sk.idempotency(r.idempotencyKey),
-    }, { runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs }, payload);
+    }, {
+      runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs,
+      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs,
+    }, payload);
     if (code(reply) < 0) throw scriptError(code(reply), r.runId);
     await this.dispatch(r.scope, reply[3]);
     // An idempotent repeat whose run has passed its retention comes back without a record.
@@ -182,14 +230,16 @@ export class Transitions {
       case 0: {
         const run = parseRunRecord(reply[4] as string[]);
         if (!run) return { kind: 'nothing' };
+        const deadline = Number(reply[7]);
         return {
           kind: 'claimed', run, fence: Number(reply[1]), recovered: Number(reply[3]) === 1,
           steps: flatToObject(reply[5] as string[]), history: reply[6] as string[],
+          deadline: deadline > 0 ? deadline : undefined, now: Number(reply[8]),
         };
       }
       case 1:
         await this.dispatch(job.scope, reply[1]);
-        return { kind: 'cancelled' };
+        return { kind: 'ended', status: String(reply[2]) as 'cancelled' | 'expired' | 'failed' };
       case ScriptCode.LeaseHeld:
         return { kind: 'later', until: Number(reply[1]) };
       case ScriptCode.Draining:
@@ -296,7 +346,73 @@ export class Transitions {
     await this.dispatch(attempt.scope, reply[1]);
   }
 
+  /**
+   * Parks the run on the waits its attempt reached: status waiting, lease and scope slot
+   * released, the session kept. See lua/wait.lua for waits answered meanwhile.
+   */
+  async wait(attempt: Attempt, waits: readonly WaitRequest[]): Promise<ParkReply> {
+    const timeouts: Record<string, number> = {};
+    const untils: Record<string, number> = {};
+    const tokens: Record<string, string> = {};
+    const specs: string[] = [];
+    for (const w of waits) {
+      if (w.timeoutMs !== undefined) timeouts[w.key] = w.timeoutMs;
+      if (w.untilMs !== undefined) untils[w.key] = w.untilMs;
+      if (w.tokenHash !== undefined) tokens[w.key] = w.tokenHash;
+      specs.push(JSON.stringify({ key: w.key, kind: w.kind, name: w.name, prompt: w.prompt, schema: w.schema }));
+    }
+    const reply = await this.call('wait', attempt.scope, {
+      ...this.slotKeys(attempt.keys, attempt.runId), steps: attempt.keys.steps(attempt.runId), waits: attempt.keys.waits(attempt.runId),
+    }, { runId: attempt.runId, fence: attempt.fence, timeouts, untils, tokens }, specs);
+    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
+    if (code(reply) === 1) return { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false };
+    await this.dispatch(attempt.scope, reply[1]);
+    const nextAt = Number(reply[3]);
+    return { cancelRequested: false, answered: list(reply[2]), nextAt: nextAt > 0 ? nextAt : undefined, admittedAgain: Number(reply[4]) === 1 };
+  }
+
+  /**
+   * Resumes a pending wait with `value` (JSON text, already checked against its schema), once.
+   * With `tokenHash` (the token route) the wait must hold that token. Throws WAIT_NOT_PENDING.
+   */
+  async resumeWait(scope: string, runId: string, waitKey: string, o: { value: string; tokenHash?: string }): Promise<ResumedWait> {
+    const reply = await this.call('resume', scope, this.waitKeys(scope, runId), { runId, waitKey, value: o.value, tokenHash: o.tokenHash });
+    if (code(reply) < 0) throw scriptError(code(reply), runId);
+    await this.dispatch(scope, reply[1]);
+    return { kind: String(reply[2]) as WaitKind, since: Number(reply[3]), runtime: String(reply[4]), agent: String(reply[5]) };
+  }
+
   // ---- sweeper ----
+
+  /** A run's earliest wait deadline passed: outcomes for the waits due, a waiting run goes on. */
+  async waitTimeout(scope: string, runId: string): Promise<{ answered: AnsweredWait[]; runtime: string; agent: string }> {
+    const reply = await this.call('wait-timeout', scope, this.waitKeys(scope, runId), { runId });
+    await this.dispatch(scope, reply[1]);
+    return { answered: list(reply[2]), runtime: String(reply[3]), agent: String(reply[4]) };
+  }
+
+  /** A scheduled run is due: it joins its session. Returns whether it did now. */
+  async runDue(scope: string, runId: string): Promise<boolean> {
+    const reply = await this.call('due', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
+    await this.dispatch(scope, reply[1]);
+    return Number(reply[2]) === 1;
+  }
+
+  /** A run's ttlMs passed: ends it `expired` unless it started. Returns the run when it expired now. */
+  async expire(scope: string, runId: string): Promise<RunRecord | undefined> {
+    const reply = await this.call('expire', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
+    if (code(reply) !== 1) return undefined;
+    await this.dispatch(scope, reply[1]);
+    return parseRunRecord(reply[2] as string[]);
+  }
+
+  /** A run's timeoutMs budget ended: fails it with TIMEOUT unless a worker runs it. Returns the run when it failed now. */
+  async timeOut(scope: string, runId: string): Promise<RunRecord | undefined> {
+    const reply = await this.call('timeout', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
+    if (code(reply) !== 1) return undefined;
+    await this.dispatch(scope, reply[1]);
+    return parseRunRecord(reply[2] as string[]);
+  }
 
   /** A lease passed its deadline: dispatch a job whose claim takes it over. Returns whether it did. */
   async repairLease(scope: string, runId: string): Promise<boolean> {
@@ -321,7 +437,15 @@ export class Transitions {
 
   /** The keys of a run and of its scope's slot bookkeeping, which most transitions touch. */
   private slotKeys(sk: ScopeKeys, runId?: string): NamedKeys {
-    return { run: runId === undefined ? undefined : sk.run(runId), meta: sk.meta, ready: sk.ready, pending: sk.pending, leases: sk.leases };
+    return {
+      run: runId === undefined ? undefined : sk.run(runId), meta: sk.meta, ready: sk.ready, pending: sk.pending, leases: sk.leases,
+      timers: sk.timers,
+    };
+  }
+
+  private waitKeys(scope: string, runId: string): NamedKeys {
+    const sk = this.keys.scope(scope);
+    return { ...this.slotKeys(sk, runId), steps: sk.steps(runId), waits: sk.waits(runId) };
   }
 
   private leaseKeys(a: Attempt): NamedKeys {
@@ -353,4 +477,10 @@ export class Transitions {
 
 function code(reply: Raw): number {
   return Number(reply[0]);
+}
+
+/** A JSON list a script encoded (cjson encodes an empty one as `{}`). */
+function list<T>(text: unknown): T[] {
+  const v: unknown = JSON.parse(String(text));
+  return Array.isArray(v) ? (v as T[]) : [];
 }

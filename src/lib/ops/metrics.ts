@@ -4,12 +4,20 @@ import type { MemoEvents } from '../engine/context.ts';
 import type { ExecutorEvents } from '../engine/executor.ts';
 import type { ConnectionEvents } from '../redis.ts';
 import type { RunRecord } from '../engine/record.ts';
+import type { AnsweredWait } from '../engine/transitions.ts';
+import { TERMINAL_STATUSES, WAIT_KINDS, type TerminalStatus, type WaitKind } from '../contract/runs.ts';
 
 /** BullMQ job states exported per runtime queue (completed jobs are removed at once, see dispatcher.ts). */
 export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'failed'] as const satisfies readonly JobType[];
 
 /** Reads a runtime queue's job counts by state (Dispatcher.queue(runtime).getJobCounts). */
 export type QueueCounter = (runtime: string) => Promise<Record<string, number>>;
+
+/** Reads how many runs of a runtime wait, by kind of wait, over every scope (ops/waiting-runs.ts). */
+export type WaitingCounter = (runtime: string) => Promise<Record<WaitKind, number>>;
+
+/** How a wait stopped pending: a value arrived, its timeout passed, or (a sleep) its time was up. */
+export type WaitOutcome = 'resumed' | 'timed_out' | 'slept';
 
 export interface MetricsOptions {
   /** METRICS_SCOPE_LABEL: add `scope` to run metrics (one series per tenant: opt in). */
@@ -29,6 +37,8 @@ export const OTHER = '_other';
 const RUN_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800];
 // Queue wait is near zero on an idle pool and grows to minutes when a scope is at its cap.
 const WAIT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900];
+// A wait lasts from a chat-ops click (seconds) to a sign-off over a weekend (days).
+const WAIT_DURATION_BUCKETS = [1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600];
 // API calls are Redis round trips: milliseconds; SSE streams stay open for the run's length.
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120];
 
@@ -45,6 +55,7 @@ export class Metrics {
   private readonly runtimes: BoundedValues;
   private readonly agents: BoundedValues;
   private readonly queueCounters = new Map<string, QueueCounter>();
+  private readonly waitingCounters = new Map<string, WaitingCounter>();
   private readonly inFlightSources: { runtime: string; read(): number }[] = [];
   private readonly collectTimeoutMs: number;
 
@@ -56,6 +67,7 @@ export class Metrics {
   readonly blocked: Counter<string>;
   readonly duration: Histogram<string>;
   readonly queueWait: Histogram<string>;
+  readonly waitDuration: Histogram<string>;
   readonly memoHits: Counter<string>;
   readonly memoMisses: Counter<string>;
   readonly tokens: Counter<string>;
@@ -92,6 +104,11 @@ export class Metrics {
       name: 'baton_run_queue_wait_seconds', help: 'From submit to the first start of a run (session order and scope cap included).',
       labelNames: run, buckets: WAIT_BUCKETS, registers,
     });
+    this.waitDuration = new Histogram({
+      name: 'baton_wait_duration_seconds',
+      help: 'From a wait being reached to its end: resumed with a value, timed out, or (a sleep) over. Counted by the process that ended it.',
+      labelNames: ['runtime', 'kind', 'outcome'], buckets: WAIT_DURATION_BUCKETS, registers,
+    });
     this.memoHits = counter('baton_memo_hits_total', 'Memoized steps answered from an earlier attempt.', ['runtime', 'kind']);
     this.memoMisses = counter('baton_memo_misses_total', 'Memoized steps that had to run.', ['runtime', 'kind']);
     this.tokens = counter('baton_tokens_streamed_total', 'Token deltas written to run event logs.', run);
@@ -112,6 +129,7 @@ export class Metrics {
     this.redisReconnects = counter('baton_redis_reconnects_total', 'Redis connections that came back after being lost.', ['connection']);
     this.collectErrors = counter('baton_metrics_collect_errors_total', 'Scrape-time collectors that failed (their series are left out of that scrape).', ['collector']);
     this.collectErrors.inc({ collector: 'queue_jobs' }, 0);
+    this.collectErrors.inc({ collector: 'runs_waiting' }, 0);
 
     const self = this;
     new Gauge({
@@ -125,6 +143,22 @@ export class Metrics {
             for (const state of QUEUE_STATES) this.set({ runtime, state }, counts[state] ?? 0);
           } catch {
             self.collectErrors.inc({ collector: 'queue_jobs' });
+          }
+        }));
+      },
+    });
+    new Gauge({
+      name: 'baton_runs_waiting',
+      help: 'Runs in status waiting per runtime, by kind of wait (a run waiting on two kinds counts under both); all scopes, read at scrape time.',
+      labelNames: ['runtime', 'kind'], registers,
+      async collect() {
+        this.reset();
+        await Promise.all([...self.waitingCounters].map(async ([runtime, count]) => {
+          try {
+            const counts = await withTimeout(count(runtime), self.collectTimeoutMs);
+            for (const kind of WAIT_KINDS) this.set({ runtime, kind }, counts[kind] ?? 0);
+          } catch {
+            self.collectErrors.inc({ collector: 'runs_waiting' });
           }
         }));
       },
@@ -160,7 +194,7 @@ export class Metrics {
     this.submitted.inc(this.runLabels(run));
   }
 
-  runFinished(run: RunRecord, status: 'succeeded' | 'failed' | 'cancelled'): void {
+  runFinished(run: RunRecord, status: TerminalStatus): void {
     const l = { ...this.runLabels(run), status };
     this.finished.inc(l);
     // A run cancelled before it ever started has no duration to speak of.
@@ -177,13 +211,26 @@ export class Metrics {
     for (const name of agents) {
       const l = { runtime: rt, agent: this.agents.get(name) };
       for (const c of [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents]) c.inc(l, 0);
-      for (const status of ['succeeded', 'failed', 'cancelled']) this.finished.inc({ ...l, status }, 0);
+      for (const status of TERMINAL_STATUSES) this.finished.inc({ ...l, status }, 0);
       for (const kind of ['input', 'output']) this.modelTokens.inc({ kind, agent: l.agent }, 0);
     }
     for (const kind of ['step', 'infer', 'tool']) {
       this.memoHits.inc({ runtime: rt, kind }, 0);
       this.memoMisses.inc({ runtime: rt, kind }, 0);
     }
+    for (const [kind, outcome] of [['input', 'resumed'], ['input', 'timed_out'], ['approval', 'resumed'], ['approval', 'timed_out'], ['sleep', 'slept']]) {
+      this.waitDuration.zero({ runtime: rt, kind, outcome });
+    }
+  }
+
+  /** A wait of a run of `runtime` stopped pending (this process ended it). */
+  waitEnded(runtime: string, wait: Pick<AnsweredWait, 'kind' | 'since'>, outcome: WaitOutcome, now = Date.now()): void {
+    this.waitDuration.observe({ runtime: this.runtimes.get(runtime), kind: wait.kind, outcome }, Math.max(0, now - wait.since) / 1000);
+  }
+
+  /** Waits the sweeper (or a park) found past their deadline. */
+  waitsExpired(runtime: string, waits: readonly AnsweredWait[]): void {
+    for (const w of waits) this.waitEnded(runtime, w, w.kind === 'sleep' ? 'slept' : 'timed_out');
   }
 
   /** Hooks for the run executor of a worker serving `runtime`. */
@@ -203,6 +250,7 @@ export class Metrics {
         if (run.fence === 1 && run.startedAt) this.queueWait.observe(l, Math.max(0, run.startedAt - run.createdAt) / 1000);
       },
       finished: (run, status) => this.runFinished(run, status),
+      waiting: (run, park) => this.waitsExpired(run.runtime, park.answered),
       retried: (run) => this.retries.inc(this.runLabels(run)),
       blocked: (run) => this.blocked.inc(this.runLabels(run)),
       appended: (run, events, tokens) => {
@@ -225,6 +273,12 @@ export class Metrics {
   watchQueue(runtime: string, count: QueueCounter): void {
     if (this.queueCounters.has(runtime) || this.runtimes.get(runtime) === OTHER) return;
     this.queueCounters.set(runtime, count);
+  }
+
+  /** Counts a runtime's waiting runs at every scrape (runtimes past the label limit are not read). */
+  watchWaiting(runtime: string, count: WaitingCounter): void {
+    if (this.waitingCounters.has(runtime) || this.runtimes.get(runtime) === OTHER) return;
+    this.waitingCounters.set(runtime, count);
   }
 
   /** Reports `read()` as the runs in flight of a worker of `runtime`. */

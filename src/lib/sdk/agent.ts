@@ -12,6 +12,25 @@ export interface StepOptions {
   idempotent?: boolean;
 }
 
+/** An approval-gated tool call, like any ctx.tool, plus: */
+export interface ToolOptions extends StepOptions {
+  /**
+   * Wait for a person to allow the call before `fn` runs: a wait of kind `approval` whose
+   * prompt is the arguments, resumed with `{ approved: true }` or `{ approved: false, reason? }`.
+   * A decline throws ToolDeclinedError; an approved call runs once and is memoized as usual.
+   */
+  approval?: boolean;
+}
+
+export interface WaitOptions {
+  /** A JSON Schema the resume value must match; the API refuses (400) a value that does not. */
+  schema?: Record<string, unknown>;
+  /** Give up after this long (from when the wait was first reached): waitFor throws WaitTimeoutError. */
+  timeoutMs?: number;
+  /** What to show whoever answers (any JSON): a question, a form's context. */
+  prompt?: unknown;
+}
+
 export interface StepCall {
   /** `<runId>:<stepKey>`: stable across attempts and recoveries; pass it to providers. */
   idempotencyKey: string;
@@ -62,7 +81,7 @@ export interface RunContext {
    * memory, recalled turns), built anew for every attempt; see sessions/memory-blocks.ts.
    */
   readonly memoryBlocks: MemoryBlocks;
-  /** Aborted on cancel, lease loss or shutdown; `signal.reason` says which. */
+  /** Aborted on cancel, lease loss, shutdown or a used-up timeoutMs; `signal.reason` says which. */
   readonly signal: AbortSignal;
   readonly log: Logger;
   /** Streams a token delta; never blocks on Redis. */
@@ -74,14 +93,27 @@ export interface RunContext {
    * is replayed on a memo hit. `call.recordUsage` counts the model calls it makes.
    */
   infer<T>(name: string, fn: (call: InferCall) => Promise<T> | T): Promise<T>;
-  /** A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen. */
-  tool<A, T>(name: string, args: A, fn: (args: A, call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  /** A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen; `approval` waits for a person first. */
+  tool<A, T>(name: string, args: A, fn: (args: A, call: StepCall) => Promise<T> | T, options?: ToolOptions): Promise<T>;
   /**
    * The same run as seen by a sub-agent called `name`: what it emits, its tool calls and its
    * model usage are tagged with that name (so `select` can tell it apart), and its steps are
    * named `<name>.<step>` (step keys stay unique in the run and the same in every attempt).
    */
   subagent(name: string): RunContext;
+  /**
+   * Waits for a value from outside (a person, a system): key `wait:<name>:<n>`, counted like
+   * step keys. The attempt ends without failing once the agent waits on nothing else; the run
+   * is `waiting`, holds no worker and no scope slot, and is run again when the wait is resumed
+   * (`POST …/runs/{runId}/waits/{key}`, or its token): memoized steps return their results and
+   * this call returns the value. Several waits may pend at once (Promise.all). Not inside the
+   * body of a step.
+   */
+  waitFor<T = unknown>(name: string, options?: WaitOptions): Promise<T>;
+  /** A durable pause: the run leaves its worker and is run again when it is over (key `wait:sleep:<n>`). */
+  sleep(ms: number): Promise<void>;
+  /** sleep() until a time (a Date or epoch ms). */
+  sleepUntil(when: Date | number): Promise<void>;
 }
 
 export interface AgentResult {

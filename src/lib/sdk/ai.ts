@@ -18,10 +18,10 @@ import type {
   LanguageModelV3, LanguageModelV3CallOptions, LanguageModelV3Content, LanguageModelV3GenerateResult,
   LanguageModelV3StreamPart, LanguageModelV3StreamResult, LanguageModelV3Usage,
 } from '@ai-sdk/provider';
-import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ToolSet } from 'ai';
+import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ModelMessage, type ToolSet } from 'ai';
 import type { RunContext } from './agent.ts';
 import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
-import { PermanentError, TransientError } from './errors.ts';
+import { PermanentError, ToolDeclinedError, TransientError } from './errors.ts';
 import { classify } from '../engine/retry-policy.ts';
 import { ID_PATTERN } from '../keys.ts';
 
@@ -74,8 +74,11 @@ export interface DurableToolOptions {
    */
   idempotent?: boolean;
   /**
-   * Approval-gated tools come with the waits feature; until then durableTools refuses a tool
-   * marked so (or one with the AI SDK's own `needsApproval`), rather than run it unapproved.
+   * true: each call waits for a person to allow it before `execute` runs, as a Baton wait of
+   * kind `approval` (prompt: the input; the run holds no worker meanwhile). The AI SDK's own
+   * `needsApproval` on the tool means the same (a function is asked per call and must answer
+   * the same for the same input, since the run re-executes). A decline reaches the model as
+   * the tool's error, with the reason given; the loop goes on.
    */
   approval?: boolean;
 }
@@ -101,18 +104,22 @@ export function durableTools<T extends ToolSet>(
     const where = `durableTools: tool ${JSON.stringify(name)}`;
     // The name becomes part of the tool's step key, so it obeys the step name pattern.
     if (!ID_PATTERN.test(name)) throw new TypeError(`${where}: the name must match ${ID_PATTERN}`);
-    if (opts.approval || tool.needsApproval) {
-      throw new TypeError(`${where}: approval-gated tools need the waits feature, which this version does not have`);
-    }
+    // The approval is Baton's (a durable wait), so the AI SDK must not run its own, which would
+    // end the loop and hand the decision back to the caller of streamText.
+    const { needsApproval, ...rest } = tool;
     const execute = tool.execute;
     if (!execute) {
+      if (opts.approval || needsApproval) throw new TypeError(`${where}: a tool without execute cannot wait for approval`);
       out[name] = tool;
       continue;
     }
     out[name] = {
-      ...tool,
-      execute: async (input: unknown, call: { toolCallId: string; abortSignal?: AbortSignal }) => {
+      ...rest,
+      execute: async (input: unknown, call: ApprovalCall) => {
         reportToolCall(ctx, { callId: call.toolCallId, name, args: input });
+        const approval = opts.approval === true || (typeof needsApproval === 'function'
+          ? await needsApproval(input as never, { toolCallId: call.toolCallId, messages: call.messages ?? [], experimental_context: call.experimental_context })
+          : needsApproval === true);
         let ran = false;
         const outcome = await ctx.tool(name, input, async (args, step) => {
           ran = true;
@@ -130,7 +137,11 @@ export function durableTools<T extends ToolSet>(
             }
             return { [FAILED]: err instanceof Error ? err.message : String(err) };
           }
-        }, { idempotent: opts.idempotent ?? true });
+        }, { idempotent: opts.idempotent ?? true, approval }).catch((err: unknown) => {
+          // Declined: the tool did not run; the AI SDK gives the model this error as the tool's answer.
+          if (err instanceof ToolDeclinedError) reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false });
+          throw err;
+        });
         if (isFailure(outcome)) {
           reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: outcome[FAILED], replayed: !ran });
           throw new Error(outcome[FAILED]);
@@ -141,6 +152,14 @@ export function durableTools<T extends ToolSet>(
     };
   }
   return out as T;
+}
+
+/** What the AI SDK passes a tool's execute besides the input (the parts this wrapper reads). */
+interface ApprovalCall {
+  toolCallId: string;
+  abortSignal?: AbortSignal;
+  messages?: ModelMessage[];
+  experimental_context?: unknown;
 }
 
 // ---- Tool outcomes ----

@@ -33,3 +33,26 @@ export class OutputInvalidError extends PermanentError {
     this.name = 'OutputInvalidError';
   }
 }
+
+/**
+ * Thrown by ctx.waitFor when the wait's timeoutMs passed before anyone resumed it. Permanent
+ * if the agent lets it through (the run fails with WAIT_TIMEOUT); catch it to go on without.
+ */
+export class WaitTimeoutError extends PermanentError {
+  constructor(readonly waitName: string, readonly waitKey: string) {
+    super(`the wait ${waitKey} timed out before it was resumed`, 'WAIT_TIMEOUT');
+    this.name = 'WaitTimeoutError';
+  }
+}
+
+/**
+ * Thrown by ctx.tool when a person declined a call of an approval-gated tool: the tool did not
+ * run. The agent decides what follows: tell the model (createChatAgent and baton/ai do), or
+ * let it fail the run (TOOL_DECLINED).
+ */
+export class ToolDeclinedError extends PermanentError {
+  constructor(readonly tool: string, readonly reason: string | undefined) {
+    super(reason ? `the call of ${tool} was declined: ${reason}` : `the call of ${tool} was declined`, 'TOOL_DECLINED');
+    this.name = 'ToolDeclinedError';
+  }
+}

@@ -1,29 +1,15 @@
 import { BatonApiError, type Run as ClientRun } from '../../lib/client/client.ts';
-import type { RuntimeStats, RuntimeView, SessionMessage, Step, WhoAmI } from '../../lib/contract/index.ts';
+import type { RuntimeStats, RuntimeView, SessionMessage, Step, Wait, WhoAmI } from '../../lib/contract/index.ts';
 
 export { BatonApiError };
-export type { RuntimeStats, Step };
+export type { RuntimeStats, Step, Wait };
 /** What GET /v1/whoami says about the key the inspector holds. */
 export type Identity = WhoAmI;
 export type Message = SessionMessage;
 export type Runtime = RuntimeView;
 
-/**
- * A pending wait of a run: an approval or an input the run needs before it goes on. The
- * waits feature adds `waits` to the run; the inspector renders them whenever they are there.
- */
-export interface Wait {
-  key: string;
-  kind: string;
-  name: string;
-  prompt?: unknown;
-  schema?: Record<string, unknown>;
-  since?: string | number;
-  expiresAt?: string | number;
-}
-
-/** A run as the API shows it, with the fields newer servers may add. */
-export type Run = Omit<ClientRun, 'status'> & { status: string; waits?: Wait[] };
+/** A run as the API shows it; a status this page does not know (a newer server's) is shown as it comes. */
+export type Run = Omit<ClientRun, 'status'> & { status: string };
 
 
 

@@ -120,6 +120,11 @@ function statusSummary(d: Record<string, unknown>): string {
   if (blocked?.stepKey) parts.push(`on step ${blocked.stepKey}`);
   const resolved = d.resolved as { stepKey?: string; mode?: string } | undefined;
   if (resolved?.stepKey) parts.push(`step ${resolved.stepKey} resolved (${resolved.mode})`);
+  const waits = d.waits as { key?: string }[] | undefined;
+  if (Array.isArray(waits) && waits.length) parts.push(`on ${waits.map((w) => w.key).join(', ')}`);
+  const wait = d.wait as { key?: string; outcome?: string } | undefined;
+  if (wait?.key) parts.push(`${wait.key} ${wait.outcome ?? ''}`.trim());
+  if (typeof d.runAt === 'number') parts.push(`due at ${new Date(d.runAt).toLocaleTimeString(undefined, { hour12: false })}`);
   return parts.join(' · ');
 }
 

@@ -11,7 +11,7 @@ export function Link(props: { href: string; children: ComponentChildren; class?:
   );
 }
 
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'expired']);
 export const isTerminal = (status: string) => TERMINAL.has(status);
 
 /** A run's status as a word with a colour; the word carries the meaning, the colour only helps. */

@@ -6,7 +6,7 @@ import { href, navigate, uiBase } from '../lib/router.ts';
 import { Empty, ErrorNote, Link, StatusBadge } from './common.tsx';
 
 /** The statuses a reader filters by; `queued` also covers the internal `dispatched`. */
-const STATUSES = ['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled'];
+const STATUSES = ['scheduled', 'queued', 'running', 'retrying', 'waiting', 'blocked', 'succeeded', 'failed', 'cancelled', 'expired'];
 const FIELDS = ['sessionId', 'agent', 'runtime'] as const;
 const LABELS: Record<(typeof FIELDS)[number], string> = { sessionId: 'Session', agent: 'Agent', runtime: 'Runtime' };
 const PAGE = 50;

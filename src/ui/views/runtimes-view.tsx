@@ -5,7 +5,7 @@ import { useNow, usePolling } from '../lib/hooks.ts';
 import { Empty, ErrorNote } from './common.tsx';
 
 const POLL_MS = 2000;
-const COUNTS = ['queued', 'running', 'retrying', 'blocked', 'succeeded', 'failed', 'cancelled'] as const;
+const COUNTS = ['scheduled', 'queued', 'running', 'retrying', 'waiting', 'blocked', 'succeeded', 'failed', 'cancelled', 'expired'] as const;
 
 /**
  * Runtimes with live workers. Any key sees workers, agents and concurrency; an admin key also

@@ -5,8 +5,9 @@ import { ErrorNote } from './common.tsx';
 import { SchemaForm } from './schema-form.tsx';
 
 /**
- * A run's pending waits: an approval gets approve/decline, any other wait a form built from
- * its JSON Schema. Either posts `{value}` to the wait's resume route; the server validates.
+ * A run's pending waits: an approval gets approve/decline, an input a form built from its
+ * JSON Schema; either posts `{value}` to the wait's resume route (the server validates). A
+ * sleep only says when it ends: nobody resumes it.
  */
 export function WaitsPanel({ api, runId, waits, onDone }: { api: Api; runId: string; waits: Wait[]; onDone(): void }) {
   return (
@@ -40,15 +41,15 @@ function WaitCard({ api, runId, wait, index, onDone }: { api: Api; runId: string
   return (
     <article class="wait" aria-labelledby={headingId}>
       <h3 id={headingId}>
-        {wait.kind === 'approval' ? 'Approval' : 'Input'}: {wait.name} <span class="mono hint">{wait.key}</span>
+        {wait.kind === 'approval' ? 'Approval' : wait.kind === 'sleep' ? 'Sleep' : 'Input'}: {wait.name} <span class="mono hint">{wait.key}</span>
       </h3>
       {wait.prompt !== undefined &&
         (typeof wait.prompt === 'string' ? <p>{wait.prompt}</p> : <pre class="json">{formatJson(wait.prompt)}</pre>)}
       <p class="hint">
         Waiting since {formatTime(wait.since)}
-        {wait.expiresAt !== undefined ? `; times out at ${formatTime(wait.expiresAt)}` : ''}.
+        {wait.expiresAt !== undefined ? `; ${wait.kind === 'sleep' ? 'ends' : 'times out'} at ${formatTime(wait.expiresAt)}` : ''}.
       </p>
-      {wait.kind === 'approval' ? (
+      {wait.kind === 'sleep' ? null : wait.kind === 'approval' ? (
         <div class="approval">
           <div class="field">
             <label for={`wait-${index}-reason`}>Reason (sent with a decline)</label>

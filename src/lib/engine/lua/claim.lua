@@ -1,12 +1,18 @@
 --[[ Claim a run for a worker: a new attempt of a dispatched or retrying run, or the
   takeover of a running run whose lease expired (recovery). Bumps the fence either way.
-  KEYS  run, meta, ready, pending, leases
+  A run that never started and whose ttlMs passed ends `expired` here instead of starting
+  late; a run whose timeoutMs budget is used up (a takeover or a retry after the deadline)
+  fails with TIMEOUT. A run given timeoutMs gets its deadline at its first start, or what
+  was left of its budget when it resumes after a wait.
+  KEYS  run, meta, ready, pending, leases, timers
   O     runId, workerId, leaseMs
         agentDefaults  {agentName: maxAttempts} of this worker's agents that declare one
                        (absent = none): the first claim of a run whose submit gave no
                        maxAttempts takes its agent's default
-  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (list)}
-         | {1, dispatches JSON}      cancel was requested while no worker held it: cancelled now
+  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (list),
+            timeoutMs deadline (epoch ms, 0 = none), now}
+         | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
+                                      while no worker held it), expired or failed (TIMEOUT)
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
 --@include lib
@@ -33,7 +39,18 @@ if r[5] == '1' then
   finishRun(runId, 'cancelled', { 'result', CANCELLED_RESULT },
     '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
   flushPublished()
-  return { 1, cjson.encode(out) }
+  return { 1, cjson.encode(out), 'cancelled' }
+end
+local lim = redis.call('HMGET', rk, 'startedAt', 'startBy', 'deadlineAt', 'timeoutMs', 'budgetLeft')
+if not lim[1] and lim[2] and tonumber(lim[2]) <= now then
+  expireRun(runId, now, out)
+  flushPublished()
+  return { 1, cjson.encode(out), 'expired' }
+end
+if lim[3] and tonumber(lim[3]) <= now then
+  timeOutRun(runId, now, out)
+  flushPublished()
+  return { 1, cjson.encode(out), 'failed' }
 end
 if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
   releaseSlot()
@@ -62,6 +79,14 @@ end
 -- that blocked it was no attempt of its own, like a recovery).
 local resumed = st == 'dispatched' and a[5] == '1'
 if resumed then redis.call('HDEL', rk, 'resumed') end
+local deadline = tonumber(lim[3] or '0')
+if lim[4] and deadline == 0 then
+  deadline = now + tonumber(lim[5] or lim[4])
+  redis.call('HSET', rk, 'deadlineAt', deadline)
+  redis.call('HDEL', rk, 'budgetLeft')
+  redis.call('ZADD', K.timers, deadline, 'timeout:' .. runId)
+end
+if not lim[1] then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
 redis.call('HSET', rk, 'leaseOwner', O.workerId, 'leaseExpiresAt', now + O.leaseMs)
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
 redis.call('ZREM', K.pending, runId)
@@ -87,4 +112,4 @@ flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
 local history = sessionKey(redis.call('HGET', rk, 'sessionId')) .. ':messages'
 return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), redis.call('HGETALL', rk .. ':steps'),
-  redis.call('LRANGE', history, 0, -1) }
+  redis.call('LRANGE', history, 0, -1), deadline, now }

@@ -4,7 +4,7 @@
   With cancelQueued, also cancels up to `batch` of the scope's waiting runs (queued or
   dispatched) of that runtime per call; the caller repeats until none remain. The set only
   shrinks while the flag is up, because a draining runtime accepts no submit.
-  KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, pending, leases
+  KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, pending, leases, timers
   O     cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
 --@include lib

@@ -15,22 +15,23 @@
   Derived here, because only a record read inside the script says which: the keys of other
   runs a transition moves (the next head of a session, parked runs handed a free slot),
   the per-runtime keys of a run's runtime (stats:<rt>, waiting:<rt>, drain:<rt>, held:<rt>)
-  a run's session keys and the artifacts a run names (`artifact:<id>`). A run's log, steps and live channel are its record key plus a
-  fixed suffix (:events, :steps, :live). All of them follow src/lib/keys.ts.
+  a run's session keys, the artifacts a run names (`artifact:<id>`) and the records of a run's
+  resume tokens (`wait-token:<sha256>`). A run's log, steps, waits and live channel are its
+  record key plus a fixed suffix (:events, :steps, :waits, :live). All of them follow src/lib/keys.ts.
 
   Slots: a scope may have at most O.maxActive runs holding a slot (dispatched, running,
   retrying). Session heads beyond that wait, FIFO, in `ready`.
 
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
-    -6 DRAINING   -8 STEP_NOT_BLOCKED ]]
+    -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING ]]
 
 local O = cjson.decode(ARGV[1])
 local K = {}
 for i, name in ipairs(O.k) do K[name] = KEYS[i] end
 local BASE = O.base
 
-local TERMINAL = { succeeded = true, failed = true, cancelled = true }
+local TERMINAL = { succeeded = true, failed = true, cancelled = true, expired = true }
 local HOLDS_SLOT = { dispatched = true, running = true, retrying = true }
 -- Not started yet (the API shows both as queued): indexed per runtime in `waiting:<runtime>`,
 -- so stats can tell the oldest one's age and a drain can cancel them without a scan.
@@ -42,6 +43,9 @@ local function nowMs()
 end
 
 local function runKey(runId) return BASE .. 'run:' .. runId end
+local function waitsKey(runId) return BASE .. 'run:' .. runId .. ':waits' end
+-- Epoch ms as JSON text: tostring of a large number may use an exponent.
+local function int(n) return string.format('%d', n) end
 local function sessionKey(sessionId) return BASE .. 'session:' .. sessionId end
 local function runtimeKey(kind, runtime) return BASE .. kind .. ':' .. runtime end
 
@@ -82,6 +86,15 @@ local function setStatus(runId, runtime, from, to, now)
     redis.call('ZADD', runtimeKey('waiting', runtime), 'NX', now, runId)
   elseif from and WAITING[from] then
     redis.call('ZREM', runtimeKey('waiting', runtime), runId)
+  end
+  -- A run in status `waiting` also counts under `wait:<kind>` for each kind of wait it waits
+  -- on (the baton_runs_waiting gauge); `waitKinds` (lua/wait.lua sets it) says which.
+  if from == 'waiting' then
+    local kinds = redis.call('HGET', runKey(runId), 'waitKinds')
+    if kinds then
+      for _, kind in ipairs(cjson.decode(kinds)) do redis.call('HINCRBY', sk, 'wait:' .. kind, -1) end
+      redis.call('HDEL', runKey(runId), 'waitKinds')
+    end
   end
 end
 
@@ -189,6 +202,59 @@ local function releaseSlot()
   if activeCount() > 0 then redis.call('HINCRBY', K.meta, 'active', -1) end
 end
 
+-- ---- waits (lua/wait.lua parks a run on them) ----
+-- A run's pending waits live in `run:<id>:waits`: waitKey -> the wait as JSON text, made by
+-- the worker and completed here by string concatenation, never decoded and encoded again
+-- (cjson would turn an empty array of a schema or prompt into an object); and
+-- `<waitKey>#token` -> the SHA-256 of its resume token, whose record `wait-token:<sha>`
+-- lasts while the wait pends and RETENTION_MS after, so a second use of a token answers
+-- WAIT_NOT_PENDING rather than "unknown". An answered wait's outcome is its step result.
+
+-- The wait stops pending: its entry goes, its token's record starts to expire.
+local function dropWait(runId, waitKey)
+  local wk = waitsKey(runId)
+  local h = redis.call('HGET', wk, waitKey .. '#token')
+  if h then redis.call('PEXPIRE', BASE .. 'wait-token:' .. h, O.retention) end
+  redis.call('HDEL', wk, waitKey, waitKey .. '#token')
+end
+
+local function dropAllWaits(runId)
+  local wk = waitsKey(runId)
+  local flat = redis.call('HGETALL', wk)
+  for i = 1, #flat, 2 do
+    if string.sub(flat[i], -6) == '#token' then redis.call('PEXPIRE', BASE .. 'wait-token:' .. flat[i + 1], O.retention) end
+  end
+  redis.call('DEL', wk)
+end
+
+-- Stores a wait's outcome as its step result (`tail` is JSON text: `"v":<value>` and flags).
+local function answerWait(runId, waitKey, since, now, tail)
+  redis.call('HSET', runKey(runId) .. ':steps', waitKey,
+    '{"startedAt":' .. int(since) .. ',"finishedAt":' .. int(now) .. ',' .. tail .. '}')
+  dropWait(runId, waitKey)
+end
+
+-- Pending waits whose deadline passed get their outcome: a sleep is over, any other wait
+-- timed out (ctx.waitFor throws WaitTimeoutError). Returns the waits answered ({key, kind,
+-- since} each) and the earliest deadline still ahead (nil when none).
+local function expireWaits(runId, now)
+  local flat = redis.call('HGETALL', waitsKey(runId))
+  local done, nextAt = {}, nil
+  for i = 1, #flat, 2 do
+    local key = flat[i]
+    if not string.find(key, '#', 1, true) then
+      local w = cjson.decode(flat[i + 1])
+      if w.expiresAt and w.expiresAt <= now then
+        answerWait(runId, key, w.since, now, w.kind == 'sleep' and '"v":null' or '"v":null,"timedOut":true')
+        done[#done + 1] = { key = key, kind = w.kind, since = w.since }
+      elseif w.expiresAt and (not nextAt or w.expiresAt < nextAt) then
+        nextAt = w.expiresAt
+      end
+    end
+  end
+  return done, nextAt
+end
+
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
 -- retention set. `fields` are extra run-record fields (result, lastError, ...).
 local function finishRun(runId, status, fields, endData, now, out)
@@ -209,6 +275,43 @@ local function finishRun(runId, status, fields, endData, now, out)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)
   unpinArtifacts(rk)
+  -- Whatever it still waited for or was timed by ends with it.
+  dropAllWaits(runId)
+  redis.call('HDEL', rk, 'deadlineAt', 'budgetLeft')
+  redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
+end
+
+-- A waiting run goes on: admitted again like a session head (it still owns its session), to
+-- continue the attempt it was in. Its wait deadline entry goes; its next park sets it anew.
+local function wakeRun(runId, wait, now, out)
+  redis.call('HSET', runKey(runId), 'resumed', 1)
+  redis.call('ZREM', K.timers, 'wait:' .. runId)
+  statusEvent(runId, { status = 'queued', wait = wait })
+  admit(runId, 'waiting', now, out)
+end
+
+-- A run given ttlMs must start by `startBy`; the sweeper ends it `expired` otherwise.
+local function setStartBy(runId, ttlMs, now)
+  local startBy = now + ttlMs
+  redis.call('HSET', runKey(runId), 'startBy', startBy)
+  redis.call('ZADD', K.timers, startBy, 'ttl:' .. runId)
+end
+
+local EXPIRED_RESULT = '{"answer":"","finishReason":"expired","toolCallsSeen":0}'
+local EXPIRED_ERROR = '{"code":"EXPIRED","message":"the run did not start within its ttlMs"}'
+local TIMEOUT_RESULT = '{"answer":"","finishReason":"timeout","toolCallsSeen":0}'
+local TIMEOUT_ERROR = '{"code":"TIMEOUT","message":"the run used up its timeoutMs"}'
+
+local function expireRun(runId, now, out)
+  finishRun(runId, 'expired', { 'result', EXPIRED_RESULT, 'lastError', EXPIRED_ERROR },
+    '{"status":"expired","result":' .. EXPIRED_RESULT .. ',"error":' .. EXPIRED_ERROR .. '}', now, out)
+end
+
+-- Ends a run whose timeoutMs is used up while no worker runs it (between attempts, or at the
+-- claim of a takeover): nothing of an answer is at hand here, the worker that held it streamed it.
+local function timeOutRun(runId, now, out)
+  finishRun(runId, 'failed', { 'result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR },
+    '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now, out)
 end
 
 -- Checks that the caller still holds the run's lease: same fence, still running, not handed over.

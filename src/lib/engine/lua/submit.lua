@@ -1,9 +1,11 @@
 --[[ Accept a run: write its record, put it in its session's FIFO and, when it is the
   session's head and the scope has a free slot, dispatch it (outbox: the caller adds the
-  BullMQ job; the sweeper repairs a crash in between).
-  KEYS  run, meta, ready, pending, leases, runs (scope listing), session, sessionRuns,
+  BullMQ job; the sweeper repairs a crash in between). A run due later (runAt, delayMs) is
+  `scheduled` instead: it joins its session when due (lua/due.lua).
+  KEYS  run, meta, ready, pending, leases, timers, runs (scope listing), session, sessionRuns,
         idem (absent = no idempotency key)
-  O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs
+  O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
+        runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING ]]
 --@include lib
@@ -16,21 +18,33 @@ if K.idem then
 end
 if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
 
+local due = O.runAt
+if O.delayMs then due = now + O.delayMs end
+local scheduled = due ~= nil and due > now
 local active = redis.call('HGET', sk, 'active')
-if active and O.multitask == 'reject' then return { -5 } end
+if active and O.multitask == 'reject' and not scheduled then return { -5 } end
 
 local fields = {}
 for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', rk, 'status', 'queued', 'createdAt', now, 'updatedAt', now,
+local status = scheduled and 'scheduled' or 'queued'
+redis.call('HSET', rk, 'status', status, 'createdAt', now, 'updatedAt', now,
   'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0, unpack(fields))
-setStatus(runId, O.runtime, nil, 'queued', now)
+setStatus(runId, O.runtime, nil, status, now)
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
 pinArtifacts(rk)
 if K.idem then redis.call('SET', K.idem, runId, 'PX', O.idemTtlMs) end
-statusEvent(runId, { status = 'queued', attempt = 0 })
 
 local out = {}
+if scheduled then
+  redis.call('HSET', rk, 'runAt', due)
+  redis.call('ZADD', K.timers, due, 'due:' .. runId)
+  statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due })
+  flushPublished()
+  return { 0, runId, 1, '[]', redis.call('HGETALL', rk) }
+end
+if O.ttlMs then setStartBy(runId, O.ttlMs, now) end
+statusEvent(runId, { status = 'queued', attempt = 0 })
 if not active then
   redis.call('HSET', sk, 'active', runId)
   admit(runId, 'queued', now, out)

@@ -1,0 +1,24 @@
+--[[ Resume a pending wait with a value, exactly once: the value becomes the wait's step
+  result and the wait stops pending, so a second resume (a concurrent one included) finds
+  nothing to resume. A waiting run is admitted again (its scope slot re-acquired like a
+  session head's, drains respected); a run that is running, queued or retrying keeps going
+  and finds the value when it reaches the wait. Sleeps are not resumable.
+  KEYS  run, meta, ready, pending, leases, timers, steps, waits
+  O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
+        tokenHash (the resume token route: the wait must hold this token)
+  Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]
+--@include lib
+local runId, rk = O.runId, K.run
+local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent')
+if not r[1] then return { -1 } end
+local text = redis.call('HGET', K.waits, O.waitKey)
+if not text then return { -9 } end
+if O.tokenHash and redis.call('HGET', K.waits, O.waitKey .. '#token') ~= O.tokenHash then return { -9 } end
+local w = cjson.decode(text)
+if w.kind == 'sleep' then return { -9 } end
+local now = nowMs()
+answerWait(runId, O.waitKey, w.since, now, '"v":' .. O.value)
+local out = {}
+if r[1] == 'waiting' then wakeRun(runId, { key = O.waitKey, outcome = 'resumed' }, now, out) end
+flushPublished()
+return { 0, cjson.encode(out), w.kind, int(w.since), r[2], r[3] }

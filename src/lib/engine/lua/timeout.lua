@@ -1,0 +1,29 @@
+--[[ A run's timeoutMs budget ended. A running run is stopped by the worker holding it (its
+  timer aborts ctx.signal, and the answer so far is committed as incomplete); should that
+  worker be gone, the claim that takes the run over ends it. So here: a running run only has
+  its entry looked at again later; a run between attempts (retrying) fails with TIMEOUT now.
+  A waiting or blocked run has no deadline (its budget is parked). Safe from every process.
+  KEYS  run, meta, ready, pending, leases, timers
+  O     runId
+  Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+--@include lib
+local runId, rk = O.runId, K.run
+local member = 'timeout:' .. runId
+local r = redis.call('HMGET', rk, 'status', 'deadlineAt')
+if not r[1] or TERMINAL[r[1]] or not r[2] then
+  redis.call('ZREM', K.timers, member)
+  return { 0 }
+end
+local now = nowMs()
+if tonumber(r[2]) > now then
+  redis.call('ZADD', K.timers, r[2], member)
+  return { 0 }
+end
+if r[1] == 'running' then
+  redis.call('ZADD', K.timers, now + O.graceMs, member)
+  return { 0 }
+end
+local out = {}
+timeOutRun(runId, now, out)
+flushPublished()
+return { 1, cjson.encode(out), redis.call('HGETALL', rk) }

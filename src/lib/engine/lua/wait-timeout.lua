@@ -1,0 +1,27 @@
+--[[ A run's earliest wait deadline passed (the sweeper, or the timer of the process that
+  parked it): sleeps that ended and waits that timed out get their outcome, and a waiting
+  run is admitted again to go on. Safe from every process at once, and early (it then only
+  moves the deadline entry).
+  KEYS  run, meta, ready, pending, leases, timers, steps, waits
+  O     runId
+  Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
+--@include lib
+local runId, rk = O.runId, K.run
+local member = 'wait:' .. runId
+local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent')
+if not r[1] or TERMINAL[r[1]] then
+  redis.call('ZREM', K.timers, member)
+  return { 0, '[]', '[]', '', '' }
+end
+local now = nowMs()
+local done, nextAt = expireWaits(runId, now)
+local out = {}
+if #done > 0 and r[1] == 'waiting' then
+  wakeRun(runId, { key = done[1].key, outcome = done[1].kind == 'sleep' and 'slept' or 'timed-out' }, now, out)
+elseif nextAt then
+  redis.call('ZADD', K.timers, nextAt, member)
+else
+  redis.call('ZREM', K.timers, member)
+end
+flushPublished()
+return { 0, cjson.encode(out), cjson.encode(done), r[2], r[3] }

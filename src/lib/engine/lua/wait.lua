@@ -1,0 +1,87 @@
+--[[ Park a run on its waits: the attempt reached waits nobody has answered (ctx.waitFor, a
+  tool that needs approval, ctx.sleep) and is blocked on nothing else, so it ends without
+  failing. The lease and the scope slot are released (a waiting run holds no worker, and
+  another session head of the scope may start), the session stays with the run (later turns
+  queue behind it), and a timeoutMs budget stops counting. A wait an earlier park recorded
+  keeps its `since`, deadline and token; a pending wait this attempt did not reach again stops
+  pending (the agent took another path). If a wait the attempt reached was answered
+  meanwhile (resumed while the run ran, or its deadline passed), the run is admitted again
+  at once, so no answer waits for a resume that already happened.
+  KEYS  run, meta, ready, pending, leases, timers, steps, waits
+  O     runId, fence, timeouts {waitKey: ms from first being reached}, untils {waitKey: epoch ms},
+        tokens {waitKey: SHA-256 hex of its resume token}
+  ARGV[2..] each wait reached, as JSON {key, kind, name, prompt?, schema?} (stored as sent)
+  Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
+         | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
+         | {-2} LEASE_LOST ]]
+--@include lib
+local runId, rk = O.runId, K.run
+if not fenced(rk, O.fence) then return { -2 } end
+-- A waiting run would keep a cancel request nobody acts on until it is resumed.
+if redis.call('HGET', rk, 'cancelRequested') == '1' then return { 1 } end
+local now = nowMs()
+local r = redis.call('HMGET', rk, 'runtime', 'deadlineAt')
+local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
+local reached, answered = {}, nil
+for i = 2, #ARGV do
+  local spec = cjson.decode(ARGV[i])
+  local key = spec.key
+  if redis.call('HEXISTS', K.steps, key) == 1 then
+    answered = answered or { key = key, outcome = 'resumed' }
+  elseif not reached[key] then
+    reached[key] = true
+    if redis.call('HEXISTS', K.waits, key) == 0 then
+      local head = '{"since":' .. int(now)
+      local expiresAt = (timeouts[key] and now + timeouts[key]) or untils[key]
+      if expiresAt then head = head .. ',"expiresAt":' .. int(expiresAt) end
+      redis.call('HSET', K.waits, key, head .. ',' .. string.sub(ARGV[i], 2))
+      local h = tokens[key]
+      if h then
+        redis.call('HSET', K.waits, key .. '#token', h)
+        redis.call('SET', BASE .. 'wait-token:' .. h, runId .. ' ' .. key)
+      end
+    end
+  end
+end
+local flat = redis.call('HGETALL', K.waits)
+for i = 1, #flat, 2 do
+  if not string.find(flat[i], '#', 1, true) and not reached[flat[i]] then dropWait(runId, flat[i]) end
+end
+-- A deadline that passed already (a sleepUntil in the past, a timeout shorter than the attempt).
+local done, nextAt = expireWaits(runId, now)
+if #done > 0 then
+  answered = answered or { key = done[1].key, outcome = done[1].kind == 'sleep' and 'slept' or 'timed-out' }
+end
+
+setStatus(runId, r[1], 'running', 'waiting', now)
+local entries, kinds, seen = {}, {}, {}
+flat = redis.call('HGETALL', K.waits)
+for i = 1, #flat, 2 do
+  if not string.find(flat[i], '#', 1, true) then
+    entries[#entries + 1] = flat[i + 1]
+    local kind = cjson.decode(flat[i + 1]).kind
+    if not seen[kind] then
+      seen[kind] = true
+      kinds[#kinds + 1] = kind
+      redis.call('HINCRBY', runtimeKey('stats', r[1]), 'wait:' .. kind, 1)
+    end
+  end
+end
+if #kinds > 0 then redis.call('HSET', rk, 'waitKinds', cjson.encode(kinds)) end
+redis.call('HSET', rk, 'leaseOwner', '', 'leaseExpiresAt', 0)
+redis.call('ZREM', K.leases, runId)
+redis.call('ZREM', K.pending, runId)
+if r[2] then
+  redis.call('HSET', rk, 'budgetLeft', math.max(0, tonumber(r[2]) - now))
+  redis.call('HDEL', rk, 'deadlineAt')
+  redis.call('ZREM', K.timers, 'timeout:' .. runId)
+end
+if nextAt then redis.call('ZADD', K.timers, nextAt, 'wait:' .. runId) else redis.call('ZREM', K.timers, 'wait:' .. runId) end
+releaseSlot()
+-- Built from the stored texts (see above); tokens are not in them, so the stream shows none.
+addEvent(runId, 'status', '{"status":"waiting","waits":[' .. table.concat(entries, ',') .. ']}')
+local out = {}
+if answered then wakeRun(runId, answered, now, out) end
+fillSlots(now, out)
+flushPublished()
+return { 0, cjson.encode(out), cjson.encode(done), nextAt or 0, answered and 1 or 0 }
