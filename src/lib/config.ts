@@ -56,6 +56,16 @@ export const configSchema = z.object({
   DISPATCH_GRACE_MS: intMs(10_000),
   /** MAX_ATTEMPTS: default attempts per run (an agent or a submit may override). */
   MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(3),
+  /**
+   * MAX_RECOVERIES: takeovers of a run whose worker was lost (its lease ran out: a crash, a
+   * kill, a pause); one more fails it with RECOVERY_LIMIT. Hand-overs at a graceful shutdown
+   * do not count. 5: losing a worker is rare in a healthy pool, so five takeovers of one run
+   * are far past bad luck and say the run itself kills its workers; yet a crash takes every
+   * run of that worker down with it, and five leaves an innocent run room to have shared a
+   * few workers with a crashing one. A poison run thus costs at most six dead worker processes
+   * and about six times LEASE_MS + SWEEP_INTERVAL_MS (two minutes by default) of recovering.
+   */
+  MAX_RECOVERIES: z.coerce.number().int().min(0).max(1000).default(5),
   /** RETRY_BASE_MS / RETRY_MAX_MS: exponential backoff with full jitter, capped. */
   RETRY_BASE_MS: intMs(1_000),
   RETRY_MAX_MS: intMs(60_000),

@@ -78,12 +78,17 @@ export class RunExecutor {
       case 'claimed':
         return this.runClaimed(claim);
       case 'cancelled':
-        // Cancelled by this claim (requested while no live worker held it): reported here, where it happened.
+      case 'recovery-limit': {
+        // Ended by this claim (a cancel requested while no live worker held it, or one takeover
+        // too many): reported here, where it happened.
+        const status = claim.kind === 'cancelled' ? 'cancelled' : 'failed';
+        if (status === 'failed') this.d.log.warn({ scope: job.scope, runId: job.runId }, 'run failed: recovery limit reached');
         if (this.d.events?.finished) {
-          const cancelled = parseRunRecord(await this.d.redis.hgetall(this.d.keys.scope(job.scope).run(job.runId)));
-          if (cancelled) this.d.events.finished(cancelled, 'cancelled');
+          const ended = parseRunRecord(await this.d.redis.hgetall(this.d.keys.scope(job.scope).run(job.runId)));
+          if (ended) this.d.events.finished(ended, status);
         }
         return { kind: 'done' };
+      }
       // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
       case 'later':
         return { kind: 'later', at: claim.until };

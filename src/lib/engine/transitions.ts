@@ -38,6 +38,8 @@ export type ClaimReply =
   | { kind: 'claimed'; run: RunRecord; fence: number; recovered: boolean; steps: Record<string, string>; history: string[] }
   /** A cancel was requested while no live worker held the run: the claim finished it as cancelled. */
   | { kind: 'cancelled' }
+  /** Its workers were lost more than MAX_RECOVERIES times: the claim failed it (RECOVERY_LIMIT). */
+  | { kind: 'recovery-limit' }
   /** A live lease holds the run, or its retry is not due: deliver again at `until`. */
   | { kind: 'later'; until: number }
   /** Its runtime is drained for its scope: the run is parked until resumed. */
@@ -158,7 +160,7 @@ export class Transitions {
   async claim(job: { scope: string; runId: string }, workerId: string, agentDefaults: Record<string, number>): Promise<ClaimReply> {
     const sk = this.keys.scope(job.scope);
     const reply = await this.call('claim', job.scope, this.slotKeys(sk, job.runId), {
-      runId: job.runId, workerId, leaseMs: this.config.LEASE_MS,
+      runId: job.runId, workerId, leaseMs: this.config.LEASE_MS, maxRecoveries: this.config.MAX_RECOVERIES,
       agentDefaults: Object.keys(agentDefaults).length ? agentDefaults : undefined,
     });
     switch (code(reply)) {
@@ -173,6 +175,9 @@ export class Transitions {
       case 1:
         await this.dispatch(job.scope, reply[1]);
         return { kind: 'cancelled' };
+      case 2:
+        await this.dispatch(job.scope, reply[1]);
+        return { kind: 'recovery-limit' };
       case ScriptCode.LeaseHeld:
         return { kind: 'later', until: Number(reply[1]) };
       case ScriptCode.Draining:

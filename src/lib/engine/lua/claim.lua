@@ -2,17 +2,20 @@
   takeover of a running run whose lease expired (recovery). Bumps the fence either way.
   KEYS  run, meta, ready, pending, leases
   O     runId, workerId, leaseMs
+        maxRecoveries  takeovers allowed after the holder's lease ran out (not counting
+                       shutdown hand-overs); the next one fails the run with RECOVERY_LIMIT
         agentDefaults  {agentName: maxAttempts} of this worker's agents that declare one
                        (absent = none): the first claim of a run whose submit gave no
                        maxAttempts takes its agent's default
   Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (list)}
          | {1, dispatches JSON}      cancel was requested while no worker held it: cancelled now
+         | {2, dispatches JSON}      its workers were lost more than maxRecoveries times: failed now
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
 --@include lib
 local runId, rk = O.runId, K.run
 local now = nowMs()
-local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested')
+local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner')
 local st, runtime = r[1], r[4]
 if not st then return { -1 } end
 
@@ -34,6 +37,21 @@ if r[5] == '1' then
     '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
   flushPublished()
   return { 1, cjson.encode(out) }
+end
+-- A lease that ran out (not one handed over at shutdown, which clears leaseOwner) means the
+-- holder died or stalled. A run whose holders keep dying is most likely what kills them:
+-- past the limit it fails here, instead of taking down one worker after another forever.
+if recovered == 1 and r[6] ~= '' then
+  local lost = redis.call('HINCRBY', rk, 'expiredLeases', 1)
+  if lost > O.maxRecoveries then
+    local lastError = cjson.encode({ code = 'RECOVERY_LIMIT',
+      message = 'the workers running this run were lost ' .. lost .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
+    local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
+    finishRun(runId, 'failed', { 'result', result, 'lastError', lastError },
+      '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', now, out)
+    flushPublished()
+    return { 2, cjson.encode(out) }
+  end
 end
 if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
   releaseSlot()
