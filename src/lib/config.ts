@@ -66,6 +66,15 @@ export const configSchema = z.object({
    * and about six times LEASE_MS + SWEEP_INTERVAL_MS (two minutes by default) of recovering.
    */
   MAX_RECOVERIES: z.coerce.number().int().min(0).max(1000).default(5),
+  /**
+   * MAX_RUN_MS: how long workers may hold one run in all, summed over its attempts and
+   * takeovers (time queued, retrying, blocked or waiting holds no worker and is not counted);
+   * then its signal aborts and it fails with RUN_TIMEOUT, its streamed text kept as an
+   * incomplete answer. 1 h: an agent turn is seconds to minutes, a long tool loop tens of
+   * minutes; an hour is beyond any of them, and it bounds how long a stuck or looping agent
+   * keeps a worker slot and its scope's slot from everyone else. At most 2^31 - 1 (a timer's limit).
+   */
+  MAX_RUN_MS: z.coerce.number().int().min(1000).max(2_147_483_647).default(3_600_000),
   /** RETRY_BASE_MS / RETRY_MAX_MS: exponential backoff with full jitter, capped. */
   RETRY_BASE_MS: intMs(1_000),
   RETRY_MAX_MS: intMs(60_000),

@@ -1,7 +1,7 @@
 import type { ScopeKeys } from '../keys.ts';
 
-/** Why an attempt's signal was aborted. */
-export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown';
+/** Why an attempt's signal was aborted; `timeout`: the run reached MAX_RUN_MS. */
+export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown' | 'timeout';
 
 export class RunAbort extends Error {
   constructor(readonly reason: AbortReason) {

@@ -116,7 +116,11 @@ export class RunExecutor {
     });
     const close = new Closer(this.d, run, attempt, writer, log);
     const { signal } = attempt;
+    // What is left of MAX_RUN_MS after the attempts before this one: then the signal aborts.
+    const budgetMs = c.MAX_RUN_MS - (run.runMs ?? 0);
+    const ceiling = setTimeout(() => attempt.abort('timeout'), Math.max(0, budgetMs));
     try {
+      if (budgetMs <= 0) return await close.aborted(new RunAbort('timeout'));
       const agent = this.d.agents.get(run.agent);
       if (!agent) {
         await close.finish('failed', undefined, { code: 'UNKNOWN_AGENT', message: `no agent "${run.agent}" in this worker` });
@@ -192,6 +196,7 @@ export class RunExecutor {
       // leave the run leased and recovered into the same throw forever: close it as failed.
       return await close.lastResort(err);
     } finally {
+      clearTimeout(ceiling);
       this.d.leases.release(attempt);
       writer.close();
     }
@@ -245,6 +250,13 @@ class Closer {
       await this.flushBeforeClosing();
       await this.d.transitions.release(this.attempt);
       this.log.info('run handed over at shutdown');
+      return { kind: 'done' };
+    }
+    if (why === 'timeout') {
+      await this.finish('failed', this.partial('error'), {
+        code: 'RUN_TIMEOUT',
+        message: `the run was held by workers for MAX_RUN_MS (${this.d.config.MAX_RUN_MS} ms) in all and was stopped`,
+      });
       return { kind: 'done' };
     }
     await this.finish('cancelled', this.partial('cancelled'));

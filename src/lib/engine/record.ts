@@ -20,6 +20,8 @@ export interface RunRecord {
   fence: number;
   dispatch: number;
   recoveries: number;
+  /** Milliseconds workers held the run in attempts that ended (MAX_RUN_MS bounds the sum). */
+  runMs?: number;
   createdAt: number;
   updatedAt: number;
   startedAt?: number;
@@ -41,7 +43,7 @@ export interface RunRecord {
 
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
-  'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'createdAt', 'updatedAt',
+  'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'runMs', 'createdAt', 'updatedAt',
   'startedAt', 'finishedAt', 'retryAt', 'leaseExpiresAt',
 ] as const;
 

@@ -64,6 +64,9 @@ if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 
   return { -6, cjson.encode(parked) }
 end
 
+-- A holder that died held the run until its last heartbeat (its lease's start).
+if recovered == 1 then chargeRunTime(rk, tonumber(r[2] or '0') - O.leaseMs) end
+redis.call('HSET', rk, 'claimedAt', now)
 local fence = redis.call('HINCRBY', rk, 'fence', 1)
 local a = redis.call('HMGET', rk, 'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed')
 local attempt = tonumber(a[1] or '0')

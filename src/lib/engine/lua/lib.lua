@@ -70,10 +70,22 @@ local function flushPublished()
   published = {}
 end
 
+-- Time a run is held by workers, summed over its attempts and takeovers in `runMs`; the
+-- worker stops a run whose sum reaches MAX_RUN_MS. `claimedAt` is when the current holder
+-- claimed it; the holding ends at `untilMs` (a status change, a hand-over, the last heartbeat
+-- of a holder that died). Time queued, retrying, blocked or waiting holds no worker: not counted.
+local function chargeRunTime(rk, untilMs)
+  local at = redis.call('HGET', rk, 'claimedAt')
+  if not at then return end
+  redis.call('HDEL', rk, 'claimedAt')
+  redis.call('HINCRBY', rk, 'runMs', math.max(0, untilMs - tonumber(at)))
+end
+
 -- Moves a run to `to`, keeping the per-runtime status counters exact. Terminal counters are
 -- cumulative (never decremented); the others count runs currently in that status.
 local function setStatus(runId, runtime, from, to, now)
   redis.call('HSET', runKey(runId), 'status', to, 'updatedAt', now)
+  if from == 'running' and to ~= 'running' then chargeRunTime(runKey(runId), now) end
   local sk = runtimeKey('stats', runtime)
   if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
   redis.call('HINCRBY', sk, to, 1)
