@@ -7,6 +7,7 @@ import type { AppDeps } from './deps.ts';
 import { identify, requireRole } from './auth.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
+import { checkJsonBytes } from './request-guards.ts';
 
 /**
  * A route of the catalogue (routes.ts): how it is called, what it answers, who may call it,
@@ -78,7 +79,9 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
   const r = Router({ mergeParams: true });
   const json: RequestHandler[] = o.jsonLimit === undefined
     ? []
-    : [requireJsonBody, express.json({ limit: o.jsonLimit, strict: true, type: () => true })];
+    : [requireJsonBody, express.json({
+      limit: o.jsonLimit, strict: true, type: () => true, verify: checkJsonBytes(d.config.BODY_MAX_DEPTH),
+    })];
   for (const spec of routes) {
     if (!spec.path.startsWith(prefix)) throw new Error(`route ${spec.path} is not under ${prefix}`);
     const guards: RequestHandler[] = [
@@ -106,9 +109,11 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
   return r;
 }
 
-/** A request that carries a body must say it is JSON; bodyless requests pass. */
+/** A request that carries a body must say it is JSON, in UTF-8 (or no charset); bodyless requests pass. */
 function requireJsonBody(req: Request, _res: Response, next: NextFunction): void {
   const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
   if (hasBody && !req.is('application/json')) return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
+  if (hasBody && charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
   next();
 }

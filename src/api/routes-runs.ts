@@ -22,7 +22,7 @@ export const runRoutes: RouteSpec[] = [
       202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
-    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
+    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
     async handler({ params: { scope }, body, rawBody }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);

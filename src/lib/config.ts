@@ -97,6 +97,13 @@ export const configSchema = z.object({
   /** BODY_LIMIT_BYTES: largest accepted JSON body. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1024 * 1024),
   /**
+   * BODY_MAX_DEPTH: deepest nesting of arrays and objects in a JSON body (400 beyond), checked
+   * on the bytes before they are parsed. 128: twice what an outputSchema may nest (64), room
+   * for caller memory and metadata trees, and far below the thousands of levels at which
+   * recursive code on the way (JSON.stringify, zod, Lua's cjson) runs out of stack.
+   */
+  BODY_MAX_DEPTH: z.coerce.number().int().min(8).max(1000).default(128),
+  /**
    * ARTIFACT_MAX_BYTES: largest input artifact upload (413 beyond). 10 MiB holds a photo, a
    * PDF of a few dozen pages or a large source file, what a turn of a conversation attaches;
    * the Redis store keeps the bytes in one value and the worker holds an inline artifact in

@@ -16,6 +16,7 @@ export const ERROR_CODES = {
   SESSION_BUSY: { status: 409, message: 'The session has an active or queued run.' },
   DRAINING: { status: 409, message: 'This runtime is draining in this scope; it accepts no new runs.' },
   STEP_NOT_BLOCKED: { status: 409, message: 'The run is not blocked on that step.' },
+  IDEMPOTENCY_MISMATCH: { status: 409, message: 'This idempotencyKey was used for a different request.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
   UNKNOWN_AGENT: { status: 422, message: "The runtime's live workers do not offer this agent." },

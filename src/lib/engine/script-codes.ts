@@ -13,6 +13,7 @@ export const ScriptCode = {
   SessionBusy: -5,
   Draining: -6,
   StepNotBlocked: -8,
+  IdempotencyMismatch: -12,
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 
@@ -32,6 +33,7 @@ export function scriptError(code: number, runId: string): Error {
     case ScriptCode.SessionBusy: return new BatonError('SESSION_BUSY');
     case ScriptCode.Draining: return new BatonError('DRAINING');
     case ScriptCode.StepNotBlocked: return new BatonError('STEP_NOT_BLOCKED');
+    case ScriptCode.IdempotencyMismatch: return new BatonError('IDEMPOTENCY_MISMATCH');
     default: return new Error(`script for run ${runId} answered the unexpected code ${code}`);
   }
 }

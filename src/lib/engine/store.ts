@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config.ts';
 import type { Keys } from '../keys.ts';
@@ -68,7 +69,7 @@ export class RunStore {
     }
     const { run, created, runId: id } = await this.transitions.submit({
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
-      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields,
+      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields, requestHash: requestHash(req),
     });
     // An idempotent repeat whose run has passed its retention returns no record.
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
@@ -167,6 +168,27 @@ export class RunStore {
     const messages = raw.slice(0, opts.limit).map((m) => JSON.parse(m) as SessionMessage);
     return { messages, nextCursor: more ? String(start + opts.limit) : null };
   }
+}
+
+/**
+ * What makes two submits the same request: every field (defaults applied, so `agent: "echo"`
+ * and no agent are alike) but the idempotency key itself, as JSON with its object keys sorted
+ * (a client may serialize the same object in another order), hashed.
+ */
+function requestHash(req: SubmitRequest): string {
+  const { idempotencyKey: _key, ...request } = req;
+  return createHash('sha256').update(canonicalJson(request)).digest('base64url');
+}
+
+/** JSON with object keys in sorted order, undefined members left out as JSON.stringify does. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map((v) => (v === undefined ? 'null' : canonicalJson(v))).join(',')}]`;
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  const entries = Object.keys(value).sort().flatMap((k) => {
+    const v = (value as Record<string, unknown>)[k];
+    return v === undefined ? [] : [`${JSON.stringify(k)}:${canonicalJson(v)}`];
+  });
+  return `{${entries.join(',')}}`;
 }
 
 /** List cursor: `<creation ms>_<run id>` of the last run of the previous page. */

@@ -28,6 +28,8 @@ export interface NewRun {
   multitask: Multitask;
   idempotencyKey?: string;
   idempotencyTtlMs: number;
+  /** Digest of the request, stored with the idempotency key. */
+  requestHash: string;
   /** Record fields (name → value) written with the run. */
   fields: Record<string, string | number>;
 }
@@ -100,7 +102,10 @@ export class Transitions {
     const reply = await this.call('submit', r.scope, {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
       sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotencyKey === undefined ? undefined : sk.idempotency(r.idempotencyKey),
-    }, { runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs }, payload);
+    }, {
+      runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs,
+      requestHash: r.requestHash,
+    }, payload);
     if (code(reply) < 0) throw scriptError(code(reply), r.runId);
     await this.dispatch(r.scope, reply[3]);
     // An idempotent repeat whose run has passed its retention comes back without a record.

@@ -23,7 +23,7 @@
 
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
-    -6 DRAINING   -8 STEP_NOT_BLOCKED ]]
+    -6 DRAINING   -8 STEP_NOT_BLOCKED  -12 IDEMPOTENCY_MISMATCH ]]
 
 local O = cjson.decode(ARGV[1])
 local K = {}
