@@ -1,13 +1,17 @@
 import type { PublicRunStatus, Run } from '../lib/contract/runs.ts';
-import type { RunRecord, RunStatus } from '../lib/engine/record.ts';
+import type { RunStatus, ShownRun } from '../lib/engine/record.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
 export function publicStatus(status: RunStatus): PublicRunStatus {
   return status === 'dispatched' ? 'queued' : status;
 }
 
-/** The run as the API shows it: no lease internals, no caller memory echo. */
-export function presentRun(run: RunRecord, basePath: string): Run {
+/**
+ * The run as the API shows it: no lease internals, no caller memory echo. It reads only the
+ * fields of SHOWN_FIELDS (record.ts), which is all a listing reads from Redis: a field shown
+ * here must be added there.
+ */
+export function presentRun(run: ShownRun, basePath: string): Run {
   return {
     id: run.id,
     scope: run.scope,

@@ -41,6 +41,19 @@ export interface RunRecord {
   blocked?: Blocked;
 }
 
+/**
+ * The fields of a run the API shows (presentRun takes exactly these), and so the fields a
+ * listing reads: not the caller memory, the output schema, the lease or the dispatch state,
+ * which can be most of a record's bytes.
+ */
+export const SHOWN_FIELDS = [
+  'id', 'scope', 'sessionId', 'runtime', 'agent', 'status', 'attempt', 'maxAttempts', 'recoveries',
+  'createdAt', 'updatedAt', 'startedAt', 'finishedAt', 'retryAt', 'cancelRequested', 'input', 'metadata',
+  'idempotencyKey', 'lastError', 'blocked', 'result',
+] as const satisfies readonly (keyof RunRecord)[];
+
+export type ShownRun = Pick<RunRecord, (typeof SHOWN_FIELDS)[number]>;
+
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
   'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'runMs', 'createdAt', 'updatedAt',

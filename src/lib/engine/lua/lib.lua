@@ -86,6 +86,12 @@ end
 local function setStatus(runId, runtime, from, to, now)
   redis.call('HSET', runKey(runId), 'status', to, 'updatedAt', now)
   if from == 'running' and to ~= 'running' then chargeRunTime(runKey(runId), now) end
+  -- Runs by status (`status:<status>`), scored by creation time like the `runs` listing, so
+  -- a listing filtered by status reads that index instead of every run of the scope. Kept
+  -- here, where every status change passes, so a status added later is indexed as well.
+  -- Entries of expired runs are dropped by the listing that meets them, as in `runs`.
+  if from then redis.call('ZREM', BASE .. 'status:' .. from, runId) end
+  redis.call('ZADD', BASE .. 'status:' .. to, redis.call('HGET', runKey(runId), 'createdAt'), runId)
   local sk = runtimeKey('stats', runtime)
   if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
   redis.call('HINCRBY', sk, to, 1)
