@@ -70,6 +70,8 @@ export async function benchStreams(redisUrl: string): Promise<StreamBench> {
   const env = {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
     WORKER_CONCURRENCY: String(RUNS), MAX_ACTIVE_PER_SCOPE: String(RUNS * 2),
+    // Every run's reader streams on one key at once: past the default per-key stream cap.
+    SSE_MAX_PER_KEY: String(RUNS * 2), SSE_MAX_PER_SCOPE: String(RUNS * 2),
   };
   const config = loadConfig(env);
   const log = createLogger('warn');

@@ -3,6 +3,7 @@ import type { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import type { RunStreams } from '../lib/streams/run-streams.ts';
+import type { OpenStreams } from '../lib/streams/open-streams.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import type { Keys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
@@ -21,6 +22,8 @@ export interface AppDeps {
   store: RunStore;
   apiKeys: ApiKeyStore;
   streams: RunStreams;
+  /** The event streams open in this process: their caps, and their end when a key is revoked. */
+  openStreams: OpenStreams;
   log: Logger;
   /** The process's Prometheus registry (shared with a worker in the same process). */
   metrics: Metrics;

@@ -78,12 +78,16 @@ export const runRoutes: RouteSpec[] = [
       200: { description: 'replay after the given id, then live, until `end`', schema: res.sseStream, contentType: 'text/event-stream' },
       204: { description: 'the reader already has the `end` event' },
     },
-    errors: ['RUN_NOT_FOUND'],
-    async handler({ params: { scope, runId }, query, headers, http }, d) {
+    errors: ['RUN_NOT_FOUND', 'TOO_MANY_STREAMS'],
+    async handler({ params: { scope, runId }, query, headers, key, http }, d) {
       const afterId = headers['last-event-id'] ?? query.after ?? '0';
       const c = d.config;
+      // Counted against the key's and the scope's caps until the connection closes, whatever it answered.
+      const lease = d.openStreams.admit(scope, key!.id);
+      http.res.once('close', lease.release);
       await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, {
         keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
+        stallMs: c.SSE_STALL_MS, signal: lease.signal,
         onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
       });
     },

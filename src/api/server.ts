@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { parseBootstrapKeys, type Config } from '../lib/config.ts';
 import { EventHub } from '../lib/streams/hub.ts';
 import { RunStreams } from '../lib/streams/run-streams.ts';
+import { OpenStreams } from '../lib/streams/open-streams.ts';
 import { redisCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
@@ -55,6 +56,13 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
+    openStreams: new OpenStreams({
+      perKey: c.SSE_MAX_PER_KEY, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,
+      // Every keep-alive period, one pipeline for all keys with open streams.
+      recheckMs: c.SSE_KEEPALIVE_MS,
+      stillValid: (ids) => apiKeys.existing(ids),
+      onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
+    }),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     submitLimiter: new SubmitRateLimiter(transitions, c),
     checks: [redisCheck(redis), ...checks],

@@ -127,6 +127,22 @@ export const configSchema = z.object({
   SSE_RETRY_MS: z.coerce.number().int().min(100).default(1_000),
   /** SSE_MAX_BUFFER_BYTES: a client this far behind is disconnected (it resumes with Last-Event-ID). */
   SSE_MAX_BUFFER_BYTES: z.coerce.number().int().min(1024).default(4 * 1024 * 1024),
+  /**
+   * SSE_STALL_MS: a reader that takes no byte for this long while bytes wait for it is
+   * disconnected and its buffers freed (it resumes with Last-Event-ID). A connected client's
+   * TCP stack takes bytes within milliseconds even while its application is busy; 30 s, two
+   * keep-alive periods, is past any pause but a reader that stopped reading or lost its network.
+   */
+  SSE_STALL_MS: z.coerce.number().int().min(100).default(30_000),
+  /**
+   * SSE_MAX_PER_KEY / SSE_MAX_PER_SCOPE: event streams one API key, and all keys of one scope,
+   * may hold open in one API process (429 TOO_MANY_STREAMS beyond, Retry-After SSE_STALL_MS).
+   * A browser tab streams a run or a few; a service relaying its users' streams through one
+   * key needs tens. 64 per key and 256 per scope cover both, while one tenant's streams (each
+   * a socket, a subscription and its buffers) stay a small share of a process.
+   */
+  SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(64),
+  SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(256),
   /** METRICS_SCOPE_LABEL: add the scope label to run metrics (unbounded cardinality, opt in). */
   METRICS_SCOPE_LABEL: bool(false),
   /**

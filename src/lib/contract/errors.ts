@@ -21,6 +21,7 @@ export const ERROR_CODES = {
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
   UNKNOWN_AGENT: { status: 422, message: "The runtime's live workers do not offer this agent." },
   RATE_LIMITED: { status: 429, message: 'Too many submits for this scope; retry later.' },
+  TOO_MANY_STREAMS: { status: 429, message: 'Too many open event streams; retry later.' },
   REDIS_UNAVAILABLE: { status: 503, message: 'Redis is unreachable; nothing was changed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number; message: string }>;
