@@ -70,3 +70,47 @@ export function nestingExceeds(buf: Uint8Array, max: number): boolean {
   }
   return false;
 }
+
+/** Bytes of a body that may arrive before its rate is held against the minimum. */
+const RATE_GRACE_MS = 2_000;
+
+/**
+ * A request body must keep arriving at `minBytesPerSec` on average from its headers on (the
+ * first two seconds free), checked every second until it is complete; below that, 408 and
+ * the connection closes. Counted on the socket, so it sees bytes whether or not a parser has
+ * taken them yet, and it adds no 'data' listener that would change how the body is read.
+ */
+export function minimumBodyRate(minBytesPerSec: number) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+    if (minBytesPerSec <= 0 || !hasBody || req.complete) return next();
+    const socket = req.socket;
+    const start = Date.now();
+    const base = socket.bytesRead;
+    const timer = setInterval(() => {
+      if (req.complete || res.headersSent || socket.destroyed) return stop();
+      const elapsed = Date.now() - start;
+      const due = (minBytesPerSec * (elapsed - RATE_GRACE_MS)) / 1000;
+      if (socket.bytesRead - base >= due) return;
+      stop();
+      // Answered here rather than through next(err): the body parser still waits on this
+      // request and calls next itself once the connection is gone.
+      res.status(408).set('connection', 'close').json({
+        error: {
+          code: 'REQUEST_TIMEOUT',
+          message: `The request body arrived slower than ${minBytesPerSec} bytes per second.`,
+          details: [{ path: 'body', message: 'arrived too slowly' }],
+        },
+      });
+      res.once('finish', () => socket.destroy());
+    }, 1_000);
+    const stop = () => {
+      clearInterval(timer);
+      req.off('end', stop);
+      res.off('close', stop);
+    };
+    req.once('end', stop);
+    res.once('close', stop);
+    next();
+  };
+}

@@ -7,7 +7,7 @@ import type { AppDeps } from './deps.ts';
 import { identify, requireRole } from './auth.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
-import { checkJsonBytes } from './request-guards.ts';
+import { checkJsonBytes, minimumBodyRate } from './request-guards.ts';
 
 /**
  * A route of the catalogue (routes.ts): how it is called, what it answers, who may call it,
@@ -77,6 +77,7 @@ export function route<
  */
 export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: AppDeps, o: { jsonLimit?: number } = {}): Router {
   const r = Router({ mergeParams: true });
+  const bodyRate = minimumBodyRate(d.config.BODY_MIN_BYTES_PER_SEC);
   const json: RequestHandler[] = o.jsonLimit === undefined
     ? []
     : [requireJsonBody, express.json({
@@ -87,6 +88,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
     const guards: RequestHandler[] = [
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
+      ...(spec.access === 'public' ? [] : [bodyRate]),
       ...(spec.rawBody || spec.access === 'public' ? [] : json),
     ];
     r[spec.method](spec.path.slice(prefix.length) || '/', ...guards, async (req, res) => {

@@ -77,7 +77,15 @@ export async function startApi(o: ApiOptions): Promise<ApiHandle> {
   let server: Server;
   try {
     const deps = await apiDeps(res, o.checks);
-    server = createServer(createApp(deps));
+    server = createServer({
+      // Chosen for an API rather than Node's defaults (60 s for headers, 300 s for a request):
+      // a client that trickles its headers or its body holds a socket for that long.
+      headersTimeout: c.HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeout: Math.max(c.HTTP_REQUEST_TIMEOUT_MS, c.HTTP_HEADERS_TIMEOUT_MS),
+      // How often Node looks for requests past those timeouts (30 s by default, which would
+      // add up to half a minute to each).
+      connectionsCheckingInterval: Math.min(1_000, c.HTTP_HEADERS_TIMEOUT_MS),
+    }, createApp(deps));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(c.PORT, c.HOST, () => resolve());

@@ -94,6 +94,27 @@ export const configSchema = z.object({
   EMIT_FLUSH_TOKENS: z.coerce.number().int().min(1).default(64),
   /** SHUTDOWN_GRACE_MS: on SIGTERM, in-flight runs get this long before their leases are handed over. */
   SHUTDOWN_GRACE_MS: intMs(10_000),
+  /**
+   * HTTP_HEADERS_TIMEOUT_MS: a client must have sent its request headers within this long of
+   * connecting (Node answers 408 and closes). 10 s: headers are a few hundred bytes, sent at
+   * once by any client; Node's 60 s lets one slow-header client hold a socket six times as long.
+   */
+  HTTP_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  /**
+   * HTTP_REQUEST_TIMEOUT_MS: the whole request, headers and body, must have arrived within
+   * this long (Node answers 408 and closes). 120 s: the largest body, an ARTIFACT_MAX_BYTES
+   * upload (10 MiB), arrives within it at 1 Mbit/s; Node's 300 s is five minutes of a socket
+   * for a client that trickles. Event streams are not affected (their request has no body).
+   */
+  HTTP_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
+  /**
+   * BODY_MIN_BYTES_PER_SEC: a request body must keep arriving at this average rate, counted
+   * from its headers with the first two seconds free, or it is refused with 408 and its
+   * connection closed: a client sending a byte now and then cannot hold a socket for the whole
+   * request timeout. 16 KiB/s is a slow mobile uplink; a JSON body up to BODY_LIMIT_BYTES
+   * mostly arrives in one packet anyway. 0 turns the check off.
+   */
+  BODY_MIN_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1_000_000_000).default(16 * 1024),
   /** BODY_LIMIT_BYTES: largest accepted JSON body. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1024 * 1024),
   /**

@@ -17,6 +17,7 @@ export const ERROR_CODES = {
   DRAINING: { status: 409, message: 'This runtime is draining in this scope; it accepts no new runs.' },
   STEP_NOT_BLOCKED: { status: 409, message: 'The run is not blocked on that step.' },
   IDEMPOTENCY_MISMATCH: { status: 409, message: 'This idempotencyKey was used for a different request.' },
+  REQUEST_TIMEOUT: { status: 408, message: 'The request body arrived too slowly.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
   UNKNOWN_AGENT: { status: 422, message: "The runtime's live workers do not offer this agent." },
