@@ -45,14 +45,18 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   const store = new RunStore(redis, keys, c, transitions, {
     submitted(run) {
       metrics.runSubmitted(run);
-      // The API exports the queue depth of every runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
+      // The API exports the queue depth of every registered runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
       metrics.watchQueue(run.runtime, countJobs);
     },
     cancelled: (run) => metrics.runFinished(run, 'cancelled'),
   }, res.schemaGuard);
   const apiKeys = new ApiKeyStore(redis, keys);
   for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
-  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  // Runtimes become label values of the API's metrics once their workers are seen live.
+  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS, (runtime, agents) => {
+    metrics.registerRuntime(runtime, agents);
+    metrics.watchQueue(runtime, countJobs);
+  });
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),

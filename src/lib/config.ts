@@ -164,6 +164,13 @@ export const configSchema = z.object({
    */
   SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(64),
   SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(256),
+  /**
+   * METRICS_TOKEN: when set, /metrics (the API's and a worker's) answers only requests with
+   * `Authorization: Bearer <token>` (401 otherwise), for deployments whose metrics port is
+   * reachable by more than the scraper. 16+ printable characters. Unset: open, as Prometheus
+   * expects by default; /healthz and /readyz stay open either way.
+   */
+  METRICS_TOKEN: z.string().regex(/^[\x21-\x7e]{16,256}$/, '16-256 printable characters, no spaces').optional(),
   /** METRICS_SCOPE_LABEL: add the scope label to run metrics (unbounded cardinality, opt in). */
   METRICS_SCOPE_LABEL: bool(false),
   /**
