@@ -19,6 +19,7 @@ import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
 import { resolveInputArtifacts } from '../artifacts/resolve.ts';
 import { validateOutput } from './output-schema.ts';
+import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
@@ -254,7 +255,7 @@ class Closer {
     }
     if (why === 'timeout') {
       await this.finish('failed', this.partial('error'), {
-        code: 'RUN_TIMEOUT',
+        code: RUN_LIMIT_CODES.RUN_TIMEOUT,
         message: `the run was held by workers for MAX_RUN_MS (${this.d.config.MAX_RUN_MS} ms) in all and was stopped`,
       });
       return { kind: 'done' };
@@ -319,7 +320,7 @@ class Closer {
    */
   async lastResort(err: unknown): Promise<Outcome> {
     const lastError: RunError = {
-      code: 'CLOSE_FAILED',
+      code: RUN_LIMIT_CODES.CLOSE_FAILED,
       message: `the attempt could not be closed: ${errorText(err)}`.slice(0, 2000),
     };
     this.log.error({ err: errorText(err) }, 'closing the attempt failed; failing the run');

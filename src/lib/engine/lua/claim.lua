@@ -44,6 +44,7 @@ end
 if recovered == 1 and r[6] ~= '' then
   local lost = redis.call('HINCRBY', rk, 'expiredLeases', 1)
   if lost > O.maxRecoveries then
+    -- RECOVERY_LIMIT is RUN_LIMIT_CODES.RECOVERY_LIMIT of src/lib/contract/runs.ts.
     local lastError = cjson.encode({ code = 'RECOVERY_LIMIT',
       message = 'the workers running this run were lost ' .. lost .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
     local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
