@@ -13,100 +13,171 @@ import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { builtinAgents } from '../src/worker/agents-loader.ts';
 import { startWorker } from '../src/worker/worker.ts';
-import { totalCommands } from './redis-stats.ts';
+import { spawnBaton, type BenchProcess } from './processes.ts';
+import { meterRedis } from './redis-stats.ts';
 
-export interface Throughput { runs: number; seconds: number; runsPerSec: number; commandsPerRun: number }
+export interface Throughput {
+  runs: number;
+  seconds: number;
+  runsPerSec: number;
+  commandsPerRun: number;
+  /** Redis CPU time per run (INFO cpu), µs; undefined when the server does not report it. */
+  cpuUsPerRun: number | undefined;
+}
+
+/**
+ * Each throughput row first puts `warmup` runs through, unmeasured: a new process compiles
+ * its hot paths on its first few hundred runs, which would be charged to whichever row
+ * comes first.
+ */
+export interface RowOptions { runs: number; warmup: number; concurrency: number }
 
 /** Raw BullMQ: add N jobs one by one (as an API would) to a queue, a no-op worker completes them. */
-export async function benchRawBullmq(redisUrl: string, n: number, concurrency: number): Promise<Throughput> {
+export async function benchRawBullmq(redisUrl: string, o: RowOptions): Promise<Throughput> {
   const conn = new Redis(redisUrl, { maxRetriesPerRequest: null });
   const admin = new Redis(redisUrl);
   const name = `raw-${randomBytes(4).toString('hex')}`;
   const queue = new Queue(name, { connection: conn, prefix: 'bench' });
   let done = 0;
-  let resolveAll!: () => void;
-  const all = new Promise<void>((r) => { resolveAll = r; });
-  const worker = new Worker(name, async () => undefined, { connection: conn, prefix: 'bench', concurrency });
-  worker.on('completed', () => { if (++done === n) resolveAll(); });
+  const worker = new Worker(name, async () => undefined, { connection: conn, prefix: 'bench', concurrency: o.concurrency });
+  worker.on('completed', () => { done++; });
   await worker.waitUntilReady();
-  const before = await totalCommands(admin);
-  const t0 = performance.now();
-  await inParallel(n, 50, (i) => queue.add('run', { i }, { removeOnComplete: true }).then(() => undefined));
-  await all;
-  const seconds = (performance.now() - t0) / 1000;
-  const commands = (await totalCommands(admin)) - before;
-  await worker.close();
-  await queue.obliterate({ force: true }).catch(() => {});
-  await queue.close();
-  await Promise.all([conn.quit(), admin.quit()]);
-  return { runs: n, seconds, runsPerSec: n / seconds, commandsPerRun: commands / n };
+  try {
+    return await measure(admin, o, () => done, (i) => queue.add('run', { i }, { removeOnComplete: true }).then(() => undefined));
+  } finally {
+    await worker.close();
+    await queue.obliterate({ force: true }).catch(() => {});
+    await queue.close();
+    await Promise.all([conn.quit(), admin.quit()]);
+  }
+}
+
+function benchEnv(redisUrl: string, concurrency: number): Record<string, string> {
+  return {
+    REDIS_URL: redisUrl, BATON_KEY_PREFIX: `bench${randomBytes(4).toString('hex')}`, RUNTIME: 'bench', PORT: '0',
+    LOG_LEVEL: 'warn', WORKER_CONCURRENCY: String(concurrency), MAX_ACTIVE_PER_SCOPE: '100000', METRICS_PORT: '0',
+    SUBMIT_RATE_PER_SEC: '0',
+  };
+}
+
+/** Runs of the bench scope that succeeded so far (the runtime's stats hash). */
+function succeeded(admin: Redis, prefix: string) {
+  const statsKey = createKeys(prefix).scope('bench').stats('bench');
+  return async () => Number((await admin.hget(statsKey, 'succeeded')) ?? 0);
 }
 
 /**
- * Baton end to end: HTTP submit (50 in flight) → dispatch → claim → echo agent (no delay)
- * → finish with history commit → terminal status, with `workers` worker instances.
+ * Baton in this process: one API and one worker on their own connections, echo agent (no
+ * delay), the finish commits the turn to the session history. `viaHttp: false` submits
+ * through RunStore (the engine without the HTTP layer); else HTTP POSTs, 50 in flight.
  */
-export async function benchBaton(
-  redisUrl: string,
-  n: number,
-  concurrency: number,
-  opts: {
-    workers?: number;
-    spawnWorkers?: (env: Record<string, string>) => Promise<() => Promise<void>>;
-    /** false: submit through RunStore in this process (the engine without the HTTP layer). */
-    viaHttp?: boolean;
-  } = {},
-): Promise<Throughput> {
-  const prefix = `bench${randomBytes(4).toString('hex')}`;
-  const env = {
-    REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn',
-    WORKER_CONCURRENCY: String(concurrency), MAX_ACTIVE_PER_SCOPE: '100000', METRICS_PORT: '0', SUBMIT_RATE_PER_SEC: '0',
-  };
+export async function benchBaton(redisUrl: string, o: RowOptions & { viaHttp: boolean }): Promise<Throughput> {
+  const env = benchEnv(redisUrl, o.concurrency);
+  const prefix = env.BATON_KEY_PREFIX;
   const config = loadConfig(env);
   const log = createLogger('warn');
   const admin = new Redis(redisUrl);
-  const key = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
   const api = await startApi({ config, redisUrl, log });
-  const stops: (() => Promise<void>)[] = [];
-  const workers = opts.workers ?? 1;
-  for (let i = 0; i < workers; i++) {
-    if (opts.spawnWorkers) stops.push(await opts.spawnWorkers(env));
-    else {
-      const w = await startWorker({ config, redisUrl, log, agents: new Map(builtinAgents(config).map((a) => [a.name, a])) });
-      stops.push(() => w.close());
+  const worker = await startWorker({ config, redisUrl, log, agents: new Map(builtinAgents(config).map((a) => [a.name, a])) });
+  const conn = createRedis({ url: redisUrl, name: 'bench-store', blocking: true });
+  const dispatcher = new Dispatcher(conn, createKeys(prefix));
+  try {
+    let submit: (i: number) => Promise<void>;
+    let closeSubmitter = () => {};
+    if (o.viaHttp) {
+      const post = await poster(admin, prefix, api.url);
+      submit = post.submit;
+      closeSubmitter = post.close;
+    } else {
+      const store = new RunStore(conn, createKeys(prefix), config, new Transitions(conn, createKeys(prefix), config, dispatcher));
+      submit = async (i) => {
+        await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
+      };
     }
-  }
-  const statsKey = createKeys(prefix).scope('bench').stats('bench');
-  const before = await totalCommands(admin);
-  const t0 = performance.now();
-  if (opts.viaHttp === false) {
-    const conn = createRedis({ url: redisUrl, name: 'bench-store', blocking: true });
-    const dispatcher = new Dispatcher(conn, createKeys(prefix));
-    const store = new RunStore(conn, createKeys(prefix), config, new Transitions(conn, createKeys(prefix), config, dispatcher));
-    await inParallel(n, 50, async (i) => {
-      await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
-    });
+    const done = succeeded(admin, prefix);
+    const t = await measure(admin, o, done, submit);
+    closeSubmitter();
+    return t;
+  } finally {
+    await worker.close();
+    await api.close();
     await dispatcher.close();
-    await conn.quit();
-  } else {
-    const post = httpPoster(`${api.url}/v1/scopes/bench/runs`, { authorization: `Bearer ${key}` });
-    await inParallel(n, 50, async (i) => {
+    await Promise.all([conn.quit(), admin.quit()]);
+  }
+}
+
+/**
+ * Baton as deployed: a `baton api` process and `baton worker` processes, HTTP submits from
+ * this process (50 in flight). Workers are added between rows, so the scale-out rows share
+ * one API process (warmed by the rows before) and each row warms its new workers.
+ */
+export async function httpFleet(redisUrl: string, concurrency: number) {
+  const env = benchEnv(redisUrl, concurrency);
+  const prefix = env.BATON_KEY_PREFIX;
+  const admin = new Redis(redisUrl);
+  const processes: BenchProcess[] = [];
+  const workers: BenchProcess[] = [];
+  try {
+    const api = await spawnBaton('api', env);
+    processes.push(api);
+    const post = await poster(admin, prefix, api.url!);
+    const done = succeeded(admin, prefix);
+    return {
+      async scaleTo(n: number): Promise<void> {
+        const started = await Promise.all(Array.from({ length: n - workers.length }, () => spawnBaton('worker', env)));
+        workers.push(...started);
+        processes.push(...started);
+      },
+      measure: (o: RowOptions) => measure(admin, o, done, post.submit),
+      async close(): Promise<void> {
+        post.close();
+        await Promise.all(processes.map((p) => p.kill()));
+        await admin.quit();
+      },
+    };
+  } catch (err) {
+    await Promise.all(processes.map((p) => p.kill()));
+    await admin.quit();
+    throw err;
+  }
+}
+
+/** Every run starts a session of its own, also across the rows of one fleet (a session runs one run at a time). */
+let sessionSeq = 0;
+
+/** Submits `runs` runs (after `warmup` unmeasured ones) and waits until `done()` counted them all. */
+async function measure(
+  admin: Redis, o: RowOptions, done: () => number | Promise<number>, submit: (i: number) => Promise<void>,
+): Promise<Throughput> {
+  const waitFor = async (target: number) => {
+    while ((await done()) < target) await new Promise((r) => setTimeout(r, 5));
+  };
+  const start = await done();
+  await inParallel(o.warmup, 50, () => submit(sessionSeq++));
+  await waitFor(start + o.warmup);
+  const stop = await meterRedis(admin);
+  const t0 = performance.now();
+  await inParallel(o.runs, 50, () => submit(sessionSeq++));
+  await waitFor(start + o.warmup + o.runs);
+  const seconds = (performance.now() - t0) / 1000;
+  const work = await stop();
+  return {
+    runs: o.runs, seconds, runsPerSec: o.runs / seconds, commandsPerRun: work.commands / o.runs,
+    cpuUsPerRun: work.cpuSeconds === undefined ? undefined : (work.cpuSeconds * 1e6) / o.runs,
+  };
+}
+
+/** HTTP submits of the echo agent with a client key of the bench scope. */
+async function poster(admin: Redis, prefix: string, apiUrl: string) {
+  const key = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
+  const post = httpPoster(`${apiUrl}/v1/scopes/bench/runs`, { authorization: `Bearer ${key}` });
+  return {
+    async submit(i: number): Promise<void> {
       const { status, body } = await post({ sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench' });
       if (status !== 202) throw new Error(`submit answered ${status}: ${body}`);
-    });
-    post.close();
-  }
-  for (;;) {
-    const done = Number((await admin.hget(statsKey, 'succeeded')) ?? 0);
-    if (done >= n) break;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  const seconds = (performance.now() - t0) / 1000;
-  const commands = (await totalCommands(admin)) - before;
-  for (const stop of stops) await stop();
-  await api.close();
-  await admin.quit();
-  return { runs: n, seconds, runsPerSec: n / seconds, commandsPerRun: commands / n };
+    },
+    close: () => post.close(),
+  };
 }
 
 /**

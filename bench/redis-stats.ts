@@ -12,9 +12,64 @@ export async function totalCommands(redis: Redis): Promise<number> {
   return total;
 }
 
+/**
+ * CPU seconds the redis-server process has used (INFO cpu: used_cpu_sys + used_cpu_user,
+ * getrusage of the whole process, so its background threads count too). Undefined when the
+ * server does not report them (some managed services hide INFO cpu).
+ */
+export async function redisCpuSeconds(redis: Redis): Promise<number | undefined> {
+  const info = await redis.info('cpu');
+  const sys = /^used_cpu_sys:([\d.]+)/m.exec(info);
+  const user = /^used_cpu_user:([\d.]+)/m.exec(info);
+  return sys && user ? Number(sys[1]) + Number(user[1]) : undefined;
+}
+
+/** What Redis did between start and stop: commands executed and CPU time spent. */
+export interface RedisWork { commands: number; cpuSeconds: number | undefined }
+
+/**
+ * Starts measuring Redis's work; the returned function ends it. Both figures are
+ * server-wide, so they are a run's cost only on a Redis nothing else uses: the bench's
+ * own redis-server (REDIS_URL unset).
+ */
+export async function meterRedis(redis: Redis): Promise<() => Promise<RedisWork>> {
+  // The CPU readings enclose the command counts, so the only meter command counted is the
+  // first INFO commandstats (a command is counted once it has run).
+  const cpu0 = await redisCpuSeconds(redis);
+  const commands0 = await totalCommands(redis);
+  return async () => {
+    const commands1 = await totalCommands(redis);
+    const cpu1 = await redisCpuSeconds(redis);
+    return {
+      commands: commands1 - commands0 - 1,
+      cpuSeconds: cpu0 === undefined || cpu1 === undefined ? undefined : cpu1 - cpu0,
+    };
+  };
+}
+
+/** Why CPU figures may include work that is not the bench's (printed under the tables). */
+export const sharedRedisNote = process.env.REDIS_URL
+  ? 'REDIS_URL is set: commands and CPU are server-wide, so they include whatever else uses that Redis'
+  : undefined;
+
+/** Deletes a bench's keys (its random prefix), so a shared Redis is left as it was found. */
+export async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (batch.length) await redis.del(...batch);
+  } while (cursor !== '0');
+}
+
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/** The p-th percentile of unsorted samples. */
+export function percentileOf(samples: number[], p: number): number {
+  return percentile([...samples].sort((a, b) => a - b), p);
 }
 
 /**

@@ -1,125 +1,158 @@
 import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
-import { defineAgent, type Agent } from '../src/lib/sdk/agent.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { BatonClient } from '../src/lib/client/client.ts';
 import { loadConfig } from '../src/lib/config.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { startWorker } from '../src/worker/worker.ts';
+import { streamer, wallMs } from './bench-agents.ts';
+import { spawnBaton, spawnScript } from './processes.ts';
 import { percentile, withBenchRedis } from './redis-stats.ts';
+import { num, printTable, ratio } from './table.ts';
 
 /**
  * Streams, end to end, next to raw Redis pub/sub measured in the same run:
- * - latency: 100 runs stream at once, each emitting a token every 10 ms; every token carries
- *   its emit time and the reader (Baton's typed client over SSE) notes when it arrives.
- *   Raw: 100 publishers PUBLISH a timestamp every 10 ms, one subscriber notes arrival.
- * - throughput: one run emits tokens as fast as it can; tokens/s as the reader receives them.
- *   Raw: one publisher PUBLISHes as fast as ioredis pipelines, one subscriber counts.
+ * - latency: STREAM_RUNS runs stream at once, each emitting a token every 10 ms once its
+ *   reader is connected; every token carries its emit time and the reader (Baton's typed
+ *   client over SSE) notes when it arrives. Raw: STREAM_RUNS publishers PUBLISH a timestamp
+ *   every 10 ms, one subscriber notes arrival.
+ *   Two layouts: everything in this process (API, worker, readers), and readers apart: the
+ *   API and the worker are `baton api` / `baton worker` processes and the readers are this
+ *   process (raw: the publisher is a process of its own, bench/raw-publisher.ts). Emit and
+ *   arrival times are then taken in different processes, from the wall clock with sub-ms
+ *   precision (performance.timeOrigin): on one machine they agree to about 0.1 ms.
+ * - a lone run: the same with one run, readers apart: what one user sees when nothing else streams.
+ * - throughput (one process): one run emits tokens as fast as it can; tokens/s as the
+ *   reader receives them, from its first token event to its last. Raw: one publisher PUBLISHes as fast as ioredis pipelines.
  * Baton adds what raw pub/sub lacks (a persisted, resumable log, fencing, HTTP/SSE), and
  * coalesces tokens for EMIT_FLUSH_MS, which is most of its added latency by design.
  */
 
-/** BENCH_STREAM_RUNS: concurrent streaming runs for the latency figure (default 100). */
-const RUNS = Number(process.env.BENCH_STREAM_RUNS ?? 100);
+/** BENCH_STREAM_RUNS: concurrent streaming runs for the latency figures (default 100). */
+export const STREAM_RUNS = Number(process.env.BENCH_STREAM_RUNS ?? 100);
 const TOKENS_PER_RUN = 100;
 const INTERVAL_MS = 10;
 const FAST_TOKENS = 20_000;
+/**
+ * Streaming runs wait this long before their first token, so every reader is connected
+ * when tokens flow: raw subscribers are subscribed before anything is published, and the
+ * figure is the streaming path's, not that of a burst of connects (the time-to-first-token
+ * rows measure that).
+ */
+const START_DELAY_MS = 1000;
+const AGENTS = fileURLToPath(new URL('./bench-agents.ts', import.meta.url));
 
-export interface StreamSide { p50Ms: number; p99Ms: number; tokensPerSec: number }
+export interface Latency { p50Ms: number; p99Ms: number }
 export interface StreamBench {
   runs: number;
-  tokensPerRun: number;
-  fastTokens: number;
   flushMs: number;
-  baton: StreamSide & { tokensPerEvent: number };
-  raw: StreamSide;
+  /** API, worker and readers in this process. */
+  oneProcess: { baton: Latency & { tokensPerSec: number; tokensPerEvent: number }; raw: Latency & { tokensPerSec: number } };
+  /** API and worker processes, readers in this one. */
+  apart: { baton: Latency; raw: Latency };
+  /** One run alone, readers apart. */
+  lone: { baton: Latency; raw: Latency };
 }
 
-const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Emits timestamped tokens on a schedule (`latency`), or plain tokens flat out (`fast`). */
-const streamer: Agent = defineAgent({
-  name: 'bench-streamer',
-  async run(ctx) {
-    const mode = String(ctx.metadata.mode);
-    if (mode === 'fast') {
-      for (let i = 0; i < FAST_TOKENS; i++) {
-        ctx.emit('tok ');
-        if (i % 100 === 99) await new Promise((r) => setImmediate(r));
-      }
-      return 'done';
-    }
-    const start = now();
-    for (let i = 0; i < TOKENS_PER_RUN; i++) {
-      // Keep the schedule (not drift): token i is due at start + i * interval.
-      const due = start + i * INTERVAL_MS;
-      if (due > now()) await sleep(due - now());
-      ctx.emit(`${now().toFixed(3)}|`);
-    }
-    return 'done';
-  },
-});
-
-export async function benchStreams(redisUrl: string): Promise<StreamBench> {
-  const prefix = `bstream${randomBytes(4).toString('hex')}`;
-  const env = {
-    REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
-    WORKER_CONCURRENCY: String(RUNS), MAX_ACTIVE_PER_SCOPE: String(RUNS * 2),
+function benchEnv(redisUrl: string) {
+  return {
+    REDIS_URL: redisUrl, BATON_KEY_PREFIX: `bstream${randomBytes(4).toString('hex')}`, RUNTIME: 'bench', PORT: '0',
+    LOG_LEVEL: 'warn', METRICS_PORT: '0', WORKER_CONCURRENCY: String(STREAM_RUNS), MAX_ACTIVE_PER_SCOPE: String(STREAM_RUNS * 2),
+    SUBMIT_RATE_PER_SEC: '0',
     // Every run's reader streams on one key at once: past the default per-key stream cap.
-    SSE_MAX_PER_KEY: String(RUNS * 2), SSE_MAX_PER_SCOPE: String(RUNS * 2),
+    SSE_MAX_PER_KEY: String(STREAM_RUNS * 2), SSE_MAX_PER_SCOPE: String(STREAM_RUNS * 2),
   };
-  const config = loadConfig(env);
-  const log = createLogger('warn');
+}
+
+async function clientFor(redisUrl: string, prefix: string, url: string): Promise<BatonClient> {
   const admin = new Redis(redisUrl);
-  const apiKey = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
-  const api = await startApi({ config, redisUrl, log });
-  const worker = await startWorker({ config, redisUrl, log, agents: new Map([[streamer.name, streamer]]), opsServer: false });
-  const client = new BatonClient({ url: api.url, apiKey, scope: 'bench' });
   try {
-    const latency = await batonLatency(client);
-    const fast = await batonThroughput(client);
-    const raw = await rawPubSub(redisUrl);
-    return {
-      runs: RUNS, tokensPerRun: TOKENS_PER_RUN, fastTokens: FAST_TOKENS, flushMs: config.EMIT_FLUSH_MS,
-      baton: { ...latency, ...fast },
-      raw,
-    };
+    const apiKey = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
+    return new BatonClient({ url, apiKey, scope: 'bench' });
   } finally {
-    await worker.close();
-    await api.close();
     await admin.quit();
   }
 }
 
-async function batonLatency(client: BatonClient): Promise<{ p50Ms: number; p99Ms: number }> {
+export async function benchStreams(redisUrl: string): Promise<StreamBench> {
+  const oneProcess = await benchOneProcess(redisUrl);
+  const apart = await benchApart(redisUrl);
+  return { runs: STREAM_RUNS, ...oneProcess, ...apart };
+}
+
+async function benchOneProcess(redisUrl: string): Promise<Pick<StreamBench, 'oneProcess' | 'flushMs'>> {
+  const env = benchEnv(redisUrl);
+  const config = loadConfig(env);
+  const log = createLogger('warn');
+  const api = await startApi({ config, redisUrl, log });
+  const worker = await startWorker({ config, redisUrl, log, agents: new Map([[streamer.name, streamer]]), opsServer: false });
+  try {
+    const client = await clientFor(redisUrl, env.BATON_KEY_PREFIX, api.url);
+    const latency = await batonLatency(client, STREAM_RUNS, 'lat');
+    const fast = await batonThroughput(client);
+    const raw = await rawInProcess(redisUrl);
+    return { flushMs: config.EMIT_FLUSH_MS, oneProcess: { baton: { ...latency, ...fast }, raw } };
+  } finally {
+    await worker.close();
+    await api.close();
+  }
+}
+
+async function benchApart(redisUrl: string): Promise<Pick<StreamBench, 'apart' | 'lone'>> {
+  const env = benchEnv(redisUrl);
+  const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);
+  try {
+    const client = await clientFor(redisUrl, env.BATON_KEY_PREFIX, api.url!);
+    // A few runs first: the processes' first requests compile code paths this figure is not about.
+    await batonLatency(client, 5, 'warm');
+    const baton = await batonLatency(client, STREAM_RUNS, 'apart');
+    const loneBaton = await batonLatency(client, 1, 'lone');
+    const raw = await rawApart(redisUrl, STREAM_RUNS);
+    const loneRaw = await rawApart(redisUrl, 1);
+    return { apart: { baton, raw }, lone: { baton: loneBaton, raw: loneRaw } };
+  } finally {
+    await Promise.all([api.kill(), worker.kill()]);
+  }
+}
+
+/** `runs` streaming runs at once, read by typed clients in this process. */
+async function batonLatency(client: BatonClient, runs: number, tag: string): Promise<Latency> {
   const latencies: number[] = [];
-  await Promise.all(Array.from({ length: RUNS }, async (_, i) => {
-    const run = await client.submit({ sessionId: `lat-${i}`, input: { content: 'x' }, runtime: 'bench', agent: streamer.name, metadata: { mode: 'latency' } });
+  await Promise.all(Array.from({ length: runs }, async (_, i) => {
+    const run = await client.submit({
+      sessionId: `${tag}-${i}`, input: { content: 'x' }, runtime: 'bench', agent: streamer.name,
+      metadata: { mode: 'latency', tokens: TOKENS_PER_RUN, intervalMs: INTERVAL_MS, startDelayMs: START_DELAY_MS },
+    });
     for await (const e of client.stream(run.id)) {
       if (e.type !== 'token') continue;
-      const at = now();
+      const at = wallMs();
       for (const stamp of e.data.text.split('|')) if (stamp) latencies.push(at - Number(stamp));
     }
   }));
-  if (latencies.length !== RUNS * TOKENS_PER_RUN) throw new Error(`expected ${RUNS * TOKENS_PER_RUN} tokens, got ${latencies.length}`);
-  latencies.sort((a, b) => a - b);
-  return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99) };
+  if (latencies.length !== runs * TOKENS_PER_RUN) throw new Error(`expected ${runs * TOKENS_PER_RUN} tokens, got ${latencies.length}`);
+  return summarize(latencies);
 }
 
 async function batonThroughput(client: BatonClient): Promise<{ tokensPerSec: number; tokensPerEvent: number }> {
-  const run = await client.submit({ sessionId: 'fast', input: { content: 'x' }, runtime: 'bench', agent: streamer.name, metadata: { mode: 'fast' } });
+  const run = await client.submit({
+    sessionId: 'fast', input: { content: 'x' }, runtime: 'bench', agent: streamer.name,
+    // Streamed live, not replayed: a reader that joined after the run had ended would get
+    // every token in one read and seem to receive them in no time at all.
+    metadata: { mode: 'fast', tokens: FAST_TOKENS, startDelayMs: START_DELAY_MS },
+  });
   let first = 0;
   let last = 0;
   let chars = 0;
   let events = 0;
   for await (const e of client.stream(run.id)) {
     if (e.type !== 'token') continue;
-    last = now();
+    last = wallMs();
     if (!first) first = last;
     chars += e.data.text.length;
     events++;
@@ -129,67 +162,106 @@ async function batonThroughput(client: BatonClient): Promise<{ tokensPerSec: num
   return { tokensPerSec: tokens / ((last - first) / 1000 || 1e-3), tokensPerEvent: tokens / events };
 }
 
-/** The same two measurements over bare PUBLISH/SUBSCRIBE: no log, no resume, no coalescing. */
-async function rawPubSub(redisUrl: string): Promise<StreamSide> {
-  const tag = randomBytes(4).toString('hex');
+function summarize(latencies: number[]): Latency {
+  latencies.sort((a, b) => a - b);
+  return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99) };
+}
+
+/** Subscribes to `channels` and collects emit → arrival latencies of what they carry. */
+async function rawSubscriber(redisUrl: string, channels: string[]) {
   const sub = new Redis(redisUrl);
+  const latencies: number[] = [];
+  sub.on('message', (_channel: string, message: string) => { latencies.push(wallMs() - Number(message)); });
+  await sub.subscribe(...channels);
+  return {
+    latencies,
+    async collect(expected: number): Promise<Latency> {
+      const until = Date.now() + 10_000;
+      while (latencies.length < expected && Date.now() < until) await sleep(5);
+      if (latencies.length !== expected) throw new Error(`raw pub/sub delivered ${latencies.length} of ${expected}`);
+      return summarize(latencies);
+    },
+    close: () => sub.quit(),
+  };
+}
+
+/** The same two measurements over bare PUBLISH/SUBSCRIBE in this process: no log, no resume, no coalescing. */
+async function rawInProcess(redisUrl: string): Promise<Latency & { tokensPerSec: number }> {
+  const tag = randomBytes(4).toString('hex');
+  const channels = Array.from({ length: STREAM_RUNS }, (_, i) => `raw-${tag}-${i}`);
+  const sub = await rawSubscriber(redisUrl, channels);
+  const fastSub = new Redis(redisUrl);
   const pub = new Redis(redisUrl);
   try {
-    const latencies: number[] = [];
+    await Promise.all(channels.map(async (ch) => {
+      const start = wallMs();
+      for (let i = 0; i < TOKENS_PER_RUN; i++) {
+        const due = start + i * INTERVAL_MS;
+        if (due > wallMs()) await sleep(due - wallMs());
+        void pub.publish(ch, wallMs().toFixed(3));
+      }
+    }));
+    const latency = await sub.collect(STREAM_RUNS * TOKENS_PER_RUN);
+
     let fastCount = 0;
     let fastFirst = 0;
     let fastLast = 0;
     let fastDone!: () => void;
     const fastAll = new Promise<void>((r) => { fastDone = r; });
-    sub.on('message', (channel: string, message: string) => {
-      const at = now();
-      if (channel === `raw-${tag}-fast`) {
-        if (!fastFirst) fastFirst = at;
-        fastLast = at;
-        if (++fastCount === FAST_TOKENS) fastDone();
-        return;
-      }
-      latencies.push(at - Number(message));
+    fastSub.on('message', () => {
+      const at = wallMs();
+      if (!fastFirst) fastFirst = at;
+      fastLast = at;
+      if (++fastCount === FAST_TOKENS) fastDone();
     });
-    const channels = Array.from({ length: RUNS }, (_, i) => `raw-${tag}-${i}`);
-    await sub.subscribe(...channels, `raw-${tag}-fast`);
-
-    await Promise.all(channels.map(async (ch) => {
-      const start = now();
-      for (let i = 0; i < TOKENS_PER_RUN; i++) {
-        const due = start + i * INTERVAL_MS;
-        if (due > now()) await sleep(due - now());
-        void pub.publish(ch, now().toFixed(3));
-      }
-    }));
-    const until = Date.now() + 10_000;
-    while (latencies.length < RUNS * TOKENS_PER_RUN && Date.now() < until) await sleep(5);
-    if (latencies.length !== RUNS * TOKENS_PER_RUN) throw new Error(`raw pub/sub delivered ${latencies.length} of ${RUNS * TOKENS_PER_RUN}`);
-    latencies.sort((a, b) => a - b);
-
+    await fastSub.subscribe(`raw-${tag}-fast`);
     for (let i = 0; i < FAST_TOKENS; i++) {
       void pub.publish(`raw-${tag}-fast`, 'tok ');
       if (i % 100 === 99) await new Promise((r) => setImmediate(r));
     }
     await fastAll;
-    return {
-      p50Ms: percentile(latencies, 50),
-      p99Ms: percentile(latencies, 99),
-      tokensPerSec: FAST_TOKENS / ((fastLast - fastFirst) / 1000 || 1e-3),
-    };
+    return { ...latency, tokensPerSec: FAST_TOKENS / ((fastLast - fastFirst) / 1000 || 1e-3) };
   } finally {
-    await Promise.all([sub.quit(), pub.quit()]);
+    await Promise.all([sub.close(), fastSub.quit(), pub.quit()]);
+  }
+}
+
+/** Raw pub/sub with the publishers in a process of their own and the subscriber in this one. */
+async function rawApart(redisUrl: string, runs: number): Promise<Latency> {
+  const tag = randomBytes(4).toString('hex');
+  const sub = await rawSubscriber(redisUrl, Array.from({ length: runs }, (_, i) => `raw-${tag}-${i}`));
+  try {
+    // Subscribed before the publisher starts: pub/sub keeps nothing for late subscribers.
+    const publisher = await spawnScript('./raw-publisher.ts', [redisUrl, tag, String(runs), String(TOKENS_PER_RUN), String(INTERVAL_MS)]);
+    const latency = await sub.collect(runs * TOKENS_PER_RUN);
+    await publisher.kill();
+    return latency;
+  } finally {
+    await sub.close();
   }
 }
 
 /** Prints the figures and the Baton / raw ratios. */
 export function printStreams(r: StreamBench): void {
-  console.log(`\nstreams: ${r.runs} concurrent runs × ${r.tokensPerRun} tokens every ${INTERVAL_MS} ms (latency); one run of ${r.fastTokens} tokens flat out (throughput); EMIT_FLUSH_MS ${r.flushMs}`);
-  const row = (s: StreamSide) => ({ 'emit→client p50 ms': +s.p50Ms.toFixed(2), 'p99 ms': +s.p99Ms.toFixed(2), 'tokens/s (one run)': Math.round(s.tokensPerSec) });
-  console.table({ 'raw Redis pub/sub': row(r.raw), 'Baton (log + SSE + typed client)': row(r.baton) });
   console.log(
-    `Baton / raw pub/sub: latency p50 ${(r.baton.p50Ms / r.raw.p50Ms).toFixed(1)}x, p99 ${(r.baton.p99Ms / r.raw.p99Ms).toFixed(1)}x, ` +
-    `throughput ${(r.baton.tokensPerSec / r.raw.tokensPerSec).toFixed(2)}x; Baton coalesced ${r.baton.tokensPerEvent.toFixed(1)} tokens per event in the fast run`,
+    `\nstreams: emit → client latency, ${r.runs} runs at once × ${TOKENS_PER_RUN} tokens every ${INTERVAL_MS} ms, and one run alone; ` +
+    `EMIT_FLUSH_MS ${r.flushMs}`,
+  );
+  const row = (b: Latency, raw: Latency) => ({
+    'raw pub/sub p50 / p99 ms': `${num(raw.p50Ms, 2)} / ${num(raw.p99Ms, 2)}`,
+    'Baton p50 / p99 ms': `${num(b.p50Ms, 2)} / ${num(b.p99Ms, 2)}`,
+    'p50 / p99 ratio': `${ratio(b.p50Ms, raw.p50Ms, 1)} / ${ratio(b.p99Ms, raw.p99Ms, 1)}`,
+  });
+  printTable('layout', {
+    [`${r.runs} runs, all in one process`]: row(r.oneProcess.baton, r.oneProcess.raw),
+    [`${r.runs} runs, readers apart from API and worker`]: row(r.apart.baton, r.apart.raw),
+    '1 run, readers apart from API and worker': row(r.lone.baton, r.lone.raw),
+  });
+  const o = r.oneProcess;
+  console.log(
+    `one run of ${FAST_TOKENS} tokens flat out, one process: raw pub/sub ${Math.round(o.raw.tokensPerSec)} tokens/s, ` +
+    `Baton ${Math.round(o.baton.tokensPerSec)} tokens/s (${ratio(o.baton.tokensPerSec, o.raw.tokensPerSec)}; ` +
+    `${o.baton.tokensPerEvent.toFixed(1)} tokens coalesced per event)`,
   );
 }
 

@@ -12,7 +12,8 @@ import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
-import { totalCommands, withBenchRedis } from './redis-stats.ts';
+import { deleteByPrefix, totalCommands, withBenchRedis } from './redis-stats.ts';
+import { printTable } from './table.ts';
 
 /**
  * Redis round trips per run transition, measured on the real code path: a RunExecutor runs
@@ -52,7 +53,17 @@ function countOn(redis: Redis): Counter {
 
 interface Snapshot { roundTrips: number; server: number }
 
-export async function benchTransitions(redisUrl: string): Promise<Record<string, number>> {
+export interface TransitionCost { roundTrips: number; commands: number }
+export interface TransitionCosts {
+  claim: TransitionCost;
+  step: TransitionCost;
+  stepNonIdempotent: TransitionCost;
+  finish: TransitionCost;
+  /** One beat for `held` runs: its round trips, and commands for all of them. */
+  heartbeat: TransitionCost & { held: number };
+}
+
+export async function benchTransitions(redisUrl: string): Promise<TransitionCosts> {
   const prefix = `tbench${randomBytes(4).toString('hex')}`;
   const runtime = 'tbench';
   // Heartbeats only when the bench asks for one: a timer beat would land in another phase.
@@ -136,7 +147,7 @@ export async function benchTransitions(redisUrl: string): Promise<Record<string,
     while (marks.length < HELD) await new Promise((r) => setTimeout(r, 5));
     const before = await snap();
     await leases.beat();
-    add(`heartbeat (${HELD} runs)`, before, await snap());
+    add('heartbeat', before, await snap());
     open();
     await Promise.all(running);
   } finally {
@@ -147,31 +158,39 @@ export async function benchTransitions(redisUrl: string): Promise<Record<string,
     await Promise.all([admin.quit(), setup.quit(), redis.quit(), subscriber.quit()]);
   }
 
-  const out: Record<string, number> = {};
-  for (const [phase, t] of Object.entries(totals)) {
-    const n = phase.startsWith('heartbeat') ? 1 : SAMPLES;
-    out[`${phase}: round trips`] = round(t.roundTrips / n);
-    out[`${phase}: redis commands`] = round(t.server / n);
-  }
-  return out;
+  const per = (phase: string, n: number): TransitionCost => ({
+    roundTrips: round(totals[phase].roundTrips / n), commands: round(totals[phase].server / n),
+  });
+  return {
+    claim: per('claim', SAMPLES),
+    step: per('step', SAMPLES),
+    stepNonIdempotent: per('step (non-idempotent)', SAMPLES),
+    finish: per('finish', SAMPLES),
+    heartbeat: { ...per('heartbeat', 1), held: HELD },
+  };
+}
+
+/** Prints the costs; `goals` are the command budgets some transitions are held to. */
+export function printTransitions(t: TransitionCosts, goals: Partial<Record<keyof TransitionCosts, number>> = {}): void {
+  const row = (c: TransitionCost, goal?: number, perRun = 1) => ({
+    'round trips': c.roundTrips,
+    'Redis commands': round(c.commands / perRun),
+    goal: goal === undefined ? '' : `≤ ${goal}`,
+  });
+  console.log(`\nRedis round trips and commands per transition (average of ${SAMPLES} runs; commands include the scripts' own calls)`);
+  printTable('transition', {
+    claim: row(t.claim, goals.claim),
+    'step (memoized, idempotent)': row(t.step, goals.step),
+    'step (non-idempotent)': row(t.stepNonIdempotent, goals.stepNonIdempotent),
+    finish: row(t.finish, goals.finish),
+    [`heartbeat, per run held (one beat for ${t.heartbeat.held} runs)`]: row(t.heartbeat, goals.heartbeat, t.heartbeat.held),
+  });
 }
 
 const round = (x: number) => Math.round(x * 10) / 10;
 
-async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (batch.length) await redis.del(...batch);
-  } while (cursor !== '0');
-}
-
 async function main(): Promise<void> {
-  await withBenchRedis(async (redisUrl) => {
-    console.log(`Redis round trips per transition (average of ${SAMPLES} runs)`);
-    console.table(await benchTransitions(redisUrl));
-  });
+  await withBenchRedis(async (redisUrl) => printTransitions(await benchTransitions(redisUrl)));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main();

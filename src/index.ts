@@ -5,8 +5,12 @@
  */
 export { defineAgent } from './lib/sdk/agent.ts';
 export type {
-  Agent, AgentResult, EmitOptions, HistoryMessage, RunContext, StepCall, StepOptions,
+  Agent, AgentResult, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, StepCall, StepOptions,
 } from './lib/sdk/agent.ts';
+// What reaches readers and the history, by agent and role: defineAgent({ select, onSkip }).
+export { agentRole, and, not, or, role } from './lib/sdk/select.ts';
+export type { AgentEvent, EventPredicate } from './lib/sdk/select.ts';
+export type { EventRole, TextEventData, ToolCallEventData, ToolResultEventData } from './lib/contract/events.ts';
 export { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from './lib/sdk/errors.ts';
 export { redisMemory } from './lib/sessions/memory-session.ts';
 export type {
@@ -17,7 +21,7 @@ export { createChatAgent, defineTool, DEFAULT_MAX_STEPS } from './lib/agents/cha
 export type { ChatAgentOptions, ChatTool, JsonSchema, ToolCallContext } from './lib/agents/chat.ts';
 export type { ModelUsage } from './lib/sdk/agent-reports.ts';
 // The shapes agents see in ctx.input and ctx.history (also part of `baton/client`).
-export type { RunError, RunInput, RunResult, SessionMessage } from './lib/contract/runs.ts';
+export type { RunError, RunInput, RunResult, SessionMessage, UsageTotals } from './lib/contract/runs.ts';
 export { openAIEmbeddings, type Embedder, type OpenAIEmbeddingsOptions } from './lib/sessions/embeddings.ts';
 export type { RecallOptions } from './lib/sessions/recall-options.ts';
 export type { ExternalMemory, MemoryBlocks, RecalledTurn } from './lib/sessions/memory-blocks.ts';

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { durableModel, durableTools } from '../src/lib/sdk/ai.ts';
 import { TransientError } from '../src/lib/sdk/errors.ts';
-import { answer, callTools, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
+import { answer, callTools, reportedUsage, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText, type SseEvent } from './helpers/http.ts';
 
@@ -127,11 +127,23 @@ describe('baton/ai with the AI SDK', () => {
       const content = `Weather in Paris and Berlin? ${marker}`;
       const { run, events, history, steps } = await ask(`ai-loop-${mode}`, content, { metadata: { mode } });
       expect(run.status).toBe('succeeded');
-      expect(run.result).toEqual({ answer: 'Paris is at 21 °C, Berlin at 18 °C.', finishReason: 'stop', toolCallsSeen: 2 });
+      const requests = fake.requestsFor(marker);
+      // Both calls' usage, as the provider reported it (streamed with usage enabled, or in the JSON body).
+      expect(run.result).toEqual({
+        answer: 'Paris is at 21 °C, Berlin at 18 °C.', finishReason: 'stop', toolCallsSeen: 2, usage: reportedUsage(requests),
+      });
       expect(history).toEqual([['user', content, false], ['assistant', 'Paris is at 21 °C, Berlin at 18 °C.', false]]);
       expect(tokenText(events)).toBe('Paris is at 21 °C, Berlin at 18 °C.');
+      // durableTools reports each call and its result: streamed, tagged with the agent, never in
+      // the history. The AI SDK runs a step's tools side by side, so results come in any order.
+      const tools = events.filter((e) => e.event.startsWith('tool-')).map((e) => [e.event, e.data.callId, e.data.agent, e.data.role, e.data.ok]);
+      expect(tools.filter(([type]) => type === 'tool-call')).toEqual([
+        ['tool-call', 'c-paris', 'ai-forecaster', 'assistant', undefined], ['tool-call', 'c-berlin', 'ai-forecaster', 'assistant', undefined],
+      ]);
+      expect(tools.filter(([type]) => type === 'tool-result').sort()).toEqual([
+        ['tool-result', 'c-berlin', 'ai-forecaster', 'tool', true], ['tool-result', 'c-paris', 'ai-forecaster', 'tool', true],
+      ]);
 
-      const requests = fake.requestsFor(marker);
       expect(requests.map((r) => r.stream)).toEqual(mode === 'stream' ? [true, true] : [false, false]);
       expect(toolMessages(requests[1])).toEqual([['c-paris', { city: 'Paris', temp: 21 }], ['c-berlin', { city: 'Berlin', temp: 18 }]]);
       expect(Object.keys(steps).sort()).toEqual(['infer:model:1', 'infer:model:2', 'tool:weather:1', 'tool:weather:2']);
@@ -152,10 +164,10 @@ describe('baton/ai with the AI SDK', () => {
     const content = 'Paris, alerts? #ai-blip';
     const { run, events, history } = await ask('ai-blip', content, { maxAttempts: 3 });
     expect([run.status, run.attempt, run.lastError?.code]).toEqual(['succeeded', 2, 'ALERTS_BUSY']);
-    expect(run.result).toMatchObject({ answer: 'Looking it up. 21 °C, no alerts.', finishReason: 'stop', toolCallsSeen: 2 });
     // The model was asked twice in all: its first answer came from the memo in attempt 2, with its text.
     const requests = fake.requestsFor('#ai-blip');
     expect(requests).toHaveLength(2);
+    expect(run.result).toEqual({ answer: 'Looking it up. 21 °C, no alerts.', finishReason: 'stop', toolCallsSeen: 2, usage: reportedUsage(requests) });
     const second = events.findIndex((e) => e.event === 'attempt' && e.data.attempt === 2);
     expect(tokenText(events.slice(0, second))).toBe('Looking it up.');
     expect(tokenText(events.slice(second))).toBe('Looking it up. 21 °C, no alerts.');

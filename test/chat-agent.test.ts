@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { builtinChatAgent } from '../src/lib/agents/chat.ts';
-import { startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
+import { reportedUsage, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText, type SseEvent } from './helpers/http.ts';
 
@@ -49,7 +49,7 @@ describe('chat agent', () => {
     fake.script('#first', [{ kind: 'stream', tokens: ['Hello', ',', ' Ada', '.'] }]);
     fake.script('#second', [{ kind: 'stream', tokens: ['You', ' are', ' Ada', '.'] }]);
     const one = await chat('talk', 'I am Ada #first', { metadata: { system: 'Be brief.' }, memory: { locale: 'en' } });
-    expect(one.run.result).toEqual({ answer: 'Hello, Ada.', finishReason: 'stop', toolCallsSeen: 0 });
+    expect(one.run.result).toEqual({ answer: 'Hello, Ada.', finishReason: 'stop', toolCallsSeen: 0, usage: reportedUsage(fake.requestsFor('#first')) });
     expect(one.events.filter((e) => e.event === 'token').length).toBeGreaterThanOrEqual(1);
     expect(tokenText(one.events)).toBe('Hello, Ada.');
 
@@ -152,7 +152,7 @@ describe('chat agent', () => {
   it('a model that stops for length: the run succeeds, the answer is committed incomplete', async () => {
     fake.script('#long', [{ kind: 'stream', tokens: ['Once', ' upon'], finish: 'length' }]);
     const { run, history } = await chat('long', 'story #long');
-    expect(run.result).toEqual({ answer: 'Once upon', finishReason: 'length', toolCallsSeen: 0 });
+    expect(run.result).toEqual({ answer: 'Once upon', finishReason: 'length', toolCallsSeen: 0, usage: reportedUsage(fake.requestsFor('#long')) });
     expect(history).toEqual([['user', 'story #long', false], ['assistant', 'Once upon', true]]);
   });
 

@@ -3,10 +3,10 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createChatAgent, defineTool } from '../src/lib/agents/chat.ts';
 import { TransientError } from '../src/lib/sdk/errors.ts';
-import { answer, callTools, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
+import { answer, callTools, reportedUsage, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
 import { fx, fxSet, runEvents, statuses } from './helpers/engine.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
-import { tokenText } from './helpers/http.ts';
+import { tokenText, type SseEvent } from './helpers/http.ts';
 
 /**
  * createChatAgent's tool loop against the fake OpenAI-compatible server, with real Redis and
@@ -80,6 +80,11 @@ const toolMessages = (r: RecordedRequest) => r.messages.filter((m) => m.role ===
   return { id: m.tool_call_id, content };
 });
 
+/** The tool events of a stream, in order: [type, callId, name, ok?], tagged agent/role checked separately. */
+const toolEvents = (events: SseEvent[]) =>
+  events.filter((e) => e.event === 'tool-call' || e.event === 'tool-result')
+    .map((e) => (e.event === 'tool-call' ? ['call', e.data.callId, e.data.name] : ['result', e.data.callId, e.data.name, e.data.ok]));
+
 describe('createChatAgent tool loop', () => {
   it('model → two tool calls → model → answer: one user and one assistant message, results sent back', async () => {
     fake.script('#loop', [
@@ -91,11 +96,27 @@ describe('createChatAgent tool loop', () => {
     ]);
     const { run, events, history } = await ask('forecaster', 'loop', 'Weather in Paris and Berlin? #loop');
     expect(run.status).toBe('succeeded');
-    expect(run.result).toEqual({ answer: 'Paris is at 21 °C, Berlin at 18 °C.', finishReason: 'stop', toolCallsSeen: 2 });
+    // Usage is what the server reported for both calls: 30+70 in, 12+9 out.
+    expect(reportedUsage(fake.requestsFor('#loop'))).toEqual({ inputTokens: 100, outputTokens: 21, totalTokens: 121, modelCalls: 2 });
+    expect(run.result).toEqual({
+      answer: 'Paris is at 21 °C, Berlin at 18 °C.', finishReason: 'stop', toolCallsSeen: 2,
+      usage: { inputTokens: 100, outputTokens: 21, totalTokens: 121, modelCalls: 2 },
+    });
     expect(history).toEqual([
       ['user', 'Weather in Paris and Berlin? #loop', false], ['assistant', 'Paris is at 21 °C, Berlin at 18 °C.', false],
     ]);
     expect(tokenText(events)).toBe('Paris is at 21 °C, Berlin at 18 °C.');
+    // The stream holds the calls and their results, said by the agent (calls) and its tools (results).
+    expect(toolEvents(events)).toEqual([
+      ['call', 'c-paris', 'weather'], ['result', 'c-paris', 'weather', true],
+      ['call', 'c-berlin', 'weather'], ['result', 'c-berlin', 'weather', true],
+    ]);
+    const [call, result] = events.filter((e) => e.event.startsWith('tool-'));
+    expect(call.data).toEqual({ agent: 'forecaster', role: 'assistant', callId: 'c-paris', name: 'weather', args: { city: 'Paris' } });
+    expect(result.data).toEqual({
+      agent: 'forecaster', role: 'tool', callId: 'c-paris', name: 'weather', ok: true, result: { city: 'Paris', temp: 21, unit: 'C' },
+    });
+    expect(events.filter((e) => e.event === 'token').every((e) => e.data.agent === 'forecaster' && e.data.role === 'assistant')).toBe(true);
 
     const [first, second] = fake.requestsFor('#loop');
     expect(fake.requestsFor('#loop')).toHaveLength(2);
@@ -138,11 +159,21 @@ describe('createChatAgent tool loop', () => {
       answer('Paris: 21 °C.'),
     ]);
     const content = 'Paris? #bad-args';
-    const { run, history } = await ask('forecaster', 'bad-args', content);
+    const { run, events, history } = await ask('forecaster', 'bad-args', content);
     expect([run.status, run.attempt]).toEqual(['succeeded', 1]);
-    expect(run.result).toEqual({ answer: 'Paris: 21 °C.', finishReason: 'stop', toolCallsSeen: 1 });
-    expect(history.map(([role]) => role)).toEqual(['user', 'assistant']);
     const requests = fake.requestsFor('#bad-args');
+    // toolCallsSeen counts the calls that ran; the refused ones are in the stream as errors.
+    expect(run.result).toEqual({ answer: 'Paris: 21 °C.', finishReason: 'stop', toolCallsSeen: 1, usage: reportedUsage(requests) });
+    expect(toolEvents(events)).toEqual([
+      ['call', 'c-type', 'weather'], ['result', 'c-type', 'weather', false],
+      ['call', 'c-json', 'weather'], ['result', 'c-json', 'weather', false],
+      ['call', 'c-name', 'forecast'], ['result', 'c-name', 'forecast', false],
+      ['call', 'c-good', 'weather'], ['result', 'c-good', 'weather', true],
+    ]);
+    // Arguments that are not JSON reach readers as the model sent them.
+    expect(events.find((e) => e.event === 'tool-call' && e.data.callId === 'c-json')!.data.args).toBe('{"city": "Par');
+    expect(events.find((e) => e.event === 'tool-result' && e.data.callId === 'c-type')!.data.error).toMatch(/do not match the parameters/);
+    expect(history.map(([role]) => role)).toEqual(['user', 'assistant']);
     expect(requests).toHaveLength(3);
     expect(toolMessages(requests[1])).toEqual([
       { id: 'c-type', content: { error: 'the arguments do not match the parameters of weather', problems: [expect.stringMatching(/^city: /)] } },
@@ -162,10 +193,17 @@ describe('createChatAgent tool loop', () => {
     const content = 'Paris, alerts? #blip';
     const { run, events, history } = await ask('flaky-forecaster', 'blip', content, { maxAttempts: 3 });
     expect([run.status, run.attempt, run.lastError?.code]).toEqual(['succeeded', 2, 'ALERTS_BUSY']);
-    expect(run.result).toEqual({ answer: '21 °C and no alerts.', finishReason: 'stop', toolCallsSeen: 2 });
-    expect(statuses(events.map((e) => ({ id: e.id, type: e.event, data: e.data, at: 0 })))).toContain('retrying');
-    // Attempt 2 took the first model call and the weather lookup from the memo.
+    // Attempt 2 took the first model call and the weather lookup from the memo: two calls made, two counted.
     expect(fake.requestsFor('#blip')).toHaveLength(2);
+    expect(run.result).toEqual({ answer: '21 °C and no alerts.', finishReason: 'stop', toolCallsSeen: 2, usage: reportedUsage(fake.requestsFor('#blip')) });
+    expect(statuses(events.map((e) => ({ id: e.id, type: e.event, data: e.data, at: 0 })))).toContain('retrying');
+    // Readers saw why attempt 1 ended, then attempt 2 replay the weather result and run alerts.
+    const second = events.findIndex((e) => e.event === 'attempt' && e.data.attempt === 2);
+    expect(toolEvents(events.slice(0, second)).slice(-1)).toEqual([['result', expect.any(String), 'alerts', false]]);
+    expect(events.slice(0, second).find((e) => e.event === 'tool-result' && !e.data.ok)!.data.error).toBe('alerts service busy');
+    expect(toolEvents(events.slice(second)).map(([kind, , name, ok]) => [kind, name, ok])).toEqual([
+      ['call', 'weather', undefined], ['result', 'weather', true], ['call', 'alerts', undefined], ['result', 'alerts', true],
+    ]);
     expect(effects.get(`${content}:weather:Paris`)).toBe(1);
     expect(effects.get(`${content}:alerts`)).toBe(2);
     expect(toolMessages(fake.requestsFor('#blip')[1]).map((m) => m.content)).toEqual([
@@ -182,7 +220,9 @@ describe('createChatAgent tool loop', () => {
     const content = 'Weather forever #endless';
     const { run, events, history } = await ask('short-leash', 'endless', content);
     expect(run.status).toBe('succeeded');
-    expect(run.result).toEqual({ answer: 'Checking.\n\nStill checking.', finishReason: 'length', toolCallsSeen: 1 });
+    expect(run.result).toEqual({
+      answer: 'Checking.\n\nStill checking.', finishReason: 'length', toolCallsSeen: 1, usage: reportedUsage(fake.requestsFor('#endless')),
+    });
     expect(tokenText(events)).toBe('Checking.\n\nStill checking.');
     expect(events.filter((e) => e.event === 'ephemeral').map((e) => e.data.text)).toEqual(['[stopped after 2 model calls]']);
     expect(fake.requestsFor('#endless')).toHaveLength(2);
@@ -211,10 +251,13 @@ describe('createChatAgent tool loop', () => {
 
     const run = await acme.waitStatus(runId, ['succeeded', 'failed'], 30_000);
     expect(run).toMatchObject({ status: 'succeeded', attempt: 1, recoveries: 1 });
-    expect(run.result).toEqual({ answer: 'Paris 21 °C, Berlin 18 °C.', finishReason: 'stop', toolCallsSeen: 2 });
     // One request for the first turn (answered before the crash, taken from the memo after
     // it) and one for the answer: the model was not asked again for the turn it had answered.
     expect(fake.requestsFor('#crash')).toHaveLength(2);
+    // Each call made counted once: the first by worker A when it stored the turn, the second by B.
+    expect(run.result).toEqual({
+      answer: 'Paris 21 °C, Berlin 18 °C.', finishReason: 'stop', toolCallsSeen: 2, usage: reportedUsage(fake.requestsFor('#crash')),
+    });
     expect([await fx(h, runId, 'weather-Paris'), await fx(h, runId, 'weather-Berlin')]).toEqual(['1', '1']);
     // The results the model got: Paris from worker A's stored step, Berlin from worker B.
     expect(toolMessages(fake.requestsFor('#crash')[1]).map((m) => [m.id, (m.content as any).by])).toEqual([['c-1', 'A'], ['c-2', 'B']]);

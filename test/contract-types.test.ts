@@ -5,7 +5,7 @@ import * as req from '../src/api/schemas.ts';
 import type { presentRun } from '../src/api/presenters.ts';
 import type {
   DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, StepsPage,
-  SubmitRequest, WhoAmI,
+  ScopeUsage, StreamToken, SubmitRequest, WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type * as client from '../src/lib/client/client.ts';
@@ -30,6 +30,8 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.resumeResponse>>().toEqualTypeOf<ResumeResult>();
     expectTypeOf<z.infer<typeof res.stepsResponse>>().toEqualTypeOf<StepsPage>();
     expectTypeOf<z.infer<typeof res.whoamiResponse>>().toEqualTypeOf<WhoAmI>();
+    expectTypeOf<z.infer<typeof res.streamTokenResponse>>().toEqualTypeOf<StreamToken>();
+    expectTypeOf<z.infer<typeof res.usageResponse>>().toEqualTypeOf<ScopeUsage>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {
@@ -37,5 +39,6 @@ describe('contract types', () => {
     expectTypeOf<RunRecord['status']>().toEqualTypeOf<RunStatus>();
     expectTypeOf<client.Run>().toEqualTypeOf<Run>();
     expectTypeOf<client.SubmitRequest>().toEqualTypeOf<SubmitRequest>();
+    expectTypeOf<client.StreamToken>().toEqualTypeOf<StreamToken>();
   });
 });

@@ -21,8 +21,11 @@ beforeAll(async () => {
 
 const secret = () => `bk_${randomBytes(32).toString('base64url')}`;
 
-/** Uses `key` (valid) and `wrong` (never issued) on the API at `url`, the ways clients do. */
-async function exercise(url: string, key: string, wrong: string, otherScopeKey: string): Promise<void> {
+/**
+ * Uses `key` (valid) and `wrong` (never issued) on the API at `url`, the ways clients do, and
+ * stream tokens the ways pages do (in the URL); returns the tokens, which must not be logged either.
+ */
+async function exercise(url: string, key: string, wrong: string, otherScopeKey: string): Promise<string[]> {
   const auth = { authorization: `Bearer ${key}` };
   const base = '/v1/scopes/acme';
   const sub = await call(url, 'POST', `${base}/runs`, { sessionId: 's1', input: { content: 'hello logs' }, runtime: h.runtime }, auth);
@@ -39,6 +42,15 @@ async function exercise(url: string, key: string, wrong: string, otherScopeKey: 
   expect((await call(url, 'POST', `${base}/runs`, { sessionId: 's2', input: { content: 'x' }, apiKey: key }, auth)).status).toBe(400);
   expect((await call(url, 'POST', `${base}/runs`, `{"key": "${key}"`, auth)).status).toBe(400);
   expect((await call(url, 'GET', `${base}/runs`, undefined, { authorization: `Basic ${key}` })).status).toBe(401);
+  // Stream tokens travel in URLs: right, on the wrong run, never issued, and as a key.
+  const token = (await call(url, 'POST', `${base}/runs/${sub.body.id}/stream-token`, {}, auth)).body.token as string;
+  const forged = `bst_${randomBytes(32).toString('base64url')}`;
+  expect((await readSse(`${url}${base}/runs/${sub.body.id}/events?access_token=${token}`)).ended).toBe(true);
+  expect((await call(url, 'GET', `${base}/runs/rnosuchrun0000000/events?access_token=${token}`)).status).toBe(401);
+  expect((await call(url, 'GET', `${base}/runs/${sub.body.id}/events?access_token=${forged}`)).status).toBe(401);
+  expect((await call(url, 'POST', `${base}/runs/${sub.body.id}/cancel?access_token=${token}`, {})).status).toBe(401);
+  expect((await call(url, 'GET', `${base}/runs`, undefined, { authorization: `Bearer ${token}` })).status).toBe(401);
+  return [token, forged];
 }
 
 function expectNoKey(logs: string, keys: string[]): void {
@@ -62,15 +74,14 @@ describe('keys in logs', () => {
     const issued = await h.key('acme', 'admin');
     const globex = await h.key('globex', 'client');
     const wrong = secret();
-    await exercise(api.url, issued, wrong, globex);
-    await exercise(api.url, boot, wrong, globex);
+    const tokens = [...(await exercise(api.url, issued, wrong, globex)), ...(await exercise(api.url, boot, wrong, globex))];
     await api.close();
     await worker.close();
     const logs = lines.join('');
     console.log(`${lines.length} log lines captured at trace level`);
     expect(logs).toContain('"msg":"request"');
     expect(logs).toContain('run started');
-    expectNoKey(logs, [issued, boot, wrong, globex]);
+    expectNoKey(logs, [issued, boot, wrong, globex, ...tokens]);
   });
 
   it('never appear in the output of a real `baton api` process', async () => {
@@ -78,10 +89,10 @@ describe('keys in logs', () => {
     const api = await h.spawn('api', { env: { LOG_LEVEL: 'trace', BATON_BOOTSTRAP_KEYS: `acme:admin:${boot}` } });
     await h.startWorker();
     const wrong = secret();
-    await exercise(api.url!, boot, wrong, await h.key('globex', 'client'));
+    const tokens = await exercise(api.url!, boot, wrong, await h.key('globex', 'client'));
     await api.kill('SIGTERM');
     const out = api.output();
     expect(out).toContain('"msg":"request"');
-    expectNoKey(out, [boot, wrong]);
+    expectNoKey(out, [boot, wrong, ...tokens]);
   });
 });

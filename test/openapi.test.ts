@@ -74,7 +74,9 @@ describe('GET /openapi.json', () => {
         expect(params, where).toEqual(inPath);
         for (const p of op.parameters) expect(p.schema, `${where} ${p.name}`).toBeTypeOf('object');
         if (path.startsWith('/v1/')) {
-          expect(op.security, where).toEqual([{ bearer: [] }]);
+          // The events route also takes a stream token (?access_token=), for pages without a key.
+          const security = op['x-baton-access'] === 'stream' ? [{ bearer: [] }, { streamToken: [] }] : [{ bearer: [] }];
+          expect(op.security, where).toEqual(security);
           // A scope's routes answer 404 for another scope's key; /v1/whoami has no scope to be wrong about.
           const expected = path.startsWith('/v1/scopes/') ? ['401', '404', '503'] : ['401', '503'];
           expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(expected));
@@ -119,6 +121,11 @@ describe('documented response schemas', () => {
     check('/v1/scopes/{scope}/runtimes/{runtimeId}/drain', 'delete', 200, (await acme.del(`/runtimes/${h.runtime}-z/drain`)).body);
     check('/v1/scopes/{scope}/runs/{runId}/steps', 'get', 200, (await acme.get(`/runs/${sub.body.id}/steps`)).body);
     check('/v1/whoami', 'get', 200, (await call(url, 'GET', '/v1/whoami', undefined, acme.headers)).body);
+    check('/v1/scopes/{scope}/runs/{runId}/stream-token', 'post', 201, (await acme.post(`/runs/${sub.body.id}/stream-token`, {})).body);
+    check('/v1/scopes/{scope}/sessions/{sessionId}/stream-token', 'post', 201, (await acme.post('/sessions/doc-1/stream-token', {})).body);
+    const withToken = await acme.submit('doc-2', 'hello', { streamToken: true });
+    expect(withToken.body.streamToken.runId).toBe(withToken.body.id);
+    check('/v1/scopes/{scope}/runs', 'post', 202, withToken.body);
     const missing = await acme.get('/runs/nope');
     check('/v1/scopes/{scope}/runs/{runId}', 'get', 404, missing.body);
   });

@@ -105,4 +105,10 @@ describe('backoffMs', () => {
     expect(backoffMs(1, 1000, 60_000, 90_000)).toBe(90_000);
     expect(backoffMs(1, 1000, 60_000, 10 * 3600_000)).toBe(3600_000);
   });
+
+  it('ignores a Retry-After that is not a number (RetryAfterError given no time), backing off as usual', () => {
+    const hint = new RetryAfterError('slow down', undefined as unknown as number).retryAfterMs;
+    expect(Number.isNaN(hint)).toBe(true);
+    expect(backoffMs(2, 1000, 60_000, hint, () => 0.5)).toBe(1000);
+  });
 });

@@ -190,3 +190,30 @@ describe('a revoked key', () => {
     expect(retry.status).toBe(401);
   });
 });
+
+describe('streams opened with a stream token', () => {
+  it("count against the token, not the key that minted it, and end when that key is revoked", async () => {
+    const api = await h.startApi({ SSE_MAX_PER_KEY: '2', SSE_KEEPALIVE_MS: '300' });
+    const store = new ApiKeyStore(h.redis, h.keys);
+    const key = await store.create('tokens', 'client');
+    const auth = { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' };
+    const sub = await fetch(`${api.url}/v1/scopes/tokens/runs`, {
+      method: 'POST', headers: auth, body: JSON.stringify({ sessionId: 's', input: { content: 'wait' }, runtime: `${h.runtime}-none` }),
+    }).then((r) => r.json() as Promise<any>);
+    const mint = async () => (await fetch(`${api.url}/v1/scopes/tokens/runs/${sub.id}/stream-token`, { method: 'POST', headers: auth, body: '{}' })
+      .then((r) => r.json() as Promise<any>)).token as string;
+    const [a, b] = [await mint(), await mint()];
+    const events = (token: string) => `${api.url}/v1/scopes/tokens/runs/${sub.id}/events?access_token=${token}`;
+    // Two streams per credential: each token holds two, beside the key's own two.
+    const readers = [a, a, b, b].map((t) => readSse(events(t)));
+    const byKey = [readSse(`${api.url}/v1/scopes/tokens/runs/${sub.id}/events`, { headers: { authorization: auth.authorization } })];
+    await sleep(500);
+    const third = await fetch(events(a));
+    expect([third.status, (await third.json() as any).error.code]).toEqual([429, 'TOO_MANY_STREAMS']);
+    // Revoking the key that minted the tokens ends the token streams too.
+    expect(await store.revoke(key.id)).toBe(true);
+    const ended = await Promise.race([Promise.allSettled([...readers, ...byKey]).then(() => 'ended'), sleep(20_000).then(() => 'still open')]);
+    expect(ended).toBe('ended');
+    expect((await fetch(events(a))).status).toBe(401);
+  });
+});

@@ -44,13 +44,29 @@ const steady = defineAgent({
   },
 });
 
+/** Two speakers in one burst: the run's agent says `A`s, its sub-agent `b`s, in runs of three. */
+const duet = defineAgent({
+  name: 'duet',
+  async run(ctx) {
+    const helper = ctx.subagent('helper');
+    let said = '';
+    for (let i = 0; i < 300; i++) {
+      const [who, t] = Math.floor(i / 3) % 2 === 0 ? [ctx, 'A'] : [helper, 'b'];
+      said += t;
+      who.emit(t);
+      if (i % 10 === 9) await new Promise((r) => setImmediate(r));
+    }
+    return said;
+  },
+});
+
 let h: Harness;
 let acme: ScopeClient;
 
 beforeAll(async () => {
   h = await useHarness({ EMIT_FLUSH_MS: '15', EMIT_FLUSH_TOKENS: '64' });
   const api = await h.startApi();
-  await h.startWorker({ agents: [burst, steady] });
+  await h.startWorker({ agents: [burst, steady, duet] });
   acme = await h.client(api.url, 'acme', 'client');
 });
 
@@ -85,6 +101,21 @@ describe('token coalescing', () => {
     const bound = Math.ceil(300 / 64) + Math.ceil(ms / 15) + 2;
     console.log(`steady: 300 tokens over ${ms} ms → ${tokens.length} token events (${(tokens.length / (ms / 1000)).toFixed(0)} writes/s; bound ${bound})`);
     expect(tokens.length).toBeLessThanOrEqual(bound);
+    expect(tokens.length).toBeLessThan(300);
+  });
+
+  it('merges only consecutive tokens of one agent and role, so every event says who said it', async () => {
+    const sub = await acme.submit('duet', 'go', { agent: 'duet' });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed']);
+    expect(run.status).toBe('succeeded');
+    const tokens = (await fullLog(h, 'acme', sub.body.id)).filter((e) => e.type === 'token').map((e) => e.data as any);
+    expect(tokens.map((t) => t.text).join('')).toBe(run.result.answer);
+    for (const t of tokens) {
+      expect([t.agent, t.role]).toEqual(t.text.startsWith('A') ? ['duet', 'assistant'] : ['helper', 'assistant']);
+      expect(t.text).toMatch(/^(A+|b+)$/);
+    }
+    // Runs of three alternate 100 times: at least that many events, and merging still happened.
+    expect(tokens.length).toBeGreaterThanOrEqual(100);
     expect(tokens.length).toBeLessThan(300);
   });
 });

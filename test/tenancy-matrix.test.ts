@@ -112,7 +112,14 @@ describe('a key of scope B on scope A', () => {
         expect(res.status, what).toBe(404);
         expect(res.body.error.code, what).toBe('RUN_NOT_FOUND');
       }
-      if (r.path.includes('{sessionId}')) expect(res.body.messages, what).toEqual([]);
+      if (r.path.endsWith('/messages')) expect(res.body.messages, what).toEqual([]);
+      if (r.path.endsWith('/sessions/{sessionId}/stream-token')) {
+        // globex's own session m1: its token opens nothing of acme's m1 (where acme's finished run is).
+        expect(res.status, what).toBe(201);
+        const foreign = await send('GET', `/v1/scopes/acme/runs/${ids.runId}/events?access_token=${res.body.token}`, undefined);
+        expect(foreign, what).toMatchObject(await send('GET', `/v1/scopes/acme/runs/${ids.runId}/events`, undefined));
+        expect(foreign.status, what).toBe(401);
+      }
       if (r.path.endsWith('/stats')) expect(res.body.counts, what).toMatchObject({ succeeded: 0, blocked: 0 });
     }
     expect(await scopeState('acme')).toEqual(before);
@@ -137,6 +144,40 @@ describe('within scope A', () => {
         expect(res.body.error.code, what).toBe('FORBIDDEN');
       }
     }
+    expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
+describe('a stream token of scope A', () => {
+  it('opens its run’s events and nothing else: every other route, run and scope answers as if it were absent, and A is unchanged', async () => {
+    const acme = await h.client(url, 'acme', 'client');
+    const runToken = (await acme.post(`/runs/${ids.runId}/stream-token`, {})).body.token as string;
+    const sessionToken = (await acme.post('/sessions/m1/stream-token', {})).body.token as string;
+    const before = await scopeState('acme');
+    const withToken = (path: string, token: string) => `${path}${path.includes('?') ? '&' : '?'}access_token=${encodeURIComponent(token)}`;
+    let opened = 0;
+    for (const token of [runToken, sessionToken]) {
+      for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
+        for (const [scope, values] of [['acme', ids], ['globex', ids], ['acme', { ...ids, runId: ids.blockedRunId }]] as const) {
+          const path = urlFor(r.path, scope, values);
+          const what = `${r.method} ${path} with a token of acme's ${ids.runId}`;
+          const absent = await send(r.method, path, undefined);
+          const inQuery = await send(r.method, withToken(path, token), undefined);
+          const asKey = await send(r.method, path, token);
+          expect(asKey.status, `${what} (as a key)`).toBe(401);
+          if (r.access === 'stream' && scope === 'acme' && values.runId === ids.runId) {
+            expect(inQuery.status, what).toBe(200);
+            expect(inQuery.headers.get('content-type'), what).toMatch(/^text\/event-stream/);
+            opened++;
+            continue;
+          }
+          expect(inQuery.status, what).toBe(401);
+          expect(inQuery.body, what).toEqual(absent.body);
+          expect(inQuery.headers.get('www-authenticate'), what).toBe(absent.headers.get('www-authenticate'));
+        }
+      }
+    }
+    expect(opened).toBe(2);
     expect(await scopeState('acme')).toEqual(before);
   });
 });

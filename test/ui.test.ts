@@ -1,8 +1,11 @@
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
+import { z } from 'zod';
+import { createChatAgent, defineTool } from '../src/lib/agents/chat.ts';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { charge, flaky } from './fixtures/engine-agents.ts';
+import { answer as says, callTools, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
 import { FIXTURE, fx, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
@@ -57,13 +60,27 @@ let api: ApiHandle;
 let acme: ScopeClient;
 let browser: BrowserContext;
 let pages: WatchedPage[] = [];
+let fake: FakeOpenAI;
+
+/** A tool-calling agent on the fake model server: its tool calls and results are run events. */
+const forecaster = (baseURL: string) => createChatAgent({
+  name: 'ui-forecaster', model: 'fake-model', baseURL, apiKey: 'test-key',
+  tools: {
+    weather: defineTool({
+      description: 'Current temperature in a city, in °C.',
+      parameters: z.object({ city: z.string() }),
+      execute: ({ city }) => ({ city, tempC: 21 }),
+    }),
+  },
+});
 
 beforeAll(async () => {
   ensureUiBuilt();
   h = await useHarness();
   useFixturesInProcess(h);
+  fake = await startFakeOpenAI();
   api = await h.startApi();
-  await h.startWorker({ agents: [talk, flaky] });
+  await h.startWorker({ agents: [talk, flaky, forecaster(fake.baseURL)] });
   acme = await h.client(api.url, 'acme', 'admin');
   browser = await launchBrowser();
 });
@@ -166,6 +183,36 @@ describe('run inspector', () => {
 
     // The same run at a desktop and a phone width.
     await screenshots(w.page, 'run-view');
+    expect(w.errors).toEqual([]);
+  });
+
+  it('shows tool calls and their results in the timeline, with the agent and role that said them', async () => {
+    fake.script('#ui-tools', [
+      callTools([{ id: 'c-paris', name: 'weather', arguments: { city: 'Paris' } }, { id: 'c-bad', name: 'weather', arguments: { city: 42 } }]),
+      says('Paris is at 21 °C.'),
+    ]);
+    const run = (await acme.submit('ui-tools', 'Weather in Paris? #ui-tools', { agent: 'ui-forecaster' })).body;
+    const w = await loggedIn(acme.key, `/ui/runs/${run.id}`);
+    await untilText(statusBadge(w.page), 'succeeded');
+    await untilText(answer(w.page), 'Paris is at 21 °C.');
+    await untilText(w.page.locator('.stream-state'), 'Stream complete.');
+
+    const lines = w.page.locator('ol.timeline li');
+    const tools = w.page.locator('ol.timeline li.ev-tool-call, ol.timeline li.ev-tool-result');
+    await waitFor(async () => (await tools.count()) === 4, 10_000, 'two calls and two results');
+    expect(await tools.locator('.ev-type').allTextContents()).toEqual(['tool-call', 'tool-result', 'tool-call', 'tool-result']);
+    expect(await tools.locator('.ev-who').allTextContents()).toEqual([
+      'ui-forecaster · assistant', 'ui-forecaster · tool', 'ui-forecaster · assistant', 'ui-forecaster · tool',
+    ]);
+    const text = await tools.locator('.ev-text').allTextContents();
+    expect(text[0]).toContain('weather({"city":"Paris"}) · call c-paris');
+    expect(text[1]).toContain('weather → {"city":"Paris","tempC":21} · call c-paris');
+    expect(text[3]).toContain('weather failed: the arguments do not match the parameters of weather');
+    // The refused call is marked as such; the answer's text line says who wrote it.
+    expect(await w.page.locator('ol.timeline li.ev-failed .ev-text').textContent()).toContain('call c-bad');
+    expect(await lines.filter({ hasText: 'of answer' }).locator('.ev-who').allTextContents()).toEqual(['ui-forecaster · assistant']);
+    expect(w.errors).toEqual([]);
+    await screenshots(w.page, 'run-view-tools');
     expect(w.errors).toEqual([]);
   });
 

@@ -21,6 +21,10 @@ export function createApp(deps: AppDeps): Express {
   // Routes outside a scope: the public ones, and those any valid key may call (whoami).
   const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key');
   app.use(mountRoutes(unscoped, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
+  // Routes a stream token opens check a key or a token themselves, so they come before the
+  // scope's key check; any other request falls through to it.
+  const byToken = ROUTES.filter((r) => r.access === 'stream');
+  app.use(SCOPE, mountTemplate(SCOPE), mountRoutes(byToken, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // The key first, then the body: each scope route reads its own body after authenticate().
   const scoped = ROUTES.filter((r) => r.access === 'client' || r.access === 'admin');
   app.use(SCOPE, mountTemplate(SCOPE), authenticate(deps.apiKeys), mountRoutes(scoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));

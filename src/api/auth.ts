@@ -1,5 +1,7 @@
+import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/tenancy/api-keys.ts';
+import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { BatonError } from '../lib/errors.ts';
 import { authorizationHeader } from './schemas.ts';
 
@@ -15,6 +17,27 @@ export function authenticate(store: ApiKeyStore): RequestHandler {
     if (info.scope !== req.params.scope) return next(new BatonError('NOT_FOUND'));
     res.locals.apiKey = info;
     next();
+  };
+}
+
+/**
+ * A route a stream token opens (access `stream`, a run's events): a key of the path's scope,
+ * exactly as authenticate() checks it, or, when no key is presented, `?access_token=` holding
+ * a token for the path's run or its session. A token is never taken from Authorization, so
+ * it cannot pass for a key anywhere. Every token that does not open this run (unknown,
+ * expired, of another run, session or scope, minted by a revoked key) gets the answer a
+ * request without credentials gets: nothing tells a refused token from a missing one.
+ */
+export function authenticateKeyOrStreamToken(keys: ApiKeyStore, tokens: StreamTokenStore): RequestHandler {
+  const byKey = authenticate(keys);
+  return async (req: Request, res: Response, next: NextFunction) => {
+    if (req.headers.authorization !== undefined) return byKey(req, res, next);
+    const token = req.query.access_token;
+    const { scope, runId } = req.params as { scope?: string; runId?: string };
+    const keyId = typeof token === 'string' && scope !== undefined && runId !== undefined ? await tokens.openerOf(scope, runId, token) : undefined;
+    // The stream counts as the token's (its cap) and ends with its key's streams (revocation).
+    if (keyId) res.locals.streamCredential = { credential: `token:${createHash('sha256').update(token as string).digest('hex')}`, keyId };
+    next(keyId ? undefined : new BatonError('UNAUTHENTICATED', 'An API key of this scope, or a stream token for this run, is required.'));
   };
 }
 

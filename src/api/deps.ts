@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
+import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import type { Config } from '../lib/config.ts';
 import type { RunStreams } from '../lib/streams/run-streams.ts';
 import type { OpenStreams } from '../lib/streams/open-streams.ts';
@@ -21,6 +22,8 @@ export interface AppDeps {
   keys: Keys;
   store: RunStore;
   apiKeys: ApiKeyStore;
+  /** Read-only tokens for browser pages, accepted by the routes of access `stream`. */
+  streamTokens: StreamTokenStore;
   streams: RunStreams;
   /** The event streams open in this process: their caps, and their end when a key is revoked. */
   openStreams: OpenStreams;

@@ -33,12 +33,18 @@ function parameters(where: 'path' | 'query', schema: z.ZodType | undefined) {
 function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
   if (r.access !== 'public') codes.push('UNAUTHENTICATED');
-  if (r.access === 'client' || r.access === 'admin') codes.push('NOT_FOUND');
+  if (r.access === 'client' || r.access === 'admin' || r.access === 'stream') codes.push('NOT_FOUND');
   if (r.access === 'admin') codes.push('FORBIDDEN');
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   if (r.rawBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   return [...new Set([...codes, ...(r.errors ?? [])])];
+}
+
+/** Who may call a route: nobody needs to, a key, or (a stream route) a key or a stream token. */
+function security(r: RouteSpec): Record<string, string[]>[] {
+  if (r.access === 'public') return [];
+  return r.access === 'stream' ? [{ bearer: [] }, { streamToken: [] }] : [{ bearer: [] }];
 }
 
 const cache = new WeakMap<readonly RouteSpec[], Record<string, unknown>>();
@@ -70,7 +76,7 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     (paths[openApiPath(r.path)] ??= {})[r.method] = {
       summary: r.summary,
       'x-baton-access': r.access,
-      security: r.access === 'public' ? [] : [{ bearer: [] }],
+      security: security(r),
       parameters: [...parameters('path', r.params), ...parameters('query', r.query), ...headerParams],
       ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: jsonSchema(r.body) } } } } : {}),
       ...(r.rawBody ? { requestBody: { required: true, description: r.rawBody.description, content: { '*/*': { schema: { type: 'string', format: 'binary' } } } } } : {}),
@@ -82,10 +88,17 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
     info: {
       title: 'Baton',
       version: pkg.version,
-      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path.',
+      description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path; '
+        + 'a run\'s events route also takes a stream token as `?access_token=`.',
     },
     components: {
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer' },
+        streamToken: {
+          type: 'apiKey', in: 'query', name: 'access_token',
+          description: 'A stream token (POST …/stream-token, or submit with streamToken: true): read-only, one run or session, expiring.',
+        },
+      },
       schemas: { Error: jsonSchema(res.errorResponse) },
     },
     paths,

@@ -1,5 +1,6 @@
-import type { PublicRunStatus, Run } from '../lib/contract/runs.ts';
+import type { PublicRunStatus, Run, StreamToken } from '../lib/contract/runs.ts';
 import type { RunStatus, ShownRun } from '../lib/engine/record.ts';
+import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */
 export function publicStatus(status: RunStatus): PublicRunStatus {
@@ -33,12 +34,19 @@ export function presentRun(run: ShownRun, basePath: string): Run {
     idempotencyKey: run.idempotencyKey,
     lastError: run.lastError,
     blocked: run.blocked ? { ...run.blocked, since: new Date(run.blocked.since).toISOString() } : undefined,
-    result: run.result,
+    // The record's usage is the one the step script kept: also there for a run that ended
+    // without its worker (cancelled while it waited for a retry).
+    result: run.result && run.usage ? { ...run.result, usage: run.usage } : run.result,
     links: {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,
     },
   };
+}
+
+/** A minted stream token with what it opens. */
+export function presentStreamToken(minted: MintedStreamToken, grant: StreamGrant): StreamToken {
+  return { token: minted.token, expiresAt: new Date(minted.expiresAt).toISOString(), ...grant };
 }
 
 function iso(ms: number | undefined): string | undefined {

@@ -18,6 +18,20 @@ export const errorResponse = z.object({
   }),
 });
 
+export const streamTokenResponse = z.object({
+  token: z.string().describe('pass as `?access_token=` on the events route'),
+  expiresAt: iso.describe('after this, the token opens no new connection'),
+  runId: z.string().optional().describe('the run whose events it opens'),
+  sessionId: z.string().optional().describe('the session whose runs’ events it opens'),
+});
+
+export const usageTotals = z.object({
+  inputTokens: z.number().int(),
+  outputTokens: z.number().int(),
+  totalTokens: z.number().int(),
+  modelCalls: z.number().int(),
+});
+
 export const runResponse = z.object({
   id: z.string(),
   scope: z.string(),
@@ -43,11 +57,16 @@ export const runResponse = z.object({
   lastError: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
   blocked: z.object({ stepKey: z.string(), reason: z.string(), since: iso }).optional(),
   result: z
-    .object({ answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional() })
+    .object({
+      answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional(),
+      usage: usageTotals.optional().describe('every model call of the run, in any attempt, counted once'),
+    })
     .optional(),
   links: z.object({ self: z.string(), events: z.string() }),
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings: z.array(z.string()).optional(),
+  /** Submit only, when asked: a token for this run's events. */
+  streamToken: streamTokenResponse.optional(),
 });
 
 /** POST …/artifacts: the stored artifact, to name in a submit's input.artifacts. */
@@ -119,7 +138,9 @@ export const resumeResponse = z.object({
 
 export const healthResponse = z.object({ ok: z.boolean() }).catchall(z.unknown());
 
-export const sseStream = z.string().describe('text/event-stream: `id`, `event` (status | attempt | token | end …), `data` (JSON)');
+export const sseStream = z.string().describe(
+  'text/event-stream: `id`, `event` (status | attempt | token | ephemeral | tool-call | tool-result | end), `data` (JSON)',
+);
 
 export const stepsResponse = z.object({
   steps: z.array(
@@ -141,4 +162,12 @@ export const whoamiResponse = z.object({
   scope: z.string(),
   role: z.enum(['client', 'admin']),
   keyId: z.string(),
+});
+
+export const usageResponse = z.object({
+  scope: z.string(),
+  from: z.string().describe('YYYY-MM-DD (UTC)'),
+  to: z.string().describe('YYYY-MM-DD (UTC), inclusive'),
+  rows: z.array(usageTotals.extend({ day: z.string(), agent: z.string(), model: z.string() })),
+  total: usageTotals,
 });

@@ -4,7 +4,8 @@ import type { z } from 'zod';
 import type { ErrorCode } from '../lib/contract/errors.ts';
 import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
 import type { AppDeps } from './deps.ts';
-import { identify, requireRole } from './auth.ts';
+import { authenticateKeyOrStreamToken, identify, requireRole } from './auth.ts';
+import { corsFor } from './cors.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
 import { checkJsonBytes, minimumBodyRate } from './request-guards.ts';
@@ -20,8 +21,12 @@ import { checkJsonBytes, minimumBodyRate } from './request-guards.ts';
 export const SCOPE = '/v1/scopes/:scope';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
-/** public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an admin key of the scope. */
-export type Access = 'public' | 'key' | 'client' | 'admin';
+/**
+ * public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an
+ * admin key of the scope; stream: any key of the scope, or a stream token for the run in the
+ * path (a browser page's read-only pass), from pages of the CORS_ORIGINS too.
+ */
+export type Access = 'public' | 'key' | 'client' | 'admin' | 'stream';
 
 /** What a handler answers: JSON with a status (200 by default), or nothing when it wrote the response itself. */
 export interface Reply { status?: number; body?: unknown; headers?: Record<string, string> }
@@ -69,7 +74,8 @@ export function route<
 
 /**
  * An Express router serving `routes` whose paths start with `prefix` (the router is mounted
- * there, behind authentication for a scope's routes). Each route checks the role, reads its
+ * there, behind authentication for a scope's `client` and `admin` routes; a `stream` route
+ * answers CORS and checks its key or token itself). Each route checks the role, reads its
  * body (JSON up to `jsonLimit` bytes, unless the route takes a raw body), parses params,
  * query, body and declared headers with its schemas (a route without a query or a body
  * refuses one), then calls its handler. So a body is read only once the key has been
@@ -85,13 +91,18 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
     })];
   for (const spec of routes) {
     if (!spec.path.startsWith(prefix)) throw new Error(`route ${spec.path} is not under ${prefix}`);
+    const path = spec.path.slice(prefix.length) || '/';
+    // A page of another origin calls it: its CORS answer comes first, for every method and
+    // errors included (`all` routes are middleware of the path, not routes of the document).
+    if (spec.access === 'stream') r.all(path, corsFor(d.config.CORS_ORIGINS, spec.method));
     const guards: RequestHandler[] = [
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
+      ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
       ...(spec.access === 'public' ? [] : [bodyRate]),
       ...(spec.rawBody || spec.access === 'public' ? [] : json),
     ];
-    r[spec.method](spec.path.slice(prefix.length) || '/', ...guards, async (req, res) => {
+    r[spec.method](path, ...guards, async (req, res) => {
       const params = parse(spec.params ?? emptyParams, req.params, 'params');
       const query = parse(spec.query ?? emptyQuery, req.query, 'query');
       const body = parse(spec.body ?? emptyBody, req.body, 'body');

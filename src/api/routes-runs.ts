@@ -2,7 +2,7 @@ import { BatonError } from '../lib/errors.ts';
 import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
 import { assertAttachmentsExist } from '../lib/artifacts/resolve.ts';
 import { readSteps } from '../lib/engine/step-list.ts';
-import { presentRun } from './presenters.ts';
+import { presentRun, presentStreamToken } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
 import {
@@ -23,7 +23,7 @@ export const runRoutes: RouteSpec[] = [
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
     errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
-    async handler({ params: { scope }, body, rawBody }, d) {
+    async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
       }
@@ -33,7 +33,10 @@ export const runRoutes: RouteSpec[] = [
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
       await d.submitLimiter.take(scope);
       const { run, created } = await d.store.submit({ scope, ...body });
-      return { status: created ? 202 : 200, body: { ...presentRun(run, basePath(scope)), ...(warnings.length ? { warnings } : {}) } };
+      // A page that shows the answer gets its token with the run: no second request before it can stream.
+      const token = streamToken ? presentStreamToken(await d.streamTokens.mint(scope, { runId: run.id }, key!.id), { runId: run.id }) : undefined;
+      const extra = { ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}) };
+      return { status: created ? 202 : 200, body: { ...presentRun(run, basePath(scope)), ...extra } };
     },
   }),
   route({
@@ -72,7 +75,8 @@ export const runRoutes: RouteSpec[] = [
     },
   }),
   route({
-    method: 'get', path: `${SCOPE}/runs/:runId/events`, summary: "Stream a run's events (SSE), resumable by id.", access: 'client',
+    method: 'get', path: `${SCOPE}/runs/:runId/events`, summary: "Stream a run's events (SSE), resumable by id; a key or a stream token.",
+    access: 'stream',
     params: runParams, query: eventsQuery, headers: { 'Last-Event-ID': lastEventIdHeader },
     ok: {
       200: { description: 'replay after the given id, then live, until `end`', schema: res.sseStream, contentType: 'text/event-stream' },
@@ -82,8 +86,10 @@ export const runRoutes: RouteSpec[] = [
     async handler({ params: { scope, runId }, query, headers, key, http }, d) {
       const afterId = headers['last-event-id'] ?? query.after ?? '0';
       const c = d.config;
-      // Counted against the key's and the scope's caps until the connection closes, whatever it answered.
-      const lease = d.openStreams.admit(scope, key!.id);
+      // Counted against the caps of its credential (the key, or the stream token) and of the
+      // scope until the connection closes, whatever it answered; ended with its key's streams.
+      const who = key ? { credential: key.id, keyId: key.id } : (http.res.locals.streamCredential as { credential: string; keyId: string });
+      const lease = d.openStreams.admit(scope, who);
       http.res.once('close', lease.release);
       await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, {
         keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,

@@ -4,7 +4,9 @@ import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
+import { streamTokenRoutes } from './routes-stream-tokens.ts';
 import { uiRoutes } from './routes-ui.ts';
+import { usageRoutes } from './routes-usage.ts';
 import { whoamiRoutes } from './routes-whoami.ts';
 
 /**
@@ -21,6 +23,8 @@ export const ROUTES: readonly RouteSpec[] = [
   ...uiRoutes(),
   ...whoamiRoutes,
   ...runRoutes,
+  ...streamTokenRoutes,
   ...artifactRoutes,
   ...adminRoutes,
+  ...usageRoutes,
 ];

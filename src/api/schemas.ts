@@ -49,6 +49,7 @@ export const submitBody = z.strictObject({
   idempotencyKey: z.string().regex(/^[\x21-\x7e]{1,128}$/, 'printable ASCII, 1-128 chars').optional(),
   multitask: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
   outputSchema: z.record(z.string(), z.unknown()).optional(),
+  streamToken: z.boolean().optional(),
 });
 export type SubmitBody = z.infer<typeof submitBody>;
 
@@ -76,6 +77,8 @@ const STREAM_ID_OR_START = new RegExp(`^(0|${STREAM_ID_PATTERN.source.slice(1, -
 
 export const eventsQuery = z.strictObject({
   after: z.string().regex(STREAM_ID_OR_START, 'must be a stream id <ms>-<seq>').optional(),
+  /** A stream token, for readers that cannot send Authorization (a browser's EventSource); checked before parsing. */
+  access_token: z.string().describe('a stream token (POST …/stream-token), instead of an API key').optional(),
 });
 
 export const lastEventIdHeader = z.string().regex(STREAM_ID_PATTERN, 'must be a stream id <ms>-<seq>');
@@ -100,6 +103,24 @@ export const runtimeParams = z.strictObject({ scope: idSchema, runtimeId: idSche
 
 /** POST …/drain: `cancelQueued` also cancels the runs waiting to start (default: they wait). */
 export const drainBody = z.strictObject({ cancelQueued: z.boolean().default(false) });
+
+/** Days a usage query may span: a year, leap day included; one hash read per day. */
+export const MAX_USAGE_DAYS = 366;
+
+const DAY_MS = 86_400_000;
+
+/** A calendar day, YYYY-MM-DD (UTC): `2024-02-30` is refused, not read as March 1st. */
+const daySchema = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a day YYYY-MM-DD')
+  .refine((d) => !Number.isNaN(Date.parse(d)) && new Date(Date.parse(d)).toISOString().startsWith(d), 'must be a calendar day');
+
+/** GET …/usage: from and to inclusive, to not before from, at most MAX_USAGE_DAYS days. */
+export const usageQuery = z.strictObject({ from: daySchema, to: daySchema }).superRefine((q, ctx) => {
+  const days = (Date.parse(q.to) - Date.parse(q.from)) / DAY_MS + 1;
+  if (days < 1) ctx.addIssue({ code: 'custom', path: ['to'], message: 'must be the first day or a later one' });
+  else if (days > MAX_USAGE_DAYS) ctx.addIssue({ code: 'custom', path: ['to'], message: `the range may span at most ${MAX_USAGE_DAYS} days` });
+});
 
 /** `Authorization: Bearer <key>`: keys are printable ASCII without spaces, 16-256 chars. */
 export const authorizationHeader = z.string().regex(/^Bearer [\x21-\x7e]{16,256}$/, 'must be "Bearer <API key>"');

@@ -14,6 +14,7 @@ import { RunStore } from '../lib/engine/store.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { createApp } from './app.ts';
 import type { AppDeps } from './deps.ts';
@@ -59,6 +60,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   });
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
+    streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS),
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     openStreams: new OpenStreams({
       perKey: c.SSE_MAX_PER_KEY, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,

@@ -13,6 +13,9 @@ const bool = (def: boolean) =>
     .default(def ? 'true' : 'false')
     .transform((v) => v === 'true' || v === '1');
 
+/** An origin as browsers send it in `Origin`: scheme, host (a name or an IP, IPv6 in brackets), optional port. */
+const ORIGIN = /^https?:\/\/(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:\d{1,5})?$/;
+
 export const configSchema = z.object({
   /**
    * REDIS_URL: `redis://` or `rediss://` for one Redis, `redis+cluster://host:port,host:port`
@@ -171,6 +174,26 @@ export const configSchema = z.object({
    * expects by default; /healthz and /readyz stay open either way.
    */
   METRICS_TOKEN: z.string().regex(/^[\x21-\x7e]{16,256}$/, '16-256 printable characters, no spaces').optional(),
+  /**
+   * STREAM_TOKEN_TTL_MS: how long a stream token (a browser page's read-only pass to one run's
+   * or session's events) opens new connections. 15 min covers a page that opens its stream and
+   * rides out the reconnects of a long answer; a token copied out of a URL (browser history, a
+   * proxy's access log) is worthless soon after. It is checked when a connection opens: an open
+   * stream is not cut at expiry, and a page reconnecting later asks its backend for a new one.
+   * At most 24 h, because a token travels in URLs.
+   */
+  STREAM_TOKEN_TTL_MS: z.coerce.number().int().min(1_000).max(24 * 3600_000).default(15 * 60_000),
+  /**
+   * CORS_ORIGINS: origins (`https://app.example.com`, comma separated) whose pages may read the
+   * routes a stream token opens. Empty: no cross-origin page may, which is right until a
+   * deployment names its own front end; `*` is not offered, since a token page is always a
+   * known site of the tenant.
+   */
+  CORS_ORIGINS: z
+    .string()
+    .default('')
+    .transform((s) => s.split(',').map((o) => o.trim().toLowerCase()).filter(Boolean))
+    .pipe(z.array(z.string().regex(ORIGIN, 'each entry must be an origin: scheme://host[:port], no path'))),
   /** METRICS_SCOPE_LABEL: add the scope label to run metrics (unbounded cardinality, opt in). */
   METRICS_SCOPE_LABEL: bool(false),
   /**

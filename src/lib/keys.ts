@@ -53,9 +53,19 @@ export interface ScopeKeys {
   waiting(runtime: string): string;
   /** Token bucket of the scope's submit rate limit. */
   submitBucket: string;
+  /**
+   * The scope's model usage of one UTC day (YYYY-MM-DD), by agent and model (hash:
+   * `in|out|calls:<agent>:<model>` -> count). The run's own totals are fields of its record.
+   */
+  usage(day: string): string;
   idempotency(key: string): string;
   /** Live notifications of a run's new events. */
   channel(runId: string): string;
+  /**
+   * A capability token of the scope by the SHA-256 (hex) of the token: what it opens, for
+   * which action, and the key that minted it; expires with the token.
+   */
+  capability(sha256hex: string): string;
 }
 
 export interface Keys {
@@ -133,9 +143,14 @@ export function createKeys(prefix: string): Keys {
         held: (rt) => `${base}held:${checked('runtime', rt)}`,
         waiting: (rt) => `${base}waiting:${checked('runtime', rt)}`,
         submitBucket: `${base}ratelimit:submit`,
+        usage: (day) => {
+          if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`invalid usage day: ${JSON.stringify(day)}`);
+          return `${base}usage:${day}`;
+        },
         // Caller-chosen idempotency keys may hold any printable text: hash-free but bounded
         // by the schema, and kept after the last colon so they cannot collide with suffixes.
         idempotency: (key) => `${base}idem:${key}`,
+        capability: (hash) => `${base}cap:${checked('token hash', hash)}`,
       };
       scopes.set(scope, built);
       return built;

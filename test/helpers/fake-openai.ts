@@ -106,6 +106,21 @@ export function callTools(calls: FakeToolCall[], extra: Omit<Extract<FakeReply, 
   return { kind: 'stream', tokens: [], toolCalls: calls, ...extra };
 }
 
+/**
+ * What Baton should count for these requests (a run's `result.usage`, the scope's usage):
+ * the sum of the usage the server reported, one model call per request.
+ */
+export function reportedUsage(requests: RecordedRequest[]): { inputTokens: number; outputTokens: number; totalTokens: number; modelCalls: number } {
+  const sum = { inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: requests.length };
+  for (const r of requests) {
+    if (!r.usage) throw new Error('a request the server reported no usage for: was usage enabled?');
+    sum.inputTokens += r.usage.prompt_tokens;
+    sum.outputTokens += r.usage.completion_tokens;
+    sum.totalTokens += r.usage.total_tokens;
+  }
+  return sum;
+}
+
 /** Default embedding size: small enough to read in a failure message, large enough to tell texts apart. */
 export const FAKE_EMBEDDING_DIMENSIONS = 8;
 

@@ -14,6 +14,8 @@ export interface SseProxy {
   served: Map<string, number>;
   /** Streams this proxy cut on purpose. */
   cuts: number;
+  /** Each forwarded request: its target and the Last-Event-ID it carried (a reconnecting reader's). */
+  requests: { target: string; method: string; lastEventId?: string }[];
   close(): Promise<void>;
 }
 
@@ -21,10 +23,12 @@ export async function startSseProxy(
   target: string,
   opts: { cutAfterEvents?: () => number | undefined } = {},
 ): Promise<SseProxy> {
-  const proxy: SseProxy = { url: '', target, served: new Map(), cuts: 0, close: async () => {} };
+  const proxy: SseProxy = { url: '', target, served: new Map(), cuts: 0, requests: [], close: async () => {} };
   const server = createServer((req, res) => {
     const to = proxy.target;
     proxy.served.set(to, (proxy.served.get(to) ?? 0) + 1);
+    const lastEventId = req.headers['last-event-id'];
+    proxy.requests.push({ target: to, method: req.method ?? 'GET', ...(typeof lastEventId === 'string' ? { lastEventId } : {}) });
     const up = request(to + req.url, { method: req.method, headers: req.headers }, (upRes: IncomingMessage) => {
       res.writeHead(upRes.statusCode ?? 502, upRes.headers);
       // The backend died mid-response: drop the client's connection too, as a load balancer does.

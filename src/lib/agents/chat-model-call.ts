@@ -2,7 +2,7 @@ import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUse
 import type { ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions';
 import type { CompletionUsage } from 'openai/resources/completions';
 import type { RunContext } from '../sdk/agent.ts';
-import { reportModelCall, type ModelUsage } from '../sdk/agent-reports.ts';
+import { recordModelCall, reportModelCall, type ModelUsage } from '../sdk/agent-reports.ts';
 import { TransientError } from '../sdk/errors.ts';
 
 /**
@@ -36,15 +36,19 @@ export interface TurnOptions {
 
 export async function modelTurn(ctx: RunContext, client: OpenAI, request: TurnRequest, o: TurnOptions): Promise<ModelTurn> {
   let called = false;
-  const stored = await ctx.infer(o.stepName, async ({ signal }): Promise<ModelTurn> => {
+  const stored = await ctx.infer(o.stepName, async (call): Promise<ModelTurn> => {
     called = true;
+    let turn: ModelTurn;
     try {
-      return await streamTurn(ctx, client, request, o, signal);
+      turn = await streamTurn(ctx, client, request, o, call.signal);
     } catch (err) {
       const notice = providerError(err);
       if (!(notice instanceof APIUserAbortError)) ctx.emit(`[model error: ${errorCode(notice)}]`, { ephemeral: true });
       throw notice;
     }
+    // Counted with the stored turn: once, whatever happens to this attempt afterwards.
+    recordModelCall(call, request.model, turn.usage);
+    return turn;
   });
   // Memos written before tool calls existed hold { text, finishReason } only.
   const turn: ModelTurn = { text: stored.text ?? '', toolCalls: stored.toolCalls ?? [], finishReason: stored.finishReason, usage: stored.usage };

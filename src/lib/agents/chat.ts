@@ -137,13 +137,22 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
   if (!checked.ok) return refuse(`the arguments do not match the parameters of ${call.name}`, checked.problems);
 
   let ran = false;
-  const result = await ctx.tool(call.name, checked.args, (args, step) => {
-    ran = true;
-    return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });
-  }, { idempotent: prepared.tool.idempotent ?? true });
+  let result: unknown;
+  try {
+    result = await ctx.tool(call.name, checked.args, (args, step) => {
+      ran = true;
+      return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });
+    }, { idempotent: prepared.tool.idempotent ?? true });
+  } catch (err) {
+    // The attempt ends as the error says (a TransientError retries it); readers see why first.
+    if (!ctx.signal.aborted) reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: describe(err), replayed: false });
+    throw err;
+  }
   reportToolResult(ctx, { callId: call.id, name: call.name, ok: true, result, replayed: !ran });
   return toolResultContent(result);
 }
+
+const describe = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 function assistantMessage(turn: ModelTurn): ChatCompletionMessageParam {
   return {

@@ -1,4 +1,6 @@
-import { ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type SubmitRequest } from '../contract/index.ts';
+import {
+  ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest,
+} from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 
 /**
@@ -11,8 +13,9 @@ import { SseParser, type SseMessage } from './sse-parser.ts';
  */
 
 export type {
-  MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData,
-  SubmitRequest, TerminalStatus,
+  EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage, SessionMessage,
+  StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData, UsageRow,
+  UsageTotals,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
@@ -95,6 +98,16 @@ export class BatonClient {
   /** Cancels a run: at once when it is not running, else its worker stops it (status follows). */
   cancel(runId: string): Promise<Run> {
     return this.json('POST', `/runs/${encodeURIComponent(runId)}/cancel`, {});
+  }
+
+  /**
+   * A read-only token for a browser page, so the page never holds the API key: it opens
+   * `…/runs/{runId}/events?access_token=<token>` for the run, or for every run of the session,
+   * until `expiresAt`, and nothing else.
+   */
+  streamToken(grant: { runId: string } | { sessionId: string }): Promise<StreamToken> {
+    const path = 'runId' in grant ? `/runs/${encodeURIComponent(grant.runId)}` : `/sessions/${encodeURIComponent(grant.sessionId)}`;
+    return this.json('POST', `${path}/stream-token`, {});
   }
 
   /** A session's committed history, oldest first. */

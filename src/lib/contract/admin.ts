@@ -1,4 +1,5 @@
 /** API key roles, runtimes and the operator actions on one (scope, runtime) pair, as the API shows them. */
+import type { UsageTotals } from './runs.ts';
 
 /** client: submit, read, stream, cancel; admin: that plus stats, drain and resolving blocked steps. */
 export const ROLES = ['client', 'admin'] as const;
@@ -33,3 +34,21 @@ export interface ResumeResult { scope: string; runtimeId: string; draining: fals
 
 /** What `GET /v1/whoami` says about the presented key. */
 export interface WhoAmI { scope: string; role: Role; keyId: string }
+
+/** A scope's model usage of one day (UTC), one agent and one model. */
+export interface UsageRow extends UsageTotals {
+  /** YYYY-MM-DD, UTC: the day the call's result was stored. */
+  day: string;
+  /** The agent that made the call: the run's agent, or the sub-agent it ran through ctx.subagent. */
+  agent: string;
+  model: string;
+}
+
+/** `GET /v1/scopes/{scope}/usage?from=&to=`: rows by day, agent and model (days without usage left out). */
+export interface ScopeUsage {
+  scope: string;
+  from: string;
+  to: string;
+  rows: UsageRow[];
+  total: UsageTotals;
+}

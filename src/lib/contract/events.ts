@@ -5,13 +5,45 @@ export type RunStreamEvent =
   | { id: string; type: 'status'; data: StatusEventData }
   /** A new attempt starts (first try, retry or recovery): discard the text of earlier attempts. */
   | { id: string; type: 'attempt'; data: AttemptEventData }
-  | { id: string; type: 'token'; data: { text: string } }
+  | { id: string; type: 'token'; data: TextEventData }
   /** Streamed to the reader, never part of the answer (error notices and the like). */
-  | { id: string; type: 'ephemeral'; data: { text: string } }
+  | { id: string; type: 'ephemeral'; data: TextEventData }
+  /** A model asked for a tool; streamed when the agent selects it, never part of the history. */
+  | { id: string; type: 'tool-call'; data: ToolCallEventData }
+  /** What a tool call gave back (or why it did not run); streamed when selected, never in the history. */
+  | { id: string; type: 'tool-result'; data: ToolResultEventData }
   /** The last event of every run: its final status and result. */
   | { id: string; type: 'end'; data: EndEventData }
   /** An event type this client version does not know (`name` is its SSE event name). */
   | { id: string; type: 'unknown'; name: string; data: unknown };
+
+/**
+ * Who said it: the agent (the run's agent, or a sub-agent it runs through `ctx.subagent`)
+ * and the role of the message: `assistant` for its text, notices and tool calls, `tool`
+ * for tool results.
+ */
+export const EVENT_ROLES = ['assistant', 'tool'] as const;
+export type EventRole = (typeof EVENT_ROLES)[number];
+
+export interface Speaker { agent: string; role: EventRole }
+
+export interface TextEventData extends Speaker { text: string }
+
+export interface ToolCallEventData extends Speaker {
+  /** The model's id for the call; its tool-result carries the same one. */
+  callId: string;
+  name: string;
+  /** The arguments as the model sent them (parsed when they were JSON). */
+  args: unknown;
+  /** `args` was larger than the event limit: it holds the start of its JSON text instead. */
+  truncated?: true;
+}
+
+export type ToolResultEventData = Speaker & { callId: string; name: string; truncated?: true } & (
+  | { ok: true; result: unknown }
+  /** The tool was not run (bad arguments, unknown tool) or it failed. */
+  | { ok: false; error: string }
+);
 
 export interface StatusEventData {
   status: PublicRunStatus | 'recovered';
@@ -30,4 +62,4 @@ export interface AttemptEventData { attempt: number; maxAttempts: number; recove
 export interface EndEventData { status: TerminalStatus; result: RunResult; error?: RunError }
 
 /** SSE event names a run's stream carries. */
-export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'end'] as const;
+export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'tool-call', 'tool-result', 'end'] as const;

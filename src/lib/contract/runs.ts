@@ -32,6 +32,20 @@ export interface RunResult {
   finishReason: string;
   toolCallsSeen: number;
   payload?: unknown;
+  /** The run's model calls, in every attempt; absent when it made none Baton was told of. */
+  usage?: UsageTotals;
+}
+
+/**
+ * Token usage as the providers reported it, summed over model calls. A call counts once, when
+ * its result is stored: a retry or recovery that takes it from the memo adds nothing.
+ */
+export interface UsageTotals {
+  inputTokens: number;
+  outputTokens: number;
+  /** inputTokens + outputTokens. */
+  totalTokens: number;
+  modelCalls: number;
 }
 
 export interface RunError { code: string; message: string; details?: unknown }
@@ -65,6 +79,20 @@ export interface SubmitRequest {
   /** What to do when the session is busy; default `enqueue`. */
   multitask?: Multitask;
   outputSchema?: Record<string, unknown>;
+  /** Also mint a stream token for the new run, returned as the answer's `streamToken`. */
+  streamToken?: boolean;
+}
+
+/**
+ * A read-only pass for a browser page, in place of an API key: `?access_token=<token>` on the
+ * events route of one run (`runId`) or of any run of one session (`sessionId`), until
+ * `expiresAt`. It opens nothing else.
+ */
+export interface StreamToken {
+  token: string;
+  expiresAt: string;
+  runId?: string;
+  sessionId?: string;
 }
 
 /** A run as the API shows it: no lease internals, no caller memory echo; times are ISO strings. */
@@ -93,6 +121,8 @@ export interface Run {
   links: { self: string; events: string };
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings?: string[];
+  /** Submit only, when asked with `streamToken: true`: a token for this run's events. */
+  streamToken?: StreamToken;
 }
 
 export interface RunsPage { runs: Run[]; nextCursor: string | null }

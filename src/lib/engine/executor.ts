@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { Agent, AgentResult, HistoryMessage } from '../sdk/agent.ts';
+import type { Agent, AgentResult, HistoryMessage, ModelCallUsage } from '../sdk/agent.ts';
 import { OutputInvalidError } from '../sdk/errors.ts';
 import type { Config } from '../config.ts';
 import type { JobData } from './dispatcher.ts';
@@ -32,6 +32,8 @@ export interface ExecutorEvents extends Partial<MemoEvents> {
   blocked?(run: RunRecord): void;
   /** An event-log append of this run landed: `events` entries, `tokens` token deltas among them. */
   appended?(run: RunRecord, events: number, tokens: number): void;
+  /** Model calls of `agent` were counted with a step this worker stored (once per call made). */
+  modelUsage?(run: RunRecord, agent: string, calls: readonly ModelCallUsage[]): void;
 }
 
 export interface ExecutorDeps {
@@ -142,6 +144,7 @@ export class RunExecutor {
       const state = new ContextState({
         transitions, attempt, run, agent, history, memoryBlocks, input, steps, writer, log,
         memo: this.d.events as MemoEvents | undefined,
+        usageCounted: (agentName, calls) => this.d.events?.modelUsage?.(run, agentName, calls),
         block: (stepKey) => close.block(stepKey),
       });
       close.state = state;
@@ -280,12 +283,18 @@ class Closer {
     return { answer: this.state?.emitted ?? '', finishReason, toolCallsSeen: this.state?.toolCallsSeen ?? 0 };
   }
 
+  /** Every model call counted for the run so far, earlier attempts included; none: absent. */
+  private usage(): Pick<RunResult, 'usage'> {
+    const usage = this.state?.usage ?? this.run.usage;
+    return usage && usage.modelCalls > 0 ? { usage: { ...usage } } : {};
+  }
+
   async finish(
     status: 'succeeded' | 'failed' | 'cancelled',
     result: Omit<RunResult, 'toolCallsSeen'> & { toolCallsSeen?: number } = { answer: '', finishReason: 'error' },
     lastError?: RunError,
   ): Promise<void> {
-    const full: RunResult = { ...result, toolCallsSeen: result.toolCallsSeen ?? this.state?.toolCallsSeen ?? 0 };
+    const full: RunResult = { ...result, toolCallsSeen: result.toolCallsSeen ?? this.state?.toolCallsSeen ?? 0, ...this.usage() };
     let turn: SessionMessage[] = [];
     if (this.memory && !this.commitFailed) {
       try {

@@ -1,6 +1,6 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
 import type {
-  ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage,
+  ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
 } from '../contract/runs.ts';
 
 export { RUN_STATUSES } from '../contract/runs.ts';
@@ -39,6 +39,11 @@ export interface RunRecord {
   result?: RunResult;
   lastError?: RunError;
   blocked?: Blocked;
+  /**
+   * Model usage of the steps stored so far, in any attempt (record fields usageIn, usageOut,
+   * usageCalls, added by the step script); absent before the first counted model call.
+   */
+  usage?: UsageTotals;
 }
 
 /**
@@ -49,10 +54,18 @@ export interface RunRecord {
 export const SHOWN_FIELDS = [
   'id', 'scope', 'sessionId', 'runtime', 'agent', 'status', 'attempt', 'maxAttempts', 'recoveries',
   'createdAt', 'updatedAt', 'startedAt', 'finishedAt', 'retryAt', 'cancelRequested', 'input', 'metadata',
-  'idempotencyKey', 'lastError', 'blocked', 'result',
+  'idempotencyKey', 'lastError', 'blocked', 'result', 'usage',
 ] as const satisfies readonly (keyof RunRecord)[];
 
 export type ShownRun = Pick<RunRecord, (typeof SHOWN_FIELDS)[number]>;
+
+/** The hash fields a shown field is made from, where they are not the field itself (parseRunRecord derives it). */
+const MADE_FROM: Partial<Record<(typeof SHOWN_FIELDS)[number], readonly string[]>> = {
+  usage: ['usageIn', 'usageOut', 'usageCalls'],
+};
+
+/** The run record's hash fields a listing reads: those of SHOWN_FIELDS. */
+export const SHOWN_HASH_FIELDS: readonly string[] = SHOWN_FIELDS.flatMap((f) => MADE_FROM[f] ?? [f]);
 
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
@@ -70,6 +83,12 @@ export function parseRunRecord(raw: Record<string, string> | string[]): RunRecor
   if (!r.leaseOwner) delete r.leaseOwner;
   if (!r.leaseExpiresAt) delete r.leaseExpiresAt;
   r.cancelRequested = h.cancelRequested === '1';
+  const calls = Number(h.usageCalls ?? 0);
+  if (calls > 0) {
+    const inputTokens = Number(h.usageIn ?? 0);
+    const outputTokens = Number(h.usageOut ?? 0);
+    r.usage = { inputTokens, outputTokens, totalTokens: inputTokens + outputTokens, modelCalls: calls };
+  }
   return r as unknown as RunRecord;
 }
 

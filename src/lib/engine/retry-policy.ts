@@ -97,7 +97,9 @@ function headerOf(headers: unknown, name: string): string | undefined {
  * out instead of returning together. A provider's Retry-After wins when given.
  */
 export function backoffMs(attempt: number, baseMs: number, maxMs: number, retryAfterMs?: number, random = Math.random): number {
-  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, 3600_000);
+  // A provider's (or an agent's) hint that is not a number is no hint: a NaN delay would make
+  // the retry transition fail and the run be recovered over and over.
+  if (retryAfterMs !== undefined && Number.isFinite(retryAfterMs)) return Math.min(Math.max(0, retryAfterMs), 3600_000);
   const ceiling = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
   return Math.floor(random() * ceiling);
 }

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
-import { parseRunRecord, SHOWN_FIELDS, type RunStatus, type ShownRun } from './record.ts';
+import { parseRunRecord, SHOWN_HASH_FIELDS, type RunStatus, type ShownRun } from './record.ts';
 
 /**
  * GET /runs: a scope's runs (or one session's), newest first, by index. Each index is a zset
@@ -156,12 +156,12 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
         if (ok) candidates.push(chunk[i]);
       });
     }
-    // Only what the page still needs is read whole (as whole as the API shows it).
+    // Only what the page still needs is read whole (as whole as the API shows it: SHOWN_HASH_FIELDS).
     const wanted = candidates.slice(0, need);
-    const shown = await hmgetAll(redis, wanted.map((e) => sk.run(e.id)), SHOWN_FIELDS);
+    const shown = await hmgetAll(redis, wanted.map((e) => sk.run(e.id)), SHOWN_HASH_FIELDS);
     shown.forEach((values, i) => {
       const record: Record<string, string> = {};
-      SHOWN_FIELDS.forEach((f, j) => { if (values[j] !== null) record[f] = values[j]!; });
+      SHOWN_HASH_FIELDS.forEach((f, j) => { if (values[j] !== null) record[f] = values[j]!; });
       const run = parseRunRecord(record);
       if (!run) return void expired.push(wanted[i]);
       runs.push(run);

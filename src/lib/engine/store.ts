@@ -14,7 +14,7 @@ import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 export type { Multitask };
 
 /** A submit as the store takes it: the API's request (defaults applied) and the scope of its path. */
-export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent'> & { scope: string; runtime: string; agent: string };
+export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToken'> & { scope: string; runtime: string; agent: string };
 
 export interface SubmitResult { run: RunRecord; created: boolean }
 

@@ -59,7 +59,24 @@ export type HeartbeatReply =
   | { kind: 'closed' }
   | { kind: 'failed'; error: Error };
 
-export type StepWrite = { op: 'start'; stepKey: string } | { op: 'done'; stepKey: string; result: string };
+export type StepWrite =
+  | { op: 'start'; stepKey: string }
+  | { op: 'done'; stepKey: string; result: string; usage?: StepUsage };
+
+/** The model calls made for a step, counted with its result (once: only if this write stores it). */
+export interface StepUsage {
+  /** The agent that made them (the run's agent or a sub-agent). */
+  agent: string;
+  /** When the step finished (ms): its UTC day is the day the scope's usage is counted under. */
+  at: number;
+  calls: readonly { model: string; inputTokens: number; outputTokens: number }[];
+}
+
+/**
+ * How long a scope's usage of a day is kept: past the longest range the usage route answers
+ * (366 days), and bounded, so a scope's usage keys do not grow forever.
+ */
+export const USAGE_RETENTION_DAYS = 400;
 
 export type Resolution = { value: unknown } | { rerun: true };
 
@@ -225,11 +242,19 @@ export class Transitions {
     if (reply.kind !== 'renewed') throw new LeaseLostError(attempt.runId);
   }
 
-  /** Records a memoized step's start marker or its result; returns the stored result (first writer wins). */
+  /**
+   * Records a memoized step's start marker or its result; returns the stored result (first
+   * writer wins). A result's usage is counted, for the run and the scope's day, only by the
+   * write that stores it.
+   */
   async step(attempt: Attempt, write: StepWrite): Promise<string> {
-    const reply = await this.call('step', attempt.scope, { run: attempt.runKey, steps: attempt.keys.steps(attempt.runId) }, {
-      fence: attempt.fence, ...write,
-    });
+    const usage = write.op === 'done' ? write.usage : undefined;
+    const day = usage && new Date(usage.at).toISOString().slice(0, 10);
+    const reply = await this.call('step', attempt.scope, {
+      run: attempt.runKey, steps: attempt.keys.steps(attempt.runId), usage: day && attempt.keys.usage(day),
+    }, usage
+      ? { fence: attempt.fence, ...write, usage: { agent: usage.agent, calls: usage.calls }, usageTtlMs: USAGE_RETENTION_DAYS * 86_400_000 }
+      : { fence: attempt.fence, ...write });
     if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
     return String(reply[1]);
   }

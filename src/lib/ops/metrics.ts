@@ -68,6 +68,7 @@ export class Metrics {
   readonly memoHits: Counter<string>;
   readonly memoMisses: Counter<string>;
   readonly tokens: Counter<string>;
+  readonly modelTokens: Counter<string>;
   readonly appends: Counter<string>;
   readonly appendedEvents: Counter<string>;
   readonly sseClients: Gauge<string>;
@@ -103,6 +104,9 @@ export class Metrics {
     this.memoHits = counter('baton_memo_hits_total', 'Memoized steps answered from an earlier attempt.', ['runtime', 'kind']);
     this.memoMisses = counter('baton_memo_misses_total', 'Memoized steps that had to run.', ['runtime', 'kind']);
     this.tokens = counter('baton_tokens_streamed_total', 'Token deltas written to run event logs.', run);
+    // By the agent that made the call (a sub-agent's name too), not the runtime: usage is what
+    // an agent costs. Counted by the worker that stored the call's step, so once per call made.
+    this.modelTokens = counter('baton_model_tokens_total', 'Tokens of model calls as providers reported them, by kind (input, output).', ['kind', 'agent']);
     this.appends = counter('baton_event_log_appends_total', 'Fenced append round trips to run event logs (coalesced token batches and notices).', run);
     this.appendedEvents = counter('baton_event_log_events_total', 'Events written to run event logs by those appends.', run);
     this.sseClients = new Gauge({
@@ -198,6 +202,7 @@ export class Metrics {
       const l = { runtime: rt, agent: this.agents.get(name) };
       for (const c of [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents]) c.inc(l, 0);
       for (const status of ['succeeded', 'failed', 'cancelled']) this.finished.inc({ ...l, status }, 0);
+      for (const kind of ['input', 'output']) this.modelTokens.inc({ kind, agent: l.agent }, 0);
     }
     for (const kind of ['step', 'infer', 'tool']) {
       this.memoHits.inc({ runtime: rt, kind }, 0);
@@ -229,6 +234,13 @@ export class Metrics {
         this.appends.inc(l);
         this.appendedEvents.inc(l, events);
         if (tokens > 0) this.tokens.inc(l, tokens);
+      },
+      modelUsage: (_run, agent, calls) => {
+        const a = this.agents.get(agent);
+        for (const c of calls) {
+          if (c.inputTokens) this.modelTokens.inc({ kind: 'input', agent: a }, c.inputTokens);
+          if (c.outputTokens) this.modelTokens.inc({ kind: 'output', agent: a }, c.outputTokens);
+        }
       },
     };
   }

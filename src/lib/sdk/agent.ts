@@ -2,6 +2,7 @@ import type { Logger } from '../logger.ts';
 import type { HistoryMessage, MemoryOption } from '../sessions/memory-session.ts';
 import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
+import type { AgentEvent, EventPredicate } from './select.ts';
 
 /** A message the agent sees in ctx.history (the session's assembled history). */
 export type { HistoryMessage };
@@ -17,6 +18,23 @@ export interface StepCall {
   signal: AbortSignal;
 }
 
+/** What an inference's body gets: a step call, and where to record the model calls it made. */
+export interface InferCall extends StepCall {
+  /**
+   * Records one model call's token usage, as the provider reported it, with this step. It is
+   * counted (run `result.usage`, the scope's usage by day, metrics) when the step's result is
+   * stored, so exactly once per call made: a memo hit in a later attempt adds nothing.
+   */
+  recordUsage(usage: ModelCallUsage): void;
+}
+
+export interface ModelCallUsage {
+  /** The model id asked for. */
+  model: string;
+  inputTokens?: number;
+  outputTokens?: number;
+}
+
 export interface EmitOptions {
   /** Streamed to clients, never part of the answer or the history. */
   ephemeral?: boolean;
@@ -27,6 +45,7 @@ export interface RunContext {
   readonly scope: string;
   readonly sessionId: string;
   readonly runtime: string;
+  /** The run's agent; in a context from `subagent(name)`, that name. */
   readonly agent: string;
   /** 1 on the first attempt; unchanged by a recovery after a crash. */
   readonly attempt: number;
@@ -50,10 +69,19 @@ export interface RunContext {
   emit(text: string, options?: EmitOptions): void;
   /** A memoized unit of work: its result is stored and returned by later attempts without calling fn. */
   step<T>(key: string, fn: (call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
-  /** A memoized model call (step key `infer:<name>:<n>`); text it emits is replayed on a memo hit. */
-  infer<T>(name: string, fn: (call: StepCall) => Promise<T> | T): Promise<T>;
+  /**
+   * A memoized model call (step key `infer:<name>:<n>`); text it emits (and the agent selects)
+   * is replayed on a memo hit. `call.recordUsage` counts the model calls it makes.
+   */
+  infer<T>(name: string, fn: (call: InferCall) => Promise<T> | T): Promise<T>;
   /** A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen. */
   tool<A, T>(name: string, args: A, fn: (args: A, call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  /**
+   * The same run as seen by a sub-agent called `name`: what it emits, its tool calls and its
+   * model usage are tagged with that name (so `select` can tell it apart), and its steps are
+   * named `<name>.<step>` (step keys stay unique in the run and the same in every attempt).
+   */
+  subagent(name: string): RunContext;
 }
 
 export interface AgentResult {
@@ -74,6 +102,15 @@ export interface Agent {
    * per session (see memory-session.ts for the commit contract).
    */
   memory?: MemoryOption;
+  /**
+   * Which events reach the run's readers, by agent and role (`agentRole`, `role`, `and`, `or`,
+   * `not`). Text left out is neither streamed nor committed to the history; tool calls and
+   * results are streamed when selected and never committed. Default: assistant-role text of
+   * any agent, with its tool calls and their results.
+   */
+  select?: EventPredicate;
+  /** Sees each event `select` left out (tracing, debugging); what it throws is logged, not raised. */
+  onSkip?(event: AgentEvent): void;
   run(ctx: RunContext): Promise<AgentResult | string> | AgentResult | string;
 }
 
@@ -81,6 +118,11 @@ export interface Agent {
 export function defineAgent<A extends Agent>(agent: A): A {
   if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(agent.name)) {
     throw new Error(`agent name ${JSON.stringify(agent.name)} must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}`);
+  }
+  for (const hook of ['select', 'onSkip'] as const) {
+    if (agent[hook] !== undefined && typeof agent[hook] !== 'function') {
+      throw new TypeError(`agent ${JSON.stringify(agent.name)}: ${hook} must be a function`);
+    }
   }
   return agent;
 }

@@ -20,7 +20,7 @@ import type {
 } from '@ai-sdk/provider';
 import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ToolSet } from 'ai';
 import type { RunContext } from './agent.ts';
-import { reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
+import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
 import { PermanentError, TransientError } from './errors.ts';
 import { classify } from '../engine/retry-policy.ts';
 import { ID_PATTERN } from '../keys.ts';
@@ -52,10 +52,11 @@ export function durableModel(ctx: RunContext, model: LanguageModelV3, options: D
     wrapGenerate: async ({ doGenerate, model: inner }) => {
       endIfToolFailed(ctx);
       let called = false;
-      const stored = await ctx.infer(name, async (): Promise<StoredGenerate> => {
+      const stored = await ctx.infer(name, async (call): Promise<StoredGenerate> => {
         called = true;
         const result = await providerCall(ctx, doGenerate);
         for (const part of result.content) if (part.type === 'text' && part.text) ctx.emit(part.text);
+        recordModelCall(call, inner.modelId, toUsage(result.usage));
         return storeGenerate(result);
       });
       reportModelCall(ctx, { model: inner.modelId, usage: toUsage(stored.usage), replayed: !called });
@@ -123,6 +124,8 @@ export function durableTools<T extends ToolSet>(
             if (abortSignal.aborted) throw err;
             if (steersRun(err)) {
               if (!toolFailures.has(ctx)) toolFailures.set(ctx, err);
+              // Not stored and not the model's to see, but readers learn why the attempt ends.
+              reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: describe(err), replayed: false });
               throw err;
             }
             return { [FAILED]: err instanceof Error ? err.message : String(err) };
@@ -284,10 +287,13 @@ function memoizedStream(
   let called = false;
   const step = toolFailures.has(ctx)
     ? Promise.reject(toolFailures.get(ctx))
-    : ctx.infer(name, async (): Promise<{ parts: StoredPart[] }> => {
+    : ctx.infer(name, async (call): Promise<{ parts: StoredPart[] }> => {
       called = true;
       const live = await providerCall(ctx, doStream);
-      return { parts: await relay(ctx, live.stream, push) };
+      const parts = await relay(ctx, live.stream, push);
+      const finish = parts.find((p) => p.type === 'finish');
+      recordModelCall(call, modelId, toUsage(finish?.type === 'finish' ? finish.usage : undefined));
+      return { parts };
     });
   step.then(
     ({ parts }) => {

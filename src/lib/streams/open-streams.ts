@@ -10,7 +10,7 @@ import { BatonError } from '../errors.ts';
  * over API processes behind a load balancer (any API serves any stream).
  */
 export interface OpenStreamsOptions {
-  /** SSE_MAX_PER_KEY: open streams one API key may hold in this process. */
+  /** SSE_MAX_PER_KEY: open streams one credential (an API key, or a stream token) may hold in this process. */
   perKey: number;
   /** SSE_MAX_PER_SCOPE: open streams all keys of one scope may hold in this process. */
   perScope: number;
@@ -30,10 +30,19 @@ export interface StreamLease {
   release(): void;
 }
 
-interface Held { scope: string; keyId: string; controller: AbortController }
+/**
+ * Who opens a stream: `credential` is what the per-key cap counts (an API key's id, or a
+ * stream token's digest, so a page's token is not counted against the backend key that
+ * minted it), `keyId` the API key whose revocation ends the stream (the token's minter).
+ */
+export interface StreamOpener { credential: string; keyId: string }
+
+interface Held { scope: string; credential: string; keyId: string; controller: AbortController }
 
 export class OpenStreams {
+  /** Open streams by API key id (for revocation). */
   private readonly byKey = new Map<string, Set<Held>>();
+  private readonly perCredential = new Map<string, number>();
   private readonly perScope = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private checking = false;
@@ -46,18 +55,19 @@ export class OpenStreams {
     return n;
   }
 
-  /** Admits a stream of `keyId` in `scope`, or throws 429 TOO_MANY_STREAMS. */
-  admit(scope: string, keyId: string): StreamLease {
-    const ofKey = this.byKey.get(keyId)?.size ?? 0;
+  /** Admits a stream of `who` in `scope`, or throws 429 TOO_MANY_STREAMS. */
+  admit(scope: string, who: StreamOpener): StreamLease {
+    const ofKey = this.perCredential.get(who.credential) ?? 0;
     const ofScope = this.perScope.get(scope) ?? 0;
     if (ofKey >= this.o.perKey || ofScope >= this.o.perScope) {
       const which = ofKey >= this.o.perKey ? `this key has ${ofKey} open (SSE_MAX_PER_KEY)` : `this scope has ${ofScope} open (SSE_MAX_PER_SCOPE)`;
       throw new BatonError('TOO_MANY_STREAMS', `Too many open event streams: ${which}.`, [], { retryAfterMs: this.o.retryAfterMs });
     }
-    const held: Held = { scope, keyId, controller: new AbortController() };
-    let set = this.byKey.get(keyId);
-    if (!set) this.byKey.set(keyId, (set = new Set()));
+    const held: Held = { scope, credential: who.credential, keyId: who.keyId, controller: new AbortController() };
+    let set = this.byKey.get(who.keyId);
+    if (!set) this.byKey.set(who.keyId, (set = new Set()));
     set.add(held);
+    this.perCredential.set(who.credential, ofKey + 1);
     this.perScope.set(scope, ofScope + 1);
     this.schedule();
     let released = false;
@@ -74,9 +84,11 @@ export class OpenStreams {
   private forget(held: Held): void {
     const set = this.byKey.get(held.keyId);
     if (set?.delete(held) && set.size === 0) this.byKey.delete(held.keyId);
-    const n = (this.perScope.get(held.scope) ?? 1) - 1;
-    if (n > 0) this.perScope.set(held.scope, n);
-    else this.perScope.delete(held.scope);
+    for (const [counts, name] of [[this.perCredential, held.credential], [this.perScope, held.scope]] as const) {
+      const n = (counts.get(name) ?? 1) - 1;
+      if (n > 0) counts.set(name, n);
+      else counts.delete(name);
+    }
     if (this.byKey.size === 0 && this.timer) {
       clearInterval(this.timer);
       this.timer = undefined;

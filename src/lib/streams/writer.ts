@@ -1,8 +1,9 @@
+import type { Speaker } from '../contract/events.ts';
 import type { Attempt } from '../engine/attempt.ts';
 import { LeaseLostError } from '../engine/script-codes.ts';
 import type { Transitions } from '../engine/transitions.ts';
 
-interface Pending { type: string; data: string; text?: string }
+interface Pending { type: string; data: string; text?: string; from?: Speaker }
 interface Batch { no: number; events: [string, string][]; tokens: number }
 
 export interface EventWriterOptions {
@@ -23,7 +24,8 @@ const RETRY_MAX_MS = 2_000;
 /**
  * Writes a run's events through the fenced `append` script.
  *
- * Token deltas are coalesced: consecutive tokens become one `token` event, and token writes
+ * Token deltas are coalesced: consecutive tokens of one speaker (agent and role) become one
+ * `token` event, so a reader can still tell who said what, and token writes
  * start at most once per `flushMs` (sooner once `flushTokens` tokens are queued), so a fast
  * model costs tens of round trips per second instead of one per token. The window is
  * leading-edge: a token that arrives after `flushMs` of quiet is written at once, and in a
@@ -55,11 +57,11 @@ export class EventWriter {
 
   constructor(private readonly o: EventWriterOptions) {}
 
-  token(text: string): void {
+  token(text: string, from?: Speaker): void {
     if (this.lost || this.closed || text === '') return;
     const last = this.queue[this.queue.length - 1];
-    if (last && last.text !== undefined) last.text += text;
-    else this.queue.push({ type: 'token', data: '', text });
+    if (last && last.text !== undefined && sameSpeaker(last.from, from)) last.text += text;
+    else this.queue.push({ type: 'token', data: '', text, from });
     this.tokensQueued++;
     this.schedule();
   }
@@ -123,7 +125,7 @@ export class EventWriter {
   }
 
   private takeBatch(): Batch {
-    const events = this.queue.map((p): [string, string] => [p.type, p.text !== undefined ? JSON.stringify({ text: p.text }) : p.data]);
+    const events = this.queue.map((p): [string, string] => [p.type, p.text !== undefined ? JSON.stringify({ text: p.text, ...p.from }) : p.data]);
     const batch = { no: ++this.batchNo, events, tokens: this.tokensQueued };
     this.queue = [];
     this.tokensQueued = 0;
@@ -159,4 +161,8 @@ export class EventWriter {
     })();
     return this.writing;
   }
+}
+
+function sameSpeaker(a: Speaker | undefined, b: Speaker | undefined): boolean {
+  return a?.agent === b?.agent && a?.role === b?.role;
 }

@@ -68,6 +68,11 @@ export class ApiKeyStore {
     return out;
   }
 
+  /** Whether the key with this id is still issued (not revoked). */
+  async isIssued(id: string): Promise<boolean> {
+    return (await this.redis.exists(this.keys.apiKeyId(id))) === 1;
+  }
+
   async list(scope: string): Promise<ApiKeyInfo[]> {
     const ids = await this.redis.smembers(this.keys.apiKeysOfScope(scope));
     const out: ApiKeyInfo[] = [];

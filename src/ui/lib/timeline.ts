@@ -1,12 +1,16 @@
 import type { RunStreamEvent } from './run-stream.ts';
 
-/** One line of the timeline: consecutive token events are one line, with their count. */
+/** One line of the timeline: consecutive token events of one speaker are one line, with their count. */
 export interface TimelineEntry {
   id: string;
   /** Id of the last event merged into this line (the same as `id` for one event). */
   lastId: string;
   type: string;
   summary: string;
+  /** Who said it, `<agent> · <role>`, for events that carry both (text, notices, tool calls and results). */
+  who?: string;
+  /** A tool result that is an error (the tool did not run, or failed). */
+  failed?: boolean;
   /** Token lines: how many events and characters they hold. */
   tokens?: { events: number; chars: number };
 }
@@ -43,13 +47,25 @@ function apply(t: Timeline, e: RunStreamEvent): void {
     case 'token': {
       t.answer += e.data.text;
       const last = t.entries.at(-1);
-      if (last?.type === 'token' && last.tokens) {
+      const who = speaker(e.data);
+      // Text of another agent (a sub-agent the run selected) starts a line of its own.
+      if (last?.type === 'token' && last.tokens && last.who === who) {
         const tokens = { events: last.tokens.events + 1, chars: last.tokens.chars + e.data.text.length };
         t.entries[t.entries.length - 1] = { ...last, lastId: e.id, tokens, summary: tokenSummary(tokens) };
       } else {
         const tokens = { events: 1, chars: e.data.text.length };
-        t.entries.push({ id: e.id, lastId: e.id, type: 'token', tokens, summary: tokenSummary(tokens) });
+        t.entries.push({ id: e.id, lastId: e.id, type: 'token', tokens, summary: tokenSummary(tokens), who });
       }
+      return;
+    }
+    case 'tool-call':
+      push(t, e, `${e.data.name}(${short(json(e.data.args), 120)}) · call ${e.data.callId}`, e.type, speaker(e.data));
+      return;
+    case 'tool-result': {
+      const d = e.data;
+      const outcome = d.ok ? `→ ${short(json(d.result), 120)}` : `failed: ${short(d.error, 120)}`;
+      push(t, e, `${d.name} ${outcome} · call ${d.callId}`, e.type, speaker(d));
+      if (!d.ok) t.entries[t.entries.length - 1].failed = true;
       return;
     }
     case 'attempt':
@@ -63,7 +79,7 @@ function apply(t: Timeline, e: RunStreamEvent): void {
       return;
     case 'ephemeral':
       t.notices.push({ id: e.id, text: e.data.text });
-      push(t, e, e.data.text);
+      push(t, e, e.data.text, e.type, speaker(e.data));
       return;
     case 'end': {
       const d = e.data;
@@ -77,8 +93,17 @@ function apply(t: Timeline, e: RunStreamEvent): void {
   }
 }
 
-function push(t: Timeline, e: RunStreamEvent, summary: string, type: string = e.type): void {
-  t.entries.push({ id: e.id, lastId: e.id, type, summary });
+function push(t: Timeline, e: RunStreamEvent, summary: string, type: string = e.type, who?: string): void {
+  t.entries.push(who ? { id: e.id, lastId: e.id, type, summary, who } : { id: e.id, lastId: e.id, type, summary });
+}
+
+/** `<agent> · <role>`; undefined for events written before they said who said them. */
+function speaker(d: { agent?: string; role?: string }): string | undefined {
+  return d.agent && d.role ? `${d.agent} · ${d.role}` : undefined;
+}
+
+function json(v: unknown): string {
+  return typeof v === 'string' ? v : JSON.stringify(v) ?? 'undefined';
 }
 
 function tokenSummary(n: { events: number; chars: number }): string {

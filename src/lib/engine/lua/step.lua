@@ -1,8 +1,13 @@
 --[[ Record a memoized step: 'start' marks a non-idempotent step as begun (so a crash
   before its result blocks the run instead of repeating it); 'done' stores its result,
-  first writer wins.
-  KEYS  run, steps
-  O     fence, op (start | done), stepKey, result (JSON text, op done)
+  first writer wins, and counts the model calls made for it.
+  KEYS  run, steps, usage (the scope's usage hash of the step's day; op done with usage only)
+  O     fence, op (start | done), stepKey, result (JSON text, op done),
+        usage (op done, optional): {agent, calls: [{model, inputTokens, outputTokens}]},
+        usageTtlMs (how long the scope's day hash is kept)
+  Usage is counted only when this call stored the result: a step written twice (a reply
+  lost and the write resent) or taken from the memo by a later attempt adds nothing, so
+  every model call is counted once (invariant 13), even when its attempt dies right after.
   Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
 --@include lib
 if not fenced(K.run, O.fence) then return { -2 } end
@@ -10,5 +15,18 @@ if O.op == 'start' then
   redis.call('HSET', K.steps, O.stepKey .. '#started', nowMs())
   return { 0, '' }
 end
-redis.call('HSETNX', K.steps, O.stepKey, O.result)
+local stored = redis.call('HSETNX', K.steps, O.stepKey, O.result)
+if stored == 1 and O.usage then
+  for _, c in ipairs(O.usage.calls) do
+    redis.call('HINCRBY', K.run, 'usageIn', c.inputTokens)
+    redis.call('HINCRBY', K.run, 'usageOut', c.outputTokens)
+    redis.call('HINCRBY', K.run, 'usageCalls', 1)
+    -- Agent names hold no colon, so a field splits into kind, agent and model at its first two.
+    local f = ':' .. O.usage.agent .. ':' .. c.model
+    redis.call('HINCRBY', K.usage, 'in' .. f, c.inputTokens)
+    redis.call('HINCRBY', K.usage, 'out' .. f, c.outputTokens)
+    redis.call('HINCRBY', K.usage, 'calls' .. f, 1)
+  end
+  redis.call('PEXPIRE', K.usage, O.usageTtlMs)
+end
 return { 0, redis.call('HGET', K.steps, O.stepKey) }

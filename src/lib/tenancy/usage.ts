@@ -1,0 +1,60 @@
+import type { Redis } from 'ioredis';
+import type { Keys } from '../keys.ts';
+import type { ScopeUsage, UsageRow } from '../contract/admin.ts';
+import type { UsageTotals } from '../contract/runs.ts';
+
+const DAY_MS = 86_400_000;
+
+/**
+ * A scope's model usage from day `from` to day `to` (YYYY-MM-DD, UTC, inclusive), by day,
+ * agent and model, as the step script counted it (lua/step.lua: one hash per day under the
+ * scope's tag, fields `in|out|calls:<agent>:<model>`). Reads only the path's scope's keys;
+ * the caller bounds the range.
+ */
+export async function scopeUsage(redis: Redis, keys: Keys, scope: string, from: string, to: string): Promise<ScopeUsage> {
+  const sk = keys.scope(scope);
+  const days: string[] = [];
+  for (let t = Date.parse(from); t <= Date.parse(to); t += DAY_MS) days.push(new Date(t).toISOString().slice(0, 10));
+  // One round trip: every day's hash is in the scope's slot.
+  const pipe = redis.pipeline();
+  for (const day of days) pipe.hgetall(sk.usage(day));
+  const replies = (await pipe.exec()) ?? [];
+
+  const rows: UsageRow[] = [];
+  const total = zero();
+  days.forEach((day, i) => {
+    const [err, hash] = replies[i] ?? [new Error('no reply'), null];
+    if (err) throw err;
+    const byCall = new Map<string, UsageRow>();
+    for (const [field, value] of Object.entries((hash ?? {}) as Record<string, string>)) {
+      const m = /^(in|out|calls):([^:]+):(.*)$/s.exec(field);
+      if (!m) continue;
+      const [, kind, agent, model] = m;
+      const id = `${agent}:${model}`;
+      let row = byCall.get(id);
+      if (!row) byCall.set(id, (row = { day, agent, model, ...zero() }));
+      const n = Number(value);
+      if (kind === 'in') row.inputTokens += n;
+      else if (kind === 'out') row.outputTokens += n;
+      else row.modelCalls += n;
+    }
+    const sorted = [...byCall.values()].sort((a, b) => compare(a.agent, b.agent) || compare(a.model, b.model));
+    for (const row of sorted) {
+      row.totalTokens = row.inputTokens + row.outputTokens;
+      add(total, row);
+      rows.push(row);
+    }
+  });
+  return { scope, from, to, rows, total };
+}
+
+const zero = (): UsageTotals => ({ inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: 0 });
+
+function add(into: UsageTotals, u: UsageTotals): void {
+  into.inputTokens += u.inputTokens;
+  into.outputTokens += u.outputTokens;
+  into.totalTokens += u.totalTokens;
+  into.modelCalls += u.modelCalls;
+}
+
+const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
