@@ -337,7 +337,7 @@ class Closer {
       // One try, no retries: a flush that fails here would leave a hole before `end`.
       await this.writer.flush();
       await this.d.transitions.finish(this.attempt, {
-        status: 'failed', result: JSON.stringify(this.partial('error')), lastError: JSON.stringify(lastError),
+        status: 'failed', result: JSON.stringify({ ...this.partial('error'), ...this.usage() }), lastError: JSON.stringify(lastError),
       });
       this.d.events?.finished?.(this.run, 'failed');
     } catch (again) {
