@@ -83,7 +83,8 @@ export function route<
  */
 export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: AppDeps, o: { jsonLimit?: number } = {}): Router {
   const r = Router({ mergeParams: true });
-  const bodyRate = minimumBodyRate(d.config.BODY_MIN_BYTES_PER_SEC);
+  // A router that reads bodies (it was given a JSON limit) holds them to the minimum rate too.
+  const bodyRate: RequestHandler[] = o.jsonLimit === undefined ? [] : [minimumBodyRate(d.config.BODY_MIN_BYTES_PER_SEC)];
   const json: RequestHandler[] = o.jsonLimit === undefined
     ? []
     : [requireJsonBody, express.json({
@@ -99,7 +100,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
-      ...(spec.access === 'public' ? [] : [bodyRate]),
+      ...(spec.access === 'public' ? [] : bodyRate),
       ...(spec.rawBody || spec.access === 'public' ? [] : json),
     ];
     r[spec.method](path, ...guards, async (req, res) => {
