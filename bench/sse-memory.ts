@@ -40,7 +40,12 @@ export async function benchSseMemory(redisUrl: string): Promise<SseMemoryBench> 
 
 async function measure(redisUrl: string, launcher: Launcher): Promise<SseMemory> {
   const prefix = `bsse${randomBytes(4).toString('hex')}`;
-  const env = { REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0', SUBMIT_RATE_PER_SEC: '0' };
+  // All the clients stream on one key: the per-key and per-scope stream caps are lifted to fit them.
+  const caps = String(SSE_CLIENTS * 2);
+  const env = {
+    REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0', SUBMIT_RATE_PER_SEC: '0',
+    SSE_MAX_PER_KEY: caps, SSE_MAX_PER_SCOPE: caps,
+  };
   const api = await spawnBaton('api', env, [], launcher);
   const admin = new Redis(redisUrl);
   const stop = new AbortController();

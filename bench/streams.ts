@@ -65,6 +65,8 @@ function benchEnv(redisUrl: string) {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: `bstream${randomBytes(4).toString('hex')}`, RUNTIME: 'bench', PORT: '0',
     LOG_LEVEL: 'warn', METRICS_PORT: '0', WORKER_CONCURRENCY: String(STREAM_RUNS), MAX_ACTIVE_PER_SCOPE: String(STREAM_RUNS * 2),
     SUBMIT_RATE_PER_SEC: '0',
+    // Every run's reader streams on one key at once: past the default per-key stream cap.
+    SSE_MAX_PER_KEY: String(STREAM_RUNS * 2), SSE_MAX_PER_SCOPE: String(STREAM_RUNS * 2),
   };
 }
 

@@ -10,8 +10,10 @@ import { call } from './helpers/http.ts';
 /**
  * Invariant 10 under generated input: for every route of /openapi.json, malformed params,
  * queries, headers and bodies never get a 5xx, always get a registered error code with its
- * registered status, and a rejected request leaves Redis byte for byte as it was. The same
- * for generated output schemas on submit: accepted, or refused with a registered code.
+ * registered status, and a rejected request leaves Redis byte for byte as it was. The
+ * bodies include nesting far past BODY_MAX_DEPTH, bytes that are not UTF-8, and requests
+ * carry repeated headers. The same for generated output schemas on submit: accepted, or
+ * refused with a registered code.
  *
  * No worker runs and the API's sweeper is off, so nothing but the requests writes to Redis.
  * The submit rate limit is off here (its bucket is written by well-formed submits that end
@@ -25,6 +27,7 @@ let routes: { method: string; path: string; params: string[] }[];
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
 const SCHEMA_RUNS = Number(process.env.FUZZ_SCHEMA_RUNS ?? 200);
+const NESTING_RUNS = Number(process.env.FUZZ_NESTING_RUNS ?? 100);
 
 beforeAll(async () => {
   h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192' });
@@ -60,8 +63,11 @@ async function snapshot(): Promise<Map<string, string>> {
 
 interface RawResponse { status: number; text: string; headers: Record<string, string | string[] | undefined> }
 
-/** A raw HTTP request: no client-side normalisation of the path, headers or body. */
-function send(method: string, path: string, headers: Record<string, string>, body: string | undefined): Promise<RawResponse> {
+/**
+ * A raw HTTP request: no client-side normalisation of the path, headers or body. Headers in
+ * the raw form (name, value, name, value...) may repeat a name.
+ */
+function send(method: string, path: string, headers: Record<string, string> | string[], body: string | Buffer | undefined): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     const req = request({ host, port, method, path, headers, agent: false }, (res) => {
       let text = '';
@@ -112,9 +118,37 @@ const queryString = fc.oneof(
 
 const validSubmit = { sessionId: 's1', input: { content: 'hello' } };
 
+/** Arrays nested `n` deep, as JSON text (JSON.stringify cannot build thousands of levels on a test's stack). */
+const nestedText = (n: number) => `${'['.repeat(n)}0${']'.repeat(n)}`;
+
+/** Any-JSON fields nested around and far past BODY_MAX_DEPTH (well-formed submits otherwise). */
+const deepBody = fc.record({
+  field: fc.constantFrom('memory', 'metadata', 'outputSchema', 'value', 'input'),
+  // Up to 4,000 levels: deeper would pass the 8 KiB body limit of this file and test that instead.
+  depth: fc.oneof(fc.integer({ min: 100, max: 140 }), fc.integer({ min: 1_000, max: 4_000 })),
+  close: fc.boolean(),
+}).map(({ field, depth, close }) => {
+  const value = field === 'metadata' || field === 'outputSchema' || field === 'input' ? `{"a":${nestedText(depth)}}` : nestedText(depth);
+  // Unclosed: malformed as well as deep, which the nesting check must not mistake for well-formed.
+  const text = `{"sessionId":"s1","input":{"content":"hello"},"${field}":${value}}`;
+  return close ? text : text.slice(0, text.length - depth);
+});
+
+/** A valid submit with one byte that is not UTF-8 (a lone lead or continuation byte, an overlong form). */
+const notUtf8 = fc.record({
+  at: fc.nat(40),
+  bytes: fc.constantFrom([0xff], [0xe9], [0x80], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80]),
+}).map(({ at, bytes }) => {
+  const text = Buffer.from(JSON.stringify(validSubmit));
+  const i = text.indexOf('hello') + (at % 5);
+  return Buffer.concat([text.subarray(0, i), Buffer.from(bytes), text.subarray(i)]);
+});
+
 /** Bodies: JSON of any shape, valid bodies with one field broken, and text that is not JSON. */
-const jsonBody = fc.oneof(
+const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
   fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)),
+  deepBody,
+  notUtf8,
   fc.record({
     field: fc.constantFrom('sessionId', 'input', 'runtime', 'agent', 'metadata', 'memory', 'maxAttempts', 'idempotencyKey',
       'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs'),
@@ -138,6 +172,8 @@ const contentType = fc.oneof(
 
 const auth = fc.oneof(
   { weight: 6, arbitrary: fc.constant('valid') },
+  // Two Authorization headers: the valid key twice, or with another value before or after it.
+  { weight: 1, arbitrary: fc.constantFrom('twice', 'twice:first-bad', 'twice:second-bad') },
   { weight: 1, arbitrary: fc.constantFrom('', 'Bearer', 'Bearer short', 'Basic abc', 'Bearer ' + 'k'.repeat(300), 'bearer x') },
   { weight: 1, arbitrary: fc.string({ maxLength: 40 }).map((s) => `Bearer ${s.replace(/[^\x21-\x7e]/g, 'z')}`) },
 );
@@ -257,7 +293,7 @@ describe('generated malformed requests to every route', () => {
       fc.asyncProperty(malformedRequest(), async (r) => {
         const path = r.route.path.replace(/\{(\w+)\}/g, (_, p: string) => r.params[p] ?? VALID[p]) + (r.query ? `?${r.query}` : '');
         const headers: Record<string, string> = {};
-        if (r.auth === 'valid') headers.authorization = `Bearer ${key}`;
+        if (r.auth === 'valid' || r.auth.startsWith('twice')) headers.authorization = `Bearer ${key}`;
         else if (r.auth) headers.authorization = r.auth;
         if (r.headers['last-event-id'] !== undefined) headers['last-event-id'] = r.headers['last-event-id'];
         if (r.body !== undefined) {
@@ -265,8 +301,14 @@ describe('generated malformed requests to every route', () => {
           if (r.headers['content-encoding']) headers['content-encoding'] = r.headers['content-encoding'];
           headers['content-length'] = String(Buffer.byteLength(r.body));
         }
-        const res = await send(r.route.method, path, headers, r.body);
-        const what = `${r.route.method} ${path} ${JSON.stringify(headers)} body=${r.body?.slice(0, 200)} -> ${res.status} ${res.text.slice(0, 300)}`;
+        // In the raw form Node adds no Host header of its own.
+        const raw = ['host', `${host}:${port}`, ...Object.entries(headers).flat()];
+        // The second Authorization header comes after all the others, as a proxy would append it.
+        if (r.auth === 'twice') raw.push('Authorization', `Bearer ${key}`);
+        if (r.auth === 'twice:second-bad') raw.push('Authorization', 'Bearer not-the-key-0000000');
+        if (r.auth === 'twice:first-bad') raw.unshift('authorization', 'Bearer not-the-key-0000000');
+        const res = await send(r.route.method, path, raw, r.body);
+        const what = `${r.route.method} ${path} ${JSON.stringify(raw)} body=${String(r.body?.slice(0, 200))} -> ${res.status} ${res.text.slice(0, 300)}`;
         expect(res.status, what).toBeLessThan(500);
         if (res.status < 400) {
           // Well-formed after all (e.g. a valid list query): not a rejection, so it may write.
@@ -287,6 +329,63 @@ describe('generated malformed requests to every route', () => {
     );
     console.log(`${RUNS} generated requests: ${accepted} well-formed after all; rejections by code:`, Object.fromEntries(seen));
     expect(seen.get('VALIDATION_FAILED')).toBeGreaterThan(0);
+  });
+});
+
+describe('generated nesting in every JSON body', () => {
+  it('past BODY_MAX_DEPTH is 400 VALIDATION_FAILED on every route that reads JSON, whatever the shape, and writes nothing', async () => {
+    // The default body limit, so bodies nested tens of thousands deep arrive whole.
+    const wide = await h.startApi({ BODY_LIMIT_BYTES: String(1024 * 1024) });
+    const u = new URL(wide.url);
+    const target = { host: u.hostname, port: Number(u.port) };
+    const max = h.configWith().BODY_MAX_DEPTH;
+    const jsonRoutes = routes.filter((r) => r.method === 'POST' && !r.path.endsWith('/artifacts'));
+    // Ways to go one or two levels down, each with its closing text.
+    const levels: [string, string, number][] = [['[', ']', 1], ['{"a":', '}', 1], ['{"":[', ']}', 2], ['[{"k":', '}]', 2], ['[1,"[{",', ']', 1]];
+    let baseline = await snapshot();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...jsonRoutes),
+        fc.constantFrom('memory', 'metadata', 'outputSchema', 'value', 'input', 'sessionId'),
+        fc.array(fc.constantFrom(...levels), { minLength: 1, maxLength: 3 }),
+        fc.oneof(fc.integer({ min: max - 3, max: max + 1 }), fc.integer({ min: max + 2, max: 60_000 })),
+        async (route, field, shape, wanted) => {
+          let open = '';
+          let close = '';
+          let depth = 1; // the body object
+          for (let i = 0; depth < wanted; i++) {
+            const [o, c, n] = shape[i % shape.length];
+            open += o;
+            close = c + close;
+            depth += n;
+          }
+          const body = `{"sessionId":"s1","input":{"content":"x"},"${field}":${open}0${close}}`;
+          const path = route.path.replace(/\{(\w+)\}/g, (_, p: string) => VALID[p]);
+          const res = await new Promise<RawResponse>((resolve, reject) => {
+            const req = request({ ...target, method: 'POST', path, agent: false, headers: {
+              authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)),
+            } }, (r) => {
+              let text = '';
+              r.setEncoding('utf8');
+              r.on('data', (c) => { text += c; });
+              r.on('end', () => resolve({ status: r.statusCode!, text, headers: r.headers }));
+            });
+            req.on('error', reject);
+            req.end(body);
+          });
+          const what = `${route.path} ${field} ${depth} levels -> ${res.status} ${res.text.slice(0, 200)}`;
+          expect(res.status, what).toBeLessThan(500);
+          if (depth > max) {
+            expect(res.status, what).toBe(400);
+            expect(JSON.parse(res.text).error, what).toMatchObject({ code: 'VALIDATION_FAILED', details: [{ path: 'body' }] });
+          }
+          if (res.status < 400) baseline = await snapshot();
+          else expect([...(await snapshot()).entries()].sort(), what).toEqual([...baseline.entries()].sort());
+        },
+      ),
+      { numRuns: NESTING_RUNS },
+    );
+    await wide.close();
   });
 });
 

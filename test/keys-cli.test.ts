@@ -1,5 +1,8 @@
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { runKeysCommand } from '../src/cli/keys-command.ts';
 import { BIN, useHarness, type Harness } from './helpers/harness.ts';
@@ -8,7 +11,8 @@ import { track } from './helpers/resources.ts';
 
 /**
  * `baton keys create|list|revoke` against a real Redis, used against a real API; and
- * `baton start` making (and printing) a development key only when no key exists. Each real
+ * `baton start` making a development key only when no key exists, printing it only on a
+ * terminal and otherwise writing it to a file only its owner can read. Each real
  * `baton` process costs seconds of CPU, so the command's other cases run in this process.
  */
 let h: Harness;
@@ -104,35 +108,66 @@ describe('baton keys', () => {
 });
 
 describe('baton start', () => {
-  it('makes and prints a dev key when Redis has no key, and only then', async () => {
-    // A key space of its own: no key exists there yet.
+  it('makes a dev key when Redis has no key, and only then; off a terminal it goes to a file only its owner can read', async () => {
+    // A key space of its own: no key exists there yet. A folder of its own for `.baton/`.
     const prefix = `${h.prefix}dev${randomBytes(2).toString('hex')}`;
-    const first = await startBaton(prefix);
-    const m = /development API key \(scope "dev", role admin\), shown only now:\n {2}(\S+)/.exec(first.out);
-    expect(m, first.out).not.toBeNull();
-    expect(first.out).toContain(`run inspector: ${first.url}/ui#key=${m![1]}`);
-    const auth = { authorization: `Bearer ${m![1]}` };
+    const dir = tempDir();
+    const first = await startBaton(prefix, { cwd: dir });
+    // Its stdout is a pipe here, as a log file or a container's log is: the key is not in it.
+    expect(first.out).not.toMatch(/bk_/);
+    const file = join(dir, '.baton', 'dev-key');
+    expect(first.out).toContain(`development API key (scope "dev", role admin) written to ${file} (readable only by you`);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const key = readFileSync(file, 'utf8').trim();
+    expect(first.out).toContain(`run inspector: ${first.url}/ui\n`);
+    const auth = { authorization: `Bearer ${key}` };
     const sub = await call(first.url, 'POST', '/v1/scopes/dev/runs', { sessionId: 's1', input: { content: 'hi dev' }, runtime: h.runtime }, auth);
     expect(sub.status).toBe(202);
     expect(sub.body.warnings).toBeUndefined();
     expect((await call(first.url, 'GET', `/v1/scopes/dev/runtimes/${h.runtime}/stats`, undefined, auth)).status).toBe(200);
     await first.stop();
 
-    const second = await startBaton(prefix);
+    const second = await startBaton(prefix, { cwd: dir });
     expect(second.out).toContain('API keys exist already');
     expect(second.out).not.toContain('development API key');
     expect(second.out).toContain(`run inspector: ${second.url}/ui\n`);
     expect((await call(second.url, 'GET', '/v1/scopes/dev/runtimes', undefined, auth)).status).toBe(200);
     await second.stop();
   });
+
+  it('on a terminal it shows the dev key once, with the inspector link, and writes no file', async () => {
+    const prefix = `${h.prefix}tty${randomBytes(2).toString('hex')}`;
+    const dir = tempDir();
+    const started = await startBaton(prefix, { cwd: dir, tty: true });
+    const m = /development API key \(scope "dev", role admin\), shown only now:\n {2}(\S+)/.exec(started.out);
+    expect(m, started.out).not.toBeNull();
+    expect(started.out).toContain(`run inspector: ${started.url}/ui#key=${m![1]}`);
+    expect(existsSync(join(dir, '.baton', 'dev-key'))).toBe(false);
+    expect((await call(started.url, 'GET', '/v1/scopes/dev/runtimes', undefined, { authorization: `Bearer ${m![1]}` })).status).toBe(200);
+    await started.stop();
+  });
 });
 
-/** `baton start` against the test Redis with its own key prefix; resolves when it is up. */
-async function startBaton(prefix: string): Promise<{ url: string; out: string; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, [BIN, 'start'], {
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'baton-start-'));
+  track(dir, async () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * `baton start` against the test Redis with its own key prefix, in `cwd`; with `tty`, under
+ * `script`, so its stdout is a terminal. Resolves when it is up.
+ */
+async function startBaton(prefix: string, o: { cwd: string; tty?: boolean }): Promise<{ url: string; out: string; stop(): Promise<void> }> {
+  const command = [process.execPath, BIN, 'start'];
+  const options = {
+    cwd: o.cwd,
     env: { ...process.env, ...h.env, BATON_KEY_PREFIX: prefix, PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+    stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'],
+  };
+  const child = o.tty
+    ? spawn('script', ['-qec', command.map((a) => `'${a}'`).join(' '), '/dev/null'], options)
+    : spawn(command[0], command.slice(1), options);
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
@@ -140,7 +175,8 @@ async function startBaton(prefix: string): Promise<{ url: string; out: string; s
   };
   track(child, stop);
   let out = '';
-  child.stdout!.on('data', (b) => { out += b; });
+  // A terminal ends its lines with CR LF.
+  child.stdout!.on('data', (b) => { out += String(b).replace(/\r/g, ''); });
   child.stderr!.on('data', (b) => { out += b; });
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`baton start did not come up:\n${out}`)), 30_000);
@@ -150,5 +186,5 @@ async function startBaton(prefix: string): Promise<{ url: string; out: string; s
     });
     child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`baton start exited ${code}:\n${out}`)); });
   });
-  return { url, out, stop };
+  return { url, get out() { return out; }, stop };
 }

@@ -235,12 +235,15 @@ describe('labels', () => {
   it('adds the scope label only with METRICS_SCOPE_LABEL, and folds runtimes past the limit', async () => {
     const run = (scope: string, runtime: string) => ({ id: 'r1', scope, runtime, agent: 'echo' }) as never;
     const plain = new Metrics({ scopeLabel: false, labelLimit: 2, defaultMetrics: false });
+    // Workers registered these four; past the limit of two, the rest fold into "_other".
+    for (const rt of ['a', 'b', 'c', 'd']) plain.registerRuntime(rt, ['echo']);
     for (const rt of ['a', 'b', 'c', 'd']) plain.runSubmitted(run('acme', rt));
     const p = parseMetrics((await plain.expose()).body);
     expect(byRuntime(p)).toEqual({ a: 1, b: 1, [OTHER]: 2 });
     expect(select(p, 'baton_runs_submitted_total').every((s) => !('scope' in s.labels))).toBe(true);
 
     const scoped = new Metrics({ scopeLabel: true, labelLimit: 100, defaultMetrics: false });
+    scoped.registerRuntime('a', ['echo']);
     scoped.runSubmitted(run('acme', 'a'));
     scoped.runSubmitted(run('globex', 'a'));
     scoped.sseOpened('acme');

@@ -93,10 +93,11 @@ it('listing runs while reads fail keeps every run in the listing (a failed read 
   const index = h.keys.scope('acme').runs;
   const before = await h.redis.zcard(index);
 
-  // A user whose HGETALL is refused makes every run read fail while the index stays readable:
-  // the same shape as a Redis restart between the index read and the record reads.
+  // A user whose HMGET is refused (a listing reads the fields it shows with it) makes every run
+  // read fail while the index stays readable: the same shape as a Redis restart between the
+  // index read and the record reads.
   const user = `lister-${randomBytes(4).toString('hex')}`;
-  await h.redis.acl('SETUSER', user, 'on', 'nopass', '~*', '&*', '+@all', '-hgetall');
+  await h.redis.acl('SETUSER', user, 'on', 'nopass', '~*', '&*', '+@all', '-hmget');
   const limited = createRedis({ url: rr.url.replace('redis://', `redis://${user}:x@`), name: 'limited' });
   track(limited, () => limited.quit());
   track(user, () => h.redis.acl('DELUSER', user));

@@ -3,6 +3,7 @@ import helmet from 'helmet';
 import { BatonError } from '../lib/errors.ts';
 import type { AppDeps } from './deps.ts';
 import { authenticate } from './auth.ts';
+import { refuseRepeatedHeaders } from './request-guards.ts';
 import { errorHandler } from './error-handler.ts';
 import { mountTemplate, observeRequests } from './http-metrics.ts';
 import { mountRoutes, SCOPE } from './route.ts';
@@ -16,6 +17,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(helmet());
 
   app.use(observeRequests(deps.metrics, deps.log));
+  app.use(refuseRepeatedHeaders);
   // Routes outside a scope: the public ones, those any valid key may call (whoami), and those a token opens.
   const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key' || r.access === 'token');
   app.use(mountRoutes(unscoped, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));

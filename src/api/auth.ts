@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/tenancy/api-keys.ts';
 import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
@@ -33,8 +34,10 @@ export function authenticateKeyOrStreamToken(keys: ApiKeyStore, tokens: StreamTo
     if (req.headers.authorization !== undefined) return byKey(req, res, next);
     const token = req.query.access_token;
     const { scope, runId } = req.params as { scope?: string; runId?: string };
-    const opens = typeof token === 'string' && scope !== undefined && runId !== undefined && (await tokens.opensRun(scope, runId, token));
-    next(opens ? undefined : new BatonError('UNAUTHENTICATED', 'An API key of this scope, or a stream token for this run, is required.'));
+    const keyId = typeof token === 'string' && scope !== undefined && runId !== undefined ? await tokens.openerOf(scope, runId, token) : undefined;
+    // The stream counts as the token's (its cap) and ends with its key's streams (revocation).
+    if (keyId) res.locals.streamCredential = { credential: `token:${createHash('sha256').update(token as string).digest('hex')}`, keyId };
+    next(keyId ? undefined : new BatonError('UNAUTHENTICATED', 'An API key of this scope, or a stream token for this run, is required.'));
   };
 }
 

@@ -4,6 +4,7 @@ import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import type { Config } from '../lib/config.ts';
 import type { RunStreams } from '../lib/streams/run-streams.ts';
+import type { OpenStreams } from '../lib/streams/open-streams.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import type { Keys } from '../lib/keys.ts';
 import type { Logger } from '../lib/logger.ts';
@@ -26,6 +27,8 @@ export interface AppDeps {
   /** Read-only tokens for browser pages, accepted by the routes of access `stream`. */
   streamTokens: StreamTokenStore;
   streams: RunStreams;
+  /** The event streams open in this process: their caps, and their end when a key is revoked. */
+  openStreams: OpenStreams;
   log: Logger;
   /** The process's Prometheus registry (shared with a worker in the same process). */
   metrics: Metrics;

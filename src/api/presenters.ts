@@ -1,5 +1,5 @@
 import type { PublicRunStatus, Run, StreamToken, Wait } from '../lib/contract/runs.ts';
-import type { RunRecord, RunStatus, StoredWait } from '../lib/engine/record.ts';
+import type { RunStatus, ShownRun, StoredWait } from '../lib/engine/record.ts';
 import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 
@@ -9,11 +9,12 @@ export function publicStatus(status: RunStatus): PublicRunStatus {
 }
 
 /**
- * The run as the API shows it: no lease internals, no caller memory echo. Every caller shows
- * it to a key of the run's scope, the one audience a wait's resume token is for: `tokens`
- * adds them to the pending waits.
+ * The run as the API shows it: no lease internals, no caller memory echo. It reads only the
+ * fields of SHOWN_FIELDS (record.ts), which is all a listing reads from Redis: a field shown
+ * here must be added there. Every caller shows it to a key of the run's scope, the one
+ * audience a wait's resume token is for: `tokens` adds them to the pending waits.
  */
-export function presentRun(run: RunRecord, basePath: string, tokens?: Pick<WaitTokens, 'tokenFor'>): Run {
+export function presentRun(run: ShownRun, basePath: string, tokens?: Pick<WaitTokens, 'tokenFor'>): Run {
   return {
     id: run.id,
     scope: run.scope,
@@ -49,7 +50,7 @@ export function presentRun(run: RunRecord, basePath: string, tokens?: Pick<WaitT
   };
 }
 
-function presentWait(run: RunRecord, w: StoredWait, tokens: Pick<WaitTokens, 'tokenFor'> | undefined): Wait {
+function presentWait(run: ShownRun, w: StoredWait, tokens: Pick<WaitTokens, 'tokenFor'> | undefined): Wait {
   return {
     key: w.key,
     kind: w.kind,

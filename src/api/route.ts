@@ -8,6 +8,7 @@ import { authenticateKeyOrStreamToken, identify, requireRole } from './auth.ts';
 import { corsFor } from './cors.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
+import { checkJsonBytes, minimumBodyRate } from './request-guards.ts';
 
 /**
  * A route of the catalogue (routes.ts): how it is called, what it answers, who may call it,
@@ -84,9 +85,13 @@ export function route<
  */
 export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: AppDeps, o: { jsonLimit?: number } = {}): Router {
   const r = Router({ mergeParams: true });
+  // A router that reads bodies (it was given a JSON limit) holds them to the minimum rate too.
+  const bodyRate: RequestHandler[] = o.jsonLimit === undefined ? [] : [minimumBodyRate(d.config.BODY_MIN_BYTES_PER_SEC)];
   const json: RequestHandler[] = o.jsonLimit === undefined
     ? []
-    : [requireJsonBody, express.json({ limit: o.jsonLimit, strict: true, type: () => true })];
+    : [requireJsonBody, express.json({
+      limit: o.jsonLimit, strict: true, type: () => true, verify: checkJsonBytes(d.config.BODY_MAX_DEPTH),
+    })];
   for (const spec of routes) {
     if (!spec.path.startsWith(prefix)) throw new Error(`route ${spec.path} is not under ${prefix}`);
     const path = spec.path.slice(prefix.length) || '/';
@@ -97,6 +102,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
+      ...(spec.access === 'public' ? [] : bodyRate),
       ...(spec.rawBody || spec.access === 'public' ? [] : json),
     ];
     r[spec.method](path, ...guards, async (req, res) => {
@@ -119,9 +125,11 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
   return r;
 }
 
-/** A request that carries a body must say it is JSON; bodyless requests pass. */
+/** A request that carries a body must say it is JSON, in UTF-8 (or no charset); bodyless requests pass. */
 function requireJsonBody(req: Request, _res: Response, next: NextFunction): void {
   const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
   if (hasBody && !req.is('application/json')) return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
+  if (hasBody && charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
   next();
 }

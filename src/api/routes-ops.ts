@@ -1,13 +1,16 @@
 import { z } from 'zod';
 import { checkReadiness } from '../lib/ops/health.ts';
+import { metricsAuthorized } from '../lib/ops/metrics.ts';
+import { BatonError } from '../lib/errors.ts';
 import * as res from './response-schemas.ts';
 import { route, type RouteSpec } from './route.ts';
 
 /**
  * Unauthenticated operations endpoints: /healthz (the process answers), /readyz (Redis
  * answers, and a worker hosted in the same process is registered), /metrics (Prometheus
- * text format). They expose no tenant data: metrics carry no scope label
- * unless METRICS_SCOPE_LABEL is set.
+ * text format; behind METRICS_TOKEN when it is set). They expose no tenant data: metrics
+ * carry no scope label unless METRICS_SCOPE_LABEL is set, and runtime and agent labels only
+ * name what workers registered.
  */
 export const opsRoutes: RouteSpec[] = [
   route({
@@ -24,9 +27,12 @@ export const opsRoutes: RouteSpec[] = [
     },
   }),
   route({
-    method: 'get', path: '/metrics', summary: 'Prometheus metrics (no tenant data unless METRICS_SCOPE_LABEL).', access: 'public',
+    method: 'get', path: '/metrics', summary: 'Prometheus metrics (no tenant data unless METRICS_SCOPE_LABEL; with METRICS_TOKEN, only for its bearer).',
+    access: 'public',
     ok: { 200: { description: 'Prometheus text format', schema: z.string(), contentType: 'text/plain' } },
-    async handler({ http: { res: out } }, d) {
+    errors: ['UNAUTHENTICATED'],
+    async handler({ http: { req, res: out } }, d) {
+      if (!metricsAuthorized(req.headers.authorization, d.config.METRICS_TOKEN)) throw new BatonError('UNAUTHENTICATED');
       const { contentType, body } = await d.metrics.expose();
       out.set('content-type', contentType).set('cache-control', 'no-store').send(body);
     },

@@ -22,7 +22,7 @@ export const runRoutes: RouteSpec[] = [
       202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
-    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
+    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
     async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
@@ -82,12 +82,18 @@ export const runRoutes: RouteSpec[] = [
       200: { description: 'replay after the given id, then live, until `end`', schema: res.sseStream, contentType: 'text/event-stream' },
       204: { description: 'the reader already has the `end` event' },
     },
-    errors: ['RUN_NOT_FOUND'],
-    async handler({ params: { scope, runId }, query, headers, http }, d) {
+    errors: ['RUN_NOT_FOUND', 'TOO_MANY_STREAMS'],
+    async handler({ params: { scope, runId }, query, headers, key, http }, d) {
       const afterId = headers['last-event-id'] ?? query.after ?? '0';
       const c = d.config;
+      // Counted against the caps of its credential (the key, or the stream token) and of the
+      // scope until the connection closes, whatever it answered; ended with its key's streams.
+      const who = key ? { credential: key.id, keyId: key.id } : (http.res.locals.streamCredential as { credential: string; keyId: string });
+      const lease = d.openStreams.admit(scope, who);
+      http.res.once('close', lease.release);
       await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, {
         keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
+        stallMs: c.SSE_STALL_MS, signal: lease.signal,
         onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
       });
     },

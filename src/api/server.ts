@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { parseBootstrapKeys, type Config } from '../lib/config.ts';
 import { EventHub } from '../lib/streams/hub.ts';
 import { RunStreams } from '../lib/streams/run-streams.ts';
+import { OpenStreams } from '../lib/streams/open-streams.ts';
 import { redisCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
@@ -47,7 +48,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   const store = new RunStore(redis, keys, c, transitions, {
     submitted(run) {
       metrics.runSubmitted(run);
-      // The API exports the queue depth and waiting runs of every runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
+      // The API exports the queue depth and waiting runs of every registered runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
       metrics.watchQueue(run.runtime, countJobs);
       metrics.watchWaiting(run.runtime, (rt) => waitingRuns(redis, keys, rt));
     },
@@ -59,12 +60,24 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   });
   const apiKeys = new ApiKeyStore(redis, keys);
   for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
-  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  // Runtimes become label values of the API's metrics once their workers are seen live.
+  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS, (runtime, agents) => {
+    metrics.registerRuntime(runtime, agents);
+    metrics.watchQueue(runtime, countJobs);
+    metrics.watchWaiting(runtime, (rt) => waitingRuns(redis, keys, rt));
+  });
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS),
     waits, waitTokens: res.waitTokens,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
+    openStreams: new OpenStreams({
+      perKey: c.SSE_MAX_PER_KEY, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,
+      // Every keep-alive period, one pipeline for all keys with open streams.
+      recheckMs: c.SSE_KEEPALIVE_MS,
+      stillValid: (ids) => apiKeys.existing(ids),
+      onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
+    }),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     submitLimiter: new SubmitRateLimiter(transitions, c),
     checks: [redisCheck(redis), ...checks],
@@ -79,7 +92,15 @@ export async function startApi(o: ApiOptions): Promise<ApiHandle> {
   let server: Server;
   try {
     const deps = await apiDeps(res, o.checks);
-    server = createServer(createApp(deps));
+    server = createServer({
+      // Chosen for an API rather than Node's defaults (60 s for headers, 300 s for a request):
+      // a client that trickles its headers or its body holds a socket for that long.
+      headersTimeout: c.HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeout: Math.max(c.HTTP_REQUEST_TIMEOUT_MS, c.HTTP_HEADERS_TIMEOUT_MS),
+      // How often Node looks for requests past those timeouts (30 s by default, which would
+      // add up to half a minute to each).
+      connectionsCheckingInterval: Math.min(1_000, c.HTTP_HEADERS_TIMEOUT_MS),
+    }, createApp(deps));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(c.PORT, c.HOST, () => resolve());

@@ -1,4 +1,3 @@
-import { once } from 'node:events';
 import type { Request, Response } from 'express';
 import type { RunEvent } from '../lib/streams/log.ts';
 import type { RunStreams } from '../lib/streams/run-streams.ts';
@@ -8,48 +7,85 @@ export interface SseOptions {
   /** Suggested reconnect delay sent as `retry:`. */
   retryMs: number;
   maxBufferBytes: number;
+  /** SSE_STALL_MS: a reader that takes no byte for this long while bytes wait for it is disconnected. */
+  stallMs: number;
+  /** Ends the stream when it aborts (its key was revoked). */
+  signal?: AbortSignal;
+  /** The stream opened (200). onClose follows once, when its connection has closed. */
   onOpen?(): void;
   onClose?(): void;
 }
 
 /** A replay page is written only once the socket took the previous one (bytes). */
-const REPLAY_HIGH_WATER = 64 * 1024;
+const REPLAY_HIGH_WATER = 16 * 1024;
+/** Largest single write, in characters (see write()). */
+const WRITE_PIECE = 16 * 1024;
 
 /**
  * Serves a run's events as Server-Sent Events: replay after `afterId`, then live, each
  * event once and in order (see EventFollower for the hand-off). The response ends after the
  * `end` event; a reader that already has it gets 204 (an EventSource then stops
- * reconnecting). A reader that falls more than `maxBufferBytes` behind on live events is
- * disconnected instead of buffered without bound; it resumes from its Last-Event-ID.
- * Closing the response never touches the run.
+ * reconnecting). Closing the response never touches the run.
+ *
+ * Memory per reader is bounded: replay pages are bounded in bytes and each waits until the
+ * socket took the one before; a reader more than `maxBufferBytes` behind on live events is
+ * disconnected; and a reader that takes no byte for `stallMs` while bytes wait for it is
+ * disconnected, also after the response ended (a reader that never reads would otherwise
+ * hold its unsent tail forever). Each resumes from its Last-Event-ID. The stream counts as
+ * open (onOpen .. onClose) until its connection has closed, not until the last write.
  */
 export async function serveEvents(
   req: Request, res: Response, streams: RunStreams, target: { scope: string; runId: string; afterId: string }, o: SseOptions,
 ): Promise<void> {
-  let closed = false;
+  let writing = true;
   let keepAlive: NodeJS.Timeout | undefined;
-  const finish = (how: 'end' | 'destroy') => {
-    if (closed) return;
-    closed = true;
-    clearInterval(keepAlive);
-    if (follower !== 'ended') void follower.stop();
-    o.onClose?.();
-    if (how === 'end') res.end();
+  let watch: NodeJS.Timeout | undefined;
+  // Bytes handed to the response, and the most of them seen to have left Node's buffers.
+  let sent = 0;
+  let flushed = 0;
+  let progressAt = Date.now();
+  // In pieces: Node counts a write as pending until all of it left, so progress through one
+  // event of megabytes would only show at its end, and a reader taking it slowly but surely
+  // would look stalled.
+  const write = (chunk: string) => {
+    for (let at = 0; at < chunk.length; at += WRITE_PIECE) {
+      const piece = chunk.length <= WRITE_PIECE ? chunk : chunk.slice(at, at + WRITE_PIECE);
+      sent += Buffer.byteLength(piece);
+      res.write(piece);
+    }
+  };
+  // A connection dropped on purpose is reset, not closed: a close would leave the unsent tail
+  // in the kernel's buffers for as long as the peer does not read (minutes of retransmits).
+  const drop = () => {
+    const socket = res.socket;
+    if (socket && !socket.destroyed) socket.resetAndDestroy();
     else res.destroy();
   };
+  const finish = (how: 'end' | 'destroy') => {
+    if (!writing) {
+      if (how === 'destroy') drop();
+      return;
+    }
+    writing = false;
+    clearInterval(keepAlive);
+    if (follower !== 'ended') void follower.stop();
+    if (how === 'end') res.end();
+    else drop();
+  };
+  const revoked = () => finish('destroy');
 
   const follower = await streams.open(target.scope, target.runId, target.afterId, {
     deliver(events: RunEvent[]) {
-      if (closed) return;
+      if (!writing) return;
       // Still more than the limit unsent when the next batch comes: the reader is not keeping
       // up. (Checked before writing, so one large batch alone never cuts a healthy reader.)
       if (res.writableLength > o.maxBufferBytes) return finish('destroy');
       let chunk = '';
       for (const e of events) chunk += `id: ${e.id}\nevent: ${e.type}\ndata: ${e.data}\n\n`;
-      res.write(chunk);
+      write(chunk);
     },
     async writable() {
-      if (!closed && res.writableLength > REPLAY_HIGH_WATER) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+      if (writing && res.writableLength > REPLAY_HIGH_WATER) await drainedOrClosed(res);
     },
     onEnd: () => finish('end'),
     // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
@@ -64,11 +100,42 @@ export async function serveEvents(
     'X-Accel-Buffering': 'no',
   });
   res.flushHeaders();
-  res.write(`retry: ${o.retryMs}\n\n`);
+  write(`retry: ${o.retryMs}\n\n`);
   o.onOpen?.();
-  keepAlive = setInterval(() => res.write(': keep-alive\n\n'), o.keepAliveMs);
-  // `res` 'close' fires when the client goes away (or after we end): stop following.
-  res.on('close', () => finish('end'));
-  if (req.destroyed) return finish('end');
+  keepAlive = setInterval(() => write(': keep-alive\n\n'), o.keepAliveMs);
+  // Progress is bytes leaving Node's buffers for the socket. Chunk framing makes the pending
+  // count run a little ahead of `sent`, so nothing leaving never looks like progress.
+  watch = setInterval(() => {
+    const pending = res.writableLength;
+    const out = sent - pending;
+    if (pending === 0 || out > flushed) {
+      flushed = Math.max(flushed, out);
+      progressAt = Date.now();
+    } else if (Date.now() - progressAt >= o.stallMs) {
+      finish('destroy');
+    }
+  }, Math.max(50, Math.floor(o.stallMs / 4)));
+  // `res` 'close' fires when the connection is gone (client away, destroyed, or done after the end).
+  res.once('close', () => {
+    clearInterval(watch);
+    o.signal?.removeEventListener('abort', revoked);
+    finish('end');
+    o.onClose?.();
+  });
+  o.signal?.addEventListener('abort', revoked, { once: true });
+  if (req.destroyed || o.signal?.aborted) return finish('destroy');
   await follower.start();
+}
+
+/** Resolves on the response's next 'drain' or 'close', leaving no listener behind either way. */
+function drainedOrClosed(res: Response): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }

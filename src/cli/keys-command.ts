@@ -1,5 +1,5 @@
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ApiKeyStore, ROLES, type ApiKeyInfo, type Role } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
@@ -16,6 +16,22 @@ export const KEYS_USAGE = `Key commands (talk to Redis: REDIS_URL, or the Redis 
   keys create --scope <scope> --role client|admin [--json]   make a key; printed once
   keys list --scope <scope> [--json]                          ids, roles and creation times (never keys)
   keys revoke <id>                                            the key stops working at once`;
+
+/**
+ * Where `baton start` puts the development key when its output is not a terminal (a log
+ * file, a container's log): an admin key must not land in logs, which many people and
+ * systems read. Only its owner can read the file.
+ */
+export const DEV_KEY_FILE = '.baton/dev-key';
+
+/** Writes the development key to DEV_KEY_FILE, readable by its owner only; returns its absolute path. */
+export function writeDevKeyFile(key: string): string {
+  mkdirSync(dirname(DEV_KEY_FILE), { recursive: true });
+  // The mode applies when the file is made; chmod covers one left by an earlier start.
+  writeFileSync(DEV_KEY_FILE, `${key}\n`, { mode: 0o600 });
+  chmodSync(DEV_KEY_FILE, 0o600);
+  return resolve(DEV_KEY_FILE);
+}
 
 /** Where `baton start` notes the URL of the redis-server it spawned, for `baton keys`. */
 export const LOCAL_REDIS_URL_FILE = '.baton/redis.url';

@@ -6,7 +6,7 @@ import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import { createLogger } from '../lib/logger.ts';
 import { openResources } from '../lib/resources.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
-import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand } from './keys-command.ts';
+import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
 import { startLocalRedis } from './local-redis.ts';
 import { onShutdown } from './shutdown.ts';
 
@@ -150,10 +150,19 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
   const w = await startWorker({ resources, agents });
   const a = await startApi({ resources, checks: w.checks });
   const devKey = await ensureDevKey(a.redis, config);
-  if (devKey) console.log(`development API key (scope "dev", role admin), shown only now:\n  ${devKey}`);
-  else console.log('API keys exist already; make one with: baton keys create --scope dev --role admin');
+  // Shown only to a person at a terminal; any other stdout may be a log that others read.
+  const show = devKey !== undefined && process.stdout.isTTY === true;
+  if (devKey && show) {
+    console.log(`development API key (scope "dev", role admin), shown only now:\n  ${devKey}`);
+  } else if (devKey) {
+    const file = writeDevKeyFile(devKey);
+    log.info({ file }, 'development API key written to a file only its owner can read');
+    console.log(`development API key (scope "dev", role admin) written to ${file} (readable only by you; stdout is not a terminal)`);
+  } else {
+    console.log('API keys exist already; make one with: baton keys create --scope dev --role admin');
+  }
   // The key rides in the fragment, which the browser never sends: the inspector takes it from there.
-  console.log(`run inspector: ${a.url}/ui${devKey ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
+  console.log(`run inspector: ${a.url}/ui${show ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
   console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
   onShutdown(log, [() => a.close(), () => w.close(), () => resources.close(), ...(stopRedis ? [stopRedis] : [])]);
 }

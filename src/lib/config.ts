@@ -59,6 +59,25 @@ export const configSchema = z.object({
   DISPATCH_GRACE_MS: intMs(10_000),
   /** MAX_ATTEMPTS: default attempts per run (an agent or a submit may override). */
   MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(3),
+  /**
+   * MAX_RECOVERIES: takeovers of a run whose worker was lost (its lease ran out: a crash, a
+   * kill, a pause); one more fails it with RECOVERY_LIMIT. Hand-overs at a graceful shutdown
+   * do not count. 5: losing a worker is rare in a healthy pool, so five takeovers of one run
+   * are far past bad luck and say the run itself kills its workers; yet a crash takes every
+   * run of that worker down with it, and five leaves an innocent run room to have shared a
+   * few workers with a crashing one. A poison run thus costs at most six dead worker processes
+   * and about six times LEASE_MS + SWEEP_INTERVAL_MS (two minutes by default) of recovering.
+   */
+  MAX_RECOVERIES: z.coerce.number().int().min(0).max(1000).default(5),
+  /**
+   * MAX_RUN_MS: how long workers may hold one run in all, summed over its attempts and
+   * takeovers (time queued, retrying, blocked or waiting holds no worker and is not counted);
+   * then its signal aborts and it fails with RUN_TIMEOUT, its streamed text kept as an
+   * incomplete answer. 1 h: an agent turn is seconds to minutes, a long tool loop tens of
+   * minutes; an hour is beyond any of them, and it bounds how long a stuck or looping agent
+   * keeps a worker slot and its scope's slot from everyone else. At most 2^31 - 1 (a timer's limit).
+   */
+  MAX_RUN_MS: z.coerce.number().int().min(1000).max(2_147_483_647).default(3_600_000),
   /** RETRY_BASE_MS / RETRY_MAX_MS: exponential backoff with full jitter, capped. */
   RETRY_BASE_MS: intMs(1_000),
   RETRY_MAX_MS: intMs(60_000),
@@ -78,8 +97,36 @@ export const configSchema = z.object({
   EMIT_FLUSH_TOKENS: z.coerce.number().int().min(1).default(64),
   /** SHUTDOWN_GRACE_MS: on SIGTERM, in-flight runs get this long before their leases are handed over. */
   SHUTDOWN_GRACE_MS: intMs(10_000),
+  /**
+   * HTTP_HEADERS_TIMEOUT_MS: a client must have sent its request headers within this long of
+   * connecting (Node answers 408 and closes). 10 s: headers are a few hundred bytes, sent at
+   * once by any client; Node's 60 s lets one slow-header client hold a socket six times as long.
+   */
+  HTTP_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  /**
+   * HTTP_REQUEST_TIMEOUT_MS: the whole request, headers and body, must have arrived within
+   * this long (Node answers 408 and closes). 120 s: the largest body, an ARTIFACT_MAX_BYTES
+   * upload (10 MiB), arrives within it at 1 Mbit/s; Node's 300 s is five minutes of a socket
+   * for a client that trickles. Event streams are not affected (their request has no body).
+   */
+  HTTP_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).max(3_600_000).default(120_000),
+  /**
+   * BODY_MIN_BYTES_PER_SEC: a request body must keep arriving at this average rate, counted
+   * from its headers with the first two seconds free, or it is refused with 408 and its
+   * connection closed: a client sending a byte now and then cannot hold a socket for the whole
+   * request timeout. 16 KiB/s is a slow mobile uplink; a JSON body up to BODY_LIMIT_BYTES
+   * mostly arrives in one packet anyway. 0 turns the check off.
+   */
+  BODY_MIN_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1_000_000_000).default(16 * 1024),
   /** BODY_LIMIT_BYTES: largest accepted JSON body. */
   BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).default(1024 * 1024),
+  /**
+   * BODY_MAX_DEPTH: deepest nesting of arrays and objects in a JSON body (400 beyond), checked
+   * on the bytes before they are parsed. 128: twice what an outputSchema may nest (64), room
+   * for caller memory and metadata trees, and far below the thousands of levels at which
+   * recursive code on the way (JSON.stringify, zod, Lua's cjson) runs out of stack.
+   */
+  BODY_MAX_DEPTH: z.coerce.number().int().min(8).max(1000).default(128),
   /**
    * ARTIFACT_MAX_BYTES: largest input artifact upload (413 beyond). 10 MiB holds a photo, a
    * PDF of a few dozen pages or a large source file, what a turn of a conversation attaches;
@@ -112,6 +159,29 @@ export const configSchema = z.object({
   SSE_RETRY_MS: z.coerce.number().int().min(100).default(1_000),
   /** SSE_MAX_BUFFER_BYTES: a client this far behind is disconnected (it resumes with Last-Event-ID). */
   SSE_MAX_BUFFER_BYTES: z.coerce.number().int().min(1024).default(4 * 1024 * 1024),
+  /**
+   * SSE_STALL_MS: a reader that takes no byte for this long while bytes wait for it is
+   * disconnected and its buffers freed (it resumes with Last-Event-ID). A connected client's
+   * TCP stack takes bytes within milliseconds even while its application is busy; 30 s, two
+   * keep-alive periods, is past any pause but a reader that stopped reading or lost its network.
+   */
+  SSE_STALL_MS: z.coerce.number().int().min(100).default(30_000),
+  /**
+   * SSE_MAX_PER_KEY / SSE_MAX_PER_SCOPE: event streams one API key, and all keys of one scope,
+   * may hold open in one API process (429 TOO_MANY_STREAMS beyond, Retry-After SSE_STALL_MS).
+   * A browser tab streams a run or a few; a service relaying its users' streams through one
+   * key needs tens. 64 per key and 256 per scope cover both, while one tenant's streams (each
+   * a socket, a subscription and its buffers) stay a small share of a process.
+   */
+  SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(64),
+  SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(256),
+  /**
+   * METRICS_TOKEN: when set, /metrics (the API's and a worker's) answers only requests with
+   * `Authorization: Bearer <token>` (401 otherwise), for deployments whose metrics port is
+   * reachable by more than the scraper. 16+ printable characters. Unset: open, as Prometheus
+   * expects by default; /healthz and /readyz stay open either way.
+   */
+  METRICS_TOKEN: z.string().regex(/^[\x21-\x7e]{16,256}$/, '16-256 printable characters, no spaces').optional(),
   /**
    * STREAM_TOKEN_TTL_MS: how long a stream token (a browser page's read-only pass to one run's
    * or session's events) opens new connections. 15 min covers a page that opens its stream and

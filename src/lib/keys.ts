@@ -43,6 +43,8 @@ export interface ScopeKeys {
   artifact(artifactId: string): string;
   /** All runs of the scope by creation time (listing). */
   runs: string;
+  /** The scope's runs in one status, by creation time (kept by setStatus in lua/lib.lua). */
+  runsByStatus(status: string): string;
   /** scope counters: active (dispatched+running+retrying) */
   meta: string;
   /** Session heads waiting for a scope slot (fair share), FIFO. */
@@ -150,6 +152,7 @@ export function createKeys(prefix: string): Keys {
         turnVectors: (id, space) => `${base}session:${checked('session', id)}:vectors:${checked('vector space', space)}`,
         artifact: (id) => `${base}artifact:${checked('artifact', id)}`,
         runs: `${base}runs`,
+        runsByStatus: (status) => `${base}status:${checked('status', status)}`,
         meta: `${base}meta`,
         ready: `${base}ready`,
         pending: `${base}pending`,

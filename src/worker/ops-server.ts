@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { checkReadiness, type ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
-import type { Metrics } from '../lib/ops/metrics.ts';
+import { metricsAuthorized, type Metrics } from '../lib/ops/metrics.ts';
 
 export interface OpsServer {
   url: string;
@@ -21,6 +21,8 @@ export async function startOpsServer(o: {
   metrics: Metrics;
   checks: readonly ReadinessCheck[];
   log: Logger;
+  /** METRICS_TOKEN: /metrics answers only its bearer. */
+  token?: string;
 }): Promise<OpsServer> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
@@ -36,6 +38,10 @@ export async function startOpsServer(o: {
       return;
     }
     if (path === '/metrics') {
+      if (!metricsAuthorized(req.headers.authorization, o.token)) {
+        res.setHeader('www-authenticate', 'Bearer');
+        return json(401, { error: { code: 'UNAUTHENTICATED', message: 'A valid metrics token is required.', details: [] } });
+      }
       o.metrics.expose().then(
         ({ contentType, body }) => reply(200, contentType, body),
         (err: Error) => {

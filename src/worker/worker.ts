@@ -155,7 +155,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   };
   if (o.opsServer ?? true) {
     try {
-      ops = await startOpsServer({ host: c.HOST, port: c.METRICS_PORT, metrics, checks, log });
+      ops = await startOpsServer({ host: c.HOST, port: c.METRICS_PORT, metrics, checks, log, token: c.METRICS_TOKEN });
     } catch (err) {
       await handle.close();
       throw err;

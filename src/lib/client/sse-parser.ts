@@ -14,7 +14,8 @@ export interface SseMessage {
  * the CR and LF of one line ending.
  */
 export class SseParser {
-  private buf = '';
+  /** The line being received, in the pieces it arrived in (joined once, at its end). */
+  private partial: string[] = [];
   private pendingCr = false;
   private id: string | undefined;
   private event = '';
@@ -23,28 +24,37 @@ export class SseParser {
   /** The latest `retry:` hint in ms, if the server sent one. */
   retryMs: number | undefined;
 
-  /** Feeds decoded text; returns the events completed by it. */
+  /**
+   * Feeds decoded text; returns the events completed by it. Linear in the text: only the new
+   * text is scanned and an unfinished line is kept in pieces, so an event of megabytes that
+   * arrives in thousands of chunks costs no more than its bytes.
+   */
   push(text: string): SseMessage[] {
     const out: SseMessage[] = [];
     let s = text;
     if (this.pendingCr && s.startsWith('\n')) s = s.slice(1);
     this.pendingCr = false;
-    this.buf += s;
     let start = 0;
-    for (let i = 0; i < this.buf.length; i++) {
-      const c = this.buf.charCodeAt(i);
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
       if (c !== 10 && c !== 13) continue;
-      this.line(this.buf.slice(start, i), out);
+      let line = s.slice(start, i);
+      if (this.partial.length) {
+        this.partial.push(line);
+        line = this.partial.join('');
+        this.partial = [];
+      }
+      this.line(line, out);
       if (c === 13) {
-        if (i + 1 < this.buf.length) {
-          if (this.buf.charCodeAt(i + 1) === 10) i++;
+        if (i + 1 < s.length) {
+          if (s.charCodeAt(i + 1) === 10) i++;
         } else {
           this.pendingCr = true;
         }
       }
       start = i + 1;
     }
-    this.buf = this.buf.slice(start);
+    if (start < s.length) this.partial.push(s.slice(start));
     return out;
   }
 

@@ -17,10 +17,13 @@ export const ERROR_CODES = {
   DRAINING: { status: 409, message: 'This runtime is draining in this scope; it accepts no new runs.' },
   STEP_NOT_BLOCKED: { status: 409, message: 'The run is not blocked on that step.' },
   WAIT_NOT_PENDING: { status: 409, message: 'The run has no pending wait of that key: it was resumed, timed out, is a sleep, or was never declared.' },
+  IDEMPOTENCY_MISMATCH: { status: 409, message: 'This idempotencyKey was used for a different request.' },
+  REQUEST_TIMEOUT: { status: 408, message: 'The request body arrived too slowly.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
   UNKNOWN_AGENT: { status: 422, message: "The runtime's live workers do not offer this agent." },
   RATE_LIMITED: { status: 429, message: 'Too many submits for this scope; retry later.' },
+  TOO_MANY_STREAMS: { status: 429, message: 'Too many open event streams; retry later.' },
   REDIS_UNAVAILABLE: { status: 503, message: 'Redis is unreachable; nothing was changed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number; message: string }>;

@@ -56,6 +56,19 @@ export interface UsageTotals {
 
 export interface RunError { code: string; message: string; details?: unknown }
 
+/**
+ * `lastError.code`s Baton itself sets when it ends a run for the service's sake rather than
+ * the agent's (an agent's own errors carry their own codes). README, "Limits", lists them.
+ */
+export const RUN_LIMIT_CODES = {
+  /** The run's workers were lost (leases ran out) more than MAX_RECOVERIES times. */
+  RECOVERY_LIMIT: 'RECOVERY_LIMIT',
+  /** Workers held the run for MAX_RUN_MS in all. */
+  RUN_TIMEOUT: 'RUN_TIMEOUT',
+  /** Closing an attempt threw (a result or store Baton could not write); the run failed instead of staying leased. */
+  CLOSE_FAILED: 'CLOSE_FAILED',
+} as const;
+
 /** Submit body of `POST /v1/scopes/{scope}/runs`. */
 export interface SubmitRequest {
   sessionId: string;

@@ -1,10 +1,11 @@
 import type { ScopeKeys } from '../keys.ts';
 
 /**
- * Why an attempt's signal was aborted. `timeout`: the run's timeoutMs ran out; `waiting`: the
- * attempt ended waiting (parked), so the agent's code left behind must stop.
+ * Why an attempt's signal was aborted. `timeout`: the run's timeoutMs ran out; `run-limit`:
+ * workers held it for MAX_RUN_MS in all; `waiting`: the attempt ended waiting (parked), so the
+ * agent's code left behind must stop.
  */
-export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown' | 'timeout' | 'waiting';
+export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown' | 'timeout' | 'run-limit' | 'waiting';
 
 export class RunAbort extends Error {
   constructor(readonly reason: AbortReason) {

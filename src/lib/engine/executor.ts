@@ -16,10 +16,12 @@ import type { WaitTokens } from './wait-tokens.ts';
 import type { TerminalStatus } from '../contract/runs.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
+import { isRedisUnavailable } from '../redis.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
 import { resolveInputArtifacts } from '../artifacts/resolve.ts';
 import { validateOutput } from './output-schema.ts';
+import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
@@ -83,14 +85,16 @@ export class RunExecutor {
     switch (claim.kind) {
       case 'claimed':
         return this.runClaimed(claim);
-      case 'ended':
+      case 'ended': {
         // Ended by this claim (a cancel requested while no live worker held it, a ttlMs or
-        // timeoutMs that ran out): reported here, where it happened.
+        // timeoutMs that ran out, one takeover too many): reported here, where it happened.
+        if (claim.status === 'failed') this.d.log.warn({ scope: job.scope, runId: job.runId }, 'run failed at its claim (timeoutMs or recovery limit)');
         if (this.d.events?.finished) {
           const ended = parseRunRecord(await this.d.redis.hgetall(this.d.keys.scope(job.scope).run(job.runId)));
           if (ended) this.d.events.finished(ended, claim.status);
         }
         return { kind: 'done' };
+      }
       // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
       case 'later':
         return { kind: 'later', at: claim.until };
@@ -121,7 +125,11 @@ export class RunExecutor {
     // timeoutMs: the claim said when the budget ends (Redis time, so the delay is measured on
     // one clock); the run's code is stopped then and the run fails with TIMEOUT.
     const budget = deadline === undefined ? undefined : setTimeout(() => attempt.abort('timeout'), Math.max(0, deadline - now));
+    // What is left of MAX_RUN_MS after the attempts before this one: then the signal aborts.
+    const budgetMs = c.MAX_RUN_MS - (run.runMs ?? 0);
+    const ceiling = setTimeout(() => attempt.abort('run-limit'), Math.max(0, budgetMs));
     try {
+      if (budgetMs <= 0) return await close.aborted(new RunAbort('run-limit'));
       const agent = this.d.agents.get(run.agent);
       if (!agent) {
         await close.finish('failed', undefined, { code: 'UNKNOWN_AGENT', message: `no agent "${run.agent}" in this worker` });
@@ -191,9 +199,19 @@ export class RunExecutor {
         log.warn('lease lost; this attempt stops writing');
         return { kind: 'done' };
       }
-      throw err;
+      // Redis out of reach, or the attempt's events could not be written: nothing this attempt
+      // writes now would land (or it would leave a hole before `end`). The lease runs out and
+      // the run is taken over, at most MAX_RECOVERIES times.
+      if (isRedisUnavailable(err) || err instanceof EventsUnwritten) {
+        log.warn({ err: errorText(err) }, 'attempt left unclosed; the run is taken over once its lease ends');
+        return { kind: 'done' };
+      }
+      // Anything else thrown on the way out (a transition refusing a value, a hook, a bug) would
+      // leave the run leased and recovered into the same throw forever: close it as failed.
+      return await close.lastResort(err);
     } finally {
       clearTimeout(budget);
+      clearTimeout(ceiling);
       this.d.leases.release(attempt);
       writer.close();
     }
@@ -222,7 +240,10 @@ class Closer {
     if (signal.aborted) return this.aborted(signal.reason);
     const cls = classify(err);
     const lastError: RunError = { code: cls.code, message: cls.message.slice(0, 2000) };
-    if (cls.kind === 'permanent' && cls.details !== undefined) lastError.details = cls.details;
+    // Details come from the agent's error (`errors` of a PermanentError): kept only when they are JSON.
+    if (cls.kind === 'permanent' && cls.details !== undefined && jsonOrUndefined(cls.details) !== undefined) {
+      lastError.details = cls.details;
+    }
     this.log.warn({ err: lastError, kind: cls.kind, attempt: this.run.attempt }, 'attempt failed');
     if (cls.kind === 'transient' && this.run.attempt < this.run.maxAttempts) {
       const c = this.d.config;
@@ -252,6 +273,13 @@ class Closer {
       // As for a cancel: the answer so far is committed, marked incomplete.
       await this.finish('failed', this.partial('timeout'), {
         code: 'TIMEOUT', message: `the run used up its timeoutMs (${this.run.timeoutMs} ms of running, waits excluded)`,
+      });
+      return { kind: 'done' };
+    }
+    if (why === 'run-limit') {
+      await this.finish('failed', this.partial('error'), {
+        code: RUN_LIMIT_CODES.RUN_TIMEOUT,
+        message: `the run was held by workers for MAX_RUN_MS (${this.d.config.MAX_RUN_MS} ms) in all and was stopped`,
       });
       return { kind: 'done' };
     }
@@ -318,7 +346,7 @@ class Closer {
         // The answer exists but its history could not be stored: not a success. Retried
         // when the store's error is transient (memoized steps make that cheap), else failed.
         this.commitFailed = true;
-        this.log.warn({ err: (err as Error).message }, 'memory store could not commit the turn');
+        this.log.warn({ err: errorText(err) }, 'memory store could not commit the turn');
         await this.failure(err);
         return;
       }
@@ -335,6 +363,34 @@ class Closer {
   }
 
   /**
+   * The closing of last resort, after something threw on the way out: the run fails with
+   * CLOSE_FAILED, its streamed text as the answer. No turn is committed (the store may be what
+   * threw) and nothing of the agent's result is written but that text, so this finish cannot
+   * fail on the value that made the first one fail. If even this cannot be written, the run
+   * is left to be taken over (bounded by MAX_RECOVERIES).
+   */
+  async lastResort(err: unknown): Promise<Outcome> {
+    const lastError: RunError = {
+      code: RUN_LIMIT_CODES.CLOSE_FAILED,
+      message: `the attempt could not be closed: ${errorText(err)}`.slice(0, 2000),
+    };
+    this.log.error({ err: errorText(err) }, 'closing the attempt failed; failing the run');
+    try {
+      // One try, no retries: a flush that fails here would leave a hole before `end`.
+      await this.writer.flush();
+      await this.d.transitions.finish(this.attempt, {
+        status: 'failed', result: JSON.stringify({ ...this.partial('error'), ...this.usage() }), lastError: JSON.stringify(lastError),
+      });
+      this.d.events?.finished?.(this.run, 'failed');
+    } catch (again) {
+      if (!(again instanceof LeaseLostError)) {
+        this.log.error({ err: errorText(again) }, 'the run could not be failed either; it is taken over once its lease ends');
+      }
+    }
+    return { kind: 'done' };
+  }
+
+  /**
    * The closing script carries the `end` event, so every event of the attempt must be in the
    * log before it runs: a token batch left behind is a hole in every client's answer (the
    * chaos soak caught one when Redis restarted during a finish). A failed write is retried
@@ -348,7 +404,8 @@ class Closer {
       try {
         return await this.writer.flush();
       } catch (err) {
-        if (err instanceof LeaseLostError || Date.now() + delay > giveUpAt) throw err;
+        if (err instanceof LeaseLostError) throw err;
+        if (Date.now() + delay > giveUpAt) throw new EventsUnwritten(err);
         this.log.warn({ err: (err as Error).message }, 'could not write events before closing the run; trying again');
         await new Promise((resolve) => setTimeout(resolve, delay));
       }
@@ -374,9 +431,45 @@ function normalize(out: AgentResult | string): Omit<RunResult, 'toolCallsSeen'> 
   if (!out || typeof out.answer !== 'string') {
     throw new TypeError('an agent must return a string or { answer: string, payload?, finishReason? }');
   }
-  const r: Omit<RunResult, 'toolCallsSeen'> = { answer: out.answer, finishReason: out.finishReason ?? 'stop' };
-  if (out.payload !== undefined) r.payload = out.payload;
+  const finishReason = out.finishReason ?? 'stop';
+  if (typeof finishReason !== 'string') throw new TypeError('finishReason must be a string');
+  const r: Omit<RunResult, 'toolCallsSeen'> = { answer: out.answer, finishReason };
+  if (out.payload !== undefined) {
+    // Stored as JSON: a payload that cannot be (a BigInt, a cycle, a throwing toJSON) is the
+    // agent's error, found here rather than in the finish that would write it.
+    try {
+      JSON.stringify(out.payload);
+    } catch (err) {
+      throw new TypeError(`the payload cannot be stored as JSON: ${errorText(err)}`);
+    }
+    r.payload = out.payload;
+  }
   return r;
+}
+
+/** The attempt's events could not be written before closing it, for as long as its lease lasts. */
+class EventsUnwritten extends Error {
+  constructor(cause: unknown) {
+    super(`the attempt's events could not be written: ${errorText(cause)}`, { cause });
+    this.name = 'EventsUnwritten';
+  }
+}
+
+/** A thrown value as text, whatever it is (an agent may throw anything). */
+function errorText(err: unknown): string {
+  try {
+    return String((err as Error | undefined)?.message ?? err);
+  } catch {
+    return 'an unreadable value';
+  }
+}
+
+function jsonOrUndefined(value: unknown): string | undefined {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Resolves with the agent's result, or rejects as soon as the signal aborts (an agent may ignore it). */

@@ -24,6 +24,8 @@ export interface RunRecord {
   fence: number;
   dispatch: number;
   recoveries: number;
+  /** Milliseconds workers held the run in attempts that ended (MAX_RUN_MS bounds the sum). */
+  runMs?: number;
   createdAt: number;
   updatedAt: number;
   startedAt?: number;
@@ -60,9 +62,33 @@ export interface RunRecord {
   waits?: StoredWait[];
 }
 
+/**
+ * The fields of a run the API shows (presentRun takes exactly these), and so the fields a
+ * listing reads: not the caller memory, the output schema, the lease or the dispatch state,
+ * which can be most of a record's bytes.
+ */
+export const SHOWN_FIELDS = [
+  'id', 'scope', 'sessionId', 'runtime', 'agent', 'status', 'attempt', 'maxAttempts', 'recoveries',
+  'createdAt', 'updatedAt', 'startedAt', 'finishedAt', 'retryAt', 'cancelRequested', 'input', 'metadata',
+  'idempotencyKey', 'lastError', 'blocked', 'result', 'usage', 'runAt', 'ttlMs', 'timeoutMs', 'waits',
+] as const satisfies readonly (keyof RunRecord)[];
+
+export type ShownRun = Pick<RunRecord, (typeof SHOWN_FIELDS)[number]>;
+
+/** The hash fields a shown field is made from, where they are not the field itself (parseRunRecord derives it). */
+const MADE_FROM: Partial<Record<(typeof SHOWN_FIELDS)[number], readonly string[]>> = {
+  usage: ['usageIn', 'usageOut', 'usageCalls'],
+  // Pending waits live in their own hash (`run:<id>:waits`), read beside the record.
+  waits: [],
+};
+
+
+/** The run record's hash fields a listing reads: those of SHOWN_FIELDS. */
+export const SHOWN_HASH_FIELDS: readonly string[] = SHOWN_FIELDS.flatMap((f) => MADE_FROM[f] ?? [f]);
+
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
-  'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'createdAt', 'updatedAt',
+  'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'runMs', 'createdAt', 'updatedAt',
   'startedAt', 'finishedAt', 'retryAt', 'leaseExpiresAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft',
 ] as const;
 

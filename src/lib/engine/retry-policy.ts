@@ -28,8 +28,20 @@ export function parseRetryAfter(value: string | null | undefined): number | unde
  * Classifies an agent failure by type, never by message: Baton's error types first, then
  * HTTP errors carrying a numeric `status` (provider SDKs), then Node network errors and
  * timeouts. Anything else is permanent: retrying an unknown bug only repeats it.
+ *
+ * Never throws: an agent may throw anything (`Object.create(null)`, a Proxy, an object whose
+ * `message` getter throws), and a classification that threw would leave its run leased, to
+ * be taken over into the same throw again and again.
  */
 export function classify(err: unknown): Classified {
+  try {
+    return classifyReadable(err);
+  } catch {
+    return { kind: 'permanent', code: 'AGENT_ERROR', message: 'the agent threw a value that cannot be read as an error' };
+  }
+}
+
+function classifyReadable(err: unknown): Classified {
   const e = err as { name?: string; message?: string; code?: unknown; status?: unknown; headers?: unknown; cause?: unknown };
   const message = String(e?.message ?? err);
   if (err instanceof RetryAfterError) return { kind: 'transient', code: err.code, message, retryAfterMs: err.retryAfterMs };

@@ -14,6 +14,7 @@ export const ScriptCode = {
   Draining: -6,
   StepNotBlocked: -8,
   WaitNotPending: -9,
+  IdempotencyMismatch: -12,
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 
@@ -34,6 +35,7 @@ export function scriptError(code: number, runId: string): Error {
     case ScriptCode.Draining: return new BatonError('DRAINING');
     case ScriptCode.StepNotBlocked: return new BatonError('STEP_NOT_BLOCKED');
     case ScriptCode.WaitNotPending: return new BatonError('WAIT_NOT_PENDING');
+    case ScriptCode.IdempotencyMismatch: return new BatonError('IDEMPOTENCY_MISMATCH');
     default: return new Error(`script for run ${runId} answered the unexpected code ${code}`);
   }
 }

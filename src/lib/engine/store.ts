@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config.ts';
 import type { Keys } from '../keys.ts';
@@ -5,7 +6,8 @@ import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
-import { parseRunRecord, parseWaits, type RunRecord, type RunStatus, type SessionMessage } from './record.ts';
+import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
+import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import type { Multitask, Resolution, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
@@ -75,7 +77,7 @@ export class RunStore {
     }
     const { run, created, runId: id } = await this.transitions.submit({
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
-      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields,
+      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields, requestHash: requestHash(req),
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
     });
     // An idempotent repeat whose run has passed its retention returns no record.
@@ -116,63 +118,13 @@ export class RunStore {
   }
 
   /**
-   * Runs of a scope (or of one session), newest first. The index is ordered by (creation
-   * ms, run id), both descending, and the cursor is the last (ms, id) returned: several runs
-   * created in the same millisecond are a normal burst, and a cursor holding only the time
-   * would skip the rest of them.
+   * Runs of a scope (or of one session), newest first, read by index (run-listing.ts). The
+   * indexes are ordered by (creation ms, run id), both descending, and the cursor is the last
+   * (ms, id) returned: several runs created in the same millisecond are a normal burst, and a
+   * cursor holding only the time would skip the rest of them.
    */
-  async list(
-    scope: string,
-    opts: { sessionId?: string; status?: RunStatus[]; agent?: string; runtime?: string; limit: number; cursor?: string },
-  ): Promise<{ runs: RunRecord[]; nextCursor: string | null }> {
-    const sk = this.keys.scope(scope);
-    const index = opts.sessionId ? sk.sessionRuns(opts.sessionId) : sk.runs;
-    const after = opts.cursor ? parseListCursor(opts.cursor) : undefined;
-    const max = after ? String(after.score) : '+inf';
-    const batch = Math.max(opts.limit, 50);
-    const runs: RunRecord[] = [];
-    let offset = 0;
-    let last: string | null = null;
-    // Page through the index until `limit` runs match the filters (or it is exhausted).
-    const matches = (run: RunRecord) =>
-      (!opts.status || opts.status.includes(run.status)) &&
-      (opts.agent === undefined || run.agent === opts.agent) &&
-      (opts.runtime === undefined || run.runtime === opts.runtime);
-    for (;;) {
-      const flat = await this.redis.zrevrangebyscore(index, max, '-inf', 'WITHSCORES', 'LIMIT', offset, batch);
-      const entries: { id: string; score: number }[] = [];
-      for (let i = 0; i < flat.length; i += 2) entries.push({ id: flat[i], score: Number(flat[i + 1]) });
-      offset += entries.length;
-      // Same-millisecond runs at or before the cursor's id were on earlier pages.
-      const fresh = after ? entries.filter((e) => e.score < after.score || e.id < after.id) : entries;
-      const pipe = this.redis.pipeline();
-      for (const e of fresh) pipe.hgetall(sk.run(e.id)).hgetall(sk.waits(e.id));
-      const rows = fresh.length ? ((await pipe.exec()) ?? []) : [];
-      const expired: string[] = [];
-      let i = 0;
-      for (; i < fresh.length && runs.length < opts.limit; i++) {
-        // A read that failed (Redis restarting) says nothing about the run: taking it for an
-        // expired one would drop a live run from the listing for good (the chaos soak did).
-        const [[recordErr, record] = [null, {}], [waitsErr, waits] = [null, {}]] = [rows[2 * i], rows[2 * i + 1]];
-        if (recordErr) throw recordErr;
-        if (waitsErr) throw waitsErr;
-        const run = withWaits(record as Record<string, string>, waits as Record<string, string>);
-        last = listCursor(fresh[i].score, fresh[i].id);
-        if (!run) { expired.push(fresh[i].id); continue; }
-        if (matches(run)) runs.push(run);
-      }
-      // Runs past their retention leave their index entries behind; drop them as we meet them
-      // (and step back the offset by as many, since they were before it).
-      if (expired.length) {
-        await this.redis.zrem(index, ...expired);
-        offset -= expired.length;
-      }
-      if (runs.length === opts.limit) {
-        const more = i < fresh.length || entries.length === batch;
-        return { runs, nextCursor: more ? last : null };
-      }
-      if (entries.length < batch) return { runs, nextCursor: null };
-    }
+  list(scope: string, opts: ListOptions): Promise<RunsListing> {
+    return listRuns(this.redis, this.keys, scope, opts);
   }
 
   /** A session's committed history, oldest first. */
@@ -194,12 +146,23 @@ function withWaits(record: Record<string, string> | undefined, waits: Record<str
   return run;
 }
 
-/** List cursor: `<creation ms>_<run id>` of the last run of the previous page. */
-function listCursor(score: number, id: string): string {
-  return `${score}_${id}`;
+/**
+ * What makes two submits the same request: every field (defaults applied, so `agent: "echo"`
+ * and no agent are alike) but the idempotency key itself, as JSON with its object keys sorted
+ * (a client may serialize the same object in another order), hashed.
+ */
+function requestHash(req: SubmitRequest): string {
+  const { idempotencyKey: _key, ...request } = req;
+  return createHash('sha256').update(canonicalJson(request)).digest('base64url');
 }
 
-function parseListCursor(cursor: string): { score: number; id: string } {
-  const at = cursor.indexOf('_');
-  return { score: Number(cursor.slice(0, at)), id: cursor.slice(at + 1) };
+/** JSON with object keys in sorted order, undefined members left out as JSON.stringify does. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map((v) => (v === undefined ? 'null' : canonicalJson(v))).join(',')}]`;
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  const entries = Object.keys(value).sort().flatMap((k) => {
+    const v = (value as Record<string, unknown>)[k];
+    return v === undefined ? [] : [`${JSON.stringify(k)}:${canonicalJson(v)}`];
+  });
+  return `{${entries.join(',')}}`;
 }

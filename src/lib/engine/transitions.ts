@@ -34,6 +34,8 @@ export interface NewRun {
   delayMs?: number;
   /** Not started within this long of being due: expired. */
   ttlMs?: number;
+  /** Digest of the request, stored with the idempotency key. */
+  requestHash: string;
   /** Record fields (name → value) written with the run. */
   fields: Record<string, string | number>;
 }
@@ -48,7 +50,8 @@ export type ClaimReply =
   }
   /**
    * The claim ended the run instead: cancelled (requested while no live worker held it),
-   * expired (its ttlMs passed before it started) or failed (its timeoutMs was used up).
+   * expired (its ttlMs passed before it started) or failed (its timeoutMs was used up, or
+    * its workers were lost more than MAX_RECOVERIES times: RECOVERY_LIMIT).
    */
   | { kind: 'ended'; status: 'cancelled' | 'expired' | 'failed' }
   /** A live lease holds the run, or its retry is not due: deliver again at `until`. */
@@ -162,7 +165,7 @@ export class Transitions {
       sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotencyKey === undefined ? undefined : sk.idempotency(r.idempotencyKey),
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs,
-      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs,
+      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.requestHash,
     }, payload);
     if (code(reply) < 0) throw scriptError(code(reply), r.runId);
     await this.dispatch(r.scope, reply[3]);
@@ -223,7 +226,7 @@ export class Transitions {
   async claim(job: { scope: string; runId: string }, workerId: string, agentDefaults: Record<string, number>): Promise<ClaimReply> {
     const sk = this.keys.scope(job.scope);
     const reply = await this.call('claim', job.scope, this.slotKeys(sk, job.runId), {
-      runId: job.runId, workerId, leaseMs: this.config.LEASE_MS,
+      runId: job.runId, workerId, leaseMs: this.config.LEASE_MS, maxRecoveries: this.config.MAX_RECOVERIES,
       agentDefaults: Object.keys(agentDefaults).length ? agentDefaults : undefined,
     });
     switch (code(reply)) {

@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { JobType } from 'bullmq';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { MemoEvents } from '../engine/context.ts';
@@ -54,6 +55,14 @@ export class Metrics {
   private readonly scopeLabel: boolean;
   private readonly runtimes: BoundedValues;
   private readonly agents: BoundedValues;
+  /**
+   * Runtimes and agents that workers registered (this process's own worker, or live workers
+   * the API saw in the registry): the only values a runtime or agent label takes besides
+   * "_other". A client names any runtime and agent it likes in a submit; those names must not
+   * become series on an unauthenticated /metrics.
+   */
+  private readonly knownRuntimes = new Set<string>();
+  private readonly knownAgents = new Set<string>();
   private readonly queueCounters = new Map<string, QueueCounter>();
   private readonly waitingCounters = new Map<string, WaitingCounter>();
   private readonly inFlightSources: { runtime: string; read(): number }[] = [];
@@ -183,9 +192,22 @@ export class Metrics {
     }
   }
 
+  /** A runtime and its agents are served by workers: their names may be label values. */
+  registerRuntime(runtime: string, agents: Iterable<string>): void {
+    this.knownRuntimes.add(runtime);
+    for (const a of agents) this.knownAgents.add(a);
+  }
+
+  private runtimeLabel(runtime: string): string {
+    return this.knownRuntimes.has(runtime) ? this.runtimes.get(runtime) : OTHER;
+  }
+
   /** The bounded labels of a run's metrics. */
   runLabels(run: Pick<RunRecord, 'runtime' | 'agent' | 'scope'>): Record<string, string> {
-    const l: Record<string, string> = { runtime: this.runtimes.get(run.runtime), agent: this.agents.get(run.agent) };
+    const l: Record<string, string> = {
+      runtime: this.runtimeLabel(run.runtime),
+      agent: this.knownAgents.has(run.agent) ? this.agents.get(run.agent) : OTHER,
+    };
     if (this.scopeLabel) l.scope = run.scope;
     return l;
   }
@@ -206,9 +228,11 @@ export class Metrics {
    * increment and a fresh dashboard shows 0 instead of "No data". Not possible per scope.
    */
   initRuntime(runtime: string, agents: Iterable<string>): void {
+    const names = [...agents];
+    this.registerRuntime(runtime, names);
     if (this.scopeLabel) return;
     const rt = this.runtimes.get(runtime);
-    for (const name of agents) {
+    for (const name of names) {
       const l = { runtime: rt, agent: this.agents.get(name) };
       for (const c of [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents]) c.inc(l, 0);
       for (const status of TERMINAL_STATUSES) this.finished.inc({ ...l, status }, 0);
@@ -235,7 +259,7 @@ export class Metrics {
 
   /** Hooks for the run executor of a worker serving `runtime`. */
   executorEvents(runtime: string): Required<ExecutorEvents> {
-    const rt = () => this.runtimes.get(runtime);
+    const rt = () => this.runtimeLabel(runtime);
     const memo: MemoEvents = {
       hit: (kind) => this.memoHits.inc({ runtime: rt(), kind }),
       miss: (kind) => this.memoMisses.inc({ runtime: rt(), kind }),
@@ -269,21 +293,21 @@ export class Metrics {
     };
   }
 
-  /** Counts a runtime's BullMQ jobs at every scrape (runtimes past the label limit are not read). */
+  /** Counts a registered runtime's BullMQ jobs at every scrape (others, and runtimes past the label limit, are not read). */
   watchQueue(runtime: string, count: QueueCounter): void {
-    if (this.queueCounters.has(runtime) || this.runtimes.get(runtime) === OTHER) return;
+    if (this.queueCounters.has(runtime) || this.runtimeLabel(runtime) === OTHER) return;
     this.queueCounters.set(runtime, count);
   }
 
-  /** Counts a runtime's waiting runs at every scrape (runtimes past the label limit are not read). */
+  /** Counts a registered runtime's waiting runs at every scrape (others, and runtimes past the label limit, are not read). */
   watchWaiting(runtime: string, count: WaitingCounter): void {
-    if (this.waitingCounters.has(runtime) || this.runtimes.get(runtime) === OTHER) return;
+    if (this.waitingCounters.has(runtime) || this.runtimeLabel(runtime) === OTHER) return;
     this.waitingCounters.set(runtime, count);
   }
 
   /** Reports `read()` as the runs in flight of a worker of `runtime`. */
   watchInFlight(runtime: string, read: () => number): () => void {
-    const source = { runtime: this.runtimes.get(runtime), read };
+    const source = { runtime: this.runtimeLabel(runtime), read };
     this.inFlightSources.push(source);
     return () => {
       const i = this.inFlightSources.indexOf(source);
@@ -319,6 +343,18 @@ export class Metrics {
   async expose(): Promise<{ contentType: string; body: string }> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
+}
+
+/**
+ * Whether a scrape may read /metrics: always without a METRICS_TOKEN, else only with
+ * `Authorization: Bearer <token>`, compared in constant time (over digests, so the lengths
+ * tell nothing either).
+ */
+export function metricsAuthorized(authorization: string | undefined, token: string | undefined): boolean {
+  if (token === undefined) return true;
+  if (authorization === undefined || !authorization.startsWith('Bearer ')) return false;
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(authorization.slice('Bearer '.length)), digest(token));
 }
 
 /** Keeps the first `limit` distinct values of a label; later ones read as "_other". */

@@ -3,7 +3,17 @@ import type { EventHub } from './hub.ts';
 import { compareIds, readEvents, type LiveBatch, type RunEvent } from './log.ts';
 import type { Keys } from '../keys.ts';
 
-const PAGE = 500;
+/**
+ * Replay reads pages of about this many bytes (the count of the next page follows the size
+ * of the events of the last one) and hands them to the reader in slices of it, each after
+ * the reader took the one before: a reader replaying a long log holds about one page, however
+ * long the log and however slowly it reads.
+ */
+const PAGE_BYTES = 32 * 1024;
+/** Events of the first page, before their size is known; and the bounds of any page. */
+const FIRST_PAGE = 10;
+const MIN_PAGE = 10;
+const MAX_PAGE = 500;
 
 /** Which run's log to follow, from where, through which connections. */
 export interface FollowTarget {
@@ -120,8 +130,9 @@ export class EventFollower {
   }
 
   private async readLog(): Promise<void> {
+    let count = FIRST_PAGE;
     for (;;) {
-      const page = await readEvents(this.o.redis, this.o.keys, this.o.scope, this.o.runId, this.lastId, PAGE);
+      const page = await readEvents(this.o.redis, this.o.keys, this.o.scope, this.o.runId, this.lastId, count);
       if (this.stopped) return;
       // A log that expired (RETENTION_MS after the run ended) while a reader joined will never
       // bring its `end`: finish the reader now instead of keeping it open forever; a reconnect
@@ -132,9 +143,24 @@ export class EventFollower {
         this.o.onEnd();
         return;
       }
-      this.deliver(page);
-      if (page.length < PAGE || this.stopped) return;
-      await this.o.writable?.();
+      const last = page.length < count;
+      let bytes = 0;
+      let slice = 0;
+      let from = 0;
+      for (let i = 0; i < page.length; i++) {
+        const size = page[i].data.length + page[i].type.length + page[i].id.length;
+        bytes += size;
+        slice += size;
+        if (slice < PAGE_BYTES && i < page.length - 1) continue;
+        this.deliver(page.slice(from, i + 1));
+        from = i + 1;
+        slice = 0;
+        if (this.stopped || (last && from === page.length)) break;
+        await this.o.writable?.();
+        if (this.stopped) return;
+      }
+      if (last || this.stopped) return;
+      count = Math.max(MIN_PAGE, Math.min(MAX_PAGE, Math.floor((PAGE_BYTES * page.length) / Math.max(1, bytes))));
     }
   }
 

@@ -54,6 +54,20 @@ export class ApiKeyStore {
     return { id: h.id, scope: h.scope, role: h.role as Role, createdAt: Number(h.createdAt) };
   }
 
+  /** Which of these key ids still exist (revoke deletes a key's id record). */
+  async existing(ids: readonly string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const pipe = this.redis.pipeline();
+    for (const id of ids) pipe.exists(this.keys.apiKeyId(id));
+    const replies = (await pipe.exec()) ?? [];
+    const out = new Set<string>();
+    replies.forEach(([err, n], i) => {
+      if (err) throw err;
+      if (n === 1) out.add(ids[i]);
+    });
+    return out;
+  }
+
   /** Whether the key with this id is still issued (not revoked). */
   async isIssued(id: string): Promise<boolean> {
     return (await this.redis.exists(this.keys.apiKeyId(id))) === 1;

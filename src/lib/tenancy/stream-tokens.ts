@@ -65,15 +65,23 @@ export class StreamTokenStore {
    * Every other case is the same `false`, so a refusal tells nothing about what exists.
    */
   async opensRun(scope: string, runId: string, token: string): Promise<boolean> {
-    if (!TOKEN_PATTERN.test(token) || !isValidId(scope) || !isValidId(runId)) return false;
+    return (await this.openerOf(scope, runId, token)) !== undefined;
+  }
+
+  /**
+   * opensRun, answering with the id of the key that minted the token (undefined: it opens
+   * nothing), so an open stream can be counted and ended with that key's.
+   */
+  async openerOf(scope: string, runId: string, token: string): Promise<string | undefined> {
+    if (!TOKEN_PATTERN.test(token) || !isValidId(scope) || !isValidId(runId)) return undefined;
     const sk = this.keys.scope(scope);
     // One round trip: the record and the run share the scope's slot.
     const replies = (await this.redis.pipeline().hgetall(sk.capability(sha256(token))).hget(sk.run(runId), 'sessionId').exec()) ?? [];
     for (const [err] of replies) if (err) throw err;
     const grant = replies[0]?.[1] as Record<string, string> | undefined;
     const sessionId = replies[1]?.[1] as string | null | undefined;
-    if (!grant?.keyId || grant.action !== ACTION) return false;
+    if (!grant?.keyId || grant.action !== ACTION) return undefined;
     const matches = grant.kind === 'run' ? grant.id === runId : grant.kind === 'session' && grant.id === sessionId;
-    return matches && this.apiKeys.isIssued(grant.keyId);
+    return matches && (await this.apiKeys.isIssued(grant.keyId)) ? grant.keyId : undefined;
   }
 }

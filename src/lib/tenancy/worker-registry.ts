@@ -73,11 +73,15 @@ export class WorkerRegistry {
     private readonly keys: Keys,
     /** LEASE_MS: how long after its last beat a worker still counts as live. */
     private readonly liveMs: number,
+    /** Told of each runtime found with live workers, and their agents (metrics labels follow it). */
+    private readonly onLive?: (runtime: string, agents: string[]) => void,
   ) {}
 
   async liveWorkers(runtime: string): Promise<WorkerRegistration[]> {
     const [now, raw] = await Promise.all([redisNowMs(this.redis), this.redis.hgetall(this.keys.runtimeWorkers(runtime))]);
-    return parseRegistrations(raw).filter((w) => w.beatAt + this.liveMs > now);
+    const live = parseRegistrations(raw).filter((w) => w.beatAt + this.liveMs > now);
+    if (live.length) this.onLive?.(runtime, live.flatMap((w) => w.agents));
+    return live;
   }
 
   async runtimes(): Promise<RuntimeInfo[]> {
@@ -87,6 +91,7 @@ export class WorkerRegistry {
       const runtimeId = flat[i];
       const live = parseRegistrations(await this.redis.hgetall(this.keys.runtimeWorkers(runtimeId)))
         .filter((w) => w.beatAt + this.liveMs > now);
+      if (live.length) this.onLive?.(runtimeId, live.flatMap((w) => w.agents));
       out.push({
         runtimeId,
         liveWorkers: live.length,

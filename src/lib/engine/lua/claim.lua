@@ -6,19 +6,22 @@
   was left of its budget when it resumes after a wait.
   KEYS  run, meta, ready, pending, leases, timers
   O     runId, workerId, leaseMs
+        maxRecoveries  takeovers allowed after the holder's lease ran out (not counting
+                       shutdown hand-overs); the next one fails the run with RECOVERY_LIMIT
         agentDefaults  {agentName: maxAttempts} of this worker's agents that declare one
                        (absent = none): the first claim of a run whose submit gave no
                        maxAttempts takes its agent's default
   Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (list),
             timeoutMs deadline (epoch ms, 0 = none), now}
          | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
-                                      while no worker held it), expired or failed (TIMEOUT)
+                                      while no worker held it), expired, or failed (TIMEOUT, or
+                                      RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
 --@include lib
 local runId, rk = O.runId, K.run
 local now = nowMs()
-local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested')
+local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner')
 local st, runtime = r[1], r[4]
 if not st then return { -1 } end
 
@@ -52,6 +55,22 @@ if lim[3] and tonumber(lim[3]) <= now then
   flushPublished()
   return { 1, cjson.encode(out), 'failed' }
 end
+-- A lease that ran out (not one handed over at shutdown, which clears leaseOwner) means the
+-- holder died or stalled. A run whose holders keep dying is most likely what kills them:
+-- past the limit it fails here, instead of taking down one worker after another forever.
+if recovered == 1 and r[6] ~= '' then
+  local lost = redis.call('HINCRBY', rk, 'expiredLeases', 1)
+  if lost > O.maxRecoveries then
+    -- RECOVERY_LIMIT is RUN_LIMIT_CODES.RECOVERY_LIMIT of src/lib/contract/runs.ts.
+    local lastError = cjson.encode({ code = 'RECOVERY_LIMIT',
+      message = 'the workers running this run were lost ' .. lost .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
+    local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
+    finishRun(runId, 'failed', { 'result', result, 'lastError', lastError },
+      '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', now, out)
+    flushPublished()
+    return { 1, cjson.encode(out), 'failed' }
+  end
+end
 if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
   releaseSlot()
   setStatus(runId, runtime, st, 'queued', now)
@@ -63,6 +82,9 @@ if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 
   return { -6, cjson.encode(parked) }
 end
 
+-- A holder that died held the run until its last heartbeat (its lease's start).
+if recovered == 1 then chargeRunTime(rk, tonumber(r[2] or '0') - O.leaseMs) end
+redis.call('HSET', rk, 'claimedAt', now)
 local fence = redis.call('HINCRBY', rk, 'fence', 1)
 local a = redis.call('HMGET', rk, 'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed')
 local attempt = tonumber(a[1] or '0')

@@ -24,7 +24,7 @@
 
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
-    -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING ]]
+    -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING  -12 IDEMPOTENCY_MISMATCH ]]
 
 local O = cjson.decode(ARGV[1])
 local K = {}
@@ -74,10 +74,28 @@ local function flushPublished()
   published = {}
 end
 
+-- Time a run is held by workers, summed over its attempts and takeovers in `runMs`; the
+-- worker stops a run whose sum reaches MAX_RUN_MS. `claimedAt` is when the current holder
+-- claimed it; the holding ends at `untilMs` (a status change, a hand-over, the last heartbeat
+-- of a holder that died). Time queued, retrying, blocked or waiting holds no worker: not counted.
+local function chargeRunTime(rk, untilMs)
+  local at = redis.call('HGET', rk, 'claimedAt')
+  if not at then return end
+  redis.call('HDEL', rk, 'claimedAt')
+  redis.call('HINCRBY', rk, 'runMs', math.max(0, untilMs - tonumber(at)))
+end
+
 -- Moves a run to `to`, keeping the per-runtime status counters exact. Terminal counters are
 -- cumulative (never decremented); the others count runs currently in that status.
 local function setStatus(runId, runtime, from, to, now)
   redis.call('HSET', runKey(runId), 'status', to, 'updatedAt', now)
+  if from == 'running' and to ~= 'running' then chargeRunTime(runKey(runId), now) end
+  -- Runs by status (`status:<status>`), scored by creation time like the `runs` listing, so
+  -- a listing filtered by status reads that index instead of every run of the scope. Kept
+  -- here, where every status change passes, so a status added later is indexed as well.
+  -- Entries of expired runs are dropped by the listing that meets them, as in `runs`.
+  if from then redis.call('ZREM', BASE .. 'status:' .. from, runId) end
+  redis.call('ZADD', BASE .. 'status:' .. to, redis.call('HGET', runKey(runId), 'createdAt'), runId)
   local sk = runtimeKey('stats', runtime)
   if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
   redis.call('HINCRBY', sk, to, 1)

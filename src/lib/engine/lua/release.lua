@@ -7,6 +7,7 @@
 local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { -2 } end
 local now = nowMs()
+chargeRunTime(rk, now)
 redis.call('HSET', rk, 'leaseOwner', '', 'leaseExpiresAt', now - 1)
 redis.call('ZADD', K.leases, now + O.graceMs, runId)
 local out = {}

@@ -6,15 +6,23 @@
         idem (absent = no idempotency key)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
+        requestHash (digest of the request, kept with the idempotency key: the same key with
+        another request is refused, not answered with the first run)
   ARGV[2..] record fields, name/value pairs
-  Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING ]]
+  Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
+         | {-12} IDEMPOTENCY_MISMATCH ]]
 --@include lib
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
 if K.idem then
+  -- `<runId> <requestHash>`; a key stored before hashes were kept holds the run id alone.
   local existing = redis.call('GET', K.idem)
-  if existing then return { 0, existing, 0, '[]', redis.call('HGETALL', runKey(existing)) } end
+  if existing then
+    local id, hash = string.match(existing, '^(%S+) ?(%S*)$')
+    if hash ~= '' and hash ~= O.requestHash then return { -12 } end
+    return { 0, id, 0, '[]', redis.call('HGETALL', runKey(id)) }
+  end
 end
 if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
 
@@ -33,7 +41,7 @@ setStatus(runId, O.runtime, nil, status, now)
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
 pinArtifacts(rk)
-if K.idem then redis.call('SET', K.idem, runId, 'PX', O.idemTtlMs) end
+if K.idem then redis.call('SET', K.idem, runId .. ' ' .. O.requestHash, 'PX', O.idemTtlMs) end
 
 local out = {}
 if scheduled then

@@ -1,0 +1,235 @@
+import type { Redis } from 'ioredis';
+import type { Keys } from '../keys.ts';
+import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type ShownRun } from './record.ts';
+
+/**
+ * GET /runs: a scope's runs (or one session's), newest first, by index. Each index is a zset
+ * scored by creation ms: `runs` (the scope), `session:<sid>:runs`, and `status:<status>`,
+ * kept by setStatus in lua/lib.lua for every status a run moves into. A status filter reads
+ * the indexes of those statuses, so `status=blocked&limit=1` reads one run however many
+ * runs the scope holds; only the filters no index answers (agent, runtime, and the session
+ * or status when both are asked) read fields of the candidates, and only those fields.
+ * The runs returned are read with the fields the API shows (SHOWN_FIELDS): never the
+ * caller memory, the output schema or the lease.
+ */
+export interface ListOptions {
+  sessionId?: string;
+  status?: RunStatus[];
+  agent?: string;
+  runtime?: string;
+  limit: number;
+  cursor?: string;
+}
+
+export interface RunsListing { runs: ShownRun[]; nextCursor: string | null }
+
+interface Entry { id: string; score: number; index: string }
+
+/** Newest first: creation ms descending, then run id descending (the zset's own order within a score). */
+const newer = (a: Entry, b: Entry) => a.score > b.score || (a.score === b.score && a.id > b.id);
+
+/** The fields the filters that no index answered are checked on. */
+const FILTER_FIELDS = ['status', 'sessionId', 'agent', 'runtime'] as const;
+
+/**
+ * Reads one index newest first, strictly after a position (score, id). Positions, not offsets:
+ * runs that are added, change status or expire while a listing pages through move no one
+ * else's place.
+ */
+class IndexWalker {
+  private buffer: Entry[] = [];
+  /** The last read came back short of a batch: nothing older is left to read. */
+  private done = false;
+
+  constructor(
+    private readonly redis: Redis,
+    readonly key: string,
+    private position: { score: number; id: string } | undefined,
+    private readonly batch: number,
+  ) {}
+
+  async peek(): Promise<Entry | undefined> {
+    if (this.buffer.length === 0 && !this.done) await this.fill();
+    return this.buffer[0];
+  }
+
+  take(): Entry | undefined {
+    return this.buffer.shift();
+  }
+
+  private async fill(): Promise<void> {
+    const p = this.position;
+    let flat: string[];
+    let olderCount: number;
+    if (!p) {
+      flat = await this.redis.zrevrangebyscore(this.key, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, this.batch);
+      olderCount = flat.length / 2;
+    } else {
+      // The rest of the position's millisecond (ids below it), then older milliseconds.
+      const [same, older] = (await this.redis.pipeline()
+        .zrevrangebyscore(this.key, p.score, p.score, 'WITHSCORES')
+        .zrevrangebyscore(this.key, `(${p.score}`, '-inf', 'WITHSCORES', 'LIMIT', 0, this.batch)
+        .exec()) ?? [];
+      if (same?.[0]) throw same[0];
+      if (older?.[0]) throw older[0];
+      flat = [...(same?.[1] as string[]), ...(older?.[1] as string[])];
+      olderCount = (older?.[1] as string[]).length / 2;
+    }
+    if (olderCount < this.batch) this.done = true;
+    for (let i = 0; i < flat.length; i += 2) {
+      const e = { id: flat[i], score: Number(flat[i + 1]), index: this.key };
+      if (!p || newer(p as Entry, e)) this.buffer.push(e);
+    }
+    if (this.buffer.length === 0) return void (this.done = true);
+    const last = this.buffer[this.buffer.length - 1];
+    this.position = { score: last.score, id: last.id };
+  }
+}
+
+/** Several indexes merged newest first (a run is in one status index at a time). */
+class MergedWalk {
+  constructor(private readonly walkers: IndexWalker[]) {}
+
+  async next(): Promise<Entry | undefined> {
+    let best: IndexWalker | undefined;
+    let bestEntry: Entry | undefined;
+    for (const w of this.walkers) {
+      const e = await w.peek();
+      if (e && (!bestEntry || newer(e, bestEntry))) {
+        best = w;
+        bestEntry = e;
+      }
+    }
+    return best?.take();
+  }
+
+  async hasMore(): Promise<boolean> {
+    for (const w of this.walkers) if (await w.peek()) return true;
+    return false;
+  }
+}
+
+export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListOptions): Promise<RunsListing> {
+  const sk = keys.scope(scope);
+  const after = o.cursor ? parseListCursor(o.cursor) : undefined;
+  const statuses = o.status ? [...new Set(o.status)] : undefined;
+  // With both a session and statuses, walk whichever is smaller; the other is then a filter.
+  let byStatus = statuses !== undefined;
+  if (statuses && o.sessionId !== undefined) {
+    const [sessionSize, ...statusSizes] = await Promise.all([
+      redis.zcard(sk.sessionRuns(o.sessionId)), ...statuses.map((s) => redis.zcard(sk.runsByStatus(s))),
+    ]);
+    byStatus = statusSizes.reduce((a, b) => a + b, 0) < sessionSize;
+  }
+  const indexes = byStatus ? statuses!.map((s) => sk.runsByStatus(s)) : [o.sessionId !== undefined ? sk.sessionRuns(o.sessionId) : sk.runs];
+  const filters: Partial<Record<(typeof FILTER_FIELDS)[number], (v: string) => boolean>> = {};
+  if (statuses && !byStatus) filters.status = (v) => statuses.includes(v as RunStatus);
+  if (o.sessionId !== undefined && byStatus) filters.sessionId = (v) => v === o.sessionId;
+  if (o.agent !== undefined) filters.agent = (v) => v === o.agent;
+  if (o.runtime !== undefined) filters.runtime = (v) => v === o.runtime;
+  const filtered = Object.keys(filters).length > 0;
+  // Unfiltered, every entry is a run to return: read as many as the page needs (and one more
+  // to tell whether there is a next page). Filtered, read ahead in larger batches.
+  const batch = filtered ? Math.min(200, Math.max(50, o.limit)) : o.limit + 1;
+  const walk = new MergedWalk(indexes.map((k) => new IndexWalker(redis, k, after, batch)));
+
+  const runs: ShownRun[] = [];
+  let last: Entry | undefined;
+  let leftover = false;
+  while (runs.length < o.limit) {
+    const need = o.limit - runs.length;
+    const chunk: Entry[] = [];
+    while (chunk.length < (filtered ? batch : need)) {
+      const e = await walk.next();
+      if (!e) break;
+      chunk.push(e);
+    }
+    if (chunk.length === 0) break;
+    const expired: Entry[] = [];
+    let candidates = chunk;
+    if (filtered) {
+      const rows = await hmgetAll(redis, chunk.map((e) => sk.run(e.id)), FILTER_FIELDS);
+      candidates = [];
+      rows.forEach((values, i) => {
+        if (values[0] === null) return void expired.push(chunk[i]);
+        const ok = FILTER_FIELDS.every((f, j) => !filters[f] || filters[f]!(values[j] ?? ''));
+        if (ok) candidates.push(chunk[i]);
+      });
+    }
+    // Only what the page still needs is read whole (as whole as the API shows it: SHOWN_HASH_FIELDS).
+    const wanted = candidates.slice(0, need);
+    const shown = await hmgetAll(redis, wanted.map((e) => sk.run(e.id)), SHOWN_HASH_FIELDS);
+    const page: ShownRun[] = [];
+    shown.forEach((values, i) => {
+      const record: Record<string, string> = {};
+      SHOWN_HASH_FIELDS.forEach((f, j) => { if (values[j] !== null) record[f] = values[j]!; });
+      const run = parseRunRecord(record);
+      if (!run) return void expired.push(wanted[i]);
+      page.push(run);
+    });
+    await addPendingWaits(redis, page, (id) => sk.waits(id));
+    runs.push(...page);
+    // The page is full before the chunk was: what is left of it comes after this page.
+    const lastWanted = wanted[wanted.length - 1];
+    if (runs.length === o.limit) {
+      last = lastWanted;
+      leftover = chunk.indexOf(lastWanted) < chunk.length - 1;
+    } else {
+      last = chunk[chunk.length - 1];
+    }
+    // Runs past their retention leave their index entries behind; drop them as they are met.
+    await removeExpired(redis, expired);
+  }
+  const more = runs.length === o.limit && (leftover || (await walk.hasMore()));
+  return { runs, nextCursor: more && last ? listCursor(last.score, last.id) : null };
+}
+
+async function hmgetAll(redis: Redis, keys: string[], fields: readonly string[]): Promise<(string | null)[][]> {
+  if (keys.length === 0) return [];
+  const pipe = redis.pipeline();
+  for (const k of keys) pipe.hmget(k, ...fields);
+  const rows = (await pipe.exec()) ?? [];
+  return rows.map(([err, values]) => {
+    // A read that failed (Redis restarting) says nothing about the run: taking it for an
+    // expired one would drop a live run from the listing for good (the chaos soak did).
+    if (err) throw err;
+    return values as (string | null)[];
+  });
+}
+
+/**
+ * The pending waits of the listed runs that wait, in one pipeline. A run that is running
+ * again while another wait of its Promise.all is still pending shows that wait on its own
+ * GET (which reads the waits hash with the record); a listing reads waits only where they are
+ * what the run is about, so a page of runs that do not wait costs no read more.
+ */
+async function addPendingWaits(redis: Redis, runs: ShownRun[], key: (runId: string) => string): Promise<void> {
+  const open = runs.filter((r) => r.status === 'waiting');
+  if (open.length === 0) return;
+  const pipe = redis.pipeline();
+  for (const r of open) pipe.hgetall(key(r.id));
+  const rows = (await pipe.exec()) ?? [];
+  open.forEach((r, i) => {
+    const [err, hash] = rows[i] ?? [new Error('no reply'), null];
+    if (err) throw err;
+    const waits = parseWaits(hash as Record<string, string>);
+    if (waits.length) r.waits = waits;
+  });
+}
+
+async function removeExpired(redis: Redis, expired: Entry[]): Promise<void> {
+  if (expired.length === 0) return;
+  const pipe = redis.pipeline();
+  for (const e of expired) pipe.zrem(e.index, e.id);
+  await pipe.exec();
+}
+
+/** List cursor: `<creation ms>_<run id>` of the last run of the previous page. */
+function listCursor(score: number, id: string): string {
+  return `${score}_${id}`;
+}
+
+function parseListCursor(cursor: string): { score: number; id: string } {
+  const at = cursor.indexOf('_');
+  return { score: Number(cursor.slice(0, at)), id: cursor.slice(at + 1) };
+}

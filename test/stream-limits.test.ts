@@ -1,0 +1,242 @@
+import { readFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
+import { sleep, useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
+import { readSse } from './helpers/http.ts';
+
+/**
+ * Invariant 12 for event streams: readers that never read cost bounded memory and are
+ * disconnected, every open stream is counted, a key and a scope can hold only so many, and
+ * a revoked key's streams end. Before, 300 sockets that opened a finished run's 522 KB
+ * stream and never read took 259 MB of the API's memory, were never closed, and
+ * baton_sse_clients read 0 for all of them.
+ */
+let h: Harness;
+
+/**
+ * About 5 MB of answer, in events of a few KB. Larger than the 522 KB of the report: on
+ * loopback the kernel's socket buffers take up to a few hundred KB of a reader that never
+ * reads (and a 522 KB log often fits whole), and the point here is what the API holds once
+ * they are full.
+ */
+const CHUNK = 'y'.repeat(1000);
+const big = defineAgent({
+  name: 'big-answer',
+  async run(ctx) {
+    for (let i = 0; i < 5000; i++) {
+      ctx.emit(CHUNK);
+      if (i % 4 === 3) await sleep(2);
+    }
+    return { answer: 'big' };
+  },
+});
+
+beforeAll(async () => {
+  h = await useHarness();
+  await h.startWorker({ agents: [big] });
+});
+
+const PROBE = fileURLToPath(new URL('./fixtures/memory-probe.mjs', import.meta.url));
+
+/** What the API child holds after a full collection (see fixtures/memory-probe.mjs): heap and external memory, in bytes. */
+async function heldAfterGc(api: Child): Promise<number> {
+  const seen = (api.output().match(/MEMORY-PROBE /g) ?? []).length;
+  api.process.kill('SIGUSR2');
+  const line = await waitFor(() => [...api.output().matchAll(/MEMORY-PROBE (\{.*\})/g)][seen]?.[1], 10_000, 'the memory probe');
+  const m = JSON.parse(line) as { heapUsed: number; external: number };
+  return m.heapUsed + m.external;
+}
+
+/** The API child's resident memory, in bytes (Linux). */
+function rssOf(pid: number): number {
+  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1];
+  return Number(kb) * 1024;
+}
+
+/** Connections the API holds open on its port (its side of each, ESTABLISHED), from /proc/net/tcp. */
+function establishedOn(port: number): number {
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  return readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)
+    .filter((line) => {
+      const [, local, , state] = line.trim().split(/\s+/);
+      return local?.endsWith(`:${hex}`) && state === '01';
+    }).length;
+}
+
+/** baton_sse_clients, read on a connection of its own that is closed after the answer. */
+function sseGauge(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, '127.0.0.1');
+    let text = '';
+    s.setEncoding('utf8');
+    s.on('data', (c) => { text += c; });
+    s.on('end', () => resolve(Number(/^baton_sse_clients (\S+)$/m.exec(text)?.[1] ?? NaN)));
+    s.on('error', reject);
+    s.write('GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n');
+  });
+}
+
+describe('readers that never read', () => {
+  it("300 sockets on a finished run's large stream: bounded memory, all counted, all closed", async () => {
+    // Caps out of the way: this is about what each stream costs and how it ends.
+    const api = await h.spawn('api', {
+      env: { SSE_STALL_MS: '15000', SSE_MAX_PER_KEY: '1000', SSE_MAX_PER_SCOPE: '1000', NODE_OPTIONS: `--import ${PROBE}` },
+    });
+    const pid = api.process.pid!;
+    const port = Number(new URL(api.url!).port);
+    const acme = await h.client(api.url!, 'acme', 'client');
+    const sub = await acme.submit('big', 'write a lot', { agent: 'big-answer' });
+    await acme.waitStatus(sub.body.id, ['succeeded']);
+    const full = await acme.sse(`/runs/${sub.body.id}/events`);
+    const logBytes = full.events.reduce((n, e) => n + JSON.stringify(e.data).length, 0);
+    expect(logBytes).toBeGreaterThan(4_900_000);
+    await sleep(6_000); // the keep-alive connections of the calls above close
+    expect(establishedOn(port)).toBe(0);
+
+    const before = rssOf(pid);
+    const heldBefore = await heldAfterGc(api);
+    let heldStalled = 0;
+    const sockets: Socket[] = [];
+    let closed = 0;
+    try {
+      for (let i = 0; i < 300; i++) {
+        const s = connect(port, '127.0.0.1');
+        s.on('error', () => {});
+        s.on('close', () => { closed++; });
+        // Sends its request, then never reads a byte: the kernel's buffers fill and stay full.
+        s.pause();
+        s.write(`GET /v1/scopes/acme/runs/${sub.body.id}/events HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${acme.key}\r\naccept: text/event-stream\r\n\r\n`);
+        sockets.push(s);
+      }
+      let peak = before;
+      const sample = setInterval(() => { peak = Math.max(peak, rssOf(pid)); }, 100);
+      try {
+        // Every one of them is an open stream until its connection closes.
+        await waitFor(async () => (await sseGauge(port)) === 300, 30_000, 'baton_sse_clients to count all 300 streams');
+        expect(establishedOn(port)).toBe(300);
+        // All 300 stalled, their kernel buffers full: what the API holds for them.
+        await sleep(1_000);
+        heldStalled = await heldAfterGc(api);
+        // None reads, so each is cut at SSE_STALL_MS and its buffers freed: the API holds no
+        // connection any more, while the clients still have not read a byte.
+        await waitFor(async () => (await sseGauge(port)) === 0 && establishedOn(port) === 0, 60_000, 'every stalled stream to be cut');
+      } finally {
+        clearInterval(sample);
+      }
+      const after = rssOf(pid);
+      const mb = (n: number) => (n / 1024 / 1024).toFixed(1);
+      const held = heldStalled - heldBefore;
+      console.log(`[stream-limits] API RSS: ${mb(before)} MB before, ${mb(peak)} MB peak with 300 stalled readers ` +
+        `(+${mb(peak - before)} MB; log ${(logBytes / 1024).toFixed(0)} KB), ${mb(after)} MB after they were cut; ` +
+        `held after a full GC while all 300 were stalled: +${mb(held)} MB (${(held / 300 / 1024).toFixed(0)} KB each)`);
+      // Before, each stream wrote its first 500 events (2 MB here) into Node's buffers at once:
+      // over 330 MB of RSS and growing when this test gave up on it. Now each holds at most a
+      // replay page and a slice while the rest stays in Redis. The RSS peak is mostly garbage
+      // of the pages the kernel took, which V8 collects lazily: bounded, loosely; what the
+      // streams really hold is measured after a collection, tightly.
+      expect(held).toBeLessThan(300 * 128 * 1024);
+      expect(peak - before).toBeLessThan(400 * 1024 * 1024);
+      expect(closed).toBe(0);
+      // Reading now, each client finds its connection reset.
+      for (const s of sockets) { s.on('data', () => {}); s.resume(); }
+      await waitFor(() => closed === 300, 30_000, 'every client socket to see its connection closed');
+    } finally {
+      for (const s of sockets) s.destroy();
+    }
+  }, 180_000);
+});
+
+describe('caps per key and per scope', () => {
+  it('beyond SSE_MAX_PER_KEY or SSE_MAX_PER_SCOPE a stream is 429 TOO_MANY_STREAMS with Retry-After; a closed one frees its place', async () => {
+    const api = await h.startApi({ SSE_MAX_PER_KEY: '3', SSE_MAX_PER_SCOPE: '5', SSE_STALL_MS: '7000' });
+    const one = await h.client(api.url, 'capped', 'client');
+    const two = await h.client(api.url, 'capped', 'admin');
+    // No worker serves this runtime: the run waits, and its streams stay open.
+    const sub = await one.submit('wait', 'stay open', { runtime: `${h.runtime}-none` });
+    const path = `/v1/scopes/capped/runs/${sub.body.id}/events`;
+    const open = (key: string) => {
+      const ctrl = new AbortController();
+      const done = fetch(api.url + path, { headers: { authorization: `Bearer ${key}` }, signal: ctrl.signal })
+        .then(async (res) => ({ status: res.status, retryAfter: res.headers.get('retry-after'), body: res.status === 200 ? undefined : await res.json() }));
+      return { done, close: () => ctrl.abort() };
+    };
+    const first = [open(one.key), open(one.key), open(one.key)];
+    for (const s of first) expect((await s.done).status).toBe(200);
+    const fourth = await open(one.key).done;
+    expect([fourth.status, fourth.body.error.code, fourth.retryAfter]).toEqual([429, 'TOO_MANY_STREAMS', '7']);
+    expect(fourth.body.error.message).toContain('SSE_MAX_PER_KEY');
+    // Another key of the scope: two more fit under the scope's cap, the third does not.
+    const others = [open(two.key), open(two.key)];
+    for (const s of others) expect((await s.done).status).toBe(200);
+    const sixth = await open(two.key).done;
+    expect([sixth.status, sixth.body.error.code]).toEqual([429, 'TOO_MANY_STREAMS']);
+    expect(sixth.body.error.message).toContain('SSE_MAX_PER_SCOPE');
+    // Another scope is not affected.
+    const elsewhere = await h.client(api.url, 'uncapped', 'client');
+    const theirs = await elsewhere.submit('wait', 'x', { runtime: `${h.runtime}-none` });
+    const ctrl = new AbortController();
+    expect((await fetch(`${api.url}/v1/scopes/uncapped/runs/${theirs.body.id}/events`, { headers: elsewhere.headers, signal: ctrl.signal })).status).toBe(200);
+    ctrl.abort();
+    // Closing one stream of the first key lets it open one again.
+    first[0].close();
+    const again = await waitFor(async () => {
+      const s = open(one.key);
+      const r = await s.done;
+      if (r.status === 200) return s;
+      expect(r.status).toBe(429);
+      return undefined;
+    }, 10_000, 'a place to free up');
+    for (const s of [...first, ...others, again]) s.close();
+  });
+});
+
+describe('a revoked key', () => {
+  it("its open streams end within the recheck period; the client's reconnect is 401", async () => {
+    const api = await h.startApi({ SSE_KEEPALIVE_MS: '300' });
+    const store = new ApiKeyStore(h.redis, h.keys);
+    const key = await store.create('revoking', 'client');
+    const headers = { authorization: `Bearer ${key.key}` };
+    const sub = await fetch(`${api.url}/v1/scopes/revoking/runs`, {
+      method: 'POST', headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ sessionId: 's', input: { content: 'wait' }, runtime: `${h.runtime}-none` }),
+    }).then((r) => r.json() as Promise<any>);
+    const reading = readSse(`${api.url}/v1/scopes/revoking/runs/${sub.id}/events`, { headers });
+    await sleep(500);
+    expect(await store.revoke(key.id)).toBe(true);
+    // Generous bound: the stream must end by itself, not hang until the test gives up.
+    const ended = await Promise.race([reading.then(() => 'ended', () => 'ended'), sleep(20_000).then(() => 'still open')]);
+    expect(ended).toBe('ended');
+    const retry = await readSse(`${api.url}/v1/scopes/revoking/runs/${sub.id}/events`, { headers });
+    expect(retry.status).toBe(401);
+  });
+});
+
+describe('streams opened with a stream token', () => {
+  it("count against the token, not the key that minted it, and end when that key is revoked", async () => {
+    const api = await h.startApi({ SSE_MAX_PER_KEY: '2', SSE_KEEPALIVE_MS: '300' });
+    const store = new ApiKeyStore(h.redis, h.keys);
+    const key = await store.create('tokens', 'client');
+    const auth = { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' };
+    const sub = await fetch(`${api.url}/v1/scopes/tokens/runs`, {
+      method: 'POST', headers: auth, body: JSON.stringify({ sessionId: 's', input: { content: 'wait' }, runtime: `${h.runtime}-none` }),
+    }).then((r) => r.json() as Promise<any>);
+    const mint = async () => (await fetch(`${api.url}/v1/scopes/tokens/runs/${sub.id}/stream-token`, { method: 'POST', headers: auth, body: '{}' })
+      .then((r) => r.json() as Promise<any>)).token as string;
+    const [a, b] = [await mint(), await mint()];
+    const events = (token: string) => `${api.url}/v1/scopes/tokens/runs/${sub.id}/events?access_token=${token}`;
+    // Two streams per credential: each token holds two, beside the key's own two.
+    const readers = [a, a, b, b].map((t) => readSse(events(t)));
+    const byKey = [readSse(`${api.url}/v1/scopes/tokens/runs/${sub.id}/events`, { headers: { authorization: auth.authorization } })];
+    await sleep(500);
+    const third = await fetch(events(a));
+    expect([third.status, (await third.json() as any).error.code]).toEqual([429, 'TOO_MANY_STREAMS']);
+    // Revoking the key that minted the tokens ends the token streams too.
+    expect(await store.revoke(key.id)).toBe(true);
+    const ended = await Promise.race([Promise.allSettled([...readers, ...byKey]).then(() => 'ended'), sleep(20_000).then(() => 'still open')]);
+    expect(ended).toBe('ended');
+    expect((await fetch(events(a))).status).toBe(401);
+  });
+});
