@@ -108,8 +108,15 @@ describe('GET /sessions/:sid/messages', () => {
       expect(Object.keys(m).sort()).toEqual(['content', 'createdAt', 'role', 'runId']);
       expect(m.createdAt).toBeTypeOf('number');
     }
-    const createdAt = msgs.map((m) => m.createdAt);
-    expect([...createdAt].sort((x, y) => x - y)).toEqual(createdAt);
+    // A user message is stamped when it was submitted and an answer when it was committed;
+    // runs queued behind each other were all submitted before the first answer, so the two
+    // kinds interleave. Each kind is in order, and each answer follows its own question.
+    const sorted = (xs: number[]) => [...xs].sort((x, y) => x - y);
+    const asked = msgs.filter((m) => m.role === 'user').map((m) => m.createdAt);
+    const answered = msgs.filter((m) => m.role === 'assistant').map((m) => m.createdAt);
+    expect(sorted(asked)).toEqual(asked);
+    expect(sorted(answered)).toEqual(answered);
+    asked.forEach((t, i) => expect(t).toBeLessThanOrEqual(answered[i]));
 
     const empty = (await acme.get('/sessions/never-used/messages')).body;
     expect(empty).toEqual({ messages: [], nextCursor: null });
