@@ -15,7 +15,7 @@
 //   - esbuild bundles baton/client for the browser with none of the server packages in it.
 // Any failure prints what the failing step saw and exits 1. `npm run smoke -- --node ...`.
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
@@ -188,8 +188,12 @@ async function scenario(node, consumer, work) {
   await step('npx baton start comes up on its own redis-server', async () => {
     const start = await serve('baton start', 'npx', ['baton', 'start'], { cwd: dir, env, ready: /baton is up: API (\S+)/ });
     api = start.match[1];
-    key = /development API key[^\n]*\n\s+(\S+)/.exec(start.output())?.[1];
-    check(key, 'baton start printed no development key', start.output());
+    // Its stdout is a pipe here, not a terminal: the key goes to a file only its owner reads.
+    const keyFile = /development API key[^\n]* written to (\S+)/.exec(start.output())?.[1];
+    check(keyFile, 'baton start named no development key file', start.output());
+    check((statSync(keyFile).mode & 0o777) === 0o600, `${keyFile} is readable by others`);
+    key = readFileSync(keyFile, 'utf8').trim();
+    check(key, 'the development key file is empty');
     redisUrl = readFileSync(join(dir, '.baton/redis.url'), 'utf8').trim();
     // The run inspector ships built: its page and the script it loads are served.
     const page = await fetch(`${api}/ui`);
