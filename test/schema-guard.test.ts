@@ -203,3 +203,28 @@ describe('the worker thread', () => {
     expect(await rejection(g.check({ type: 'number' }))).toBeInstanceOf(SchemaGuardClosedError);
   });
 });
+
+describe('tenants share the thread in turn', () => {
+  it('requests are taken from the scopes round robin; a scope\'s submit checks beyond maxQueuedPerScope are 429 RATE_LIMITED', async () => {
+    const g = another({ maxQueuedPerScope: 3 });
+    await g.check({ type: 'string' }); // the thread is up: the next request starts at once
+    const order: string[] = [];
+    const schema = (name: string) => ({ type: 'object', description: name });
+    const submitCheck = (scope: string, name: string) =>
+      g.check(schema(name), { scope, bounded: true }).then(() => { order.push(name); });
+    // a1 starts at once; a2..a4 wait (three, the cap); a5 and a6 are refused.
+    const a = ['a1', 'a2', 'a3', 'a4', 'a5', 'a6'].map((n) => submitCheck('a', n).catch((err) => err));
+    const b = ['b1', 'b2'].map((n) => submitCheck('b', n));
+    // Unbounded checks (a worker's waitFor schemas) queue past the cap.
+    const unbounded = Array.from({ length: 5 }, (_, i) => g.check(schema(`w${i}`), { scope: 'a' }));
+    const refused = await Promise.all(a.slice(4));
+    for (const err of refused) {
+      expect(err).toBeInstanceOf(BatonError);
+      expect([err.code, err.retryAfterMs]).toEqual(['RATE_LIMITED', g.budget.compileMs]);
+      expect(err.details[0].path).toBe('body.outputSchema');
+    }
+    await Promise.all([...a.slice(0, 4), ...b, ...unbounded]);
+    // b's checks are served between a's, not after all of them.
+    expect(order).toEqual(['a1', 'a2', 'b1', 'a3', 'b2', 'a4']);
+  });
+});

@@ -28,7 +28,7 @@ export const runRoutes: RouteSpec[] = [
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
       }
       // Every check that can refuse the input runs before the rate limit, so bad input spends no token.
-      if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard);
+      if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope);
       await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
       await d.submitLimiter.take(scope);

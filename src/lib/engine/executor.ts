@@ -175,7 +175,7 @@ export class RunExecutor {
       }
       if (run.outputSchema && result.finishReason === 'stop') {
         try {
-          result.payload = await validateOutput(run.outputSchema, result, this.d.schemaGuard);
+          result.payload = await validateOutput(run.outputSchema, result, this.d.schemaGuard, run.scope);
         } catch (err) {
           // Anything else (the guard closing at shutdown) is classified like an agent error,
           // never thrown out of here, where it would leave the run leased.

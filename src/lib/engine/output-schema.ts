@@ -11,9 +11,16 @@ import { processSchemaGuard, type SchemaGuard } from './schema-guard.ts';
  * happen in the schema guard's worker thread, within a time budget (schema-guard.ts).
  */
 
-/** At submit: a schema the guard refuses is a 400 OUTPUT_SCHEMA_INVALID naming the reason. */
-export async function assertValidOutputSchema(schema: Record<string, unknown>, guard: SchemaGuard = processSchemaGuard()): Promise<void> {
-  await guard.check(schema);
+/**
+ * At submit: a schema the guard refuses is a 400 OUTPUT_SCHEMA_INVALID naming the reason;
+ * a scope with too many schemas already waiting for the guard is 429 RATE_LIMITED.
+ */
+export async function assertValidOutputSchema(
+  schema: Record<string, unknown>,
+  guard: SchemaGuard = processSchemaGuard(),
+  scope = '',
+): Promise<void> {
+  await guard.check(schema, { scope, bounded: true });
 }
 
 export interface ValidationProblem { path: string; message: string }
@@ -28,13 +35,14 @@ export async function validateOutput(
   schema: Record<string, unknown>,
   result: { answer: string; payload?: unknown },
   guard: SchemaGuard = processSchemaGuard(),
+  scope = '',
 ): Promise<unknown> {
-  if (result.payload !== undefined) return guard.validate(schema, result.payload);
+  if (result.payload !== undefined) return guard.validate(schema, result.payload, undefined, scope);
   let value: unknown;
   try {
     value = JSON.parse(result.answer);
   } catch {
     throw new OutputInvalidError([{ path: '', message: 'the answer is not JSON and the agent returned no payload' }]);
   }
-  return guard.validate(schema, value, result.answer);
+  return guard.validate(schema, value, result.answer, scope);
 }

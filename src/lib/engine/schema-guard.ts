@@ -17,12 +17,21 @@ import type { ThreadJob, ThreadReady, ThreadReply, ThreadRequest, ThreadSettings
  *   await guard.check(schema)                  at submit: resolves, or throws 400 OUTPUT_SCHEMA_INVALID
  *   await guard.validate(schema, value, json?) at a goal finish: the value, or throws OutputInvalidError
  *
+ * Requests name the scope they are for, and the thread takes them from the scopes in turn
+ * (round robin): a tenant that submits schema after schema waits behind its own requests,
+ * while another tenant's waits for at most one request of each busy scope. A submit's check
+ * is `bounded`: a scope may have at most `maxQueuedPerScope` of those waiting in one process,
+ * more is 429 RATE_LIMITED, so a flood costs the flooding tenant, bounded in memory, and
+ * writes nothing.
+ *
  * One guard per process, closed by its owner (close() terminates the thread). Code that is
  * not handed one uses processSchemaGuard().
  */
 export interface SchemaGuardOptions {
   limits?: Partial<SchemaLimits>;
   budget?: Partial<SchemaGuardBudget>;
+  /** Checks of one scope waiting in this process at most (default 8, about 8 compile budgets of wait). */
+  maxQueuedPerScope?: number;
 }
 
 /** The guard was closed (its process is shutting down): not the schema's fault, so a run retries. */
@@ -45,7 +54,7 @@ export class SchemaGuardUnavailableError extends TransientError {
 type Cut = { id: number; ok: false; reason: 'budget' | 'memory' | 'crash' | 'closed' | 'unavailable'; error?: unknown };
 type Outcome = ThreadReply | Cut;
 
-interface Job { req: ThreadRequest; budgetMs: number; done(out: Outcome): void }
+interface Job { req: ThreadRequest; budgetMs: number; scope: string; done(out: Outcome): void }
 interface Thread { worker: Worker; ready: boolean }
 
 /** Schemas that passed check() are remembered by hash, so the second check of a submit (route, then store) is free. */
@@ -56,7 +65,9 @@ export class SchemaGuard {
   readonly budget: Readonly<SchemaGuardBudget>;
   private thread: Thread | undefined;
   private current: { job: Job; timer: NodeJS.Timeout } | undefined;
-  private readonly queue: Job[] = [];
+  /** Waiting requests by scope; a Map keeps insertion order, so serving a scope and re-adding it rotates. */
+  private readonly queues = new Map<string, Job[]>();
+  private readonly maxQueuedPerScope: number;
   private readonly knownGood = new Set<string>();
   private nextId = 1;
   private closing: Promise<void> | undefined;
@@ -64,15 +75,25 @@ export class SchemaGuard {
   constructor(o: SchemaGuardOptions = {}) {
     this.limits = Object.freeze({ ...SCHEMA_LIMITS, ...o.limits });
     this.budget = Object.freeze({ ...SCHEMA_GUARD_BUDGET, ...o.budget });
+    this.maxQueuedPerScope = o.maxQueuedPerScope ?? 8;
   }
 
-  /** Refuses a schema over a limit, one ajv cannot compile, or one whose compile overruns the budget: 400 OUTPUT_SCHEMA_INVALID. */
-  async check(schema: object): Promise<void> {
+  /**
+   * Refuses a schema over a limit, one ajv cannot compile, or one whose compile overruns the
+   * budget: 400 OUTPUT_SCHEMA_INVALID. `scope` is whom the check is for (its turn in the
+   * queue); `bounded` caps how many of the scope's checks may wait (a submit's are).
+   */
+  async check(schema: object, { scope = '', bounded = false }: { scope?: string; bounded?: boolean } = {}): Promise<void> {
     const limited = checkSchemaLimits(schema, this.limits);
     if (!limited.ok) throw schemaInvalid(limited.violation.message, limited.violation.at);
     const key = hashOf(limited.text);
     if (this.knownGood.has(key)) return;
-    const out = await this.run({ op: 'check', key, schema: limited.text, patterns: limited.patterns }, this.budget.compileMs);
+    if (bounded && (this.queues.get(scope)?.length ?? 0) >= this.maxQueuedPerScope) {
+      throw new BatonError('RATE_LIMITED', 'Too many output schemas of this scope are waiting to be compiled; retry later.', [
+        { path: 'body.outputSchema', message: `${this.maxQueuedPerScope} schemas of this scope are already waiting to be compiled in this process` },
+      ], { retryAfterMs: this.budget.compileMs });
+    }
+    const out = await this.run({ op: 'check', key, schema: limited.text, patterns: limited.patterns }, this.budget.compileMs, scope);
     if (out.ok) {
       if (this.knownGood.size >= KNOWN_GOOD_MAX) this.knownGood.delete(this.knownGood.values().next().value!);
       this.knownGood.add(key);
@@ -88,9 +109,10 @@ export class SchemaGuard {
    * `json` when the caller has the value's JSON text already (the answer): it is sent as is,
    * which also spares serializing a value too deep for JSON.stringify. Resolves with `value`;
    * every failure of the value or the schema, an overrun budget included, is an
-   * OutputInvalidError (permanent: the same answer would fail the same way again).
+   * OutputInvalidError (permanent: the same answer would fail the same way again). `scope`
+   * is the run's (its turn in the queue; a worker's own concurrency bounds how many wait).
    */
-  async validate(schema: object, value: unknown, json?: string): Promise<unknown> {
+  async validate(schema: object, value: unknown, json?: string, scope = ''): Promise<unknown> {
     const limited = checkSchemaLimits(schema, this.limits);
     if (!limited.ok) throw outputInvalid(`outputSchema is over a limit: ${limited.violation.message}`);
     let text = json;
@@ -105,6 +127,7 @@ export class SchemaGuard {
     const out = await this.run(
       { op: 'validate', key: hashOf(limited.text), schema: limited.text, patterns: limited.patterns, value: text },
       this.budget.validateMs,
+      scope,
     );
     if (out.ok) return value;
     if (out.reason === 'value') throw new OutputInvalidError(out.problems);
@@ -115,7 +138,7 @@ export class SchemaGuard {
   /** Terminates the thread; pending and later requests fail with SchemaGuardClosedError. Idempotent. */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      const jobs = this.queue.splice(0);
+      const jobs = this.takeAll();
       if (this.current) {
         clearTimeout(this.current.timer);
         jobs.unshift(this.current.job);
@@ -144,20 +167,40 @@ export class SchemaGuard {
     }
   }
 
-  private run(job: ThreadJob, budgetMs: number): Promise<Outcome> {
+  private run(job: ThreadJob, budgetMs: number, scope: string): Promise<Outcome> {
     if (this.closing) return Promise.resolve({ id: 0, ok: false, reason: 'closed' });
     return new Promise<Outcome>((done) => {
-      this.queue.push({ req: { ...job, id: this.nextId++ }, budgetMs, done });
+      const queue = this.queues.get(scope);
+      const entry = { req: { ...job, id: this.nextId++ }, budgetMs, scope, done };
+      if (queue) queue.push(entry);
+      else this.queues.set(scope, [entry]);
       this.pump();
     });
   }
 
+  /** The next request in turn: the first waiting scope's oldest; that scope goes to the back. */
+  private next(): Job | undefined {
+    const first = this.queues.entries().next();
+    if (first.done) return undefined;
+    const [scope, queue] = first.value;
+    const job = queue.shift()!;
+    this.queues.delete(scope);
+    if (queue.length) this.queues.set(scope, queue);
+    return job;
+  }
+
+  private takeAll(): Job[] {
+    const jobs = [...this.queues.values()].flat();
+    this.queues.clear();
+    return jobs;
+  }
+
   /** Starts the next request when the thread is ready and idle; the budget counts from here. */
   private pump(): void {
-    if (this.closing || this.current || this.queue.length === 0) return this.holdProcess();
+    if (this.closing || this.current || this.queues.size === 0) return this.holdProcess();
     const thread = (this.thread ??= this.spawn());
     if (!thread.ready) return this.holdProcess();
-    const job = this.queue.shift()!;
+    const job = this.next()!;
     const timer = setTimeout(() => this.discard(thread, 'budget'), job.budgetMs);
     this.current = { job, timer };
     this.holdProcess();
@@ -169,7 +212,7 @@ export class SchemaGuard {
    * closed (the process-wide default) must not keep a finished process running.
    */
   private holdProcess(): void {
-    const busy = this.current !== undefined || this.queue.length > 0;
+    const busy = this.current !== undefined || this.queues.size > 0;
     if (this.thread) (busy ? this.thread.worker.ref() : this.thread.worker.unref());
   }
 
@@ -233,7 +276,7 @@ export class SchemaGuard {
     if (this.thread !== thread) return;
     this.thread = undefined;
     void thread.worker.terminate();
-    for (const job of this.queue.splice(0)) job.done({ id: job.req.id, ok: false, reason: 'unavailable', error });
+    for (const job of this.takeAll()) job.done({ id: job.req.id, ok: false, reason: 'unavailable', error });
   }
 }
 

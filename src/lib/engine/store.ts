@@ -52,7 +52,7 @@ export class RunStore {
   ) {}
 
   async submit(req: SubmitRequest): Promise<SubmitResult> {
-    if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard);
+    if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard, req.scope);
     const runId = newRunId();
     const fields: Record<string, string | number> = {
       id: runId, scope: req.scope, sessionId: req.sessionId, runtime: req.runtime,

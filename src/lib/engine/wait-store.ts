@@ -68,15 +68,15 @@ export class WaitStore {
     if (!text) throw new BatonError('WAIT_NOT_PENDING');
     const wait = JSON.parse(text) as StoredWait;
     if (wait.kind === 'sleep') throw new BatonError('WAIT_NOT_PENDING', 'A sleep ends by itself; it cannot be resumed.');
-    if (wait.schema !== undefined) await this.check(wait.schema, value);
+    if (wait.schema !== undefined) await this.check(wait.schema, value, scope);
     const resumed = await this.transitions.resumeWait(scope, runId, waitKey, { value: JSON.stringify(value), tokenHash });
     this.events.resumed?.(resumed);
   }
 
   /** The value against the wait's schema: every problem is a VALIDATION_FAILED detail under body.value. */
-  private async check(schema: Record<string, unknown>, value: unknown): Promise<void> {
+  private async check(schema: Record<string, unknown>, value: unknown, scope: string): Promise<void> {
     try {
-      await this.schemaGuard.validate(schema, value);
+      await this.schemaGuard.validate(schema, value, undefined, scope);
     } catch (err) {
       if (!(err instanceof OutputInvalidError)) throw err;
       const details = (err.errors as { path?: string; message?: string }[]).map((p) => ({
