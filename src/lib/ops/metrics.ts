@@ -7,6 +7,7 @@ import type { ConnectionEvents } from '../redis.ts';
 import type { RunRecord } from '../engine/record.ts';
 import type { AnsweredWait } from '../engine/transitions.ts';
 import { TERMINAL_STATUSES, WAIT_KINDS, type TerminalStatus, type WaitKind } from '../contract/runs.ts';
+import { withTimeout } from '../timeout.ts';
 
 /** BullMQ job states exported per runtime queue (completed jobs are removed at once, see dispatcher.ts). */
 export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'failed'] as const satisfies readonly JobType[];
@@ -148,7 +149,7 @@ export class Metrics {
         this.reset();
         await Promise.all([...self.queueCounters].map(async ([runtime, count]) => {
           try {
-            const counts = await withTimeout(count(runtime), self.collectTimeoutMs);
+            const counts = await answeredWithin(count(runtime), self.collectTimeoutMs);
             for (const state of QUEUE_STATES) this.set({ runtime, state }, counts[state] ?? 0);
           } catch {
             self.collectErrors.inc({ collector: 'queue_jobs' });
@@ -164,7 +165,7 @@ export class Metrics {
         this.reset();
         await Promise.all([...self.waitingCounters].map(async ([runtime, count]) => {
           try {
-            const counts = await withTimeout(count(runtime), self.collectTimeoutMs);
+            const counts = await answeredWithin(count(runtime), self.collectTimeoutMs);
             for (const kind of WAIT_KINDS) this.set({ runtime, kind }, counts[kind] ?? 0);
           } catch {
             self.collectErrors.inc({ collector: 'runs_waiting' });
@@ -370,10 +371,9 @@ class BoundedValues {
   }
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+/** A scrape-time count, or a throw (counted as a collect error) when Redis does not answer in time. */
+async function answeredWithin<T>(p: Promise<T>, ms: number): Promise<T> {
+  const out = await withTimeout(p, ms);
+  if (out === 'timeout') throw new Error(`no answer within ${ms} ms`);
+  return out;
 }
