@@ -83,6 +83,15 @@ export const configSchema = z.object({
   RETRY_MAX_MS: intMs(60_000),
   /** MAX_ACTIVE_PER_SCOPE: runs of one scope dispatched or running at once (fair share). */
   MAX_ACTIVE_PER_SCOPE: z.coerce.number().int().min(1).max(100_000).default(8),
+  /**
+   * HISTORY_READ_MAX: the newest messages of a session the built-in store hands an agent
+   * whose memory has no `window.maxMessages` (a window of maxMessages reads that many; recall
+   * reads the whole list, since it scores every turn). 200: a hundred turns is more than a
+   * model's context holds for most agents, and it keeps a run's claim the same cost in a
+   * session of ten turns or ten thousand. The whole history stays stored and readable through
+   * GET .../messages.
+   */
+  HISTORY_READ_MAX: z.coerce.number().int().min(1).max(100_000).default(200),
   /** RETENTION_MS: how long a finished run, its steps and its event log stay readable. 24 h. */
   RETENTION_MS: intMs(24 * 3600_000),
   /** EVENTS_MAX_LEN: cap of one run's event stream (token deltas are coalesced, so this is ample). */

@@ -16,6 +16,7 @@ import type { WaitTokens } from './wait-tokens.ts';
 import type { TerminalStatus } from '../contract/runs.ts';
 import { backoffMs, classify } from './retry-policy.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
+import { claimHistoryReads } from '../sessions/memory-session.ts';
 import { isRedisUnavailable } from '../redis.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
@@ -75,13 +76,18 @@ type Claimed = Extract<ClaimReply, { kind: 'claimed' }>;
 export class RunExecutor {
   /** `{agent: maxAttempts}` of the agents that declare a default; the claim applies it to a run's first attempt. */
   private readonly attemptDefaults: Record<string, number> = {};
+  /** `{agent: n}`: the newest n messages of the session the claim reads for that agent's memory (-1 all, 0 none). */
+  private readonly historyReads: Record<string, number> = {};
 
   constructor(private readonly d: ExecutorDeps) {
-    for (const [name, agent] of d.agents) if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
+    for (const [name, agent] of d.agents) {
+      if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
+      this.historyReads[name] = claimHistoryReads(agent.memory, d.config.HISTORY_READ_MAX);
+    }
   }
 
   async execute(job: JobData): Promise<Outcome> {
-    const claim = await this.d.transitions.claim(job, this.d.workerId, this.attemptDefaults);
+    const claim = await this.d.transitions.claim(job, this.d.workerId, this.attemptDefaults, this.historyReads);
     switch (claim.kind) {
       case 'claimed':
         return this.runClaimed(claim);

@@ -221,13 +221,19 @@ export class Transitions {
 
   /**
    * Claims a delivered run for `workerId`: a new attempt, or the takeover of an expired
-   * lease. `agentDefaults` are this worker's agents' default attempts ({} = none).
+   * lease. `agentDefaults` are this worker's agents' default attempts ({} = none);
+   * `historyReads` how many of the session's newest messages to return for each agent (-1
+   * all; an agent not named gets none).
    */
-  async claim(job: { scope: string; runId: string }, workerId: string, agentDefaults: Record<string, number>): Promise<ClaimReply> {
+  async claim(
+    job: { scope: string; runId: string }, workerId: string, agentDefaults: Record<string, number>,
+    historyReads: Record<string, number> = {},
+  ): Promise<ClaimReply> {
     const sk = this.keys.scope(job.scope);
     const reply = await this.call('claim', job.scope, this.slotKeys(sk, job.runId), {
       runId: job.runId, workerId, leaseMs: this.config.LEASE_MS, maxRecoveries: this.config.MAX_RECOVERIES,
       agentDefaults: Object.keys(agentDefaults).length ? agentDefaults : undefined,
+      historyReads: Object.keys(historyReads).length ? historyReads : undefined,
     });
     switch (code(reply)) {
       case 0: {

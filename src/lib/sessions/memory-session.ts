@@ -104,3 +104,15 @@ export function redisMemory(options: { window?: SlidingWindowOptions; recall?: R
 export function isBuiltinMemory(option: MemoryOption | undefined): option is BuiltinMemory | undefined {
   return option === undefined || (typeof option === 'object' && option.builtin === 'redis');
 }
+
+/**
+ * How many of the session's newest messages the claim reads for an agent with this memory:
+ * 0 for a custom store (it reads its own), every message (-1) for recall (it scores every
+ * turn), `window.maxMessages` for such a window (the window keeps no more), else `readMax`.
+ */
+export function claimHistoryReads(option: MemoryOption | undefined, readMax: number): number {
+  if (!isBuiltinMemory(option)) return 0;
+  if (option?.recall) return -1;
+  const windowMax = option?.window?.maxMessages;
+  return windowMax ?? readMax;
+}

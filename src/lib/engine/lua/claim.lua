@@ -11,7 +11,10 @@
         agentDefaults  {agentName: maxAttempts} of this worker's agents that declare one
                        (absent = none): the first claim of a run whose submit gave no
                        maxAttempts takes its agent's default
-  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (list),
+        historyReads   {agentName: n}: the session's newest n messages come with the claim
+                       (-1 all; absent or 0 none), so a claim costs what the agent's memory
+                       keeps, not what the session holds
+  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (its newest historyReads messages),
             timeoutMs deadline (epoch ms, 0 = none), now}
          | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
                                       while no worker held it), expired, or failed (TIMEOUT, or
@@ -132,6 +135,12 @@ else
 end
 flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
-local history = sessionKey(redis.call('HGET', rk, 'sessionId')) .. ':messages'
+-- LRANGE from the tail walks only the messages it returns, whatever the session's length.
+local reads = O.historyReads and tonumber(O.historyReads[a[4]]) or 0
+local messages = {}
+if reads ~= 0 then
+  local history = sessionKey(redis.call('HGET', rk, 'sessionId')) .. ':messages'
+  messages = redis.call('LRANGE', history, reads > 0 and -reads or 0, -1)
+end
 return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), redis.call('HGETALL', rk .. ':steps'),
-  redis.call('LRANGE', history, 0, -1), deadline, now }
+  messages, deadline, now }
