@@ -43,18 +43,21 @@ export const configSchema = z.object({
   /** WORKER_CONCURRENCY: runs one worker process executes at once. Agent runs mostly wait on I/O. */
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   /**
-   * LEASE_MS: how long a claim is valid without a heartbeat. 15 s with a heartbeat every
-   * 5 s: two missed beats survive a long GC pause or a Redis failover; a third means the
-   * worker is gone, and its runs are taken over within LEASE_MS + SWEEP_INTERVAL_MS.
+   * LEASE_MS: how long a claim is valid without a heartbeat. 6 s with a heartbeat every 1.5 s:
+   * a worker whose event loop stalls for 3 s (a long GC pause, a synchronous agent) is 4.5 s
+   * from its last beat when the next one goes out, inside the lease, so it keeps its runs;
+   * a worker that is gone has its runs taken over within LEASE_MS + SWEEP_INTERVAL_MS, about
+   * 5 to 7 s. The price: a Redis outage longer than about 4.5 s lets leases run out, and the
+   * runs are then taken over (a recovery) once Redis is back. Raise it where failovers are slower.
    */
-  LEASE_MS: intMs(15_000),
-  /** HEARTBEAT_MS: defaults to LEASE_MS / 3 (see LEASE_MS). */
+  LEASE_MS: intMs(6_000),
+  /** HEARTBEAT_MS: defaults to LEASE_MS / 4 (see LEASE_MS). */
   HEARTBEAT_MS: z.coerce.number().int().positive().optional(),
   /**
    * SWEEP_INTERVAL_MS: how often every process looks for runs whose dispatch or lease was
-   * lost. 5 s bounds recovery of a crashed worker to about LEASE_MS + 5 s = 20 s.
+   * lost. 1 s adds at most a second to a recovery; a pass is three range reads per scope.
    */
-  SWEEP_INTERVAL_MS: intMs(5_000),
+  SWEEP_INTERVAL_MS: intMs(1_000),
   /** DISPATCH_GRACE_MS: a dispatched run with no BullMQ job after this long is re-dispatched. */
   DISPATCH_GRACE_MS: intMs(10_000),
   /** MAX_ATTEMPTS: default attempts per run (an agent or a submit may override). */
@@ -261,7 +264,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       throw new ConfigError(`invalid configuration:\n  BATON_BOOTSTRAP_KEYS: ${(err as Error).message}`);
     }
   }
-  const heartbeat = c.HEARTBEAT_MS ?? Math.max(50, Math.floor(c.LEASE_MS / 3));
+  const heartbeat = c.HEARTBEAT_MS ?? Math.max(50, Math.floor(c.LEASE_MS / 4));
   if (heartbeat >= c.LEASE_MS) {
     throw new ConfigError('invalid configuration:\n  HEARTBEAT_MS: must be shorter than LEASE_MS');
   }
