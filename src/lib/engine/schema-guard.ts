@@ -30,7 +30,7 @@ import type { ThreadJob, ThreadReady, ThreadReply, ThreadRequest, ThreadSettings
 export interface SchemaGuardOptions {
   limits?: Partial<SchemaLimits>;
   budget?: Partial<SchemaGuardBudget>;
-  /** Checks of one scope waiting in this process at most (default 8, about 8 compile budgets of wait). */
+  /** Checks of one scope waiting in this process at most (default 32: a burst of submits with schemas fits; 32 × 64 KiB of schema text at most). */
   maxQueuedPerScope?: number;
 }
 
@@ -75,7 +75,7 @@ export class SchemaGuard {
   constructor(o: SchemaGuardOptions = {}) {
     this.limits = Object.freeze({ ...SCHEMA_LIMITS, ...o.limits });
     this.budget = Object.freeze({ ...SCHEMA_GUARD_BUDGET, ...o.budget });
-    this.maxQueuedPerScope = o.maxQueuedPerScope ?? 8;
+    this.maxQueuedPerScope = o.maxQueuedPerScope ?? 32;
   }
 
   /**
