@@ -8,8 +8,9 @@
   Returns: {0, last event id} | {1} already applied | {-2} LEASE_LOST ]]
 --@include lib
 local rk, fence = K.run, tostring(O.fence)
-if not fenced(rk, fence) then return { -2 } end
-local applied = redis.call('HGET', rk, 'appendedBatch')
+local ok, got = fenced(rk, fence, 'appendedBatch')
+if not ok then return { -2 } end
+local applied = got[1]
 if applied then
   local f, n = string.match(applied, '^(%d+):(%d+)$')
   if f == fence and tonumber(n) >= O.batch then return { 1 } end

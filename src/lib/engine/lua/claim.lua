@@ -24,8 +24,12 @@
 --@include lib
 local runId, rk = O.runId, K.run
 local now = nowMs()
-local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner')
+-- Everything the claim needs from the record, in one read.
+local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner',
+  'startedAt', 'startBy', 'deadlineAt', 'timeoutMs', 'budgetLeft',
+  'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed', 'fence', 'createdAt', 'claimedAt', 'runMs', 'sessionId')
 local st, runtime = r[1], r[4]
+local lim = { r[7], r[8], r[9], r[10], r[11] }
 if not st then return { -1 } end
 
 local recovered = 0
@@ -47,7 +51,6 @@ if r[5] == '1' then
   flushPublished()
   return { 1, cjson.encode(out), 'cancelled' }
 end
-local lim = redis.call('HMGET', rk, 'startedAt', 'startBy', 'deadlineAt', 'timeoutMs', 'budgetLeft')
 if not lim[1] and lim[2] and tonumber(lim[2]) <= now then
   expireRun(runId, now, out)
   flushPublished()
@@ -86,61 +89,71 @@ if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 
 end
 
 -- A holder that died held the run until its last heartbeat (its lease's start).
-if recovered == 1 then chargeRunTime(rk, tonumber(r[2] or '0') - O.leaseMs) end
-redis.call('HSET', rk, 'claimedAt', now)
-local fence = redis.call('HINCRBY', rk, 'fence', 1)
-local a = redis.call('HMGET', rk, 'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed')
-local attempt = tonumber(a[1] or '0')
-local maxAttempts = tonumber(a[2] or '1')
+local write = { 'claimedAt', now }
+local gone = {}
+if recovered == 1 then
+  local charge = { claimedAt = r[19] or false, runMs = r[20] or '0', fields = write, hdel = {} }
+  chargeRunTime(rk, tonumber(r[2] or '0') - O.leaseMs, charge)
+  -- The charge rewrote runMs; its claimedAt is replaced by this claim's.
+end
+local fence = tonumber(r[17] or '0') + 1
+local attempt = tonumber(r[12] or '0')
+local maxAttempts = tonumber(r[13] or '1')
 -- Only the workers know their agents, so an agent's default attempts land at the first claim.
-if attempt == 0 and a[3] ~= '1' and O.agentDefaults then
-  local agentDefault = O.agentDefaults[a[4]]
+if attempt == 0 and r[14] ~= '1' and O.agentDefaults then
+  local agentDefault = O.agentDefaults[r[15]]
   if type(agentDefault) == 'number' then
     maxAttempts = agentDefault
-    redis.call('HSET', rk, 'maxAttempts', maxAttempts)
+    write[#write + 1] = 'maxAttempts'; write[#write + 1] = maxAttempts
   end
 end
 -- A run that was blocked and then resolved continues its interrupted attempt (the crash
 -- that blocked it was no attempt of its own, like a recovery).
-local resumed = st == 'dispatched' and a[5] == '1'
-if resumed then redis.call('HDEL', rk, 'resumed') end
+local resumed = st == 'dispatched' and r[16] == '1'
+if resumed then gone[#gone + 1] = 'resumed' end
 local deadline = tonumber(lim[3] or '0')
 if lim[4] and deadline == 0 then
   deadline = now + tonumber(lim[5] or lim[4])
-  redis.call('HSET', rk, 'deadlineAt', deadline)
-  redis.call('HDEL', rk, 'budgetLeft')
+  write[#write + 1] = 'deadlineAt'; write[#write + 1] = deadline
+  if lim[5] then gone[#gone + 1] = 'budgetLeft' end
   redis.call('ZADD', K.timers, deadline, 'timeout:' .. runId)
 end
-if not lim[1] then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
-redis.call('HSET', rk, 'leaseOwner', O.workerId, 'leaseExpiresAt', now + O.leaseMs)
+if not lim[1] and lim[2] then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
+write[#write + 1] = 'fence'; write[#write + 1] = fence
+write[#write + 1] = 'leaseOwner'; write[#write + 1] = O.workerId
+write[#write + 1] = 'leaseExpiresAt'; write[#write + 1] = now + O.leaseMs
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
 redis.call('ZREM', K.pending, runId)
+local known = { createdAt = r[18], fields = write }
 if recovered == 1 then
+  redis.call('HSET', rk, unpack(write))
   local n = redis.call('HINCRBY', rk, 'recoveries', 1)
   -- Clients restart the answer text at every `attempt` event: the new holder replays it.
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
   statusEvent(runId, { status = 'recovered', attempt = attempt, maxAttempts = maxAttempts, recoveries = n })
 elseif resumed then
-  setStatus(runId, runtime, st, 'running', now)
+  setStatus(runId, runtime, st, 'running', now, known)
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, resumed = true }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
 else
   attempt = attempt + 1
-  redis.call('HSET', rk, 'attempt', attempt)
-  redis.call('HDEL', rk, 'retryAt')
-  if not redis.call('HGET', rk, 'startedAt') then redis.call('HSET', rk, 'startedAt', now) end
-  setStatus(runId, runtime, st, 'running', now)
+  write[#write + 1] = 'attempt'; write[#write + 1] = attempt
+  if r[3] then gone[#gone + 1] = 'retryAt' end
+  if not lim[1] then write[#write + 1] = 'startedAt'; write[#write + 1] = now end
+  setStatus(runId, runtime, st, 'running', now, known)
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
 end
+if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
 flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
 -- LRANGE from the tail walks only the messages it returns, whatever the session's length.
-local reads = O.historyReads and tonumber(O.historyReads[a[4]]) or 0
+local reads = O.historyReads and tonumber(O.historyReads[r[15]]) or 0
 local messages = {}
 if reads ~= 0 then
-  local history = sessionKey(redis.call('HGET', rk, 'sessionId')) .. ':messages'
-  messages = redis.call('LRANGE', history, reads > 0 and -reads or 0, -1)
+  messages = redis.call('LRANGE', sessionKey(r[21]) .. ':messages', reads > 0 and -reads or 0, -1)
 end
-return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), redis.call('HGETALL', rk .. ':steps'),
-  messages, deadline, now }
+-- A run no worker ever started (no attempt before this claim) has no step results yet.
+local steps = {}
+if tonumber(r[12] or '0') > 0 or recovered == 1 or resumed then steps = redis.call('HGETALL', rk .. ':steps') end
+return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), steps, messages, deadline, now }

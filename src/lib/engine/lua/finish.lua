@@ -7,7 +7,8 @@
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
 --@include lib
 local runId, rk = O.runId, K.run
-if not fenced(rk, O.fence) then return { -2 } end
+local ok, pre = fenced(rk, O.fence, unpack(FINISH_READ))
+if not ok then return { -2 } end
 local now = nowMs()
 local fields = { 'result', O.result }
 if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
@@ -16,6 +17,6 @@ local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
-finishRun(runId, O.status, fields, endData, now, out)
+finishRun(runId, O.status, fields, endData, now, out, pre)
 flushPublished()
 return { 0, cjson.encode(out) }

@@ -78,30 +78,52 @@ end
 -- worker stops a run whose sum reaches MAX_RUN_MS. `claimedAt` is when the current holder
 -- claimed it; the holding ends at `untilMs` (a status change, a hand-over, the last heartbeat
 -- of a holder that died). Time queued, retrying, blocked or waiting holds no worker: not counted.
-local function chargeRunTime(rk, untilMs)
-  local at = redis.call('HGET', rk, 'claimedAt')
+-- `known` (optional) holds fields the caller already read: `claimedAt` (false = absent) and
+-- `runMs`; with both, the charge joins the caller's HSET (`known.fields`) instead of costing
+-- its own commands.
+local function chargeRunTime(rk, untilMs, known)
+  local at, runMs
+  if known and known.claimedAt ~= nil then at = known.claimedAt or nil else at = redis.call('HGET', rk, 'claimedAt') end
   if not at then return end
+  if known and known.fields and known.runMs ~= nil then
+    local fields = known.fields
+    fields[#fields + 1] = 'runMs'
+    fields[#fields + 1] = (tonumber(known.runMs) or 0) + math.max(0, untilMs - tonumber(at))
+    known.hdel[#known.hdel + 1] = 'claimedAt'
+    return
+  end
   redis.call('HDEL', rk, 'claimedAt')
   redis.call('HINCRBY', rk, 'runMs', math.max(0, untilMs - tonumber(at)))
 end
 
 -- Moves a run to `to`, keeping the per-runtime status counters exact. Terminal counters are
 -- cumulative (never decremented); the others count runs currently in that status.
-local function setStatus(runId, runtime, from, to, now)
-  redis.call('HSET', runKey(runId), 'status', to, 'updatedAt', now)
-  if from == 'running' and to ~= 'running' then chargeRunTime(runKey(runId), now) end
+-- `known` (optional): fields the caller read already (`createdAt`, and for chargeRunTime
+-- `claimedAt` and `runMs`), and `fields`, more record fields to write in the same HSET.
+local function setStatus(runId, runtime, from, to, now, known)
+  local rk = runKey(runId)
+  local fields = { 'status', to, 'updatedAt', now }
+  if known and known.fields then
+    for _, v in ipairs(known.fields) do fields[#fields + 1] = v end
+  end
+  local charge = known and { claimedAt = known.claimedAt, runMs = known.runMs, fields = fields, hdel = {} }
+  if from == 'running' and to ~= 'running' then chargeRunTime(rk, now, charge) end
+  redis.call('HSET', rk, unpack(fields))
+  if charge and #charge.hdel > 0 then redis.call('HDEL', rk, unpack(charge.hdel)) end
   -- Runs by status (`status:<status>`), scored by creation time like the `runs` listing, so
   -- a listing filtered by status reads that index instead of every run of the scope. Kept
   -- here, where every status change passes, so a status added later is indexed as well.
   -- Entries of expired runs are dropped by the listing that meets them, as in `runs`.
   if from then redis.call('ZREM', BASE .. 'status:' .. from, runId) end
-  redis.call('ZADD', BASE .. 'status:' .. to, redis.call('HGET', runKey(runId), 'createdAt'), runId)
+  local createdAt = known and known.createdAt or redis.call('HGET', rk, 'createdAt')
+  redis.call('ZADD', BASE .. 'status:' .. to, createdAt, runId)
   local sk = runtimeKey('stats', runtime)
   if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
   redis.call('HINCRBY', sk, to, 1)
-  -- NX: a run parked again (dispatched -> queued) keeps the time it started to wait.
+  -- NX: a run parked again (dispatched -> queued) keeps the time it started to wait; one that
+  -- was waiting already (queued -> dispatched) is in the index.
   if WAITING[to] then
-    redis.call('ZADD', runtimeKey('waiting', runtime), 'NX', now, runId)
+    if not (from and WAITING[from]) then redis.call('ZADD', runtimeKey('waiting', runtime), 'NX', now, runId) end
   elseif from and WAITING[from] then
     redis.call('ZREM', runtimeKey('waiting', runtime), runId)
   end
@@ -128,22 +150,31 @@ local function enqueueJob(runId, runtime, now, delay, out)
   out[#out + 1] = { runId, runtime, n, delay }
 end
 
+-- The scope's slots in use (`meta.active`), read once per script call: every change to it in
+-- a script goes through these helpers, which keep the copy exact.
+local ACTIVE
 local function activeCount()
-  return tonumber(redis.call('HGET', K.meta, 'active') or '0')
+  if ACTIVE == nil then ACTIVE = tonumber(redis.call('HGET', K.meta, 'active') or '0') end
+  return ACTIVE
 end
 
-local function dispatchRun(runId, runtime, from, now, out)
-  redis.call('HINCRBY', K.meta, 'active', 1)
-  setStatus(runId, runtime, from, 'dispatched', now)
+local function dispatchRun(runId, runtime, from, now, out, known)
+  ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
+  setStatus(runId, runtime, from, 'dispatched', now, known)
   enqueueJob(runId, runtime, now, 0, out)
 end
 
 -- A session head asks for a scope slot. Draining runtimes hold their runs; a full scope
--- parks them in the ready list. `from` is the run's current status.
-local function admit(runId, from, now, out)
-  local runtime = redis.call('HGET', runKey(runId), 'runtime')
-  if from ~= 'queued' then setStatus(runId, runtime, from, 'queued', now); from = 'queued' end
-  if redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
+-- parks them in the ready list. `from` is the run's current status. `known` (optional): the
+-- run's `runtime` and `createdAt` when the caller has them, and `drained` (boolean) when it
+-- already looked at the runtime's drain flag.
+local function admit(runId, from, now, out, known)
+  local runtime = known and known.runtime or redis.call('HGET', runKey(runId), 'runtime')
+  local statusKnown = known and { createdAt = known.createdAt } or nil
+  if from ~= 'queued' then setStatus(runId, runtime, from, 'queued', now, statusKnown); from = 'queued' end
+  local drained
+  if known and known.drained ~= nil then drained = known.drained else drained = redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 end
+  if drained then
     redis.call('RPUSH', runtimeKey('held', runtime), runId)
     return
   end
@@ -151,7 +182,7 @@ local function admit(runId, from, now, out)
     redis.call('RPUSH', K.ready, runId)
     return
   end
-  dispatchRun(runId, runtime, from, now, out)
+  dispatchRun(runId, runtime, from, now, out, statusKnown)
 end
 
 -- Gives free scope slots to parked session heads, oldest first. Entries whose run was
@@ -206,7 +237,9 @@ local function pinArtifacts(rk)
   redis.call('HSET', rk, 'artifactsPinned', 1)
 end
 
-local function unpinArtifacts(rk)
+-- `pinned` (optional): the record's artifactsPinned as the caller read it (false = absent).
+local function unpinArtifacts(rk, pinned)
+  if pinned == false then return end
   if redis.call('HDEL', rk, 'artifactsPinned') == 0 then return end
   for _, id in ipairs(cjson.decode(redis.call('HGET', rk, 'artifactIds'))) do
     local ak = BASE .. 'artifact:' .. id
@@ -217,7 +250,13 @@ local function unpinArtifacts(rk)
 end
 
 local function releaseSlot()
-  if activeCount() > 0 then redis.call('HINCRBY', K.meta, 'active', -1) end
+  if ACTIVE ~= nil and ACTIVE <= 0 then return end
+  ACTIVE = redis.call('HINCRBY', K.meta, 'active', -1)
+  -- Never below zero (the count was 0 when this script had not read it yet).
+  if ACTIVE < 0 then
+    redis.call('HSET', K.meta, 'active', 0)
+    ACTIVE = 0
+  end
 end
 
 -- ---- waits (lua/wait.lua parks a run on them) ----
@@ -236,13 +275,16 @@ local function dropWait(runId, waitKey)
   redis.call('HDEL', wk, waitKey, waitKey .. '#token')
 end
 
+-- Returns whether the run had any.
 local function dropAllWaits(runId)
   local wk = waitsKey(runId)
   local flat = redis.call('HGETALL', wk)
+  if #flat == 0 then return false end
   for i = 1, #flat, 2 do
     if string.sub(flat[i], -6) == '#token' then redis.call('PEXPIRE', BASE .. 'wait-token:' .. flat[i + 1], O.retention) end
   end
   redis.call('DEL', wk)
+  return true
 end
 
 -- Stores a wait's outcome as its step result (`tail` is JSON text: `"v":<value>` and flags).
@@ -274,15 +316,21 @@ local function expireWaits(runId, now)
 end
 
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
--- retention set. `fields` are extra run-record fields (result, lastError, ...).
-local function finishRun(runId, status, fields, endData, now, out)
+-- retention set. `fields` are extra run-record fields (result, lastError, ...). The record is
+-- read once and written with one HSET and one HDEL.
+local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
+  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs' }
+-- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
+local function finishRun(runId, status, fields, endData, now, out, pre)
   local rk = runKey(runId)
-  local r = redis.call('HMGET', rk, 'status', 'runtime', 'sessionId')
+  local r = pre or redis.call('HMGET', rk, unpack(FINISH_READ))
   local from = r[1]
-  setStatus(runId, r[2], from, status, now)
-  redis.call('HSET', rk, 'finishedAt', now, 'leaseOwner', '', 'leaseExpiresAt', 0)
-  if #fields > 0 then redis.call('HSET', rk, unpack(fields)) end
-  redis.call('HDEL', rk, 'retryAt')
+  local write = { 'finishedAt', now, 'leaseOwner', '', 'leaseExpiresAt', 0 }
+  for _, v in ipairs(fields) do write[#write + 1] = v end
+  setStatus(runId, r[2], from, status, now, { createdAt = r[4], claimedAt = r[5] or false, runMs = r[6] or '0', fields = write })
+  local gone = {}
+  for i = 8, 10 do if r[i] then gone[#gone + 1] = FINISH_READ[i] end end
+  if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
   redis.call('ZREM', K.leases, runId)
   redis.call('ZREM', K.pending, runId)
   addEvent(runId, 'end', endData)
@@ -292,11 +340,13 @@ local function finishRun(runId, status, fields, endData, now, out)
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)
-  unpinArtifacts(rk)
-  -- Whatever it still waited for or was timed by ends with it.
-  dropAllWaits(runId)
-  redis.call('HDEL', rk, 'deadlineAt', 'budgetLeft')
-  redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
+  unpinArtifacts(rk, r[7] and true or false)
+  -- Whatever it still waited for or was timed by ends with it. A deadline entry exists only
+  -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs.
+  local waited = dropAllWaits(runId)
+  if waited or r[10] or r[11] or r[12] or r[13] or r[9] then
+    redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
+  end
 end
 
 -- A waiting run goes on: admitted again like a session head (it still owns its session), to
@@ -332,12 +382,15 @@ local function timeOutRun(runId, now, out)
     '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now, out)
 end
 
--- Checks that the caller still holds the run's lease: same fence, still running, not handed over.
-local function fenced(rk, fence)
-  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner')
+-- Checks that the caller still holds the run's lease: same fence, still running, not handed
+-- over. More field names may follow: their values come back after the check, in the same read.
+local function fenced(rk, fence, ...)
+  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', ...)
   -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
   -- the next claim, but the holder's right to write ended with the hand-over.
-  return cur[1] == tostring(fence) and cur[2] == 'running' and cur[3] ~= ''
+  local extra = {}
+  for i = 4, #cur do extra[i - 3] = cur[i] end
+  return cur[1] == tostring(fence) and cur[2] == 'running' and cur[3] ~= '', extra
 end
 
 local CANCELLED_RESULT = '{"answer":"","finishReason":"cancelled","toolCallsSeen":0}'

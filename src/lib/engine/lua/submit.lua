@@ -32,15 +32,18 @@ local scheduled = due ~= nil and due > now
 local active = redis.call('HGET', sk, 'active')
 if active and O.multitask == 'reject' and not scheduled then return { -5 } end
 
-local fields = {}
-for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
+local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0 }
+local artifacts = false
+for i = 2, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+  if i % 2 == 0 and ARGV[i] == 'artifactIds' then artifacts = true end
+end
 local status = scheduled and 'scheduled' or 'queued'
-redis.call('HSET', rk, 'status', status, 'createdAt', now, 'updatedAt', now,
-  'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0, unpack(fields))
-setStatus(runId, O.runtime, nil, status, now)
+-- The record is written by setStatus's HSET, with its status.
+setStatus(runId, O.runtime, nil, status, now, { createdAt = now, fields = fields })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
-pinArtifacts(rk)
+if artifacts then pinArtifacts(rk) end
 if K.idem then redis.call('SET', K.idem, runId .. ' ' .. O.requestHash, 'PX', O.idemTtlMs) end
 
 local out = {}
@@ -55,7 +58,8 @@ if O.ttlMs then setStartBy(runId, O.ttlMs, now) end
 statusEvent(runId, { status = 'queued', attempt = 0 })
 if not active then
   redis.call('HSET', sk, 'active', runId)
-  admit(runId, 'queued', now, out)
+  -- Not drained: checked above, in this same script.
+  admit(runId, 'queued', now, out, { runtime = O.runtime, createdAt = now, drained = false })
 elseif O.multitask == 'interrupt' then
   -- This run goes next; cancelling the active run then hands the session to it.
   redis.call('LPUSH', sk .. ':queue', runId)
