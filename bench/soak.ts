@@ -125,6 +125,9 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
         SHUTDOWN_GRACE_MS: '2000',
         // The soak submits far faster than a person types; the rate limit is not under test.
         SUBMIT_RATE_PER_SEC: '0',
+        // The soak agent reads its turn off the whole history (a lost or doubled turn shows as
+        // a wrong turn number), so sessions longer than the default bound are handed whole.
+        HISTORY_READ_MAX: '100000',
         BATON_BOOTSTRAP_KEYS: scopes.map((s) => `${s}:admin:${apiKeys.get(s)}`).join(','),
       },
       agents: [AGENT],
