@@ -481,9 +481,12 @@ describe('run inspector', () => {
 
 /**
  * Full-page screenshots at a desktop and a phone width (test-artifacts/ui/<name>-<width>.png),
- * each checked for sideways scrolling and unlabelled controls first.
+ * each checked for sideways scrolling and unlabelled controls first, and the page for
+ * controls the keyboard cannot reach.
  */
 async function screenshots(page: Page, name: string): Promise<void> {
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await expectKeyboardReachable(page, name);
   for (const width of [1280, 390]) {
     await page.setViewportSize({ width, height: 900 });
     await expectNoSideways(page, `${name} at ${width}`);
@@ -497,6 +500,32 @@ async function screenshots(page: Page, name: string): Promise<void> {
 async function expectNoSideways(page: Page, what: string): Promise<void> {
   const { scroll, width } = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, width: innerWidth }));
   expect(scroll, what).toBeLessThanOrEqual(width);
+}
+
+/**
+ * Tab, from the top of the page, reaches every visible, enabled link and form control, in
+ * some order: none is left out of the focus order (a div with a click handler, a negative
+ * tabindex).
+ */
+async function expectKeyboardReachable(page: Page, what: string): Promise<void> {
+  const count = await page.evaluate(() => {
+    const controls = [...document.querySelectorAll('a[href], button, input, select, textarea')]
+      .filter((el) => !(el as HTMLInputElement).disabled && el.getClientRects().length > 0);
+    controls.forEach((el, i) => el.setAttribute('data-kb', String(i)));
+    (document.activeElement as HTMLElement | null)?.blur();
+    return controls.length;
+  });
+  const reached = new Set<string>();
+  for (let i = 0; i < count + 10 && reached.size < count; i++) {
+    await page.keyboard.press('Tab');
+    const at = await page.evaluate(() => document.activeElement?.getAttribute('data-kb') ?? null);
+    if (at !== null) reached.add(at);
+  }
+  const missed = await page.evaluate((seen) =>
+    [...document.querySelectorAll('[data-kb]')].filter((el) => !seen.includes(el.getAttribute('data-kb')!)).map((el) => el.outerHTML.slice(0, 120)),
+  [...reached]);
+  await page.evaluate(() => document.querySelectorAll('[data-kb]').forEach((el) => el.removeAttribute('data-kb')));
+  expect(missed, `controls of ${what} the keyboard does not reach`).toEqual([]);
 }
 
 /** Every input, select, textarea and button has a name a screen reader can announce. */
