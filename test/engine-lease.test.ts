@@ -128,6 +128,23 @@ describe('leases within one process', () => {
     leases.release(attempt);
   });
 
+  it('the finish writes the last batch it carries once, before `end`, also when an append applied it already', async () => {
+    const t = h.transitions();
+    const result = '{"answer":"ab","finishReason":"stop","toolCallsSeen":0}';
+    const texts = async (runId: string) => (await h.redis.xrange(h.keys.scope('acme').run(runId) + ':events', '-', '+'))
+      .map(([, f]) => (f[1] === 'token' ? JSON.parse(f[3]).text : f[1] === 'end' ? '<end>' : undefined)).filter((x) => x !== undefined);
+    // Carried by the finish alone.
+    const carried = await claimAsGhost((await acme.submit('final-batch-1', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id);
+    await t.append(carried, 1, [['token', '{"text":"a"}']]);
+    await t.finish(carried, { status: 'succeeded', result }, { no: 2, events: [['token', '{"text":"b"}']] });
+    expect(await texts(carried.runId)).toEqual(['a', 'b', '<end>']);
+    // Written by an append whose reply was lost, then carried by the finish too: once.
+    const again = await claimAsGhost((await acme.submit('final-batch-2', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id);
+    await t.append(again, 1, [['token', '{"text":"a"}']]);
+    await t.finish(again, { status: 'succeeded', result }, { no: 1, events: [['token', '{"text":"a"}']] });
+    expect(await texts(again.runId)).toEqual(['a', '<end>']);
+  });
+
   it('a lease handed over at shutdown can be neither renewed nor written with', async () => {
     const runId = (await acme.submit('released', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     const attempt = await claimAsGhost(runId);

@@ -357,13 +357,15 @@ class Closer {
         return;
       }
     }
-    await this.flushBeforeClosing();
+    // The last events ride with the finish, in its script call: the `end` event follows them.
+    const last = await this.flushBeforeClosing(() => this.writer.finalBatch());
     await this.d.transitions.finish(this.attempt, {
       status,
       result: JSON.stringify(full),
       lastError: lastError ? JSON.stringify(lastError) : undefined,
       turn: turn.length ? [JSON.stringify(turn[0]), JSON.stringify(turn[1])] : undefined,
-    });
+    }, last);
+    if (last) this.writer.acknowledge(last);
     this.d.events?.finished?.(this.run, status);
     this.log.info({ status, finishReason: full.finishReason }, 'run finished');
   }
@@ -404,11 +406,13 @@ class Closer {
    * is as good as gone, and the error ends the attempt without closing it: the run is then
    * recovered and its next holder streams the answer again.
    */
-  private async flushBeforeClosing(): Promise<void> {
+  private async flushBeforeClosing(): Promise<void>;
+  private async flushBeforeClosing<T>(write: () => Promise<T>): Promise<T>;
+  private async flushBeforeClosing(write: () => Promise<unknown> = () => this.writer.flush()): Promise<unknown> {
     const giveUpAt = Date.now() + this.d.config.LEASE_MS;
     for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
       try {
-        return await this.writer.flush();
+        return await write();
       } catch (err) {
         if (err instanceof LeaseLostError) throw err;
         if (Date.now() + delay > giveUpAt) throw new EventsUnwritten(err);

@@ -27,7 +27,8 @@ function loadSources(): Map<string, string> {
   for (const file of readdirSync(LUA_DIR)) {
     const m = /^([a-z-]+)\.lua$/.exec(file);
     if (!m || m[1] === 'lib') continue;
-    out.set(m[1], readFileSync(join(LUA_DIR, file), 'utf8').replace('--@include lib', lib));
+    // A function, not the text: `$'` and `$&` in Lua patterns are not replacement patterns.
+    out.set(m[1], readFileSync(join(LUA_DIR, file), 'utf8').replace('--@include lib', () => lib));
   }
   return out;
 }

@@ -340,10 +340,10 @@ export class Transitions {
   }
 
   /** Ends the run (and commits its turn to the built-in history, once). */
-  async finish(attempt: Attempt, f: FinishInput): Promise<void> {
+  async finish(attempt: Attempt, f: FinishInput, last?: { no: number; events: readonly (readonly [string, string])[] }): Promise<void> {
     const reply = await this.call('finish', attempt.scope, {
       ...this.slotKeys(attempt.keys, attempt.runId), messages: attempt.keys.messages(attempt.sessionId),
-    }, { runId: attempt.runId, fence: attempt.fence, ...f });
+    }, { runId: attempt.runId, fence: attempt.fence, ...f, ...(last ? { batch: last.no } : {}) }, last ? last.events.flat() : []);
     if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
     await this.dispatch(attempt.scope, reply[1]);
   }

@@ -4,7 +4,8 @@ import { LeaseLostError } from '../engine/script-codes.ts';
 import type { Transitions } from '../engine/transitions.ts';
 
 interface Pending { type: string; data: string; text?: string; from?: Speaker }
-interface Batch { no: number; events: [string, string][]; tokens: number }
+/** A numbered batch of events; the `append` script (or the finish that carries it) applies a number once. */
+export interface Batch { no: number; events: [string, string][]; tokens: number }
 
 export interface EventWriterOptions {
   transitions: Transitions;
@@ -85,6 +86,31 @@ export class EventWriter {
       if (!this.unacked && this.queue.length === 0) return;
       await this.writeOne();
     }
+  }
+
+  /**
+   * For the finish transition, which writes the attempt's last events itself (one script call
+   * fewer per run): waits for the write in flight, writes a batch that failed before, then
+   * hands over what is queued as the next batch instead of writing it. The writer takes no
+   * event after this. The batch stays unacknowledged until acknowledge(): if the finish does
+   * not happen, flush() writes it as any other batch, applied once all the same.
+   */
+  async finalBatch(): Promise<Batch | undefined> {
+    this.closed = true;
+    this.clearTimer();
+    while (this.writing) await this.writing.catch(() => {});
+    if (this.lost) throw new LeaseLostError(this.o.attempt.runId);
+    if (this.unacked) await this.flush();
+    if (this.queue.length === 0) return undefined;
+    this.unacked = this.takeBatch();
+    return this.unacked;
+  }
+
+  /** The finish carrying `batch` landed: the batch is written. */
+  acknowledge(batch: Batch): void {
+    if (this.unacked !== batch) return;
+    this.unacked = undefined;
+    this.o.onWritten?.(batch.events.length, batch.tokens);
   }
 
   /** Stops background writes; what is still queued is dropped (the attempt is over). */

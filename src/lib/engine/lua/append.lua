@@ -10,12 +10,7 @@
 local rk, fence = K.run, tostring(O.fence)
 local ok, got = fenced(rk, fence, 'appendedBatch')
 if not ok then return { -2 } end
-local applied = got[1]
-if applied then
-  local f, n = string.match(applied, '^(%d+):(%d+)$')
-  if f == fence and tonumber(n) >= O.batch then return { 1 } end
-end
-redis.call('HSET', rk, 'appendedBatch', fence .. ':' .. O.batch)
+if not newBatch(rk, fence, O.batch, got[1]) then return { 1 } end
 local last
 for i = 2, #ARGV, 2 do
   last = addEvent(O.runId, ARGV[i], ARGV[i + 1])

@@ -3,13 +3,18 @@
   requires the current fence of a running run), `end` event, session and slot handed on.
   KEYS  run, meta, ready, pending, leases, timers, messages (the run's session history)
   O     runId, fence, status (succeeded | failed | cancelled), result (JSON text),
-        lastError (JSON text, absent = none), turn ([user JSON, assistant JSON], absent = commit nothing)
+        lastError (JSON text, absent = none), turn ([user JSON, assistant JSON], absent = commit nothing),
+        batch (the writer's number for the events in ARGV, absent = none: see append.lua)
+  ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
 --@include lib
 local runId, rk = O.runId, K.run
 local ok, pre = fenced(rk, O.fence, unpack(FINISH_READ))
 if not ok then return { -2 } end
 local now = nowMs()
+if O.batch and newBatch(rk, O.fence, O.batch, pre[14]) then
+  for i = 2, #ARGV, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
+end
 local fields = { 'result', O.result }
 if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
 if O.turn then redis.call('RPUSH', K.messages, O.turn[1], O.turn[2]) end

@@ -319,7 +319,7 @@ end
 -- retention set. `fields` are extra run-record fields (result, lastError, ...). The record is
 -- read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
-  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs' }
+  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch' }
 -- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
 local function finishRun(runId, status, fields, endData, now, out, pre)
   local rk = runKey(runId)
@@ -384,6 +384,18 @@ end
 
 -- Checks that the caller still holds the run's lease: same fence, still running, not handed
 -- over. More field names may follow: their values come back after the check, in the same read.
+-- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
+-- once (`appendedBatch` = `<fence>:<n>`, the last one applied), so a batch whose reply was
+-- lost and that arrives again is not written twice. Marks it applied.
+local function newBatch(rk, fence, batch, applied)
+  if applied then
+    local f, n = string.match(applied, '^(%d+):(%d+)$')
+    if f == tostring(fence) and tonumber(n) >= batch then return false end
+  end
+  redis.call('HSET', rk, 'appendedBatch', tostring(fence) .. ':' .. batch)
+  return true
+end
+
 local function fenced(rk, fence, ...)
   local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', ...)
   -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
