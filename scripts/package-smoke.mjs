@@ -15,7 +15,7 @@
 //   - esbuild bundles baton/client for the browser with none of the server packages in it.
 // Any failure prints what the failing step saw and exits 1. `npm run smoke -- --node ...`.
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
@@ -71,11 +71,14 @@ function serve(name, cmd, argv, { cwd, env, ready, timeoutMs = 60_000 }) {
   const handle = {
     name,
     output: () => out,
+    // The whole group, not only its leader: npx exits at once on SIGTERM while the `baton`
+    // process under it shuts down, and a member left running holds this script's pipes open
+    // (so this script would never exit). Past 10 s the group is killed.
     async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      try { process.kill(-child.pid, 'SIGTERM'); } catch { return; }
+      try { process.kill(-child.pid, 'SIGTERM'); } catch { started.delete(handle); return; }
       const timer = setTimeout(() => { try { process.kill(-child.pid, 'SIGKILL'); } catch { /* gone */ } }, 10_000);
       await exited;
+      for (const until = Date.now() + 20_000; groupAlive(child.pid) && Date.now() < until;) await new Promise((r) => setTimeout(r, 100));
       clearTimeout(timer);
       started.delete(handle);
     },
@@ -274,6 +277,25 @@ async function scenario(node, consumer, work) {
 
   // The next version starts its own; nothing of this one stays behind.
   await Promise.all([...started].map((s) => s.stop()));
+}
+
+/**
+ * Whether a process of the group led by `pid` still runs: read from /proc where there is one,
+ * so a zombie (it holds no pipe, and no signal moves it) does not count.
+ */
+function groupAlive(pid) {
+  if (!existsSync('/proc/self/stat')) {
+    try { process.kill(-pid, 0); return true; } catch { return false; }
+  }
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try { stat = readFileSync(`/proc/${entry}/stat`, 'utf8'); } catch { continue; }
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after the last ')'.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === pid && state !== 'Z') return true;
+  }
+  return false;
 }
 
 /** The environment without what a developer's shell may have set for Baton. */

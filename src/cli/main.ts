@@ -164,14 +164,14 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
   // The key rides in the fragment, which the browser never sends: the inspector takes it from there.
   console.log(`run inspector: ${a.url}/ui${show ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
   console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
-  onShutdown(log, [() => a.close(), () => w.close(), () => resources.close(), ...(stopRedis ? [stopRedis] : [])]);
+  onShutdown(log, [() => a.close(), () => w.close(), () => resources.close(), ...(stopRedis ? [stopRedis] : [])], config.SHUTDOWN_GRACE_MS);
 }
 
 async function api(config: Config): Promise<void> {
   const log = createLogger(config.LOG_LEVEL);
   const a = await startApi({ config, redisUrl: requireRedisUrl(config), log });
   console.log(`baton api listening on ${a.url}`);
-  onShutdown(log, [() => a.close()]);
+  onShutdown(log, [() => a.close()], config.SHUTDOWN_GRACE_MS);
 }
 
 async function worker(config: Config, agentPaths: string[]): Promise<void> {
@@ -179,7 +179,7 @@ async function worker(config: Config, agentPaths: string[]): Promise<void> {
   const agents = await loadAgents(agentPaths, builtinAgents(config));
   const w = await startWorker({ config, redisUrl: requireRedisUrl(config), log, agents });
   console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
-  onShutdown(log, [() => w.close()]);
+  onShutdown(log, [() => w.close()], config.SHUTDOWN_GRACE_MS);
 }
 
 main(process.argv.slice(2)).catch((err) => {
