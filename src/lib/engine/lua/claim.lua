@@ -92,9 +92,9 @@ end
 local write = { 'claimedAt', now }
 local gone = {}
 if recovered == 1 then
-  local charge = { claimedAt = r[19] or false, runMs = r[20] or '0', fields = write, hdel = {} }
-  chargeRunTime(rk, tonumber(r[2] or '0') - O.leaseMs, charge)
-  -- The charge rewrote runMs; its claimedAt is replaced by this claim's.
+  -- The dead holder's claimedAt is replaced by this claim's, above.
+  local charged = chargedRunMs(r[19], r[20], tonumber(r[2] or '0') - O.leaseMs)
+  if charged then write[#write + 1] = 'runMs'; write[#write + 1] = charged end
 end
 local fence = tonumber(r[17] or '0') + 1
 local attempt = tonumber(r[12] or '0')

@@ -78,38 +78,41 @@ end
 -- worker stops a run whose sum reaches MAX_RUN_MS. `claimedAt` is when the current holder
 -- claimed it; the holding ends at `untilMs` (a status change, a hand-over, the last heartbeat
 -- of a holder that died). Time queued, retrying, blocked or waiting holds no worker: not counted.
--- `known` (optional) holds fields the caller already read: `claimedAt` (false = absent) and
--- `runMs`; with both, the charge joins the caller's HSET (`known.fields`) instead of costing
--- its own commands.
-local function chargeRunTime(rk, untilMs, known)
-  local at, runMs
-  if known and known.claimedAt ~= nil then at = known.claimedAt or nil else at = redis.call('HGET', rk, 'claimedAt') end
+-- runMs after a holding that began at `claimedAt` ends at `untilMs`, from the fields as read;
+-- nil when no holder claimed it (claimedAt absent: false or nil).
+local function chargedRunMs(claimedAt, runMs, untilMs)
+  if not claimedAt then return nil end
+  return (tonumber(runMs) or 0) + math.max(0, untilMs - tonumber(claimedAt))
+end
+
+local function chargeRunTime(rk, untilMs)
+  local at = redis.call('HGET', rk, 'claimedAt')
   if not at then return end
-  if known and known.fields and known.runMs ~= nil then
-    local fields = known.fields
-    fields[#fields + 1] = 'runMs'
-    fields[#fields + 1] = (tonumber(known.runMs) or 0) + math.max(0, untilMs - tonumber(at))
-    known.hdel[#known.hdel + 1] = 'claimedAt'
-    return
-  end
   redis.call('HDEL', rk, 'claimedAt')
   redis.call('HINCRBY', rk, 'runMs', math.max(0, untilMs - tonumber(at)))
 end
 
 -- Moves a run to `to`, keeping the per-runtime status counters exact. Terminal counters are
 -- cumulative (never decremented); the others count runs currently in that status.
--- `known` (optional): fields the caller read already (`createdAt`, and for chargeRunTime
--- `claimedAt` and `runMs`), and `fields`, more record fields to write in the same HSET.
+-- `known` (optional): fields the caller read already (`createdAt`; `claimedAt`, false when
+-- absent, with `runMs` for the time charge), and `fields`, more record fields for the same HSET.
 local function setStatus(runId, runtime, from, to, now, known)
   local rk = runKey(runId)
   local fields = { 'status', to, 'updatedAt', now }
   if known and known.fields then
     for _, v in ipairs(known.fields) do fields[#fields + 1] = v end
   end
-  local charge = known and { claimedAt = known.claimedAt, runMs = known.runMs, fields = fields, hdel = {} }
-  if from == 'running' and to ~= 'running' then chargeRunTime(rk, now, charge) end
+  local charged
+  if from == 'running' and to ~= 'running' then
+    if known and known.claimedAt ~= nil then
+      charged = chargedRunMs(known.claimedAt, known.runMs, now)
+      if charged then fields[#fields + 1] = 'runMs'; fields[#fields + 1] = charged end
+    else
+      chargeRunTime(rk, now)
+    end
+  end
   redis.call('HSET', rk, unpack(fields))
-  if charge and #charge.hdel > 0 then redis.call('HDEL', rk, unpack(charge.hdel)) end
+  if charged then redis.call('HDEL', rk, 'claimedAt') end
   -- Runs by status (`status:<status>`), scored by creation time like the `runs` listing, so
   -- a listing filtered by status reads that index instead of every run of the scope. Kept
   -- here, where every status change passes, so a status added later is indexed as well.
@@ -343,8 +346,9 @@ local function finishRun(runId, status, fields, endData, now, out, pre)
   unpinArtifacts(rk, r[7] and true or false)
   -- Whatever it still waited for or was timed by ends with it. A deadline entry exists only
   -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs.
-  local waited = dropAllWaits(runId)
-  if waited or r[10] or r[11] or r[12] or r[13] or r[9] then
+  local timed = dropAllWaits(runId)
+  for i = 9, 13 do timed = timed or r[i] end -- deadlineAt, budgetLeft, startBy, runAt, timeoutMs
+  if timed then
     redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
   end
 end
@@ -382,8 +386,6 @@ local function timeOutRun(runId, now, out)
     '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now, out)
 end
 
--- Checks that the caller still holds the run's lease: same fence, still running, not handed
--- over. More field names may follow: their values come back after the check, in the same read.
 -- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
 -- once (`appendedBatch` = `<fence>:<n>`, the last one applied), so a batch whose reply was
 -- lost and that arrives again is not written twice. Marks it applied.
@@ -396,6 +398,8 @@ local function newBatch(rk, fence, batch, applied)
   return true
 end
 
+-- Checks that the caller still holds the run's lease: same fence, still running, not handed
+-- over. More field names may follow: their values come back after the check, in the same read.
 local function fenced(rk, fence, ...)
   local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', ...)
   -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
