@@ -19,11 +19,13 @@ import { track } from './helpers/resources.ts';
  */
 let h: Harness;
 let acme: ScopeClient;
+let apiUrl: string;
 
 beforeAll(async () => {
   h = await useHarness();
   useFixturesInProcess(h);
   const api = await h.startApi({ SWEEP_INTERVAL_MS: '0' });
+  apiUrl = api.url;
   acme = await h.client(api.url, 'acme');
 });
 
@@ -50,10 +52,10 @@ async function executorFor(heartbeatMs: number) {
 }
 
 /** Claims a run the way a worker would, from the test (no agent runs). */
-async function claimAsGhost(runId: string) {
-  const reply = await h.transitions().claim({ scope: 'acme', runId }, 'ghost', {});
+async function claimAsGhost(runId: string, scope = 'acme') {
+  const reply = await h.transitions().claim({ scope, runId }, 'ghost', {});
   if (reply.kind !== 'claimed') throw new Error(`the ghost's claim answered ${reply.kind}`);
-  return new Attempt(reply.run, reply.fence, h.keys.scope('acme'));
+  return new Attempt(reply.run, reply.fence, h.keys.scope(scope));
 }
 
 describe('leases within one process', () => {
@@ -126,6 +128,41 @@ describe('leases within one process', () => {
     await leases.beat();
     expect(attempt.signal.aborted).toBe(false);
     leases.release(attempt);
+  });
+
+  it('one beat answers every held run by its own state, across scopes', async () => {
+    const globex = await h.client(apiUrl, 'globex');
+    const submit = async (c: ScopeClient, name: string) =>
+      (await c.submit(name, 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    const t = h.transitions();
+    const renewed = await claimAsGhost(await submit(acme, 'beat-many-1'));
+    const cancelled = await claimAsGhost(await submit(acme, 'beat-many-2'));
+    const closed = await claimAsGhost(await submit(acme, 'beat-many-3'));
+    const lostId = await submit(acme, 'beat-many-4');
+    const lost = await claimAsGhost(lostId);
+    const elsewhere = await claimAsGhost(await submit(globex, 'beat-many-5'), 'globex');
+    await h.redis.hset(cancelled.runKey, 'cancelRequested', '1');
+    await t.finish(closed, { status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
+    // Its lease ran out and another claim took the run over: the first holder lost it.
+    await h.redis.hset(lost.runKey, 'leaseExpiresAt', 1);
+    const takeover = await claimAsGhost(lostId);
+    const before = Date.now();
+    const replies = await t.heartbeat([renewed, closed, lost, elsewhere, cancelled, takeover]);
+    expect(replies).toEqual([
+      { kind: 'renewed', cancelRequested: false },
+      { kind: 'closed' },
+      { kind: 'lost' },
+      { kind: 'renewed', cancelRequested: false },
+      { kind: 'renewed', cancelRequested: true },
+      { kind: 'renewed', cancelRequested: false },
+    ]);
+    // Each renewed lease moved in the record and in its scope's lease index, to the same time.
+    for (const a of [renewed, elsewhere, cancelled, takeover]) {
+      const expires = Number(await h.redis.hget(a.runKey, 'leaseExpiresAt'));
+      expect(expires).toBeGreaterThan(before);
+      expect(Number(await h.redis.zscore(a.keys.leases, a.runId))).toBe(expires);
+    }
+    expect(await h.redis.zscore(closed.keys.leases, closed.runId)).toBeNull();
   });
 
   it('the finish writes the last batch it carries once, before `end`, also when an append applied it already', async () => {

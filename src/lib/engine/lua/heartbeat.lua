@@ -1,16 +1,31 @@
---[[ Extend a worker's lease on a run.
-  KEYS  run, leases
-  O     runId, fence, leaseMs
-  Returns: {0, cancelRequested 0|1} | {-2} LEASE_LOST (another worker took over, or the run is gone)
-         | {-3} NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
-           shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
+--[[ Extend a worker's leases on the runs it holds in one scope, all in one call: one clock
+  read and one ZADD for all of them, and per run the fence check and the record's new
+  `leaseExpiresAt`. The runs' record keys are derived from O.base (all in the scope's slot).
+  KEYS  leases
+  O     runs      [[runId, fence], ...]: the holder's attempts (the caller bounds the count)
+        leaseMs
+  Returns: one code per run, in order:
+           0 renewed | 1 renewed, and a cancel was requested
+           -2 LEASE_LOST (another worker took over, or the run is gone)
+           -3 NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
+              shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
 --@include lib
-local rk = K.run
-local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', 'cancelRequested')
-if cur[1] ~= tostring(O.fence) then return { -2 } end
--- Renewing a released lease would undo the hand-over: the next worker would wait it out.
-if cur[2] ~= 'running' or cur[3] == '' then return { -3 } end
 local expires = nowMs() + O.leaseMs
-redis.call('HSET', rk, 'leaseExpiresAt', expires)
-redis.call('ZADD', K.leases, expires, O.runId)
-return { 0, tonumber(cur[4] or '0') }
+local codes, scores = {}, {}
+for i, run in ipairs(O.runs) do
+  local rk = runKey(run[1])
+  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', 'cancelRequested')
+  if cur[1] ~= tostring(run[2]) then
+    codes[i] = -2
+  -- Renewing a released lease would undo the hand-over: the next worker would wait it out.
+  elseif cur[2] ~= 'running' or cur[3] == '' then
+    codes[i] = -3
+  else
+    redis.call('HSET', rk, 'leaseExpiresAt', expires)
+    scores[#scores + 1] = expires
+    scores[#scores + 1] = run[1]
+    codes[i] = tonumber(cur[4] or '0')
+  end
+end
+if #scores > 0 then redis.call('ZADD', K.leases, unpack(scores)) end
+return codes
