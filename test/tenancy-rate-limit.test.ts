@@ -3,14 +3,15 @@ import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /**
  * The per-scope submit rate limit: a token bucket in Redis shared by every API process.
- * Burst 3, then 1 per second: the 4th quick submit gets 429 with Retry-After; another scope
- * is not affected; rejected input spends no token.
+ * Burst 3, then one every 5 s (slow enough that a loaded machine still makes the four quick
+ * submits inside one refill): the 4th gets 429 with Retry-After; another scope is not
+ * affected; rejected input spends no token.
  */
 let h: Harness;
 let urls: string[];
 
 beforeAll(async () => {
-  h = await useHarness({ SUBMIT_RATE_PER_SEC: '1', SUBMIT_BURST: '3' });
+  h = await useHarness({ SUBMIT_RATE_PER_SEC: '0.2', SUBMIT_BURST: '3' });
   // Two API processes: the bucket lives in Redis, so they share it.
   urls = [(await h.startApi()).url, (await h.startApi()).url];
   await h.startWorker();
@@ -35,7 +36,7 @@ describe('submit rate limit', () => {
     const back = await waitFor(async () => {
       const r = await a.submit('burst-4', 'later');
       return r.status === 202 ? r : undefined;
-    }, 10_000, 'a token to come back');
+    }, 15_000, 'a token to come back');
     await a.waitStatus(back.body.id, ['succeeded']);
   });
 
