@@ -1,10 +1,6 @@
 import { parseArgs } from 'node:util';
-import { startApi } from '../api/server.ts';
-import { builtinAgents, loadAgents } from '../worker/agents-loader.ts';
-import { startWorker } from '../worker/worker.ts';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import { createLogger } from '../lib/logger.ts';
-import { openResources } from '../lib/resources.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
 import { startLocalRedis } from './local-redis.ts';
@@ -128,7 +124,17 @@ function requireRedisUrl(config: Config): string {
   return config.REDIS_URL;
 }
 
+// Each command loads only the half it runs: an API process never loads the worker, its
+// agents or their model clients (about 9 MiB of its memory), and a client command neither.
+const apiSide = () => import('../api/server.ts');
+async function workerSide() {
+  const [{ startWorker }, { builtinAgents, loadAgents }] = await Promise.all([import('../worker/worker.ts'), import('../worker/agents-loader.ts')]);
+  return { startWorker, builtinAgents, loadAgents };
+}
+
 async function start(config: Config, agentPaths: string[]): Promise<void> {
+  const [{ startApi }, { startWorker, builtinAgents, loadAgents }, { openResources }] =
+    await Promise.all([apiSide(), workerSide(), import('../lib/resources.ts')]);
   const log = createLogger(config.LOG_LEVEL);
   let redisUrl = config.REDIS_URL;
   let stopRedis: (() => Promise<void>) | undefined;
@@ -169,6 +175,7 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
 
 async function api(config: Config): Promise<void> {
   const log = createLogger(config.LOG_LEVEL);
+  const { startApi } = await apiSide();
   const a = await startApi({ config, redisUrl: requireRedisUrl(config), log });
   console.log(`baton api listening on ${a.url}`);
   onShutdown(log, [() => a.close()], config.SHUTDOWN_GRACE_MS);
@@ -176,6 +183,7 @@ async function api(config: Config): Promise<void> {
 
 async function worker(config: Config, agentPaths: string[]): Promise<void> {
   const log = createLogger(config.LOG_LEVEL);
+  const { startWorker, builtinAgents, loadAgents } = await workerSide();
   const agents = await loadAgents(agentPaths, builtinAgents(config));
   const w = await startWorker({ config, redisUrl: requireRedisUrl(config), log, agents });
   console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
