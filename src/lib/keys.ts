@@ -4,7 +4,7 @@
  * Every key of a scope is `<prefix>:{<scope>}:...`: the braces are a Redis Cluster hash
  * tag, so all of a scope's keys live in one slot and one Lua script can update a run, its
  * session, its history and the scope's counters atomically. Lua scripts receive the scope
- * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see lua/lib.lua).
+ * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see lua/core.lua).
  */
 
 import { isValidId } from './contract/ids.ts';

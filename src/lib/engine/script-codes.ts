@@ -1,7 +1,7 @@
 import { BatonError } from '../errors.ts';
 
 /**
- * The negative codes the Lua scripts return (lua/lib.lua lists them too). The gateway
+ * The negative codes the Lua scripts return (lua/core.lua lists them too). The gateway
  * (transitions.ts) is the only reader: it turns a code into a typed reply or, through
  * scriptError, into a typed error. No other file compares a number.
  */

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import type { Redis, Cluster, ChainableCommander } from 'ioredis';
 
 /**
- * Loads every `lua/<name>.lua`, inlines `--@include lib`, and registers it on a connection
+ * Loads every `lua/<name>.lua`, inlines `--@include core` (core.lua) or `--@include lib`
+ * (core.lua, then lib.lua), and registers it on a connection
  * with defineCommand under a versioned name (`baton_<name>_v2`), so a script change never
  * collides with an older process's cached SHA during a rolling deploy. Only the transitions
  * gateway (transitions.ts) calls them; `npm test` checks that nothing else does.
@@ -22,13 +23,16 @@ export type ScriptName =
 let sources: Map<string, string> | undefined;
 
 function loadSources(): Map<string, string> {
-  const lib = readFileSync(join(LUA_DIR, 'lib.lua'), 'utf8');
+  const core = readFileSync(join(LUA_DIR, 'core.lua'), 'utf8');
+  const includes: Record<string, string> = { core, lib: `${core}\n${readFileSync(join(LUA_DIR, 'lib.lua'), 'utf8')}` };
   const out = new Map<string, string>();
   for (const file of readdirSync(LUA_DIR)) {
     const m = /^([a-z-]+)\.lua$/.exec(file);
-    if (!m || m[1] === 'lib') continue;
+    if (!m || m[1] in includes) continue;
     // A function, not the text: `$'` and `$&` in Lua patterns are not replacement patterns.
-    out.set(m[1], readFileSync(join(LUA_DIR, file), 'utf8').replace('--@include lib', () => lib));
+    const text = readFileSync(join(LUA_DIR, file), 'utf8').replace(/^--@include (core|lib)$/m, (_, name: string) => includes[name]);
+    if (/^--@include/m.test(text)) throw new Error(`lua/${file}: one --@include core or --@include lib, on a line of its own`);
+    out.set(m[1], text);
   }
   return out;
 }

@@ -12,7 +12,7 @@ import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
  * The typed gateway to the Lua transitions (src/lib/engine/lua/): one function per script,
  * named arguments in, a decoded reply out. Nothing else calls a script (`npm test` checks).
  *
- * Each script gets its keys by name and its options as one JSON object (lua/lib.lua says
+ * Each script gets its keys by name and its options as one JSON object (lua/core.lua says
  * how), so adding a limit touches no positional list. A script that asks for runs to be
  * delivered returns dispatch orders; the gateway hands them to BullMQ before it returns
  * (the outbox step; the sweeper repairs a crash in between), so no caller can forget it.

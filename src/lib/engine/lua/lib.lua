@@ -1,78 +1,7 @@
---[[ Shared prelude and helpers, inlined into every script at `--@include lib`.
+--[[ The transition helpers (status moves and their indexes, slots, sessions, waits, finishing,
+  expiry, cancelling), inlined with core.lua before them at `--@include lib`; core.lua
+  describes the calling convention, the keys and the error codes. ]]
 
-  Calling convention (src/lib/engine/transitions.ts is the only caller):
-    KEYS    the keys the call names, in the order of O.k
-    ARGV[1] options, one JSON object decoded here into O. Always present:
-              O.k        names of KEYS, in order: K[name] is the key
-              O.base     the scope's key prefix `<prefix>:{<scope>}:`
-            and the limits scripts share: O.maxLen (events per run log), O.maxActive
-            (slots per scope), O.graceMs (dispatch grace), O.retention (ms a finished run
-            stays), O.cancelChannel. Each script's header lists the rest.
-    ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
-
-  Keys: everything a script touches lives in the scope's Cluster slot. The scope's own keys
-  (meta, ready, pending, leases, ...) and the keys of the run a call is about arrive in KEYS.
-  Derived here, because only a record read inside the script says which: the keys of other
-  runs a transition moves (the next head of a session, parked runs handed a free slot),
-  the per-runtime keys of a run's runtime (stats:<rt>, waiting:<rt>, drain:<rt>, held:<rt>)
-  a run's session keys, the artifacts a run names (`artifact:<id>`) and the records of a run's
-  resume tokens (`wait-token:<sha256>`). A run's log, steps, waits and live channel are its
-  record key plus a fixed suffix (:events, :steps, :waits, :live). All of them follow src/lib/keys.ts.
-
-  Slots: a scope may have at most O.maxActive runs holding a slot (dispatched, running,
-  retrying). Session heads beyond that wait, FIFO, in `ready`.
-
-  Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
-    -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
-    -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING  -12 IDEMPOTENCY_MISMATCH ]]
-
-local O = cjson.decode(ARGV[1])
-local K = {}
-for i, name in ipairs(O.k) do K[name] = KEYS[i] end
-local BASE = O.base
-
-local TERMINAL = { succeeded = true, failed = true, cancelled = true, expired = true }
-local HOLDS_SLOT = { dispatched = true, running = true, retrying = true }
--- Not started yet (the API shows both as queued): indexed per runtime in `waiting:<runtime>`,
--- so stats can tell the oldest one's age and a drain can cancel them without a scan.
-local WAITING = { queued = true, dispatched = true }
-
-local function nowMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function runKey(runId) return BASE .. 'run:' .. runId end
-local function waitsKey(runId) return BASE .. 'run:' .. runId .. ':waits' end
--- Epoch ms as JSON text: tostring of a large number may use an exponent.
-local function int(n) return string.format('%d', n) end
-local function sessionKey(sessionId) return BASE .. 'session:' .. sessionId end
-local function runtimeKey(kind, runtime) return BASE .. kind .. ':' .. runtime end
-
--- Collected events of this script call, published once at the end (one message per call)
--- as {prev, events}: `prev` is the id of the stream entry before this batch ('0' if none),
--- so a live reader can prove it missed no notification (else it re-reads the log).
-local published = {}
-
-local function addEvent(runId, etype, data)
-  local sk = runKey(runId) .. ':events'
-  local batch = published[runId]
-  if not batch then
-    local last = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)
-    batch = { prev = (last[1] and last[1][1]) or '0', events = {} }
-    published[runId] = batch
-  end
-  local id = redis.call('XADD', sk, 'MAXLEN', '~', O.maxLen, '*', 'type', etype, 'data', data)
-  batch.events[#batch.events + 1] = { id, etype, data }
-  return id
-end
-
-local function flushPublished()
-  for runId, batch in pairs(published) do
-    redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
-  end
-  published = {}
-end
 
 -- Time a run is held by workers, summed over its attempts and takeovers in `runMs`; the
 -- worker stops a run whose sum reaches MAX_RUN_MS. `claimedAt` is when the current holder
@@ -384,29 +313,6 @@ end
 local function timeOutRun(runId, now, out)
   finishRun(runId, 'failed', { 'result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR },
     '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now, out)
-end
-
--- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
--- once (`appendedBatch` = `<fence>:<n>`, the last one applied), so a batch whose reply was
--- lost and that arrives again is not written twice. Marks it applied.
-local function newBatch(rk, fence, batch, applied)
-  if applied then
-    local f, n = string.match(applied, '^(%d+):(%d+)$')
-    if f == tostring(fence) and tonumber(n) >= batch then return false end
-  end
-  redis.call('HSET', rk, 'appendedBatch', tostring(fence) .. ':' .. batch)
-  return true
-end
-
--- Checks that the caller still holds the run's lease: same fence, still running, not handed
--- over. More field names may follow: their values come back after the check, in the same read.
-local function fenced(rk, fence, ...)
-  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', ...)
-  -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
-  -- the next claim, but the holder's right to write ended with the hand-over.
-  local extra = {}
-  for i = 4, #cur do extra[i - 3] = cur[i] end
-  return cur[1] == tostring(fence) and cur[2] == 'running' and cur[3] ~= '', extra
 end
 
 local CANCELLED_RESULT = '{"answer":"","finishReason":"cancelled","toolCallsSeen":0}'

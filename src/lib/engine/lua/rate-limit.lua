@@ -4,7 +4,7 @@
   KEYS  bucket (hash {tokens, at})
   O     rate (tokens per second, > 0), burst, cost
   Returns: {1, tokens left (floor)} | {0, ms until `cost` tokens are there} ]]
---@include lib
+--@include core
 local rate, burst, cost = O.rate, O.burst, O.cost
 local now = nowMs()
 local b = redis.call('HMGET', K.bucket, 'tokens', 'at')
