@@ -5,7 +5,7 @@ import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
  * The per-scope submit rate limit: a token bucket in Redis shared by every API process.
  * Burst 3, then one every 5 s (slow enough that a loaded machine still makes the four quick
  * submits inside one refill): the 4th gets 429 with Retry-After; another scope is not
- * affected; rejected input spends no token.
+ * affected; rejected input, a refused submit and an idempotent replay spend no token.
  */
 let h: Harness;
 let urls: string[];
@@ -38,6 +38,23 @@ describe('submit rate limit', () => {
       return r.status === 202 ? r : undefined;
     }, 15_000, 'a token to come back');
     await a.waitStatus(back.body.id, ['succeeded']);
+  });
+
+  it('spends no token on a refused submit or an idempotent replay: only a run made takes one', async () => {
+    const c = await h.client(urls[1], 'hooli');
+    const first = await c.submit('replayed', 'once', { idempotencyKey: 'same' });
+    expect(first.status).toBe(202);
+    for (let i = 0; i < 4; i++) {
+      const replay = await c.submit('replayed', 'once', { idempotencyKey: 'same' });
+      expect(replay.status).toBe(200);
+      expect(replay.body.id).toBe(first.body.id);
+      // The same key with another request is refused, and spends nothing either.
+      expect((await c.submit('replayed', 'other', { idempotencyKey: 'same' })).status).toBe(409);
+    }
+    // Two of the burst of 3 are left, whatever was replayed or refused before.
+    const made = [];
+    for (let i = 0; i < 3; i++) made.push((await c.submit(`new-${i}`, 'fresh')).status);
+    expect(made).toEqual([202, 202, 429]);
   });
 
   it('spends no token on rejected input', async () => {

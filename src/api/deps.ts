@@ -11,7 +11,7 @@ import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
 import type { RunStore } from '../lib/engine/store.ts';
 import type { SchemaGuard } from '../lib/engine/schema-guard.ts';
-import type { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import type { SubmitLimit } from '../lib/engine/transitions.ts';
 import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
 import type { WaitStore } from '../lib/engine/wait-store.ts';
@@ -36,7 +36,8 @@ export interface AppDeps {
   checks: readonly ReadinessCheck[];
   admin: RuntimeAdmin;
   registry: WorkerRegistry;
-  submitLimiter: SubmitRateLimiter;
+  /** The scope's submit rate limit (undefined: off), taken by the submit script. */
+  submitLimit: SubmitLimit | undefined;
   /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
   schemaGuard: SchemaGuard;
   /** Where input artifacts are stored. */

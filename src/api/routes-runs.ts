@@ -27,12 +27,12 @@ export const runRoutes: RouteSpec[] = [
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
       }
-      // Every check that can refuse the input runs before the rate limit, so bad input spends no token.
       if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope);
       await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
-      await d.submitLimiter.take(scope);
-      const { run, created } = await d.store.submit({ scope, ...body });
+      // The rate limit is taken in the submit itself, after every check that can refuse it:
+      // bad input, a refused submit or a replay spends no token (lua/submit.lua).
+      const { run, created } = await d.store.submit({ scope, ...body }, { limit: d.submitLimit });
       // A page that shows the answer gets its token with the run: no second request before it can stream.
       const token = streamToken ? presentStreamToken(await d.streamTokens.mint(scope, { runId: run.id }, key!.id), { runId: run.id }) : undefined;
       const extra = { ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}) };

@@ -15,7 +15,7 @@ import { WaitStore } from '../lib/engine/wait-store.ts';
 import { waitingRuns } from '../lib/ops/waiting-runs.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
-import { SubmitRateLimiter } from '../lib/tenancy/rate-limit.ts';
+import { submitLimit } from '../lib/tenancy/rate-limit.ts';
 import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { createApp } from './app.ts';
@@ -79,7 +79,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
       onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
     }),
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
-    submitLimiter: new SubmitRateLimiter(transitions, c),
+    submitLimit: submitLimit(c),
     checks: [redisCheck(redis), ...checks],
   };
 }

@@ -15,6 +15,7 @@ export const ScriptCode = {
   StepNotBlocked: -8,
   WaitNotPending: -9,
   IdempotencyMismatch: -12,
+  RateLimited: -13,
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 

@@ -17,7 +17,7 @@ const VERSION = 2;
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
-  | 'drain' | 'undrain' | 'rate-limit'
+  | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout';
 
 let sources: Map<string, string> | undefined;

@@ -8,7 +8,7 @@ import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
-import type { Multitask, Resolution, Transitions } from './transitions.ts';
+import type { Multitask, Resolution, SubmitLimit, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
 export type { Multitask };
@@ -51,7 +51,8 @@ export class RunStore {
     private readonly schemaGuard?: SchemaGuard,
   ) {}
 
-  async submit(req: SubmitRequest): Promise<SubmitResult> {
+  /** `o.limit`: the scope's submit rate limit, taken by the run it makes (the API passes it). */
+  async submit(req: SubmitRequest, o: { limit?: SubmitLimit } = {}): Promise<SubmitResult> {
     if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard, req.scope);
     const runId = newRunId();
     const fields: Record<string, string | number> = {
@@ -79,6 +80,7 @@ export class RunStore {
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
       idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields, requestHash: requestHash(req),
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
+      limit: o.limit,
     });
     // An idempotent repeat whose run has passed its retention returns no record.
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);

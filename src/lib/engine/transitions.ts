@@ -6,6 +6,7 @@ import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
 import { callScript, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
+import { BatonError } from '../errors.ts';
 import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
 
 /**
@@ -38,7 +39,12 @@ export interface NewRun {
   requestHash: string;
   /** Record fields (name → value) written with the run. */
   fields: Record<string, string | number>;
+  /** The scope's submit rate limit: a run made takes a token of its bucket (absent: none). */
+  limit?: SubmitLimit;
 }
+
+/** A token bucket: `rate` tokens a second, at most `burst` at once. */
+export interface SubmitLimit { rate: number; burst: number }
 
 export type SubmitReply = { created: boolean; runId: string; run: RunRecord | undefined };
 
@@ -163,10 +169,15 @@ export class Transitions {
     const reply = await this.call('submit', r.scope, {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
       sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotencyKey === undefined ? undefined : sk.idempotency(r.idempotencyKey),
+      bucket: r.limit ? sk.submitBucket : undefined,
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs,
-      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.requestHash,
+      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.requestHash, limit: r.limit,
     }, payload);
+    if (code(reply) === ScriptCode.RateLimited) {
+      const retryAfterMs = Number(reply[1]);
+      throw new BatonError('RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
+    }
     if (code(reply) < 0) throw scriptError(code(reply), r.runId);
     await this.dispatch(r.scope, reply[3]);
     // An idempotent repeat whose run has passed its retention comes back without a record.
@@ -209,12 +220,6 @@ export class Transitions {
     const reply = await this.call('undrain', scope, { drain: sk.drain(runtime), held: sk.held(runtime), ...this.slotKeys(sk) }, o);
     await this.dispatch(scope, reply[2]);
     return { resumed: Number(reply[0]), left: Number(reply[1]) };
-  }
-
-  /** Takes `cost` tokens from a scope's submit bucket, or says when they will be there. */
-  async takeTokens(scope: string, o: { rate: number; burst: number; cost: number }): Promise<{ ok: true } | { ok: false; retryAfterMs: number }> {
-    const reply = await this.call('rate-limit', scope, { bucket: this.keys.scope(scope).submitBucket }, o);
-    return Number(reply[0]) === 1 ? { ok: true } : { ok: false, retryAfterMs: Number(reply[1]) };
   }
 
   // ---- worker side ----

@@ -28,7 +28,8 @@
 
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
-    -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING  -12 IDEMPOTENCY_MISMATCH ]]
+    -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING  -12 IDEMPOTENCY_MISMATCH
+    -13 RATE_LIMITED ]]
 
 local O = cjson.decode(ARGV[1])
 local K = {}

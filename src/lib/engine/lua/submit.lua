@@ -3,14 +3,16 @@
   BullMQ job; the sweeper repairs a crash in between). A run due later (runAt, delayMs) is
   `scheduled` instead: it joins its session when due (lua/due.lua).
   KEYS  run, meta, ready, pending, leases, timers, runs (scope listing), session, sessionRuns,
-        idem (absent = no idempotency key)
+        idem (absent = no idempotency key), bucket (the scope's submit rate limit; absent = none)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
+        limit {rate, burst} (with KEYS bucket): a run made takes a token; a replay or a
+        refusal takes none
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
-         | {-12} IDEMPOTENCY_MISMATCH ]]
+         | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED ]]
 --@include lib
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
@@ -31,6 +33,11 @@ if O.delayMs then due = now + O.delayMs end
 local scheduled = due ~= nil and due > now
 local active = redis.call('HGET', sk, 'active')
 if active and O.multitask == 'reject' and not scheduled then return { -5 } end
+-- Last of the refusals, so only a run that is made spends a token.
+if K.bucket then
+  local ok, waitMs = takeTokens(K.bucket, O.limit.rate, O.limit.burst, 1, now)
+  if not ok then return { -13, waitMs } end
+end
 
 local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0 }
 local artifacts = false
