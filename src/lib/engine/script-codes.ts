@@ -27,9 +27,13 @@ export class LeaseLostError extends Error {
   }
 }
 
-/** The one mapping from a script's refusal to the error its caller throws. */
-export function scriptError(code: number, runId: string): Error {
+/** The one mapping from a script's refusal to the error its caller throws (`reply`: the whole reply, for codes that carry a value). */
+export function scriptError(code: number, runId: string, reply: readonly unknown[] = []): Error {
   switch (code) {
+    case ScriptCode.RateLimited: {
+      const retryAfterMs = Number(reply[1]);
+      return new BatonError('RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
+    }
     case ScriptCode.LeaseLost: return new LeaseLostError(runId);
     case ScriptCode.NotFound: return new BatonError('RUN_NOT_FOUND');
     case ScriptCode.SessionBusy: return new BatonError('SESSION_BUSY');

@@ -6,7 +6,6 @@ import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
 import { callScript, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
-import { BatonError } from '../errors.ts';
 import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
 
 /**
@@ -174,11 +173,7 @@ export class Transitions {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs,
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.requestHash, limit: r.limit,
     }, payload);
-    if (code(reply) === ScriptCode.RateLimited) {
-      const retryAfterMs = Number(reply[1]);
-      throw new BatonError('RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
-    }
-    if (code(reply) < 0) throw scriptError(code(reply), r.runId);
+    if (code(reply) < 0) throw scriptError(code(reply), r.runId, reply);
     await this.dispatch(r.scope, reply[3]);
     // An idempotent repeat whose run has passed its retention comes back without a record.
     return { runId: String(reply[1]), created: Number(reply[2]) === 1, run: parseRunRecord(reply[4] as string[]) };

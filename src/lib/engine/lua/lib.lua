@@ -340,18 +340,18 @@ local function cancelRun(runId, now, out)
 end
 
 -- The scope's submit rate limit: a token bucket (hash {tokens, at}) shared by every API
--- process. Takes `cost` tokens if the bucket holds them; it refills at `rate` tokens per
--- second up to `burst`. A full bucket is the same as no key, so the key expires once it
--- would have refilled, and a refusal writes nothing.
--- Returns true | false, ms until `cost` tokens are there.
-local function takeTokens(bucket, rate, burst, cost, now)
+-- process. Takes one token if the bucket holds one; it refills at `rate` tokens per second
+-- up to `burst`. A full bucket is the same as no key, so the key expires once it would have
+-- refilled, and a refusal writes nothing.
+-- Returns true | false, ms until a token is there.
+local function takeToken(bucket, rate, burst, now)
   local b = redis.call('HMGET', bucket, 'tokens', 'at')
   local tokens = burst
   if b[1] then
     tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate / 1000)
   end
-  if tokens < cost then return false, math.ceil((cost - tokens) * 1000 / rate) end
-  tokens = tokens - cost
+  if tokens < 1 then return false, math.ceil((1 - tokens) * 1000 / rate) end
+  tokens = tokens - 1
   redis.call('HSET', bucket, 'tokens', tostring(tokens), 'at', now)
   redis.call('PEXPIRE', bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
   return true

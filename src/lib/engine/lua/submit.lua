@@ -35,7 +35,7 @@ local active = redis.call('HGET', sk, 'active')
 if active and O.multitask == 'reject' and not scheduled then return { -5 } end
 -- Last of the refusals, so only a run that is made spends a token.
 if K.bucket then
-  local ok, waitMs = takeTokens(K.bucket, O.limit.rate, O.limit.burst, 1, now)
+  local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now)
   if not ok then return { -13, waitMs } end
 end
 
