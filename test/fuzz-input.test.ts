@@ -325,7 +325,7 @@ describe('generated malformed requests to every route', () => {
         const after = await snapshot();
         expect([...after.entries()].sort(), what).toEqual([...baseline.entries()].sort());
       }),
-      { numRuns: RUNS },
+      { numRuns: RUNS, endOnFailure: true },
     );
     console.log(`${RUNS} generated requests: ${accepted} well-formed after all; rejections by code:`, Object.fromEntries(seen));
     expect(seen.get('VALIDATION_FAILED')).toBeGreaterThan(0);
@@ -383,7 +383,7 @@ describe('generated nesting in every JSON body', () => {
           else expect([...(await snapshot()).entries()].sort(), what).toEqual([...baseline.entries()].sort());
         },
       ),
-      { numRuns: NESTING_RUNS },
+      { numRuns: NESTING_RUNS, endOnFailure: true },
     );
     await wide.close();
   });
@@ -415,7 +415,7 @@ describe('generated output schemas on submit', () => {
         seen.set(error.code, (seen.get(error.code) ?? 0) + 1);
         expect([...(await snapshot()).entries()].sort(), what).toEqual([...baseline.entries()].sort());
       }),
-      { numRuns: SCHEMA_RUNS },
+      { numRuns: SCHEMA_RUNS, endOnFailure: true },
     );
     console.log(`${SCHEMA_RUNS} generated schemas: ${accepted} accepted; refusals by code:`, Object.fromEntries(seen));
     expect(accepted).toBeGreaterThan(0);

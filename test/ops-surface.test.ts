@@ -1,4 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { request } from 'node:http';
 import { useHarness, type Harness } from './helpers/harness.ts';
 
 /**
@@ -57,5 +58,33 @@ describe('label values', () => {
     // Queue depth is read for the registered runtime only.
     const queues = [...text.matchAll(/^baton_queue_jobs\{runtime="([^"]+)"/gm)].map((m) => m[1]);
     expect(new Set(queues)).toEqual(new Set([h.runtime]));
+  });
+});
+
+describe('a body sent to a public route', () => {
+  it('is read to its end and refused with 400, so a client that closes the connection gets the whole answer', async () => {
+    const api = await h.startApi();
+    const { port } = new URL(api.url);
+    const body = JSON.stringify({ padding: 'x'.repeat(6000) });
+    for (const path of ['/healthz', '/metrics', '/openapi.json']) {
+      const res = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = request({
+          host: '127.0.0.1', port, method: 'GET', path, agent: false,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' },
+        }, (r) => {
+          let text = '';
+          r.setEncoding('utf8');
+          r.on('data', (c: string) => { text += c; });
+          r.on('end', () => resolve({ status: r.statusCode ?? 0, text }));
+          r.on('error', reject);
+        });
+        req.on('error', reject);
+        req.end(body);
+      });
+      expect([path, res.status]).toEqual([path, 400]);
+      expect(JSON.parse(res.text).error).toMatchObject({ code: 'VALIDATION_FAILED', details: [{ path: 'body' }] });
+    }
+    // Without a body, the same routes answer as always.
+    expect((await fetch(`${api.url}/healthz`)).status).toBe(200);
   });
 });

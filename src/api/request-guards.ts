@@ -14,6 +14,11 @@ import { BatonError } from '../lib/errors.ts';
  */
 const SINGLE_HEADERS = new Set(['authorization', 'content-type', 'last-event-id']);
 
+/** Whether the request says a body follows (a length over zero, or a chunked body). */
+export function carriesBody(req: Request): boolean {
+  return req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+}
+
 export function refuseRepeatedHeaders(req: Request, _res: Response, next: NextFunction): void {
   const seen = new Set<string>();
   const raw = req.rawHeaders;
@@ -82,8 +87,7 @@ const RATE_GRACE_MS = 2_000;
  */
 export function minimumBodyRate(minBytesPerSec: number) {
   return (req: Request, res: Response, next: NextFunction): void => {
-    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
-    if (minBytesPerSec <= 0 || !hasBody || req.complete) return next();
+    if (minBytesPerSec <= 0 || !carriesBody(req) || req.complete) return next();
     const socket = req.socket;
     const start = Date.now();
     const base = socket.bytesRead;

@@ -8,7 +8,8 @@ import { authenticateKeyOrStreamToken, identify, requireRole } from './auth.ts';
 import { corsFor } from './cors.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
-import { checkJsonBytes, minimumBodyRate } from './request-guards.ts';
+import { carriesBody, checkJsonBytes, minimumBodyRate } from './request-guards.ts';
+import { readRawBody } from './raw-body.ts';
 
 /**
  * A route of the catalogue (routes.ts): how it is called, what it answers, who may call it,
@@ -102,8 +103,8 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
-      ...(spec.access === 'public' ? [] : bodyRate),
-      ...(spec.rawBody || spec.access === 'public' ? [] : json),
+      ...bodyRate,
+      ...(spec.access === 'public' ? refuseBody(o.jsonLimit) : spec.rawBody ? [] : json),
     ];
     r[spec.method](path, ...guards, async (req, res) => {
       const params = parse(spec.params ?? emptyParams, req.params, 'params');
@@ -125,9 +126,25 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
   return r;
 }
 
+/**
+ * The public routes take no body, and one that comes is refused; it is read to its end first
+ * (never parsed, at most `limit` bytes), so the answer does not race a client still sending
+ * it: a connection closed with unread bytes in it is reset, and the client may lose the answer.
+ */
+function refuseBody(limit: number | undefined): RequestHandler[] {
+  if (limit === undefined) return [];
+  return [(req, _res, next) => {
+    if (!carriesBody(req)) return next();
+    readRawBody(req, limit).then(
+      () => next(new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body', message: 'this route takes no body' }])),
+      next,
+    );
+  }];
+}
+
 /** A request that carries a body must say it is JSON, in UTF-8 (or no charset); bodyless requests pass. */
 function requireJsonBody(req: Request, _res: Response, next: NextFunction): void {
-  const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  const hasBody = carriesBody(req);
   if (hasBody && !req.is('application/json')) return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
   const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
   if (hasBody && charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') return next(new BatonError('UNSUPPORTED_MEDIA_TYPE'));
