@@ -12,6 +12,8 @@ import { Transitions } from '../src/lib/engine/transitions.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fx, fxList, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { track } from './helpers/resources.ts';
+import { fullLog } from './helpers/stream-check.ts';
+import { parseNotification } from '../src/lib/streams/log.ts';
 
 /**
  * The lease bookkeeping inside one worker process. These drive a RunExecutor directly
@@ -72,7 +74,7 @@ describe('leases within one process', () => {
     const rk = h.keys.scope('acme').run(runId);
     // No heartbeats from here on but the ones the test makes: a paused process sends none.
     await leases.stop();
-    await h.redis.hset(rk, 'leaseExpiresAt', 1);
+    await h.redis.zadd(h.keys.scope('acme').leases, 1, runId);
     const second = executor.execute(job);
     await waitFor(async () => (await h.redis.hget(rk, 'fence')) === '2', 10_000, 'the second claim');
 
@@ -81,10 +83,11 @@ describe('leases within one process', () => {
     expect(JSON.parse((await fx(h, runId, 'aborted'))!)).toMatchObject({ why: 'lease-lost' });
     // ...and its end did not take the second attempt's lease bookkeeping with it.
     expect(leases.size).toBe(1);
-    const renewed = Number(await h.redis.hget(rk, 'leaseExpiresAt'));
+    const leaseOf = async () => Number(await h.redis.zscore(h.keys.scope('acme').leases, runId));
+    const renewed = await leaseOf();
     await waitFor(async () => {
       await leases.beat();
-      return Number(await h.redis.hget(rk, 'leaseExpiresAt')) > renewed;
+      return (await leaseOf()) > renewed;
     }, 5_000, 'a heartbeat of the second attempt');
 
     await fxSet(h, runId, 'go');
@@ -97,11 +100,10 @@ describe('leases within one process', () => {
     const { executor, leases } = await executorFor(100);
     const runId = (await acme.submit('no-steps', 'stale', { agent: 'fx-stale', runtime: `solo-${h.prefix}` })).body.id as string;
     const job = { scope: 'acme', runId, dispatch: 1 };
-    const rk = h.keys.scope('acme').run(runId);
     const first = executor.execute(job);
     await waitFor(() => fx(h, runId, 'reached-in-process'), 10_000, 'the first attempt to wait after step one');
     await leases.stop();
-    await h.redis.hset(rk, 'leaseExpiresAt', 1);
+    await h.redis.zadd(h.keys.scope('acme').leases, 1, runId);
     const second = executor.execute(job);
     expect(await first).toEqual({ kind: 'done' });
     // The superseded attempt went on to its next step: refused before the body ran.
@@ -144,7 +146,7 @@ describe('leases within one process', () => {
     await h.redis.hset(cancelled.runKey, 'cancelRequested', '1');
     await t.finish(closed, { status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
     // Its lease ran out and another claim took the run over: the first holder lost it.
-    await h.redis.hset(lost.runKey, 'leaseExpiresAt', 1);
+    await h.redis.zadd(lost.keys.leases, 1, lostId);
     const takeover = await claimAsGhost(lostId);
     const before = Date.now();
     const replies = await t.heartbeat([renewed, closed, lost, elsewhere, cancelled, takeover]);
@@ -156,13 +158,80 @@ describe('leases within one process', () => {
       { kind: 'renewed', cancelRequested: true },
       { kind: 'renewed', cancelRequested: false },
     ]);
-    // Each renewed lease moved in the record and in its scope's lease index, to the same time.
+    // Each renewed lease moved in its scope's lease index (the only place a lease's deadline
+    // is kept), those of a scope to the one time its call read; the records were not written.
+    const deadlines = new Map<string, Set<number>>();
     for (const a of [renewed, elsewhere, cancelled, takeover]) {
-      const expires = Number(await h.redis.hget(a.runKey, 'leaseExpiresAt'));
+      const expires = Number(await h.redis.zscore(a.keys.leases, a.runId));
       expect(expires).toBeGreaterThan(before);
-      expect(Number(await h.redis.zscore(a.keys.leases, a.runId))).toBe(expires);
+      deadlines.set(a.keys.leases, (deadlines.get(a.keys.leases) ?? new Set()).add(expires));
+      expect(await h.redis.hexists(a.runKey, 'leaseExpiresAt')).toBe(0);
     }
+    expect([...deadlines.values()].map((d) => d.size)).toEqual([1, 1]);
     expect(await h.redis.zscore(closed.keys.leases, closed.runId)).toBeNull();
+  });
+
+  it('a lease the sweeper found over is taken over by the next claim, unless its holder beats first', async () => {
+    const t = h.transitions();
+    const submit = async (name: string) => (await acme.submit(name, 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    const lapse = async (a: Attempt) => {
+      await h.redis.zadd(a.keys.leases, 1, a.runId);
+      expect(await t.repairLease('acme', a.runId)).toBe(true);
+      // The index now says when the sweeper looks again (the future); the record keeps the lapse.
+      expect(Number(await h.redis.zscore(a.keys.leases, a.runId))).toBeGreaterThan(Date.now());
+      expect(await h.redis.hget(a.runKey, 'leaseLapsed')).toBe('1');
+    };
+
+    // The holder is gone: the claim the repair's job brings takes the run over.
+    const deadId = await submit('lapsed-dead');
+    const dead = await claimAsGhost(deadId);
+    await lapse(dead);
+    const taken = await t.claim({ scope: 'acme', runId: deadId }, 'next', {});
+    expect(taken).toMatchObject({ kind: 'claimed', recovered: true, fence: dead.fence + 1 });
+    expect(await h.redis.hexists(dead.runKey, 'leaseLapsed')).toBe(0);
+    expect(await t.heartbeat([dead])).toEqual([{ kind: 'lost' }]);
+
+    // The holder was only slow: its next beat renews the lease and the claim waits.
+    const slowId = await submit('lapsed-slow');
+    const slow = await claimAsGhost(slowId);
+    await lapse(slow);
+    expect(await t.heartbeat([slow])).toEqual([{ kind: 'renewed', cancelRequested: false }]);
+    expect(await h.redis.hexists(slow.runKey, 'leaseLapsed')).toBe(0);
+    expect(await t.claim({ scope: 'acme', runId: slowId }, 'next', {})).toMatchObject({ kind: 'later' });
+    expect(await h.redis.hget(slow.runKey, 'fence')).toBe(String(slow.fence));
+  });
+
+  it('every live notification names the log entry just before its events, across attempts and hand-overs', async () => {
+    // The holder's appends and finish take the log's tail from the record (`logTail`, set by
+    // the claim) instead of reading the log; transitions between attempts add events too.
+    const t = h.transitions();
+    const runId = (await acme.submit('tail-chain', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
+    const sub = createRedis({ url: h.redisUrl, name: 'tail-chain-sub', blocking: true });
+    track(sub, () => sub.quit());
+    const notes: ReturnType<typeof parseNotification>[] = [];
+    sub.on('message', (_ch: string, msg: string) => notes.push(parseNotification(msg)));
+    await sub.subscribe(h.keys.scope('acme').channel(runId));
+    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
+
+    const first = await claimAsGhost(runId);
+    await t.append(first, 1, token('a'));
+    await t.append(first, 2, token('b'));
+    await t.retry(first, { delayMs: 0, lastError: '{"code":"X","message":"x"}' });
+    const second = await claimAsGhost(runId);
+    await t.append(second, 1, token('c'));
+    await t.release(second);
+    const third = await claimAsGhost(runId);
+    await t.append(third, 1, token('d'));
+    await t.finish(third, { status: 'succeeded', result: '{"answer":"d","finishReason":"stop","toolCallsSeen":0}' }, { no: 2, events: token('e') });
+
+    const log = await fullLog(h, 'acme', runId);
+    const ids = log.map((e) => e.id);
+    await waitFor(() => notes.some((n) => n.events.some((e) => e.type === 'end')), 5_000, 'the end notification');
+    // Every event after the submit's came in exactly one notification, in log order...
+    expect(notes.flatMap((n) => n.events.map((e) => e.id))).toEqual(ids.slice(1));
+    // ...and each notification's prev is the entry just before its first event.
+    for (const n of notes) expect(n.prev).toBe(ids[ids.indexOf(n.events[0].id) - 1]);
+    expect(log.filter((e) => e.type === 'token').map((e) => (e.data as { text: string }).text)).toEqual(['a', 'b', 'c', 'd', 'e']);
   });
 
   it('the finish writes the last batch it carries once, before `end`, also when an append applied it already', async () => {
@@ -187,11 +256,11 @@ describe('leases within one process', () => {
     const attempt = await claimAsGhost(runId);
     const t = h.transitions();
     await t.release(attempt);
-    const rk = attempt.runKey;
-    const endedAt = Number(await h.redis.hget(rk, 'leaseExpiresAt'));
+    const leaseOf = async () => Number(await h.redis.zscore(attempt.keys.leases, runId));
+    const endedAt = await leaseOf();
     // A beat that was in flight during the hand-over must not revive the lease...
     expect(await t.heartbeat([attempt])).toEqual([{ kind: 'closed' }]);
-    expect(Number(await h.redis.hget(rk, 'leaseExpiresAt'))).toBe(endedAt);
+    expect(await leaseOf()).toBe(endedAt);
     // ...and the released holder can no longer write.
     await expect(t.step(attempt, { op: 'done', stepKey: 'step:x:1', result: '{"v":1}' })).rejects.toBeInstanceOf(LeaseLostError);
     await expect(t.append(attempt, 1, [['token', '{"text":"late"}']])).rejects.toBeInstanceOf(LeaseLostError);
@@ -203,8 +272,7 @@ describe('leases within one process', () => {
     const runId = (await acme.submit('late-claim', 'too late', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     expect(await executor.execute({ scope: 'acme', runId, dispatch: 1 })).toEqual({ kind: 'done' });
     const run = await h.redis.hgetall(h.keys.scope('acme').run(runId));
-    // Released: still running, but with no holder and a lease already over, and a new job ordered.
+    // Released: still running, but with no holder (a claim takes it over at once), and a new job ordered.
     expect(run).toMatchObject({ status: 'running', leaseOwner: '', dispatch: '2' });
-    expect(Number(run.leaseExpiresAt)).toBeLessThan(Date.now());
   });
 });

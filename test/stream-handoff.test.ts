@@ -134,8 +134,10 @@ describe('replay → live hand-off', () => {
     const followed = await follow(redis, hub, runId);
     const { got } = followed;
     await waitFor(() => got.length === 1, 5_000, 'the replayed event');
-    // An event lands in the log without its notification (as if the message was lost).
-    await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
+    // An event lands in the log without its notification (as if the message was lost): written
+    // as the holder's append writes it, the record's logTail following it, but not published.
+    const lost = await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
+    await h.redis.hset(sk.run(runId), 'logTail', lost!);
     await append(2, 'token', { text: 'c' });
     await append(3, 'end', { status: 'succeeded' });
     await waitFor(() => followed.ended, 5_000, 'the end event');

@@ -6,7 +6,7 @@ import { createRedis } from '../src/lib/redis.ts';
 import { track } from './helpers/resources.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { SseParser, type SseMessage } from '../src/lib/client/sse-parser.ts';
-import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { expectExactly, fullLog, type Seen } from './helpers/stream-check.ts';
 
 const CHUNK = 'x'.repeat(4096);
@@ -32,13 +32,16 @@ const firehose = defineAgent({
   },
 });
 
+/** A reader that takes no byte for this long while bytes wait for it is dropped. */
+const STALL_MS = 1000;
+
 let h: Harness;
 let acme: ScopeClient;
 let apiUrl: string;
 
 beforeAll(async () => {
   h = await useHarness();
-  const api = await h.startApi({ SSE_MAX_BUFFER_BYTES: '65536', SSE_KEEPALIVE_MS: '100', SSE_RETRY_MS: '250' });
+  const api = await h.startApi({ SSE_MAX_BUFFER_BYTES: '65536', SSE_KEEPALIVE_MS: '100', SSE_RETRY_MS: '250', SSE_STALL_MS: String(STALL_MS) });
   await h.startWorker({ agents: [firehose] });
   apiUrl = api.url;
   acme = await h.client(api.url, 'acme', 'client');
@@ -87,6 +90,10 @@ describe('slow readers and idle streams', () => {
     readerHasFirstChunk();
     const run = await acme.waitStatus(runId, ['succeeded', 'failed']);
     expect(run.status).toBe('succeeded');
+    // The reader is more than SSE_MAX_BUFFER_BYTES behind once a batch comes after that much is
+    // pending. Should the rest of the run have come in one batch with its `end` (appends slowed
+    // down by a loaded machine), the reader is cut for taking no byte for SSE_STALL_MS instead.
+    await sleep(STALL_MS * 2.5);
     // What the server managed to send before it gave up on us, then the connection's end.
     const stalled = await first.drain();
     const firstPart = [...head.got, ...stalled.got];

@@ -32,7 +32,6 @@ export interface RunRecord {
   finishedAt?: number;
   retryAt?: number;
   leaseOwner?: string;
-  leaseExpiresAt?: number;
   cancelRequested: boolean;
   input: RunInput;
   metadata?: Record<string, unknown>;
@@ -89,7 +88,7 @@ export const SHOWN_HASH_FIELDS: readonly string[] = SHOWN_FIELDS.flatMap((f) => 
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
   'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'runMs', 'createdAt', 'updatedAt',
-  'startedAt', 'finishedAt', 'retryAt', 'leaseExpiresAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft',
+  'startedAt', 'finishedAt', 'retryAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft',
 ] as const;
 
 /** Turns HGETALL output (object or flat array) into a RunRecord; undefined when empty. */
@@ -100,7 +99,6 @@ export function parseRunRecord(raw: Record<string, string> | string[]): RunRecor
   for (const f of JSON_FIELDS) if (h[f] !== undefined && h[f] !== '') r[f] = JSON.parse(h[f]);
   for (const f of NUMBER_FIELDS) if (h[f] !== undefined && h[f] !== '') r[f] = Number(h[f]);
   if (!r.leaseOwner) delete r.leaseOwner;
-  if (!r.leaseExpiresAt) delete r.leaseExpiresAt;
   r.cancelRequested = h.cancelRequested === '1';
   const calls = Number(h.usageCalls ?? 0);
   if (calls > 0) {

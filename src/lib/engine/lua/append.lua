@@ -5,15 +5,17 @@
   A batch whose reply was lost (connection dropped after the script ran; ioredis resends
   unanswered commands on reconnect, and the writer retries) arrives again with the same
   number: it is applied once, so a Redis blip never duplicates tokens in the stream.
-  Returns: {0, last event id} | {1} already applied | {-2} LEASE_LOST ]]
+  Returns: {0, last event id ('' for an empty batch)} | {1} already applied | {-2} LEASE_LOST ]]
 --@include core
 local rk, fence = K.run, tostring(O.fence)
-local ok, got = fenced(rk, fence, 'appendedBatch')
+local ok, got = fenced(rk, fence, 'appendedBatch', 'logTail')
 if not ok then return { -2 } end
-if not newBatch(rk, fence, O.batch, got[1]) then return { 1 } end
-local last
-for i = 2, #ARGV, 2 do
-  last = addEvent(O.runId, ARGV[i], ARGV[i + 1])
-end
+local write = {}
+if not newBatch(fence, O.batch, got[1], write) then return { 1 } end
+knownTail(O.runId, got[2])
+for i = 2, #ARGV, 2 do addEvent(O.runId, ARGV[i], ARGV[i + 1]) end
+tailInto(O.runId, write)
+redis.call('HSET', rk, unpack(write))
+local last = lastAdded(O.runId)
 flushPublished()
-return { 0, last }
+return { 0, last or '' }

@@ -7,20 +7,23 @@
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
 --@include lib
 local runId, rk = O.runId, K.run
-if not fenced(rk, O.fence) then return { -2 } end
+local ok, r = fenced(rk, O.fence, 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs')
+if not ok then return { -2 } end
 local now = nowMs()
-setStatus(runId, redis.call('HGET', rk, 'runtime'), 'running', 'blocked', now)
-redis.call('HSET', rk, 'blocked', O.blocked, 'leaseOwner', '', 'leaseExpiresAt', 0)
-redis.call('ZREM', K.leases, runId)
-local deadline = redis.call('HGET', rk, 'deadlineAt')
+knownTail(runId, r[3])
+statusEvent(runId, { status = 'blocked', blocked = cjson.decode(O.blocked) })
+local write = { 'blocked', O.blocked, 'leaseOwner', '' }
+local deadline = r[2]
 if deadline then
-  redis.call('HSET', rk, 'budgetLeft', math.max(0, tonumber(deadline) - now))
+  write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(deadline) - now)
   redis.call('HDEL', rk, 'deadlineAt')
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
+tailInto(runId, write)
+setStatus(runId, r[1], 'running', 'blocked', now, { createdAt = r[4], claimedAt = r[5] or false, runMs = r[6] or '0', fields = write })
+redis.call('ZREM', K.leases, runId)
 releaseSlot()
 local out = {}
 fillSlots(now, out)
-statusEvent(runId, { status = 'blocked', blocked = cjson.decode(O.blocked) })
 flushPublished()
 return { 0, cjson.encode(out) }

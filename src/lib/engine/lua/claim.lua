@@ -25,17 +25,27 @@
 local runId, rk = O.runId, K.run
 local now = nowMs()
 -- Everything the claim needs from the record, in one read.
-local r = redis.call('HMGET', rk, 'status', 'leaseExpiresAt', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner',
+local r = redis.call('HMGET', rk, 'status', 'leaseLapsed', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner',
   'startedAt', 'startBy', 'deadlineAt', 'timeoutMs', 'budgetLeft',
-  'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed', 'fence', 'createdAt', 'claimedAt', 'runMs', 'sessionId')
+  'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed', 'fence', 'createdAt', 'claimedAt', 'runMs', 'sessionId',
+  'logTail')
 local st, runtime = r[1], r[4]
 local lim = { r[7], r[8], r[9], r[10], r[11] }
 if not st then return { -1 } end
+knownTail(runId, r[22])
 
 local recovered = 0
+-- When a dead holder's lease ran out (its last heartbeat + leaseMs), for the time charge.
+local lapsedAt = 0
 if st == 'running' then
-  local until_ = tonumber(r[2] or '0')
-  if until_ > now then return { -4, until_ } end
+  -- The lease's deadline is its score in `leases` (heartbeats renew only that). A holder
+  -- that handed the run over (no owner) ends its lease at once; a lease the sweeper found
+  -- over is marked `leaseLapsed` (its deadline), since the sweeper then moves the score on
+  -- to when it looks again; a heartbeat that comes after all removes the mark.
+  if r[6] ~= '' then
+    lapsedAt = tonumber(r[2] or redis.call('ZSCORE', K.leases, runId) or '0')
+    if not r[2] and lapsedAt > now then return { -4, lapsedAt } end
+  end
   recovered = 1
 elseif st == 'retrying' then
   local at = tonumber(r[3] or '0')
@@ -93,7 +103,7 @@ local write = { 'claimedAt', now }
 local gone = {}
 if recovered == 1 then
   -- The dead holder's claimedAt is replaced by this claim's, above.
-  local charged = chargedRunMs(r[19], r[20], tonumber(r[2] or '0') - O.leaseMs)
+  local charged = chargedRunMs(r[19], r[20], lapsedAt - O.leaseMs)
   if charged then write[#write + 1] = 'runMs'; write[#write + 1] = charged end
 end
 local fence = tonumber(r[17] or '0') + 1
@@ -121,28 +131,32 @@ end
 if not lim[1] and lim[2] then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
 write[#write + 1] = 'fence'; write[#write + 1] = fence
 write[#write + 1] = 'leaseOwner'; write[#write + 1] = O.workerId
-write[#write + 1] = 'leaseExpiresAt'; write[#write + 1] = now + O.leaseMs
+if r[2] then gone[#gone + 1] = 'leaseLapsed' end
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
 redis.call('ZREM', K.pending, runId)
 local known = { createdAt = r[18], fields = write }
+-- The attempt's first events go before the record write, which carries the log's new tail.
 if recovered == 1 then
-  redis.call('HSET', rk, unpack(write))
   local n = redis.call('HINCRBY', rk, 'recoveries', 1)
   -- Clients restart the answer text at every `attempt` event: the new holder replays it.
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
   statusEvent(runId, { status = 'recovered', attempt = attempt, maxAttempts = maxAttempts, recoveries = n })
+  tailInto(runId, write)
+  redis.call('HSET', rk, unpack(write))
 elseif resumed then
-  setStatus(runId, runtime, st, 'running', now, known)
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, resumed = true }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
+  tailInto(runId, write)
+  setStatus(runId, runtime, st, 'running', now, known)
 else
   attempt = attempt + 1
   write[#write + 1] = 'attempt'; write[#write + 1] = attempt
   if r[3] then gone[#gone + 1] = 'retryAt' end
   if not lim[1] then write[#write + 1] = 'startedAt'; write[#write + 1] = now end
-  setStatus(runId, runtime, st, 'running', now, known)
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
+  tailInto(runId, write)
+  setStatus(runId, runtime, st, 'running', now, known)
 end
 if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
 flushPublished()

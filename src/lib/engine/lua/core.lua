@@ -59,6 +59,15 @@ local function runtimeKey(kind, runtime) return BASE .. kind .. ':' .. runtime e
 -- so a live reader can prove it missed no notification (else it re-reads the log).
 local published = {}
 
+-- Where a run's log ends, kept in its record as `logTail` (the id of the last entry): every
+-- call that adds events to a run's log writes it, so a script that reads the record anyway
+-- knows the `prev` of its notification without reading the log. knownTail hands it over
+-- ('0' for a run this call made); a record without it (written before it was kept) has its
+-- log read by the first addEvent.
+local function knownTail(runId, id)
+  if id and not published[runId] then published[runId] = { prev = id, events = {} } end
+end
+
 local function addEvent(runId, etype, data)
   local sk = runKey(runId) .. ':events'
   local batch = published[runId]
@@ -72,22 +81,55 @@ local function addEvent(runId, etype, data)
   return id
 end
 
+-- The id of the last event this call added to a run's log (nil if none).
+local function lastAdded(runId)
+  local batch = published[runId]
+  local n = batch and #batch.events or 0
+  if n == 0 then return nil end
+  return batch.events[n][1]
+end
+
+-- Adds `logTail` for the events this call added to a run's log so far to `write`, the
+-- caller's next HSET of that run's record; flushPublished writes it only if events were
+-- added after.
+local function tailInto(runId, write)
+  local last = lastAdded(runId)
+  if not last then return end
+  write[#write + 1] = 'logTail'
+  write[#write + 1] = last
+  published[runId].kept = last
+end
+
+-- A run that ended takes no more events: its tail is not kept.
+local function tailDone(runId)
+  if published[runId] then published[runId].kept = true end
+end
+
+-- Publishes each run's batch, and writes its tail unless the caller's HSET carried it.
 local function flushPublished()
   for runId, batch in pairs(published) do
-    redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
+    local n = #batch.events
+    if n > 0 then
+      local last = batch.events[n][1]
+      if batch.kept ~= true and batch.kept ~= last then redis.call('HSET', runKey(runId), 'logTail', last) end
+      batch.kept = nil
+      redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
+    end
   end
   published = {}
 end
 
 -- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
 -- once (`appendedBatch` = `<fence>:<n>`, the last one applied), so a batch whose reply was
--- lost and that arrives again is not written twice. Marks it applied.
-local function newBatch(rk, fence, batch, applied)
+-- lost and that arrives again is not written twice. Marks it applied by adding the field to
+-- `write`, the caller's next HSET of the record.
+local function newBatch(fence, batch, applied, write)
   if applied then
     local f, n = string.match(applied, '^(%d+):(%d+)$')
     if f == tostring(fence) and tonumber(n) >= batch then return false end
   end
-  redis.call('HSET', rk, 'appendedBatch', tostring(fence) .. ':' .. batch)
+  write[#write + 1] = 'appendedBatch'
+  write[#write + 1] = tostring(fence) .. ':' .. batch
   return true
 end
 

@@ -8,7 +8,7 @@
 --@include lib
 local runId, rk = O.runId, K.run
 local member = 'due:' .. runId
-local r = redis.call('HMGET', rk, 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs')
+local r = redis.call('HMGET', rk, 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs', 'createdAt', 'logTail')
 if r[1] ~= 'scheduled' then
   redis.call('ZREM', K.timers, member)
   return { 0, '[]', 0 }
@@ -19,9 +19,12 @@ if tonumber(r[4]) > now then
   return { 0, '[]', 0 }
 end
 redis.call('ZREM', K.timers, member)
-setStatus(runId, r[2], 'scheduled', 'queued', now)
-if r[5] then setStartBy(runId, tonumber(r[5]), now) end
+knownTail(runId, r[7])
 statusEvent(runId, { status = 'queued', attempt = 0 })
+local write = {}
+tailInto(runId, write)
+setStatus(runId, r[2], 'scheduled', 'queued', now, { createdAt = r[6], fields = write })
+if r[5] then setStartBy(runId, tonumber(r[5]), now) end
 local out = {}
 local sk = sessionKey(r[3])
 if redis.call('HGET', sk, 'active') then

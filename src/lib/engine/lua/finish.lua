@@ -12,16 +12,17 @@ local runId, rk = O.runId, K.run
 local ok, pre = fenced(rk, O.fence, unpack(FINISH_READ))
 if not ok then return { -2 } end
 local now = nowMs()
-if O.batch and newBatch(rk, O.fence, O.batch, pre[14]) then
-  for i = 2, #ARGV, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
-end
 local fields = { 'result', O.result }
 if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
+knownTail(runId, pre[15])
+if O.batch and newBatch(O.fence, O.batch, pre[14], fields) then
+  for i = 2, #ARGV, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
+end
 if O.turn then redis.call('RPUSH', K.messages, O.turn[1], O.turn[2]) end
 local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
-finishRun(runId, O.status, fields, endData, now, out, pre)
+finishRun(runId, O.status, fields, endData, now, out, pre, true)
 flushPublished()
 return { 0, cjson.encode(out) }

@@ -1,6 +1,9 @@
 --[[ Extend a worker's leases on the runs it holds in one scope, all in one call: one clock
-  read and one ZADD for all of them, and per run the fence check and the record's new
-  `leaseExpiresAt`. The runs' record keys are derived from O.base (all in the scope's slot).
+  read and one ZADD for all of them, and per run one read of its record (the fence check).
+  A lease's deadline is its score in `leases`, so renewing writes no record, but for a lease
+  the sweeper had found over meanwhile (`leaseLapsed`, see lua/repair.lua): the holder is
+  alive after all, and the mark goes. The runs' record keys are derived from O.base (all in
+  the scope's slot).
   KEYS  leases
   O     runs      [[runId, fence], ...]: the holder's attempts (the caller bounds the count)
         leaseMs
@@ -14,14 +17,14 @@ local expires = nowMs() + O.leaseMs
 local codes, scores = {}, {}
 for i, run in ipairs(O.runs) do
   local rk = runKey(run[1])
-  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', 'cancelRequested')
+  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', 'cancelRequested', 'leaseLapsed')
   if cur[1] ~= tostring(run[2]) then
     codes[i] = -2
   -- Renewing a released lease would undo the hand-over: the next worker would wait it out.
   elseif cur[2] ~= 'running' or cur[3] == '' then
     codes[i] = -3
   else
-    redis.call('HSET', rk, 'leaseExpiresAt', expires)
+    if cur[5] then redis.call('HDEL', rk, 'leaseLapsed') end
     scores[#scores + 1] = expires
     scores[#scores + 1] = run[1]
     codes[i] = tonumber(cur[4] or '0')

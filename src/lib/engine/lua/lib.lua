@@ -41,7 +41,8 @@ local function setStatus(runId, runtime, from, to, now, known)
     end
   end
   redis.call('HSET', rk, unpack(fields))
-  if charged then redis.call('HDEL', rk, 'claimedAt') end
+  -- A finished run keeps its last holder's claimedAt: nothing charges it again.
+  if charged and not TERMINAL[to] then redis.call('HDEL', rk, 'claimedAt') end
   -- Runs by status (`status:<status>`), scored by creation time like the `runs` listing, so
   -- a listing filtered by status reads that index instead of every run of the scope. Kept
   -- here, where every status change passes, so a status added later is indexed as well.
@@ -76,8 +77,9 @@ end
 
 -- Hands a run to BullMQ through the outbox: bumps the dispatch number (the job id is
 -- `<runId>-<dispatch>`) and records when a job must exist by; the caller adds the job.
-local function enqueueJob(runId, runtime, now, delay, out)
-  local n = redis.call('HINCRBY', runKey(runId), 'dispatch', 1)
+-- `n` (optional): the dispatch number, when the caller wrote it already.
+local function enqueueJob(runId, runtime, now, delay, out, n)
+  n = n or redis.call('HINCRBY', runKey(runId), 'dispatch', 1)
   redis.call('ZADD', K.pending, now + delay + O.graceMs, runId)
   out[#out + 1] = { runId, runtime, n, delay }
 end
@@ -136,9 +138,10 @@ local function fillSlots(now, out)
 end
 
 -- The session's active run ended: the next queued run of the session becomes its head.
-local function advanceSession(sessionId, runId, now, out)
+-- `head`: the caller knows the run is the head (it held the run's lease).
+local function advanceSession(sessionId, runId, now, out, head)
   local sk = sessionKey(sessionId)
-  if redis.call('HGET', sk, 'active') ~= runId then return end
+  if not head and redis.call('HGET', sk, 'active') ~= runId then return end
   redis.call('HDEL', sk, 'active')
   while true do
     local nextId = redis.call('LPOP', sk .. ':queue')
@@ -251,23 +254,27 @@ end
 -- retention set. `fields` are extra run-record fields (result, lastError, ...). The record is
 -- read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
-  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch' }
+  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail' }
 -- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
-local function finishRun(runId, status, fields, endData, now, out, pre)
+-- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head
+-- and its claim took it out of `pending` (a sweeper's re-dispatch of a stalled holder's run
+-- may have put it back: the sweeper drops that entry once it sees the run ended).
+local function finishRun(runId, status, fields, endData, now, out, pre, held)
   local rk = runKey(runId)
   local r = pre or redis.call('HMGET', rk, unpack(FINISH_READ))
   local from = r[1]
-  local write = { 'finishedAt', now, 'leaseOwner', '', 'leaseExpiresAt', 0 }
+  local write = { 'finishedAt', now, 'leaseOwner', '' }
   for _, v in ipairs(fields) do write[#write + 1] = v end
   setStatus(runId, r[2], from, status, now, { createdAt = r[4], claimedAt = r[5] or false, runMs = r[6] or '0', fields = write })
   local gone = {}
   for i = 8, 10 do if r[i] then gone[#gone + 1] = FINISH_READ[i] end end
   if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
   redis.call('ZREM', K.leases, runId)
-  redis.call('ZREM', K.pending, runId)
+  if not held then redis.call('ZREM', K.pending, runId) end
   addEvent(runId, 'end', endData)
+  tailDone(runId)
   if HOLDS_SLOT[from] then releaseSlot() end
-  advanceSession(r[3], runId, now, out)
+  advanceSession(r[3], runId, now, out, held)
   fillSlots(now, out)
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
@@ -285,9 +292,11 @@ end
 -- A waiting run goes on: admitted again like a session head (it still owns its session), to
 -- continue the attempt it was in. Its wait deadline entry goes; its next park sets it anew.
 local function wakeRun(runId, wait, now, out)
-  redis.call('HSET', runKey(runId), 'resumed', 1)
-  redis.call('ZREM', K.timers, 'wait:' .. runId)
   statusEvent(runId, { status = 'queued', wait = wait })
+  local write = { 'resumed', 1 }
+  tailInto(runId, write)
+  redis.call('HSET', runKey(runId), unpack(write))
+  redis.call('ZREM', K.timers, 'wait:' .. runId)
   admit(runId, 'waiting', now, out)
 end
 

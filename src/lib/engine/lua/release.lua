@@ -8,7 +8,9 @@ local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { -2 } end
 local now = nowMs()
 chargeRunTime(rk, now)
-redis.call('HSET', rk, 'leaseOwner', '', 'leaseExpiresAt', now - 1)
+-- No owner: the next claim takes the run over at once (the lease's score is only when the
+-- sweeper looks again, should no claim come).
+redis.call('HSET', rk, 'leaseOwner', '')
 redis.call('ZADD', K.leases, now + O.graceMs, runId)
 local out = {}
 enqueueJob(runId, redis.call('HGET', rk, 'runtime'), now, 0, out)

@@ -10,12 +10,19 @@
 --@include lib
 local runId, rk = O.runId, K.run
 local now = nowMs()
-local r = redis.call('HMGET', rk, 'status', 'dispatch', 'leaseExpiresAt', 'retryAt', 'runtime')
+local r = redis.call('HMGET', rk, 'status', 'dispatch', 'leaseLapsed', 'retryAt', 'runtime')
 local st = r[1]
 local out = {}
 if O.mode == 'lease' then
   if st ~= 'running' then redis.call('ZREM', K.leases, runId); return { 0, '[]' } end
-  if tonumber(r[3] or '0') > now then return { 0, '[]' } end
+  if not r[3] then
+    -- A heartbeat may have renewed it since the sweeper read the index.
+    local deadline = tonumber(redis.call('ZSCORE', K.leases, runId) or '0')
+    if deadline > now then return { 0, '[]' } end
+    -- The score moves on to when to look again, so the lapsed deadline is kept in the
+    -- record: the claim takes the run over by it (a heartbeat that still comes removes it).
+    redis.call('HSET', rk, 'leaseLapsed', deadline)
+  end
   -- Look again after the grace period; the new job's claim will take the lease over.
   redis.call('ZADD', K.leases, now + O.graceMs, runId)
   enqueueJob(runId, r[5], now, 0, out)

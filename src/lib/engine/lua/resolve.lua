@@ -6,17 +6,20 @@
   Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
 --@include lib
 local runId, rk, stepKey = O.runId, K.run, O.stepKey
-local r = redis.call('HMGET', rk, 'status', 'blocked')
+local r = redis.call('HMGET', rk, 'status', 'blocked', 'logTail')
 if not r[1] then return { -1 } end
 if r[1] ~= 'blocked' or cjson.decode(r[2]).stepKey ~= stepKey then return { -8 } end
+knownTail(runId, r[3])
 local now = nowMs()
 if O.mode == 'value' then redis.call('HSET', K.steps, stepKey, O.value) end
 redis.call('HDEL', K.steps, stepKey .. '#started')
 redis.call('HDEL', rk, 'blocked')
--- The next claim continues the interrupted attempt instead of counting a new one.
-redis.call('HSET', rk, 'resumed', 1)
-local out = {}
 statusEvent(runId, { status = 'queued', resolved = { stepKey = stepKey, mode = O.mode } })
+-- The next claim continues the interrupted attempt instead of counting a new one.
+local write = { 'resumed', 1 }
+tailInto(runId, write)
+redis.call('HSET', rk, unpack(write))
+local out = {}
 admit(runId, 'blocked', now, out)
 flushPublished()
 return { 0, cjson.encode(out) }

@@ -9,8 +9,9 @@
   Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]
 --@include lib
 local runId, rk = O.runId, K.run
-local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent')
+local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent', 'logTail')
 if not r[1] then return { -1 } end
+knownTail(runId, r[4])
 local text = redis.call('HGET', K.waits, O.waitKey)
 if not text then return { -9 } end
 if O.tokenHash and redis.call('HGET', K.waits, O.waitKey .. '#token') ~= O.tokenHash then return { -9 } end

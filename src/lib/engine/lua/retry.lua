@@ -6,16 +6,18 @@
   Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
 --@include lib
 local runId, rk = O.runId, K.run
-if not fenced(rk, O.fence) then return { -2 } end
+local ok, r = fenced(rk, O.fence, 'runtime', 'attempt', 'maxAttempts', 'logTail', 'createdAt', 'claimedAt', 'runMs')
+if not ok then return { -2 } end
 local now = nowMs()
 local retryAt = now + O.delayMs
-local r = redis.call('HMGET', rk, 'runtime', 'attempt', 'maxAttempts')
-setStatus(runId, r[1], 'running', 'retrying', now)
-redis.call('HSET', rk, 'retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '', 'leaseExpiresAt', 0)
+knownTail(runId, r[4])
+statusEvent(runId, { status = 'retrying', attempt = tonumber(r[2]),
+  maxAttempts = tonumber(r[3]), retryAt = retryAt, lastError = cjson.decode(O.lastError) })
+local write = { 'retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '' }
+tailInto(runId, write)
+setStatus(runId, r[1], 'running', 'retrying', now, { createdAt = r[5], claimedAt = r[6] or false, runMs = r[7] or '0', fields = write })
 redis.call('ZREM', K.leases, runId)
 local out = {}
 enqueueJob(runId, r[1], now, O.delayMs, out)
-statusEvent(runId, { status = 'retrying', attempt = tonumber(r[2]),
-  maxAttempts = tonumber(r[3]), retryAt = retryAt, lastError = cjson.decode(O.lastError) })
 flushPublished()
 return { 0, retryAt, cjson.encode(out) }

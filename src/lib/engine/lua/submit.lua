@@ -39,13 +39,27 @@ if K.bucket then
   if not ok then return { -13, waitMs } end
 end
 
-local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0 }
+-- A run that is its session's head at once, with a scope slot free, is written dispatched:
+-- the record, indexes and counters that queued-then-admitted leaves, with one status move
+-- instead of two. (Not drained: checked above, in this same script.)
+local dispatchNow = not scheduled and not active and activeCount() < O.maxActive
+local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0 }
 local artifacts = false
 for i = 2, #ARGV do
   fields[#fields + 1] = ARGV[i]
   if i % 2 == 0 and ARGV[i] == 'artifactIds' then artifacts = true end
 end
-local status = scheduled and 'scheduled' or 'queued'
+local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
+-- A new run's log is empty. Its first event goes first, so the record write carries the tail.
+knownTail(runId, '0')
+if scheduled then
+  fields[#fields + 1] = 'runAt'; fields[#fields + 1] = due
+  statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due })
+else
+  -- Dispatched is internal: the API shows it as queued, and so does the stream.
+  statusEvent(runId, { status = 'queued', attempt = 0 })
+end
+tailInto(runId, fields)
 -- The record is written by setStatus's HSET, with its status.
 setStatus(runId, O.runtime, nil, status, now, { createdAt = now, fields = fields })
 redis.call('ZADD', K.runs, now, runId)
@@ -55,15 +69,16 @@ if K.idem then redis.call('SET', K.idem, runId .. ' ' .. O.requestHash, 'PX', O.
 
 local out = {}
 if scheduled then
-  redis.call('HSET', rk, 'runAt', due)
   redis.call('ZADD', K.timers, due, 'due:' .. runId)
-  statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due })
   flushPublished()
   return { 0, runId, 1, '[]', redis.call('HGETALL', rk) }
 end
 if O.ttlMs then setStartBy(runId, O.ttlMs, now) end
-statusEvent(runId, { status = 'queued', attempt = 0 })
-if not active then
+if dispatchNow then
+  redis.call('HSET', sk, 'active', runId)
+  ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
+  enqueueJob(runId, O.runtime, now, 0, out, 1)
+elseif not active then
   redis.call('HSET', sk, 'active', runId)
   -- Not drained: checked above, in this same script.
   admit(runId, 'queued', now, out, { runtime = O.runtime, createdAt = now, drained = false })

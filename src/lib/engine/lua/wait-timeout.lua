@@ -8,11 +8,12 @@
 --@include lib
 local runId, rk = O.runId, K.run
 local member = 'wait:' .. runId
-local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent')
+local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent', 'logTail')
 if not r[1] or TERMINAL[r[1]] then
   redis.call('ZREM', K.timers, member)
   return { 0, '[]', '[]', '', '' }
 end
+knownTail(runId, r[4])
 local now = nowMs()
 local done, nextAt = expireWaits(runId, now)
 local out = {}

@@ -16,11 +16,12 @@
          | {-2} LEASE_LOST ]]
 --@include lib
 local runId, rk = O.runId, K.run
-if not fenced(rk, O.fence) then return { -2 } end
+local ok, r = fenced(rk, O.fence, 'runtime', 'deadlineAt', 'cancelRequested', 'logTail')
+if not ok then return { -2 } end
 -- A waiting run would keep a cancel request nobody acts on until it is resumed.
-if redis.call('HGET', rk, 'cancelRequested') == '1' then return { 1 } end
+if r[3] == '1' then return { 1 } end
+knownTail(runId, r[4])
 local now = nowMs()
-local r = redis.call('HMGET', rk, 'runtime', 'deadlineAt')
 local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
 local reached, answered = {}, nil
 for i = 2, #ARGV do
@@ -67,12 +68,12 @@ for i = 1, #flat, 2 do
     end
   end
 end
-if #kinds > 0 then redis.call('HSET', rk, 'waitKinds', cjson.encode(kinds)) end
-redis.call('HSET', rk, 'leaseOwner', '', 'leaseExpiresAt', 0)
+local write = { 'leaseOwner', '' }
+if #kinds > 0 then write[#write + 1] = 'waitKinds'; write[#write + 1] = cjson.encode(kinds) end
 redis.call('ZREM', K.leases, runId)
 redis.call('ZREM', K.pending, runId)
 if r[2] then
-  redis.call('HSET', rk, 'budgetLeft', math.max(0, tonumber(r[2]) - now))
+  write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(r[2]) - now)
   redis.call('HDEL', rk, 'deadlineAt')
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
@@ -80,6 +81,8 @@ if nextAt then redis.call('ZADD', K.timers, nextAt, 'wait:' .. runId) else redis
 releaseSlot()
 -- Built from the stored texts (see above); tokens are not in them, so the stream shows none.
 addEvent(runId, 'status', '{"status":"waiting","waits":[' .. table.concat(entries, ',') .. ']}')
+tailInto(runId, write)
+redis.call('HSET', rk, unpack(write))
 local out = {}
 if answered then wakeRun(runId, answered, now, out) end
 fillSlots(now, out)
