@@ -10,9 +10,10 @@ import { num, printTable, ratio } from './table.ts';
 
 /**
  * Time to first token: from the moment a client submits to the moment it holds the run's
- * first `token` event, the agent emitting at once (the built-in echo agent). Baton: HTTP
- * submit to a `baton api` process, then the run's SSE stream read by the typed client;
- * the worker is a `baton worker` process. Raw, measured in the same run: BullMQ `add` from
+ * first `token` event, the agent emitting at once (the built-in echo agent). Baton: the typed
+ * client's submitAndStream() (one request: the submit's answer is the run's SSE stream) to a
+ * `baton api` process, the worker a `baton worker` process; and, printed beside it, submit()
+ * then stream() (two requests). Raw, measured in the same run: BullMQ `add` from
  * this process → a bare BullMQ worker in a process of its own PUBLISHes → a subscriber here
  * (subscribed beforehand; pub/sub has no log to read from).
  *
@@ -25,12 +26,19 @@ export const BURST = 50;
 const WARMUP = 5;
 
 export interface FirstTokenSide { oneMs: number; burstMs: number }
-export interface FirstTokenBench { samples: number; rounds: number; burst: number; baton: FirstTokenSide; raw: FirstTokenSide }
+export interface FirstTokenBench {
+  samples: number; rounds: number; burst: number;
+  /** One request (submitAndStream). */
+  baton: FirstTokenSide;
+  /** Two requests (submit, then stream). */
+  batonTwoRequests: FirstTokenSide;
+  raw: FirstTokenSide;
+}
 
 export async function benchFirstToken(redisUrl: string): Promise<FirstTokenBench> {
-  const baton = await batonSide(redisUrl);
+  const { baton, batonTwoRequests } = await batonSide(redisUrl);
   const raw = await rawSide(redisUrl);
-  return { samples: SAMPLES, rounds: ROUNDS, burst: BURST, baton, raw };
+  return { samples: SAMPLES, rounds: ROUNDS, burst: BURST, baton, batonTwoRequests, raw };
 }
 
 /** p50 of `first(session)` run one after another in one session, then in bursts of BURST sessions. */
@@ -45,7 +53,7 @@ async function sample(first: (sessionId: string) => Promise<number>, tag: string
   return { oneMs: percentileOf(one, 50), burstMs: percentileOf(burst, 50) };
 }
 
-async function batonSide(redisUrl: string): Promise<FirstTokenSide> {
+async function batonSide(redisUrl: string): Promise<{ baton: FirstTokenSide; batonTwoRequests: FirstTokenSide }> {
   const prefix = `bttft${randomBytes(4).toString('hex')}`;
   const env = {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
@@ -56,15 +64,32 @@ async function batonSide(redisUrl: string): Promise<FirstTokenSide> {
   try {
     const apiKey = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
     const client = new BatonClient({ url: api.url!, apiKey, scope: 'bench' });
-    return await sample(async (sessionId) => {
+    /** When the first token of `events` arrived; read to the end, or the session's next run would queue behind this one. */
+    const firstToken = async (runId: string, events: AsyncIterable<{ type: string }>) => {
+      let firstAt: number | undefined;
+      for await (const e of events) if (e.type === 'token') firstAt ??= performance.now();
+      if (firstAt === undefined) throw new Error(`run ${runId} ended without a token`);
+      return firstAt;
+    };
+    // Both ways warm the fresh API and worker processes first, so neither is measured on the
+    // other's warm-up (a new process compiles its hot paths over its first runs).
+    for (let i = 0; i < 30; i++) {
+      const { runId, events } = await client.submitAndStream({ sessionId: 'warm', input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+      await firstToken(runId, events);
+      const run = await client.submit({ sessionId: 'warm', input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+      await firstToken(run.id, client.stream(run.id));
+    }
+    const baton = await sample(async (sessionId) => {
+      const t0 = performance.now();
+      const { runId, events } = await client.submitAndStream({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+      return (await firstToken(runId, events)) - t0;
+    }, 'baton');
+    const batonTwoRequests = await sample(async (sessionId) => {
       const t0 = performance.now();
       const run = await client.submit({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
-      let firstAt: number | undefined;
-      // Read to the end: the session's next run would otherwise queue behind this one.
-      for await (const e of client.stream(run.id)) if (e.type === 'token') firstAt ??= performance.now();
-      if (firstAt === undefined) throw new Error(`run ${run.id} ended without a token`);
-      return firstAt - t0;
-    }, 'baton');
+      return (await firstToken(run.id, client.stream(run.id))) - t0;
+    }, 'baton2');
+    return { baton, batonTwoRequests };
   } finally {
     await admin.quit();
     await Promise.all([api.kill(), worker.kill()]);
@@ -109,5 +134,7 @@ export function printFirstToken(r: FirstTokenBench): void {
   printTable('sessions', {
     'one session': row(r.raw.oneMs, r.baton.oneMs),
     [`${r.burst} sessions at once`]: row(r.raw.burstMs, r.baton.burstMs),
+    'one session, submit then stream (two requests)': row(r.raw.oneMs, r.batonTwoRequests.oneMs),
+    [`${r.burst} sessions at once, two requests`]: row(r.raw.burstMs, r.batonTwoRequests.burstMs),
   });
 }

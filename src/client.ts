@@ -6,5 +6,5 @@
 export { BatonApiError, BatonClient, BatonStreamError, resumeWithToken } from './lib/client/client.ts';
 export type {
   ApprovalDecision, BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
-  SessionMessage, StatusEventData, StreamOptions, SubmitRequest, TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
+  SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream, TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from './lib/client/client.ts';

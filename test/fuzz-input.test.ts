@@ -180,6 +180,8 @@ const auth = fc.oneof(
 
 const extraHeaders = fc.record({
   'last-event-id': fc.option(fc.constantFrom('0', 'abc', '1-2-3', '-1', '9'.repeat(30), '1-'), { nil: undefined }),
+  // A submit that asks for its event stream must refuse bad input just as a JSON one does.
+  accept: fc.option(fc.constantFrom('text/event-stream', 'application/json', '*/*', 'text/event-stream;q=0.1, application/json'), { nil: undefined }),
   'content-encoding': fc.oneof(
     { weight: 8, arbitrary: fc.constant(undefined) },
     { weight: 1, arbitrary: fc.constantFrom('gzip', 'br', 'identity', 'zip') },
@@ -296,6 +298,7 @@ describe('generated malformed requests to every route', () => {
         if (r.auth === 'valid' || r.auth.startsWith('twice')) headers.authorization = `Bearer ${key}`;
         else if (r.auth) headers.authorization = r.auth;
         if (r.headers['last-event-id'] !== undefined) headers['last-event-id'] = r.headers['last-event-id'];
+        if (r.headers.accept !== undefined) headers.accept = r.headers.accept;
         if (r.body !== undefined) {
           if (r.contentType) headers['content-type'] = r.contentType;
           if (r.headers['content-encoding']) headers['content-encoding'] = r.headers['content-encoding'];

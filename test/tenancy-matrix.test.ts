@@ -109,6 +109,11 @@ describe('a key of scope B on scope A', () => {
         checked++;
       }
     }
+    // A submit that asks for its event stream gets the same 404, as JSON.
+    const streaming = await call(url, 'POST', urlFor('/v1/scopes/{scope}/runs', 'acme', ids), bodyFor('POST', '/runs'), {
+      authorization: `Bearer ${await h.key('globex', 'client')}`, accept: 'text/event-stream',
+    });
+    expect(streaming).toMatchObject({ status: 404, body: { error: { code: 'NOT_FOUND' } } });
     console.log(`${checked} (route, role) pairs of scope B on scope A answered 404`);
     expect(await scopeState('acme')).toEqual(before);
   });

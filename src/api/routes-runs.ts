@@ -9,30 +9,67 @@ import {
   emptyBody, eventsQuery, lastEventIdHeader, listRunsQuery, messagesQuery, resolveBody, runParams, scopeParams,
   sessionParams, stepParams, submitBody,
 } from './schemas.ts';
-import { serveEvents } from './sse.ts';
+import type { Response } from 'express';
+import type { AppDeps } from './deps.ts';
+import { serveEvents, type SseOptions } from './sse.ts';
 
 const basePath = (scope: string) => `/v1/scopes/${scope}`;
+
+/**
+ * Admits an event stream for `who` (429 TOO_MANY_STREAMS past its caps) and the options that
+ * serve it: counted until its connection closes, whatever it answered, and ended when its key
+ * is revoked.
+ */
+function admitStream(d: AppDeps, out: Response, scope: string, who: { credential: string; keyId: string }): SseOptions {
+  const c = d.config;
+  const lease = d.openStreams.admit(scope, who);
+  out.once('close', lease.release);
+  return {
+    keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
+    stallMs: c.SSE_STALL_MS, signal: lease.signal,
+    onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
+  };
+}
 
 /** Runs, their events and their sessions' history, under /v1/scopes/:scope. */
 export const runRoutes: RouteSpec[] = [
   route({
-    method: 'post', path: `${SCOPE}/runs`, summary: 'Submit a run (a turn of a session).', access: 'client',
+    method: 'post', path: `${SCOPE}/runs`,
+    summary: 'Submit a run (a turn of a session). With `Accept: text/event-stream` the answer is the run\'s event stream ' +
+      '(as GET …/runs/{runId}/events from the start; the run in the Location and Baton-Run-Id headers, warnings in Baton-Warnings): ' +
+      'one request from the submit to the first token.',
+    access: 'client',
     params: scopeParams, body: submitBody,
     ok: {
       202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
-    errors: ['CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH', 'UNKNOWN_AGENT', 'RATE_LIMITED'],
-    async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key }, d) {
+    errors: [
+      'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH', 'UNKNOWN_AGENT',
+      'RATE_LIMITED', 'TOO_MANY_STREAMS',
+    ],
+    async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key, http }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
+      }
+      const streaming = http.req.accepts(['application/json', 'text/event-stream']) === 'text/event-stream';
+      if (streaming && streamToken) {
+        throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.streamToken', message: 'a submit that streams its events needs no stream token' }]);
       }
       if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope);
       await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
+      // A stream over its caps is refused before the run is made.
+      const sse = streaming ? admitStream(d, http.res, scope, { credential: key!.id, keyId: key!.id }) : undefined;
       // The rate limit is taken in the submit itself, after every check that can refuse it:
       // bad input, a refused submit or a replay spends no token (lua/submit.lua).
       const { run, created } = await d.store.submit({ scope, ...body }, { limit: d.submitLimit });
+      if (sse) {
+        const headers: Record<string, string> = { Location: `${basePath(scope)}/runs/${run.id}`, 'Baton-Run-Id': run.id };
+        if (warnings.length) headers['Baton-Warnings'] = JSON.stringify(warnings);
+        await serveEvents(http.req, http.res, d.streams, { scope, runId: run.id, afterId: '0' }, { ...sse, status: created ? 202 : 200, headers });
+        return undefined;
+      }
       // A page that shows the answer gets its token with the run: no second request before it can stream.
       const token = streamToken ? presentStreamToken(await d.streamTokens.mint(scope, { runId: run.id }, key!.id), { runId: run.id }) : undefined;
       const extra = { ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}) };
@@ -85,17 +122,10 @@ export const runRoutes: RouteSpec[] = [
     errors: ['RUN_NOT_FOUND', 'TOO_MANY_STREAMS'],
     async handler({ params: { scope, runId }, query, headers, key, http }, d) {
       const afterId = headers['last-event-id'] ?? query.after ?? '0';
-      const c = d.config;
       // Counted against the caps of its credential (the key, or the stream token) and of the
       // scope until the connection closes, whatever it answered; ended with its key's streams.
       const who = key ? { credential: key.id, keyId: key.id } : (http.res.locals.streamCredential as { credential: string; keyId: string });
-      const lease = d.openStreams.admit(scope, who);
-      http.res.once('close', lease.release);
-      await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, {
-        keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
-        stallMs: c.SSE_STALL_MS, signal: lease.signal,
-        onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
-      });
+      await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, admitStream(d, http.res, scope, who));
     },
   }),
   route({

@@ -11,7 +11,10 @@ export interface SseOptions {
   stallMs: number;
   /** Ends the stream when it aborts (its key was revoked). */
   signal?: AbortSignal;
-  /** The stream opened (200). onClose follows once, when its connection has closed. */
+  /** The stream's status (200) and more headers: a submit that streams answers 202 and names its run. */
+  status?: number;
+  headers?: Record<string, string>;
+  /** The stream opened. onClose follows once, when its connection has closed. */
   onOpen?(): void;
   onClose?(): void;
 }
@@ -46,14 +49,27 @@ export async function serveEvents(
   let progressAt = Date.now();
   // In pieces: Node counts a write as pending until all of it left, so progress through one
   // event of megabytes would only show at its end, and a reader taking it slowly but surely
-  // would look stalled.
+  // would look stalled. Each piece is corked: a chunk of the chunked encoding is four writes
+  // to the socket (size, CRLF, data, CRLF), each a syscall and a wakeup of the reader, and
+  // corked they leave as one. A small chunk stays corked to the end of the tick, so what else
+  // this tick writes (the response's head, its end) goes with it.
   const write = (chunk: string) => {
+    if (chunk.length <= WRITE_PIECE) {
+      sent += Buffer.byteLength(chunk);
+      res.cork();
+      res.write(chunk);
+      process.nextTick(uncork);
+      return;
+    }
     for (let at = 0; at < chunk.length; at += WRITE_PIECE) {
-      const piece = chunk.length <= WRITE_PIECE ? chunk : chunk.slice(at, at + WRITE_PIECE);
+      const piece = chunk.slice(at, at + WRITE_PIECE);
       sent += Buffer.byteLength(piece);
+      res.cork();
       res.write(piece);
+      res.uncork();
     }
   };
+  const uncork = () => res.uncork();
   // A connection dropped on purpose is reset, not closed: a close would leave the unsent tail
   // in the kernel's buffers for as long as the peer does not read (minutes of retransmits).
   const drop = () => {
@@ -93,13 +109,14 @@ export async function serveEvents(
   });
   if (follower === 'ended') return void res.status(204).end();
 
-  res.status(200).set({
+  res.status(o.status ?? 200).set({
+    ...o.headers,
     'Content-Type': 'text/event-stream; charset=utf-8',
     'Cache-Control': 'no-cache, no-transform',
     Connection: 'keep-alive',
     'X-Accel-Buffering': 'no',
   });
-  res.flushHeaders();
+  // The head goes out with the retry hint (write() corks it until the end of this tick).
   write(`retry: ${o.retryMs}\n\n`);
   o.onOpen?.();
   keepAlive = setInterval(() => write(': keep-alive\n\n'), o.keepAliveMs);
@@ -123,7 +140,9 @@ export async function serveEvents(
     o.onClose?.();
   });
   o.signal?.addEventListener('abort', revoked, { once: true });
-  if (req.destroyed || o.signal?.aborted) return finish('destroy');
+  // The connection went before 'close' was listened for. (Not req.destroyed: a request whose
+  // body was read, a submit's, is destroyed once read, with its connection still open.)
+  if (!res.socket || res.socket.destroyed || o.signal?.aborted) return finish('destroy');
   await follower.start();
 }
 

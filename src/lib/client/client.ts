@@ -185,34 +185,48 @@ export class BatonClient {
         }
         throw err;
       }
-      const parser = new SseParser();
-      const decoder = new TextDecoder();
-      let progressed = false;
-      const reader = res.body.getReader();
-      try {
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          conn.alive();
-          for (const m of parser.push(decoder.decode(value, { stream: true }))) {
-            const e = toStreamEvent(m);
-            if (!e) continue;
-            after = e.id;
-            progressed = true;
-            yield e;
-            if (e.type === 'end') return;
-          }
-        }
-      } catch (err) {
-        if (opts.signal?.aborted) throw err;
-        // The connection broke mid-stream: resume from `after`.
-      } finally {
-        conn.close();
-        reader.cancel().catch(() => {});
-      }
-      retryMs = parser.retryMs ?? retryMs;
-      failures = progressed ? 0 : failures + 1;
+      const read: ReadState = { after, progressed: false, ended: false };
+      yield* readEvents(res.body, conn, read, opts.signal);
+      if (read.ended) return;
+      after = read.after;
+      retryMs = read.retryMs ?? retryMs;
+      failures = read.progressed ? 0 : failures + 1;
     }
+  }
+
+  /**
+   * Submits a run and streams its events in the same request: the API answers with the run's
+   * event stream from its start (the run's id in a header), so the first token arrives a
+   * request sooner than with submit() then stream(). `events` goes on as stream() does: a
+   * dropped connection is resumed from the last event received. As with submit(), a request
+   * that fails in flight may have made the run: an idempotencyKey makes a retry safe.
+   */
+  async submitAndStream(req: SubmitRequest, opts: StreamOptions = {}): Promise<SubmittedStream> {
+    const conn = new Connection(this.idleTimeoutMs, opts.signal);
+    let res: Response;
+    try {
+      res = await this.fetch(`${this.base}/runs`, {
+        method: 'POST', body: JSON.stringify(req), signal: conn.signal,
+        headers: { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
+      });
+    } catch (err) {
+      conn.close();
+      throw err;
+    }
+    const runId = res.headers.get('baton-run-id');
+    if (!res.ok || !res.body || runId === null) {
+      conn.close();
+      throw await apiError(res);
+    }
+    const warnings = res.headers.get('baton-warnings');
+    const body = res.body;
+    const self = this;
+    async function* events(): AsyncGenerator<RunStreamEvent, void, undefined> {
+      const read: ReadState = { after: undefined, progressed: false, ended: false };
+      yield* readEvents(body, conn, read, opts.signal);
+      if (!read.ended) yield* self.stream(runId!, { ...opts, after: read.after });
+    }
+    return { runId, created: res.status === 202, warnings: warnings ? (JSON.parse(warnings) as string[]) : [], events: events() };
   }
 
   /**
@@ -254,6 +268,55 @@ export async function resumeWithToken(o: { url: string; token: string; value: un
   });
   if (!res.ok) throw await apiError(res);
   return (await res.json()) as WaitResumed;
+}
+
+/** A run submitted by submitAndStream(), and its events. */
+export interface SubmittedStream {
+  runId: string;
+  /** False for an idempotent replay: the run made earlier with this idempotencyKey. */
+  created: boolean;
+  warnings: string[];
+  events: AsyncGenerator<RunStreamEvent, void, undefined>;
+}
+
+/** What reading one SSE response left: the last id, whether anything came, whether it ended. */
+interface ReadState { after: string | undefined; progressed: boolean; ended: boolean; retryMs?: number }
+
+/**
+ * Yields the events of one SSE response until `end` (read.ended) or until the connection
+ * ends or breaks (the caller resumes from read.after). Closes the connection either way.
+ */
+async function* readEvents(
+  body: ReadableStream<Uint8Array>, conn: Connection, read: ReadState, signal: AbortSignal | undefined,
+): AsyncGenerator<RunStreamEvent, void, undefined> {
+  const parser = new SseParser();
+  const decoder = new TextDecoder();
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      conn.alive();
+      for (const m of parser.push(decoder.decode(value, { stream: true }))) {
+        const e = toStreamEvent(m);
+        if (!e) continue;
+        read.after = e.id;
+        read.progressed = true;
+        yield e;
+        if (e.type === 'end') {
+          read.ended = true;
+          return;
+        }
+      }
+    }
+  } catch (err) {
+    if (signal?.aborted) throw err;
+    // The connection broke mid-stream: the caller resumes from read.after.
+  } finally {
+    conn.close();
+    reader.cancel().catch(() => {});
+    read.retryMs = parser.retryMs;
+  }
 }
 
 /** One SSE connection's abort controller: aborted by the caller's signal or by silence. */
