@@ -105,6 +105,12 @@ local function tailDone(runId)
   if published[runId] then published[runId].kept = true end
 end
 
+-- A run this call made has no reader yet (nobody knows its id): its first events are only
+-- logged, and a reader that subscribes later reads them from the log.
+local function unheard(runId)
+  if published[runId] then published[runId].unheard = true end
+end
+
 -- Publishes each run's batch, and writes its tail unless the caller's HSET carried it.
 local function flushPublished()
   for runId, batch in pairs(published) do
@@ -112,8 +118,10 @@ local function flushPublished()
     if n > 0 then
       local last = batch.events[n][1]
       if batch.kept ~= true and batch.kept ~= last then redis.call('HSET', runKey(runId), 'logTail', last) end
-      batch.kept = nil
-      redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
+      if not batch.unheard then
+        batch.kept = nil
+        redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
+      end
     end
   end
   published = {}

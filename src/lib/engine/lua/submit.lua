@@ -52,6 +52,7 @@ end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A new run's log is empty. Its first event goes first, so the record write carries the tail.
 knownTail(runId, '0')
+unheard(runId)
 if scheduled then
   fields[#fields + 1] = 'runAt'; fields[#fields + 1] = due
   statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due })
