@@ -97,13 +97,14 @@ async function submit(argv: string[]): Promise<number> {
   if (values.agent) req.agent = values.agent;
   if (values.runtime) req.runtime = values.runtime;
   if (values.metadata) req.metadata = parseJsonObject('--metadata', values.metadata);
-  const run = await client.submit(req);
   if (!values.tail) {
-    console.log(run.id);
+    console.log((await client.submit(req)).id);
     return 0;
   }
-  console.error(`run ${run.id} (session ${run.sessionId})`);
-  return follow(client, run.id, undefined);
+  // One request: the submit's answer is the run's event stream.
+  const { runId, events } = await client.submitAndStream(req);
+  console.error(`run ${runId} (session ${req.sessionId})`);
+  return follow(client, runId, events);
 }
 
 async function tail(argv: string[]): Promise<number> {
@@ -114,14 +115,15 @@ async function tail(argv: string[]): Promise<number> {
   });
   if (values.help) return usage(0);
   if (positionals.length !== 1) throw new UsageError('tail needs exactly one run id');
-  return follow(clientFrom(values), positionals[0], values.after);
+  const client = clientFrom(values);
+  return follow(client, positionals[0], client.stream(positionals[0], { after: values.after }));
 }
 
 /** Prints tokens to stdout as they arrive; notices and the final status go to stderr. */
-async function follow(client: BatonClient, runId: string, after: string | undefined): Promise<number> {
+async function follow(client: BatonClient, runId: string, events: AsyncIterable<RunStreamEvent>): Promise<number> {
   let printed = false;
   let end: Extract<RunStreamEvent, { type: 'end' }> | undefined;
-  for await (const e of client.stream(runId, { after })) {
+  for await (const e of events) {
     switch (e.type) {
       case 'token':
         process.stdout.write(e.data.text);
