@@ -49,27 +49,14 @@ export async function serveEvents(
   let progressAt = Date.now();
   // In pieces: Node counts a write as pending until all of it left, so progress through one
   // event of megabytes would only show at its end, and a reader taking it slowly but surely
-  // would look stalled. Each piece is corked: a chunk of the chunked encoding is four writes
-  // to the socket (size, CRLF, data, CRLF), each a syscall and a wakeup of the reader, and
-  // corked they leave as one. A small chunk stays corked to the end of the tick, so what else
-  // this tick writes (the response's head, its end) goes with it.
+  // would look stalled.
   const write = (chunk: string) => {
-    if (chunk.length <= WRITE_PIECE) {
-      sent += Buffer.byteLength(chunk);
-      res.cork();
-      res.write(chunk);
-      process.nextTick(uncork);
-      return;
-    }
     for (let at = 0; at < chunk.length; at += WRITE_PIECE) {
-      const piece = chunk.slice(at, at + WRITE_PIECE);
+      const piece = chunk.length <= WRITE_PIECE ? chunk : chunk.slice(at, at + WRITE_PIECE);
       sent += Buffer.byteLength(piece);
-      res.cork();
       res.write(piece);
-      res.uncork();
     }
   };
-  const uncork = () => res.uncork();
   // A connection dropped on purpose is reset, not closed: a close would leave the unsent tail
   // in the kernel's buffers for as long as the peer does not read (minutes of retransmits).
   const drop = () => {
@@ -116,7 +103,7 @@ export async function serveEvents(
     Connection: 'keep-alive',
     'X-Accel-Buffering': 'no',
   });
-  // The head goes out with the retry hint (write() corks it until the end of this tick).
+  res.flushHeaders();
   write(`retry: ${o.retryMs}\n\n`);
   o.onOpen?.();
   keepAlive = setInterval(() => write(': keep-alive\n\n'), o.keepAliveMs);
