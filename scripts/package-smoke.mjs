@@ -207,14 +207,19 @@ async function scenario(node, consumer, work) {
     return `${api}, run inspector at /ui`;
   });
 
-  const submit = async (url, runtime, agent, content) => {
-    const { stdout } = await run(node, ['submit.mjs', url, key, 'dev', runtime, agent, content], { ...here, timeoutMs: 45_000 });
+  const submit = async (url, runtime, agent, content, how = 'two-requests') => {
+    const { stdout } = await run(node, ['submit.mjs', url, key, 'dev', runtime, agent, content, how], { ...here, timeoutMs: 45_000 });
     return JSON.parse(stdout.trim().split('\n').at(-1));
   };
 
   await step('the installed client submits a run to baton start and streams it to the end', async () => {
     const r = await submit(api, 'default', 'echo', 'hello from the package');
     check(r.status === 'succeeded' && r.text === 'hello from the package', 'unexpected end', JSON.stringify(r));
+  });
+
+  await step('the installed client submits and streams in one request (submitAndStream)', async () => {
+    const r = await submit(api, 'default', 'echo', 'one request from the package', 'one-request');
+    check(r.status === 'succeeded' && r.text === 'one request from the package', 'unexpected end', JSON.stringify(r));
   });
 
   const withRedis = { ...env, REDIS_URL: redisUrl };
