@@ -19,8 +19,6 @@ export interface SseOptions {
   onClose?(): void;
 }
 
-/** A replay page is written only once the socket took the previous one (bytes). */
-const REPLAY_HIGH_WATER = 16 * 1024;
 /** Largest single write, in characters (see write()). */
 const WRITE_PIECE = 16 * 1024;
 
@@ -88,7 +86,10 @@ export async function serveEvents(
       write(chunk);
     },
     async writable() {
-      if (writing && res.writableLength > REPLAY_HIGH_WATER) await drainedOrClosed(res);
+      // Only a write that went past the response's high-water mark gets a 'drain' (the mark
+      // is 16 KiB on Node 20 and 64 KiB from Node 22 on): waiting on a fixed size instead
+      // waited for ever on Node 22 once between the two.
+      if (writing && res.writableNeedDrain) await drainedOrClosed(res);
     },
     onEnd: () => finish('end'),
     // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
