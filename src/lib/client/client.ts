@@ -219,14 +219,19 @@ export class BatonClient {
       throw await apiError(res);
     }
     const warnings = res.headers.get('baton-warnings');
-    const body = res.body;
-    const self = this;
-    async function* events(): AsyncGenerator<RunStreamEvent, void, undefined> {
-      const read: ReadState = { after: undefined, progressed: false, ended: false };
-      yield* readEvents(body, conn, read, opts.signal);
-      if (!read.ended) yield* self.stream(runId!, { ...opts, after: read.after });
-    }
-    return { runId, created: res.status === 202, warnings: warnings ? (JSON.parse(warnings) as string[]) : [], events: events() };
+    return {
+      runId, created: res.status === 202, warnings: warnings ? (JSON.parse(warnings) as string[]) : [],
+      events: this.followSubmitted(runId, res.body, conn, opts),
+    };
+  }
+
+  /** The events of a submit's own stream, then, should it break before `end`, stream()'s. */
+  private async *followSubmitted(
+    runId: string, body: ReadableStream<Uint8Array>, conn: Connection, opts: StreamOptions,
+  ): AsyncGenerator<RunStreamEvent, void, undefined> {
+    const read: ReadState = { after: undefined, progressed: false, ended: false };
+    yield* readEvents(body, conn, read, opts.signal);
+    if (!read.ended) yield* this.stream(runId, { ...opts, after: read.after });
   }
 
   /**

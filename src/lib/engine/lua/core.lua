@@ -119,8 +119,7 @@ local function flushPublished()
       local last = batch.events[n][1]
       if batch.kept ~= true and batch.kept ~= last then redis.call('HSET', runKey(runId), 'logTail', last) end
       if not batch.unheard then
-        batch.kept = nil
-        redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode(batch))
+        redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode({ prev = batch.prev, events = batch.events }))
       end
     end
   end

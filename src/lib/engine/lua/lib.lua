@@ -262,6 +262,7 @@ local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt'
 local function finishRun(runId, status, fields, endData, now, out, pre, held)
   local rk = runKey(runId)
   local r = pre or redis.call('HMGET', rk, unpack(FINISH_READ))
+  knownTail(runId, r[15])
   local from = r[1]
   local write = { 'finishedAt', now, 'leaseOwner', '' }
   for _, v in ipairs(fields) do write[#write + 1] = v end
