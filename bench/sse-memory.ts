@@ -14,11 +14,24 @@ import { buildCompiled, spawnBaton, type Launcher } from './processes.ts';
  * /proc/<pid>/status once every client has its first event and the process settled.
  * The API runs compiled (bin/baton.js), as deployed; the same API run from the sources
  * through tsx is measured too, since that is how the figure was first taken (issue 18).
+ *
+ * The compiled API is then watched for SSE_HOLD_MS more with every client still connected: the
+ * young generation V8 grew while a thousand connections arrived stays committed until V8
+ * finds the process quiet and shrinks it, so the RSS right after the burst and the least RSS
+ * over the minute after it (the cost of holding the clients, not of their arrival) are both
+ * printed. A client whose stream ends in that minute fails the section.
  */
 export const SSE_CLIENTS = Number(process.env.BENCH_SSE_CLIENTS ?? 1000);
 const SETTLE_MS = 1000;
+export const SSE_HOLD_MS = Number(process.env.BENCH_SSE_HOLD_MS ?? 60_000);
 
-export interface SseMemory { idleMiB: number; connectedMiB: number; connectSeconds: number }
+export interface SseMemory {
+  idleMiB: number;
+  connectedMiB: number;
+  connectSeconds: number;
+  /** The least RSS while every client stayed connected for SSE_HOLD_MS more, and when it was read. */
+  held?: { minMiB: number; atSeconds: number; seconds: number };
+}
 export interface SseMemoryBench { clients: number; compiled: SseMemory; sources: SseMemory }
 
 /** Resident set size of a process in MiB (Linux /proc). */
@@ -35,10 +48,10 @@ export function sseMemoryUnavailable(): string | undefined {
 
 export async function benchSseMemory(redisUrl: string): Promise<SseMemoryBench> {
   buildCompiled();
-  return { clients: SSE_CLIENTS, compiled: await measure(redisUrl, 'compiled'), sources: await measure(redisUrl, 'sources') };
+  return { clients: SSE_CLIENTS, compiled: await measure(redisUrl, 'compiled', SSE_HOLD_MS), sources: await measure(redisUrl, 'sources', 0) };
 }
 
-async function measure(redisUrl: string, launcher: Launcher): Promise<SseMemory> {
+async function measure(redisUrl: string, launcher: Launcher, holdMs: number): Promise<SseMemory> {
   const prefix = `bsse${randomBytes(4).toString('hex')}`;
   // All the clients stream on one key: the per-key and per-scope stream caps are lifted to fit them.
   const caps = String(SSE_CLIENTS * 2);
@@ -58,6 +71,7 @@ async function measure(redisUrl: string, launcher: Launcher): Promise<SseMemory>
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const idleMiB = rssMiB(api.pid);
     let connected = 0;
+    let ended = 0;
     const t0 = performance.now();
     const everyone = new Promise<void>((resolve, reject) => {
       for (let i = 0; i < SSE_CLIENTS; i++) {
@@ -67,13 +81,27 @@ async function measure(redisUrl: string, launcher: Launcher): Promise<SseMemory>
             if (first && ++connected === SSE_CLIENTS) resolve();
             first = false;
           }
-        })().catch((err) => { if (!stop.signal.aborted) reject(err); });
+          ended++;
+        })().catch((err) => {
+          ended++;
+          if (!stop.signal.aborted) reject(err);
+        });
       }
     });
     await everyone;
     const connectSeconds = (performance.now() - t0) / 1000;
     await new Promise((r) => setTimeout(r, SETTLE_MS));
-    return { idleMiB, connectedMiB: rssMiB(api.pid), connectSeconds };
+    const connectedMiB = rssMiB(api.pid);
+    if (holdMs <= 0) return { idleMiB, connectedMiB, connectSeconds };
+    const held = { minMiB: connectedMiB, atSeconds: 0, seconds: holdMs / 1000 };
+    const h0 = performance.now();
+    while (performance.now() - h0 < holdMs) {
+      await new Promise((r) => setTimeout(r, 1000));
+      if (ended > 0) throw new Error(`${ended} of ${SSE_CLIENTS} SSE clients lost their stream while the API was watched`);
+      const now = rssMiB(api.pid);
+      if (now < held.minMiB) Object.assign(held, { minMiB: now, atSeconds: (performance.now() - h0) / 1000 });
+    }
+    return { idleMiB, connectedMiB, connectSeconds, held };
   } finally {
     stop.abort();
     await api.kill();
@@ -86,5 +114,10 @@ export function printSseMemory(r: SseMemoryBench): void {
     `${m.idleMiB.toFixed(0)} MiB idle, ${m.connectedMiB.toFixed(0)} MiB with ${r.clients} SSE clients connected ` +
     `(${(((m.connectedMiB - m.idleMiB) * 1024) / r.clients).toFixed(0)} KiB per client; all connected in ${m.connectSeconds.toFixed(1)} s)`;
   console.log(`\nAPI process RSS, compiled (bin/baton.js): ${line(r.compiled)}`);
+  const h = r.compiled.held;
+  if (h) {
+    console.log(`  then, every client still connected, the least RSS over ${h.seconds.toFixed(0)} s: ${h.minMiB.toFixed(0)} MiB ` +
+      `(${h.atSeconds.toFixed(0)} s on; V8 shrinks the young generation once the process is quiet)`);
+  }
   console.log(`API process RSS, from the sources through tsx: ${line(r.sources)}`);
 }
