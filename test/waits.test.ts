@@ -258,8 +258,17 @@ describe('sessions, delays and deadlines', () => {
 
     const waiting = (await acme.submit('fifo-2', 'will be interrupted', { agent: 'fx-ask' })).body;
     await acme.waitStatus(waiting.id, ['waiting']);
+    // The record says the run waited, so its end drops the waits and lets the token expire.
+    const sk = h.keys.scope('acme');
+    expect(await h.redis.hget(sk.run(waiting.id), 'waited')).toBe('1');
+    const tokenSha = await h.redis.hget(sk.waits(waiting.id), 'wait:answer:1#token');
+    expect(await h.redis.pttl(sk.waitToken(tokenSha!))).toBe(-1);
     const interrupting = (await acme.submit('fifo-2', 'now', { multitask: 'interrupt' })).body;
     expect((await acme.waitStatus(waiting.id, ['cancelled'])).waits).toBeUndefined();
+    expect(await h.redis.exists(sk.waits(waiting.id))).toBe(0);
+    expect(await h.redis.pttl(sk.waitToken(tokenSha!))).toBeGreaterThan(0);
+    // A run that never waited says so (its finish looks for no waits).
+    expect(await h.redis.hget(sk.run(interrupting.id), 'waited')).toBe('0');
     expect((await acme.waitStatus(interrupting.id, ['succeeded'])).result.answer).toBe('now');
     expect((await resume(acme, waiting.id, 'wait:answer:1', 'late')).body.error.code).toBe('WAIT_NOT_PENDING');
   });

@@ -6,13 +6,13 @@ import type { Redis, Cluster, ChainableCommander } from 'ioredis';
 /**
  * Loads every `lua/<name>.lua`, inlines `--@include core` (core.lua) or `--@include lib`
  * (core.lua, then lib.lua), and registers it on a connection
- * with defineCommand under a versioned name (`baton_<name>_v3`), so a script change never
+ * with defineCommand under a versioned name (`baton_<name>_v4`), so a script change never
  * collides with an older process's cached SHA during a rolling deploy. Only the transitions
  * gateway (transitions.ts) calls them; `npm test` checks that nothing else does.
  */
 const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
-/** Bumped whenever a script's calling convention or the meaning of what it stores changes. v2: named KEYS and one JSON options argument; v3: a lease's deadline is its score in the lease index only. */
-const VERSION = 3;
+/** Bumped whenever a script's calling convention or the meaning of what it stores changes. v2: named KEYS and one JSON options argument; v3: a lease's deadline is its score in the lease index only; v4: a run's finish looks for waits only when its record's `waited` is not 0 (the wait script sets it). */
+const VERSION = 4;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'

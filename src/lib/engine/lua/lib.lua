@@ -254,7 +254,7 @@ end
 -- retention set. `fields` are extra run-record fields (result, lastError, ...). The record is
 -- read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
-  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail' }
+  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited' }
 -- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head
 -- and its claim took it out of `pending` (a sweeper's re-dispatch of a stalled holder's run
@@ -282,8 +282,9 @@ local function finishRun(runId, status, fields, endData, now, out, pre, held)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)
   unpinArtifacts(rk, r[7] and true or false)
   -- Whatever it still waited for or was timed by ends with it. A deadline entry exists only
-  -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs.
-  local timed = dropAllWaits(runId)
+  -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs. `waited` is 0 from
+  -- the submit until the run first parks on waits (a record without it is looked at).
+  local timed = r[16] ~= '0' and dropAllWaits(runId)
   for i = 9, 13 do timed = timed or r[i] end -- deadlineAt, budgetLeft, startBy, runAt, timeoutMs
   if timed then
     redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
@@ -301,11 +302,12 @@ local function wakeRun(runId, wait, now, out)
   admit(runId, 'waiting', now, out)
 end
 
--- A run given ttlMs must start by `startBy`; the sweeper ends it `expired` otherwise.
+-- A run given ttlMs must start by `startBy` (returned); the sweeper ends it `expired` otherwise.
 local function setStartBy(runId, ttlMs, now)
   local startBy = now + ttlMs
   redis.call('HSET', runKey(runId), 'startBy', startBy)
   redis.call('ZADD', K.timers, startBy, 'ttl:' .. runId)
+  return startBy
 end
 
 local EXPIRED_RESULT = '{"answer":"","finishReason":"expired","toolCallsSeen":0}'

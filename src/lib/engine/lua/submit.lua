@@ -43,7 +43,8 @@ end
 -- the record, indexes and counters that queued-then-admitted leaves, with one status move
 -- instead of two. (Not drained: checked above, in this same script.)
 local dispatchNow = not scheduled and not active and activeCount() < O.maxActive
-local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0 }
+-- waited 0: the run never parked on waits, so its finish need not look for any.
+local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0, 'waited', 0 }
 local artifacts = false
 for i = 2, #ARGV do
   fields[#fields + 1] = ARGV[i]
@@ -74,11 +75,17 @@ if scheduled then
   flushPublished()
   return { 0, runId, 1, '[]', redis.call('HGETALL', rk) }
 end
-if O.ttlMs then setStartBy(runId, O.ttlMs, now) end
+local startBy = O.ttlMs and setStartBy(runId, O.ttlMs, now)
 if dispatchNow then
   redis.call('HSET', sk, 'active', runId)
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
   enqueueJob(runId, O.runtime, now, 0, out, 1)
+  flushPublished()
+  -- The record is what setStatus wrote (and startBy): no HGETALL to send it back.
+  local record = { 'status', status, 'updatedAt', int(now) }
+  for _, v in ipairs(fields) do record[#record + 1] = type(v) == 'number' and int(v) or v end
+  if startBy then record[#record + 1] = 'startBy'; record[#record + 1] = int(startBy) end
+  return { 0, runId, 1, cjson.encode(out), record }
 elseif not active then
   redis.call('HSET', sk, 'active', runId)
   -- Not drained: checked above, in this same script.

@@ -68,7 +68,7 @@ for i = 1, #flat, 2 do
     end
   end
 end
-local write = { 'leaseOwner', '' }
+local write = { 'leaseOwner', '', 'waited', 1 }
 if #kinds > 0 then write[#write + 1] = 'waitKinds'; write[#write + 1] = cjson.encode(kinds) end
 redis.call('ZREM', K.leases, runId)
 redis.call('ZREM', K.pending, runId)
