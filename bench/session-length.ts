@@ -17,8 +17,8 @@ import { printTable, ratio } from './table.ts';
 /**
  * Does a run cost more in a longer session? Sessions of 10, 1,000 and 10,000 turns (a
  * turn is a user and an assistant message of 400 characters each, written straight into
- * the built-in store's list), then BENCH_SESSION_REPEATS runs (default 10) in each, one
- * after another, executed by a RunExecutor in this process. "Claim" is what
+ * the built-in store's list), then BENCH_SESSION_REPEATS runs (default 30) in each, one
+ * after another and taking the sizes in turn, executed by a RunExecutor in this process. "Claim" is what
  * bench/transitions.ts calls it: from the delivery to the agent's first line (the claim
  * script and whatever the worker does with its reply before the agent starts); its bytes
  * are what the worker's connection read in that time (the socket's bytesRead). The agent
@@ -26,7 +26,7 @@ import { printTable, ratio } from './table.ts';
  * does not grow while it is measured.
  */
 const SIZES = [10, 1_000, 10_000];
-const REPEATS = Number(process.env.BENCH_SESSION_REPEATS ?? 10);
+const REPEATS = Number(process.env.BENCH_SESSION_REPEATS ?? 30);
 const MESSAGE_CHARS = 400;
 
 export interface SessionLengthRow { turns: number; claimMs: number; replyBytes: number; historySeen: number }
@@ -81,20 +81,22 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
   try {
     // The first use of each script on a connection loads it (EVALSHA miss, then EVAL).
     await claim('warm-up');
-    const rows: SessionLengthRow[] = [];
-    for (const turns of SIZES) {
-      const sessionId = `turns-${turns}`;
-      await fillSession(setup, sk.messages(sessionId), turns);
-      const samples = [];
-      for (let r = 0; r < REPEATS; r++) samples.push(await claim(sessionId));
-      rows.push({
-        turns,
-        claimMs: percentileOf(samples.map((s) => s.ms), 50),
-        replyBytes: percentileOf(samples.map((s) => s.bytes), 50),
-        historySeen: samples[0].history,
-      });
+    for (const turns of SIZES) await fillSession(setup, sk.messages(`turns-${turns}`), turns);
+    // Round-robin over the sizes, so a drift of the machine's speed (or the process warming
+    // up) during the measurement falls on every size alike, not on whichever came last.
+    const samples = new Map(SIZES.map((turns) => [turns, [] as Awaited<ReturnType<typeof claim>>[]]));
+    for (let r = 0; r < REPEATS; r++) {
+      for (const turns of SIZES) samples.get(turns)!.push(await claim(`turns-${turns}`));
     }
-    return rows;
+    return SIZES.map((turns) => {
+      const of = samples.get(turns)!;
+      return {
+        turns,
+        claimMs: percentileOf(of.map((s) => s.ms), 50),
+        replyBytes: percentileOf(of.map((s) => s.bytes), 50),
+        historySeen: of[0].history,
+      };
+    });
   } finally {
     await leases.stop();
     await setupDispatcher.queue(runtime).obliterate({ force: true }).catch(() => {});
