@@ -16,8 +16,8 @@ import { num, printTable, ratio } from './table.ts';
 
 /**
  * Streams, end to end, next to raw Redis pub/sub measured in the same run:
- * - latency: STREAM_RUNS runs stream at once, each emitting a token every 10 ms once its
- *   reader is connected; every token carries its emit time and the reader (Baton's typed
+ * - latency: STREAM_RUNS runs stream at once (after the same load once, unmeasured, to warm
+ *   the processes up), each emitting a token every 10 ms once its reader is connected; every token carries its emit time and the reader (Baton's typed
  *   client over SSE) notes when it arrives. Raw: STREAM_RUNS publishers PUBLISH a timestamp
  *   every 10 ms, one subscriber notes arrival.
  *   Two layouts: everything in this process (API, worker, readers), and readers apart: the
@@ -94,6 +94,7 @@ async function benchOneProcess(redisUrl: string): Promise<Pick<StreamBench, 'one
   const worker = await startWorker({ config, redisUrl, log, agents: new Map([[streamer.name, streamer]]), opsServer: false });
   try {
     const client = await clientFor(redisUrl, env.BATON_KEY_PREFIX, api.url);
+    await batonLatency(client, STREAM_RUNS, 'warm');
     const latency = await batonLatency(client, STREAM_RUNS, 'lat');
     const fast = await batonThroughput(client);
     const raw = await rawInProcess(redisUrl);
@@ -109,8 +110,10 @@ async function benchApart(redisUrl: string): Promise<Pick<StreamBench, 'apart' |
   const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);
   try {
     const client = await clientFor(redisUrl, env.BATON_KEY_PREFIX, api.url!);
-    // A few runs first: the processes' first requests compile code paths this figure is not about.
-    await batonLatency(client, 5, 'warm');
+    // The same load once, unmeasured: fresh processes run their first ten thousand events in
+    // code V8 has not optimized yet (p50 8 to 17 ms after a 5-run warm-up, 2.6 to 4.2 ms after
+    // this one), and a deployed API and worker have long been past that.
+    await batonLatency(client, STREAM_RUNS, 'warm');
     const baton = await batonLatency(client, STREAM_RUNS, 'apart');
     const loneBaton = await batonLatency(client, 1, 'lone');
     const raw = await rawApart(redisUrl, STREAM_RUNS);
