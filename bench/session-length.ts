@@ -79,7 +79,7 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
   };
 
   try {
-    // The first use of each script on a connection loads it (EVALSHA miss, then EVAL).
+    // The first call on a fresh server loads the transitions library (Function not found, FUNCTION LOAD, the call again).
     await claim('warm-up');
     for (const turns of SIZES) await fillSession(setup, sk.messages(`turns-${turns}`), turns);
     // Round-robin over the sizes, so a drift of the machine's speed (or the process warming

@@ -123,7 +123,7 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
     (await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;
 
   try {
-    // Warm up: the first use of each script on a connection loads it (EVALSHA miss, then EVAL).
+    // Warm up: the first call on a fresh server loads the transitions library (Function not found, FUNCTION LOAD, the call again).
     await executor.execute({ scope: 'bench', runId: await submit(-1), dispatch: 1 });
 
     for (let i = 0; i < SAMPLES; i++) {

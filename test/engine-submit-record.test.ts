@@ -23,7 +23,7 @@ describe('the record a submit answers with', () => {
   it('is the stored record: dispatched at once (with every optional field), queued behind the session, parked for a slot, scheduled, repeated', async () => {
     const base = { scope: 'acme', runtime: h.runtime, agent: 'echo' };
     const full = await store.submit({
-      ...base, sessionId: 'a', input: { content: 'hi', role: 'user' }, metadata: { tag: 'x', n: 1 }, memory: { window: 4 },
+      ...base, sessionId: 'a', input: { content: 'hi' }, metadata: { tag: 'x', n: 1 }, memory: { window: 4 },
       maxAttempts: 5, ttlMs: 60_000, timeoutMs: 30_000, idempotencyKey: 'idem-1',
     });
     expect(full.created).toBe(true);
@@ -48,7 +48,7 @@ describe('the record a submit answers with', () => {
     expect(later.run).toEqual(await stored('acme', later.run.id));
 
     const again = await store.submit({
-      ...base, sessionId: 'a', input: { content: 'hi', role: 'user' }, metadata: { tag: 'x', n: 1 }, memory: { window: 4 },
+      ...base, sessionId: 'a', input: { content: 'hi' }, metadata: { tag: 'x', n: 1 }, memory: { window: 4 },
       maxAttempts: 5, ttlMs: 60_000, timeoutMs: 30_000, idempotencyKey: 'idem-1',
     });
     expect(again.created).toBe(false);

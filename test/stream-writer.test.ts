@@ -202,7 +202,8 @@ async function replyDroppingProxy(redisUrl: string, every: number): Promise<{ ur
     const upstream = connect(Number(target.port), target.hostname);
     let dropReply = false;
     client.on('data', (chunk) => {
-      if (/EVALSHA|EVAL/i.test(chunk.toString('latin1')) && ++scripts % every === 0) dropReply = true;
+      // A transition is an FCALL (the library's load, FUNCTION LOAD, is let through).
+      if (/\bFCALL\b/i.test(chunk.toString('latin1')) && ++scripts % every === 0) dropReply = true;
       upstream.write(chunk);
     });
     upstream.on('data', (chunk) => {

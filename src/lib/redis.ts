@@ -1,6 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
 import type { Logger } from './logger.ts';
-import { registerScripts } from './engine/scripts.ts';
 
 export type { Redis };
 
@@ -44,7 +43,8 @@ function clusterSeeds(url: string): { nodes: { host: string; port: number }[]; u
 }
 
 /**
- * One place that opens Redis connections, with Baton's scripts registered on each.
+ * One place that opens Redis connections (the transitions' library is loaded into a server
+ * by its first call that finds it missing: scripts.ts).
  *
  * A cluster URL yields an ioredis Cluster. It is returned under the `Redis` type on
  * purpose: Baton only sends commands whose keys share one slot (a scope's keys share a hash
@@ -70,7 +70,6 @@ export function createRedis({ url, name, logger, blocking = false, events }: Red
   } else {
     redis = new Redis(url, options);
   }
-  registerScripts(redis);
   events?.opened(name);
   let wasUp = false;
   redis.on('ready', () => {

@@ -4,14 +4,20 @@ import { join } from 'node:path';
 import type { Redis, Cluster, ChainableCommander } from 'ioredis';
 
 /**
- * Loads every `lua/<name>.lua`, inlines `--@include core` (core.lua) or `--@include lib`
- * (core.lua, then lib.lua), and registers it on a connection
- * with defineCommand under a versioned name (`baton_<name>_v4`), so a script change never
- * collides with an older process's cached SHA during a rolling deploy. Only the transitions
- * gateway (transitions.ts) calls them; `npm test` checks that nothing else does.
+ * Baton's transitions are one Redis Function library, `baton_v<VERSION>`: core.lua and
+ * lib.lua (the per-call state and the helpers), then every other `lua/<name>.lua` as the
+ * function `baton_<name>_v<VERSION>`, its body the file's text run after begin(). The library
+ * is loaded once per Redis server (FUNCTION LOAD), so a call pays for its own body only; a
+ * script that inlined the helpers built them again on every call. The version in the names
+ * keeps an older process's library apart during a deploy. Only the transitions gateway
+ * (transitions.ts) calls them; `npm test` checks that nothing else does.
+ *
+ * A server that lacks the library (a fresh or restarted Redis without persistence, a
+ * FUNCTION FLUSH) answers "Function not found": the library is loaded then and the call made
+ * again (on a Cluster, into every master). Redis 7.0 or later is required.
  */
 const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
-/** Bumped whenever a script's calling convention or the meaning of what it stores changes. v2: named KEYS and one JSON options argument; v3: a lease's deadline is its score in the lease index only; v4: a run's finish looks for waits only when its record's `waited` is not 0 (the wait script sets it). */
+/** Bumped whenever a script's calling convention or the meaning of what it stores changes. v2: named KEYS and one JSON options argument; v3: a lease's deadline is its score in the lease index only; v4: a run's finish looks for waits only when its record's `waited` is not 0 (the wait script sets it), and the transitions are a Redis Function library. */
 const VERSION = 4;
 
 export type ScriptName =
@@ -20,21 +26,22 @@ export type ScriptName =
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout';
 
-let sources: Map<string, string> | undefined;
+const LIBRARY_NAME = `baton_v${VERSION}`;
+let library: string | undefined;
 
-function loadSources(): Map<string, string> {
-  const core = readFileSync(join(LUA_DIR, 'core.lua'), 'utf8');
-  const includes: Record<string, string> = { core, lib: `${core}\n${readFileSync(join(LUA_DIR, 'lib.lua'), 'utf8')}` };
-  const out = new Map<string, string>();
-  for (const file of readdirSync(LUA_DIR)) {
+/** The library's source: helpers first, then one registered function per transition file. */
+export function librarySource(): string {
+  if (library) return library;
+  const helpers = ['core', 'lib'].map((name) => readFileSync(join(LUA_DIR, `${name}.lua`), 'utf8'));
+  const parts = [`#!lua name=${LIBRARY_NAME}`, ...helpers];
+  for (const file of readdirSync(LUA_DIR).sort()) {
     const m = /^([a-z-]+)\.lua$/.exec(file);
-    if (!m || m[1] in includes) continue;
-    // A function, not the text: `$'` and `$&` in Lua patterns are not replacement patterns.
-    const text = readFileSync(join(LUA_DIR, file), 'utf8').replace(/^--@include (core|lib)$/m, (_, name: string) => includes[name]);
-    if (/^--@include/m.test(text)) throw new Error(`lua/${file}: one --@include core or --@include lib, on a line of its own`);
-    out.set(m[1], text);
+    if (!m || m[1] === 'core' || m[1] === 'lib') continue;
+    const body = readFileSync(join(LUA_DIR, file), 'utf8');
+    parts.push(`redis.register_function('${functionName(m[1] as ScriptName)}', function(keys, args)\nbegin(keys, args)\n${body}\nend)`);
   }
-  return out;
+  library = parts.join('\n');
+  return library;
 }
 
 export type Connection = Redis | Cluster;
@@ -45,13 +52,11 @@ export interface OptionsJson { json: string }
 /** A script's keys by name (its header lists them); undefined entries are left out. */
 export type NamedKeys = Record<string, string | undefined>;
 
-type ScriptFn = (...args: (string | number)[]) => Promise<unknown>;
-
 /**
  * The wire form of a call: KEYS in the order of their names, the names travel in the
  * options (`O.k`), so neither side depends on a position.
  */
-function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string | number)[]): (string | number)[] {
+function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string | number)[]): [number, ...(string | number)[]] {
   const names: string[] = [];
   const values: string[] = [];
   for (const name in keys) {
@@ -64,30 +69,60 @@ function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string |
   return [values.length, ...values, `{"k":${JSON.stringify(names)},${options.json.slice(1)}`, ...payload];
 }
 
-const commandName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
+const functionName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
 
-function scriptFn(target: Connection | ChainableCommander, name: ScriptName): ScriptFn {
-  const fn = (target as unknown as Record<string, ScriptFn>)[commandName(name)];
-  if (!fn) throw new Error(`script ${name} is not registered on this connection`);
-  return fn;
+/** Whether a call failed because the server lacks the library (it never had it, or lost it). */
+export function isMissingLibrary(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith('ERR Function not found');
 }
 
-/** Calls a registered script; the reply is raw (the gateway decodes it). */
-export function callScript(
+/** Loads in progress, one per connection: calls that all find the library missing wait on one load. */
+const loading = new WeakMap<Connection, Promise<void>>();
+
+/**
+ * Loads the library into the server(s) behind `redis` (REPLACE: a load racing another
+ * process's load of the same version is harmless). A server without Redis Functions gets an
+ * error that says what Baton needs.
+ */
+export function loadLibrary(redis: Connection): Promise<void> {
+  let pending = loading.get(redis);
+  if (!pending) {
+    const source = librarySource();
+    const targets: Redis[] = redis.isCluster ? (redis as Cluster).nodes('master') : [redis as Redis];
+    pending = Promise.all(targets.map((node) => node.function('LOAD', 'REPLACE', source)))
+      .then(() => undefined, (err: Error) => {
+        if (/unknown command/i.test(err.message)) {
+          throw new Error(`Baton needs Redis 7.0 or later (Redis Functions); the server answered: ${err.message}`);
+        }
+        throw err;
+      })
+      .finally(() => loading.delete(redis));
+    loading.set(redis, pending);
+  }
+  return pending;
+}
+
+/** Calls a transition; the reply is raw (the gateway decodes it). */
+export async function callScript(
   redis: Connection, name: ScriptName, keys: NamedKeys, options: OptionsJson,
   payload: readonly (string | number)[] = [],
 ): Promise<unknown> {
-  return scriptFn(redis, name).apply(redis, wire(keys, options, payload));
+  const args = wire(keys, options, payload);
+  try {
+    return await redis.fcall(functionName(name), ...args);
+  } catch (err) {
+    if (!isMissingLibrary(err)) throw err;
+    await loadLibrary(redis);
+    return redis.fcall(functionName(name), ...args);
+  }
 }
 
-/** Queues a script call on a pipeline; its reply comes with the pipeline's exec(). */
+/**
+ * Queues a transition on a pipeline; its reply comes with the pipeline's exec(). A reply
+ * that is isMissingLibrary() means: loadLibrary(), then the pipeline again.
+ */
 export function queueScript(
   pipe: ChainableCommander, name: ScriptName, keys: NamedKeys, options: OptionsJson,
 ): void {
-  void scriptFn(pipe, name).apply(pipe, wire(keys, options, []));
-}
-
-export function registerScripts(redis: Connection): void {
-  sources ??= loadSources();
-  for (const [name, lua] of sources) redis.defineCommand(commandName(name as ScriptName), { lua });
+  void pipe.fcall(functionName(name), ...wire(keys, options, []));
 }

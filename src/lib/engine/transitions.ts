@@ -5,7 +5,7 @@ import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
-import { callScript, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
+import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
 
 /**
@@ -264,7 +264,7 @@ export class Transitions {
    * Renews the leases of many attempts in one pipeline (one round trip for a whole worker):
    * one script call per scope, for up to HEARTBEAT_BATCH of its runs.
    */
-  async heartbeat(attempts: readonly Attempt[]): Promise<HeartbeatReply[]> {
+  async heartbeat(attempts: readonly Attempt[], libraryLoaded = false): Promise<HeartbeatReply[]> {
     if (attempts.length === 0) return [];
     const batches = new Map<string, number[]>();
     attempts.forEach((a, i) => {
@@ -290,6 +290,15 @@ export class Transitions {
       results = await pipe.exec();
     } catch (err) {
       return attempts.map(() => ({ kind: 'failed', error: err as Error }));
+    }
+    // The server lost the library (a restart without persistence): load it and beat again.
+    if (!libraryLoaded && results?.some(([err]) => isMissingLibrary(err))) {
+      try {
+        await loadLibrary(this.redis);
+      } catch (err) {
+        return attempts.map(() => ({ kind: 'failed', error: err as Error }));
+      }
+      return this.heartbeat(attempts, true);
     }
     calls.forEach((call, c) => {
       const [err, reply] = results?.[c] ?? [new Error('no reply'), null];

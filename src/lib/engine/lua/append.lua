@@ -6,7 +6,6 @@
   unanswered commands on reconnect, and the writer retries) arrives again with the same
   number: it is applied once, so a Redis blip never duplicates tokens in the stream.
   Returns: {0, last event id ('' for an empty batch)} | {1} already applied | {-2} LEASE_LOST ]]
---@include core
 local rk, fence = K.run, tostring(O.fence)
 local ok, got = fenced(rk, fence, 'appendedBatch', 'logTail')
 if not ok then return { -2 } end

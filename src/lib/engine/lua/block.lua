@@ -5,7 +5,6 @@
   KEYS  run, meta, ready, pending, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
---@include lib
 local runId, rk = O.runId, K.run
 local ok, r = fenced(rk, O.fence, 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs')
 if not ok then return { -2 } end

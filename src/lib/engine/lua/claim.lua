@@ -21,7 +21,6 @@
                                       RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
---@include lib
 local runId, rk = O.runId, K.run
 local now = nowMs()
 -- Everything the claim needs from the record, in one read.

@@ -7,7 +7,6 @@
   KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, pending, leases, timers
   O     cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
---@include lib
 local now = nowMs()
 redis.call('SET', K.drain, now, 'NX')
 local out = {}

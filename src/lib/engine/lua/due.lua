@@ -5,7 +5,6 @@
   KEYS  run, meta, ready, pending, leases, timers
   O     runId
   Returns: {0, dispatches JSON, 1 if it was queued now} ]]
---@include lib
 local runId, rk = O.runId, K.run
 local member = 'due:' .. runId
 local r = redis.call('HMGET', rk, 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs', 'createdAt', 'logTail')

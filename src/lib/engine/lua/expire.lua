@@ -4,7 +4,6 @@
   KEYS  run, meta, ready, pending, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it expired now | {0} ]]
---@include lib
 local runId, rk = O.runId, K.run
 local member = 'ttl:' .. runId
 local r = redis.call('HMGET', rk, 'status', 'startedAt', 'startBy', 'sessionId')

@@ -7,7 +7,6 @@
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
---@include lib
 local runId, rk = O.runId, K.run
 local ok, pre = fenced(rk, O.fence, unpack(FINISH_READ))
 if not ok then return { -2 } end

@@ -12,7 +12,6 @@
            -2 LEASE_LOST (another worker took over, or the run is gone)
            -3 NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
               shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
---@include core
 local expires = nowMs() + O.leaseMs
 local codes, scores = {}, {}
 for i, run in ipairs(O.runs) do

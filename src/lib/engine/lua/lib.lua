@@ -1,6 +1,6 @@
 --[[ The transition helpers (status moves and their indexes, slots, sessions, waits, finishing,
-  expiry, cancelling), inlined with core.lua before them at `--@include lib`; core.lua
-  describes the calling convention, the keys and the error codes. ]]
+  expiry, cancelling), after core.lua in the library; core.lua describes the calling
+  convention, the keys and the error codes. ]]
 
 
 -- Time a run is held by workers, summed over its attempts and takeovers in `runMs`; the
@@ -84,9 +84,8 @@ local function enqueueJob(runId, runtime, now, delay, out, n)
   out[#out + 1] = { runId, runtime, n, delay }
 end
 
--- The scope's slots in use (`meta.active`), read once per script call: every change to it in
--- a script goes through these helpers, which keep the copy exact.
-local ACTIVE
+-- The scope's slots in use (`meta.active`), read once per call into ACTIVE (core.lua): every
+-- change to it in a call goes through these helpers, which keep the copy exact.
 local function activeCount()
   if ACTIVE == nil then ACTIVE = tonumber(redis.call('HGET', K.meta, 'active') or '0') end
   return ACTIVE

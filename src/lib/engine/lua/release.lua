@@ -3,7 +3,6 @@
   KEYS  run, pending, leases
   O     runId, fence
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
---@include lib
 local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { -2 } end
 local now = nowMs()

@@ -7,7 +7,6 @@
   KEYS  run, pending, leases
   O     runId, mode (pending | lease), dispatch (the number seen, mode pending), jobAlive (bool)
   Returns: {0, dispatches JSON} ]]
---@include lib
 local runId, rk = O.runId, K.run
 local now = nowMs()
 local r = redis.call('HMGET', rk, 'status', 'dispatch', 'leaseLapsed', 'retryAt', 'runtime')

@@ -4,7 +4,6 @@
   KEYS  run, steps, meta, ready, pending, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
   Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
---@include lib
 local runId, rk, stepKey = O.runId, K.run, O.stepKey
 local r = redis.call('HMGET', rk, 'status', 'blocked', 'logTail')
 if not r[1] then return { -1 } end

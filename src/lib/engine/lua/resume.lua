@@ -7,7 +7,6 @@
   O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
         tokenHash (the resume token route: the wait must hold this token)
   Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]
---@include lib
 local runId, rk = O.runId, K.run
 local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent', 'logTail')
 if not r[1] then return { -1 } end

@@ -4,7 +4,6 @@
   KEYS  run, pending, leases
   O     runId, fence, delayMs, lastError (JSON text)
   Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
---@include lib
 local runId, rk = O.runId, K.run
 local ok, r = fenced(rk, O.fence, 'runtime', 'attempt', 'maxAttempts', 'logTail', 'createdAt', 'claimedAt', 'runMs')
 if not ok then return { -2 } end

@@ -9,7 +9,6 @@
   lost and the write resent) or taken from the memo by a later attempt adds nothing, so
   every model call is counted once (invariant 13), even when its attempt dies right after.
   Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
---@include core
 if not fenced(K.run, O.fence) then return { -2 } end
 if O.op == 'start' then
   redis.call('HSET', K.steps, O.stepKey .. '#started', nowMs())

@@ -13,7 +13,6 @@
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED ]]
---@include lib
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 

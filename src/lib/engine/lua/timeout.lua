@@ -6,7 +6,6 @@
   KEYS  run, meta, ready, pending, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
---@include lib
 local runId, rk = O.runId, K.run
 local member = 'timeout:' .. runId
 local r = redis.call('HMGET', rk, 'status', 'deadlineAt')

@@ -6,7 +6,6 @@
   KEYS  drain (the flag), held (of this runtime), meta, ready, pending, leases, timers
   O     first (bool: the first call of a resume), batch
   Returns: {resumed now, held runs left, dispatches JSON} ]]
---@include lib
 if O.first then
   redis.call('DEL', K.drain)
 elseif redis.call('EXISTS', K.drain) == 1 then

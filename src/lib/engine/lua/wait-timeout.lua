@@ -5,7 +5,6 @@
   KEYS  run, meta, ready, pending, leases, timers, steps, waits
   O     runId
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
---@include lib
 local runId, rk = O.runId, K.run
 local member = 'wait:' .. runId
 local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent', 'logTail')

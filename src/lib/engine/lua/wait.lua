@@ -14,7 +14,6 @@
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
          | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
          | {-2} LEASE_LOST ]]
---@include lib
 local runId, rk = O.runId, K.run
 local ok, r = fenced(rk, O.fence, 'runtime', 'deadlineAt', 'cancelRequested', 'logTail')
 if not ok then return { -2 } end

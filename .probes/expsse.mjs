@@ -1,0 +1,11 @@
+import express from 'express';
+import helmet from 'helmet';
+import http from 'node:http';
+import v8 from 'node:v8';
+const app = express();
+if (process.env.HELMET) app.use(helmet());
+app.get('/s/:id', (req, res) => { res.status(200).set({ 'Content-Type': 'text/event-stream' }); res.flushHeaders(); res.write('retry: 1000\n\n'); const t = setInterval(() => res.write(':k\n\n'), 15000); res.once('close', () => clearInterval(t)); });
+const plain = http.createServer((req, res) => { res.writeHead(200, { 'content-type': 'text/event-stream' }); res.write('retry: 1000\n\n'); const t = setInterval(() => res.write(':k\n\n'), 15000); res.once('close', () => clearInterval(t)); });
+const srv = process.env.PLAIN ? plain.listen(0) : app.listen(0);
+srv.on('listening', () => console.log('port', srv.address().port));
+process.on('SIGUSR1', () => { const f = v8.writeHeapSnapshot(`/tmp/exp-${Date.now()}.heapsnapshot`); console.log('snap', f); });

@@ -1,0 +1,65 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { startLocalRedis } from '../src/cli/local-redis.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
+import { RunStore } from '../src/lib/engine/store.ts';
+import type { Transitions } from '../src/lib/engine/transitions.ts';
+import { useHarness, type Harness } from './helpers/harness.ts';
+import { track } from './helpers/resources.ts';
+
+/**
+ * The transitions are a Redis Function library, loaded into a server by the first call that
+ * finds it missing. A Redis restarted without persistence, or flushed, has none: calls and
+ * heartbeats go on all the same, and calls that find it missing together load it once. This
+ * file has a redis-server of its own, so INFO commandstats counts only its loads.
+ */
+let h: Harness;
+let store: RunStore;
+let transitions: Transitions;
+
+beforeAll(async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'baton-library-'));
+  const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
+  track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
+  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
+  transitions = h.transitions();
+  store = new RunStore(h.redis, h.keys, h.config, transitions);
+});
+
+async function libraryLoads(): Promise<number> {
+  const m = /cmdstat_function\|load:calls=(\d+)/.exec(await h.redis.info('commandstats'));
+  return m ? Number(m[1]) : 0;
+}
+
+const submit = (sessionId: string) => store.submit({ scope: 'acme', sessionId, input: { content: 'x' }, runtime: h.runtime, agent: 'echo' });
+
+describe('the transitions library', () => {
+  it('is loaded once by the calls that find it missing, and again after a FUNCTION FLUSH', async () => {
+    await h.redis.function('FLUSH');
+    await h.redis.config('RESETSTAT');
+    const runs = await Promise.all(Array.from({ length: 50 }, (_, i) => submit(`first-${i}`)));
+    expect(runs.every((r) => r.created && r.run.status === 'dispatched')).toBe(true);
+    expect(await libraryLoads()).toBe(1);
+    const [library] = (await h.redis.function('LIST', 'LIBRARYNAME', 'baton_v4')) as unknown[][];
+    expect(library).toContain('baton_v4');
+
+    // A server that lost it (a restart without persistence): the next call loads it again.
+    await h.redis.function('FLUSH');
+    expect((await submit('after-flush')).created).toBe(true);
+    expect(await libraryLoads()).toBe(2);
+  });
+
+  it('a heartbeat that finds it missing loads it and beats again', async () => {
+    const { run } = await submit('beat');
+    const claim = await transitions.claim({ scope: 'acme', runId: run.id }, 'w1', {});
+    if (claim.kind !== 'claimed') throw new Error(`not claimed: ${claim.kind}`);
+    const attempt = new Attempt(claim.run, claim.fence, h.keys.scope('acme'));
+    await h.redis.function('FLUSH');
+    const [reply] = await transitions.heartbeat([attempt]);
+    expect(reply.kind).toBe('renewed');
+    // And a beat with the library there renews as before.
+    expect((await transitions.heartbeat([attempt]))[0].kind).toBe('renewed');
+  });
+});
