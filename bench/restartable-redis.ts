@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { freePort, hasRedisServer } from '../src/cli/local-redis.ts';
+import { freePort, redisServerProblem } from '../src/cli/local-redis.ts';
 
 /**
  * A redis-server the chaos soak can SIGKILL and start again on the same port with the same
@@ -25,7 +25,8 @@ export interface RestartableRedis {
 }
 
 export async function startRestartableRedis(dir: string): Promise<RestartableRedis> {
-  if (!hasRedisServer()) throw new Error('redis-server was not found on PATH (Debian/Ubuntu: apt-get install -y redis-server)');
+  const problem = redisServerProblem();
+  if (problem) throw new Error(problem);
   mkdirSync(dir, { recursive: true });
   const port = await freePort();
   let child: ChildProcess | undefined;

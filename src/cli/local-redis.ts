@@ -5,8 +5,21 @@ import { resolve } from 'node:path';
 
 export interface LocalRedis { url: string; port: number; process: ChildProcess; stop(): Promise<void> }
 
-export function hasRedisServer(): boolean {
-  return spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0;
+const INSTALL = 'Debian/Ubuntu: apt-get install -y redis-server (Debian 12 and Ubuntu 24.04 ship 7.x); macOS: brew install redis';
+
+/**
+ * Why the redis-server on PATH cannot serve Baton, or undefined when it can: it is missing,
+ * or older than 7.0 (the transitions are a Redis Function library).
+ */
+export function redisServerProblem(): string | undefined {
+  const r = spawnSync('redis-server', ['--version'], { encoding: 'utf8' });
+  if (r.error || r.status !== 0) return `redis-server was not found on PATH. Install it (${INSTALL}) or set REDIS_URL.`;
+  const version = /v=(\d+)\.(\d+)\.(\d+)/.exec(r.stdout);
+  if (!version) return `redis-server --version printed no version Baton can read: ${r.stdout.trim()}`;
+  if (Number(version[1]) < 7) {
+    return `redis-server ${version.slice(1).join('.')} is on PATH; Baton needs Redis 7.0 or later (its transitions are a Redis Function library). Install a newer one (${INSTALL}) or set REDIS_URL.`;
+  }
+  return undefined;
 }
 
 export async function freePort(): Promise<number> {
@@ -25,9 +38,8 @@ export async function freePort(): Promise<number> {
  * persistence on, so a restarted `baton start` finds every accepted run again.
  */
 export async function startLocalRedis(dir: string, extraArgs: string[] = []): Promise<LocalRedis> {
-  if (!hasRedisServer()) {
-    throw new Error('redis-server was not found on PATH. Install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis) or set REDIS_URL.');
-  }
+  const problem = redisServerProblem();
+  if (problem) throw new Error(problem);
   const abs = resolve(dir);
   mkdirSync(abs, { recursive: true });
   const port = await freePort();

@@ -1,12 +1,13 @@
 import type { TestProject } from 'vitest/node';
-import { hasRedisServer, startLocalRedis, type LocalRedis } from '../../src/cli/local-redis.ts';
+import { redisServerProblem, startLocalRedis, type LocalRedis } from '../../src/cli/local-redis.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /**
- * Gives the whole test run one real Redis of its own: a redis-server on a free port when
- * the binary exists, else a testcontainers Redis when Docker answers, else a clear failure.
+ * Gives the whole test run one real Redis of its own: a redis-server on a free port when one
+ * of 7.0 or later is on PATH, else a testcontainers Redis when Docker answers, else a clear
+ * failure that says what was found.
  * Test files isolate themselves with their own key prefix and runtime (see harness.ts).
  */
 declare module 'vitest' {
@@ -22,7 +23,8 @@ export async function setup(project: TestProject): Promise<void> {
     project.provide('redisUrl', process.env.TEST_REDIS_URL);
     return;
   }
-  if (hasRedisServer()) {
+  const problem = redisServerProblem();
+  if (!problem) {
     dir = mkdtempSync(join(tmpdir(), 'baton-test-redis-'));
     local = await startLocalRedis(dir, ['--appendonly', 'no']);
     project.provide('redisUrl', local.url);
@@ -36,7 +38,7 @@ export async function setup(project: TestProject): Promise<void> {
     return;
   }
   throw new Error(
-    'Baton tests need a real Redis: install redis-server (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis), start Docker, or set TEST_REDIS_URL.',
+    `Baton tests need a real Redis 7.0 or later: a redis-server of their own, Docker, or TEST_REDIS_URL. ${problem} (Or start Docker, or set TEST_REDIS_URL.)`,
   );
 }
 

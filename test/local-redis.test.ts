@@ -1,0 +1,40 @@
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { redisServerProblem, startLocalRedis } from '../src/cli/local-redis.ts';
+
+/**
+ * `baton start`, the tests and the bench spawn the redis-server on PATH; it must be 7.0 or
+ * later (the transitions are a Redis Function library), and anything else is said plainly.
+ * A stand-in `redis-server` script on PATH plays the old or missing one.
+ */
+const PATH = process.env.PATH;
+const dirs: string[] = [];
+afterEach(() => {
+  process.env.PATH = PATH;
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function fakeRedisServer(versionLine: string): void {
+  const dir = mkdtempSync(join(tmpdir(), 'baton-fake-redis-'));
+  dirs.push(dir);
+  const bin = join(dir, 'redis-server');
+  writeFileSync(bin, `#!/bin/sh\necho '${versionLine}'\n`);
+  chmodSync(bin, 0o755);
+  process.env.PATH = `${dir}${delimiter}${PATH}`;
+}
+
+describe('the redis-server on PATH', () => {
+  it('7.0 or later serves; an older one, or none, is named with what to do', async () => {
+    fakeRedisServer('Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1');
+    expect(redisServerProblem()).toBeUndefined();
+
+    fakeRedisServer('Redis server v=6.0.16 sha=00000000:0 malloc=jemalloc-5.2.1 bits=64 build=1');
+    expect(redisServerProblem()).toMatch(/^redis-server 6\.0\.16 is on PATH; Baton needs Redis 7\.0 or later/);
+    await expect(startLocalRedis(join(tmpdir(), 'baton-never-started'))).rejects.toThrow(/needs Redis 7\.0 or later/);
+
+    process.env.PATH = join(tmpdir(), 'baton-no-such-dir');
+    expect(redisServerProblem()).toMatch(/^redis-server was not found on PATH/);
+  });
+});
