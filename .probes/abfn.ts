@@ -43,15 +43,19 @@ let s = 0;
 for (let round = 0; round < 9; round++) {
   for (const m of ['eval', 'fcall']) {
     mode = m;
+    const cpu = async () => { const i = await admin.info('cpu'); return Number(/used_cpu_user:([\d.]+)/.exec(i)![1]) + Number(/used_cpu_sys:([\d.]+)/.exec(i)![1]); };
+    const c0 = await cpu();
     const ids: string[] = [];
     await stat('submit', async () => { for (let i = 0; i < N; i++) ids.push((await store.submit({ scope: 'b', sessionId: `s${s++}`, input: { content: 'hello baton bench' }, runtime: 'ph', agent: 'echo' })).run.id); });
     const claims: any[] = [];
     await stat('claim', async () => { for (const id of ids) claims.push(await t.claim({ scope: 'b', runId: id }, 'w1', {}, { echo: 200 })); });
     await stat('append', async () => { for (const c of claims) await t.append(new Attempt(c.run, c.fence, keys.scope('b')), 1, [['token', '{"text":"hello"}']]); });
     await stat('finish', async () => { for (const c of claims) await t.finish(new Attempt(c.run, c.fence, keys.scope('b')), { status: 'succeeded', result: '{"answer":"done","finishReason":"stop","toolCallsSeen":0}', turn: ['{"role":"user","content":"hi"}', '{"role":"assistant","content":"done"}'] }); });
+    (res[`cpu ${mode}`] ??= []).push(((await cpu()) - c0) * 1e6 / N);
   }
 }
 const med = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+console.log('Redis CPU (INFO cpu) per run of the four, incl. the stats calls: EVALSHA', med(res['cpu eval']).toFixed(0), 'us; FCALL', med(res['cpu fcall']).toFixed(0), 'us; all eval', res['cpu eval'].map((x) => x.toFixed(0)).join(','), 'all fcall', res['cpu fcall'].map((x) => x.toFixed(0)).join(','));
 for (const p of ['submit', 'claim', 'append', 'finish']) console.log(p.padEnd(7), 'script call (EVALSHA, helpers inlined)', med(res[`${p} eval`]).toFixed(1), 'us; library (FCALL)', med(res[`${p} fcall`]).toFixed(1), 'us; saved', (med(res[`${p} eval`]) - med(res[`${p} fcall`])).toFixed(1));
 await new Dispatcher(redis, keys).queue('ph').obliterate({ force: true }).catch(() => {});
 process.exit(0);

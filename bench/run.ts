@@ -3,6 +3,7 @@ import { benchBaton, benchRawBullmq, httpFleet, type Throughput } from './e2e.ts
 import { BURST, benchFirstToken, printFirstToken, type FirstTokenBench } from './first-token.ts';
 import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts';
 import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
+import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
 import { benchSessionLength, printSessionLength, type SessionLengthRow } from './session-length.ts';
 import { SSE_CLIENTS, SSE_HOLD_MS, benchSseMemory, printSseMemory, sseMemoryUnavailable, type SseMemoryBench } from './sse-memory.ts';
 import { STREAM_RUNS, benchStreams, printStreams, type StreamBench } from './streams.ts';
@@ -41,7 +42,7 @@ const GOALS = {
   claimGrowth: 1.5,
 };
 
-const SECTIONS = ['throughput', 'transitions', 'session-length', 'streams', 'first-token', 'sse-memory', 'recovery'] as const;
+const SECTIONS = ['throughput', 'transitions', 'library', 'session-length', 'streams', 'first-token', 'sse-memory', 'recovery'] as const;
 type Section = (typeof SECTIONS)[number];
 const only = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean);
 for (const s of only ?? []) if (!(SECTIONS as readonly string[]).includes(s)) throw new Error(`BENCH_ONLY: unknown section "${s}" (sections: ${SECTIONS.join(', ')})`);
@@ -215,6 +216,7 @@ async function main(redisUrl: string): Promise<void> {
   console.log(`machine: ${cpus().length} cores (${cpus()[0]?.model ?? 'unknown'}), node ${process.version}; BENCH_RUNS ${RUNS}, worker concurrency ${CONCURRENCY}`);
   const tp = await section('throughput', () => throughput(redisUrl), printThroughput);
   const tr = await section('transitions', () => benchTransitions(redisUrl), (t) => printTransitions(t, { claim: GOALS.claimCommands, finish: GOALS.finishCommands, heartbeat: GOALS.heartbeatCommandsPerRun }));
+  await section('library', () => benchLibraryCost(redisUrl), printLibraryCost);
   const sl = await section('session-length', () => benchSessionLength(redisUrl), printSessionLength);
   const st = await section('streams', () => benchStreams(redisUrl), printStreams);
   const ft = await section('first-token', () => benchFirstToken(redisUrl), printFirstToken);

@@ -1,7 +1,7 @@
 import { createServer, connect, type AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
-import { EventWriter } from '../src/lib/streams/writer.ts';
+import { EventWriter, MAX_TOKEN_EVENT_CHARS } from '../src/lib/streams/writer.ts';
 import { parseNotification } from '../src/lib/streams/log.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
@@ -128,6 +128,35 @@ describe('append script', () => {
     await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
     return new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, fence, sk);
   }
+
+  it('a token event carries at most MAX_TOKEN_EVENT_CHARS: a huge emit and tokens piled up behind a write are cut, never inside a surrogate pair', async () => {
+    const runId = `big-${h.prefix}`;
+    const attempt = await fakeRunning(runId);
+    const writer = new EventWriter({
+      transitions: h.transitions(), attempt, flushMs: 1000, flushTokens: 1_000_000,
+      onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
+    });
+    // An emoji is a surrogate pair: placed so that plain cuts would fall inside one.
+    const emoji = '\u{1F600}';
+    const huge = `${'a'.repeat(MAX_TOKEN_EVENT_CHARS - 1)}${emoji}${'b'.repeat(2 * MAX_TOKEN_EVENT_CHARS)}`;
+    let sent = '';
+    const emit = (t: string) => { sent += t; writer.token(t); };
+    emit('start ');
+    emit(huge);
+    for (let i = 0; i < 100; i++) emit(`${'c'.repeat(4095)}${i % 7 === 0 ? emoji : 'd'}`);
+    await writer.flush();
+    writer.close();
+    const texts = (await fullLog(h, 'acme', runId)).map((e) => (e.data as { text: string }).text);
+    expect(texts.join('')).toBe(sent);
+    expect(texts.length).toBeGreaterThanOrEqual(Math.ceil(sent.length / MAX_TOKEN_EVENT_CHARS));
+    for (const t of texts) {
+      expect(t.length).toBeLessThanOrEqual(MAX_TOKEN_EVENT_CHARS);
+      expect(t.length).toBeGreaterThan(0);
+      // Each event's text is well-formed on its own: no half of a pair at either end.
+      expect(t.charCodeAt(t.length - 1) >= 0xd800 && t.charCodeAt(t.length - 1) <= 0xdbff).toBe(false);
+      expect(t.charCodeAt(0) >= 0xdc00 && t.charCodeAt(0) <= 0xdfff).toBe(false);
+    }
+  });
 
   it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {
     const runId = `app-${h.prefix}`;

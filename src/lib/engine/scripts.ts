@@ -69,7 +69,7 @@ function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string |
   return [values.length, ...values, `{"k":${JSON.stringify(names)},${options.json.slice(1)}`, ...payload];
 }
 
-const functionName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
+export const functionName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
 
 /** Whether a call failed because the server lacks the library (it never had it, or lost it). */
 export function isMissingLibrary(err: unknown): boolean {

@@ -18,6 +18,14 @@ export interface EventWriterOptions {
   onWritten?: (events: number, tokens: number) => void;
 }
 
+/**
+ * The most text one `token` event carries, in UTF-16 units. Coalescing stops there and a
+ * longer emit is cut into events of this size (never inside a surrogate pair): tokens that
+ * pile up behind a slow write, or one huge emit, would otherwise become one event of
+ * megabytes, which every reader's API process has to parse, frame and send in one piece.
+ */
+export const MAX_TOKEN_EVENT_CHARS = 64 * 1024;
+
 /** A write that failed (Redis blip) is tried again after this, doubling up to 2 s. */
 const RETRY_BASE_MS = 50;
 const RETRY_MAX_MS = 2_000;
@@ -26,7 +34,7 @@ const RETRY_MAX_MS = 2_000;
  * Writes a run's events through the fenced `append` script.
  *
  * Token deltas are coalesced: consecutive tokens of one speaker (agent and role) become one
- * `token` event, so a reader can still tell who said what, and token writes
+ * `token` event of at most MAX_TOKEN_EVENT_CHARS, so a reader can still tell who said what, and token writes
  * start at most once per `flushMs` (sooner once `flushTokens` tokens are queued), so a fast
  * model costs tens of round trips per second instead of one per token. The window is
  * leading-edge: a token that arrives after `flushMs` of quiet is written at once, and in a
@@ -60,9 +68,19 @@ export class EventWriter {
 
   token(text: string, from?: Speaker): void {
     if (this.lost || this.closed || text === '') return;
-    const last = this.queue[this.queue.length - 1];
-    if (last && last.text !== undefined && sameSpeaker(last.from, from)) last.text += text;
-    else this.queue.push({ type: 'token', data: '', text, from });
+    for (let rest = text; rest !== '';) {
+      const last = this.queue[this.queue.length - 1];
+      const room = last !== undefined && last.text !== undefined && sameSpeaker(last.from, from) ? MAX_TOKEN_EVENT_CHARS - last.text.length : 0;
+      // Empty when the room left is one unit and a surrogate pair comes: it goes to a new event.
+      let piece = room > 0 ? head(rest, room) : '';
+      if (piece !== '') {
+        last!.text += piece;
+      } else {
+        piece = head(rest, MAX_TOKEN_EVENT_CHARS);
+        this.queue.push({ type: 'token', data: '', text: piece, from });
+      }
+      rest = rest.slice(piece.length);
+    }
     this.tokensQueued++;
     this.schedule();
   }
@@ -187,6 +205,13 @@ export class EventWriter {
     })();
     return this.writing;
   }
+}
+
+/** At most `n` (≥ 1) units of `s` from its start, one fewer rather than half a surrogate pair. */
+function head(s: string, n: number): string {
+  if (s.length <= n) return s;
+  const high = s.charCodeAt(n - 1);
+  return s.slice(0, high >= 0xd800 && high <= 0xdbff ? n - 1 : n);
 }
 
 function sameSpeaker(a: Speaker | undefined, b: Speaker | undefined): boolean {
