@@ -264,7 +264,12 @@ export class Transitions {
    * Renews the leases of many attempts in one pipeline (one round trip for a whole worker):
    * one script call per scope, for up to HEARTBEAT_BATCH of its runs.
    */
-  async heartbeat(attempts: readonly Attempt[], libraryLoaded = false): Promise<HeartbeatReply[]> {
+  heartbeat(attempts: readonly Attempt[]): Promise<HeartbeatReply[]> {
+    return this.beat(attempts, true);
+  }
+
+  /** One heartbeat pipeline; `reload`: a server that lost the library gets it and a second beat. */
+  private async beat(attempts: readonly Attempt[], reload: boolean): Promise<HeartbeatReply[]> {
     if (attempts.length === 0) return [];
     const batches = new Map<string, number[]>();
     attempts.forEach((a, i) => {
@@ -292,13 +297,13 @@ export class Transitions {
       return attempts.map(() => ({ kind: 'failed', error: err as Error }));
     }
     // The server lost the library (a restart without persistence): load it and beat again.
-    if (!libraryLoaded && results?.some(([err]) => isMissingLibrary(err))) {
+    if (reload && results?.some(([err]) => isMissingLibrary(err))) {
       try {
         await loadLibrary(this.redis);
       } catch (err) {
         return attempts.map(() => ({ kind: 'failed', error: err as Error }));
       }
-      return this.heartbeat(attempts, true);
+      return this.beat(attempts, false);
     }
     calls.forEach((call, c) => {
       const [err, reply] = results?.[c] ?? [new Error('no reply'), null];

@@ -69,6 +69,7 @@ local function setStatus(runId, runtime, from, to, now, known)
       redis.call('HDEL', runKey(runId), 'waitKinds')
     end
   end
+  return fields
 end
 
 local function statusEvent(runId, fields)
@@ -301,12 +302,16 @@ local function wakeRun(runId, wait, now, out)
   admit(runId, 'waiting', now, out)
 end
 
--- A run given ttlMs must start by `startBy` (returned); the sweeper ends it `expired` otherwise.
-local function setStartBy(runId, ttlMs, now)
+-- A run given ttlMs must start by `startBy`; the sweeper ends it `expired` otherwise. With
+-- `write` (the caller's next HSET of the record) the field goes there instead of an HSET.
+local function setStartBy(runId, ttlMs, now, write)
   local startBy = now + ttlMs
-  redis.call('HSET', runKey(runId), 'startBy', startBy)
+  if write then
+    write[#write + 1] = 'startBy'; write[#write + 1] = startBy
+  else
+    redis.call('HSET', runKey(runId), 'startBy', startBy)
+  end
   redis.call('ZADD', K.timers, startBy, 'ttl:' .. runId)
-  return startBy
 end
 
 local EXPIRED_RESULT = '{"answer":"","finishReason":"expired","toolCallsSeen":0}'

@@ -61,8 +61,10 @@ else
   statusEvent(runId, { status = 'queued', attempt = 0 })
 end
 tailInto(runId, fields)
+-- A scheduled run gets its startBy when it is due (lua/due.lua).
+if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, fields) end
 -- The record is written by setStatus's HSET, with its status.
-setStatus(runId, O.runtime, nil, status, now, { createdAt = now, fields = fields })
+local written = setStatus(runId, O.runtime, nil, status, now, { createdAt = now, fields = fields })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
 if artifacts then pinArtifacts(rk) end
@@ -74,16 +76,14 @@ if scheduled then
   flushPublished()
   return { 0, runId, 1, '[]', redis.call('HGETALL', rk) }
 end
-local startBy = O.ttlMs and setStartBy(runId, O.ttlMs, now)
 if dispatchNow then
   redis.call('HSET', sk, 'active', runId)
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
   enqueueJob(runId, O.runtime, now, 0, out, 1)
   flushPublished()
-  -- The record is what setStatus wrote (and startBy): no HGETALL to send it back.
-  local record = { 'status', status, 'updatedAt', int(now) }
-  for _, v in ipairs(fields) do record[#record + 1] = type(v) == 'number' and int(v) or v end
-  if startBy then record[#record + 1] = 'startBy'; record[#record + 1] = int(startBy) end
+  -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
+  local record = {}
+  for i, v in ipairs(written) do record[i] = type(v) == 'number' and int(v) or v end
   return { 0, runId, 1, cjson.encode(out), record }
 elseif not active then
   redis.call('HSET', sk, 'active', runId)
