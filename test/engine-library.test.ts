@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
+import { libraryName } from '../src/lib/engine/scripts.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import type { Transitions } from '../src/lib/engine/transitions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
@@ -42,8 +43,8 @@ describe('the transitions library', () => {
     const runs = await Promise.all(Array.from({ length: 50 }, (_, i) => submit(`first-${i}`)));
     expect(runs.every((r) => r.created && r.run.status === 'dispatched')).toBe(true);
     expect(await libraryLoads()).toBe(1);
-    const [library] = (await h.redis.function('LIST', 'LIBRARYNAME', 'baton_v4')) as unknown[][];
-    expect(library).toContain('baton_v4');
+    const [library] = (await h.redis.function('LIST', 'LIBRARYNAME', libraryName())) as unknown[][];
+    expect(library).toContain(libraryName());
 
     // A server that lost it (a restart without persistence): the next call loads it again.
     await h.redis.function('FLUSH');

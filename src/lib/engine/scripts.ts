@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -6,11 +7,14 @@ import type { Redis, Cluster, ChainableCommander } from 'ioredis';
 /**
  * Baton's transitions are one Redis Function library, `baton_v<VERSION>`: core.lua and
  * lib.lua (the per-call state and the helpers), then every other `lua/<name>.lua` as the
- * function `baton_<name>_v<VERSION>`, its body the file's text run after begin(). The library
+ * function `baton_<name>_v<VERSION>_<digest>`, its body the file's text run after begin(). The library
  * is loaded once per Redis server (FUNCTION LOAD), so a call pays for its own body only; a
- * script that inlined the helpers built them again on every call. The version in the names
- * keeps an older process's library apart during a deploy. Only the transitions gateway
- * (transitions.ts) calls them; `npm test` checks that nothing else does.
+ * script that inlined the helpers built them again on every call. The names carry the
+ * version and a digest of the library's text (`baton_v4_<digest>`, `baton_claim_v4_<digest>`):
+ * a library whose text changed is another library, never shadowed by the one a server loaded
+ * before (a server keeps a library until it restarts without persistence or is flushed), and
+ * an older process's library stays apart from the newer one's during a deploy. Only the
+ * transitions gateway (transitions.ts) calls them; `npm test` checks that nothing else does.
  *
  * A server that lacks the library (a fresh or restarted Redis without persistence, a
  * FUNCTION FLUSH) answers "Function not found": the library is loaded then and the call made
@@ -26,23 +30,37 @@ export type ScriptName =
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout';
 
-const LIBRARY_NAME = `baton_v${VERSION}`;
-let library: string | undefined;
+interface Library { name: string; tag: string; source: string }
+let library: Library | undefined;
 
-/** The library's source: helpers first, then one registered function per transition file. */
-export function librarySource(): string {
+/** The library (built once): its name, the `v<VERSION>_<digest>` its names end in, its source. */
+function built(): Library {
   if (library) return library;
   const helpers = ['core', 'lib'].map((name) => readFileSync(join(LUA_DIR, `${name}.lua`), 'utf8'));
-  const parts = [`#!lua name=${LIBRARY_NAME}`, ...helpers];
+  const bodies: [string, string][] = [];
   for (const file of readdirSync(LUA_DIR).sort()) {
     const m = /^([a-z-]+)\.lua$/.exec(file);
     if (!m || m[1] === 'core' || m[1] === 'lib') continue;
-    const body = readFileSync(join(LUA_DIR, file), 'utf8');
-    parts.push(`redis.register_function('${functionName(m[1] as ScriptName)}', function(keys, args)\nbegin(keys, args)\n${body}\nend)`);
+    bodies.push([m[1], readFileSync(join(LUA_DIR, file), 'utf8')]);
   }
-  library = parts.join('\n');
+  const digest = createHash('sha256');
+  for (const text of helpers) digest.update(`${text}\0`);
+  for (const [name, body] of bodies) digest.update(`${name}\0${body}\0`);
+  const tag = `v${VERSION}_${digest.digest('hex').slice(0, 12)}`;
+  const name = `baton_${tag}`;
+  const parts = [`#!lua name=${name}`, ...helpers];
+  for (const [fn, body] of bodies) {
+    parts.push(`redis.register_function('baton_${fn.replace('-', '_')}_${tag}', function(keys, args)\nbegin(keys, args)\n${body}\nend)`);
+  }
+  library = { name, tag, source: parts.join('\n') };
   return library;
 }
+
+/** The library's source: helpers first, then one registered function per transition file. */
+export const librarySource = (): string => built().source;
+
+/** The library's name, `baton_v<VERSION>_<digest of its text>`. */
+export const libraryName = (): string => built().name;
 
 export type Connection = Redis | Cluster;
 
@@ -69,7 +87,7 @@ function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string |
   return [values.length, ...values, `{"k":${JSON.stringify(names)},${options.json.slice(1)}`, ...payload];
 }
 
-export const functionName = (name: ScriptName) => `baton_${name.replace('-', '_')}_v${VERSION}`;
+export const functionName = (name: ScriptName) => `baton_${name.replace('-', '_')}_${built().tag}`;
 
 /** Whether a call failed because the server lacks the library (it never had it, or lost it). */
 export function isMissingLibrary(err: unknown): boolean {

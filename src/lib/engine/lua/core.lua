@@ -1,7 +1,7 @@
 --[[ The start of Baton's Redis Function library (src/lib/engine/scripts.ts assembles it):
   the per-call state and the helpers of the transitions that run most often; lib.lua adds
   the transition helpers, and each transition file (append.lua, claim.lua, ...) becomes one
-  function of the library, `baton_<name>_v<version>`, whose body is the file's text. The
+  function of the library, `baton_<name>_v<version>_<digest>`, whose body is the file's text. The
   library is loaded into Redis once (FUNCTION LOAD), so a call runs its own body only: the
   helpers are not built again on every call, as they were when each call was a script that
   inlined them (about 12 µs of Redis CPU per call for lib's, measured against FCALL).
