@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseRunRecord } from '../src/lib/engine/record.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 
@@ -53,5 +54,62 @@ describe('the record a submit answers with', () => {
     });
     expect(again.created).toBe(false);
     expect(again.run).toEqual(await stored('acme', full.run.id));
+  });
+});
+
+/**
+ * A claim answers with the run's record as its own writes left it, assembled from the one
+ * read it starts with (lua/claim.lua): a first start, a start that takes the agent's default
+ * attempts, a retry's next attempt and a takeover of a lease that ran out must each answer
+ * what Redis holds.
+ */
+describe('the record a claim answers with', () => {
+  const base = { scope: 'claims', runtime: 'rt', agent: 'echo' };
+  const claimed = async (reply: Awaited<ReturnType<ReturnType<Harness['transitions']>['claim']>>) => {
+    if (reply.kind !== 'claimed') throw new Error(`expected a claim, got ${reply.kind}`);
+    return reply;
+  };
+
+  it('is the stored record: first start (agent default attempts, ttl), retry, takeover', async () => {
+    const t = h.transitions({ LEASE_MS: '300' });
+    const first = await store.submit({ ...base, sessionId: 'c1', input: { content: 'one' }, ttlMs: 60_000 });
+    const c1 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
+    expect(c1.run.status).toBe('running');
+    expect(c1.run.maxAttempts).toBe(7);
+    expect(c1.run.attempt).toBe(1);
+    expect(c1.run).toEqual(await stored('claims', first.run.id));
+
+    // A retry's next attempt: retryAt goes, the attempt counts on.
+    await t.retry(new Attempt(c1.run, c1.fence, h.keys.scope('claims')), { delayMs: 0, lastError: '{"code":"X","message":"x"}' });
+    const c2 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
+    expect(c2.run.attempt).toBe(2);
+    expect(c2.run.retryAt).toBeUndefined();
+    expect(c2.run).toEqual(await stored('claims', first.run.id));
+
+    // Its lease runs out (300 ms, no heartbeat): another worker takes it over.
+    await new Promise((r) => setTimeout(r, 450));
+    const c3 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w2', {}, { echo: 10 }));
+    expect(c3.recovered).toBe(true);
+    expect(c3.run.leaseOwner).toBe('w2');
+    expect(c3.run.recoveries).toBe(1);
+    expect(c3.run).toEqual(await stored('claims', first.run.id));
+  });
+});
+
+/**
+ * A submit refused by the scope's rate limit changes nothing: the session it named stays
+ * free, so the next run of that session starts at once instead of queueing behind a run that
+ * was never made (the submit takes the session's head before it looks at the limit).
+ */
+describe('a rate-limited submit', () => {
+  it('leaves its session free', async () => {
+    const limit = { rate: 1, burst: 1 };
+    const r = { scope: 'limited', runtime: 'rt', agent: 'echo', input: { content: 'x' } };
+    await store.submit({ ...r, sessionId: 'first' }, { limit });
+    await expect(store.submit({ ...r, sessionId: 'free' }, { limit })).rejects.toMatchObject({ code: 'RATE_LIMITED' });
+    expect(await h.redis.hget(h.keys.scope('limited').session('free'), 'active')).toBeNull();
+    await new Promise((res) => setTimeout(res, 1100));
+    const next = await store.submit({ ...r, sessionId: 'free' }, { limit });
+    expect(next.run.status).toBe('dispatched');
   });
 });

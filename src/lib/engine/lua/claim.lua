@@ -23,14 +23,19 @@
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
 local runId, rk = O.runId, K.run
 local now = nowMs()
--- Everything the claim needs from the record, in one read.
-local r = redis.call('HMGET', rk, 'status', 'leaseLapsed', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner',
+-- The whole record, in one read: what the claim looks at, and what it returns with its
+-- own writes applied (`rec`, kept in step with every write below).
+local flat = redis.call('HGETALL', rk)
+if #flat == 0 then return { -1 } end
+local rec = {}
+for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+local r = {}
+for i, f in ipairs({ 'status', 'leaseLapsed', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner',
   'startedAt', 'startBy', 'deadlineAt', 'timeoutMs', 'budgetLeft',
   'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed', 'fence', 'createdAt', 'claimedAt', 'runMs', 'sessionId',
-  'logTail')
+  'logTail' }) do r[i] = rec[f] or false end
 local st, runtime = r[1], r[4]
 local lim = { r[7], r[8], r[9], r[10], r[11] }
-if not st then return { -1 } end
 knownTail(runId, r[22])
 
 local recovered = 0
@@ -75,6 +80,7 @@ end
 -- past the limit it fails here, instead of taking down one worker after another forever.
 if recovered == 1 and r[6] ~= '' then
   local lost = redis.call('HINCRBY', rk, 'expiredLeases', 1)
+  rec.expiredLeases = lost
   if lost > O.maxRecoveries then
     -- RECOVERY_LIMIT is RUN_LIMIT_CODES.RECOVERY_LIMIT of src/lib/contract/runs.ts.
     local lastError = cjson.encode({ code = 'RECOVERY_LIMIT',
@@ -135,18 +141,21 @@ redis.call('ZADD', K.leases, now + O.leaseMs, runId)
 redis.call('ZREM', K.pending, runId)
 local known = { createdAt = r[18], fields = write }
 -- The attempt's first events go before the record write, which carries the log's new tail.
+local written
 if recovered == 1 then
   local n = redis.call('HINCRBY', rk, 'recoveries', 1)
+  rec.recoveries = n
   -- Clients restart the answer text at every `attempt` event: the new holder replays it.
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
   statusEvent(runId, { status = 'recovered', attempt = attempt, maxAttempts = maxAttempts, recoveries = n })
   tailInto(runId, write)
   redis.call('HSET', rk, unpack(write))
+  written = write
 elseif resumed then
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, resumed = true }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
   tailInto(runId, write)
-  setStatus(runId, runtime, st, 'running', now, known)
+  written = setStatus(runId, runtime, st, 'running', now, known)
 else
   attempt = attempt + 1
   write[#write + 1] = 'attempt'; write[#write + 1] = attempt
@@ -155,10 +164,18 @@ else
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
   tailInto(runId, write)
-  setStatus(runId, runtime, st, 'running', now, known)
+  written = setStatus(runId, runtime, st, 'running', now, known)
 end
 if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
 flushPublished()
+for i = 1, #written, 2 do rec[written[i]] = written[i + 1] end
+for _, f in ipairs(gone) do rec[f] = nil end
+-- The record as HGETALL would give it now: numbers as text.
+local record = {}
+for f, v in pairs(rec) do
+  record[#record + 1] = f
+  record[#record + 1] = type(v) == 'number' and int(v) or v
+end
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
 -- LRANGE from the tail walks only the messages it returns, whatever the session's length.
 local reads = O.historyReads and tonumber(O.historyReads[r[15]]) or 0
@@ -169,4 +186,4 @@ end
 -- A run no worker ever started (no attempt before this claim) has no step results yet.
 local steps = {}
 if tonumber(r[12] or '0') > 0 or recovered == 1 or resumed then steps = redis.call('HGETALL', rk .. ':steps') end
-return { 0, fence, attempt, recovered, redis.call('HGETALL', rk), steps, messages, deadline, now }
+return { 0, fence, attempt, recovered, record, steps, messages, deadline, now }

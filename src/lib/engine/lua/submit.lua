@@ -30,18 +30,27 @@ if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } 
 local due = O.runAt
 if O.delayMs then due = now + O.delayMs end
 local scheduled = due ~= nil and due > now
-local active = redis.call('HGET', sk, 'active')
-if active and O.multitask == 'reject' and not scheduled then return { -5 } end
--- Last of the refusals, so only a run that is made spends a token.
+-- A run due now becomes its session's head if the session has none, in the same command
+-- that looks (a scheduled run joins its session when due, lua/due.lua). `head`: it did.
+local head = false
+if not scheduled then
+  head = redis.call('HSETNX', sk, 'active', runId) == 1
+  if not head and O.multitask == 'reject' then return { -5 } end
+end
+-- Last of the refusals, so only a run that is made spends a token; a refused run gives the
+-- session back.
 if K.bucket then
   local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now)
-  if not ok then return { -13, waitMs } end
+  if not ok then
+    if head then redis.call('HDEL', sk, 'active') end
+    return { -13, waitMs }
+  end
 end
 
 -- A run that is its session's head at once, with a scope slot free, is written dispatched:
 -- the record, indexes and counters that queued-then-admitted leaves, with one status move
 -- instead of two. (Not drained: checked above, in this same script.)
-local dispatchNow = not scheduled and not active and activeCount() < O.maxActive
+local dispatchNow = head and activeCount() < O.maxActive
 -- waited 0: the run never parked on waits, so its finish need not look for any.
 local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0, 'waited', 0 }
 local artifacts = false
@@ -77,7 +86,6 @@ if scheduled then
   return { 0, runId, 1, '[]', redis.call('HGETALL', rk) }
 end
 if dispatchNow then
-  redis.call('HSET', sk, 'active', runId)
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
   enqueueJob(runId, O.runtime, now, 0, out, 1)
   flushPublished()
@@ -85,14 +93,13 @@ if dispatchNow then
   local record = {}
   for i, v in ipairs(written) do record[i] = type(v) == 'number' and int(v) or v end
   return { 0, runId, 1, cjson.encode(out), record }
-elseif not active then
-  redis.call('HSET', sk, 'active', runId)
+elseif head then
   -- Not drained: checked above, in this same script.
   admit(runId, 'queued', now, out, { runtime = O.runtime, createdAt = now, drained = false })
 elseif O.multitask == 'interrupt' then
   -- This run goes next; cancelling the active run then hands the session to it.
   redis.call('LPUSH', sk .. ':queue', runId)
-  cancelRun(active, now, out)
+  cancelRun(redis.call('HGET', sk, 'active'), now, out)
 else
   redis.call('RPUSH', sk .. ':queue', runId)
 end
