@@ -67,7 +67,7 @@ export const runRoutes: RouteSpec[] = [
       if (sse) {
         const headers: Record<string, string> = { Location: `${basePath(scope)}/runs/${run.id}`, 'Baton-Run-Id': run.id };
         if (warnings.length) headers['Baton-Warnings'] = JSON.stringify(warnings);
-        await serveEvents(http.req, http.res, d.streams, { scope, runId: run.id, afterId: '0' }, { ...sse, status: created ? 202 : 200, headers });
+        await serveEvents(http.req, http.res, d.streams, { scope, runId: run.id, afterId: '0', fresh: created }, { ...sse, status: created ? 202 : 200, headers });
         return undefined;
       }
       // A page that shows the answer gets its token with the run: no second request before it can stream.

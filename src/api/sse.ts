@@ -36,7 +36,7 @@ const WRITE_PIECE = 16 * 1024;
  * open (onOpen .. onClose) until its connection has closed, not until the last write.
  */
 export async function serveEvents(
-  req: Request, res: Response, streams: RunStreams, target: { scope: string; runId: string; afterId: string }, o: SseOptions,
+  req: Request, res: Response, streams: RunStreams, target: { scope: string; runId: string; afterId: string; fresh?: boolean }, o: SseOptions,
 ): Promise<void> {
   let writing = true;
   let keepAlive: NodeJS.Timeout | undefined;
@@ -75,6 +75,7 @@ export async function serveEvents(
   };
   const revoked = () => finish('destroy');
 
+  // `fresh`: a submit streaming the run it just made (RunStreams.open).
   const follower = await streams.open(target.scope, target.runId, target.afterId, {
     deliver(events: RunEvent[]) {
       if (!writing) return;
@@ -94,7 +95,7 @@ export async function serveEvents(
     onEnd: () => finish('end'),
     // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
     onError: () => finish('destroy'),
-  });
+  }, { fresh: target.fresh });
   if (follower === 'ended') return void res.status(204).end();
 
   res.status(o.status ?? 200).set({

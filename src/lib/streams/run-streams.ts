@@ -22,10 +22,16 @@ export class RunStreams {
     private readonly hub: EventHub,
   ) {}
 
-  async open(scope: string, runId: string, afterId: string, sink: StreamSink): Promise<EventFollower | 'ended'> {
-    const newest = await lastEvent(this.redis, this.keys, scope, runId);
-    if (!newest) throw new BatonError('RUN_NOT_FOUND');
-    if (newest.type === 'end' && afterId !== '0' && compareIds(newest.id, afterId) <= 0) return 'ended';
+  /**
+   * `fresh`: the caller made the run a moment ago (a submit that streams its own run), so it
+   * exists and has not ended: its log is not looked at before the follower reads it.
+   */
+  async open(scope: string, runId: string, afterId: string, sink: StreamSink, o: { fresh?: boolean } = {}): Promise<EventFollower | 'ended'> {
+    if (!o.fresh) {
+      const newest = await lastEvent(this.redis, this.keys, scope, runId);
+      if (!newest) throw new BatonError('RUN_NOT_FOUND');
+      if (newest.type === 'end' && afterId !== '0' && compareIds(newest.id, afterId) <= 0) return 'ended';
+    }
     return new EventFollower({ redis: this.redis, keys: this.keys, hub: this.hub, scope, runId, afterId, ...sink });
   }
 }
