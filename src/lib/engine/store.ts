@@ -78,7 +78,9 @@ export class RunStore {
     }
     const { run, created, runId: id } = await this.transitions.submit({
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
-      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields, requestHash: requestHash(req),
+      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields,
+      // Kept with the idempotency key only: a submit without one is never compared.
+      requestHash: req.idempotencyKey === undefined ? undefined : requestHash(req),
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
       limit: o.limit,
     });

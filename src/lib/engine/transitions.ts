@@ -34,8 +34,8 @@ export interface NewRun {
   delayMs?: number;
   /** Not started within this long of being due: expired. */
   ttlMs?: number;
-  /** Digest of the request, stored with the idempotency key. */
-  requestHash: string;
+  /** Digest of the request, stored with the idempotency key (required with one). */
+  requestHash?: string;
   /** Record fields (name → value) written with the run. */
   fields: Record<string, string | number>;
   /** The scope's submit rate limit: a run made takes a token of its bucket (absent: none). */
@@ -163,6 +163,7 @@ export class Transitions {
   // ---- API side ----
 
   async submit(r: NewRun): Promise<SubmitReply> {
+    if (r.idempotencyKey !== undefined && r.requestHash === undefined) throw new Error('an idempotent submit needs its requestHash');
     const sk = this.keys.scope(r.scope);
     const payload = Object.entries(r.fields).flat();
     const reply = await this.call('submit', r.scope, {
