@@ -23,20 +23,14 @@
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
 local runId, rk = O.runId, K.run
 local now = nowMs()
--- The whole record, in one read: what the claim looks at, and what it returns with its
--- own writes applied (`rec`, kept in step with every write below).
+-- The whole record, in one read: what the claim looks at and, with this call's writes
+-- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
 local flat = redis.call('HGETALL', rk)
 if #flat == 0 then return { -1 } end
 local rec = {}
 for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
-local r = {}
-for i, f in ipairs({ 'status', 'leaseLapsed', 'retryAt', 'runtime', 'cancelRequested', 'leaseOwner',
-  'startedAt', 'startBy', 'deadlineAt', 'timeoutMs', 'budgetLeft',
-  'attempt', 'maxAttempts', 'maxAttemptsSet', 'agent', 'resumed', 'fence', 'createdAt', 'claimedAt', 'runMs', 'sessionId',
-  'logTail' }) do r[i] = rec[f] or false end
-local st, runtime = r[1], r[4]
-local lim = { r[7], r[8], r[9], r[10], r[11] }
-knownTail(runId, r[22])
+local st, runtime = rec.status, rec.runtime
+knownTail(runId, rec.logTail)
 
 local recovered = 0
 -- When a dead holder's lease ran out (its last heartbeat + leaseMs), for the time charge.
@@ -46,31 +40,31 @@ if st == 'running' then
   -- that handed the run over (no owner) ends its lease at once; a lease the sweeper found
   -- over is marked `leaseLapsed` (its deadline), since the sweeper then moves the score on
   -- to when it looks again; a heartbeat that comes after all removes the mark.
-  if r[6] ~= '' then
-    lapsedAt = tonumber(r[2] or redis.call('ZSCORE', K.leases, runId) or '0')
-    if not r[2] and lapsedAt > now then return { -4, lapsedAt } end
+  if rec.leaseOwner ~= '' then
+    lapsedAt = tonumber(rec.leaseLapsed or redis.call('ZSCORE', K.leases, runId) or '0')
+    if not rec.leaseLapsed and lapsedAt > now then return { -4, lapsedAt } end
   end
   recovered = 1
 elseif st == 'retrying' then
-  local at = tonumber(r[3] or '0')
+  local at = tonumber(rec.retryAt or '0')
   if at > now then return { -4, at } end
 elseif st ~= 'dispatched' then
   return { -3, st }
 end
 
 local out = {}
-if r[5] == '1' then
+if rec.cancelRequested == '1' then
   finishRun(runId, 'cancelled', { 'result', CANCELLED_RESULT },
     '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
   flushPublished()
   return { 1, cjson.encode(out), 'cancelled' }
 end
-if not lim[1] and lim[2] and tonumber(lim[2]) <= now then
+if not rec.startedAt and rec.startBy and tonumber(rec.startBy) <= now then
   expireRun(runId, now, out)
   flushPublished()
   return { 1, cjson.encode(out), 'expired' }
 end
-if lim[3] and tonumber(lim[3]) <= now then
+if rec.deadlineAt and tonumber(rec.deadlineAt) <= now then
   timeOutRun(runId, now, out)
   flushPublished()
   return { 1, cjson.encode(out), 'failed' }
@@ -78,7 +72,7 @@ end
 -- A lease that ran out (not one handed over at shutdown, which clears leaseOwner) means the
 -- holder died or stalled. A run whose holders keep dying is most likely what kills them:
 -- past the limit it fails here, instead of taking down one worker after another forever.
-if recovered == 1 and r[6] ~= '' then
+if recovered == 1 and rec.leaseOwner ~= '' then
   local lost = redis.call('HINCRBY', rk, 'expiredLeases', 1)
   rec.expiredLeases = lost
   if lost > O.maxRecoveries then
@@ -108,15 +102,15 @@ local write = { 'claimedAt', now }
 local gone = {}
 if recovered == 1 then
   -- The dead holder's claimedAt is replaced by this claim's, above.
-  local charged = chargedRunMs(r[19], r[20], lapsedAt - O.leaseMs)
+  local charged = chargedRunMs(rec.claimedAt, rec.runMs, lapsedAt - O.leaseMs)
   if charged then write[#write + 1] = 'runMs'; write[#write + 1] = charged end
 end
-local fence = tonumber(r[17] or '0') + 1
-local attempt = tonumber(r[12] or '0')
-local maxAttempts = tonumber(r[13] or '1')
+local fence = tonumber(rec.fence or '0') + 1
+local attempt = tonumber(rec.attempt or '0')
+local maxAttempts = tonumber(rec.maxAttempts or '1')
 -- Only the workers know their agents, so an agent's default attempts land at the first claim.
-if attempt == 0 and r[14] ~= '1' and O.agentDefaults then
-  local agentDefault = O.agentDefaults[r[15]]
+if attempt == 0 and rec.maxAttemptsSet ~= '1' and O.agentDefaults then
+  local agentDefault = O.agentDefaults[rec.agent]
   if type(agentDefault) == 'number' then
     maxAttempts = agentDefault
     write[#write + 1] = 'maxAttempts'; write[#write + 1] = maxAttempts
@@ -124,22 +118,22 @@ if attempt == 0 and r[14] ~= '1' and O.agentDefaults then
 end
 -- A run that was blocked and then resolved continues its interrupted attempt (the crash
 -- that blocked it was no attempt of its own, like a recovery).
-local resumed = st == 'dispatched' and r[16] == '1'
+local resumed = st == 'dispatched' and rec.resumed == '1'
 if resumed then gone[#gone + 1] = 'resumed' end
-local deadline = tonumber(lim[3] or '0')
-if lim[4] and deadline == 0 then
-  deadline = now + tonumber(lim[5] or lim[4])
+local deadline = tonumber(rec.deadlineAt or '0')
+if rec.timeoutMs and deadline == 0 then
+  deadline = now + tonumber(rec.budgetLeft or rec.timeoutMs)
   write[#write + 1] = 'deadlineAt'; write[#write + 1] = deadline
-  if lim[5] then gone[#gone + 1] = 'budgetLeft' end
+  if rec.budgetLeft then gone[#gone + 1] = 'budgetLeft' end
   redis.call('ZADD', K.timers, deadline, 'timeout:' .. runId)
 end
-if not lim[1] and lim[2] then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
+if not rec.startedAt and rec.startBy then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
 write[#write + 1] = 'fence'; write[#write + 1] = fence
 write[#write + 1] = 'leaseOwner'; write[#write + 1] = O.workerId
-if r[2] then gone[#gone + 1] = 'leaseLapsed' end
+if rec.leaseLapsed then gone[#gone + 1] = 'leaseLapsed' end
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
 redis.call('ZREM', K.pending, runId)
-local known = { createdAt = r[18], fields = write }
+local known = { createdAt = rec.createdAt, fields = write }
 -- The attempt's first events go before the record write, which carries the log's new tail.
 local written
 if recovered == 1 then
@@ -159,8 +153,8 @@ elseif resumed then
 else
   attempt = attempt + 1
   write[#write + 1] = 'attempt'; write[#write + 1] = attempt
-  if r[3] then gone[#gone + 1] = 'retryAt' end
-  if not lim[1] then write[#write + 1] = 'startedAt'; write[#write + 1] = now end
+  if rec.retryAt then gone[#gone + 1] = 'retryAt' end
+  if not rec.startedAt then write[#write + 1] = 'startedAt'; write[#write + 1] = now end
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
   tailInto(runId, write)
@@ -168,22 +162,23 @@ else
 end
 if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
 flushPublished()
+-- The built-in store's history comes with the claim: an agent starts after one round trip.
+-- LRANGE from the tail walks only the messages it returns, whatever the session's length.
+local reads = O.historyReads and tonumber(O.historyReads[rec.agent]) or 0
+local messages = {}
+if reads ~= 0 then
+  messages = redis.call('LRANGE', sessionKey(rec.sessionId) .. ':messages', reads > 0 and -reads or 0, -1)
+end
+-- A run no worker ever started (no attempt before this claim) has no step results yet.
+local steps = {}
+if tonumber(rec.attempt or '0') > 0 or recovered == 1 or resumed then steps = redis.call('HGETALL', rk .. ':steps') end
+-- The record as HGETALL would give it now (this call's writes applied, numbers as text);
+-- last, since everything above reads the record as it was.
 for i = 1, #written, 2 do rec[written[i]] = written[i + 1] end
 for _, f in ipairs(gone) do rec[f] = nil end
--- The record as HGETALL would give it now: numbers as text.
 local record = {}
 for f, v in pairs(rec) do
   record[#record + 1] = f
   record[#record + 1] = type(v) == 'number' and int(v) or v
 end
--- The built-in store's history comes with the claim: an agent starts after one round trip.
--- LRANGE from the tail walks only the messages it returns, whatever the session's length.
-local reads = O.historyReads and tonumber(O.historyReads[r[15]]) or 0
-local messages = {}
-if reads ~= 0 then
-  messages = redis.call('LRANGE', sessionKey(r[21]) .. ':messages', reads > 0 and -reads or 0, -1)
-end
--- A run no worker ever started (no attempt before this claim) has no step results yet.
-local steps = {}
-if tonumber(r[12] or '0') > 0 or recovered == 1 or resumed then steps = redis.call('HGETALL', rk .. ':steps') end
 return { 0, fence, attempt, recovered, record, steps, messages, deadline, now }
