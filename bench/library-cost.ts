@@ -1,13 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/lib/config.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import type { ClaimReply } from '../src/lib/engine/transitions.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
-import { functionName, type ScriptName } from '../src/lib/engine/scripts.ts';
+import { functionName, luaSources, type ScriptName } from '../src/lib/engine/scripts.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
@@ -34,17 +33,13 @@ export type LibraryCost = Record<Phase, Record<Form, number>>;
 
 /** The transitions as scripts: the helpers inlined before each body, with begin() run on the script's KEYS and ARGV. */
 function inlinedScripts(): Map<string, string> {
-  const dir = fileURLToPath(new URL('../src/lib/engine/lua/', import.meta.url));
-  const core = readFileSync(`${dir}core.lua`, 'utf8');
-  const helpers = `${core}\n${readFileSync(`${dir}lib.lua`, 'utf8')}`;
+  const { core, lib, bodies } = luaSources();
   // The hot transitions inlined core.lua only.
   const coreOnly = new Set(['append', 'step', 'heartbeat']);
   const out = new Map<string, string>();
-  for (const file of readdirSync(dir)) {
-    const m = /^([a-z-]+)\.lua$/.exec(file);
-    if (!m || m[1] === 'core' || m[1] === 'lib') continue;
-    const body = readFileSync(`${dir}${file}`, 'utf8');
-    out.set(functionName(m[1] as ScriptName), `local keys, args = KEYS, ARGV\n${coreOnly.has(m[1]) ? core : helpers}\nbegin(keys, args)\n${body}`);
+  for (const [name, body] of bodies) {
+    const helpers = coreOnly.has(name) ? core : `${core}\n${lib}`;
+    out.set(functionName(name as ScriptName), `local keys, args = KEYS, ARGV\n${helpers}\nbegin(keys, args)\n${body}`);
   }
   return out;
 }

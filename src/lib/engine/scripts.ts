@@ -5,16 +5,16 @@ import { join } from 'node:path';
 import type { Redis, Cluster, ChainableCommander } from 'ioredis';
 
 /**
- * Baton's transitions are one Redis Function library, `baton_v<VERSION>`: core.lua and
- * lib.lua (the per-call state and the helpers), then every other `lua/<name>.lua` as the
- * function `baton_<name>_v<VERSION>_<digest>`, its body the file's text run after begin(). The library
- * is loaded once per Redis server (FUNCTION LOAD), so a call pays for its own body only; a
- * script that inlined the helpers built them again on every call. The names carry the
- * version and a digest of the library's text (`baton_v4_<digest>`, `baton_claim_v4_<digest>`):
- * a library whose text changed is another library, never shadowed by the one a server loaded
- * before (a server keeps a library until it restarts without persistence or is flushed), and
- * an older process's library stays apart from the newer one's during a deploy. Only the
- * transitions gateway (transitions.ts) calls them; `npm test` checks that nothing else does.
+ * Baton's transitions are one Redis Function library, `baton_v<VERSION>_<digest>`: core.lua
+ * and lib.lua (the per-call state and the helpers), then every other `lua/<name>.lua` as the
+ * function `baton_<name>_v<VERSION>_<digest>`, its body the file's text run after begin().
+ * The library is loaded once per Redis server (FUNCTION LOAD), so a call pays for its own
+ * body only; a script that inlined the helpers built them again on every call. The digest
+ * (of the library's text) makes a library whose text changed another library, never
+ * shadowed by the one a server loaded before (a server keeps a library until it restarts
+ * without persistence or is flushed), and keeps an older process's library apart from the
+ * newer one's during a deploy. Only the transitions gateway (transitions.ts) calls them;
+ * `npm test` checks that nothing else does.
  *
  * A server that lacks the library (a fresh or restarted Redis without persistence, a
  * FUNCTION FLUSH) answers "Function not found": the library is loaded then and the call made
@@ -30,29 +30,39 @@ export type ScriptName =
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout';
 
-interface Library { name: string; tag: string; source: string }
+interface Library { name: string; functions: ReadonlyMap<string, string>; source: string }
 let library: Library | undefined;
 
-/** The library (built once): its name, the `v<VERSION>_<digest>` its names end in, its source. */
-function built(): Library {
-  if (library) return library;
-  const helpers = ['core', 'lib'].map((name) => readFileSync(join(LUA_DIR, `${name}.lua`), 'utf8'));
+/** The texts the library is made of: the helpers (core.lua, lib.lua) and each transition's body, by name. */
+export function luaSources(): { core: string; lib: string; bodies: [string, string][] } {
+  const read = (file: string) => readFileSync(join(LUA_DIR, file), 'utf8');
   const bodies: [string, string][] = [];
   for (const file of readdirSync(LUA_DIR).sort()) {
     const m = /^([a-z-]+)\.lua$/.exec(file);
     if (!m || m[1] === 'core' || m[1] === 'lib') continue;
-    bodies.push([m[1], readFileSync(join(LUA_DIR, file), 'utf8')]);
+    bodies.push([m[1], read(file)]);
   }
+  return { core: read('core.lua'), lib: read('lib.lua'), bodies };
+}
+
+/** The library (built once): its name, its functions' names by transition, its source. */
+function built(): Library {
+  if (library) return library;
+  const { core, lib, bodies } = luaSources();
+  const helpers = [core, lib];
   const digest = createHash('sha256');
   for (const text of helpers) digest.update(`${text}\0`);
   for (const [name, body] of bodies) digest.update(`${name}\0${body}\0`);
   const tag = `v${VERSION}_${digest.digest('hex').slice(0, 12)}`;
   const name = `baton_${tag}`;
   const parts = [`#!lua name=${name}`, ...helpers];
-  for (const [fn, body] of bodies) {
-    parts.push(`redis.register_function('baton_${fn.replace('-', '_')}_${tag}', function(keys, args)\nbegin(keys, args)\n${body}\nend)`);
+  const functions = new Map<string, string>();
+  for (const [transition, body] of bodies) {
+    const fn = `baton_${transition.replace('-', '_')}_${tag}`;
+    functions.set(transition, fn);
+    parts.push(`redis.register_function('${fn}', function(keys, args)\nbegin(keys, args)\n${body}\nend)`);
   }
-  library = { name, tag, source: parts.join('\n') };
+  library = { name, functions, source: parts.join('\n') };
   return library;
 }
 
@@ -87,7 +97,12 @@ function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string |
   return [values.length, ...values, `{"k":${JSON.stringify(names)},${options.json.slice(1)}`, ...payload];
 }
 
-export const functionName = (name: ScriptName) => `baton_${name.replace('-', '_')}_${built().tag}`;
+/** The function a transition is (`baton_<name>_v<VERSION>_<digest>`). */
+export function functionName(name: ScriptName): string {
+  const fn = built().functions.get(name);
+  if (!fn) throw new Error(`no lua/${name}.lua in the transitions library`);
+  return fn;
+}
 
 /** Whether a call failed because the server lacks the library (it never had it, or lost it). */
 export function isMissingLibrary(err: unknown): boolean {
@@ -99,7 +114,7 @@ const loading = new WeakMap<Connection, Promise<void>>();
 
 /**
  * Loads the library into the server(s) behind `redis` (REPLACE: a load racing another
- * process's load of the same version is harmless). A server without Redis Functions gets an
+ * process's load of the same library is harmless). A server without Redis Functions gets an
  * error that says what Baton needs.
  */
 export function loadLibrary(redis: Connection): Promise<void> {
