@@ -78,9 +78,11 @@ export class RunStore {
     }
     const { run, created, runId: id } = await this.transitions.submit({
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
-      idempotencyKey: req.idempotencyKey, idempotencyTtlMs: IDEMPOTENCY_TTL_MS, fields,
-      // Kept with the idempotency key only: a submit without one is never compared.
-      requestHash: req.idempotencyKey === undefined ? undefined : requestHash(req),
+      // The request's digest is kept with the key only: a submit without one is never compared.
+      idempotency: req.idempotencyKey === undefined
+        ? undefined
+        : { key: req.idempotencyKey, ttlMs: IDEMPOTENCY_TTL_MS, requestHash: requestHash(req) },
+      fields,
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
       limit: o.limit,
     });

@@ -27,15 +27,13 @@ export interface NewRun {
   sessionId: string;
   runtime: string;
   multitask: Multitask;
-  idempotencyKey?: string;
-  idempotencyTtlMs: number;
+  /** The idempotency key, how long it is kept, and the request's digest kept with it (absent: none). */
+  idempotency?: { key: string; ttlMs: number; requestHash: string };
   /** Due at this epoch ms (runAt) or this long after the submit (delayMs); absent: now. */
   runAt?: number;
   delayMs?: number;
   /** Not started within this long of being due: expired. */
   ttlMs?: number;
-  /** Digest of the request, stored with the idempotency key (required with one). */
-  requestHash?: string;
   /** Record fields (name → value) written with the run. */
   fields: Record<string, string | number>;
   /** The scope's submit rate limit: a run made takes a token of its bucket (absent: none). */
@@ -163,16 +161,15 @@ export class Transitions {
   // ---- API side ----
 
   async submit(r: NewRun): Promise<SubmitReply> {
-    if (r.idempotencyKey !== undefined && r.requestHash === undefined) throw new Error('an idempotent submit needs its requestHash');
     const sk = this.keys.scope(r.scope);
     const payload = Object.entries(r.fields).flat();
     const reply = await this.call('submit', r.scope, {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
-      sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotencyKey === undefined ? undefined : sk.idempotency(r.idempotencyKey),
+      sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotency && sk.idempotency(r.idempotency.key),
       bucket: r.limit ? sk.submitBucket : undefined,
     }, {
-      runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotencyTtlMs,
-      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.requestHash, limit: r.limit,
+      runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
+      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash, limit: r.limit,
     }, payload);
     if (code(reply) < 0) throw scriptError(code(reply), r.runId, reply);
     await this.dispatch(r.scope, reply[3]);
