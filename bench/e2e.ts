@@ -9,6 +9,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
+import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { builtinAgents } from '../src/worker/agents-loader.ts';
@@ -63,7 +64,7 @@ function benchEnv(redisUrl: string, concurrency: number): Record<string, string>
 /** Runs of the bench scope that succeeded so far (the runtime's stats hash). */
 function succeeded(admin: Redis, prefix: string) {
   const statsKey = createKeys(prefix).scope('bench').stats('bench');
-  return async () => Number((await admin.hget(statsKey, 'succeeded')) ?? 0);
+  return async () => runtimeCounts(await admin.hgetall(statsKey)).succeeded;
 }
 
 /**

@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/lib/config.ts';
 import { createKeys } from '../src/lib/keys.ts';
+import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { builtinAgents } from '../src/worker/agents-loader.ts';
@@ -56,7 +57,7 @@ async function measure(redisUrl: string, workerWhere: 'in-process' | 'child proc
     ids.push(((await res.json()) as { id: string }).id);
   }
   const stats = createKeys(prefix).scope('bench').stats('bench');
-  while (Number((await admin.hget(stats, 'waiting')) ?? 0) < N) await new Promise((r) => setTimeout(r, 20));
+  while (runtimeCounts(await admin.hgetall(stats)).waiting < N) await new Promise((r) => setTimeout(r, 20));
 
   const latencies: number[] = [];
   for (const id of ids) {
@@ -67,7 +68,7 @@ async function measure(redisUrl: string, workerWhere: 'in-process' | 'child proc
     while ((at = await admin.get(continuedKey(prefix, id))) === null) await new Promise((r) => setImmediate(r));
     latencies.push(Number(at) - t0);
   }
-  while (Number((await admin.hget(stats, 'succeeded')) ?? 0) < N) await new Promise((r) => setTimeout(r, 20));
+  while (runtimeCounts(await admin.hgetall(stats)).succeeded < N) await new Promise((r) => setTimeout(r, 20));
   await stopWorker();
   await api.close();
   await admin.quit();

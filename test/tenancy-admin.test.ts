@@ -79,6 +79,18 @@ describe('GET …/runtimes/{runtimeId}/stats', () => {
     expect((await stats(acme, rt)).counts).toMatchObject({ retrying: 0, cancelled: 2 });
   });
 
+  it('keeps counts an earlier release wrote (one counter per status) right as runs move on', async () => {
+    const scope = 'initech';
+    const client = await h.client(url, scope);
+    const rt = `${h.runtime}-u`;
+    await h.startWorker({ env: { RUNTIME: rt } });
+    // As an earlier release left them: per status, what is in it now (terminal: ever).
+    await h.redis.hset(h.keys.scope(scope).stats(rt), { queued: 3, running: 2, succeeded: 7, failed: 1, 'wait:input': 1 });
+    const run = await client.submit('upgrade', 'hello', { runtime: rt });
+    await client.waitStatus(run.body.id, ['succeeded']);
+    expect((await stats(client, rt)).counts).toEqual({ ...zero, queued: 3, running: 2, succeeded: 8, failed: 1 });
+  });
+
   it('is admin only: a client key of the scope gets 403', async () => {
     const client = await h.client(url, 'acme', 'client');
     const r = await client.get(`/runtimes/${h.runtime}/stats`);

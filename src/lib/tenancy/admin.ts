@@ -2,6 +2,7 @@ import { redisNowMs, type Redis } from '../redis.ts';
 import type { Keys } from '../keys.ts';
 import type { DrainResult, ResumeResult, RuntimeStats } from '../contract/admin.ts';
 import type { Transitions } from '../engine/transitions.ts';
+import { runtimeCounts } from '../engine/runtime-counts.ts';
 import type { RuntimeInfo, WorkerRegistry } from './worker-registry.ts';
 
 /**
@@ -47,21 +48,21 @@ export class RuntimeAdmin {
       redisNowMs(this.redis),
       this.registry.liveWorkers(runtime),
     ]);
-    const n = (status: string) => Math.max(0, Number(counts[status] ?? 0));
+    const n = runtimeCounts(counts);
     return {
       scope,
       runtimeId: runtime,
       counts: {
-        scheduled: n('scheduled'),
-        queued: n('queued') + n('dispatched'),
-        running: n('running'),
-        retrying: n('retrying'),
-        waiting: n('waiting'),
-        blocked: n('blocked'),
-        succeeded: n('succeeded'),
-        failed: n('failed'),
-        cancelled: n('cancelled'),
-        expired: n('expired'),
+        scheduled: n.scheduled,
+        queued: n.queued + n.dispatched,
+        running: n.running,
+        retrying: n.retrying,
+        waiting: n.waiting,
+        blocked: n.blocked,
+        succeeded: n.succeeded,
+        failed: n.failed,
+        cancelled: n.cancelled,
+        expired: n.expired,
       },
       oldestQueuedAgeMs: oldest.length ? Math.max(0, now - Number(oldest[1])) : null,
       draining: draining === 1,

@@ -21,8 +21,11 @@ local function chargeRunTime(rk, untilMs)
   redis.call('HINCRBY', rk, 'runMs', math.max(0, untilMs - tonumber(at)))
 end
 
--- Moves a run to `to`, keeping the per-runtime status counters exact. Terminal counters are
--- cumulative (never decremented); the others count runs currently in that status.
+-- Moves a run to `to`, keeping the per-runtime status counts exact. `stats:<runtime>` counts
+-- moves, one field per kind of move: `<from>><to>` (a new run's is named by its status alone),
+-- so a move is one HINCRBY; a status's count is what moved in less what moved out, and a
+-- terminal one's what moved in (src/lib/engine/runtime-counts.ts). Fields named by a status
+-- alone also hold the counts kept before moves were counted, so those stay right.
 -- `known` (optional): fields the caller read already (`createdAt`; `claimedAt`, false when
 -- absent, with `runMs` for the time charge), and `fields`, more record fields for the same HSET.
 local function setStatus(runId, runtime, from, to, now, known)
@@ -51,8 +54,7 @@ local function setStatus(runId, runtime, from, to, now, known)
   local createdAt = known and known.createdAt or redis.call('HGET', rk, 'createdAt')
   redis.call('ZADD', BASE .. 'status:' .. to, createdAt, runId)
   local sk = runtimeKey('stats', runtime)
-  if from and not TERMINAL[from] then redis.call('HINCRBY', sk, from, -1) end
-  redis.call('HINCRBY', sk, to, 1)
+  redis.call('HINCRBY', sk, from and (from .. '>' .. to) or to, 1)
   -- NX: a run parked again (dispatched -> queued) keeps the time it started to wait; one that
   -- was waiting already (queued -> dispatched) is in the index.
   if WAITING[to] then
