@@ -26,8 +26,10 @@ setStatus(runId, r[2], 'scheduled', 'queued', now, { createdAt = r[6], fields = 
 if r[5] then setStartBy(runId, tonumber(r[5]), now) end
 local out = {}
 local sk = sessionKey(r[3])
-if redis.call('HGET', sk, 'active') then
+local active = redis.call('HGET', sk, 'active')
+if active then
   redis.call('RPUSH', sk .. ':queue', runId)
+  queuedBehind(active)
 else
   redis.call('HSET', sk, 'active', runId)
   admit(runId, 'queued', now, out)

@@ -139,17 +139,28 @@ local function fillSlots(now, out)
   end
 end
 
+-- A session's queue (`session:<id>:queue`) holds its runs behind the head. A run's `behind`
+-- says whether any was queued while it was the head: 0 from its submit, 1 once one is (runs
+-- written before it was kept have none, and count as 1), so the head's end looks at the
+-- queue only then. Marks the session's head (`headId`) as having runs behind it.
+local function queuedBehind(headId)
+  redis.call('HSET', runKey(headId), 'behind', 1)
+end
+
 -- The session's active run ended: the next queued run of the session becomes its head.
--- `head`: the caller knows the run is the head (it held the run's lease).
-local function advanceSession(sessionId, runId, now, out, head)
+-- `head`: the caller knows the run is the head (it held the run's lease). `behind`: the run's
+-- field as the caller read it.
+local function advanceSession(sessionId, runId, now, out, head, behind)
   local sk = sessionKey(sessionId)
   if not head and redis.call('HGET', sk, 'active') ~= runId then return end
   redis.call('HDEL', sk, 'active')
+  if behind == '0' then return end
   while true do
     local nextId = redis.call('LPOP', sk .. ':queue')
     if not nextId then return end
     if redis.call('HGET', runKey(nextId), 'status') == 'queued' then
       redis.call('HSET', sk, 'active', nextId)
+      if redis.call('LLEN', sk .. ':queue') > 0 then queuedBehind(nextId) end
       admit(nextId, 'queued', now, out)
       return
     end
@@ -256,7 +267,7 @@ end
 -- retention set. `fields` are extra run-record fields (result, lastError, ...). The record is
 -- read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
-  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited' }
+  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind' }
 -- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head
 -- and its claim took it out of `pending` (a sweeper's re-dispatch of a stalled holder's run
@@ -277,7 +288,7 @@ local function finishRun(runId, status, fields, endData, now, out, pre, held)
   addEvent(runId, 'end', endData)
   tailDone(runId)
   if HOLDS_SLOT[from] then releaseSlot() end
-  advanceSession(r[3], runId, now, out, held)
+  advanceSession(r[3], runId, now, out, held, r[17])
   fillSlots(now, out)
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)

@@ -52,7 +52,8 @@ end
 -- instead of two. (Not drained: checked above, in this same script.)
 local dispatchNow = head and activeCount() < O.maxActive
 -- waited 0: the run never parked on waits, so its finish need not look for any.
-local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0, 'waited', 0 }
+-- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
+local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0, 'waited', 0, 'behind', 0 }
 local artifacts = false
 for i = 2, #ARGV do
   fields[#fields + 1] = ARGV[i]
@@ -99,9 +100,12 @@ elseif head then
 elseif O.multitask == 'interrupt' then
   -- This run goes next; cancelling the active run then hands the session to it.
   redis.call('LPUSH', sk .. ':queue', runId)
-  cancelRun(redis.call('HGET', sk, 'active'), now, out)
+  local active = redis.call('HGET', sk, 'active')
+  queuedBehind(active)
+  cancelRun(active, now, out)
 else
   redis.call('RPUSH', sk .. ':queue', runId)
+  queuedBehind(redis.call('HGET', sk, 'active'))
 end
 flushPublished()
 -- The record comes back with the reply, so the API answers without reading it again.
