@@ -28,7 +28,7 @@ export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
-  | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout';
+  | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill';
 
 interface Library { name: string; functions: ReadonlyMap<string, string>; source: string }
 let library: Library | undefined;

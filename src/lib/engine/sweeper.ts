@@ -22,6 +22,13 @@ const TIMERS_PER_SWEEP = 500;
 const SOON_MS = 60_000;
 const MAX_SOON = 10_000;
 
+/**
+ * Every how many sweeps (and at the first) the scopes' parked runs are offered free slots
+ * (lua/fill.lua): about once a minute at the default interval. A run's end fills the slot it
+ * frees, so slots are left free only under a MAX_ACTIVE_PER_SCOPE raised since runs parked.
+ */
+const FILL_EVERY_SWEEPS = 60;
+
 /** States in which a BullMQ job still stands for the run. */
 const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 'waiting-children']);
 
@@ -44,6 +51,7 @@ export class Sweeper {
   private running: Promise<void> | undefined;
   private readonly soonTimers = new Map<string, NodeJS.Timeout>();
   private stopped = false;
+  private sweeps = 0;
   repaired = 0;
 
   constructor(
@@ -105,15 +113,30 @@ export class Sweeper {
   /** One full pass over every scope; returns how many runs it re-dispatched. */
   async sweep(): Promise<number> {
     const now = await redisNowMs(this.redis);
+    const fill = this.sweeps++ % FILL_EVERY_SWEEPS === 0;
     let count = 0;
     let cursor = '0';
     do {
       const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 200);
       cursor = next;
       for (const scope of scopes) count += await this.sweepScope(scope, now);
+      if (fill) await this.fillSlots(scopes);
     } while (cursor !== '0');
     this.repaired += count;
     return count;
+  }
+
+  /** Offers free slots to the parked runs of those of `scopes` that have any (one pipelined LLEN each). */
+  private async fillSlots(scopes: readonly string[]): Promise<void> {
+    if (scopes.length === 0) return;
+    const pipe = this.redis.pipeline();
+    for (const scope of scopes) pipe.llen(this.keys.scope(scope).ready);
+    const lengths = (await pipe.exec()) ?? [];
+    for (const [i, scope] of scopes.entries()) {
+      const [err, n] = lengths[i] ?? [];
+      if (err) throw err;
+      if (Number(n) > 0 && await this.transitions.fill(scope)) this.log.info({ scope }, 'parked runs given free slots');
+    }
   }
 
   private async sweepScope(scope: string, now: number): Promise<number> {

@@ -436,6 +436,12 @@ export class Transitions {
     return Number(reply[2]) === 1;
   }
 
+  /** Gives the scope's free slots to its parked session heads. Returns whether it dispatched any. */
+  async fill(scope: string): Promise<boolean> {
+    const reply = await this.call('fill', scope, this.slotKeys(this.keys.scope(scope)), {});
+    return this.dispatch(scope, reply[1]);
+  }
+
   /** A run's ttlMs passed: ends it `expired` unless it started. Returns the run when it expired now. */
   async expire(scope: string, runId: string): Promise<RunRecord | undefined> {
     const reply = await this.call('expire', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });

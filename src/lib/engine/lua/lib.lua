@@ -197,14 +197,17 @@ local function unpinArtifacts(rk, pinned)
   end
 end
 
+-- Returns whether every slot of the scope was taken before (see finishRun).
 local function releaseSlot()
-  if ACTIVE ~= nil and ACTIVE <= 0 then return end
+  if ACTIVE ~= nil and ACTIVE <= 0 then return false end
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', -1)
+  local full = ACTIVE + 1 >= O.maxActive
   -- Never below zero (the count was 0 when this script had not read it yet).
   if ACTIVE < 0 then
     redis.call('HSET', K.meta, 'active', 0)
     ACTIVE = 0
   end
+  return full
 end
 
 -- ---- waits (lua/wait.lua parks a run on them) ----
@@ -287,9 +290,13 @@ local function finishRun(runId, status, fields, endData, now, out, pre, held)
   if not held then redis.call('ZREM', K.pending, runId) end
   addEvent(runId, 'end', endData)
   tailDone(runId)
-  if HOLDS_SLOT[from] then releaseSlot() end
+  -- `ready` holds runs only while every slot of the scope is taken, since each call that frees
+  -- a slot fills it again: the end of a run that left the scope below its limit has nobody
+  -- to hand the slot to. (Runs parked before MAX_ACTIVE_PER_SCOPE was raised are the
+  -- sweeper's: lua/fill.lua.)
+  local wasFull = HOLDS_SLOT[from] and releaseSlot()
   advanceSession(r[3], runId, now, out, held, r[17])
-  fillSlots(now, out)
+  if wasFull then fillSlots(now, out) end
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)
