@@ -63,4 +63,27 @@ describe('the transitions library', () => {
     // And a beat with the library there renews as before.
     expect((await transitions.heartbeat([attempt]))[0].kind).toBe('renewed');
   });
+
+  it('a claim and a finish that need no clock for their checks take their time from their first event, not TIME', async () => {
+    const calls = async (command: string) => {
+      const m = new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await h.redis.info('commandstats'));
+      return m ? Number(m[1]) : 0;
+    };
+    const { run } = await submit('clock');
+    const before = await calls('time');
+    const claim = await transitions.claim({ scope: 'acme', runId: run.id }, 'w1', {});
+    if (claim.kind !== 'claimed') throw new Error(`not claimed: ${claim.kind}`);
+    await transitions.finish(new Attempt(claim.run, claim.fence, h.keys.scope('acme')), {
+      status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}',
+    });
+    expect(await calls('time')).toBe(before);
+    const sk = h.keys.scope('acme');
+    const ms = (type: string) => h.redis.xrange(sk.events(run.id), '-', '+').then((log) => {
+      const entry = log.find(([, fields]) => fields[1] === type);
+      return entry ? Number(entry[0].split('-')[0]) : undefined;
+    });
+    const record = await h.redis.hgetall(sk.run(run.id));
+    expect(Number(record.claimedAt)).toBe(await ms('attempt'));
+    expect(Number(record.finishedAt)).toBe(await ms('end'));
+  });
 });

@@ -22,7 +22,6 @@
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
          | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
 local runId, rk = O.runId, K.run
-local now = nowMs()
 -- The whole record, in one read: what the claim looks at and, with this call's writes
 -- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
 local flat = redis.call('HGETALL', rk)
@@ -42,12 +41,12 @@ if st == 'running' then
   -- to when it looks again; a heartbeat that comes after all removes the mark.
   if rec.leaseOwner ~= '' then
     lapsedAt = tonumber(rec.leaseLapsed or redis.call('ZSCORE', K.leases, runId) or '0')
-    if not rec.leaseLapsed and lapsedAt > now then return { -4, lapsedAt } end
+    if not rec.leaseLapsed and lapsedAt > nowMs() then return { -4, lapsedAt } end
   end
   recovered = 1
 elseif st == 'retrying' then
   local at = tonumber(rec.retryAt or '0')
-  if at > now then return { -4, at } end
+  if at > nowMs() then return { -4, at } end
 elseif st ~= 'dispatched' then
   return { -3, st }
 end
@@ -55,17 +54,17 @@ end
 local out = {}
 if rec.cancelRequested == '1' then
   finishRun(runId, 'cancelled', { 'result', CANCELLED_RESULT },
-    '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
+    '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', nowMs(), out)
   flushPublished()
   return { 1, cjson.encode(out), 'cancelled' }
 end
-if not rec.startedAt and rec.startBy and tonumber(rec.startBy) <= now then
-  expireRun(runId, now, out)
+if not rec.startedAt and rec.startBy and tonumber(rec.startBy) <= nowMs() then
+  expireRun(runId, nowMs(), out)
   flushPublished()
   return { 1, cjson.encode(out), 'expired' }
 end
-if rec.deadlineAt and tonumber(rec.deadlineAt) <= now then
-  timeOutRun(runId, now, out)
+if rec.deadlineAt and tonumber(rec.deadlineAt) <= nowMs() then
+  timeOutRun(runId, nowMs(), out)
   flushPublished()
   return { 1, cjson.encode(out), 'failed' }
 end
@@ -81,12 +80,13 @@ if recovered == 1 and rec.leaseOwner ~= '' then
       message = 'the workers running this run were lost ' .. lost .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
     local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
     finishRun(runId, 'failed', { 'result', result, 'lastError', lastError },
-      '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', now, out)
+      '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', nowMs(), out)
     flushPublished()
     return { 1, cjson.encode(out), 'failed' }
   end
 end
 if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
+  local now = nowMs()
   releaseSlot()
   setStatus(runId, runtime, st, 'queued', now)
   redis.call('ZREM', K.pending, runId)
@@ -97,17 +97,10 @@ if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 
   return { -6, cjson.encode(parked) }
 end
 
--- A holder that died held the run until its last heartbeat (its lease's start).
-local write = { 'claimedAt', now }
-local gone = {}
-if recovered == 1 then
-  -- The dead holder's claimedAt is replaced by this claim's, above.
-  local charged = chargedRunMs(rec.claimedAt, rec.runMs, lapsedAt - O.leaseMs)
-  if charged then write[#write + 1] = 'runMs'; write[#write + 1] = charged end
-end
 local fence = tonumber(rec.fence or '0') + 1
 local attempt = tonumber(rec.attempt or '0')
 local maxAttempts = tonumber(rec.maxAttempts or '1')
+local write, gone = {}, {}
 -- Only the workers know their agents, so an agent's default attempts land at the first claim.
 if attempt == 0 and rec.maxAttemptsSet ~= '1' and O.agentDefaults then
   local agentDefault = O.agentDefaults[rec.agent]
@@ -119,6 +112,25 @@ end
 -- A run that was blocked and then resolved continues its interrupted attempt (the crash
 -- that blocked it was no attempt of its own, like a recovery).
 local resumed = st == 'dispatched' and rec.resumed == '1'
+-- The attempt's first event goes first: a claim whose checks above needed no clock takes
+-- its time from the event's id (nowMs in core.lua).
+-- Clients restart the answer text at every `attempt` event: a new holder replays it.
+if recovered == 1 then
+  addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
+elseif resumed then
+  addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, resumed = true }))
+else
+  attempt = attempt + 1
+  addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
+end
+local now = nowMs()
+write[#write + 1] = 'claimedAt'; write[#write + 1] = now
+if recovered == 1 then
+  -- A holder that died held the run until its last heartbeat (its lease's start); its
+  -- claimedAt is replaced by this claim's.
+  local charged = chargedRunMs(rec.claimedAt, rec.runMs, lapsedAt - O.leaseMs)
+  if charged then write[#write + 1] = 'runMs'; write[#write + 1] = charged end
+end
 if resumed then gone[#gone + 1] = 'resumed' end
 local deadline = tonumber(rec.deadlineAt or '0')
 if rec.timeoutMs and deadline == 0 then
@@ -134,28 +146,23 @@ if rec.leaseLapsed then gone[#gone + 1] = 'leaseLapsed' end
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
 redis.call('ZREM', K.pending, runId)
 local known = { createdAt = rec.createdAt, fields = write }
--- The attempt's first events go before the record write, which carries the log's new tail.
+-- The record write carries the log's new tail, so the attempt's events go before it.
 local written
 if recovered == 1 then
   local n = redis.call('HINCRBY', rk, 'recoveries', 1)
   rec.recoveries = n
-  -- Clients restart the answer text at every `attempt` event: the new holder replays it.
-  addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
   statusEvent(runId, { status = 'recovered', attempt = attempt, maxAttempts = maxAttempts, recoveries = n })
   tailInto(runId, write)
   redis.call('HSET', rk, unpack(write))
   written = write
 elseif resumed then
-  addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, resumed = true }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
   tailInto(runId, write)
   written = setStatus(runId, runtime, st, 'running', now, known)
 else
-  attempt = attempt + 1
   write[#write + 1] = 'attempt'; write[#write + 1] = attempt
   if rec.retryAt then gone[#gone + 1] = 'retryAt' end
   if not rec.startedAt then write[#write + 1] = 'startedAt'; write[#write + 1] = now end
-  addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
   tailInto(runId, write)
   written = setStatus(runId, runtime, st, 'running', now, known)

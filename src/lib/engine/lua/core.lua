@@ -37,7 +37,8 @@
 -- outlive a call. KEYS and ARGV are the call's keys and arguments, as a script has them;
 -- O the options, K the keys by name, BASE the scope's key prefix; `published` collects the
 -- call's events (flushPublished below); ACTIVE is the scope's slot count once read (lib.lua).
-local KEYS, ARGV, O, K, BASE, published, ACTIVE
+-- NOW the call's time once known (nowMs below).
+local KEYS, ARGV, O, K, BASE, published, ACTIVE, NOW
 local function begin(keys, args)
   KEYS, ARGV = keys, args
   O = cjson.decode(args[1])
@@ -46,6 +47,7 @@ local function begin(keys, args)
   BASE = O.base
   published = {}
   ACTIVE = nil
+  NOW = nil
 end
 
 local TERMINAL = { succeeded = true, failed = true, cancelled = true, expired = true }
@@ -54,9 +56,16 @@ local HOLDS_SLOT = { dispatched = true, running = true, retrying = true }
 -- so stats can tell the oldest one's age and a drain can cancel them without a scan.
 local WAITING = { queued = true, dispatched = true }
 
+-- The call's time, epoch ms, the same for the whole call. Redis's clock: TIME, unless the
+-- call logged an event before it asked. An event's id is `<ms>-<seq>`, stamped by the same
+-- clock (or, should the log's last entry be later, that entry's ms), so the first event's
+-- id gives the time without the TIME command (addEvent sets NOW).
 local function nowMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW
 end
 
 local function runKey(runId) return BASE .. 'run:' .. runId end
@@ -89,6 +98,7 @@ local function addEvent(runId, etype, data)
   end
   local id = redis.call('XADD', sk, 'MAXLEN', '~', O.maxLen, '*', 'type', etype, 'data', data)
   batch.events[#batch.events + 1] = { id, etype, data }
+  if not NOW then NOW = tonumber(string.match(id, '^%d+')) end
   return id
 end
 

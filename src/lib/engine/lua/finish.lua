@@ -10,7 +10,6 @@
 local runId, rk = O.runId, K.run
 local ok, pre = fenced(rk, O.fence, unpack(FINISH_READ))
 if not ok then return { -2 } end
-local now = nowMs()
 local fields = { 'result', O.result }
 if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
 knownTail(runId, pre[15])
@@ -22,6 +21,7 @@ local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
-finishRun(runId, O.status, fields, endData, now, out, pre, true)
+-- Its time is that of its first event (nowMs in core.lua): no TIME.
+finishRun(runId, O.status, fields, endData, nil, out, pre, true)
 flushPublished()
 return { 0, cjson.encode(out) }

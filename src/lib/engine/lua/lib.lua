@@ -275,10 +275,14 @@ local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt'
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head
 -- and its claim took it out of `pending` (a sweeper's re-dispatch of a stalled holder's run
 -- may have put it back: the sweeper drops that entry once it sees the run ended).
+-- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
 local function finishRun(runId, status, fields, endData, now, out, pre, held)
   local rk = runKey(runId)
   local r = pre or redis.call('HMGET', rk, unpack(FINISH_READ))
   knownTail(runId, r[15])
+  addEvent(runId, 'end', endData)
+  tailDone(runId)
+  now = now or nowMs()
   local from = r[1]
   local write = { 'finishedAt', now, 'leaseOwner', '' }
   for _, v in ipairs(fields) do write[#write + 1] = v end
@@ -288,8 +292,6 @@ local function finishRun(runId, status, fields, endData, now, out, pre, held)
   if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
   redis.call('ZREM', K.leases, runId)
   if not held then redis.call('ZREM', K.pending, runId) end
-  addEvent(runId, 'end', endData)
-  tailDone(runId)
   -- `ready` holds runs only while every slot of the scope is taken, since each call that frees
   -- a slot fills it again: the end of a run that left the scope below its limit has nobody
   -- to hand the slot to. (Runs parked before MAX_ACTIVE_PER_SCOPE was raised are the
