@@ -118,15 +118,19 @@ describe('drain', () => {
     const drained = await acme.post(`/runtimes/${rt}/drain`, {});
     expect(drained.status).toBe(200);
     expect(drained.body).toEqual({ scope: 'acme', runtimeId: rt, draining: true, cancelled: 0 });
+    // The dispatched run is parked by the drain itself, its slot given back, before any
+    // worker could claim its job.
+    const held = h.keys.scope('acme').held(rt);
+    expect(await h.redis.lrange(held, 0, -1)).toEqual([waiting.body.id]);
+    expect(await h.redis.hget(h.keys.scope('acme').run(waiting.body.id), 'status')).toBe('queued');
+    expect(await h.redis.zscore(h.keys.scope('acme').pending, waiting.body.id)).toBeNull();
     const refused = await submit('d3', 'too late');
     expect(refused.status).toBe(409);
     expect(refused.body.error.code).toBe('DRAINING');
 
     openGate('drain-gate');
     expect((await acme.waitStatus(running.body.id, ['succeeded'])).result.answer).toBe('passed drain-gate');
-    // Both waiting runs end up parked: the session's next one when the session moved on,
-    // the dispatched one when the worker claimed its job.
-    const held = h.keys.scope('acme').held(rt);
+    // The session's next one is parked too once the session moved on.
     await waitFor(async () => (await h.redis.llen(held)) === 2, 15_000, 'both runs parked by the drain');
     for (const r of [behind, waiting]) expect((await acme.get(`/runs/${r.body.id}`)).body.status).toBe('queued');
     const s = await stats(acme, rt);

@@ -104,8 +104,7 @@ export class RunExecutor {
       // Held by a live lease (a duplicate delivery) or a retry not yet due: look again then.
       case 'later':
         return { kind: 'later', at: claim.until };
-      // Parked by a drain, or unknown, finished, queued, blocked: this delivery has nothing to do.
-      case 'parked':
+      // Unknown, finished, queued (parked by a drain, say) or blocked: this delivery has nothing to do.
       case 'nothing':
         return { kind: 'done' };
     }

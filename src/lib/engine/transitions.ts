@@ -59,9 +59,7 @@ export type ClaimReply =
   | { kind: 'ended'; status: 'cancelled' | 'expired' | 'failed' }
   /** A live lease holds the run, or its retry is not due: deliver again at `until`. */
   | { kind: 'later'; until: number }
-  /** Its runtime is drained for its scope: the run is parked until resumed. */
-  | { kind: 'parked' }
-  /** Unknown, finished, queued or blocked: this delivery has nothing to do. */
+  /** Unknown, finished, queued (a drain parks dispatched runs) or blocked: this delivery has nothing to do. */
   | { kind: 'nothing' };
 
 export type CancelReply = { outcome: 'already-finished' | 'cancelled' | 'requested'; run: RunRecord | undefined };
@@ -201,7 +199,7 @@ export class Transitions {
     const sk = this.keys.scope(scope);
     const reply = await this.call('drain', scope, {
       drain: sk.drain(runtime), waiting: sk.waiting(runtime), held: sk.held(runtime), ...this.slotKeys(sk),
-    }, o);
+    }, { runtime, ...o });
     // Cancelling a session head hands its scope slot on, possibly to another runtime's run.
     await this.dispatch(scope, reply[2]);
     return { cancelled: Number(reply[0]), left: Number(reply[1]) };
@@ -249,10 +247,6 @@ export class Transitions {
         return { kind: 'ended', status: String(reply[2]) as 'cancelled' | 'expired' | 'failed' };
       case ScriptCode.LeaseHeld:
         return { kind: 'later', until: Number(reply[1]) };
-      case ScriptCode.Draining:
-        // The slot it gave up may have gone to another run.
-        await this.dispatch(job.scope, reply[1]);
-        return { kind: 'parked' };
       default:
         return { kind: 'nothing' };
     }

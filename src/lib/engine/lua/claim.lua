@@ -19,8 +19,7 @@
          | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
                                       while no worker held it), expired, or failed (TIMEOUT, or
                                       RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
-         | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then)
-         | {-6, dispatches JSON} DRAINING (run parked until the runtime resumes; its slot handed on) ]]
+         | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then) ]]
 local runId, rk = O.runId, K.run
 -- The whole record, in one read: what the claim looks at and, with this call's writes
 -- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
@@ -85,17 +84,8 @@ if recovered == 1 and rec.leaseOwner ~= '' then
     return { 1, cjson.encode(out), 'failed' }
   end
 end
-if st == 'dispatched' and redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
-  local now = nowMs()
-  releaseSlot()
-  setStatus(runId, runtime, st, 'queued', now)
-  redis.call('ZREM', K.pending, runId)
-  redis.call('RPUSH', runtimeKey('held', runtime), runId)
-  -- The freed slot goes to the next waiting session head at once, not at the next finish.
-  local parked = {}
-  fillSlots(now, parked)
-  return { -6, cjson.encode(parked) }
-end
+-- A dispatched run is not drained: the drain parks its runtime's dispatched runs when it
+-- starts, and admission parks the rest while it lasts (lua/drain.lua).
 
 local fence = tonumber(rec.fence or '0') + 1
 local attempt = tonumber(rec.attempt or '0')

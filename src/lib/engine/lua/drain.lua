@@ -1,15 +1,30 @@
 --[[ Drain a runtime for one scope: from now on the scope's runs of that runtime are not
-  started there (submit answers DRAINING, admission parks session heads in held:<runtime>,
-  a claim parks a dispatched run). Running and retrying runs go on and finish.
+  started there (submit answers DRAINING, admission parks session heads in held:<runtime>).
+  The call that raises the flag also parks the runtime's dispatched runs (they hold a scope
+  slot and have a job, whose claim would start them): queued again, in held:<runtime>, their
+  slots handed on. They are among the scope's slot holders in `pending`, so that call reads
+  about MAX_ACTIVE_PER_SCOPE entries. Running and retrying runs go on and finish.
   With cancelQueued, also cancels up to `batch` of the scope's waiting runs (queued or
   dispatched) of that runtime per call; the caller repeats until none remain. The set only
   shrinks while the flag is up, because a draining runtime accepts no submit.
   KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, pending, leases, timers
-  O     cancelQueued (bool), batch
+  O     runtime, cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
 local now = nowMs()
-redis.call('SET', K.drain, now, 'NX')
 local out = {}
+if redis.call('SET', K.drain, now, 'NX') then
+  for _, runId in ipairs(redis.call('ZRANGE', K.pending, 0, -1)) do
+    local r = redis.call('HMGET', runKey(runId), 'status', 'runtime', 'createdAt')
+    if r[1] == 'dispatched' and r[2] == O.runtime then
+      releaseSlot()
+      setStatus(runId, r[2], 'dispatched', 'queued', now, { createdAt = r[3] })
+      redis.call('ZREM', K.pending, runId)
+      redis.call('RPUSH', K.held, runId)
+    end
+  end
+  -- The freed slots go to other runtimes' waiting session heads at once.
+  fillSlots(now, out)
+end
 local cancelled = 0
 if O.cancelQueued then
   for _, runId in ipairs(redis.call('ZRANGE', K.waiting, 0, O.batch - 1)) do
