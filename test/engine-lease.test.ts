@@ -176,7 +176,7 @@ describe('leases within one process', () => {
     const submit = async (name: string) => (await acme.submit(name, 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     const lapse = async (a: Attempt) => {
       await h.redis.zadd(a.keys.leases, 1, a.runId);
-      expect(await t.repairLease('acme', a.runId)).toBe(true);
+      expect(await t.repair('acme', a.runId)).toBe(true);
       // The index now says when the sweeper looks again (the future); the record keeps the lapse.
       expect(Number(await h.redis.zscore(a.keys.leases, a.runId))).toBeGreaterThan(Date.now());
       expect(await h.redis.hget(a.runKey, 'leaseLapsed')).toBe('1');

@@ -123,7 +123,7 @@ describe('drain', () => {
     const held = h.keys.scope('acme').held(rt);
     expect(await h.redis.lrange(held, 0, -1)).toEqual([waiting.body.id]);
     expect(await h.redis.hget(h.keys.scope('acme').run(waiting.body.id), 'status')).toBe('queued');
-    expect(await h.redis.zscore(h.keys.scope('acme').pending, waiting.body.id)).toBeNull();
+    expect(await h.redis.zscore(h.keys.scope('acme').leases, waiting.body.id)).toBeNull();
     const refused = await submit('d3', 'too late');
     expect(refused.status).toBe(409);
     expect(refused.body.error.code).toBe('DRAINING');

@@ -49,10 +49,16 @@ export interface ScopeKeys {
   meta: string;
   /** Session heads waiting for a scope slot (fair share), FIFO. */
   ready: string;
-  /** Runs handed to BullMQ: score = when a job must exist by (outbox for the sweeper). */
-  pending: string;
-  /** Running runs: score = lease deadline. */
+  /**
+   * Runs handed out, the sweeper's outbox: a dispatched or retrying run by when its BullMQ job
+   * must exist, a running run by its lease's deadline.
+   */
   leases: string;
+  /**
+   * Where earlier versions kept dispatched runs apart from `leases`: the sweeper moves what it
+   * holds into `leases` (its first sweep), and nothing else reads or writes it.
+   */
+  legacyPending: string;
   /**
    * Deadlines the sweeper enforces (zset, score = when): `wait:<runId>` the run's earliest wait
    * timeout or sleep end, `due:<runId>` a scheduled run's start, `ttl:<runId>` a run's latest
@@ -155,7 +161,7 @@ export function createKeys(prefix: string): Keys {
         runsByStatus: (status) => `${base}status:${checked('status', status)}`,
         meta: `${base}meta`,
         ready: `${base}ready`,
-        pending: `${base}pending`,
+        legacyPending: `${base}pending`,
         leases: `${base}leases`,
         timers: `${base}timers`,
         waitToken: (h) => `${base}wait-token:${checkedHash(h)}`,

@@ -113,17 +113,41 @@ export class Sweeper {
   /** One full pass over every scope; returns how many runs it re-dispatched. */
   async sweep(): Promise<number> {
     const now = await redisNowMs(this.redis);
-    const fill = this.sweeps++ % FILL_EVERY_SWEEPS === 0;
+    const first = this.sweeps === 0;
+    const fill = this.sweeps % FILL_EVERY_SWEEPS === 0;
+    this.sweeps++;
     let count = 0;
     let cursor = '0';
     do {
       const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 200);
       cursor = next;
+      if (first) await this.adoptLegacyPending(scopes);
       for (const scope of scopes) count += await this.sweepScope(scope, now);
       if (fill) await this.fillSlots(scopes);
     } while (cursor !== '0');
     this.repaired += count;
     return count;
+  }
+
+  /**
+   * Moves the runs earlier versions kept in `pending` (handed to BullMQ, by when a job must
+   * exist) into `leases`, where this version keeps them, so none loses its repair. Each scope
+   * in one MULTI (a later deadline wins where a run is in both); a scope without the key costs
+   * one pipelined EXISTS.
+   */
+  private async adoptLegacyPending(scopes: readonly string[]): Promise<void> {
+    if (scopes.length === 0) return;
+    const pipe = this.redis.pipeline();
+    for (const scope of scopes) pipe.exists(this.keys.scope(scope).legacyPending);
+    const found = (await pipe.exec()) ?? [];
+    for (const [i, scope] of scopes.entries()) {
+      const [err, n] = found[i] ?? [];
+      if (err) throw err;
+      if (Number(n) === 0) continue;
+      const sk = this.keys.scope(scope);
+      await this.redis.multi().zunionstore(sk.leases, 2, sk.leases, sk.legacyPending, 'AGGREGATE', 'MAX').del(sk.legacyPending).exec();
+      this.log.info({ scope }, 'moved runs handed to BullMQ by an earlier version into leases');
+    }
   }
 
   /** Offers free slots to the parked runs of those of `scopes` that have any (one pipelined LLEN each). */
@@ -142,20 +166,20 @@ export class Sweeper {
   private async sweepScope(scope: string, now: number): Promise<number> {
     const sk = this.keys.scope(scope);
     let count = 0;
-    const expired = await this.redis.zrangebyscore(sk.leases, '-inf', now, 'LIMIT', 0, 500);
-    for (const runId of expired) {
-      if (await this.transitions.repairLease(scope, runId)) count += this.repaired1(scope, runId, 'lease expired');
-    }
-    const due = await this.redis.zrangebyscore(sk.pending, '-inf', now, 'LIMIT', 0, 500);
-    for (const runId of due) {
-      const meta = await this.redis.hmget(sk.run(runId), 'dispatch', 'runtime');
-      if (!meta[0] || !meta[1]) {
-        await this.redis.zrem(sk.pending, runId);
+    for (const runId of await this.redis.zrangebyscore(sk.leases, '-inf', now, 'LIMIT', 0, 500)) {
+      const [status, dispatch, runtime] = await this.redis.hmget(sk.run(runId), 'status', 'dispatch', 'runtime');
+      if (status === null) {
+        // Past its retention: nothing can bring the run back.
+        await this.redis.zrem(sk.leases, runId);
         continue;
       }
-      const state = await this.dispatcher.queue(meta[1]).getJobState(jobId(runId, Number(meta[0])));
-      if (await this.transitions.repairPending(scope, runId, Number(meta[0]), LIVE_JOB_STATES.has(state))) {
-        count += this.repaired1(scope, runId, 'dispatch lost');
+      let job: { dispatch: number; alive: boolean } | undefined;
+      if ((status === 'dispatched' || status === 'retrying') && dispatch && runtime) {
+        const state = await this.dispatcher.queue(runtime).getJobState(jobId(runId, Number(dispatch)));
+        job = { dispatch: Number(dispatch), alive: LIVE_JOB_STATES.has(state) };
+      }
+      if (await this.transitions.repair(scope, runId, job)) {
+        count += this.repaired1(scope, runId, status === 'running' ? 'lease expired' : 'dispatch lost');
       }
     }
     // One range read per scope: a scope with no deadline due costs nothing more.

@@ -452,21 +452,16 @@ export class Transitions {
     return parseRunRecord(reply[2] as string[]);
   }
 
-  /** A lease passed its deadline: dispatch a job whose claim takes it over. Returns whether it did. */
-  async repairLease(scope: string, runId: string): Promise<boolean> {
-    const sk = this.keys.scope(scope);
-    const reply = await this.call('repair', scope, { run: sk.run(runId), pending: sk.pending, leases: sk.leases }, { runId, mode: 'lease' });
-    return this.dispatch(scope, reply[1]);
-  }
-
   /**
-   * A dispatched run's deadline for having a job passed: re-dispatch it unless the job for
-   * dispatch number `dispatch` is alive (then only the deadline moves). Returns whether it did.
+   * A run's score in the scope's `leases` passed: a running run whose lease ran out gets a job
+   * whose claim takes it over; a dispatched or retrying one is dispatched again unless `job`
+   * (its dispatch number's job, as the sweeper found it) is alive, and then only its deadline
+   * moves. Returns whether it dispatched a job.
    */
-  async repairPending(scope: string, runId: string, dispatch: number, jobAlive: boolean): Promise<boolean> {
+  async repair(scope: string, runId: string, job?: { dispatch: number; alive: boolean }): Promise<boolean> {
     const sk = this.keys.scope(scope);
-    const reply = await this.call('repair', scope, { run: sk.run(runId), pending: sk.pending, leases: sk.leases }, {
-      runId, mode: 'pending', dispatch, jobAlive,
+    const reply = await this.call('repair', scope, { run: sk.run(runId), leases: sk.leases }, {
+      runId, ...(job ? { dispatch: job.dispatch, jobAlive: job.alive } : {}),
     });
     return this.dispatch(scope, reply[1]);
   }
@@ -476,7 +471,7 @@ export class Transitions {
   /** The keys of a run and of its scope's slot bookkeeping, which most transitions touch. */
   private slotKeys(sk: ScopeKeys, runId?: string): NamedKeys {
     return {
-      run: runId === undefined ? undefined : sk.run(runId), meta: sk.meta, ready: sk.ready, pending: sk.pending, leases: sk.leases,
+      run: runId === undefined ? undefined : sk.run(runId), meta: sk.meta, ready: sk.ready, leases: sk.leases,
       timers: sk.timers,
     };
   }
@@ -487,7 +482,7 @@ export class Transitions {
   }
 
   private leaseKeys(a: Attempt): NamedKeys {
-    return { run: a.runKey, pending: a.keys.pending, leases: a.keys.leases };
+    return { run: a.runKey, leases: a.keys.leases };
   }
 
   private async call(

@@ -2,7 +2,7 @@
   recorded a result, so running it again could repeat a side effect. The run keeps its
   session (later turns wait) but gives up its scope slot until an operator resolves it. Like
   a wait, a block does not count against a timeoutMs budget.
-  KEYS  run, meta, ready, pending, leases, timers
+  KEYS  run, meta, ready, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
 local runId, rk = O.runId, K.run

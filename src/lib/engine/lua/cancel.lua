@@ -1,5 +1,5 @@
 --[[ Cancel a run (see cancelRun in lib.lua).
-  KEYS  run, meta, ready, pending, leases, timers
+  KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {code, dispatches JSON, record (flat)}: code 0 already finished, 1 cancelled,
   2 cancel requested (the record as this script left it); {-1} NOT_FOUND ]]

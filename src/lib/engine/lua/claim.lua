@@ -4,7 +4,7 @@
   late; a run whose timeoutMs budget is used up (a takeover or a retry after the deadline)
   fails with TIMEOUT. A run given timeoutMs gets its deadline at its first start, or what
   was left of its budget when it resumes after a wait.
-  KEYS  run, meta, ready, pending, leases, timers
+  KEYS  run, meta, ready, leases, timers
   O     runId, workerId, leaseMs
         maxRecoveries  takeovers allowed after the holder's lease ran out (not counting
                        shutdown hand-overs); the next one fails the run with RECOVERY_LIMIT
@@ -133,8 +133,8 @@ if not rec.startedAt and rec.startBy then redis.call('ZREM', K.timers, 'ttl:' ..
 write[#write + 1] = 'fence'; write[#write + 1] = fence
 write[#write + 1] = 'leaseOwner'; write[#write + 1] = O.workerId
 if rec.leaseLapsed then gone[#gone + 1] = 'leaseLapsed' end
+-- The run's entry in `leases` (its job's deadline until now) becomes its lease's deadline.
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
-redis.call('ZREM', K.pending, runId)
 local known = { createdAt = rec.createdAt, fields = write }
 -- The record write carries the log's new tail, so the attempt's events go before it.
 local written

@@ -17,7 +17,7 @@
     ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
 
   Keys: everything a script touches lives in the scope's Cluster slot. The scope's own keys
-  (meta, ready, pending, leases, ...) and the keys of the run a call is about arrive in KEYS.
+  (meta, ready, leases, ...) and the keys of the run a call is about arrive in KEYS.
   Derived here, because only a record read inside the script says which: the keys of other
   runs a transition moves (the next head of a session, parked runs handed a free slot),
   the per-runtime keys of a run's runtime (stats:<rt>, waiting:<rt>, drain:<rt>, held:<rt>)

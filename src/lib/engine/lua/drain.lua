@@ -2,23 +2,23 @@
   started there (submit answers DRAINING, admission parks session heads in held:<runtime>).
   The call that raises the flag also parks the runtime's dispatched runs (they hold a scope
   slot and have a job, whose claim would start them): queued again, in held:<runtime>, their
-  slots handed on. They are among the scope's slot holders in `pending`, so that call reads
+  slots handed on. They are among the scope's slot holders in `leases`, so that call reads
   about MAX_ACTIVE_PER_SCOPE entries. Running and retrying runs go on and finish.
   With cancelQueued, also cancels up to `batch` of the scope's waiting runs (queued or
   dispatched) of that runtime per call; the caller repeats until none remain. The set only
   shrinks while the flag is up, because a draining runtime accepts no submit.
-  KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, pending, leases, timers
+  KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, leases, timers
   O     runtime, cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
 local now = nowMs()
 local out = {}
 if redis.call('SET', K.drain, now, 'NX') then
-  for _, runId in ipairs(redis.call('ZRANGE', K.pending, 0, -1)) do
+  for _, runId in ipairs(redis.call('ZRANGE', K.leases, 0, -1)) do
     local r = redis.call('HMGET', runKey(runId), 'status', 'runtime', 'createdAt')
     if r[1] == 'dispatched' and r[2] == O.runtime then
       releaseSlot()
       setStatus(runId, r[2], 'dispatched', 'queued', now, { createdAt = r[3] })
-      redis.call('ZREM', K.pending, runId)
+      redis.call('ZREM', K.leases, runId)
       redis.call('RPUSH', K.held, runId)
     end
   end

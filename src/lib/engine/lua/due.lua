@@ -2,7 +2,7 @@
   like a run submitted now (head when the session is free, admitted for a scope slot), and
   its ttlMs starts counting. Safe from every process at once, and early (then it only moves
   the deadline entry).
-  KEYS  run, meta, ready, pending, leases, timers
+  KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {0, dispatches JSON, 1 if it was queued now} ]]
 local runId, rk = O.runId, K.run

@@ -1,7 +1,7 @@
 --[[ A run's ttlMs passed: if it has not started, it ends `expired` (lastError EXPIRED) and
   leaves its session's FIFO (handing the session on when it was the head). A run that
   started is left alone. Safe from every process at once, and early.
-  KEYS  run, meta, ready, pending, leases, timers
+  KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it expired now | {0} ]]
 local runId, rk = O.runId, K.run

@@ -2,7 +2,7 @@
   frees a slot fills it in the same call, so this is for runs parked under a lower
   MAX_ACTIVE_PER_SCOPE than the caller's: the sweeper calls it for a scope whose `ready`
   holds runs. Safe from every process at once.
-  KEYS  meta, ready, pending, leases, timers
+  KEYS  meta, ready, leases, timers
   Returns: {0, dispatches JSON} ]]
 local out = {}
 fillSlots(nowMs(), out)

@@ -1,7 +1,7 @@
 --[[ Finish a run: terminal status and result, the turn committed to the session history
   (user message + answer together, exactly once: this script runs once per run because it
   requires the current fence of a running run), `end` event, session and slot handed on.
-  KEYS  run, meta, ready, pending, leases, timers, messages (the run's session history)
+  KEYS  run, meta, ready, leases, timers, messages (the run's session history)
   O     runId, fence, status (succeeded | failed | cancelled), result (JSON text),
         lastError (JSON text, absent = none), turn ([user JSON, assistant JSON], absent = commit nothing),
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)

@@ -79,11 +79,13 @@ local function statusEvent(runId, fields)
 end
 
 -- Hands a run to BullMQ through the outbox: bumps the dispatch number (the job id is
--- `<runId>-<dispatch>`) and records when a job must exist by; the caller adds the job.
+-- `<runId>-<dispatch>`) and records when a job must exist by, as the run's score in `leases`
+-- (the index of runs handed out: to BullMQ until a claim, to a worker after); the caller
+-- adds the job.
 -- `n` (optional): the dispatch number, when the caller wrote it already.
 local function enqueueJob(runId, runtime, now, delay, out, n)
   n = n or redis.call('HINCRBY', runKey(runId), 'dispatch', 1)
-  redis.call('ZADD', K.pending, now + delay + O.graceMs, runId)
+  redis.call('ZADD', K.leases, now + delay + O.graceMs, runId)
   out[#out + 1] = { runId, runtime, n, delay }
 end
 
@@ -272,9 +274,7 @@ end
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind' }
 -- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
--- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head
--- and its claim took it out of `pending` (a sweeper's re-dispatch of a stalled holder's run
--- may have put it back: the sweeper drops that entry once it sees the run ended).
+-- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
 -- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
 local function finishRun(runId, status, fields, endData, now, out, pre, held)
   local rk = runKey(runId)
@@ -291,7 +291,6 @@ local function finishRun(runId, status, fields, endData, now, out, pre, held)
   for i = 8, 10 do if r[i] then gone[#gone + 1] = FINISH_READ[i] end end
   if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
   redis.call('ZREM', K.leases, runId)
-  if not held then redis.call('ZREM', K.pending, runId) end
   -- `ready` holds runs only while every slot of the scope is taken, since each call that frees
   -- a slot fills it again: the end of a run that left the scope below its limit has nobody
   -- to hand the slot to. (Runs parked before MAX_ACTIVE_PER_SCOPE was raised are the

@@ -1,16 +1,16 @@
 --[[ Hand a run over at shutdown: the lease ends now (not at its deadline) and a job is
   dispatched, so another worker takes the run over at once (as a recovery, fence + 1).
-  KEYS  run, pending, leases
+  KEYS  run, leases
   O     runId, fence
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
 local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { -2 } end
 local now = nowMs()
 chargeRunTime(rk, now)
--- No owner: the next claim takes the run over at once (the lease's score is only when the
--- sweeper looks again, should no claim come).
+-- No owner: the next claim takes the run over at once (the run's score in `leases`, which
+-- enqueueJob moves to the job's deadline, is only when the sweeper looks again, should no
+-- claim come).
 redis.call('HSET', rk, 'leaseOwner', '')
-redis.call('ZADD', K.leases, now + O.graceMs, runId)
 local out = {}
 enqueueJob(runId, redis.call('HGET', rk, 'runtime'), now, 0, out)
 return { 0, cjson.encode(out) }

@@ -1,39 +1,38 @@
---[[ Sweeper repair of one run, safe to run from every process at once.
-  mode 'pending': the run was handed to BullMQ (score passed) and the sweeper found no live
-    job for dispatch number O.dispatch: dispatch it again. With O.jobAlive the job exists:
-    only push the deadline forward.
-  mode 'lease': the run's lease deadline passed: dispatch a job so a worker takes it over.
-  Stale index entries (the run moved on) are removed.
-  KEYS  run, pending, leases
-  O     runId, mode (pending | lease), dispatch (the number seen, mode pending), jobAlive (bool)
+--[[ Sweeper repair of one run whose score in `leases` passed, safe to run from every process
+  at once: each re-checks the run and its score here, and a repair moves the score on, so of
+  the processes that read the index together one repairs.
+  running: its lease ran out: a job is dispatched, whose claim takes the run over.
+  dispatched or retrying: it was handed to BullMQ and must have a job by now. The sweeper
+    looked up the job of dispatch number O.dispatch: alive (O.jobAlive), only the deadline
+    moves on; missing, the run is dispatched again. Without O.dispatch (the sweeper saw the
+    run in another state) nothing is done: the next sweep looks again.
+  any other status: the entry is stale, and goes.
+  KEYS  run, leases
+  O     runId, dispatch (the number the sweeper looked up), jobAlive (bool)
   Returns: {0, dispatches JSON} ]]
 local runId, rk = O.runId, K.run
 local now = nowMs()
 local r = redis.call('HMGET', rk, 'status', 'dispatch', 'leaseLapsed', 'retryAt', 'runtime')
 local st = r[1]
 local out = {}
-if O.mode == 'lease' then
-  if st ~= 'running' then redis.call('ZREM', K.leases, runId); return { 0, '[]' } end
-  if not r[3] then
-    -- A heartbeat may have renewed it since the sweeper read the index.
-    local deadline = tonumber(redis.call('ZSCORE', K.leases, runId) or '0')
-    if deadline > now then return { 0, '[]' } end
-    -- The score moves on to when to look again, so the lapsed deadline is kept in the
-    -- record: the claim takes the run over by it (a heartbeat that still comes removes it).
-    redis.call('HSET', rk, 'leaseLapsed', deadline)
-  end
-  -- Look again after the grace period; the new job's claim will take the lease over.
-  redis.call('ZADD', K.leases, now + O.graceMs, runId)
+if st ~= 'running' and st ~= 'dispatched' and st ~= 'retrying' then
+  redis.call('ZREM', K.leases, runId)
+  return { 0, '[]' }
+end
+-- Not due any more: a heartbeat or a claim moved it, or another process repaired it since
+-- the sweeper read the index (a repair moves the score on to when to look again).
+local deadline = tonumber(redis.call('ZSCORE', K.leases, runId) or '0')
+if deadline > now then return { 0, '[]' } end
+if st == 'running' then
+  -- The score moves on (enqueueJob), so a lapsed deadline is kept in the record: the claim
+  -- takes the run over by it (a heartbeat that still comes removes it).
+  if not r[3] then redis.call('HSET', rk, 'leaseLapsed', deadline) end
   enqueueJob(runId, r[5], now, 0, out)
   return { 0, cjson.encode(out) }
 end
-if st ~= 'dispatched' and st ~= 'retrying' and st ~= 'running' then
-  redis.call('ZREM', K.pending, runId)
-  return { 0, '[]' }
-end
-if r[2] ~= tostring(O.dispatch) then return { 0, '[]' } end -- another process already repaired it
+if r[2] ~= tostring(O.dispatch) then return { 0, '[]' } end -- another process repaired it
 if O.jobAlive then
-  redis.call('ZADD', K.pending, now + O.graceMs, runId)
+  redis.call('ZADD', K.leases, now + O.graceMs, runId)
   return { 0, '[]' }
 end
 local delay = 0

@@ -1,7 +1,7 @@
 --[[ Resolve a blocked run's step: 'value' stores the operator's result as the step's
   result; 'rerun' forgets the start marker so the step runs again. Either way the run
   is admitted again (it still owns its session), to continue the attempt it was in.
-  KEYS  run, steps, meta, ready, pending, leases, timers
+  KEYS  run, steps, meta, ready, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
   Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
 local runId, rk, stepKey = O.runId, K.run, O.stepKey

@@ -3,7 +3,7 @@
   nothing to resume. A waiting run is admitted again (its scope slot re-acquired like a
   session head's, drains respected); a run that is running, queued or retrying keeps going
   and finds the value when it reaches the wait. Sleeps are not resumable.
-  KEYS  run, meta, ready, pending, leases, timers, steps, waits
+  KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
         tokenHash (the resume token route: the wait must hold this token)
   Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]

@@ -1,7 +1,7 @@
 --[[ Schedule the next attempt of a run after a transient failure: status retrying with a
   persisted retryAt and lastError; the lease is released and a delayed job is dispatched.
   The run keeps its scope slot and its session while it waits.
-  KEYS  run, pending, leases
+  KEYS  run, leases
   O     runId, fence, delayMs, lastError (JSON text)
   Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
 local runId, rk = O.runId, K.run
@@ -15,7 +15,7 @@ statusEvent(runId, { status = 'retrying', attempt = tonumber(r[2]),
 local write = { 'retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '' }
 tailInto(runId, write)
 setStatus(runId, r[1], 'running', 'retrying', now, { createdAt = r[5], claimedAt = r[6] or false, runMs = r[7] or '0', fields = write })
-redis.call('ZREM', K.leases, runId)
+-- The run's entry in `leases` moves from its lease's deadline to its next job's.
 local out = {}
 enqueueJob(runId, r[1], now, O.delayMs, out)
 flushPublished()

@@ -2,7 +2,7 @@
   session's head and the scope has a free slot, dispatch it (outbox: the caller adds the
   BullMQ job; the sweeper repairs a crash in between). A run due later (runAt, delayMs) is
   `scheduled` instead: it joins its session when due (lua/due.lua).
-  KEYS  run, meta, ready, pending, leases, timers, runs (scope listing), session, sessionRuns,
+  KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
         idem (absent = no idempotency key), bucket (the scope's submit rate limit; absent = none)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)

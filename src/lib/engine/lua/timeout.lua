@@ -3,7 +3,7 @@
   worker be gone, the claim that takes the run over ends it. So here: a running run only has
   its entry looked at again later; a run between attempts (retrying) fails with TIMEOUT now.
   A waiting or blocked run has no deadline (its budget is parked). Safe from every process.
-  KEYS  run, meta, ready, pending, leases, timers
+  KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
 local runId, rk = O.runId, K.run

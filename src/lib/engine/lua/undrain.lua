@@ -3,7 +3,7 @@
   scope has a free slot, else queued for one in `ready`), up to `batch` per call; the caller
   repeats until none are left. A continuation call does nothing if the runtime was drained
   again in between, so a later drain always wins.
-  KEYS  drain (the flag), held (of this runtime), meta, ready, pending, leases, timers
+  KEYS  drain (the flag), held (of this runtime), meta, ready, leases, timers
   O     first (bool: the first call of a resume), batch
   Returns: {resumed now, held runs left, dispatches JSON} ]]
 if O.first then

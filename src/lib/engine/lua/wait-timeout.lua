@@ -2,7 +2,7 @@
   parked it): sleeps that ended and waits that timed out get their outcome, and a waiting
   run is admitted again to go on. Safe from every process at once, and early (it then only
   moves the deadline entry).
-  KEYS  run, meta, ready, pending, leases, timers, steps, waits
+  KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
 local runId, rk = O.runId, K.run

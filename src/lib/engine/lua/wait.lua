@@ -7,7 +7,7 @@
   pending (the agent took another path). If a wait the attempt reached was answered
   meanwhile (resumed while the run ran, or its deadline passed), the run is admitted again
   at once, so no answer waits for a resume that already happened.
-  KEYS  run, meta, ready, pending, leases, timers, steps, waits
+  KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId, fence, timeouts {waitKey: ms from first being reached}, untils {waitKey: epoch ms},
         tokens {waitKey: SHA-256 hex of its resume token}
   ARGV[2..] each wait reached, as JSON {key, kind, name, prompt?, schema?} (stored as sent)
@@ -70,7 +70,6 @@ end
 local write = { 'leaseOwner', '', 'waited', 1 }
 if #kinds > 0 then write[#write + 1] = 'waitKinds'; write[#write + 1] = cjson.encode(kinds) end
 redis.call('ZREM', K.leases, runId)
-redis.call('ZREM', K.pending, runId)
 if r[2] then
   write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(r[2]) - now)
   redis.call('HDEL', rk, 'deadlineAt')
