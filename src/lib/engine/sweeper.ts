@@ -1,7 +1,7 @@
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { Config } from '../config.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
-import type { Keys } from '../keys.ts';
+import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import type { RunRecord } from './record.ts';
 import type { AnsweredWait, Transitions } from './transitions.ts';
@@ -129,37 +129,36 @@ export class Sweeper {
     return count;
   }
 
+  /** Those of `scopes` where the key `key` names exists (one pipelined EXISTS each). */
+  private async scopesWith(scopes: readonly string[], key: (sk: ScopeKeys) => string): Promise<string[]> {
+    if (scopes.length === 0) return [];
+    const pipe = this.redis.pipeline();
+    for (const scope of scopes) pipe.exists(key(this.keys.scope(scope)));
+    const found = (await pipe.exec()) ?? [];
+    return scopes.filter((_, i) => {
+      const [err, n] = found[i] ?? [];
+      if (err) throw err;
+      return Number(n) > 0;
+    });
+  }
+
   /**
    * Moves the runs earlier versions kept in `pending` (handed to BullMQ, by when a job must
    * exist) into `leases`, where this version keeps them, so none loses its repair. Each scope
-   * in one MULTI (a later deadline wins where a run is in both); a scope without the key costs
-   * one pipelined EXISTS.
+   * in one MULTI (a later deadline wins where a run is in both).
    */
   private async adoptLegacyPending(scopes: readonly string[]): Promise<void> {
-    if (scopes.length === 0) return;
-    const pipe = this.redis.pipeline();
-    for (const scope of scopes) pipe.exists(this.keys.scope(scope).legacyPending);
-    const found = (await pipe.exec()) ?? [];
-    for (const [i, scope] of scopes.entries()) {
-      const [err, n] = found[i] ?? [];
-      if (err) throw err;
-      if (Number(n) === 0) continue;
+    for (const scope of await this.scopesWith(scopes, (sk) => sk.legacyPending)) {
       const sk = this.keys.scope(scope);
       await this.redis.multi().zunionstore(sk.leases, 2, sk.leases, sk.legacyPending, 'AGGREGATE', 'MAX').del(sk.legacyPending).exec();
       this.log.info({ scope }, 'moved runs handed to BullMQ by an earlier version into leases');
     }
   }
 
-  /** Offers free slots to the parked runs of those of `scopes` that have any (one pipelined LLEN each). */
+  /** Offers free slots to the parked runs of those of `scopes` that have any. */
   private async fillSlots(scopes: readonly string[]): Promise<void> {
-    if (scopes.length === 0) return;
-    const pipe = this.redis.pipeline();
-    for (const scope of scopes) pipe.llen(this.keys.scope(scope).ready);
-    const lengths = (await pipe.exec()) ?? [];
-    for (const [i, scope] of scopes.entries()) {
-      const [err, n] = lengths[i] ?? [];
-      if (err) throw err;
-      if (Number(n) > 0 && await this.transitions.fill(scope)) this.log.info({ scope }, 'parked runs given free slots');
+    for (const scope of await this.scopesWith(scopes, (sk) => sk.ready)) {
+      if (await this.transitions.fill(scope)) this.log.info({ scope }, 'parked runs given free slots');
     }
   }
 
