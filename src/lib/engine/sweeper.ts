@@ -34,13 +34,14 @@ const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 
 
 /**
  * Leader-free repair, run by every API and worker process: two processes repairing the
- * same run is harmless because each repair is a script that re-checks the run's state and
- * dispatch number, and job ids are derived from that number.
+ * same run is harmless because each repair is a script that re-checks the run's state, its
+ * score and its dispatch number, and job ids are derived from that number.
  *
- * - pending: a run handed to BullMQ whose job does not exist (crash between the transition
- *   and the add, a job deleted by hand, a BullMQ job failed after too many stalls) gets a new job.
- * - leases: a running run whose lease deadline passed (its worker died, and BullMQ has no job
- *   that would deliver it) gets a job, whose claim takes the lease over.
+ * - leases, the runs handed out, whose score passed:
+ *   - a dispatched or retrying run whose job does not exist (crash between the transition
+ *     and the add, a job deleted by hand, a BullMQ job failed after too many stalls) gets a new job;
+ *   - a running run whose lease deadline passed (its worker died, and BullMQ has no job that
+ *     would deliver it) gets a job, whose claim takes the lease over.
  * - timers: deadlines kept in each scope's `timers` zset: wait timeouts and sleeps, scheduled
  *   runs coming due, ttlMs and timeoutMs running out. They are enforced here because no
  *   process need be alive at the moment: whichever sweeps first afterwards acts. Each is a
