@@ -28,8 +28,7 @@ local out = {}
 local sk = sessionKey(r[3])
 local active = redis.call('HGET', sk, 'active')
 if active then
-  redis.call('RPUSH', sk .. ':queue', runId)
-  queuedBehind(active)
+  joinQueue(sk, runId, active, false)
 else
   redis.call('HSET', sk, 'active', runId)
   admit(runId, 'queued', now, out)

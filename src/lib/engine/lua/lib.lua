@@ -149,6 +149,12 @@ local function queuedBehind(headId)
   redis.call('HSET', runKey(headId), 'behind', 1)
 end
 
+-- Queues a run behind its session's head (`headId`): next (`first`) or last.
+local function joinQueue(sk, runId, headId, first)
+  redis.call(first and 'LPUSH' or 'RPUSH', sk .. ':queue', runId)
+  queuedBehind(headId)
+end
+
 -- The session's active run ended: the next queued run of the session becomes its head.
 -- `head`: the caller knows the run is the head (it held the run's lease). `behind`: the run's
 -- field as the caller read it.

@@ -97,15 +97,13 @@ if dispatchNow then
 elseif head then
   -- Not drained: checked above, in this same script.
   admit(runId, 'queued', now, out, { runtime = O.runtime, createdAt = now, drained = false })
-elseif O.multitask == 'interrupt' then
-  -- This run goes next; cancelling the active run then hands the session to it.
-  redis.call('LPUSH', sk .. ':queue', runId)
-  local active = redis.call('HGET', sk, 'active')
-  queuedBehind(active)
-  cancelRun(active, now, out)
 else
-  redis.call('RPUSH', sk .. ':queue', runId)
-  queuedBehind(redis.call('HGET', sk, 'active'))
+  -- Behind the session's head. An interrupting run goes next, and cancelling the head then
+  -- hands the session to it.
+  local active = redis.call('HGET', sk, 'active')
+  local interrupt = O.multitask == 'interrupt'
+  joinQueue(sk, runId, active, interrupt)
+  if interrupt then cancelRun(active, now, out) end
 end
 flushPublished()
 -- The record comes back with the reply, so the API answers without reading it again.
