@@ -41,29 +41,19 @@ export class RuntimeAdmin {
 
   async stats(scope: string, runtime: string): Promise<RuntimeStats> {
     const sk = this.keys.scope(scope);
-    const [counts, oldest, draining, now, live] = await Promise.all([
+    const [moves, oldest, draining, now, live] = await Promise.all([
       this.redis.hgetall(sk.stats(runtime)),
       this.redis.zrange(sk.waiting(runtime), 0, 0, 'WITHSCORES'),
       this.redis.exists(sk.drain(runtime)),
       redisNowMs(this.redis),
       this.registry.liveWorkers(runtime),
     ]);
-    const n = runtimeCounts(counts);
+    // `dispatched` is internal: the API shows those runs as queued.
+    const { dispatched, ...counts } = runtimeCounts(moves);
     return {
       scope,
       runtimeId: runtime,
-      counts: {
-        scheduled: n.scheduled,
-        queued: n.queued + n.dispatched,
-        running: n.running,
-        retrying: n.retrying,
-        waiting: n.waiting,
-        blocked: n.blocked,
-        succeeded: n.succeeded,
-        failed: n.failed,
-        cancelled: n.cancelled,
-        expired: n.expired,
-      },
+      counts: { ...counts, queued: counts.queued + dispatched },
       oldestQueuedAgeMs: oldest.length ? Math.max(0, now - Number(oldest[1])) : null,
       draining: draining === 1,
       liveWorkers: live.length,
