@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { Agent, request } from 'node:http';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { BatonClient } from '../src/lib/client/client.ts';
+import { SseParser } from '../src/lib/client/sse-parser.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { spawnBaton, spawnScript } from './processes.ts';
 import { percentileOf } from './redis-stats.ts';
@@ -13,7 +15,10 @@ import { num, printTable, ratio } from './table.ts';
  * first `token` event, the agent emitting at once (the built-in echo agent). Baton: the typed
  * client's submitAndStream() (one request: the submit's answer is the run's SSE stream) to a
  * `baton api` process, the worker a `baton worker` process; and, printed beside it, submit()
- * then stream() (two requests). Raw, measured in the same run: BullMQ `add` from
+ * then stream() (two requests); the one request over fetch (the client's `fetch` option: its
+ * transport in browsers, and the default in Node before it sent with Node's http module); and
+ * the one request made with node:http and read with the client's SSE parser, nothing else
+ * (the service's own share). Raw, measured in the same run: BullMQ `add` from
  * this process → a bare BullMQ worker in a process of its own PUBLISHes → a subscriber here
  * (subscribed beforehand; pub/sub has no log to read from).
  *
@@ -32,28 +37,37 @@ export interface FirstTokenBench {
   baton: FirstTokenSide;
   /** Two requests (submit, then stream). */
   batonTwoRequests: FirstTokenSide;
+  /** One request, the typed client over fetch. */
+  batonFetch: FirstTokenSide;
+  /** One request, sent and read with node:http instead of the typed client. */
+  batonBareHttp: FirstTokenSide;
   raw: FirstTokenSide;
 }
 
 export async function benchFirstToken(redisUrl: string): Promise<FirstTokenBench> {
-  const { baton, batonTwoRequests } = await batonSide(redisUrl);
+  const sides = await batonSide(redisUrl);
   const raw = await rawSide(redisUrl);
-  return { samples: SAMPLES, rounds: ROUNDS, burst: BURST, baton, batonTwoRequests, raw };
+  return { samples: SAMPLES, rounds: ROUNDS, burst: BURST, ...sides, raw };
 }
 
-/** p50 of `first(session)` run one after another in one session, then in bursts of BURST sessions. */
-async function sample(first: (sessionId: string) => Promise<number>, tag: string): Promise<FirstTokenSide> {
-  for (let i = 0; i < WARMUP; i++) await first(`${tag}-warm`);
-  const one: number[] = [];
-  for (let i = 0; i < SAMPLES; i++) one.push(await first(`${tag}-one`));
-  const burst: number[] = [];
+/**
+ * For each way, p50 of `first(session)` run one after another in one session of its own, then
+ * in bursts of BURST sessions. The ways take turns, a sample or a burst each, so none is
+ * measured in a quieter or a warmer stretch of the processes than the others.
+ */
+async function sample<K extends string>(ways: Record<K, (sessionId: string) => Promise<number>>): Promise<Record<K, FirstTokenSide>> {
+  const names = Object.keys(ways) as K[];
+  for (const k of names) for (let i = 0; i < WARMUP; i++) await ways[k](`${k}-warm`);
+  const one = new Map(names.map((k) => [k, [] as number[]]));
+  const burst = new Map(names.map((k) => [k, [] as number[]]));
+  for (let i = 0; i < SAMPLES; i++) for (const k of names) one.get(k)!.push(await ways[k](`${k}-one`));
   for (let r = 0; r < ROUNDS; r++) {
-    burst.push(...await Promise.all(Array.from({ length: BURST }, (_, i) => first(`${tag}-burst-${r}-${i}`))));
+    for (const k of names) burst.get(k)!.push(...await Promise.all(Array.from({ length: BURST }, (_, i) => ways[k](`${k}-burst-${r}-${i}`))));
   }
-  return { oneMs: percentileOf(one, 50), burstMs: percentileOf(burst, 50) };
+  return Object.fromEntries(names.map((k) => [k, { oneMs: percentileOf(one.get(k)!, 50), burstMs: percentileOf(burst.get(k)!, 50) }])) as Record<K, FirstTokenSide>;
 }
 
-async function batonSide(redisUrl: string): Promise<{ baton: FirstTokenSide; batonTwoRequests: FirstTokenSide }> {
+async function batonSide(redisUrl: string): Promise<Pick<FirstTokenBench, 'baton' | 'batonTwoRequests' | 'batonFetch' | 'batonBareHttp'>> {
   const prefix = `bttft${randomBytes(4).toString('hex')}`;
   const env = {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
@@ -61,9 +75,13 @@ async function batonSide(redisUrl: string): Promise<{ baton: FirstTokenSide; bat
   };
   const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env)]);
   const admin = new Redis(redisUrl);
+  let bare: ReturnType<typeof bareSubmitAndStream> | undefined;
   try {
     const apiKey = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
     const client = new BatonClient({ url: api.url!, apiKey, scope: 'bench' });
+    const overFetch = new BatonClient({ url: api.url!, apiKey, scope: 'bench', fetch: globalThis.fetch });
+    bare = bareSubmitAndStream(api.url!, apiKey);
+    const { firstToken: bareFirstToken } = bare;
     /** When the first token of `events` arrived; read to the end, or the session's next run would queue behind this one. */
     const firstToken = async (runId: string, events: AsyncIterable<{ type: string }>) => {
       let firstAt: number | undefined;
@@ -74,26 +92,67 @@ async function batonSide(redisUrl: string): Promise<{ baton: FirstTokenSide; bat
     // Both ways warm the fresh API and worker processes first, so neither is measured on the
     // other's warm-up (a new process compiles its hot paths over its first runs).
     for (let i = 0; i < 30; i++) {
-      const { runId, events } = await client.submitAndStream({ sessionId: 'warm', input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
-      await firstToken(runId, events);
+      for (const c of [client, overFetch]) {
+        const { runId, events } = await c.submitAndStream({ sessionId: 'warm', input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+        await firstToken(runId, events);
+      }
       const run = await client.submit({ sessionId: 'warm', input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
       await firstToken(run.id, client.stream(run.id));
+      await bareFirstToken('warm', performance.now());
     }
-    const baton = await sample(async (sessionId) => {
+    const oneRequest = (c: BatonClient) => async (sessionId: string) => {
       const t0 = performance.now();
-      const { runId, events } = await client.submitAndStream({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+      const { runId, events } = await c.submitAndStream({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
       return (await firstToken(runId, events)) - t0;
-    }, 'baton');
-    const batonTwoRequests = await sample(async (sessionId) => {
-      const t0 = performance.now();
-      const run = await client.submit({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
-      return (await firstToken(run.id, client.stream(run.id))) - t0;
-    }, 'baton2');
-    return { baton, batonTwoRequests };
+    };
+    return await sample({
+      baton: oneRequest(client),
+      batonTwoRequests: async (sessionId) => {
+        const t0 = performance.now();
+        const run = await client.submit({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+        return (await firstToken(run.id, client.stream(run.id))) - t0;
+      },
+      batonFetch: oneRequest(overFetch),
+      batonBareHttp: (sessionId) => bareFirstToken(sessionId, performance.now()),
+    });
   } finally {
+    bare?.close();
     await admin.quit();
     await Promise.all([api.kill(), worker.kill()]);
   }
+}
+
+/**
+ * submitAndStream() over node:http: POST with `Accept: text/event-stream`, events parsed with
+ * the client's SseParser; resolves with the ms from `t0` to the first `token` event once the
+ * stream has ended (a session's next run would queue behind this one until then).
+ */
+function bareSubmitAndStream(apiUrl: string, apiKey: string) {
+  const agent = new Agent({ keepAlive: true });
+  const url = new URL(`${apiUrl}/v1/scopes/bench/runs`);
+  const firstToken = (sessionId: string, t0: number) => new Promise<number>((resolve, reject) => {
+    const body = JSON.stringify({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
+    const req = request(url, {
+      method: 'POST', agent,
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', accept: 'text/event-stream', 'content-length': Buffer.byteLength(body) },
+    }, (res) => {
+      if (res.statusCode !== 202) {
+        res.resume();
+        return reject(new Error(`submit answered ${res.statusCode}`));
+      }
+      const parser = new SseParser();
+      let firstAt: number | undefined;
+      res.setEncoding('utf8');
+      res.on('data', (text: string) => {
+        for (const m of parser.push(text)) if (m.event === 'token') firstAt ??= performance.now();
+      });
+      res.on('end', () => (firstAt === undefined ? reject(new Error('the run ended without a token')) : resolve(firstAt - t0)));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+  return { firstToken, close: () => agent.destroy() };
 }
 
 async function rawSide(redisUrl: string): Promise<FirstTokenSide> {
@@ -108,7 +167,7 @@ async function rawSide(redisUrl: string): Promise<FirstTokenSide> {
   await sub.psubscribe(`${name}:*`);
   let seq = 0;
   try {
-    return await sample(async () => {
+    return (await sample({ raw: async () => {
       const channel = `${name}:${seq++}`;
       const t0 = performance.now();
       const arrived = new Promise<number>((resolve) => waiting.set(channel, () => resolve(performance.now())));
@@ -116,7 +175,7 @@ async function rawSide(redisUrl: string): Promise<FirstTokenSide> {
       const at = await arrived;
       waiting.delete(channel);
       return at - t0;
-    }, 'raw');
+    } })).raw;
   } finally {
     await worker.stop();
     await queue.obliterate({ force: true }).catch(() => {});
@@ -136,5 +195,9 @@ export function printFirstToken(r: FirstTokenBench): void {
     [`${r.burst} sessions at once`]: row(r.raw.burstMs, r.baton.burstMs),
     'one session, submit then stream (two requests)': row(r.raw.oneMs, r.batonTwoRequests.oneMs),
     [`${r.burst} sessions at once, two requests`]: row(r.raw.burstMs, r.batonTwoRequests.burstMs),
+    'one session, the typed client over fetch': row(r.raw.oneMs, r.batonFetch.oneMs),
+    [`${r.burst} sessions at once, over fetch`]: row(r.raw.burstMs, r.batonFetch.burstMs),
+    'one session, node:http instead of the typed client': row(r.raw.oneMs, r.batonBareHttp.oneMs),
+    [`${r.burst} sessions at once, node:http`]: row(r.raw.burstMs, r.batonBareHttp.burstMs),
   });
 }

@@ -184,6 +184,14 @@ function goals(
     raw: `${ms(v.raw.oneMs)} / ${ms(v.raw.burstMs)}`, baton: `${ms(v.batonTwoRequests.oneMs)} / ${ms(v.batonTwoRequests.burstMs)}`,
     ratio: `${ratio(v.batonTwoRequests.oneMs, v.raw.oneMs, 1)} / ${ratio(v.batonTwoRequests.burstMs, v.raw.burstMs, 1)}`,
   }));
+  add('time to first token p50 ms, one session / 50 at once, the typed client over fetch', ft, 'print', (v) => ({
+    raw: `${ms(v.raw.oneMs)} / ${ms(v.raw.burstMs)}`, baton: `${ms(v.batonFetch.oneMs)} / ${ms(v.batonFetch.burstMs)}`,
+    ratio: `${ratio(v.batonFetch.oneMs, v.raw.oneMs, 1)} / ${ratio(v.batonFetch.burstMs, v.raw.burstMs, 1)}`,
+  }));
+  add('time to first token p50 ms, one session / 50 at once, node:http instead of the typed client', ft, 'print', (v) => ({
+    raw: `${ms(v.raw.oneMs)} / ${ms(v.raw.burstMs)}`, baton: `${ms(v.batonBareHttp.oneMs)} / ${ms(v.batonBareHttp.burstMs)}`,
+    ratio: `${ratio(v.batonBareHttp.oneMs, v.raw.oneMs, 1)} / ${ratio(v.batonBareHttp.burstMs, v.raw.burstMs, 1)}`,
+  }));
   add(`API RSS MiB, ${SSE_CLIENTS} SSE clients connected, compiled API (idle as baseline)`, sm, `≤ ${GOALS.sseRssMiB} MiB`, (v) => ({
     raw: num(v.compiled.idleMiB, 0), baton: num(v.compiled.connectedMiB, 0), ratio: ratio(v.compiled.connectedMiB, v.compiled.idleMiB),
     met: atMost(v.compiled.connectedMiB, GOALS.sseRssMiB),

@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { BatonApiError, BatonClient, BatonStreamError, type RunStreamEvent } from '../src/client.ts';
 import { defineAgent, TransientError } from '../src/index.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
@@ -22,7 +22,6 @@ const flaky = defineAgent({
 let h: Harness;
 let apiUrl: string;
 let key: string;
-let baton: BatonClient;
 
 beforeAll(async () => {
   h = await useHarness();
@@ -30,48 +29,60 @@ beforeAll(async () => {
   await h.startWorker({ agents: [flaky] });
   apiUrl = api.url;
   key = await h.key('acme', 'client');
-  baton = new BatonClient({ url: apiUrl, apiKey: key, scope: 'acme' });
 });
 
 const asSeen = (events: RunStreamEvent[]): Seen[] => events.map((e) => ({ id: e.id, type: e.type, data: e.data }));
 const textOf = (events: RunStreamEvent[]) =>
   events.flatMap((e) => (e.type === 'token' ? [e.data.text] : [])).join('');
 
-describe('typed client', () => {
+/**
+ * Every test runs over both transports: Node's http module (the client's default in Node)
+ * and fetch (its default elsewhere, and what a caller's own fetch goes through).
+ */
+describe.each([
+  { tag: 'node-http', fetch: undefined },
+  { tag: 'fetch', fetch: globalThis.fetch },
+])('typed client over $tag', ({ tag, fetch }) => {
+  const client = (o: ConstructorParameters<typeof BatonClient>[0]) => new BatonClient({ ...o, fetch });
+  let c: BatonClient;
+  beforeAll(() => {
+    c = client({ url: apiUrl, apiKey: key, scope: 'acme' });
+  });
+
   it('submit, tokens, get and messages', async () => {
     const content = words(40, 'tc');
-    const run = await baton.submit({ sessionId: 'typed', input: { content }, runtime: h.runtime, metadata: { delayMs: 2 } });
-    expect(run).toMatchObject({ status: 'queued', sessionId: 'typed', agent: 'echo', runtime: h.runtime });
+    const run = await c.submit({ sessionId: `typed-${tag}`, input: { content }, runtime: h.runtime, metadata: { delayMs: 2 } });
+    expect(run).toMatchObject({ status: 'queued', sessionId: `typed-${tag}`, agent: 'echo', runtime: h.runtime });
     let text = '';
     const attempts: number[] = [];
-    for await (const t of baton.tokens(run.id, { onAttempt: (a) => attempts.push(a.attempt) })) text += t;
+    for await (const t of c.tokens(run.id, { onAttempt: (a) => attempts.push(a.attempt) })) text += t;
     expect(text).toBe(content);
     expect(attempts).toEqual([1]);
-    const done = await baton.get(run.id);
+    const done = await c.get(run.id);
     expect(done).toMatchObject({ status: 'succeeded', attempt: 1, result: { answer: content, finishReason: 'stop' } });
-    const page = await baton.messages('typed');
+    const page = await c.messages(`typed-${tag}`);
     expect(page.messages.map((m) => [m.role, m.content])).toEqual([['user', content], ['assistant', content]]);
     expect(page.nextCursor).toBeNull();
   });
 
   it('stream() resumes by itself through a connection cut after every k events (k random 1..10): 2,000 tokens, each once', async () => {
     const proxy = await startSseProxy(apiUrl, { cutAfterEvents: () => 1 + Math.floor(Math.random() * 10) });
-    const viaProxy = new BatonClient({ url: proxy.url, apiKey: key, scope: 'acme' });
+    const viaProxy = client({ url: proxy.url, apiKey: key, scope: 'acme' });
     const content = words(2000, 'cut');
-    const run = await viaProxy.submit({ sessionId: 'typed-cut', input: { content }, runtime: h.runtime, metadata: { delayMs: 1 } });
+    const run = await viaProxy.submit({ sessionId: `typed-cut-${tag}`, input: { content }, runtime: h.runtime, metadata: { delayMs: 1 } });
     const got: RunStreamEvent[] = [];
     for await (const e of viaProxy.stream(run.id)) got.push(e);
     expect(textOf(got)).toBe(content);
     expect(got.at(-1)).toMatchObject({ type: 'end', data: { status: 'succeeded', result: { answer: content } } });
     expectExactly(asSeen(got), await fullLog(h, 'acme', run.id));
     expect(proxy.cuts).toBeGreaterThan(10);
-    console.log(`typed client: ${got.length} events over ${proxy.cuts + 1} connections, each exactly once`);
+    console.log(`typed client over ${tag}: ${got.length} events over ${proxy.cuts + 1} connections, each exactly once`);
   });
 
   it('an attempt event starts the answer over: a retried run streams both attempts, the answer is the last', async () => {
-    const run = await baton.submit({ sessionId: 'typed-retry', input: { content: 'go' }, runtime: h.runtime, agent: 'flaky-once' });
+    const run = await c.submit({ sessionId: `typed-retry-${tag}`, input: { content: 'go' }, runtime: h.runtime, agent: 'flaky-once' });
     const events: RunStreamEvent[] = [];
-    for await (const e of baton.stream(run.id)) events.push(e);
+    for await (const e of c.stream(run.id)) events.push(e);
     // Consecutive token events are one stretch of text (how coalescing splits it depends on timing).
     const shape: string[] = [];
     for (const e of events) {
@@ -92,25 +103,25 @@ describe('typed client', () => {
 
   it('cancel, and a stream resumed after its end returns at once', async () => {
     // No worker serves this runtime: the run stays queued until cancelled.
-    const run = await baton.submit({ sessionId: 'typed-cancel', input: { content: 'never' }, runtime: `${h.runtime}-idle` });
-    const cancelled = await baton.cancel(run.id);
+    const run = await c.submit({ sessionId: `typed-cancel-${tag}`, input: { content: 'never' }, runtime: `${h.runtime}-idle` });
+    const cancelled = await c.cancel(run.id);
     expect(cancelled.status).toBe('cancelled');
     const events: RunStreamEvent[] = [];
-    for await (const e of baton.stream(run.id)) events.push(e);
+    for await (const e of c.stream(run.id)) events.push(e);
     expect(events.map((e) => e.type)).toEqual(['status', 'end']);
     expect(events[1]).toMatchObject({ data: { status: 'cancelled', result: { finishReason: 'cancelled' } } });
     const again: RunStreamEvent[] = [];
-    for await (const e of baton.stream(run.id, { after: events[1].id })) again.push(e);
+    for await (const e of c.stream(run.id, { after: events[1].id })) again.push(e);
     expect(again).toEqual([]);
   });
 
   it('typed errors: unknown run, bad key, API unreachable', async () => {
-    const err = await baton.get('nope').catch((e: unknown) => e);
+    const err = await c.get('nope').catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BatonApiError);
     expect(err).toMatchObject({ status: 404, code: 'RUN_NOT_FOUND' });
-    const streamErr = await (async () => { for await (const _ of baton.stream('nope')) { /* none */ } })().catch((e: unknown) => e);
+    const streamErr = await (async () => { for await (const _ of c.stream('nope')) { /* none */ } })().catch((e: unknown) => e);
     expect(streamErr).toMatchObject({ status: 404, code: 'RUN_NOT_FOUND' });
-    const badKey = new BatonClient({ url: apiUrl, apiKey: 'bk_wrong', scope: 'acme' });
+    const badKey = client({ url: apiUrl, apiKey: 'bk_wrong', scope: 'acme' });
     expect(await badKey.get('nope').catch((e: unknown) => e)).toMatchObject({ status: 401, code: 'UNAUTHENTICATED' });
 
     // A port nobody listens on: stream() retries with backoff, then gives up with a typed error.
@@ -118,7 +129,7 @@ describe('typed client', () => {
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', () => r()));
     const port = (closed.address() as AddressInfo).port;
     await new Promise<void>((r) => closed.close(() => r()));
-    const unreachable = new BatonClient({ url: `http://127.0.0.1:${port}`, apiKey: key, scope: 'acme', maxReconnects: 2 });
+    const unreachable = client({ url: `http://127.0.0.1:${port}`, apiKey: key, scope: 'acme', maxReconnects: 2 });
     const gaveUp = await (async () => { for await (const _ of unreachable.stream('any')) { /* none */ } })().catch((e: unknown) => e);
     expect(gaveUp).toBeInstanceOf(BatonStreamError);
   });
@@ -137,25 +148,73 @@ describe('typed client', () => {
     });
     await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
     track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
-    const c = new BatonClient({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme', idleTimeoutMs: 300 });
+    const c = client({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme', idleTimeoutMs: 300 });
     const got: RunStreamEvent[] = [];
     for await (const e of c.stream('r1')) got.push(e);
     expect(got.map((e) => [e.id, e.type])).toEqual([['1-0', 'status'], ['2-0', 'end']]);
     expect(requests).toEqual([undefined, '1-0']);
   });
-  it("works with a browser's fetch, which refuses to be called as a method of another object", async () => {
+});
+
+describe('typed client transports', () => {
+  it("without Node's http module (a browser), works with a fetch that refuses to be called as a method of another object", async () => {
     const real = globalThis.fetch;
+    const getBuiltin = process.getBuiltinModule;
+    let calls = 0;
     // What Chromium does: fetch called with a `this` other than the global object is a TypeError.
     globalThis.fetch = function (this: unknown, input: RequestInfo | URL, init?: RequestInit) {
       if (this !== undefined && this !== globalThis) throw new TypeError("Failed to execute 'fetch' on 'Window': Illegal invocation");
+      calls++;
       return real(input, init);
     } as typeof fetch;
+    (process as { getBuiltinModule?: unknown }).getBuiltinModule = undefined;
     try {
       const browserLike = new BatonClient({ url: apiUrl, apiKey: key, scope: 'acme' });
       const run = await browserLike.submit({ sessionId: 'browser-fetch', input: { content: 'from a page' }, runtime: h.runtime });
       expect((await browserLike.get(run.id)).id).toBe(run.id);
+      expect(calls).toBe(2);
     } finally {
       globalThis.fetch = real;
+      process.getBuiltinModule = getBuiltin;
     }
+  });
+
+  it('in Node, streams read up to their `end` leave their connection to the next request', async () => {
+    const sockets = new Set<unknown>();
+    const fake = createServer((req, res) => {
+      sockets.add(req.socket);
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(202, { 'content-type': 'text/event-stream', 'baton-run-id': 'r1' });
+        res.end('id: 1-0\nevent: end\ndata: {"status":"succeeded","result":{"answer":"","finishReason":"stop","toolCallsSeen":0}}\n\n');
+      });
+    });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
+    track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
+    const c = new BatonClient({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme' });
+    for (let i = 0; i < 3; i++) {
+      const { events } = await c.submitAndStream({ sessionId: 'reuse', input: { content: 'x' } });
+      const types: string[] = [];
+      for await (const e of events) types.push(e.type);
+      expect(types).toEqual(['end']);
+    }
+    expect(sockets.size).toBe(1);
+  });
+
+  it.each([
+    { tag: 'node-http', fetch: undefined },
+    { tag: 'fetch', fetch: globalThis.fetch },
+  ])('over $tag, a signal aborted before the answer ends the stream with its reason', async ({ fetch }) => {
+    let held = 0;
+    const fake = createServer(() => { held++; });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
+    track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
+    const c = new BatonClient({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme', fetch });
+    const stop = new AbortController();
+    const reason = new Error('reader left');
+    const reading = (async () => { for await (const _ of c.stream('r1', { signal: stop.signal })) { /* none */ } })();
+    await vi.waitFor(() => expect(held).toBe(1));
+    stop.abort(reason);
+    await expect(reading).rejects.toBe(reason);
   });
 });

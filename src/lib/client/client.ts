@@ -3,10 +3,11 @@ import {
   type WaitResumed,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
+import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './transport.ts';
 
 /**
- * Typed HTTP client for Baton's API, on Node's (or the browser's) fetch. One client talks
- * to one scope with one API key:
+ * Typed HTTP client for Baton's API, on Node's http module in Node and on fetch elsewhere
+ * (transport.ts). One client talks to one scope with one API key:
  *
  *   const baton = new BatonClient({ url: 'http://127.0.0.1:3000', apiKey, scope: 'dev' });
  *   const run = await baton.submit({ sessionId: 's1', input: { content: 'hi' } });
@@ -30,7 +31,10 @@ export interface BatonClientOptions {
   url: string;
   apiKey: string;
   scope: string;
-  /** Defaults to the global fetch. */
+  /**
+   * Sends every request with this fetch. Default: Node's http module in Node (20.16 and later),
+   * the global fetch elsewhere; pass `globalThis.fetch` to use fetch in Node too.
+   */
   fetch?: typeof fetch;
   /**
    * stream(): how many reconnects in a row may fail (no event received) before it gives up.
@@ -72,7 +76,7 @@ const MAX_BACKOFF_MS = 15_000;
 export class BatonClient {
   private readonly base: string;
   private readonly headers: Record<string, string>;
-  private readonly fetch: typeof fetch;
+  private readonly send: Send;
   private readonly maxReconnects: number;
   private readonly idleTimeoutMs: number;
 
@@ -80,9 +84,7 @@ export class BatonClient {
     if (!ID_PATTERN.test(o.scope)) throw new TypeError(`invalid scope ${JSON.stringify(o.scope)}`);
     this.base = `${o.url.replace(/\/+$/, '')}/v1/scopes/${o.scope}`;
     this.headers = { authorization: `Bearer ${o.apiKey}` };
-    // Called through a wrapper: a browser's fetch throws "Illegal invocation" when called as a
-    // method of another object (this.fetch(...)).
-    this.fetch = o.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.send = defaultSend(o.fetch);
     this.maxReconnects = o.maxReconnects ?? 10;
     this.idleTimeoutMs = o.idleTimeoutMs ?? 45_000;
   }
@@ -165,19 +167,22 @@ export class BatonClient {
       const headers: Record<string, string> = { ...this.headers, accept: 'text/event-stream' };
       if (after) headers['last-event-id'] = after;
       const conn = new Connection(this.idleTimeoutMs, opts.signal);
-      let res: Response;
+      let res: Answer;
       try {
-        res = await this.fetch(url, { headers, signal: conn.signal });
+        res = await this.send(url, { method: 'GET', headers, signal: conn.signal });
       } catch (err) {
         conn.close();
         if (opts.signal?.aborted) throw err;
         failures++;
         continue;
       }
-      if (res.status !== 200 || !res.body) {
+      if (res.status !== 200) {
         conn.close();
         // 204: the reader already has the `end` event (it resumed after it).
-        if (res.status === 204) return;
+        if (res.status === 204) {
+          await res.cancel();
+          return;
+        }
         const err = await apiError(res);
         if (res.status >= 500 || res.status === 429) {
           failures++;
@@ -186,7 +191,7 @@ export class BatonClient {
         throw err;
       }
       const read: ReadState = { after, progressed: false, ended: false };
-      yield* readEvents(res.body, conn, read, opts.signal);
+      yield* readEvents(res, conn, read, opts.signal);
       if (read.ended) return;
       after = read.after;
       retryMs = read.retryMs ?? retryMs;
@@ -203,9 +208,9 @@ export class BatonClient {
    */
   async submitAndStream(req: SubmitRequest, opts: StreamOptions = {}): Promise<SubmittedStream> {
     const conn = new Connection(this.idleTimeoutMs, opts.signal);
-    let res: Response;
+    let res: Answer;
     try {
-      res = await this.fetch(`${this.base}/runs`, {
+      res = await this.send(`${this.base}/runs`, {
         method: 'POST', body: JSON.stringify(req), signal: conn.signal,
         headers: { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
       });
@@ -213,21 +218,21 @@ export class BatonClient {
       conn.close();
       throw err;
     }
-    const runId = res.headers.get('baton-run-id');
-    if (!res.ok || !res.body || runId === null) {
+    const runId = res.header('baton-run-id');
+    if (!ok(res) || runId === null) {
       conn.close();
       throw await apiError(res);
     }
-    const warnings = res.headers.get('baton-warnings');
+    const warnings = res.header('baton-warnings');
     return {
       runId, created: res.status === 202, warnings: warnings ? (JSON.parse(warnings) as string[]) : [],
-      events: this.followSubmitted(runId, res.body, conn, opts),
+      events: this.followSubmitted(runId, res, conn, opts),
     };
   }
 
   /** The events of a submit's own stream, then, should it break before `end`, stream()'s. */
   private async *followSubmitted(
-    runId: string, body: ReadableStream<Uint8Array>, conn: Connection, opts: StreamOptions,
+    runId: string, body: Answer, conn: Connection, opts: StreamOptions,
   ): AsyncGenerator<RunStreamEvent, void, undefined> {
     const read: ReadState = { after: undefined, progressed: false, ended: false };
     yield* readEvents(body, conn, read, opts.signal);
@@ -249,15 +254,8 @@ export class BatonClient {
     }
   }
 
-  private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const init: RequestInit = { method, headers: { ...this.headers } };
-    if (body !== undefined) {
-      init.body = JSON.stringify(body);
-      (init.headers as Record<string, string>)['content-type'] = 'application/json';
-    }
-    const res = await this.fetch(this.base + path, init);
-    if (!res.ok) throw await apiError(res);
-    return (await res.json()) as T;
+  private json<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return jsonRequest<T>(this.send, this.base + path, method, this.headers, body);
   }
 }
 
@@ -267,12 +265,28 @@ export class BatonClient {
  * 409 WAIT_NOT_PENDING; a token that opens nothing is 404.
  */
 export async function resumeWithToken(o: { url: string; token: string; value: unknown; fetch?: typeof fetch }): Promise<WaitResumed> {
-  const f = o.fetch ?? ((input: RequestInfo | URL, init?: RequestInit) => globalThis.fetch(input, init));
-  const res = await f(`${o.url.replace(/\/+$/, '')}/v1/waits/${encodeURIComponent(o.token)}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ value: o.value }),
+  const url = `${o.url.replace(/\/+$/, '')}/v1/waits/${encodeURIComponent(o.token)}`;
+  return jsonRequest<WaitResumed>(defaultSend(o.fetch), url, 'POST', {}, { value: o.value });
+}
+
+/** `fetch` when the caller gave one, else Node's http module where there is one, else the global fetch. */
+function defaultSend(f: typeof fetch | undefined): Send {
+  if (f) return sendWithFetch(f);
+  // Looked up at each request, called as a plain function (see sendWithFetch).
+  return sendWithNodeHttp() ?? sendWithFetch((input, init) => globalThis.fetch(input, init));
+}
+
+const ok = (res: Answer) => res.status >= 200 && res.status < 300;
+
+/** A JSON request and its JSON answer; BatonApiError for anything but 2xx. */
+async function jsonRequest<T>(send: Send, url: string, method: string, headers: Record<string, string>, body?: unknown): Promise<T> {
+  const res = await send(url, {
+    method,
+    headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
-  if (!res.ok) throw await apiError(res);
-  return (await res.json()) as WaitResumed;
+  if (!ok(res)) throw await apiError(res);
+  return JSON.parse(await res.text()) as T;
 }
 
 /** A run submitted by submitAndStream(), and its events. */
@@ -292,15 +306,12 @@ interface ReadState { after: string | undefined; progressed: boolean; ended: boo
  * ends or breaks (the caller resumes from read.after). Closes the connection either way.
  */
 async function* readEvents(
-  body: ReadableStream<Uint8Array>, conn: Connection, read: ReadState, signal: AbortSignal | undefined,
+  res: Answer, conn: Connection, read: ReadState, signal: AbortSignal | undefined,
 ): AsyncGenerator<RunStreamEvent, void, undefined> {
   const parser = new SseParser();
   const decoder = new TextDecoder();
-  const reader = body.getReader();
   try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
+    for await (const value of res.chunks()) {
       conn.alive();
       for (const m of parser.push(decoder.decode(value, { stream: true }))) {
         const e = toStreamEvent(m);
@@ -319,8 +330,8 @@ async function* readEvents(
     // The connection broke mid-stream: the caller resumes from read.after.
   } finally {
     conn.close();
-    reader.cancel().catch(() => {});
     read.retryMs = parser.retryMs;
+    await res.cancel();
   }
 }
 
@@ -361,7 +372,7 @@ function toStreamEvent(m: SseMessage): RunStreamEvent | undefined {
   return { id: m.id, type: 'unknown', name: m.event, data };
 }
 
-async function apiError(res: Response): Promise<BatonApiError> {
+async function apiError(res: Answer): Promise<BatonApiError> {
   const text = await res.text().catch(() => '');
   try {
     const body = JSON.parse(text) as { error?: { code?: string; message?: string; details?: { path: string; message: string }[] } };
@@ -369,7 +380,7 @@ async function apiError(res: Response): Promise<BatonApiError> {
   } catch {
     // Not Baton's JSON error (a proxy's page, say): keep the status and the text.
   }
-  return new BatonApiError(res.status, `HTTP_${res.status}`, text.slice(0, 500) || res.statusText);
+  return new BatonApiError(res.status, `HTTP_${res.status}`, text.slice(0, 500) || `HTTP ${res.status}`);
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
