@@ -110,6 +110,12 @@ export class ContextState {
   readonly usage: UsageTotals;
   private readonly memo: Map<string, string>;
   private readonly seq = new Map<string, number>();
+  /**
+   * How many of the run's steps have started, this attempt's and those stored before it: each
+   * step stores its place (`o`), so the inspector lists steps that started in one millisecond
+   * in the order they started.
+   */
+  private started: number;
   /** Text of running inferences, per agent: what a memo hit replays. */
   private readonly captures = new Set<{ agent: string; text: string }>();
   private readonly select: EventPredicate;
@@ -128,6 +134,7 @@ export class ContextState {
   constructor(private readonly d: ContextDeps) {
     d.attempt.signal.addEventListener('abort', () => this.abandonWaits(), { once: true });
     this.memo = new Map(Object.entries(d.steps));
+    this.started = new Set(Object.keys(d.steps).map((k) => (k.endsWith('#started') ? k.slice(0, -'#started'.length) : k))).size;
     this.select = d.agent.select ?? DEFAULT_SELECT;
     this.usage = { ...(d.run.usage ?? { inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: 0 }) };
     this.ctx = this.context(d.run.agent, '');
@@ -390,7 +397,8 @@ export class ContextState {
         calls.push(modelCall(u));
       };
       let value: T;
-      // The step's times ride along with its result (the inspector shows them): no extra round trip.
+      // The step's times and place ride along with its result (the inspector shows them): no extra round trip.
+      const o = this.started++;
       const startedAt = Date.now();
       try {
         value = await stepBody.run(key, () => fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal, recordUsage }));
@@ -400,7 +408,7 @@ export class ContextState {
       }
       const finishedAt = Date.now();
       const json = JSON.stringify(
-        capture?.text ? { v: value ?? null, e: capture.text, startedAt, finishedAt } : { v: value ?? null, startedAt, finishedAt },
+        capture?.text ? { v: value ?? null, e: capture.text, startedAt, finishedAt, o } : { v: value ?? null, startedAt, finishedAt, o },
       );
       // The usage goes with the result in one fenced script, which counts it only if it stores the result.
       const usage = calls.length ? { agent, at: finishedAt, calls } : undefined;

@@ -9,6 +9,7 @@ export type StepView = Omit<Step, 'startedAt' | 'finishedAt'> & {
   finishedAt?: number;
 };
 
+
 const STEP_KEY = /^(step|infer|tool|wait):(.+):(\d+)$/;
 const STARTED = '#started';
 
@@ -27,6 +28,8 @@ export async function readSteps(redis: Redis, keys: Keys, scope: string, runId: 
   const hash = (replies?.[1]?.[1] ?? {}) as Record<string, string>;
 
   const steps = new Map<string, StepView>();
+  /** Where a step started among the run's steps (`o` of its result), for ordering only. */
+  const place = new Map<StepView, number>();
   const view = (key: string): StepView | undefined => {
     const m = STEP_KEY.exec(key);
     if (!m) return undefined;
@@ -42,7 +45,7 @@ export async function readSteps(redis: Redis, keys: Keys, scope: string, runId: 
     }
     const s = view(field);
     if (!s) continue;
-    const stored = JSON.parse(raw) as { v: unknown; e?: string; startedAt?: number; finishedAt?: number; timedOut?: boolean };
+    const stored = JSON.parse(raw) as { v: unknown; e?: string; startedAt?: number; finishedAt?: number; timedOut?: boolean; o?: number };
     s.status = 'done';
     s.value = stored.v;
     if (stored.e) s.streamed = stored.e;
@@ -51,12 +54,19 @@ export async function readSteps(redis: Redis, keys: Keys, scope: string, runId: 
     // The result's own times are from one clock (the worker's); a start marker is Redis time.
     if (stored.startedAt !== undefined) s.startedAt = stored.startedAt;
     if (stored.finishedAt !== undefined) s.finishedAt = stored.finishedAt;
+    if (typeof stored.o === 'number') place.set(s, stored.o);
   }
   // Hash field order is lost once Redis converts a hash to a hashtable: order by when each step
-  // started, then finished (sequential steps in one millisecond), then by key.
+  // started, then, for steps that started in one millisecond, by the place each stored (results
+  // stored before places were, and waits, have none), then by when they finished, then by key.
   const last = Number.MAX_SAFE_INTEGER;
+  const byPlace = (a: StepView, b: StepView) => {
+    const [pa, pb] = [place.get(a), place.get(b)];
+    return pa !== undefined && pb !== undefined ? pa - pb : 0;
+  };
   return [...steps.values()].sort((a, b) =>
     (a.startedAt ?? a.finishedAt ?? last) - (b.startedAt ?? b.finishedAt ?? last) ||
+    byPlace(a, b) ||
     (a.finishedAt ?? last) - (b.finishedAt ?? last) ||
     (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
