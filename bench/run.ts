@@ -5,7 +5,7 @@ import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts'
 import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
 import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
 import { benchSessionLength, printSessionLength, type SessionLengthRow } from './session-length.ts';
-import { SSE_CLIENTS, SSE_HOLD_MS, benchSseMemory, printSseMemory, sseMemoryUnavailable, type SseMemoryBench } from './sse-memory.ts';
+import { SMALL_YOUNG_GENERATION, SSE_CLIENTS, SSE_HOLD_MS, benchSseMemory, printSseMemory, sseMemoryUnavailable, type SseMemoryBench } from './sse-memory.ts';
 import { STREAM_RUNS, benchStreams, printStreams, type StreamBench } from './streams.ts';
 import { num, printTable, ratio, type Cell } from './table.ts';
 import { benchTransitions, printTransitions, type TransitionCosts } from './transitions.ts';
@@ -202,6 +202,9 @@ function goals(
   }));
   add('API RSS MiB, same, API run from the sources through tsx', sm, 'print', (v) => ({
     raw: num(v.sources.idleMiB, 0), baton: num(v.sources.connectedMiB, 0), ratio: ratio(v.sources.connectedMiB, v.sources.idleMiB),
+  }));
+  add(`API RSS MiB, same, compiled API with NODE_OPTIONS=${SMALL_YOUNG_GENERATION}`, sm, 'print', (v) => ({
+    raw: num(v.smallYoung.idleMiB, 0), baton: num(v.smallYoung.connectedMiB, 0), ratio: ratio(v.smallYoung.connectedMiB, v.smallYoung.idleMiB),
   }));
   add('worker SIGKILLed → runs recovered, s, default settings', rc, `≤ ${GOALS.recoverySeconds} s`, (v) => {
     const worst = Math.max(...v.seconds);

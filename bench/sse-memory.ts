@@ -20,6 +20,10 @@ import { buildCompiled, spawnBaton, type Launcher } from './processes.ts';
  * finds the process quiet and shrinks it, so the RSS right after the burst and the least RSS
  * over the minute after it (the cost of holding the clients, not of their arrival) are both
  * printed. A client whose stream ends in that minute fails the section.
+ *
+ * Last, the compiled API with a smaller young generation (`NODE_OPTIONS=--max-semi-space-size=4`,
+ * V8's default being 16 MiB per semi-space on 64-bit), the knob README "Memory of the API"
+ * describes: what it saves while the clients arrive.
  */
 export const SSE_CLIENTS = Number(process.env.BENCH_SSE_CLIENTS ?? 1000);
 const SETTLE_MS = 1000;
@@ -32,7 +36,10 @@ export interface SseMemory {
   /** The least RSS while every client stayed connected for SSE_HOLD_MS more, and when it was read. */
   held?: { minMiB: number; atSeconds: number; seconds: number };
 }
-export interface SseMemoryBench { clients: number; compiled: SseMemory; sources: SseMemory }
+export interface SseMemoryBench { clients: number; compiled: SseMemory; sources: SseMemory; smallYoung: SseMemory }
+
+/** The NODE_OPTIONS of the last measurement. */
+export const SMALL_YOUNG_GENERATION = '--max-semi-space-size=4';
 
 /** Resident set size of a process in MiB (Linux /proc). */
 function rssMiB(pid: number): number {
@@ -48,16 +55,21 @@ export function sseMemoryUnavailable(): string | undefined {
 
 export async function benchSseMemory(redisUrl: string): Promise<SseMemoryBench> {
   buildCompiled();
-  return { clients: SSE_CLIENTS, compiled: await measure(redisUrl, 'compiled', SSE_HOLD_MS), sources: await measure(redisUrl, 'sources', 0) };
+  return {
+    clients: SSE_CLIENTS,
+    compiled: await measure(redisUrl, 'compiled', SSE_HOLD_MS),
+    sources: await measure(redisUrl, 'sources', 0),
+    smallYoung: await measure(redisUrl, 'compiled', 0, { NODE_OPTIONS: SMALL_YOUNG_GENERATION }),
+  };
 }
 
-async function measure(redisUrl: string, launcher: Launcher, holdMs: number): Promise<SseMemory> {
+async function measure(redisUrl: string, launcher: Launcher, holdMs: number, moreEnv: Record<string, string> = {}): Promise<SseMemory> {
   const prefix = `bsse${randomBytes(4).toString('hex')}`;
   // All the clients stream on one key: the per-key and per-scope stream caps are lifted to fit them.
   const caps = String(SSE_CLIENTS * 2);
   const env = {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0', SUBMIT_RATE_PER_SEC: '0',
-    SSE_MAX_PER_KEY: caps, SSE_MAX_PER_SCOPE: caps,
+    SSE_MAX_PER_KEY: caps, SSE_MAX_PER_SCOPE: caps, ...moreEnv,
   };
   const api = await spawnBaton('api', env, [], launcher);
   const admin = new Redis(redisUrl);
@@ -120,4 +132,5 @@ export function printSseMemory(r: SseMemoryBench): void {
       `(${h.atSeconds.toFixed(0)} s on; V8 shrinks the young generation once the process is quiet)`);
   }
   console.log(`API process RSS, from the sources through tsx: ${line(r.sources)}`);
+  console.log(`API process RSS, compiled, NODE_OPTIONS=${SMALL_YOUNG_GENERATION}: ${line(r.smallYoung)}`);
 }
