@@ -87,13 +87,22 @@ interface NodeAnswer extends AsyncIterable<Uint8Array> {
 }
 
 type GetBuiltin = (id: string) => unknown;
+interface Host {
+  process?: { getBuiltinModule?: GetBuiltin; release?: { name?: string } };
+  navigator?: { userAgent?: string };
+}
 
 /**
  * Sends with Node's http and https modules (their global agents, which keep connections alive
- * since Node 19), or undefined where there are none to take: not Node, or a Node before 20.16.
+ * since Node 19), or undefined where there are none to take: not Node.js, or a Node before
+ * 20.16. Runtimes that offer Node's modules too (Bun, Deno, Cloudflare's workerd) keep their
+ * own fetch: they name themselves in navigator.userAgent, which Node.js fills in from 21 on.
  */
 export function sendWithNodeHttp(): Send | undefined {
-  const getBuiltin = (globalThis as { process?: { getBuiltinModule?: GetBuiltin } }).process?.getBuiltinModule;
+  const host = globalThis as Host;
+  const agent = host.navigator?.userAgent;
+  if (agent !== undefined ? !agent.startsWith('Node.js/') : host.process?.release?.name !== 'node') return undefined;
+  const getBuiltin = host.process?.getBuiltinModule;
   if (typeof getBuiltin !== 'function') return undefined;
   const http = getBuiltin('node:http') as NodeHttp | undefined;
   const https = getBuiltin('node:https') as NodeHttp | undefined;
