@@ -339,11 +339,13 @@ async function* readEvents(
 class Connection {
   private readonly ctrl = new AbortController();
   private timer: ReturnType<typeof setTimeout> | undefined;
+  /** When bytes last arrived. Noted per chunk; the one timer looks at it when it fires. */
+  private lastAt = Date.now();
   private readonly onAbort = () => this.ctrl.abort(this.outer?.reason);
 
   constructor(private readonly idleMs: number, private readonly outer?: AbortSignal) {
     outer?.addEventListener('abort', this.onAbort, { once: true });
-    this.alive();
+    this.watch(idleMs);
   }
 
   get signal(): AbortSignal {
@@ -352,13 +354,22 @@ class Connection {
 
   /** Bytes arrived (an event or a keep-alive comment): the connection is not silent. */
   alive(): void {
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.ctrl.abort(new Error(`no data for ${this.idleMs} ms`)), this.idleMs);
+    this.lastAt = Date.now();
   }
 
   close(): void {
     clearTimeout(this.timer);
+    this.timer = undefined;
     this.outer?.removeEventListener('abort', this.onAbort);
+  }
+
+  /** Fires in `ms`: silent for idleMs by then aborts, else it looks again when that would be. */
+  private watch(ms: number): void {
+    this.timer = setTimeout(() => {
+      const quietFor = Date.now() - this.lastAt;
+      if (quietFor >= this.idleMs) this.ctrl.abort(new Error(`no data for ${this.idleMs} ms`));
+      else this.watch(this.idleMs - quietFor);
+    }, ms);
   }
 }
 
