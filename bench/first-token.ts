@@ -18,9 +18,9 @@ import { num, printTable, ratio } from './table.ts';
  * then stream() (two requests); the one request over fetch (the client's `fetch` option: its
  * transport in browsers, and the default in Node before it sent with Node's http module); and
  * the one request made with node:http and read with the client's SSE parser, nothing else
- * (the service's own share). Raw, measured in the same run: BullMQ `add` from
- * this process → a bare BullMQ worker in a process of its own PUBLISHes → a subscriber here
- * (subscribed beforehand; pub/sub has no log to read from).
+ * (the service's own share). Raw, measured in turns with those (its processes run beside
+ * Baton's): BullMQ `add` from this process → a bare BullMQ worker in a process of its own
+ * PUBLISHes → a subscriber here (subscribed beforehand; pub/sub has no log to read from).
  *
  * - one session: BENCH_TTFT_SAMPLES runs (default 30) one after another in one session;
  * - a burst: BENCH_TTFT_ROUNDS rounds (default 5) of 50 sessions submitting at once.
@@ -44,10 +44,22 @@ export interface FirstTokenBench {
   raw: FirstTokenSide;
 }
 
+type Way = (sessionId: string) => Promise<number>;
+type BatonWays = Record<'baton' | 'batonTwoRequests' | 'batonFetch' | 'batonBareHttp', Way>;
+
+/** Both sides' processes run side by side and their ways take turns, raw's with Baton's. */
 export async function benchFirstToken(redisUrl: string): Promise<FirstTokenBench> {
-  const sides = await batonSide(redisUrl);
-  const raw = await rawSide(redisUrl);
-  return { samples: SAMPLES, rounds: ROUNDS, burst: BURST, ...sides, raw };
+  const baton = await startBaton(redisUrl);
+  try {
+    const raw = await startRaw(redisUrl);
+    try {
+      return { samples: SAMPLES, rounds: ROUNDS, burst: BURST, ...await sample({ raw: raw.way, ...baton.ways }) };
+    } finally {
+      await raw.close();
+    }
+  } finally {
+    await baton.close();
+  }
 }
 
 /**
@@ -55,7 +67,7 @@ export async function benchFirstToken(redisUrl: string): Promise<FirstTokenBench
  * in bursts of BURST sessions. The ways take turns, a sample or a burst each, so none is
  * measured in a quieter or a warmer stretch of the processes than the others.
  */
-async function sample<K extends string>(ways: Record<K, (sessionId: string) => Promise<number>>): Promise<Record<K, FirstTokenSide>> {
+async function sample<K extends string>(ways: Record<K, Way>): Promise<Record<K, FirstTokenSide>> {
   const names = Object.keys(ways) as K[];
   for (const k of names) for (let i = 0; i < WARMUP; i++) await ways[k](`${k}-warm`);
   const one = new Map(names.map((k) => [k, [] as number[]]));
@@ -67,7 +79,8 @@ async function sample<K extends string>(ways: Record<K, (sessionId: string) => P
   return Object.fromEntries(names.map((k) => [k, { oneMs: percentileOf(one.get(k)!, 50), burstMs: percentileOf(burst.get(k)!, 50) }])) as Record<K, FirstTokenSide>;
 }
 
-async function batonSide(redisUrl: string): Promise<Pick<FirstTokenBench, 'baton' | 'batonTwoRequests' | 'batonFetch' | 'batonBareHttp'>> {
+/** A `baton api` and a `baton worker` process, warmed, and the ways to take Baton's first token through them. */
+async function startBaton(redisUrl: string): Promise<{ ways: BatonWays; close(): Promise<void> }> {
   const prefix = `bttft${randomBytes(4).toString('hex')}`;
   const env = {
     REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
@@ -105,7 +118,7 @@ async function batonSide(redisUrl: string): Promise<Pick<FirstTokenBench, 'baton
       const { runId, events } = await c.submitAndStream({ sessionId, input: { content: 'hello' }, runtime: 'bench', agent: 'echo' });
       return (await firstToken(runId, events)) - t0;
     };
-    return await sample({
+    const ways: BatonWays = {
       baton: oneRequest(client),
       batonTwoRequests: async (sessionId) => {
         const t0 = performance.now();
@@ -114,8 +127,14 @@ async function batonSide(redisUrl: string): Promise<Pick<FirstTokenBench, 'baton
       },
       batonFetch: oneRequest(overFetch),
       batonBareHttp: (sessionId) => bareFirstToken(sessionId, performance.now()),
-    });
-  } finally {
+    };
+    return { ways, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+
+  async function close(): Promise<void> {
     bare?.close();
     await admin.quit();
     await Promise.all([api.kill(), worker.kill()]);
@@ -155,7 +174,8 @@ function bareSubmitAndStream(apiUrl: string, apiKey: string) {
   return { firstToken, close: () => agent.destroy() };
 }
 
-async function rawSide(redisUrl: string): Promise<FirstTokenSide> {
+/** A bare BullMQ worker process that PUBLISHes, and the way to time add → message through it. */
+async function startRaw(redisUrl: string): Promise<{ way: Way; close(): Promise<void> }> {
   const tag = randomBytes(4).toString('hex');
   const name = `raw-ttft-${tag}`;
   const worker = await spawnScript('./raw-worker.ts', [redisUrl, name, String(BURST)]);
@@ -166,22 +186,24 @@ async function rawSide(redisUrl: string): Promise<FirstTokenSide> {
   sub.on('pmessage', (_pattern: string, channel: string) => waiting.get(channel)?.());
   await sub.psubscribe(`${name}:*`);
   let seq = 0;
-  try {
-    return (await sample({ raw: async () => {
-      const channel = `${name}:${seq++}`;
-      const t0 = performance.now();
-      const arrived = new Promise<number>((resolve) => waiting.set(channel, () => resolve(performance.now())));
-      await queue.add('run', { channel }, { removeOnComplete: true });
-      const at = await arrived;
-      waiting.delete(channel);
-      return at - t0;
-    } })).raw;
-  } finally {
-    await worker.stop();
-    await queue.obliterate({ force: true }).catch(() => {});
-    await queue.close();
-    await Promise.all([conn.quit(), sub.quit()]);
-  }
+  const way: Way = async () => {
+    const channel = `${name}:${seq++}`;
+    const t0 = performance.now();
+    const arrived = new Promise<number>((resolve) => waiting.set(channel, () => resolve(performance.now())));
+    await queue.add('run', { channel }, { removeOnComplete: true });
+    const at = await arrived;
+    waiting.delete(channel);
+    return at - t0;
+  };
+  return {
+    way,
+    async close() {
+      await worker.stop();
+      await queue.obliterate({ force: true }).catch(() => {});
+      await queue.close();
+      await Promise.all([conn.quit(), sub.quit()]);
+    },
+  };
 }
 
 export function printFirstToken(r: FirstTokenBench): void {
