@@ -1,4 +1,4 @@
-import { createServer } from 'node:http';
+import { createServer, type RequestListener } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { BatonApiError, BatonClient, BatonStreamError, type RunStreamEvent } from '../src/client.ts';
@@ -31,18 +31,26 @@ beforeAll(async () => {
   key = await h.key('acme', 'client');
 });
 
+/** The client's two transports: Node's http module (its default in Node) and fetch (its default elsewhere). */
+const TRANSPORTS = [
+  { tag: 'node-http', fetch: undefined },
+  { tag: 'fetch', fetch: globalThis.fetch },
+];
+
+/** A stand-in API answering with `handler`, closed after the file; resolves with its URL. */
+async function fakeApi(handler: RequestListener): Promise<string> {
+  const fake = createServer(handler);
+  await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
+  track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
+  return `http://127.0.0.1:${(fake.address() as AddressInfo).port}`;
+}
+
 const asSeen = (events: RunStreamEvent[]): Seen[] => events.map((e) => ({ id: e.id, type: e.type, data: e.data }));
 const textOf = (events: RunStreamEvent[]) =>
   events.flatMap((e) => (e.type === 'token' ? [e.data.text] : [])).join('');
 
-/**
- * Every test runs over both transports: Node's http module (the client's default in Node)
- * and fetch (its default elsewhere, and what a caller's own fetch goes through).
- */
-describe.each([
-  { tag: 'node-http', fetch: undefined },
-  { tag: 'fetch', fetch: globalThis.fetch },
-])('typed client over $tag', ({ tag, fetch }) => {
+/** Every test runs over both transports (a caller's own fetch goes through the fetch one). */
+describe.each(TRANSPORTS)('typed client over $tag', ({ tag, fetch }) => {
   const client = (o: ConstructorParameters<typeof BatonClient>[0]) => new BatonClient({ ...o, fetch });
   let c: BatonClient;
   beforeAll(() => {
@@ -136,7 +144,7 @@ describe.each([
 
   it('a connection that goes silent (no keep-alive) is dropped and resumed from the last id', async () => {
     const requests: (string | undefined)[] = [];
-    const fake = createServer((req, res) => {
+    const url = await fakeApi((req, res) => {
       requests.push(req.headers['last-event-id'] as string | undefined);
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       if (requests.length === 1) {
@@ -146,9 +154,7 @@ describe.each([
       }
       res.end('id: 2-0\nevent: end\ndata: {"status":"succeeded","result":{"answer":"","finishReason":"stop","toolCallsSeen":0}}\n\n');
     });
-    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
-    track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
-    const c = client({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme', idleTimeoutMs: 300 });
+    const c = client({ url, apiKey: key, scope: 'acme', idleTimeoutMs: 300 });
     const got: RunStreamEvent[] = [];
     for await (const e of c.stream('r1')) got.push(e);
     expect(got.map((e) => [e.id, e.type])).toEqual([['1-0', 'status'], ['2-0', 'end']]);
@@ -181,7 +187,7 @@ describe('typed client transports', () => {
 
   it('in Node, streams read up to their `end` leave their connection to the next request', async () => {
     const sockets = new Set<unknown>();
-    const fake = createServer((req, res) => {
+    const url = await fakeApi((req, res) => {
       sockets.add(req.socket);
       req.resume();
       req.on('end', () => {
@@ -189,9 +195,7 @@ describe('typed client transports', () => {
         res.end('id: 1-0\nevent: end\ndata: {"status":"succeeded","result":{"answer":"","finishReason":"stop","toolCallsSeen":0}}\n\n');
       });
     });
-    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
-    track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
-    const c = new BatonClient({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme' });
+    const c = new BatonClient({ url, apiKey: key, scope: 'acme' });
     for (let i = 0; i < 3; i++) {
       const { events } = await c.submitAndStream({ sessionId: 'reuse', input: { content: 'x' } });
       const types: string[] = [];
@@ -201,15 +205,10 @@ describe('typed client transports', () => {
     expect(sockets.size).toBe(1);
   });
 
-  it.each([
-    { tag: 'node-http', fetch: undefined },
-    { tag: 'fetch', fetch: globalThis.fetch },
-  ])('over $tag, a signal aborted before the answer ends the stream with its reason', async ({ fetch }) => {
+  it.each(TRANSPORTS)('over $tag, a signal aborted before the answer ends the stream with its reason', async ({ fetch }) => {
     let held = 0;
-    const fake = createServer(() => { held++; });
-    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
-    track(fake, () => new Promise<void>((r) => { fake.closeAllConnections(); fake.close(() => r()); }));
-    const c = new BatonClient({ url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, apiKey: key, scope: 'acme', fetch });
+    const url = await fakeApi(() => { held++; });
+    const c = new BatonClient({ url, apiKey: key, scope: 'acme', fetch });
     const stop = new AbortController();
     const reason = new Error('reader left');
     const reading = (async () => { for await (const _ of c.stream('r1', { signal: stop.signal })) { /* none */ } })();
