@@ -1,5 +1,4 @@
 import { beforeAll, expect, it } from 'vitest';
-import type { Cluster } from 'ioredis';
 import { startCluster } from './helpers/cluster.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
@@ -58,15 +57,4 @@ it('a SIGKILLed worker process on a cluster: another worker recovers the run', a
   const sse = await acme.sse(`/runs/${sub.body.id}/events`);
   expect(sse.events.some((e) => e.event === 'status' && e.data.status === 'recovered')).toBe(true);
   await w.close();
-});
-
-it("a cluster connection sends the commands of one tick to a node in one write (coalesceWrites)", async () => {
-  const key = `${h.prefix}:{acme}:writes`;
-  await h.redis.get(key);
-  const masters = (h.redis as unknown as Cluster).nodes('master');
-  const replies = Promise.all(Array.from({ length: 10 }, () => h.redis.incr(key)));
-  // One node holds the key's slot: its socket is corked until the tick ends, the others untouched.
-  expect(masters.map((n) => n.stream.writableCorked).sort()).toEqual([0, 0, 1]);
-  expect(await replies).toEqual(Array.from({ length: 10 }, (_, i) => i + 1));
-  expect(masters.map((n) => n.stream.writableCorked)).toEqual([0, 0, 0]);
 });

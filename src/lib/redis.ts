@@ -67,10 +67,8 @@ export function createRedis({ url, name, logger, blocking = false, events }: Red
       clusterRetryStrategy: options.retryStrategy,
       enableReadyCheck: true,
     }) as unknown as Redis;
-    redis.on('+node', (node: Redis) => coalesceWrites(node));
   } else {
     redis = new Redis(url, options);
-    coalesceWrites(redis);
   }
   events?.opened(name);
   let wasUp = false;
@@ -87,38 +85,6 @@ export function createRedis({ url, name, logger, blocking = false, events }: Red
   });
   return redis;
 }
-
-/**
- * The commands a connection is given in one tick of the event loop leave in one system call.
- * ioredis writes each command to its socket at once, a `write` each; a worker or API under
- * load gives one connection several in a tick (the replies of one read resume many runs, a
- * flush timer fires for many streams), and on a loopback socket the system call costs more
- * than ioredis spends on the command. So the second write of a tick corks the socket and the
- * end of the tick uncorks it: the rest leave together in one `writev`. A lone command is
- * written at once, as before; the order of a connection's commands is unchanged. Each new
- * socket (ioredis makes one per reconnect) is set up on its `connect` event.
- */
-function coalesceWrites(redis: Redis): void {
-  redis.on('connect', () => {
-    const socket = redis.stream;
-    if (coalescing.has(socket)) return;
-    coalescing.add(socket);
-    const write = socket.write;
-    // Writes so far in this tick: 0, 1 (sent at once) or 2 (more: the socket is corked).
-    let writes = 0;
-    const endTick = () => {
-      if (writes === 2) socket.uncork();
-      writes = 0;
-    };
-    socket.write = function (this: typeof socket, ...args: Parameters<typeof write>) {
-      if (writes === 0) process.nextTick(endTick);
-      else if (writes === 1) socket.cork();
-      writes = Math.min(writes + 1, 2);
-      return write.apply(this, args);
-    } as typeof write;
-  });
-}
-const coalescing = new WeakSet<object>();
 
 /** Waits until the connection is ready or fails with the connection's error. */
 export async function waitReady(redis: Redis, timeoutMs = 10_000): Promise<void> {
