@@ -9,7 +9,6 @@ export type StepView = Omit<Step, 'startedAt' | 'finishedAt'> & {
   finishedAt?: number;
 };
 
-
 const STEP_KEY = /^(step|infer|tool|wait):(.+):(\d+)$/;
 const STARTED = '#started';
 
