@@ -2,7 +2,7 @@
 // The package as a user gets it from npm: one `npm pack`, one `npm install <tarball>` into a
 // new project with no TypeScript tooling, then per Node version (`--node <binary>`, repeatable;
 // default: the Node running this script):
-//   - plain Node imports `baton` and `baton/client` (consumer.mjs);
+//   - plain Node imports `baton-agents` and `baton-agents/client` (consumer.mjs);
 //   - `npx baton start` comes up on its own redis-server, and the installed client submits a
 //     run and streams it to its end;
 //   - `npx baton worker --agents ./agent.mjs` and `--agents ./agent.ts` load their agents, and
@@ -12,7 +12,7 @@
 //   - tsc type-checks .ts consumers under moduleResolution nodenext and bundler, and the
 //     client alone with DOM types and no Node types (TypeScript from this checkout, never
 //     installed into the consumer);
-//   - esbuild bundles baton/client for the browser with none of the server packages in it.
+//   - esbuild bundles baton-agents/client for the browser with none of the server packages in it.
 // Any failure prints what the failing step saw and exits 1. `npm run smoke -- --node ...`.
 import { spawn, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -144,7 +144,7 @@ async function main() {
       await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', tarball,
         `express@${pkg.dependencies.express}`, `prom-client@${pkg.dependencies['prom-client']}`], { cwd: consumer, timeoutMs: 300_000 });
       check(!existsSync(join(consumer, 'node_modules/typescript')), 'typescript was installed into the consumer');
-      check(!existsSync(join(consumer, 'node_modules/baton/src')), 'the installed package carries src/');
+      check(!existsSync(join(consumer, 'node_modules/baton-agents/src')), 'the installed package carries src/');
       cpSync(FIXTURES, consumer, { recursive: true });
     });
 
@@ -262,7 +262,7 @@ async function scenario(node, consumer, work) {
       run(node, [tsc, '-p', `types/tsconfig.${mode}.json`, '--typeRoots', typeRoots], { ...here, timeoutMs: 120_000 })));
   });
 
-  await step('esbuild bundles baton/client for the browser without server packages', async () => {
+  await step('esbuild bundles baton-agents/client for the browser without server packages', async () => {
     // esbuild from this checkout, through its JavaScript API under the Node being tested.
     const esbuild = pathToFileURL(require.resolve('esbuild')).href;
     const meta = join(work, `meta-${version}.json`);
@@ -276,7 +276,7 @@ async function scenario(node, consumer, work) {
     const code = readFileSync(out, 'utf8');
     const leaked = SERVER_PACKAGES.filter((p) => inputs.some((i) => i.includes(`node_modules/${p}/`)) || code.includes(p));
     check(leaked.length === 0, `the browser bundle holds ${leaked.join(', ')}`, inputs.join('\n'));
-    check(inputs.some((i) => i.includes('node_modules/baton/dist/client.js')), 'the bundle did not come from the installed package', inputs.join('\n'));
+    check(inputs.some((i) => i.includes('node_modules/baton-agents/dist/client.js')), 'the bundle did not come from the installed package', inputs.join('\n'));
     return `${kb(code.length)}, inputs: ${inputs.map((i) => i.replace(/^.*node_modules\//, '')).join(' ')}`;
   });
 

@@ -1,5 +1,5 @@
 // An agent module in plain JavaScript: `baton worker --agents ./agent.mjs` imports it with no loader.
-import { defineAgent } from 'baton';
+import { defineAgent } from 'baton-agents';
 
 export const smokeMjs = defineAgent({
   name: 'smoke-mjs',

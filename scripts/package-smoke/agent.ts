@@ -1,7 +1,7 @@
 // An agent module in TypeScript: `baton worker --agents ./agent.ts` loads it through tsx (or
 // Node's type stripping). Its first attempt throws the package's TransientError, which the
 // worker must recognise as the same class it retries on, so the run succeeds on attempt 2.
-import { defineAgent, TransientError, type RunContext } from 'baton';
+import { defineAgent, TransientError, type RunContext } from 'baton-agents';
 
 interface Greeting { prefix: string; attempt: number }
 

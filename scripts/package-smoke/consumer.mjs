@@ -1,7 +1,7 @@
 // What an application imports from the installed package, under plain Node: no loader, no TypeScript.
 import assert from 'node:assert/strict';
-import * as sdk from 'baton';
-import * as client from 'baton/client';
+import * as sdk from 'baton-agents';
+import * as client from 'baton-agents/client';
 
 for (const name of ['defineAgent', 'TransientError', 'RetryAfterError', 'PermanentError', 'OutputInvalidError', 'redisMemory', 'slidingWindow', 'withSlidingWindow', 'createChatAgent']) {
   assert.ok(name in sdk, `baton exports ${name}`);

@@ -3,7 +3,7 @@
 //   REDIS_URL=... RUNTIME=smoke-host node host-app.mjs    prints "host app listening on <url>"
 import express from 'express';
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
-import { builtinAgents, createBatonRouter, createLogger, loadAgents, loadConfig, startWorker } from 'baton/server';
+import { builtinAgents, createBatonRouter, createLogger, loadAgents, loadConfig, startWorker } from 'baton-agents/server';
 
 const config = loadConfig();
 const log = createLogger(config.LOG_LEVEL);

@@ -3,7 +3,7 @@
 // With `one-request` the submit's answer is the stream (submitAndStream); else submit, then
 // stream. Prints {status, text, attempts, answer} as JSON; exits 1 when the stream ends
 // without `end`.
-import { BatonClient } from 'baton/client';
+import { BatonClient } from 'baton-agents/client';
 
 const [url, apiKey, scope, runtime, agent, content, how] = process.argv.slice(2);
 const client = new BatonClient({ url, apiKey, scope });

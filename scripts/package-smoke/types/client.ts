@@ -1,5 +1,5 @@
 // The client's types; also checked with DOM types and no Node types (tsconfig.browser.json).
-import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from 'baton/client';
+import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from 'baton-agents/client';
 import type { IsAny } from './is-any.ts';
 
 export async function follow(url: string, apiKey: string): Promise<string> {

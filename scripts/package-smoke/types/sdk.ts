@@ -1,5 +1,5 @@
 // The agent SDK's types as a TypeScript consumer sees them through `exports`.
-import { defineAgent, redisMemory, RetryAfterError, TransientError, type Agent, type RunContext, type RunInput } from 'baton';
+import { defineAgent, redisMemory, RetryAfterError, TransientError, type Agent, type RunContext, type RunInput } from 'baton-agents';
 import type { IsAny } from './is-any.ts';
 
 export const triage = defineAgent({

@@ -1,5 +1,5 @@
 // Embedding: the API in a host app, a worker from code.
-import { builtinAgents, createBatonRouter, loadAgents, loadConfig, createLogger, startWorker, type BatonRouter, type WorkerHandle } from 'baton/server';
+import { builtinAgents, createBatonRouter, loadAgents, loadConfig, createLogger, startWorker, type BatonRouter, type WorkerHandle } from 'baton-agents/server';
 import type { IsAny } from './is-any.ts';
 
 export async function embed(use: (path: string, handler: BatonRouter['router']) => void): Promise<() => Promise<void>> {
