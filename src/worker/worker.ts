@@ -24,8 +24,11 @@ export type WorkerOptions = (
   agents: ReadonlyMap<string, Agent>;
   events?: ExecutorEvents;
   /**
-   * Serve /metrics, /healthz, /readyz on METRICS_PORT (default). `baton start` turns it off:
-   * there the API serves the shared registry and includes this worker's readiness checks.
+   * Serve /metrics, /healthz, /readyz on METRICS_PORT. Default: on for a standalone worker
+   * (`config` and `redisUrl` given), off when `resources` is passed: the composition root's
+   * owner serves that registry (`baton start` on its API port, with this worker's readiness
+   * checks; an app embedding `createBatonRouter` on its own `/metrics`), so an embedded worker
+   * opens no port of its own.
    */
   opsServer?: boolean;
 }
@@ -153,7 +156,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
       return closing;
     },
   };
-  if (o.opsServer ?? true) {
+  if (o.opsServer ?? owned) {
     try {
       ops = await startOpsServer({ host: c.HOST, port: c.METRICS_PORT, metrics, checks, log, token: c.METRICS_TOKEN });
     } catch (err) {
