@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { builtinChatAgent } from '../src/lib/agents/chat.ts';
+import { builtinChatAgent, createChatAgent } from '../src/lib/agents/chat.ts';
 import { reportedUsage, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText, type SseEvent } from './helpers/http.ts';
@@ -184,5 +184,83 @@ describe('chat agent', () => {
     const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 30_000);
     expect(run.result.answer).toBe('configured');
     expect(fake.requestsFor('#cfg').map((r) => r.model)).toEqual(['configured-model']);
+  });
+});
+
+/** Runs `fn` with the given OPENAI_* variables set (undefined: unset), restoring them after. */
+function withOpenAIEnv<T>(vars: { OPENAI_API_KEY?: string; OPENAI_BASE_URL?: string }, fn: () => T): T {
+  const saved = { OPENAI_API_KEY: process.env.OPENAI_API_KEY, OPENAI_BASE_URL: process.env.OPENAI_BASE_URL };
+  const set = (name: keyof typeof saved, v: string | undefined) => {
+    if (v === undefined) delete process.env[name];
+    else process.env[name] = v;
+  };
+  set('OPENAI_API_KEY', vars.OPENAI_API_KEY);
+  set('OPENAI_BASE_URL', vars.OPENAI_BASE_URL);
+  try {
+    return fn();
+  } finally {
+    set('OPENAI_API_KEY', saved.OPENAI_API_KEY);
+    set('OPENAI_BASE_URL', saved.OPENAI_BASE_URL);
+  }
+}
+
+describe('createChatAgent configuration', () => {
+  it('reads OPENAI_API_KEY and OPENAI_BASE_URL when not given, when the module loads; options win over them', async () => {
+    const runtime = `${h.runtime}-env`;
+    const [fromEnv, fromOptions] = withOpenAIEnv({ OPENAI_API_KEY: 'key-from-env', OPENAI_BASE_URL: fake.baseURL }, () => [
+      createChatAgent({ name: 'env-chat', model: 'fake-model' }),
+      // The environment's base URL leads nowhere here: the options' one must be used.
+      withOpenAIEnv({ OPENAI_API_KEY: 'key-from-env', OPENAI_BASE_URL: 'http://127.0.0.1:9/v1' }, () =>
+        createChatAgent({ name: 'options-chat', model: 'fake-model', baseURL: fake.baseURL, apiKey: 'key-from-options' })),
+    ]);
+    // The environment was read when the agents were made: it is back as it was by now.
+    await h.startWorker({ env: { RUNTIME: runtime }, agents: [fromEnv, fromOptions] });
+    fake.script('#from-env', [{ kind: 'stream', tokens: ['env', ' ok'] }]);
+    fake.script('#from-options', [{ kind: 'stream', tokens: ['options', ' ok'] }]);
+    const [a, b] = await Promise.all([
+      acme.submit('env-1', 'hi #from-env', { agent: 'env-chat', runtime }),
+      acme.submit('env-2', 'hi #from-options', { agent: 'options-chat', runtime }),
+    ]);
+    const [runA, runB] = await Promise.all([a, b].map((s) => acme.waitStatus(s.body.id, ['succeeded', 'failed'], 30_000)));
+    expect([runA.status, runA.result.answer]).toEqual(['succeeded', 'env ok']);
+    expect([runB.status, runB.result.answer]).toEqual(['succeeded', 'options ok']);
+    expect(fake.requestsFor('#from-env').map((r) => r.authorization)).toEqual(['Bearer key-from-env']);
+    expect(fake.requestsFor('#from-options').map((r) => r.authorization)).toEqual(['Bearer key-from-options']);
+  });
+
+  it('with neither a key nor a base URL anywhere it throws when made, naming the agent; blank counts as unset', () => {
+    const none = /agent "lonely" has no model endpoint: pass apiKey .* or set OPENAI_API_KEY or OPENAI_BASE_URL/;
+    withOpenAIEnv({}, () => {
+      expect(() => createChatAgent({ name: 'lonely', model: 'm' })).toThrow(none);
+      // A key alone means the OpenAI API; a base URL alone, a server that needs no key.
+      expect(() => createChatAgent({ name: 'keyed', model: 'm', apiKey: 'k' })).not.toThrow();
+      expect(() => createChatAgent({ name: 'local', model: 'm', baseURL: fake.baseURL })).not.toThrow();
+      expect(() => createChatAgent({ name: 'lonely', model: 'm', apiKey: ' ', baseURL: '' })).toThrow(none);
+      // The built-in agent is offered by every worker, configured or not: its runs say what is missing.
+      expect(() => builtinChatAgent({ OPENAI_MODEL: 'm' })).not.toThrow();
+    });
+    withOpenAIEnv({ OPENAI_API_KEY: '', OPENAI_BASE_URL: '  ' }, () => {
+      expect(() => createChatAgent({ name: 'lonely', model: 'm' })).toThrow(none);
+    });
+    withOpenAIEnv({ OPENAI_BASE_URL: 'localhost:8000' }, () => {
+      expect(() => createChatAgent({ name: 'typo', model: 'm' })).toThrow('agent "typo": the base URL "localhost:8000" is not an http(s) URL');
+    });
+  });
+
+  it('a worker refuses to start with a module whose chat agent has no endpoint, and says which agent', async () => {
+    const start = h.spawn('worker', {
+      env: { RUNTIME: `${h.runtime}-none`, OPENAI_API_KEY: '', OPENAI_BASE_URL: '' },
+      agents: [new URL('./fixtures/unconfigured-chat.ts', import.meta.url).pathname],
+    });
+    await expect(start).rejects.toThrow(/baton worker exited 1:[\s\S]*agent "fx-unconfigured-chat" has no model endpoint/);
+  });
+
+  it('the built-in chat agent without an endpoint: its runs fail with CHAT_NOT_CONFIGURED, saying what to set', async () => {
+    const runtime = `${h.runtime}-bare`;
+    await h.startWorker({ env: { RUNTIME: runtime }, agents: [builtinChatAgent({ OPENAI_MODEL: 'm' })] });
+    const sub = await acme.submit('bare', 'hi', { agent: 'chat', runtime });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 30_000);
+    expect([run.status, run.attempt, run.lastError.code]).toEqual(['failed', 1, 'CHAT_NOT_CONFIGURED']);
+    expect(run.lastError.message).toContain('set OPENAI_API_KEY (for the OpenAI API) or OPENAI_BASE_URL');
   });
 });

@@ -62,6 +62,8 @@ export interface RecordedRequest {
   body: Record<string, any>;
   /** The reply the server chose. */
   reply: FakeReply;
+  /** The request's Authorization header (the API key a client sent, as `Bearer <key>`). */
+  authorization?: string;
   /** The usage the server reported for this request (undefined when it reported none). */
   usage?: FakeUsage & { total_tokens: number };
 }
@@ -195,7 +197,7 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     const body = JSON.parse(raw) as RecordedRequest['body'];
     const messages = body.messages as FakeMessage[];
     const reply = choose(lastUser(messages));
-    const rec: RecordedRequest = { model: body.model, stream: body.stream === true, messages, body, reply };
+    const rec: RecordedRequest = { model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization };
     requests.push(rec);
 
     if (reply.kind === 'status') {

@@ -21,9 +21,15 @@ export interface ChatAgentOptions {
   name: string;
   /** The model id the endpoint serves. */
   model: string;
-  /** Any OpenAI-compatible endpoint; the OpenAI API when absent. */
+  /**
+   * Any OpenAI-compatible endpoint. When absent: OPENAI_BASE_URL from the environment, else
+   * the OpenAI API (as the `openai` package does).
+   */
   baseURL?: string;
-  /** Optional for local servers that need no key (a placeholder is sent then). */
+  /**
+   * When absent: OPENAI_API_KEY from the environment. A local server that needs no key needs
+   * none (a placeholder is sent then), but the API without a key is a configuration error.
+   */
   apiKey?: string;
   /** A system message, fixed or per run (e.g. from ctx.metadata); none when absent or empty. */
   system?: string | ((ctx: RunContext) => string | undefined);
@@ -65,8 +71,50 @@ export interface ChatAgentOptions {
  * The answer is the text of every model call of the run, in order, separated by a blank
  * line: the same text readers saw streamed. Caller memory, when given, reaches the model as
  * a system message (it is context, never history).
+ *
+ * The endpoint is settled here, when the agent module loads: `apiKey` and `baseURL`, else
+ * OPENAI_API_KEY and OPENAI_BASE_URL from the environment. With neither a key nor a base
+ * URL it throws, naming the agent, so a worker refuses to start with it rather than
+ * offering an agent whose every run would fail.
  */
 export function createChatAgent(options: ChatAgentOptions): Agent {
+  const endpoint = chatEndpoint(options.name, {
+    baseURL: given(options.baseURL) ?? given(process.env.OPENAI_BASE_URL),
+    apiKey: given(options.apiKey) ?? given(process.env.OPENAI_API_KEY),
+  });
+  if (!endpoint) {
+    throw new TypeError(
+      `agent ${JSON.stringify(options.name)} has no model endpoint: pass apiKey (for the OpenAI API) or baseURL to createChatAgent, ` +
+      'or set OPENAI_API_KEY or OPENAI_BASE_URL in the environment of the worker that loads it',
+    );
+  }
+  return chatAgent(options, () => endpoint);
+}
+
+/** Where a chat agent sends its model calls. */
+interface ChatEndpoint { baseURL?: string; apiKey?: string }
+
+/** A setting that was given: not absent and not blank. */
+const given = (v: string | undefined) => (v?.trim() ? v.trim() : undefined);
+
+/** The endpoint, or undefined when there is neither a key nor a base URL; a base URL that is no http(s) URL throws. */
+function chatEndpoint(name: string, e: ChatEndpoint): ChatEndpoint | undefined {
+  if (e.baseURL !== undefined && !isHttpUrl(e.baseURL)) {
+    throw new TypeError(`agent ${JSON.stringify(name)}: the base URL ${JSON.stringify(e.baseURL)} is not an http(s) URL`);
+  }
+  return e.baseURL !== undefined || e.apiKey !== undefined ? e : undefined;
+}
+
+function isHttpUrl(text: string): boolean {
+  try {
+    return /^https?:$/.test(new URL(text).protocol);
+  } catch {
+    return false;
+  }
+}
+
+/** createChatAgent with its endpoint from `endpoint()`, asked when the agent first runs (it may throw). */
+function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Agent {
   const { name, model } = options;
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
@@ -74,16 +122,11 @@ export function createChatAgent(options: ChatAgentOptions): Agent {
   const byName = new Map(tools.map((t) => [t.name, t]));
   let client: OpenAI | undefined;
   const clientFor = () => {
-    if (!options.baseURL && !options.apiKey) {
-      throw new PermanentError(
-        `agent ${JSON.stringify(name)} needs an apiKey or a baseURL (the built-in chat agent reads OPENAI_API_KEY and OPENAI_BASE_URL)`,
-        'CHAT_NOT_CONFIGURED',
-      );
-    }
-    // The key is passed even when empty so the SDK never reads OPENAI_API_KEY behind the options' back.
-    client ??= new OpenAI({
-      baseURL: options.baseURL, apiKey: options.apiKey || 'not-needed', maxRetries: 0, timeout: options.timeoutMs ?? 60_000,
-    });
+    if (client) return client;
+    const { baseURL, apiKey } = endpoint();
+    // Both are passed, the key even when there is none (a local server): the SDK reads no
+    // environment behind the agent's back.
+    client = new OpenAI({ baseURL, apiKey: apiKey ?? 'not-needed', maxRetries: 0, timeout: options.timeoutMs ?? 60_000 });
     return client;
   };
 
@@ -202,14 +245,21 @@ export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_K
 
 /**
  * The built-in `chat` agent: createChatAgent with no tools, its endpoint from OPENAI_*,
- * and `metadata.system` (a string) of a submit as its system message.
+ * and `metadata.system` (a string) of a submit as its system message. Every worker offers
+ * it, configured or not (`baton start` must come up without a model): unconfigured, each of
+ * its runs fails with CHAT_NOT_CONFIGURED, saying what to set.
  */
 export function builtinChatAgent(settings: BuiltinChatSettings): Agent {
-  return createChatAgent({
+  const endpoint = chatEndpoint('chat', { baseURL: given(settings.OPENAI_BASE_URL), apiKey: given(settings.OPENAI_API_KEY) });
+  return chatAgent({
     name: 'chat',
     model: settings.OPENAI_MODEL,
-    baseURL: settings.OPENAI_BASE_URL,
-    apiKey: settings.OPENAI_API_KEY,
     system: (ctx) => (typeof ctx.metadata.system === 'string' ? ctx.metadata.system : undefined),
+  }, () => {
+    if (endpoint) return endpoint;
+    throw new PermanentError(
+      'the built-in chat agent has no model endpoint: set OPENAI_API_KEY (for the OpenAI API) or OPENAI_BASE_URL where the worker runs',
+      'CHAT_NOT_CONFIGURED',
+    );
   });
 }
