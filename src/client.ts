@@ -3,8 +3,9 @@
  * It runs on any fetch (browsers, Deno, Bun, edge runtimes, Node) and imports nothing
  * server-side: test/client-bundle.test.ts bundles it for the browser to keep it that way.
  */
-export { BatonApiError, BatonClient, BatonStreamError, resumeWithToken } from './lib/client/client.ts';
+export { answerTokens, BatonApiError, BatonClient, BatonStreamError, resumeWithToken } from './lib/client/client.ts';
 export type {
-  ApprovalDecision, BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
-  SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream, TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
+  AnswerTokensOptions, ApprovalDecision, AttemptEventData, BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError,
+  RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream,
+  TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from './lib/client/client.ts';

@@ -1,5 +1,5 @@
 import {
-  ID_PATTERN, RUN_EVENT_TYPES, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest, type Wait,
+  ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest, type Wait,
   type WaitResumed,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
@@ -15,7 +15,7 @@ import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './trans
  */
 
 export type {
-  ApprovalDecision, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage,
+  ApprovalDecision, AttemptEventData, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage,
   SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
   UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from '../contract/index.ts';
@@ -205,6 +205,7 @@ export class BatonClient {
    * request sooner than with submit() then stream(). `events` goes on as stream() does: a
    * dropped connection is resumed from the last event received. As with submit(), a request
    * that fails in flight may have made the run: an idempotencyKey makes a retry safe.
+   * `answerTokens(events)` reads them as text, as tokens() does.
    */
   async submitAndStream(req: SubmitRequest, opts: StreamOptions = {}): Promise<SubmittedStream> {
     const conn = new Connection(this.idleTimeoutMs, opts.signal);
@@ -240,22 +241,65 @@ export class BatonClient {
   }
 
   /**
-   * The text of the run's tokens as they arrive. A retried or recovered attempt starts the
-   * answer over: `onAttempt` is called at the start of every attempt, so a display can drop
-   * the text of the abandoned one.
+   * The text of the run's answer as it arrives, by the rule of answerTokens(): each token's
+   * text; and, for a run whose last attempt streamed no token (an agent that returns its
+   * answer without emitting it), the result's answer in one piece when the run ends. Never
+   * an empty string. An attempt starts the answer over (`onAttempt` is called at each).
    */
-  async *tokens(
-    runId: string,
-    opts: StreamOptions & { onAttempt?(attempt: { attempt: number; maxAttempts: number; recovered?: boolean }): void } = {},
-  ): AsyncGenerator<string, void, undefined> {
-    for await (const e of this.stream(runId, opts)) {
-      if (e.type === 'token') yield e.data.text;
-      else if (e.type === 'attempt') opts.onAttempt?.(e.data);
-    }
+  tokens(runId: string, opts: StreamOptions & AnswerTokensOptions = {}): AsyncGenerator<string, void, undefined> {
+    return answerTokens(this.stream(runId, opts), { onAttempt: opts.onAttempt, fromStart: opts.after === undefined });
   }
 
   private json<T>(method: string, path: string, body?: unknown): Promise<T> {
     return jsonRequest<T>(this.send, this.base + path, method, this.headers, body);
+  }
+}
+
+export interface AnswerTokensOptions {
+  /**
+   * Called at the start of every attempt (first try, retry, recovery, or going on after a
+   * wait): the answer starts over, so a display drops what it showed of the earlier attempt.
+   * After a wait (`resumed`) the agent runs from its start again and streams what it said
+   * before the wait once more; after a retry or a recovery the answer may differ.
+   */
+  onAttempt?(attempt: AttemptEventData): void;
+  /**
+   * The events start at the run's beginning (not after an event id a reader resumed from).
+   * Default true. When false, the result's answer is yielded only if an attempt began in
+   * what was read: text of an attempt read earlier cannot be told apart from none.
+   */
+  fromStart?: boolean;
+}
+
+/**
+ * The text of a run's answer from its events (stream()'s or submitAndStream()'s):
+ *
+ * - each `token` event's text, as it arrives;
+ * - an `attempt` event starts the answer over (`onAttempt` is called);
+ * - at `end`, when the last attempt streamed no token, the result's answer in one piece: an
+ *   agent that returns its answer without emitting it is still read in full, just not
+ *   token by token;
+ * - never an empty string: a run that ends with no text yields nothing.
+ *
+ * So the text after the last `attempt` is the answer as it was streamed, or the result's
+ * answer when nothing was.
+ */
+export async function* answerTokens(
+  events: AsyncIterable<RunStreamEvent>, opts: AnswerTokensOptions = {},
+): AsyncGenerator<string, void, undefined> {
+  // Whether the attempt being read has streamed nothing yet (known only once it began in view).
+  let silent = opts.fromStart ?? true;
+  for await (const e of events) {
+    if (e.type === 'token' && e.data.text) {
+      silent = false;
+      yield e.data.text;
+    } else if (e.type === 'attempt') {
+      silent = true;
+      opts.onAttempt?.(e.data);
+    } else if (e.type === 'end') {
+      if (silent && e.data.result?.answer) yield e.data.result.answer;
+      return;
+    }
   }
 }
 
