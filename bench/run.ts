@@ -14,7 +14,7 @@ import { benchTransitions, printTransitions, type TransitionCosts } from './tran
  * `npm run bench`: every figure is measured in this run against one Redis, so ratios compare
  * like with like on whatever machine runs it; the last table puts each figure of issue 18's
  * goals next to its baseline and its goal. Uses REDIS_URL when set, else its own
- * redis-server (no persistence) on a free port. Knobs (README "Benchmarks"):
+ * redis-server (no persistence) on a free port. Knobs (docs/benchmarks.md):
  *   BENCH_RUNS (2000) runs per throughput row, BENCH_WARMUP (200) unmeasured runs before each,
  *   BENCH_ONLY=<section,...> runs only those sections, BENCH_SKIP_SLOW=1 skips the recovery
  *   row (about 20 s of waiting with the default lease), and the per-section ones in their files.

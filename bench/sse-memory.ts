@@ -22,7 +22,7 @@ import { buildCompiled, spawnBaton, type Launcher } from './processes.ts';
  * printed. A client whose stream ends in that minute fails the section.
  *
  * Last, the compiled API with a smaller young generation (`NODE_OPTIONS=--max-semi-space-size=4`,
- * V8's default being 16 MiB per semi-space on 64-bit), the knob README "Memory of the API"
+ * V8's default being 16 MiB per semi-space on 64-bit), the knob docs/operations.md, "Memory of an API process",
  * describes: what it saves while the clients arrive.
  */
 export const SSE_CLIENTS = Number(process.env.BENCH_SSE_CLIENTS ?? 1000);

@@ -1,6 +1,6 @@
 /**
  * Prints rows as a Markdown table with padded columns: readable in a terminal, and
- * pasted into README.md as it is. (console.table quotes every string, and half the cells
+ * pasted into docs/benchmarks.md as it is. (console.table quotes every string, and half the cells
  * here are strings: "n/a (why)", "≤ 64", "0.33×".)
  */
 export type Cell = string | number | undefined;
