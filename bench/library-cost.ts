@@ -113,7 +113,7 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
       }
     }
   } finally {
-    await dispatcher.queue('blib').obliterate({ force: true }).catch(() => {});
+    await dispatcher.queue('blib', 'echo').obliterate({ force: true }).catch(() => {});
     await dispatcher.close();
     await deleteByPrefix(admin, prefix);
     await Promise.all([admin.quit(), redis.quit()]);

@@ -99,7 +99,7 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
     });
   } finally {
     await leases.stop();
-    await setupDispatcher.queue(runtime).obliterate({ force: true }).catch(() => {});
+    await setupDispatcher.queue(runtime, probe.name).obliterate({ force: true }).catch(() => {});
     await Promise.all([setupDispatcher.close(), dispatcher.close()]);
     await deleteByPrefix(admin, prefix);
     await Promise.all([admin.quit(), setup.quit(), worker.quit(), subscriber.quit()]);

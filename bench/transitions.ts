@@ -150,7 +150,7 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
     await Promise.all(running);
   } finally {
     await leases.stop();
-    await setupDispatcher.queue(runtime).obliterate({ force: true }).catch(() => {});
+    await setupDispatcher.queue(runtime, agent.name).obliterate({ force: true }).catch(() => {});
     await Promise.all([setupDispatcher.close(), dispatcher.close()]);
     await deleteByPrefix(admin, prefix);
     await Promise.all([admin.quit(), setup.quit(), redis.quit(), subscriber.quit()]);

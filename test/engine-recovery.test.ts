@@ -51,7 +51,7 @@ describe('crash recovery', () => {
     expect([await fx(h, runId, 'one'), await fx(h, runId, 'two'), await fx(h, runId, 'three')]).toEqual(['1', '1', '1']);
     expect(await fx(h, runId, 'one-key')).toBe(`${runId}:step:one:1`);
     // The dead worker's job stalled; BullMQ redelivered it instead of failing it.
-    const queue = new Queue(h.runtime, { connection: h.redis, prefix: h.keys.queuePrefix(h.runtime) });
+    const queue = new Queue('fx-memo', { connection: h.redis, prefix: h.keys.queuePrefix(h.runtime) });
     track(queue, () => queue.close());
     expect(await queue.getJobCounts('failed')).toEqual({ failed: 0 });
 

@@ -23,7 +23,7 @@ beforeAll(async () => {
   // No sweeper in the API process: each test decides when a sweeper runs (its worker's).
   const api = await h.startApi({ SWEEP_INTERVAL_MS: '0' });
   acme = await h.client(api.url, 'acme');
-  queue = new Queue(h.runtime, { connection: h.redis, prefix: h.keys.queuePrefix(h.runtime) });
+  queue = new Queue('echo', { connection: h.redis, prefix: h.keys.queuePrefix(h.runtime) });
   track(queue, () => queue.close());
 });
 
@@ -54,7 +54,7 @@ describe('sweeper', () => {
     const runId = (await acme.submit('sw-failed', 'failed by bullmq')).body.id as string;
     // A bare BullMQ worker fails the job the way BullMQ does after too many stalls.
     const conn = createRedis({ url: h.redisUrl, name: 'bare-bullmq', blocking: true });
-    const bare = new Worker(h.runtime, async () => { throw new Error('job stalled more than allowable limit'); }, {
+    const bare = new Worker('echo', async () => { throw new Error('job stalled more than allowable limit'); }, {
       connection: conn, prefix: h.keys.queuePrefix(h.runtime),
     });
     try {

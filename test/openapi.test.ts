@@ -96,7 +96,7 @@ describe('GET /openapi.json', () => {
     const submit = doc.paths['/v1/scopes/{scope}/runs'].post;
     expect(submit.requestBody.required).toBe(true);
     expect(submit.requestBody.content['application/json'].schema.additionalProperties).toBe(false);
-    expect(submit.responses['422'].description).toContain('UNKNOWN_AGENT');
+    expect(submit.responses['409'].description).toContain('SESSION_BUSY');
     expect(submit.responses['429'].description).toContain('RATE_LIMITED');
   });
 });

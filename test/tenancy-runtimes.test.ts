@@ -5,8 +5,8 @@ import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/h
 
 /**
  * The runtimes registry: workers register their runtime, agents and concurrency and keep it
- * fresh; the API lists them, refuses an agent no live worker offers (422), and accepts runs
- * for a runtime without live workers with a warning (they wait).
+ * fresh; the API lists them, and accepts runs of an agent no live worker offers, or for a
+ * runtime without live workers, with a warning (they wait).
  */
 let h: Harness;
 let url: string;
@@ -47,15 +47,14 @@ describe('GET /v1/scopes/{scope}/runtimes', () => {
 });
 
 describe('submit and the registry', () => {
-  it('answers 422 UNKNOWN_AGENT when live workers do not offer the agent, writing nothing', async () => {
+  it('accepts a run of an agent the live workers do not offer, with a warning: it waits for one', async () => {
     await h.startWorker();
-    const before = (await h.allKeys()).filter((k) => k.includes('{acme}')).sort();
     const r = await acme.submit('s1', 'hi', { agent: 'shout' });
-    expect(r.status).toBe(422);
-    expect(r.body.error.code).toBe('UNKNOWN_AGENT');
-    expect(r.body.error.details[0]).toMatchObject({ path: 'body.agent' });
-    expect(r.body.error.details[0].message).toContain('"echo"');
-    expect((await h.allKeys()).filter((k) => k.includes('{acme}')).sort()).toEqual(before);
+    expect(r.status).toBe(202);
+    expect(r.body.status).toBe('queued');
+    expect(r.body.warnings).toHaveLength(1);
+    expect(r.body.warnings[0]).toMatch(/^no live worker of runtime ".+" serves agent "shout" \(they offer .*"echo".*\); the run stays queued until one does \(it fails UNKNOWN_AGENT if none starts within 10 min\)$/);
+    await acme.post(`/runs/${r.body.id}/cancel`);
   });
 
   it('accepts the agent once a worker that offers it is live', async () => {
@@ -71,7 +70,9 @@ describe('submit and the registry', () => {
     const r = await acme.submit('s3', 'patience', { runtime: rt });
     expect(r.status).toBe(202);
     expect(r.body.status).toBe('queued');
-    expect(r.body.warnings).toEqual([`no live worker serves runtime "${rt}"; the run stays queued until one starts`]);
+    expect(r.body.warnings).toEqual([
+      `no live worker serves runtime "${rt}"; the run stays queued until one with agent "echo" starts (it fails UNKNOWN_AGENT if none starts within 10 min)`,
+    ]);
     await h.startWorker({ env: { RUNTIME: rt } });
     await acme.waitStatus(r.body.id, ['succeeded']);
   });

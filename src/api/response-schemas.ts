@@ -136,6 +136,8 @@ export const statsResponse = z.object({
   oldestQueuedAgeMs: z.number().int().nullable(),
   draining: z.boolean(),
   liveWorkers: z.number().int(),
+  unservedAgents: z.array(z.object({ agent: z.string(), runs: z.number().int(), oldestAgeMs: z.number().int() }))
+    .describe('agents of waiting runs that no live worker serves (among the 1,000 oldest waiting runs)'),
 });
 
 export const drainResponse = z.object({

@@ -45,7 +45,7 @@ export const runRoutes: RouteSpec[] = [
       200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
     },
     errors: [
-      'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH', 'UNKNOWN_AGENT',
+      'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH',
       'RATE_LIMITED', 'TOO_MANY_STREAMS',
     ],
     async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key, http }, d) {
@@ -58,7 +58,7 @@ export const runRoutes: RouteSpec[] = [
       }
       if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope);
       await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
-      const warnings = await d.registry.admissionWarnings(body.runtime, body.agent);
+      const warnings = await d.registry.admissionWarnings(body.runtime, body.agent, d.config.AGENT_GRACE_MS);
       // A stream over its caps is refused before the run is made.
       const sse = streaming ? admitStream(d, http.res, scope, { credential: key!.id, keyId: key!.id }) : undefined;
       // The rate limit is taken in the submit itself, after every check that can refuse it:

@@ -44,7 +44,7 @@ export type ApiOptions = (
 export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] = []): Promise<AppDeps> {
   const { config: c, redis, keys, metrics, dispatcher, transitions } = res;
   const log = res.log.child({ component: 'api' });
-  const countJobs = (runtime: string) => dispatcher.queue(runtime).getJobCounts(...QUEUE_STATES);
+  const countJobs = (runtime: string) => dispatcher.jobCounts(runtime, QUEUE_STATES);
   const store = new RunStore(redis, keys, c, transitions, {
     submitted(run) {
       metrics.runSubmitted(run);

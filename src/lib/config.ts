@@ -60,6 +60,13 @@ export const configSchema = z.object({
   SWEEP_INTERVAL_MS: intMs(1_000),
   /** DISPATCH_GRACE_MS: a dispatched run with no BullMQ job after this long is re-dispatched. */
   DISPATCH_GRACE_MS: intMs(10_000),
+  /**
+   * AGENT_GRACE_MS: a run waits this long for a live worker of its runtime that serves its
+   * agent (counted from its submit, or from when such a worker was last seen), then fails
+   * UNKNOWN_AGENT. 10 minutes covers a rolling deploy that adds an agent to some workers, or
+   * replaces every worker of a runtime, with room to spare.
+   */
+  AGENT_GRACE_MS: intMs(600_000),
   /** MAX_ATTEMPTS: default attempts per run (an agent or a submit may override). */
   MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(3),
   /**

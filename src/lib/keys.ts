@@ -94,7 +94,10 @@ export interface Keys {
   scope(scope: string): ScopeKeys;
   /** Set of scopes that ever had a run: the sweeper's work list. */
   scopes: string;
-  /** BullMQ prefix for a runtime's queue; the braces keep a queue in one Cluster slot. */
+  /**
+   * BullMQ prefix of a runtime's queues, one per agent (the queue's name is the agent's);
+   * the braces keep a runtime's queues in one Cluster slot.
+   */
   queuePrefix(runtime: string): string;
   /** Channel on which cancel requests reach whichever worker holds a run. */
   cancelChannel: string;
@@ -102,6 +105,8 @@ export interface Keys {
   waitTokenSecret: string;
   /** Hash of live workers: workerId -> JSON registration. */
   workers: string;
+  /** Hash of the agents a runtime's workers served: agent -> Redis time a live worker last offered it. */
+  runtimeAgents(runtime: string): string;
   /** API key record by the SHA-256 (hex) of the key: {id, scope, role, createdAt}. */
   apiKeyByHash(sha256hex: string): string;
   /** API key id -> SHA-256 hex, for revoke. */
@@ -138,7 +143,9 @@ export function createKeys(prefix: string): Keys {
     // The registry is small and shares one hash tag, so a heartbeat is one MULTI on Cluster too.
     runtimes: `${prefix}:{${prefix}-registry}:runtimes`,
     runtimeWorkers: (rt) => `${prefix}:{${prefix}-registry}:workers:${checked('runtime', rt)}`,
-    queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}`,
+    // `:agent`: the queues of earlier versions, one per runtime named after it, stay apart.
+    queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}:agent`,
+    runtimeAgents: (rt) => `${prefix}:{${prefix}-registry}:agents:${checked('runtime', rt)}`,
     scope(scope) {
       const known = scopes.get(scope);
       if (known) return known;

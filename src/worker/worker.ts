@@ -14,6 +14,7 @@ import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
 import { withTimeout } from '../lib/timeout.ts';
 import { WorkerPresence, WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
 import { startOpsServer, type OpsServer } from './ops-server.ts';
+import { Slots } from './slots.ts';
 
 export type WorkerOptions = (
   /** The process's composition root (`baton start` shares one with its API). */
@@ -60,6 +61,8 @@ export interface WorkerHandle {
 const FORCE_CLOSE_AFTER_HANDOVER_MS = 5_000;
 
 export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
+  // A worker takes runs from its agents' queues only: with none it could never take one.
+  if (o.agents.size === 0) throw new Error('a worker needs at least one agent');
   const res = 'resources' in o ? o.resources : await openResources({ ...o, role: 'worker' });
   const owned = !('resources' in o);
   const { config: c, redis, keys, metrics, dispatcher, transitions } = res;
@@ -75,7 +78,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
     wakeAt: (scope, runId, at) => res.sweeper.soon(scope, `wait:${runId}`, at),
   });
   metrics.initRuntime(runtime, o.agents.keys());
-  metrics.watchQueue(runtime, (rt) => dispatcher.queue(rt).getJobCounts(...QUEUE_STATES));
+  metrics.watchQueue(runtime, (rt) => dispatcher.jobCounts(rt, QUEUE_STATES));
   metrics.watchWaiting(runtime, (rt) => waitingRuns(redis, keys, rt));
   const stopInFlight = metrics.watchInFlight(runtime, () => leases.size);
   // Registered before the first claim: the API accepts this worker's agents from now on.
@@ -85,37 +88,49 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   );
   await presence.start();
 
-  const worker = new Worker<JobData>(
-    runtime,
-    async (job: Job<JobData>, token?: string) => {
-      const outcome = await executor.execute(job.data);
-      if (outcome.kind === 'later') {
-        // Come back when the current lease or retry delay ends; BullMQ keeps the job.
-        await job.moveToDelayed(Math.max(outcome.at + 50, Date.now() + 50), token);
-        throw new DelayedError();
-      }
-    },
-    {
-      connection: res.bull,
-      prefix: keys.queuePrefix(runtime),
-      // BullMQ names the worker's Redis client after it: /readyz finds this worker by it.
-      name: workerId,
-      concurrency: c.WORKER_CONCURRENCY,
-      lockDuration: c.LEASE_MS,
-      stalledInterval: Math.max(1000, Math.floor(c.LEASE_MS / 2)),
-      maxStalledCount: 1_000_000,
-      autorun: false,
-    },
-  );
-  worker.on('error', (err) => log.warn({ err: err.message }, 'bullmq worker error'));
-  worker.on('failed', (job, err) => log.error({ jobId: job?.id, err: err.message }, 'run delivery failed'));
-  void worker.run();
+  // One BullMQ worker per agent served: runs are routed by agent (see Dispatcher), and the
+  // process's WORKER_CONCURRENCY is shared by them (Slots).
+  const bullWorkers = new Map<string, Worker<JobData>>();
+  const slots = new Slots<string>(c.WORKER_CONCURRENCY, (agent, limit) => {
+    const w = bullWorkers.get(agent);
+    if (w && w.concurrency !== limit) w.concurrency = limit;
+  });
+  for (const agent of o.agents.keys()) {
+    const worker = new Worker<JobData>(
+      agent,
+      (job: Job<JobData>, token?: string) => slots.run(agent, async () => {
+        const outcome = await executor.execute(job.data);
+        if (outcome.kind === 'later') {
+          // Come back when the current lease or retry delay ends; BullMQ keeps the job.
+          await job.moveToDelayed(Math.max(outcome.at + 50, Date.now() + 50), token);
+          throw new DelayedError();
+        }
+      }),
+      {
+        connection: res.bull,
+        prefix: keys.queuePrefix(runtime),
+        // BullMQ names the worker's Redis client after it: /readyz finds this worker by it.
+        name: workerId,
+        concurrency: c.WORKER_CONCURRENCY,
+        lockDuration: c.LEASE_MS,
+        stalledInterval: Math.max(1000, Math.floor(c.LEASE_MS / 2)),
+        maxStalledCount: 1_000_000,
+        autorun: false,
+      },
+    );
+    worker.on('error', (err) => log.warn({ err: err.message, agent }, 'bullmq worker error'));
+    worker.on('failed', (job, err) => log.error({ jobId: job?.id, agent, err: err.message }, 'run delivery failed'));
+    bullWorkers.set(agent, worker);
+    slots.add(agent);
+  }
+  for (const worker of bullWorkers.values()) void worker.run();
 
   let closing: Promise<void> | undefined;
   let ops: OpsServer | undefined;
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   const checks = [redisCheck(redis), workerCheck({
-    queue: dispatcher.queue(runtime),
+    // Any of its queues: the worker's BullMQ workers are all named after it.
+    queue: dispatcher.queue(runtime, [...o.agents.keys()][0]),
     workerId,
     closing: () => closing !== undefined,
     registered: async () => (await registry.liveWorkers(runtime)).some((w) => w.workerId === workerId),
@@ -134,7 +149,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
         log.info({ inFlight: leases.size }, 'worker stopping: no new claims');
         // BullMQ stops fetching as soon as close() is called; it resolves once in-flight runs
         // ended. The grace period counts from here, not from after the bookkeeping below.
-        const drained = worker.close();
+        const drained = Promise.all([...bullWorkers.values()].map((w) => w.close()));
         const handover = setTimeout(() => leases.abortAll('shutdown'), c.SHUTDOWN_GRACE_MS);
         await presence.stop();
         // Shutdown is bounded: runs were handed over at the grace deadline, so if BullMQ still
@@ -143,7 +158,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
         const forceAt = c.SHUTDOWN_GRACE_MS + FORCE_CLOSE_AFTER_HANDOVER_MS;
         if ((await withTimeout(drained, forceAt)) === 'timeout') {
           log.warn({ afterMs: forceAt }, 'bullmq worker did not close in time; forcing it');
-          await withTimeout(worker.close(true), FORCE_CLOSE_AFTER_HANDOVER_MS);
+          await withTimeout(Promise.all([...bullWorkers.values()].map((w) => w.close(true))), FORCE_CLOSE_AFTER_HANDOVER_MS);
         }
         clearTimeout(handover);
         await leases.stop();

@@ -30,6 +30,12 @@ export interface RuntimeStats {
   draining: boolean;
   /** Live workers of the runtime (they serve every scope). */
   liveWorkers: number;
+  /**
+   * Agents of this scope's runs waiting to start that no live worker of the runtime serves
+   * ("no worker for agent X"), oldest first, among the 1,000 runs that waited longest: their
+   * runs wait for such a worker and fail UNKNOWN_AGENT after AGENT_GRACE_MS without one.
+   */
+  unservedAgents: { agent: string; runs: number; oldestAgeMs: number }[];
 }
 
 export interface DrainResult { scope: string; runtimeId: string; draining: true; cancelled: number }

@@ -67,6 +67,8 @@ export const RUN_LIMIT_CODES = {
   RUN_TIMEOUT: 'RUN_TIMEOUT',
   /** Closing an attempt threw (a result or store Baton could not write); the run failed instead of staying leased. */
   CLOSE_FAILED: 'CLOSE_FAILED',
+  /** No live worker of the run's runtime served its agent for AGENT_GRACE_MS. */
+  UNKNOWN_AGENT: 'UNKNOWN_AGENT',
 } as const;
 
 /** Submit body of `POST /v1/scopes/{scope}/runs`. */

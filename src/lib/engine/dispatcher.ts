@@ -2,8 +2,8 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
 
-/** What a transition asks to hand to BullMQ: [runId, runtime, dispatch number, delay ms]. */
-export type DispatchOrder = [string, string, number, number];
+/** What a transition asks to hand to BullMQ: [runId, runtime, dispatch number, delay ms, agent]. */
+export type DispatchOrder = [string, string, number, number, string];
 
 export interface JobData { scope: string; runId: string; dispatch: number }
 
@@ -19,27 +19,45 @@ export const jobId = (runId: string, dispatch: number) => `${runId}-${dispatch}`
  * The outbox's second half: adds the BullMQ job a transition asked for. The job id is
  * derived from the run and its dispatch number, so adding the same order twice is a
  * no-op, and a crash before the add is repaired by the sweeper (see sweeper.ts).
+ *
+ * Runs are routed by agent: each runtime has one queue per agent (Keys.queuePrefix),
+ * and a worker takes only from the queues of the agents it serves, so a run never reaches a
+ * worker that lacks its agent, and one whose agent no worker serves waits in its queue.
  */
 export class Dispatcher {
   private readonly queues = new Map<string, Queue<JobData>>();
 
   constructor(private readonly connection: Redis, private readonly keys: Keys) {}
 
-  queue(runtime: string): Queue<JobData> {
-    let q = this.queues.get(runtime);
+  /** The queue of `agent`'s runs on `runtime`. */
+  queue(runtime: string, agent: string): Queue<JobData> {
+    const id = `${runtime}\n${agent}`;
+    let q = this.queues.get(id);
     if (!q) {
-      q = new Queue<JobData>(runtime, { connection: this.connection, prefix: this.keys.queuePrefix(runtime) });
-      this.queues.set(runtime, q);
+      q = new Queue<JobData>(agent, { connection: this.connection, prefix: this.keys.queuePrefix(runtime) });
+      this.queues.set(id, q);
     }
     return q;
+  }
+
+  /**
+   * BullMQ's job counts by state over `runtime`'s queues: those of the agents its workers
+   * served in the last day (the registry's, see WorkerPresence).
+   */
+  async jobCounts(runtime: string, states: readonly JobState[]): Promise<Record<string, number>> {
+    const agents = await this.connection.hkeys(this.keys.runtimeAgents(runtime));
+    const sum: Record<string, number> = Object.fromEntries(states.map((s) => [s, 0]));
+    const all = await Promise.all(agents.map((a) => this.queue(runtime, a).getJobCounts(...states)));
+    for (const counts of all) for (const s of states) sum[s] += counts[s] ?? 0;
+    return sum;
   }
 
   async dispatch(scope: string, orders: DispatchOrder[] | string): Promise<void> {
     const list = parseOrders(orders);
     if (list.length === 0) return;
     await Promise.all(
-      list.map(([runId, runtime, dispatch, delay]) =>
-        this.queue(runtime).add(
+      list.map(([runId, runtime, dispatch, delay, agent]) =>
+        this.queue(runtime, agent).add(
           'run',
           { scope, runId, dispatch },
           {
@@ -59,3 +77,5 @@ export class Dispatcher {
     this.queues.clear();
   }
 }
+
+type JobState = Parameters<Queue['getJobCounts']>[number];

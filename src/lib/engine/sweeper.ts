@@ -29,6 +29,9 @@ const MAX_SOON = 10_000;
  */
 const FILL_EVERY_SWEEPS = 60;
 
+/** The agents a runtime's workers served: agent -> Redis time a live worker last offered it (WorkerPresence). */
+type ServedAgents = (runtime: string) => Promise<Map<string, number>>;
+
 /** States in which a BullMQ job still stands for the run. */
 const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 'waiting-children']);
 
@@ -41,7 +44,9 @@ const LIVE_JOB_STATES = new Set(['waiting', 'active', 'delayed', 'prioritized', 
  *   - a dispatched or retrying run whose job does not exist (crash between the transition
  *     and the add, a job deleted by hand, a BullMQ job failed after too many stalls) gets a new job;
  *   - a running run whose lease deadline passed (its worker died, and BullMQ has no job that
- *     would deliver it) gets a job, whose claim takes the lease over.
+ *     would deliver it) gets a job, whose claim takes the lease over;
+ *   - a dispatched run whose agent no live worker of its runtime served for AGENT_GRACE_MS
+ *     fails UNKNOWN_AGENT, and its job goes.
  * - timers: deadlines kept in each scope's `timers` zset: wait timeouts and sleeps, scheduled
  *   runs coming due, ttlMs and timeoutMs running out. They are enforced here because no
  *   process need be alive at the moment: whichever sweeps first afterwards acts. Each is a
@@ -119,11 +124,22 @@ export class Sweeper {
     this.sweeps++;
     let count = 0;
     let cursor = '0';
+    // Read once per sweep and runtime, when a waiting run asks.
+    const agentsOf = new Map<string, Promise<Map<string, number>>>();
+    const served: ServedAgents = (runtime) => {
+      let known = agentsOf.get(runtime);
+      if (!known) {
+        known = this.redis.hgetall(this.keys.runtimeAgents(runtime))
+          .then((raw) => new Map(Object.entries(raw).map(([a, at]) => [a, Number(at)])));
+        agentsOf.set(runtime, known);
+      }
+      return known;
+    };
     do {
       const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 200);
       cursor = next;
       if (first) await this.adoptLegacyPending(scopes);
-      for (const scope of scopes) count += await this.sweepScope(scope, now);
+      for (const scope of scopes) count += await this.sweepScope(scope, now, served);
       if (fill) await this.fillSlots(scopes);
     } while (cursor !== '0');
     this.repaired += count;
@@ -163,20 +179,39 @@ export class Sweeper {
     }
   }
 
-  private async sweepScope(scope: string, now: number): Promise<number> {
+  private async sweepScope(scope: string, now: number, served: ServedAgents): Promise<number> {
     const sk = this.keys.scope(scope);
     let count = 0;
     for (const runId of await this.redis.zrangebyscore(sk.leases, '-inf', now, 'LIMIT', 0, 500)) {
-      const [status, dispatch, runtime] = await this.redis.hmget(sk.run(runId), 'status', 'dispatch', 'runtime');
+      const [status, dispatch, runtime, agent, createdAt, runAt] =
+        await this.redis.hmget(sk.run(runId), 'status', 'dispatch', 'runtime', 'agent', 'createdAt', 'runAt');
       if (status === null) {
         // Past its retention: nothing can bring the run back.
         await this.redis.zrem(sk.leases, runId);
         continue;
       }
       let job: { dispatch: number; alive: boolean } | undefined;
-      if ((status === 'dispatched' || status === 'retrying') && dispatch && runtime) {
-        const state = await this.dispatcher.queue(runtime).getJobState(jobId(runId, Number(dispatch)));
+      if ((status === 'dispatched' || status === 'retrying') && dispatch && runtime && agent) {
+        const queue = this.dispatcher.queue(runtime, agent);
+        const state = await queue.getJobState(jobId(runId, Number(dispatch)));
         job = { dispatch: Number(dispatch), alive: LIVE_JOB_STATES.has(state) };
+        // Waiting for a worker that serves its agent: since the later of its submit (or due
+        // time) and when such a worker was last seen.
+        if (status === 'dispatched' && job.alive && state !== 'active') {
+          const lastServed = (await served(runtime)).get(agent) ?? 0;
+          const since = Math.max(lastServed + this.config.LEASE_MS, Number(createdAt ?? 0), Number(runAt ?? 0));
+          if (lastServed + this.config.LEASE_MS <= now && now - since >= this.config.AGENT_GRACE_MS) {
+            const message = `no live worker of runtime "${runtime}" served agent "${agent}" for ${Math.round((now - since) / 1000)} s (AGENT_GRACE_MS)`;
+            const run = await this.transitions.unserved(scope, runId, job.dispatch, message);
+            if (run) {
+              // Its job would wait in a queue nobody reads: it goes (a job a worker took meanwhile stays).
+              await queue.remove(jobId(runId, job.dispatch)).catch(() => undefined);
+              this.log.warn({ scope, runId, runtime, agent }, 'run failed: no worker serves its agent');
+              this.events.finished?.(run, 'failed');
+              continue;
+            }
+          }
+        }
       }
       if (await this.transitions.repair(scope, runId, job)) {
         count += this.repaired1(scope, runId, status === 'running' ? 'lease expired' : 'dispatch lost');

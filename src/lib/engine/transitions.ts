@@ -453,6 +453,17 @@ export class Transitions {
   }
 
   /**
+   * A dispatched run (dispatch number `dispatch`) whose agent no live worker served for
+   * AGENT_GRACE_MS fails with UNKNOWN_AGENT, unless it moved on since. Returns the run when it failed now.
+   */
+  async unserved(scope: string, runId: string, dispatch: number, message: string): Promise<RunRecord | undefined> {
+    const reply = await this.call('unserved', scope, this.slotKeys(this.keys.scope(scope), runId), { runId, dispatch, message });
+    if (code(reply) !== 1) return undefined;
+    await this.dispatch(scope, reply[1]);
+    return parseRunRecord(reply[2] as string[]);
+  }
+
+  /**
    * A run's score in the scope's `leases` passed: a running run whose lease ran out gets a job
    * whose claim takes it over; a dispatched or retrying one is dispatched again unless `job`
    * (its dispatch number's job, as the sweeper found it) is alive, and then only its deadline

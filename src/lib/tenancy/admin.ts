@@ -23,6 +23,9 @@ export interface ScopeRuntime extends RuntimeInfo {
  */
 const BATCH = 200;
 
+/** Waiting runs whose agents stats looks at for unservedAgents: the oldest, a bounded read. */
+const UNSERVED_LOOK = 1_000;
+
 export class RuntimeAdmin {
   constructor(
     private readonly redis: Redis,
@@ -50,6 +53,7 @@ export class RuntimeAdmin {
     ]);
     // `dispatched` is internal: the API shows those runs as queued.
     const { dispatched, ...counts } = runtimeCounts(moves);
+    const served = new Set(live.flatMap((w) => w.agents));
     return {
       scope,
       runtimeId: runtime,
@@ -57,7 +61,28 @@ export class RuntimeAdmin {
       oldestQueuedAgeMs: oldest.length ? Math.max(0, now - Number(oldest[1])) : null,
       draining: draining === 1,
       liveWorkers: live.length,
+      unservedAgents: oldest.length ? await this.unservedAgents(scope, runtime, served, now) : [],
     };
+  }
+
+  /**
+   * The agents of the scope's runs waiting to start on `runtime` that no live worker serves
+   * (their runs wait for one: see AGENT_GRACE_MS), among the UNSERVED_LOOK longest waiting.
+   */
+  private async unservedAgents(scope: string, runtime: string, served: ReadonlySet<string>, now: number): Promise<RuntimeStats['unservedAgents']> {
+    const sk = this.keys.scope(scope);
+    const waiting = await this.redis.zrange(sk.waiting(runtime), 0, UNSERVED_LOOK - 1, 'WITHSCORES');
+    const pipe = this.redis.pipeline();
+    for (let i = 0; i < waiting.length; i += 2) pipe.hget(sk.run(waiting[i]), 'agent');
+    const agents = (await pipe.exec()) ?? [];
+    const byAgent = new Map<string, { agent: string; runs: number; oldestAgeMs: number }>();
+    agents.forEach(([err, agent], i) => {
+      if (err || typeof agent !== 'string' || served.has(agent)) return;
+      const row = byAgent.get(agent) ?? { agent, runs: 0, oldestAgeMs: Math.max(0, now - Number(waiting[2 * i + 1])) };
+      row.runs++;
+      byAgent.set(agent, row);
+    });
+    return [...byAgent.values()].sort((a, b) => b.oldestAgeMs - a.oldestAgeMs);
   }
 
   /**

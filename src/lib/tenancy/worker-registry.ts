@@ -1,14 +1,14 @@
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
 import { redisNowMs } from '../redis.ts';
-import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 
 /**
  * Which runtimes exist and what their live workers offer. Each worker keeps a registration
- * (runtime, agents, concurrency) fresh with a heartbeat; the API reads it to list runtimes
- * and to refuse a submit for an agent no live worker of the runtime has.
+ * (runtime, agents, concurrency) and the time it last offered each of its agents fresh with
+ * a heartbeat; the API reads them to list runtimes and to warn a submit for an agent no live
+ * worker of the runtime has, and the sweeper to fail runs no worker served for AGENT_GRACE_MS.
  *
  * Liveness: a worker beats every HEARTBEAT_MS and counts as live for LEASE_MS after its last
  * beat, the same three-missed-beats rule as run leases, so "live" here means what the sweeper
@@ -104,26 +104,44 @@ export class WorkerRegistry {
   }
 
   /**
-   * What a submit of `agent` to `runtime` should be told: live workers that lack the agent
-   * make it a 422 (the run could never start); no live worker at all is only a warning,
-   * because runs queue until a worker of the runtime starts (a deploy, a scale-up).
+   * The agents `runtime`'s workers served in the last day, each with the Redis time a live
+   * worker last offered it, and the Redis time now. An agent is served now while
+   * `lastServed + LEASE_MS > now`.
    */
-  async admissionWarnings(runtime: string, agent: string): Promise<string[]> {
+  async agentsServed(runtime: string): Promise<{ now: number; lastServed: Map<string, number> }> {
+    const [now, raw] = await Promise.all([redisNowMs(this.redis), this.redis.hgetall(this.keys.runtimeAgents(runtime))]);
+    return { now, lastServed: new Map(Object.entries(raw).map(([agent, at]) => [agent, Number(at)])) };
+  }
+
+  /**
+   * What a submit of `agent` to `runtime` should be told. Runs are routed by agent, so a run
+   * whose agent no live worker serves is accepted and waits queued (a deploy may be adding
+   * the agent, or starting the runtime's workers); the warning says so, and that it fails
+   * UNKNOWN_AGENT after AGENT_GRACE_MS without such a worker.
+   */
+  async admissionWarnings(runtime: string, agent: string, graceMs: number): Promise<string[]> {
     const cacheKey = `${runtime}\n${agent}`;
     if ((this.offered.get(cacheKey) ?? 0) > Date.now()) return [];
     const live = await this.liveWorkers(runtime);
-    if (live.length === 0) {
-      return [`no live worker serves runtime "${runtime}"; the run stays queued until one starts`];
-    }
     if (live.some((w) => w.agents.includes(agent))) {
       this.offered.set(cacheKey, Date.now() + OFFERED_CACHE_MS);
       return [];
     }
+    const grace = `it fails UNKNOWN_AGENT if none starts within ${formatMs(graceMs)}`;
+    if (live.length === 0) {
+      return [`no live worker serves runtime "${runtime}"; the run stays queued until one with agent "${agent}" starts (${grace})`];
+    }
     const offered = [...new Set(live.flatMap((w) => w.agents))].sort();
-    throw new BatonError('UNKNOWN_AGENT', undefined, [
-      { path: 'body.agent', message: `runtime "${runtime}" offers ${offered.map((a) => `"${a}"`).join(', ')}` },
-    ]);
+    return [
+      `no live worker of runtime "${runtime}" serves agent "${agent}" (they offer ${offered.map((a) => `"${a}"`).join(', ')}); ` +
+      `the run stays queued until one does (${grace})`,
+    ];
   }
+}
+
+/** `600000` -> "10 min", `90000` -> "90 s". */
+function formatMs(ms: number): string {
+  return ms >= 120_000 && ms % 60_000 === 0 ? `${ms / 60_000} min` : `${Math.round(ms / 1000)} s`;
 }
 
 /** The worker's side: registers, beats every `beatMs`, and deregisters on stop. */
@@ -158,15 +176,23 @@ export class WorkerPresence {
       ...this.me, host: hostname(), pid: process.pid, startedAt: this.startedAt, beatAt: now,
     };
     const workersKey = this.keys.runtimeWorkers(this.me.runtime);
-    const others = parseRegistrations(await this.redis.hgetall(workersKey));
+    const agentsKey = this.keys.runtimeAgents(this.me.runtime);
+    const [others, served] = await Promise.all([
+      this.redis.hgetall(workersKey).then(parseRegistrations),
+      this.redis.hgetall(agentsKey),
+    ]);
     const m = this.redis.multi()
       .hset(workersKey, this.me.workerId, JSON.stringify(reg))
+      .hset(agentsKey, Object.fromEntries(this.me.agents.map((a) => [a, now])))
       .zadd(this.keys.runtimes, now, this.me.runtime);
+    // Agents no worker offered for a day are forgotten (their queues are no longer counted).
+    const stale = Object.keys(served).filter((a) => Number(served[a]) < now - FORGET_RUNTIME_AFTER_MS);
+    if (stale.length) m.hdel(agentsKey, ...stale);
     // Workers that died without deregistering (SIGKILL, lost host) are removed by their peers.
     const dead = others.filter((w) => w.workerId !== this.me.workerId && w.beatAt + this.o.liveMs < now);
     if (dead.length) m.hdel(workersKey, ...dead.map((w) => w.workerId));
     const forgotten = await this.redis.zrangebyscore(this.keys.runtimes, '-inf', now - FORGET_RUNTIME_AFTER_MS);
-    for (const rt of forgotten) m.del(this.keys.runtimeWorkers(rt)).zrem(this.keys.runtimes, rt);
+    for (const rt of forgotten) m.del(this.keys.runtimeWorkers(rt), this.keys.runtimeAgents(rt)).zrem(this.keys.runtimes, rt);
     await m.exec();
   }
 

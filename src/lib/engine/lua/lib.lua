@@ -81,12 +81,15 @@ end
 -- Hands a run to BullMQ through the outbox: bumps the dispatch number (the job id is
 -- `<runId>-<dispatch>`) and records when a job must exist by, as the run's score in `leases`
 -- (the index of runs handed out: to BullMQ until a claim, to a worker after); the caller
--- adds the job.
--- `n` (optional): the dispatch number, when the caller wrote it already.
-local function enqueueJob(runId, runtime, now, delay, out, n)
+-- adds the job to the queue of the run's runtime and agent (only workers serving the agent
+-- take from it).
+-- `n` (optional): the dispatch number, when the caller wrote it already. `agent` (optional):
+-- the run's agent, when the caller has it.
+local function enqueueJob(runId, runtime, now, delay, out, n, agent)
   n = n or redis.call('HINCRBY', runKey(runId), 'dispatch', 1)
+  agent = agent or redis.call('HGET', runKey(runId), 'agent')
   redis.call('ZADD', K.leases, now + delay + O.graceMs, runId)
-  out[#out + 1] = { runId, runtime, n, delay }
+  out[#out + 1] = { runId, runtime, n, delay, agent }
 end
 
 -- The scope's slots in use (`meta.active`), read once per call into ACTIVE (core.lua): every

@@ -54,10 +54,11 @@ local dispatchNow = head and activeCount() < O.maxActive
 -- waited 0: the run never parked on waits, so its finish need not look for any.
 -- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
 local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0, 'waited', 0, 'behind', 0 }
-local artifacts = false
+local artifacts, agent = false, nil
 for i = 2, #ARGV do
   fields[#fields + 1] = ARGV[i]
   if i % 2 == 0 and ARGV[i] == 'artifactIds' then artifacts = true end
+  if i % 2 == 0 and ARGV[i] == 'agent' then agent = ARGV[i + 1] end
 end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A new run's log is empty. Its first event goes first, so the record write carries the tail.
@@ -88,7 +89,7 @@ if scheduled then
 end
 if dispatchNow then
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
-  enqueueJob(runId, O.runtime, now, 0, out, 1)
+  enqueueJob(runId, O.runtime, now, 0, out, 1, agent)
   flushPublished()
   -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
   local record = {}

@@ -1,0 +1,16 @@
+--[[ A dispatched run whose agent no live worker of its runtime served for AGENT_GRACE_MS
+  (the sweeper judges that from the registry) fails with UNKNOWN_AGENT, unless it moved on
+  since the sweeper read it: claimed, cancelled, or dispatched again (another number).
+  KEYS  run, meta, ready, leases, timers
+  O     runId, dispatch (the number the sweeper read), message (the error's)
+  Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+local runId, rk = O.runId, K.run
+local r = redis.call('HMGET', rk, 'status', 'dispatch')
+if r[1] ~= 'dispatched' or r[2] ~= tostring(O.dispatch) then return { 0 } end
+local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
+local err = cjson.encode({ code = 'UNKNOWN_AGENT', message = O.message })
+local out = {}
+finishRun(runId, 'failed', { 'result', result, 'lastError', err },
+  '{"status":"failed","result":' .. result .. ',"error":' .. err .. '}', nil, out)
+flushPublished()
+return { 1, cjson.encode(out), redis.call('HGETALL', rk) }
