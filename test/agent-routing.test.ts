@@ -69,6 +69,29 @@ describe('routing by agent', () => {
     await api.close();
   });
 
+  it('one WORKER_CONCURRENCY is shared by the queues of all the agents a worker serves', async () => {
+    const api = await h.startApi();
+    const client = await h.client(api.url, 'acme', 'client');
+    let now = 0;
+    let most = 0;
+    const held = (name: string) => defineAgent({
+      name,
+      async run(ctx) {
+        most = Math.max(most, ++now);
+        await new Promise((r) => setTimeout(r, 150));
+        now--;
+        return `${name}:${ctx.input.content}`;
+      },
+    });
+    const w = await h.startWorker({ agents: [held('one'), held('two'), held('three')], env: { WORKER_CONCURRENCY: '2' } });
+    const ids: string[] = [];
+    for (let n = 0; n < 12; n++) ids.push((await client.submit(`share-${n}`, String(n), { agent: ['one', 'two', 'three'][n % 3] })).body.id);
+    for (const id of ids) expect((await client.waitStatus(id, ['succeeded', 'failed'])).status).toBe('succeeded');
+    expect(most).toBe(2);
+    expect(w.inFlight).toBe(0);
+    await api.close();
+  });
+
   it('fails a run UNKNOWN_AGENT once no worker served its agent for AGENT_GRACE_MS, and drops its job', async () => {
     const api = await h.startApi({ AGENT_GRACE_MS: '2500' });
     const client = await h.client(api.url, 'acme', 'client');
