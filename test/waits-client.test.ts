@@ -83,7 +83,7 @@ describe('typed client', () => {
 });
 
 describe('baton resume / approve / decline', () => {
-  it('resume takes the value as an argument or on stdin; approve and decline; a second answer exits 1 with the code', async () => {
+  it('resume takes the value as an argument or on stdin; approve and decline; a second answer or a refused value exits 1 with the code and fields', async () => {
     const a = await waiting('fx-ask', 'cli-1');
     const r1 = await runCli(['resume', a.run.id, 'wait:answer:1', '{"from":"argv"}']);
     expect(r1.code).toBe(0);
@@ -103,6 +103,16 @@ describe('baton resume / approve / decline', () => {
     const d = await waiting('fx-ship', 'cli-4', 'v2');
     expect((await runCli(['decline', d.run.id, 'wait:ship:1', '--reason', 'not today'])).code).toBe(0);
     expect((await settled(d.run.id)).result?.answer).toBe('not shipped: not today');
+
+    // A value the wait's schema refuses: the code, and each failing field with what is wrong with it.
+    const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1 } }, required: ['n'] };
+    const e = await baton.submit({ sessionId: 'cli-5', input: { content: 'x' }, agent: 'fx-ask', runtime: h.runtime, metadata: { schema } });
+    for (let i = 0; i < 300 && !(await baton.waits(e.id)).length; i++) await new Promise((r) => setTimeout(r, 50));
+    const refused = await runCli(['resume', e.id, 'wait:answer:1', '{"n":0}']);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain("API answered 400 VALIDATION_FAILED: The value does not match the wait's schema.");
+    expect(refused.stderr).toMatch(/\n {2}body\.value\.n: must be >= 1\n/);
+    expect((await baton.get(e.id)).status).toBe('waiting');
 
     const bad = await runCli(['resume', d.run.id, 'wait:ship:1', '{not json']);
     expect(bad.code).toBe(2);

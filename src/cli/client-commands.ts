@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { BatonApiError, BatonClient, type RunStreamEvent, type SubmitRequest } from '../lib/client/client.ts';
+import { BatonApiError, BatonClient, type SubmitRequest } from '../lib/client/client.ts';
+import { follow, type FollowOutput } from './follow.ts';
 
 /**
  * `baton submit` and `baton tail`: the typed client on the command line. They talk HTTP
@@ -11,8 +12,9 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
   submit [text]     submit a run (text from the argument or stdin); prints the run id
     --session <id>    session (default: a new one per submit)
     --agent <name>    agent (default: echo)       --runtime <id>   runtime (default: default)
-    --metadata <json> metadata object             --tail           then stream it like \`tail\`
-  tail <runId>      print the run's tokens as they arrive, then its final status
+    --metadata <json> metadata object             --tail           then follow it like \`tail\`
+  tail <runId>      follow the run: on a terminal its answer as it streams, else (a pipe,
+                    a file) its final answer only; notices and the final status on stderr
     --after <id>      resume after this event id
   resume <runId> <waitKey> [json]
                     resume a pending wait with a JSON value (from the argument or stdin)
@@ -104,7 +106,7 @@ async function submit(argv: string[]): Promise<number> {
   // One request: the submit's answer is the run's event stream.
   const { runId, events } = await client.submitAndStream(req);
   console.error(`run ${runId} (session ${req.sessionId})`);
-  return follow(client, runId, events);
+  return follow(client, runId, events, STDIO);
 }
 
 async function tail(argv: string[]): Promise<number> {
@@ -116,49 +118,10 @@ async function tail(argv: string[]): Promise<number> {
   if (values.help) return usage(0);
   if (positionals.length !== 1) throw new UsageError('tail needs exactly one run id');
   const client = clientFrom(values);
-  return follow(client, positionals[0], client.stream(positionals[0], { after: values.after }));
+  return follow(client, positionals[0], client.stream(positionals[0], { after: values.after }), STDIO, values.after === undefined);
 }
 
-/** Prints tokens to stdout as they arrive; notices and the final status go to stderr. */
-async function follow(client: BatonClient, runId: string, events: AsyncIterable<RunStreamEvent>): Promise<number> {
-  let printed = false;
-  let end: Extract<RunStreamEvent, { type: 'end' }> | undefined;
-  for await (const e of events) {
-    switch (e.type) {
-      case 'token':
-        process.stdout.write(e.data.text);
-        printed = true;
-        break;
-      case 'attempt':
-        // The answer starts over; what was printed belongs to an abandoned attempt.
-        if (printed) process.stderr.write(`\n[attempt ${e.data.attempt}/${e.data.maxAttempts}${e.data.recovered ? ', recovered after a worker was lost' : ''}: the answer restarts]\n`);
-        printed = false;
-        break;
-      case 'status':
-        if (e.data.status === 'retrying') process.stderr.write(`\n[retrying: ${e.data.lastError?.message ?? 'transient error'}]\n`);
-        else if (e.data.status === 'blocked') process.stderr.write(`\n[blocked on ${e.data.blocked?.stepKey}: an operator must resolve it]\n`);
-        break;
-      case 'ephemeral':
-        process.stderr.write(`\n[${e.data.text}]\n`);
-        break;
-      case 'end':
-        end = e;
-        break;
-      default:
-        break;
-    }
-  }
-  if (printed) process.stdout.write('\n');
-  if (!end) {
-    // The stream was resumed after its end: ask the run itself.
-    const run = await client.get(runId);
-    console.error(`[${run.status}]`);
-    return run.status === 'succeeded' ? 0 : 1;
-  }
-  const err = end.data.error ? `: ${end.data.error.code} ${end.data.error.message}` : '';
-  console.error(`[${end.data.status}${err}]`);
-  return end.data.status === 'succeeded' ? 0 : 1;
-}
+const STDIO: FollowOutput = { out: process.stdout, err: process.stderr };
 
 function clientFrom(v: { url?: string; key?: string; scope?: string }): BatonClient {
   const url = v.url ?? process.env.BATON_URL;
@@ -192,6 +155,10 @@ export class UsageError extends Error {}
 export function describeClientError(err: unknown): { message: string; code: number } {
   const parseArgsError = (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS') === true;
   if (err instanceof UsageError || parseArgsError) return { message: `${(err as Error).message}\n\n${CLIENT_USAGE}`, code: 2 };
-  if (err instanceof BatonApiError) return { message: `API answered ${err.status} ${err.code}: ${err.message}`, code: 1 };
+  if (err instanceof BatonApiError) {
+    // The fields the API named (a value failing a wait's schema, a malformed submit), one a line.
+    const details = err.details.map((d) => `\n  ${d.path}: ${d.message}`).join('');
+    return { message: `API answered ${err.status} ${err.code}: ${err.message}${details}`, code: 1 };
+  }
   return { message: (err as Error)?.message ?? String(err), code: 1 };
 }
