@@ -1,9 +1,9 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
-import { createLogger } from '../lib/logger.ts';
+import { createLogger, type Logger } from '../lib/logger.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
-import { startLocalRedis } from './local-redis.ts';
+import { lockBatonDir, startLocalRedis, type BatonDirLock } from './local-redis.ts';
 import { onShutdown } from './shutdown.ts';
 
 const USAGE = `Usage: baton <command> [options]
@@ -132,45 +132,95 @@ async function workerSide() {
   return { startWorker, builtinAgents, loadAgents };
 }
 
+/** Where `baton start` without REDIS_URL keeps its redis-server's data, under a lock (local-redis.ts). */
+const BATON_DIR = '.baton';
+const LOCAL_REDIS_DIR = '.baton/redis';
+
 async function start(config: Config, agentPaths: string[]): Promise<void> {
   const [{ startApi }, { startWorker, builtinAgents, loadAgents }, { openResources }] =
     await Promise.all([apiSide(), workerSide(), import('../lib/resources.ts')]);
   const log = createLogger(config.LOG_LEVEL);
-  let redisUrl = config.REDIS_URL;
-  let stopRedis: (() => Promise<void>) | undefined;
-  if (!redisUrl) {
-    const local = await startLocalRedis('.baton/redis');
-    redisUrl = local.url;
-    // `baton keys` run next to this process finds the spawned Redis through this file.
-    const forget = recordLocalRedisUrl(local.url);
-    stopRedis = async () => {
-      forget();
-      await local.stop();
-    };
-    log.info({ redis: redisUrl, dir: '.baton/redis' }, 'started local redis-server');
+  // What is open so far, the last opened first: a shutdown closes it in this order (the API
+  // drains, then the worker, then the connections, the local redis-server, the lock), and so
+  // does a start that fails part-way. A signal during the start closes what is open by then.
+  const closers: (() => Promise<void>)[] = [];
+  const shutdown = onShutdown(log, closers, config.SHUTDOWN_GRACE_MS, { hangup: !config.REDIS_URL });
+  const opened = (close: () => Promise<void>) => {
+    if (shutdown.stopping) void close();
+    else closers.unshift(close);
+  };
+  try {
+    const own = config.REDIS_URL ? undefined : await startOwnRedis(log, opened);
+    const redisUrl = config.REDIS_URL ?? own!.url;
+    const agents = await loadAgents(agentPaths, builtinAgents(config));
+    // One composition root for both halves: one set of connections, one sweeper, one metrics
+    // registry (the API's /metrics and /readyz cover the worker too; the worker opens no port).
+    const resources = await openResources({ config, redisUrl, log, role: 'start' });
+    opened(() => resources.close());
+    const w = await startWorker({ resources, agents });
+    opened(() => w.close());
+    const a = await startApi({ resources, checks: w.checks });
+    opened(() => a.close());
+    const devKey = await ensureDevKey(a.redis, config);
+    // Shown only to a person at a terminal; any other stdout may be a log that others read.
+    const show = devKey !== undefined && process.stdout.isTTY === true;
+    if (devKey && show) {
+      console.log(`development API key (scope "dev", role admin), shown only now:\n  ${devKey}`);
+    } else if (devKey) {
+      const file = writeDevKeyFile(devKey);
+      log.info({ file }, 'development API key written to a file only its owner can read');
+      console.log(`development API key (scope "dev", role admin) written to ${file} (readable only by you; stdout is not a terminal)`);
+    } else {
+      console.log('API keys exist already; make one with: baton keys create --scope dev --role admin');
+    }
+    // The key rides in the fragment, which the browser never sends: the inspector takes it from there.
+    console.log(`run inspector: ${a.url}/ui${show ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
+    console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
+    // A second start in this folder names this API.
+    own?.lock.note({ api: a.url });
+  } catch (err) {
+    // A signal stopped the start: the shutdown closes what is open and exits.
+    if (shutdown.stopping) return new Promise(() => {});
+    for (const close of closers.splice(0)) await close().catch(() => {});
+    throw new Error(`baton start: ${startFailure(err, config)}`);
   }
-  const agents = await loadAgents(agentPaths, builtinAgents(config));
-  // One composition root for both halves: one set of connections, one sweeper, one metrics
-  // registry (the API's /metrics and /readyz cover the worker too).
-  const resources = await openResources({ config, redisUrl, log, role: 'start' });
-  const w = await startWorker({ resources, agents });
-  const a = await startApi({ resources, checks: w.checks });
-  const devKey = await ensureDevKey(a.redis, config);
-  // Shown only to a person at a terminal; any other stdout may be a log that others read.
-  const show = devKey !== undefined && process.stdout.isTTY === true;
-  if (devKey && show) {
-    console.log(`development API key (scope "dev", role admin), shown only now:\n  ${devKey}`);
-  } else if (devKey) {
-    const file = writeDevKeyFile(devKey);
-    log.info({ file }, 'development API key written to a file only its owner can read');
-    console.log(`development API key (scope "dev", role admin) written to ${file} (readable only by you; stdout is not a terminal)`);
-  } else {
-    console.log('API keys exist already; make one with: baton keys create --scope dev --role admin');
+}
+
+/** What stopped a start, in one line. */
+function startFailure(err: unknown, config: Config): string {
+  const e = err as NodeJS.ErrnoException;
+  if (e.code === 'EADDRINUSE' && e.syscall === 'listen') {
+    return `port ${config.PORT} on ${config.HOST} is in use by another program; choose another with --port (PORT)`;
   }
-  // The key rides in the fragment, which the browser never sends: the inspector takes it from there.
-  console.log(`run inspector: ${a.url}/ui${show ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
-  console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
-  onShutdown(log, [() => a.close(), () => w.close(), () => resources.close(), ...(stopRedis ? [stopRedis] : [])], config.SHUTDOWN_GRACE_MS);
+  return e.message ?? String(err);
+}
+
+/**
+ * `baton start` without REDIS_URL: takes the `.baton/` lock (or says where the Baton that
+ * holds it runs, and exits 1), spawns redis-server on `.baton/redis` in a process group of its
+ * own (a terminal's Ctrl-C reaches Baton, which stops it after draining), and notes its URL for
+ * `baton keys`.
+ */
+async function startOwnRedis(log: Logger, opened: (close: () => Promise<void>) => void): Promise<{ url: string; lock: BatonDirLock }> {
+  const lock = await lockBatonDir(BATON_DIR, LOCAL_REDIS_DIR);
+  if ('heldBy' in lock) {
+    const h = lock.heldBy;
+    console.error(`a Baton already runs in ${process.cwd()} (pid ${h.pid}): API ${h.api ?? '(starting)'}, Redis ${h.redis ?? '(starting)'}. ` +
+      'Stop it first (Ctrl-C where it runs), or start another one in a folder of its own or with REDIS_URL.');
+    process.exit(1);
+  }
+  opened(async () => lock.release());
+  const local = await startLocalRedis(LOCAL_REDIS_DIR, [], { ownProcessGroup: true });
+  opened(async () => {
+    await local.stop();
+    log.info('local redis-server stopped');
+  });
+  lock.note({ redis: local.url, redisPid: local.process.pid });
+  // `baton keys` run next to this process finds the spawned Redis through this file.
+  const forget = recordLocalRedisUrl(local.url);
+  opened(async () => forget());
+  log.info({ redis: local.url, dir: LOCAL_REDIS_DIR }, 'started local redis-server');
+  return { url: local.url, lock };
 }
 
 async function api(config: Config): Promise<void> {
