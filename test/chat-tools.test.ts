@@ -60,6 +60,20 @@ beforeAll(async () => {
         },
       }),
       createChatAgent({ ...common, name: 'short-leash', maxSteps: 2, tools: { weather } }),
+      createChatAgent({
+        ...common, name: 'cashier', tools: {
+          weather,
+          refund: defineTool({
+            description: 'Refunds an order; a person approves each call first.',
+            parameters: z.object({ order: z.string() }),
+            approval: true,
+            execute({ order }, { ctx }) {
+              count(`${ctx.input.content}:refund:${order}`);
+              return { refunded: order };
+            },
+          }),
+        },
+      }),
     ],
   });
 });
@@ -273,5 +287,33 @@ describe('createChatAgent tool loop', () => {
     expect(() => createChatAgent({ ...base, tools: { pay: { ...tool, approval: true } } })).not.toThrow();
     expect(() => createChatAgent({ ...base, tools: { 'pay:now': tool } })).toThrow(/must match/);
     expect(() => createChatAgent({ ...base, tools: { pay: { ...tool, parameters: { type: 'nonsense' } } } })).toThrow(/not a valid JSON Schema/);
+  });
+});
+
+describe('toolCallsSeen', () => {
+  /** Submits to `cashier`, answers its one approval wait with `decision`, and returns the finished run. */
+  async function decided(sessionId: string, content: string, decision: { approved: boolean; reason?: string }) {
+    const sub = await acme.submit(sessionId, content, { agent: 'cashier' });
+    const waiting = await acme.waitStatus(sub.body.id, ['waiting', 'failed'], 30_000);
+    expect(waiting.waits.map((w: any) => [w.key, w.kind])).toEqual([['wait:refund:1', 'approval']]);
+    expect((await acme.post(`/runs/${sub.body.id}/waits/wait:refund:1`, { value: decision })).status).toBe(200);
+    return acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 30_000);
+  }
+
+  it('counts the calls that ran: a declined call is not one of them, an approved one is', async () => {
+    const calls = [
+      { id: 'c-refund', name: 'refund', arguments: { order: 'A-1' } },
+      { id: 'c-weather', name: 'weather', arguments: { city: 'Paris' } },
+    ];
+    fake.script('#no-refund', [callTools(calls), answer('No refund; Paris is at 21 °C.')]);
+    const no = await decided('seen-no', 'Refund A-1, and the weather? #no-refund', { approved: false, reason: 'not today' });
+    expect(no.status).toBe('succeeded');
+    expect(effects.get('Refund A-1, and the weather? #no-refund:refund:A-1')).toBeUndefined();
+    expect(no.result).toMatchObject({ answer: 'No refund; Paris is at 21 °C.', toolCallsSeen: 1 });
+
+    fake.script('#refund', [callTools(calls.map((c) => ({ ...c, id: `${c.id}-2` }))), answer('Refunded A-1; Paris is at 21 °C.')]);
+    const yes = await decided('seen-yes', 'Refund A-1, and the weather? #refund', { approved: true });
+    expect(effects.get('Refund A-1, and the weather? #refund:refund:A-1')).toBe(1);
+    expect(yes.result).toMatchObject({ answer: 'Refunded A-1; Paris is at 21 °C.', toolCallsSeen: 2 });
   });
 });

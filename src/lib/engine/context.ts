@@ -163,8 +163,10 @@ export class ContextState {
       step: (key, fn, options) => this.memoized(agent, 'step', prefix + key, fn, options?.idempotent ?? true),
       infer: (name, fn) => this.memoized(agent, 'infer', prefix + name, fn, true),
       tool: (name, args, fn, options) => {
-        this.toolCallsSeen++;
-        if (!options?.approval) return this.memoized(agent, 'tool', prefix + name, (call) => fn(args, call), options?.idempotent ?? true);
+        if (!options?.approval) {
+          this.toolCallsSeen++;
+          return this.memoized(agent, 'tool', prefix + name, (call) => fn(args, call), options?.idempotent ?? true);
+        }
         // Both keys now, in call order: a concurrent call must not take this call's numbers.
         let waitKey: string;
         let toolKey: string;
@@ -174,7 +176,11 @@ export class ContextState {
         } catch (err) {
           return Promise.reject(err);
         }
-        const run = () => this.runStep(agent, 'tool', toolKey, (call) => fn(args, call), options.idempotent ?? true);
+        // Counted once approved (or run in an earlier attempt): a declined call never ran.
+        const run = () => {
+          this.toolCallsSeen++;
+          return this.runStep(agent, 'tool', toolKey, (call) => fn(args, call), options.idempotent ?? true);
+        };
         return this.approvedTool(prefix + name, waitKey, toolKey, run, args);
       },
       waitFor: <T>(name: string, options: WaitOptions = {}) => {

@@ -93,7 +93,10 @@ export interface RunContext {
    * is replayed on a memo hit. `call.recordUsage` counts the model calls it makes.
    */
   infer<T>(name: string, fn: (call: InferCall) => Promise<T> | T): Promise<T>;
-  /** A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen; `approval` waits for a person first. */
+  /**
+   * A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen;
+   * `approval` waits for a person first (a declined call does not run and is not counted).
+   */
   tool<A, T>(name: string, args: A, fn: (args: A, call: StepCall) => Promise<T> | T, options?: ToolOptions): Promise<T>;
   /**
    * The same run as seen by a sub-agent called `name`: what it emits, its tool calls and its
