@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { errorHandler } from '../src/api/error-handler.ts';
 import type { AppDeps } from '../src/api/deps.ts';
 import { mountRoutes } from '../src/api/route.ts';
-import { uiRoutes } from '../src/api/routes-ui.ts';
+import { baseHref, uiRoutes } from '../src/api/routes-ui.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { track } from './helpers/resources.ts';
 
@@ -32,12 +32,15 @@ function rawGet(base: string, path: string): Promise<{ status: number; text: str
   });
 }
 
+/** An index.html as Vite writes it: files named relative to the page. */
+const INDEX = '<!doctype html><html><head>\n<meta charset="utf-8"><title>app</title><script type="module" src="./assets/index-abc123.js"></script></head><body></body></html>';
+
 describe('the app at /ui', () => {
-  /** The routes alone on a folder the test lays out, behind the API's error handler. */
-  async function serve(dir: string): Promise<string> {
+  /** The routes alone on a folder the test lays out, behind the API's error handler, mounted at `mount`. */
+  async function serve(dir: string, mount = '/'): Promise<string> {
     const app = express();
     // The UI's routes need nothing of the process: no dependency is handed to them.
-    app.use(mountRoutes(uiRoutes(dir), '', {} as AppDeps));
+    app.use(mount, mountRoutes(uiRoutes(dir), '', {} as AppDeps));
     app.use(errorHandler(createLogger('silent')));
     const server = createServer(app);
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -49,7 +52,7 @@ describe('the app at /ui', () => {
     const dir = mkdtempSync(join(tmpdir(), 'baton-ui-'));
     track(null, async () => rmSync(dir, { recursive: true, force: true }));
     mkdirSync(join(dir, 'assets'));
-    writeFileSync(join(dir, 'index.html'), '<!doctype html><title>app</title>');
+    writeFileSync(join(dir, 'index.html'), INDEX);
     writeFileSync(join(dir, 'assets', 'index-abc123.js'), 'console.log(1)');
     writeFileSync(join(dir, 'favicon.svg'), '<svg/>');
     writeFileSync(join(dir, '.secret'), 'hidden');
@@ -57,13 +60,19 @@ describe('the app at /ui', () => {
 
     const root = await fetch(`${base}/`, { redirect: 'manual' });
     expect(root.status).toBe(302);
-    expect(root.headers.get('location')).toBe('/ui');
-    for (const path of ['/ui', '/ui/', '/ui/runs/r123', '/ui/sessions/s1', '/ui/runtimes', '/ui/index.html']) {
+    // Relative, like everything the app is served with: `ui` beside `/` is /ui.
+    expect(root.headers.get('location')).toBe('ui');
+    const bases = { '/ui': 'ui/', '/ui/': './', '/ui/runs/r123': '../', '/ui/sessions/s1': '../', '/ui/runtimes': './', '/ui/index.html': './' };
+    for (const [path, href] of Object.entries(bases)) {
       const res = await fetch(base + path);
       expect(res.status, path).toBe(200);
       expect(res.headers.get('content-type'), path).toContain('text/html');
       expect(res.headers.get('cache-control'), path).toBe('no-cache');
-      expect(await res.text(), path).toContain('<title>app</title>');
+      const html = await res.text();
+      expect(html, path).toContain('<title>app</title>');
+      // The base comes first in the head, so every URL after it resolves against the app's folder.
+      expect(html, path).toContain(`<head>\n    <base href="${href}" />\n<meta charset="utf-8">`);
+      expect(new URL(href, base + path).pathname, path).toBe('/ui/');
     }
     const js = await fetch(`${base}/ui/assets/index-abc123.js`);
     expect(js.headers.get('content-type')).toContain('javascript');
@@ -84,6 +93,46 @@ describe('the app at /ui', () => {
     const climbing = await rawGet(base, '/ui/assets/../../package.json');
     expect(climbing.status).toBe(404);
     expect(climbing.text).not.toContain('baton');
+  });
+
+  it('mounted under a path, leads every address of the app back to that path', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'baton-ui-mounted-'));
+    track(null, async () => rmSync(dir, { recursive: true, force: true }));
+    mkdirSync(join(dir, 'assets'));
+    writeFileSync(join(dir, 'index.html'), INDEX);
+    writeFileSync(join(dir, 'assets', 'index-abc123.js'), 'console.log(1)');
+    const base = await serve(dir, '/agents/v2');
+
+    // The mount point with and without its slash: both redirect to <mount>/ui.
+    for (const path of ['/agents/v2', '/agents/v2/']) {
+      const res = await fetch(base + path, { redirect: 'manual' });
+      expect(res.status, path).toBe(302);
+      expect(new URL(res.headers.get('location')!, base + path).pathname, path).toBe('/agents/v2/ui');
+    }
+    const followed = await fetch(`${base}/agents/v2`);
+    expect(new URL(followed.url).pathname).toBe('/agents/v2/ui');
+    for (const path of ['/agents/v2/ui', '/agents/v2/ui/', '/agents/v2/ui/runs/r1', '/agents/v2/ui/runs/r1/', '/agents/v2/ui/no/such/view']) {
+      const html = await (await fetch(base + path)).text();
+      const href = /<base href="([^"]*)"/.exec(html)?.[1];
+      expect(href, path).toBeDefined();
+      const root = new URL(href!, base + path);
+      expect(root.pathname, path).toBe('/agents/v2/ui/');
+      // What the page loads, relative to its base, is there.
+      const js = await fetch(new URL('./assets/index-abc123.js', root));
+      expect(js.status, path).toBe(200);
+    }
+    // Not at the root: the mount point owns the app.
+    expect((await fetch(`${base}/ui`)).status).toBe(404);
+  });
+
+  it('counts the segments of a view as the browser does', () => {
+    expect(baseHref('/ui')).toBe('ui/');
+    expect(baseHref('/ui/')).toBe('./');
+    expect(baseHref('/ui/runs')).toBe('./');
+    expect(baseHref('/ui/runs/r1')).toBe('../');
+    expect(baseHref('/ui/runs/r1/')).toBe('../../');
+    expect(baseHref('/ui/a%2Fb/c')).toBe('../');
+    expect(baseHref('/ui/a/b/c/d')).toBe('../../../');
   });
 
   it('without a build, says how to make one instead of failing', async () => {

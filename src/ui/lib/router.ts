@@ -8,10 +8,19 @@ export type Route =
   | { view: 'runtimes' }
   | { view: 'missing'; path: string };
 
-/** `<api>/ui`: the path the app's own links start with. */
-export function uiBase(loc: Location = location): string {
-  const at = loc.pathname.indexOf('/ui');
-  return at >= 0 ? loc.pathname.slice(0, at + 3) : '/ui';
+/**
+ * `<api>/ui/` as a full URL: the <base href> the API writes into every page of the app, so it
+ * holds under any path the API is mounted at or a proxy puts in front of it. A page without
+ * one was not served by the API, and nothing it would fetch could be trusted to be there.
+ */
+export function uiRoot(doc: Document = document): string {
+  if (!doc.querySelector('base[href]')) throw new Error('the run inspector must be served by the Baton API (its page has no <base>)');
+  return new URL('.', doc.baseURI).href;
+}
+
+/** `<api>/ui`, the path the app's own links start with. */
+export function uiBase(doc: Document = document): string {
+  return new URL(uiRoot(doc)).pathname.replace(/\/$/, '');
 }
 
 export function parseRoute(pathname: string, base = uiBase()): Route {
