@@ -240,6 +240,15 @@ describe('run inspector', () => {
     // The refused call is marked as such; the answer's text line says who wrote it.
     expect(await w.page.locator('ol.timeline li.ev-failed .ev-text').textContent()).toContain('call c-bad');
     expect(await lines.filter({ hasText: 'of answer' }).locator('.ev-who').allTextContents()).toEqual(['ui-forecaster · assistant']);
+    // Its two model calls and their tokens as the API counted them; no cost, since this API has no price table.
+    const usage = (await acme.get(`/runs/${run.id}/usage`)).body;
+    expect(usage.total.modelCalls).toBe(2);
+    expect(usage).not.toHaveProperty('costUsd');
+    const shown = await untilText(w.page.locator('dl.usage'), (t) => t.includes('Model calls2'), 'the usage');
+    expect(shown.replace(/[^\d]/g, '')).toBe(`2${usage.total.inputTokens}${usage.total.outputTokens}${usage.total.totalTokens}`);
+    expect(shown).toContain('Modelfake-model');
+    expect(shown).not.toContain('Cost');
+    await untilText(w.page.locator('dl.summary'), (t) => /Duration\d/.test(t), 'the duration');
     expect(w.errors).toEqual([]);
     await screenshots(w.page, 'run-view-tools');
     expect(w.errors).toEqual([]);

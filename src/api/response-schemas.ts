@@ -192,3 +192,14 @@ export const usageResponse = z.object({
   rows: z.array(usageTotals.extend({ day: z.string(), agent: z.string(), model: z.string() })),
   total: usageTotals,
 });
+
+export const runUsageResponse = z.object({
+  runId: z.string(),
+  total: usageTotals.describe('every model call of the run so far, in any attempt, counted once'),
+  models: z.array(usageTotals.extend({
+    model: z.string(),
+    costUsd: z.number().optional().describe('by MODEL_PRICES, when it prices this model'),
+  })).describe('the same calls by model'),
+  costUsd: z.number().optional().describe('by MODEL_PRICES, when it is set and prices every model the run called'),
+  unpriced: z.array(z.string()).optional().describe('models the run called that MODEL_PRICES has no price for'),
+});

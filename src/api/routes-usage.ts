@@ -1,11 +1,13 @@
-import { scopeUsage } from '../lib/tenancy/usage.ts';
+import { BatonError } from '../lib/errors.ts';
+import { runUsage, scopeUsage } from '../lib/tenancy/usage.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
-import { scopeParams, usageQuery } from './schemas.ts';
+import { runParams, scopeParams, usageQuery } from './schemas.ts';
 
 /**
- * The scope's model usage (invariant 13: each call made counted once), for billing and
- * quotas: admin only, like the other numbers about a whole scope.
+ * Model usage (invariant 13: each call made counted once). The scope's, for billing and
+ * quotas: admin only, like the other numbers about a whole scope. A run's, with its cost by
+ * MODEL_PRICES: to any key that may read the run (the inspector shows it on the run's page).
  */
 export const usageRoutes: RouteSpec[] = [
   route({
@@ -14,6 +16,17 @@ export const usageRoutes: RouteSpec[] = [
     ok: { 200: { description: 'usage', schema: res.usageResponse } },
     async handler({ params: { scope }, query: { from, to } }, d) {
       return { body: await scopeUsage(d.redis, d.keys, scope, from, to) };
+    },
+  }),
+  route({
+    method: 'get', path: `${SCOPE}/runs/:runId/usage`,
+    summary: "A run's model token usage so far, by model, and its cost where MODEL_PRICES prices every model it called.",
+    access: 'client', params: runParams,
+    ok: { 200: { description: 'the run’s usage', schema: res.runUsageResponse } }, errors: ['RUN_NOT_FOUND'],
+    async handler({ params: { scope, runId } }, d) {
+      const usage = await runUsage(d.redis, d.keys, scope, runId, d.config.MODEL_PRICES);
+      if (!usage) throw new BatonError('RUN_NOT_FOUND');
+      return { body: usage };
     },
   }),
 ];

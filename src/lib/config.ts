@@ -13,6 +13,13 @@ const bool = (def: boolean) =>
     .default(def ? 'true' : 'false')
     .transform((v) => v === 'true' || v === '1');
 
+/** A model's price in USD per million tokens, each way; what MODEL_PRICES maps model ids to. */
+const modelPrice = z.strictObject({
+  inputPerMTokens: z.number().finite().nonnegative(),
+  outputPerMTokens: z.number().finite().nonnegative(),
+});
+export type ModelPrice = z.infer<typeof modelPrice>;
+
 /** An origin as browsers send it in `Origin`: scheme, host (a name or an IP, IPv6 in brackets), optional port. */
 const ORIGIN = /^https?:\/\/(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:\d{1,5})?$/;
 
@@ -244,6 +251,27 @@ export const configSchema = z.object({
   OPENAI_API_KEY: z.string().optional(),
   /** OPENAI_MODEL: gpt-4o-mini, a cheap, fast model that streams: the right default for trying Baton out. */
   OPENAI_MODEL: z.string().default('gpt-4o-mini'),
+  /**
+   * MODEL_PRICES: what each model costs, as JSON: `{"gpt-4o-mini": {"inputPerMTokens": 0.15,
+   * "outputPerMTokens": 0.6}}`, USD per million tokens, model ids as the agents report them.
+   * A run's cost is its usage priced by this table (GET …/runs/{runId}/usage, the inspector),
+   * shown only when every model the run called has a price. Unset: no costs, only tokens.
+   */
+  MODEL_PRICES: z
+    .string()
+    .transform((s, ctx) => {
+      try {
+        return JSON.parse(s) as unknown;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'must be JSON: {"<model>": {"inputPerMTokens": <USD>, "outputPerMTokens": <USD>}, …}' });
+        return z.NEVER;
+      }
+    })
+    .pipe(z.record(z.string().min(1).max(200), modelPrice, {
+      // 200: the longest model id Baton counts (a longer one is cut, and would never match).
+      error: (issue) => (issue.code === 'invalid_key' ? 'model ids are 1 to 200 characters' : 'must be a JSON object of model ids to prices'),
+    }))
+    .optional(),
 });
 
 export type Config = Readonly<

@@ -54,6 +54,26 @@ export interface UsageTotals {
   modelCalls: number;
 }
 
+/** One model's share of a run's usage, and its cost where MODEL_PRICES prices the model. */
+export interface ModelUsage extends UsageTotals {
+  model: string;
+  /** USD, by MODEL_PRICES; absent when the table is not set or has no price for the model. */
+  costUsd?: number;
+}
+
+/** `GET /v1/scopes/{scope}/runs/{runId}/usage`: a run's model usage so far, by model, and its cost. */
+export interface RunUsage {
+  runId: string;
+  /** Every model call of the run, in any attempt, counted once (all zero before the first). */
+  total: UsageTotals;
+  /** The same calls by model, in model id order. */
+  models: ModelUsage[];
+  /** USD, by MODEL_PRICES: present when the table is set and prices every model the run called. */
+  costUsd?: number;
+  /** Models the run called that MODEL_PRICES has no price for (only when the table is set). */
+  unpriced?: string[];
+}
+
 export interface RunError { code: string; message: string; details?: unknown }
 
 /**

@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
+import type { ModelPrice } from '../config.ts';
 import type { ScopeUsage, UsageRow } from '../contract/admin.ts';
-import type { UsageTotals } from '../contract/runs.ts';
+import type { ModelUsage, RunUsage, UsageTotals } from '../contract/runs.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -58,3 +59,48 @@ function add(into: UsageTotals, u: UsageTotals): void {
 }
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** A price table as MODEL_PRICES gives it: USD per million tokens, by model id. */
+export type PriceTable = Readonly<Record<string, ModelPrice>>;
+
+/**
+ * A run's model usage so far (lua/step.lua counts it in the run record: the totals in
+ * usageIn/usageOut/usageCalls, the same by model in usageModels), priced by `prices` when
+ * given. The run's cost is given only when every model it called has a price: a sum that
+ * left some calls out would read as the whole cost. Undefined when there is no such run.
+ */
+export async function runUsage(redis: Redis, keys: Keys, scope: string, runId: string, prices?: PriceTable): Promise<RunUsage | undefined> {
+  const [status, input, output, calls, byModel] = await redis.hmget(
+    keys.scope(scope).run(runId), 'status', 'usageIn', 'usageOut', 'usageCalls', 'usageModels',
+  );
+  if (!status) return undefined;
+  const total = totals(Number(input ?? 0), Number(output ?? 0), Number(calls ?? 0));
+  const counted = JSON.parse(byModel ?? '{}') as Record<string, [number, number, number]>;
+  let cost = 0;
+  const unpriced: string[] = [];
+  const models = Object.keys(counted).sort(compare).map((model): ModelUsage => {
+    const u = totals(...counted[model]);
+    const price = prices && Object.hasOwn(prices, model) ? prices[model] : undefined;
+    if (!price) {
+      unpriced.push(model);
+      return { model, ...u };
+    }
+    const c = (u.inputTokens * price.inputPerMTokens + u.outputTokens * price.outputPerMTokens) / 1e6;
+    cost += c;
+    return { model, ...u, costUsd: roundUsd(c) };
+  });
+  const usage: RunUsage = { runId, total, models };
+  if (!prices) return usage;
+  // Calls counted before the record kept them by model are in the totals only: no cost then either.
+  const complete = models.reduce((n, m) => n + m.modelCalls, 0) === total.modelCalls;
+  if (unpriced.length) usage.unpriced = unpriced;
+  else if (complete) usage.costUsd = roundUsd(cost);
+  return usage;
+}
+
+const totals = (inputTokens: number, outputTokens: number, modelCalls: number): UsageTotals => ({
+  inputTokens, outputTokens, totalTokens: inputTokens + outputTokens, modelCalls,
+});
+
+/** To a billionth of a dollar: a token costs about a millionth, and float sums leave dust (0.30000000000000004). */
+const roundUsd = (usd: number): number => Math.round(usd * 1e9) / 1e9;

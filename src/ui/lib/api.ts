@@ -1,8 +1,9 @@
 import { BatonApiError, type Run as ClientRun } from '../../lib/client/client.ts';
-import type { RuntimeStats, RuntimeView, SessionMessage, Step, Wait, WhoAmI } from '../../lib/contract/index.ts';
+import type { RunUsage, RuntimeStats, RuntimeView, SessionMessage, Step, Wait, WhoAmI } from '../../lib/contract/index.ts';
+import { uiRoot } from './router.ts';
 
 export { BatonApiError };
-export type { RuntimeStats, Step, Wait };
+export type { RunUsage, RuntimeStats, Step, Wait };
 /** What GET /v1/whoami says about the key the inspector holds. */
 export type Identity = WhoAmI;
 export type Message = SessionMessage;
@@ -25,10 +26,12 @@ export interface RunFilter {
 /** The same rule the API applies to scope, session, runtime and agent ids. */
 export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-/** Where the API is: the inspector is served at `<api>/ui`, so the API is what precedes `/ui`. */
-export function apiBase(loc: Location = location): string {
-  const at = loc.pathname.indexOf('/ui');
-  return loc.origin + (at > 0 ? loc.pathname.slice(0, at) : '');
+/**
+ * Where the API is: the inspector is served at `<api>/ui/`, the page's base URL (the API
+ * sets it, see uiRoot), so the API is the folder above it, whatever path that is.
+ */
+export function apiBase(doc: Document = document): string {
+  return new URL('..', uiRoot(doc)).href.replace(/\/$/, '');
 }
 
 async function request<T>(base: string, key: string, method: string, path: string, body?: unknown): Promise<T> {
@@ -91,6 +94,11 @@ export class Api {
 
   async steps(runId: string): Promise<Step[]> {
     return (await this.call<{ steps: Step[] }>('GET', `/runs/${encodeURIComponent(runId)}/steps`)).steps;
+  }
+
+  /** The run's model usage so far, and its cost where the API has a price for every model it called. */
+  usage(runId: string): Promise<RunUsage> {
+    return this.call('GET', `/runs/${encodeURIComponent(runId)}/usage`);
   }
 
   cancel(runId: string): Promise<Run> {

@@ -25,6 +25,17 @@ export function formatDuration(ms: number | null | undefined): string {
   return `${h} h ${m % 60} min`;
 }
 
+/** A whole number with the reader's digit grouping: 12,345. */
+export function formatCount(n: number): string {
+  return n.toLocaleString(undefined, { maximumFractionDigits: 0 });
+}
+
+/** US dollars: cents for a dollar or more, down to a millionth below (a short run costs fractions of a cent). */
+export function formatUsd(usd: number): string {
+  const digits = usd >= 1 ? 2 : 6;
+  return usd.toLocaleString('en-US', { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: digits });
+}
+
 /** "12 s ago", from `now`. */
 export function formatAgo(t: string | number | undefined, now: number): string {
   if (t === undefined) return '—';

@@ -1,6 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { BatonApiError, describeError, type Api, type Run, type Step } from '../lib/api.ts';
-import { formatDuration, formatJson, formatTime } from '../lib/format.ts';
+import { BatonApiError, describeError, type Api, type Run, type RunUsage, type Step } from '../lib/api.ts';
+import { formatCount, formatDuration, formatJson, formatTime, formatUsd } from '../lib/format.ts';
 import { useNow } from '../lib/hooks.ts';
 import { href } from '../lib/router.ts';
 import type { StreamState } from '../lib/run-stream.ts';
@@ -23,6 +23,7 @@ type Loaded = { phase: 'loading' } | { phase: 'missing' } | { phase: 'error'; er
 export function RunView({ api, runId, admin }: { api: Api; runId: string; admin: boolean }) {
   const [loaded, setLoaded] = useState<Loaded>({ phase: 'loading' });
   const [steps, setSteps] = useState<{ steps?: Step[]; error?: unknown }>({});
+  const [usage, setUsage] = useState<{ usage?: RunUsage; error?: unknown }>({});
   const inFlight = useRef<Promise<void> | undefined>(undefined);
   const again = useRef(false);
 
@@ -34,9 +35,14 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
     }
     inFlight.current = (async () => {
       try {
-        const [run, st] = await Promise.all([api.run(runId), api.steps(runId).then((s) => ({ steps: s }), (error) => ({ error }))]);
+        const [run, st, us] = await Promise.all([
+          api.run(runId),
+          api.steps(runId).then((s) => ({ steps: s }), (error) => ({ error })),
+          api.usage(runId).then((u) => ({ usage: u }), (error) => ({ error })),
+        ]);
         setLoaded({ phase: 'ok', run });
         setSteps(st);
+        setUsage(us);
       } catch (error) {
         if (error instanceof BatonApiError && error.status === 404) setLoaded({ phase: 'missing' });
         else setLoaded((l) => (l.phase === 'ok' ? l : { phase: 'error', error }));
@@ -94,6 +100,8 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
         Run <span class="mono">{run.id}</span> <StatusBadge status={run.status} />
       </h1>
       <RunSummary run={run} />
+      <UsageSummary usage={usage.usage} />
+      <ErrorNote error={usage.error} prefix="Could not load the run's model usage" />
       {run.lastError && <LastError error={run.lastError} status={run.status} />}
       {run.blocked && (
         <section class="panel warn" aria-labelledby="blocked-h">
@@ -222,10 +230,70 @@ function RunSummary({ run }: { run: Run }) {
         <dt>Finished</dt>
         <dd>{formatTime(run.finishedAt)}</dd>
       </div>
+      <div>
+        <dt>Duration</dt>
+        <dd title="From its submit to its end">{duration(run, now)}</dd>
+      </div>
       {run.cancelRequested && (
         <div>
           <dt>Cancel</dt>
           <dd>requested; the worker is stopping the run</dd>
+        </div>
+      )}
+    </dl>
+  );
+}
+
+/** From the submit to the end; a run not finished yet counts up to now. */
+function duration(run: Run, now: number): string {
+  const created = new Date(run.createdAt).getTime();
+  if (run.finishedAt) return formatDuration(new Date(run.finishedAt).getTime() - created);
+  if (isTerminal(run.status)) return '—';
+  const sofar = formatDuration(now - created);
+  return run.status === 'running' ? `running for ${sofar}` : `${sofar} so far`;
+}
+
+/**
+ * The run's model calls and tokens so far, and what they cost where the API prices every
+ * model the run called (MODEL_PRICES); where it prices only some, which ones it lacks.
+ */
+function UsageSummary({ usage }: { usage: RunUsage | undefined }) {
+  if (!usage) return null;
+  const { total, models, costUsd, unpriced } = usage;
+  return (
+    <dl class="usage" aria-label="Model usage">
+      <div>
+        <dt>Model calls</dt>
+        <dd>{formatCount(total.modelCalls)}</dd>
+      </div>
+      <div>
+        <dt>Input tokens</dt>
+        <dd>{formatCount(total.inputTokens)}</dd>
+      </div>
+      <div>
+        <dt>Output tokens</dt>
+        <dd>{formatCount(total.outputTokens)}</dd>
+      </div>
+      <div>
+        <dt>Total tokens</dt>
+        <dd>{formatCount(total.totalTokens)}</dd>
+      </div>
+      {models.length > 0 && (
+        <div>
+          <dt>{models.length === 1 ? 'Model' : 'Models'}</dt>
+          <dd>{models.map((m) => m.model).join(', ')}</dd>
+        </div>
+      )}
+      {costUsd !== undefined && (
+        <div>
+          <dt>Cost</dt>
+          <dd title="By the API's price table (MODEL_PRICES)">{formatUsd(costUsd)}</dd>
+        </div>
+      )}
+      {unpriced && (
+        <div class="wide">
+          <dt>Cost</dt>
+          <dd>not known: the API's price table has no price for {unpriced.join(', ')}</dd>
         </div>
       )}
     </dl>

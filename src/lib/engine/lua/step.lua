@@ -1,6 +1,7 @@
 --[[ Record a memoized step: 'start' marks a non-idempotent step as begun (so a crash
   before its result blocks the run instead of repeating it); 'done' stores its result,
-  first writer wins, and counts the model calls made for it.
+  first writer wins, and counts the model calls made for it (in the run's record: its totals,
+  and the same by model in usageModels; in the scope's usage of the day).
   KEYS  run, steps, usage (the scope's usage hash of the step's day; op done with usage only)
   O     fence, op (start | done), stepKey, result (JSON text, op done),
         usage (op done, optional): {agent, calls: [{model, inputTokens, outputTokens}]},
@@ -16,10 +17,14 @@ if O.op == 'start' then
 end
 local stored = redis.call('HSETNX', K.steps, O.stepKey, O.result)
 if stored == 1 and O.usage then
+  -- The run's usage by model, for its cost: record field usageModels, {model: [in, out, calls]}.
+  local byModel = cjson.decode(redis.call('HGET', K.run, 'usageModels') or '{}')
   for _, c in ipairs(O.usage.calls) do
     redis.call('HINCRBY', K.run, 'usageIn', c.inputTokens)
     redis.call('HINCRBY', K.run, 'usageOut', c.outputTokens)
     redis.call('HINCRBY', K.run, 'usageCalls', 1)
+    local m = byModel[c.model] or { 0, 0, 0 }
+    byModel[c.model] = { m[1] + c.inputTokens, m[2] + c.outputTokens, m[3] + 1 }
     -- Agent names hold no colon, so a field splits into kind, agent and model at its first two.
     local f = ':' .. O.usage.agent .. ':' .. c.model
     redis.call('HINCRBY', K.usage, 'in' .. f, c.inputTokens)
@@ -27,5 +32,6 @@ if stored == 1 and O.usage then
     redis.call('HINCRBY', K.usage, 'calls' .. f, 1)
   end
   redis.call('PEXPIRE', K.usage, O.usageTtlMs)
+  redis.call('HSET', K.run, 'usageModels', cjson.encode(byModel))
 end
 return { 0, redis.call('HGET', K.steps, O.stepKey) }
