@@ -1,6 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startApi } from '../src/api/server.ts';
+import { createBatonRouter } from '../src/server.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { builtinAgents } from '../src/worker/agents-loader.ts';
 import { startWorker } from '../src/worker/worker.ts';
@@ -94,5 +98,54 @@ describe('keys in logs', () => {
     const out = api.output();
     expect(out).toContain('"msg":"request"');
     expectNoKey(out, [boot, wrong, ...tokens]);
+  });
+});
+
+/**
+ * The top-level keys a JSON log line names more than once (pino writes a child logger's
+ * bindings after its parent's, duplicates included; JSON.parse keeps only the last).
+ */
+function repeatedKeys(line: string): string[] {
+  const once = JSON.stringify(JSON.parse(line));
+  const count = (text: string, key: string) => text.split(`${JSON.stringify(key)}:`).length - 1;
+  return Object.keys(JSON.parse(line)).filter((k) => count(line, k) > count(once, k));
+}
+
+describe('log lines', () => {
+  it('name each key once: an API and a worker, and a router with a worker on its resources', async () => {
+    const lines: string[] = [];
+    const log = createLogger('trace', { write: (s: string) => void lines.push(s) });
+    const config = h.configWith({ LOG_LEVEL: 'trace' });
+    const agents = () => new Map(builtinAgents(config).map((a) => [a.name, a]));
+    const worker = await startWorker({ config, redisUrl: h.redisUrl, log, agents: agents() });
+    track(worker, () => worker.close());
+    const api = await startApi({ config, redisUrl: h.redisUrl, log });
+    track(api, () => api.close());
+
+    const baton = await createBatonRouter({ config, redisUrl: h.redisUrl, log });
+    track(baton, () => baton.close());
+    const embedded = await startWorker({ resources: baton.resources, agents: agents() });
+    track(embedded, () => embedded.close());
+    const app = express();
+    app.use('/agents', baton.router);
+    const server = createServer(app);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    track(server, () => new Promise((r) => { server.closeAllConnections(); server.close(r); }));
+    const routerUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/agents`;
+
+    const auth = { authorization: `Bearer ${await h.key('acme', 'client')}` };
+    for (const url of [api.url, routerUrl]) {
+      const sub = await call(url, 'POST', '/v1/scopes/acme/runs', { sessionId: 'once', input: { content: 'hello logs' }, runtime: h.runtime }, auth);
+      expect(sub.status).toBe(202);
+      expect((await readSse(`${url}/v1/scopes/acme/runs/${sub.body.id}/events`, { headers: auth })).ended).toBe(true);
+    }
+    await Promise.all([api.close(), worker.close(), embedded.close()]);
+    await baton.close();
+
+    const parsed = lines.join('').split('\n').filter(Boolean);
+    expect(parsed.some((l) => l.includes('"msg":"run started"') && l.includes('"runtime"'))).toBe(true);
+    expect(parsed.some((l) => l.includes('"msg":"request"') && l.includes('"component":"api"'))).toBe(true);
+    const repeated = parsed.flatMap((l) => repeatedKeys(l).map((k) => `${k} in ${l}`));
+    expect(repeated).toEqual([]);
   });
 });

@@ -56,7 +56,8 @@ export async function createBatonRouter(o: BatonRouterOptions = {}): Promise<Bat
   const c = o.config ?? loadConfig();
   const redisUrl = o.redisUrl ?? c.REDIS_URL;
   if (!redisUrl) throw new ConfigError('createBatonRouter needs a Redis: pass redisUrl or set REDIS_URL');
-  const log = (o.log ?? createLogger(c.LOG_LEVEL)).child({ component: 'api' });
+  // Not a child with `component`: apiDeps adds it to the API's lines, and only there.
+  const log = o.log ?? createLogger(c.LOG_LEVEL);
   const metrics = new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT, defaultMetrics: !o.registry });
   // Checked before anything is registered or connected: a name clash (two routers on one
   // registry) fails here and leaves the host's registry as it was.

@@ -49,6 +49,7 @@ export interface ExecutorDeps {
   leases: LeaseKeeper;
   agents: ReadonlyMap<string, Agent>;
   workerId: string;
+  /** The worker's logger, naming it and its runtime: a run's lines add the run's own keys. */
   log: Logger;
   events?: ExecutorEvents;
   /** Validates goal finishes off the event loop; unset: the process's shared guard. */
@@ -113,9 +114,8 @@ export class RunExecutor {
   private async runClaimed({ run, fence, recovered, steps, history: claimedHistory, deadline, now }: Claimed): Promise<Outcome> {
     const { redis, keys, config: c, transitions } = this.d;
     const attempt = new Attempt(run, fence, keys.scope(run.scope));
-    const log = this.d.log.child({
-      scope: run.scope, runtime: run.runtime, runId: run.id, sessionId: run.sessionId, workerId: this.d.workerId,
-    });
+    // Not workerId or runtime: the worker's logger has them, and a child would repeat them.
+    const log = this.d.log.child({ scope: run.scope, runId: run.id, sessionId: run.sessionId });
     log.info({ attempt: run.attempt, fence, recovered }, recovered ? 'run recovered' : 'run started');
     this.d.events?.started?.(run, recovered);
 
