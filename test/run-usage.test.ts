@@ -1,4 +1,7 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
+import type { z } from 'zod';
+import type { runUsageResponse } from '../src/api/response-schemas.ts';
+import type { RunUsage } from '../src/lib/contract/index.ts';
 import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { ConfigError, loadConfig } from '../src/lib/config.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
@@ -75,6 +78,10 @@ async function finished(agent: string, content: string): Promise<string> {
 }
 
 describe("a run's usage and cost", () => {
+  it('answers in the shape of the contract (checked by the type check)', () => {
+    expectTypeOf<z.infer<typeof runUsageResponse>>().toEqualTypeOf<RunUsage>();
+  });
+
   it('prices a model call of the chat agent by the table', async () => {
     fake.script('#ru-chat', [answer('Done.', { usage: { prompt_tokens: 1200, completion_tokens: 300 } })]);
     const id = await finished('writer', 'Write #ru-chat');
