@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
+import { INIT_USAGE, runInit } from './init.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
 import { lockBatonDir, startLocalRedis, type BatonDirLock } from './local-redis.ts';
 import { onShutdown } from './shutdown.ts';
@@ -13,6 +14,7 @@ Commands:
   api       the HTTP API only (needs REDIS_URL)
   worker    a worker for one runtime (needs REDIS_URL)
   keys      API keys: create, list, revoke (below)
+  init      a new folder for your agents: package.json, agents.mjs, baton-agents installed (below)
 
 Options (each is the same as the environment variable named; the flag wins):
   --agents <path>        start, worker: load agents from a module (repeatable), besides the built-in ones
@@ -26,7 +28,9 @@ Everything else is configured through the environment; see README.md.
 
 ${CLIENT_USAGE}
 
-${KEYS_USAGE}`;
+${KEYS_USAGE}
+
+${INIT_USAGE}`;
 
 /** Flags each server command takes, and the environment variable each one sets. */
 const FLAGS = {
@@ -53,6 +57,8 @@ async function main(argv: string[]): Promise<void> {
     });
     process.exit(code);
   }
+  // Init needs neither Redis nor configuration.
+  if (argv[0] === 'init') process.exit(runInit(argv.slice(1)));
   // Key commands parse their own flags and talk to Redis directly.
   if (argv[0] === 'keys') process.exit(await runKeysCommand(argv.slice(1), loadConfigOrExit(process.env)));
   const command = argv[0];
