@@ -1,4 +1,4 @@
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -36,5 +36,28 @@ describe('the redis-server on PATH', () => {
 
     process.env.PATH = join(tmpdir(), 'baton-no-such-dir');
     expect(redisServerProblem()).toMatch(/^redis-server was not found on PATH/);
+  });
+});
+
+describe('a local redis-server', () => {
+  it('in a process group of its own when asked (a terminal\'s Ctrl-C does not reach it); stopped when it cannot start', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'baton-local-redis-'));
+    dirs.push(dir);
+    const pgid = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[2];
+    const own = await startLocalRedis(dir, ['--appendonly', 'no'], { ownProcessGroup: true });
+    try {
+      expect(pgid(own.process.pid!)).toBe(String(own.process.pid));
+    } finally {
+      await own.stop();
+    }
+    const shared = await startLocalRedis(dir, ['--appendonly', 'no']);
+    try {
+      expect(pgid(shared.process.pid!)).toBe(pgid(process.pid));
+    } finally {
+      await shared.stop();
+    }
+    expect(own.process.exitCode ?? own.process.signalCode).not.toBeNull();
+    // A redis-server that refuses its arguments exits; the error carries its log.
+    await expect(startLocalRedis(dir, ['--no-such-option', 'x'])).rejects.toThrow(/redis-server exited/);
   });
 });

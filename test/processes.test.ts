@@ -14,6 +14,10 @@ it('a `baton worker` process completes a run submitted to a separate `baton api`
   const api = await h.spawn('api', { env });
   const worker = await h.spawn('worker', { env });
   const auth = { authorization: `Bearer ${key}` };
+  // A standalone worker serves its own /metrics (on METRICS_PORT; `baton start`'s worker does not).
+  const metricsUrl = /\(metrics (http:\/\/\S+\/metrics)\)/.exec(worker.output())?.[1];
+  expect(metricsUrl, worker.output()).toBeDefined();
+  expect((await fetch(metricsUrl!)).status).toBe(200);
 
   const content = 'two processes, one redis';
   const sub = await call(api.url!, 'POST', '/v1/scopes/acme/runs', { sessionId: 'p1', input: { content }, runtime: h.runtime }, auth);

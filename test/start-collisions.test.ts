@@ -162,6 +162,16 @@ describe('baton start', () => {
     expect(existsSync(join(dir, '.baton', 'lock'))).toBe(false);
   });
 
+  it('SIGHUP (the terminal closed) stops it as Ctrl-C does, its redis-server too', async () => {
+    const dir = tempDir();
+    reapRedisIn(dir);
+    const s = spawnStart(dir);
+    await up(s);
+    process.kill(-s.child.pid!, 'SIGHUP');
+    expect(await s.exited, s.out()).toBe(0);
+    expect(redisServersIn(join(dir, '.baton', 'redis'))).toEqual([]);
+  });
+
   it('a start that fails after spawning its redis-server stops it and says why in one line', async () => {
     const taken: Server = createServer();
     await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
