@@ -111,8 +111,11 @@ export interface BatonDirLock {
   release(): void;
 }
 
-/** A lock on `.baton/break` this old was left by a start that died while breaking a stale lock. */
-const ABANDONED_BREAK_MS = 10_000;
+/**
+ * A `<lock>.break` this old was left by a start that died while breaking a stale lock (the
+ * breaking takes at most the 10 s given a dead start's redis-server to stop, and a moment).
+ */
+const ABANDONED_BREAK_MS = 30_000;
 
 /**
  * Takes the lock on `dir` (made if missing), or returns who holds it. A lock whose owner is
@@ -130,11 +133,11 @@ export async function lockBatonDir(dir: string, redisDir: string): Promise<Baton
     if (text === undefined) continue;  // released just now
     const holder = parseHolder(text);
     if (holder && isOwner(holder.pid, dirname(abs))) return { heldBy: holder };
-    if (await breakStaleLock(file, text)) {
-      if (holder?.redisPid) await stopOrphanedRedis(holder.redisPid, resolve(redisDir));
-    } else {
-      await sleep(50);
-    }
+    // First the redis-server a dead owner left, then the lock: no start spawns another on its files meanwhile.
+    const stopLeftover = async () => {
+      if (holder?.redisPid && holder.redis) await stopOrphanedRedis(holder.redisPid, holder.redis, resolve(redisDir));
+    };
+    if (!(await breakStaleLock(file, text, stopLeftover))) await sleep(50);
   }
   throw new Error(`could not take the lock ${file}`);
 }
@@ -176,11 +179,11 @@ function heldLock(file: string, mine: LockHolder): BatonDirLock {
 }
 
 /**
- * Removes a stale lock, unless another start is doing the same: the one that makes
- * `<lock>.break` first removes it, and only if it still reads `staleText` (the other may have
- * broken it and taken the lock meanwhile). True when this process removed it.
+ * Removes a stale lock, after `before`, unless another start is doing the same: the one that
+ * makes `<lock>.break` first removes it, and only if it still reads `staleText` (the other may
+ * have broken it and taken the lock meanwhile). True when this process removed it.
  */
-async function breakStaleLock(file: string, staleText: string): Promise<boolean> {
+async function breakStaleLock(file: string, staleText: string, before: () => Promise<void>): Promise<boolean> {
   const breaker = `${file}.break`;
   try {
     closeSync(openSync(breaker, 'wx'));
@@ -192,6 +195,7 @@ async function breakStaleLock(file: string, staleText: string): Promise<boolean>
   }
   try {
     if (readOrUndefined(file) !== staleText) return false;
+    await before();
     rmSync(file, { force: true });
     return true;
   } finally {
@@ -271,11 +275,14 @@ function processCwd(pid: number): string | undefined {
 /**
  * Stops the redis-server a dead start left running on `redisDir` (a start killed with
  * SIGKILL cannot stop it): a second redis-server must never share its append-only files.
- * A pid that now runs anything else is left alone.
+ * A pid that now runs anything else, another redis-server too, is left alone: redis-server
+ * shows its address in its command line, and works in its --dir.
  */
-async function stopOrphanedRedis(pid: number, redisDir: string): Promise<void> {
+async function stopOrphanedRedis(pid: number, url: string, redisDir: string): Promise<void> {
+  const port = /:(\d+)$/.exec(url)?.[1];
+  if (!port) return;
   // A zombie has an empty command line: it counts as gone.
-  const running = () => isAlive(pid) && /redis-server/.test(processCommand(pid) ?? '');
+  const running = () => isAlive(pid) && new RegExp(`redis-server \\S*:${port}\\b`).test(processCommand(pid) ?? '');
   if (!running()) return;
   const cwd = processCwd(pid);  // redis-server works in its --dir
   if (cwd !== undefined && cwd !== realpathOrSelf(redisDir)) return;
