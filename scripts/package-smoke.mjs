@@ -2,13 +2,17 @@
 // The package as a user gets it from npm: one `npm pack`, one `npm install <tarball>` into a
 // new project with no TypeScript tooling, then per Node version (`--node <binary>`, repeatable;
 // default: the Node running this script):
+//   - the README's quickstart runs verbatim (its `<!-- quickstart -->` blocks): `npx
+//     baton-agents init my-agents` (the package installed globally, the tarball as the new
+//     folder's dependency), `npm start` there, a key, a streamed run, an approved wait;
 //   - plain Node imports `baton-agents` and `baton-agents/client` (consumer.mjs);
 //   - `npx baton start` comes up on its own redis-server, and the installed client submits a
 //     run and streams it to its end;
 //   - `npx baton worker --agents ./agent.mjs` and `--agents ./agent.ts` load their agents, and
 //     runs of each stream to their end (the .ts one retries a TransientError on the way);
 //   - an Express 5 app mounts createBatonRouter under /agents beside its own routes, with a
-//     worker started from code, and a run submitted through /agents/v1/... streams to its end;
+//     worker started from code, and a run submitted through /agents/v1/... streams to its end,
+//     and the run inspector at /agents/ui lists it in Chromium;
 //   - tsc type-checks .ts consumers under moduleResolution nodenext and bundler, and the
 //     client alone with DOM types and no Node types (TypeScript from this checkout, never
 //     installed into the consumer);
@@ -148,7 +152,13 @@ async function main() {
       cpSync(FIXTURES, consumer, { recursive: true });
     });
 
-    for (const node of nodes) await scenario(node, consumer, work);
+    await step('npm install -g <tarball> (the quickstart\'s `npx baton-agents` finds it there)', async () => {
+      await run('npm', ['install', '-g', '--prefix', join(work, 'global'), '--no-audit', '--no-fund', '--prefer-offline', tarball],
+        { cwd: work, timeoutMs: 300_000 });
+      check(existsSync(join(work, 'global/bin/baton-agents')), 'the global install has no baton-agents command');
+    });
+
+    for (const node of nodes) await scenario(node, consumer, work, tarball);
   } catch (err) {
     failed = true;
     if (!(err instanceof SmokeError)) console.error(err);
@@ -166,7 +176,7 @@ async function main() {
   console.log(`smoke: ${passedSteps} passed, 0 failed`);
 }
 
-async function scenario(node, consumer, work) {
+async function scenario(node, consumer, work, tarball) {
   const version = spawnSync(node, ['--version'], { encoding: 'utf8' }).stdout.trim();
   check(/^v\d+\./.test(version), `${node} is not a Node binary`);
   console.log(`node ${version} (${node})`);
@@ -185,6 +195,32 @@ async function scenario(node, consumer, work) {
     check(stdout.includes(`consumer ok (node ${version})`), 'consumer.mjs said nothing', stdout);
   });
 
+  await step('the README quickstart, verbatim, in a folder outside the package\'s', async () => {
+    const { terminal1, terminal2 } = quickstartBlocks();
+    const home = join(work, `quickstart-${version}`);
+    mkdirSync(home);
+    // As a user with baton-agents installed globally: `npx baton-agents` takes it from there,
+    // and `init` installs this tarball (the registry does not have this version).
+    const qsEnv = {
+      ...cleanEnv(), PATH: `${dirname(node)}${delimiter}${join(work, 'global/bin')}${delimiter}${process.env.PATH}`,
+      npm_config_prefix: join(work, 'global'), BATON_INIT_PACKAGE: tarball, LOG_LEVEL: 'warn',
+    };
+    const start = await serve('quickstart terminal 1', 'bash', ['-ec', terminal1], {
+      cwd: home, env: qsEnv, ready: /baton is up: API (\S+)/, timeoutMs: 300_000,
+    });
+    check(existsSync(join(home, 'my-agents/node_modules/baton-agents/package.json')), 'init did not install baton-agents into my-agents');
+    check(!existsSync(join(home, 'node_modules')), 'the quickstart installed into the folder above my-agents');
+    // Terminal 2: every block in one shell, in order, as a person pastes them.
+    const { stdout } = await run('bash', ['-ec', terminal2], { cwd: home, env: qsEnv, timeoutMs: 120_000 });
+    check(/event: token\ndata: .*Hello,/.test(stdout) && /event: end\n/.test(stdout), 'the hello run did not stream its tokens to its end', stdout);
+    check(stdout.includes('"content": "Hello, world! Nice to meet you."'), 'the session history lacks the answer', stdout);
+    check(stdout.includes('"key": "wait:approval:1"'), 'the publish run did not list its wait', stdout);
+    check(stdout.includes('"Published: Release notes (draft)"'), 'the approved run did not publish', stdout);
+    await start.stop();
+    check(!existsSync(join(home, 'my-agents/.baton/lock')), 'the start left its lock behind');
+    return 'init, start, key, stream, history, wait and approval';
+  });
+
   let api;
   let key;
   let redisUrl;
@@ -201,9 +237,10 @@ async function scenario(node, consumer, work) {
     // The run inspector ships built: its page and the script it loads are served.
     const page = await fetch(`${api}/ui`);
     const html = await page.text();
-    check(page.status === 200 && /<script[^>]+src="\/ui\/assets\//.test(html), 'GET /ui did not serve the run inspector', `${page.status}\n${html.slice(0, 300)}`);
-    const script = /src="(\/ui\/assets\/[^"]+\.js)"/.exec(html)[1];
-    check((await fetch(api + script)).status === 200, `GET ${script} failed`);
+    check(page.status === 200 && /<script[^>]+src="\.\/assets\//.test(html), 'GET /ui did not serve the run inspector', `${page.status}\n${html.slice(0, 300)}`);
+    // Its files are named relative to the page (a <base href> the API writes), so they load under any mount.
+    const script = new URL(/src="(\.\/assets\/[^"]+\.js)"/.exec(html)[1], `${api}/ui/`).href;
+    check((await fetch(script)).status === 200, `GET ${script} failed`);
     return `${api}, run inspector at /ui`;
   });
 
@@ -249,6 +286,7 @@ async function scenario(node, consumer, work) {
     check(/^host_hello_total 1$/m.test(metrics), 'the host\'s own metric', metrics);
     check(/^baton_runs_submitted_total\{runtime="smoke-host",agent="echo"\} 1$/m.test(metrics), 'Baton\'s metrics in the host registry', metrics);
     check(/^baton_runs_finished_total\{runtime="smoke-host",agent="echo",status="succeeded"\} 1$/m.test(metrics), 'the in-process worker\'s metrics in the host registry', metrics);
+    await inspectorShows(`${url}/agents/ui`, key, r.runId);
     await host.stop();
   });
 
@@ -282,6 +320,47 @@ async function scenario(node, consumer, work) {
 
   // The next version starts its own; nothing of this one stays behind.
   await Promise.all([...started].map((s) => s.stop()));
+}
+
+/**
+ * The README's quickstart shell blocks (each follows a `<!-- quickstart: terminal N -->`
+ * line), joined per terminal in their order.
+ */
+function quickstartBlocks() {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const blocks = { terminal1: [], terminal2: [] };
+  for (const m of readme.matchAll(/<!-- quickstart: terminal ([12]) -->\n```sh\n([\s\S]*?)```/g)) blocks[`terminal${m[1]}`].push(m[2]);
+  check(blocks.terminal1.length === 1 && blocks.terminal2.length >= 4, 'README.md lost its quickstart blocks', JSON.stringify(blocks));
+  return { terminal1: blocks.terminal1.join('\n'), terminal2: blocks.terminal2.join('\n') };
+}
+
+/**
+ * The run inspector at `url` (a prefixed mount) opens in headless Chromium, logs in with
+ * `key` through its `#key=` link, and lists the run `runId` (Debian's Chromium, the
+ * playwright-core of this checkout: no browser download).
+ */
+async function inspectorShows(url, key, runId) {
+  // playwright-core is CommonJS: its exports come as the module's default.
+  const { chromium } = (await import(pathToFileURL(require.resolve('playwright-core')).href)).default;
+  const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+  check(existsSync(executablePath), `the inspector check needs Chromium at ${executablePath} (Debian: apt-get install -y chromium)`);
+  const browser = await chromium.launch({
+    executablePath, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+  });
+  try {
+    const page = await browser.newPage();
+    const failed = [];
+    page.on('response', (res) => { if (res.status() >= 400) failed.push(`${res.status()} ${res.url()}`); });
+    await page.goto(`${url}#key=${key}`);
+    try {
+      await page.getByText(runId).first().waitFor({ timeout: 15_000 });
+    } catch {
+      throw new SmokeError(`the inspector at ${url} did not list run ${runId}\nfailed requests: ${failed.join(', ') || 'none'}\n${(await page.content()).slice(0, 500)}`);
+    }
+  } finally {
+    await browser.close();
+  }
 }
 
 /**

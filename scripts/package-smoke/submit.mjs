@@ -31,4 +31,4 @@ if (!end) {
   console.error(`run ${runId}: the stream closed without an end event`);
   process.exit(1);
 }
-console.log(JSON.stringify({ status: end.status, text, attempts, answer: end.result?.answer, error: end.error }));
+console.log(JSON.stringify({ runId, status: end.status, text, attempts, answer: end.result?.answer, error: end.error }));
