@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { BatonApiError, describeError, type Api, type Run, type RunUsage, type Step } from '../lib/api.ts';
+import { isServed, WAITS_FOR_WORKER } from '../lib/agents.ts';
+import { BatonApiError, describeError, type Api, type Run, type RunUsage, type Runtime, type Step } from '../lib/api.ts';
 import { formatCount, formatDuration, formatJson, formatTime, formatUsd } from '../lib/format.ts';
 import { useNow } from '../lib/hooks.ts';
 import { href } from '../lib/router.ts';
@@ -24,6 +25,8 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
   const [loaded, setLoaded] = useState<Loaded>({ phase: 'loading' });
   const [steps, setSteps] = useState<{ steps?: Step[]; error?: unknown }>({});
   const [usage, setUsage] = useState<{ usage?: RunUsage; error?: unknown }>({});
+  // The runtimes' live agents, read only while the run waits for a worker.
+  const [workers, setWorkers] = useState<{ runtimes?: Runtime[]; error?: unknown }>({});
   const inFlight = useRef<Promise<void> | undefined>(undefined);
   const again = useRef(false);
 
@@ -35,14 +38,15 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
     }
     inFlight.current = (async () => {
       try {
-        const [run, st, us] = await Promise.all([
-          api.run(runId),
+        const [{ run, wk }, st, us] = await Promise.all([
+          api.run(runId).then(async (r) => ({ run: r, wk: await workersFor(api, r) })),
           api.steps(runId).then((s) => ({ steps: s }), (error) => ({ error })),
           api.usage(runId).then((u) => ({ usage: u }), (error) => ({ error })),
         ]);
         setLoaded({ phase: 'ok', run });
         setSteps(st);
         setUsage(us);
+        setWorkers(wk);
       } catch (error) {
         if (error instanceof BatonApiError && error.status === 404) setLoaded({ phase: 'missing' });
         else setLoaded((l) => (l.phase === 'ok' ? l : { phase: 'error', error }));
@@ -102,6 +106,8 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
       <RunSummary run={run} />
       <UsageSummary usage={usage.usage} />
       <ErrorNote error={usage.error} prefix="Could not load the run's model usage" />
+      {workers.runtimes && !isServed(workers.runtimes, run.runtime, run.agent) && <UnservedNote run={run} />}
+      <ErrorNote error={workers.error} prefix="Could not check which agents the runtime's workers serve" />
       {run.lastError && <LastError error={run.lastError} status={run.status} />}
       {run.blocked && (
         <section class="panel warn" aria-labelledby="blocked-h">
@@ -161,6 +167,25 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
         <TimelineList timeline={timeline} />
       </section>
     </>
+  );
+}
+
+/**
+ * For a run waiting for a worker, the runtimes' live agents (one read of `…/runtimes`, which
+ * any key may make); for any other run, nothing: it has a worker, or needs none.
+ */
+async function workersFor(api: Api, run: Run): Promise<{ runtimes?: Runtime[]; error?: unknown }> {
+  if (run.status !== WAITS_FOR_WORKER) return {};
+  return api.runtimes().then((runtimes) => ({ runtimes }), (error) => ({ error }));
+}
+
+/** A queued run whose agent no live worker of its runtime serves: it waits for one, up to a limit. */
+function UnservedNote({ run }: { run: Run }) {
+  return (
+    <p class="panel warn unserved" role="status">
+      No worker for agent <code>{run.agent}</code> on runtime <code>{run.runtime}</code>: the run waits for one (it fails{' '}
+      <code>UNKNOWN_AGENT</code> after <code>AGENT_GRACE_MS</code>).
+    </p>
   );
 }
 

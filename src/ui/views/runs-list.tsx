@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
-import { ID_PATTERN, type Api, type RunFilter } from '../lib/api.ts';
+import { isServed, WAITS_FOR_WORKER } from '../lib/agents.ts';
+import { ID_PATTERN, type Api, type Run, type RunFilter, type Runtime } from '../lib/api.ts';
 import { formatAgo, formatTime } from '../lib/format.ts';
 import { useNow, usePolling } from '../lib/hooks.ts';
 import { href, navigate, uiBase } from '../lib/router.ts';
@@ -33,7 +34,7 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
   const key = JSON.stringify(filter);
   useEffect(() => setLimit(PAGE), [key]);
   const query = { ...filter, status: filter.status === 'queued' ? 'queued,dispatched' : filter.status };
-  const page = usePolling(() => api.runs(query, limit), POLL_MS, [key, limit, api]);
+  const page = usePolling(() => loadPage(api, query, limit), POLL_MS, [key, limit, api]);
   const now = useNow();
   useEffect(() => {
     document.title = 'Runs · Baton';
@@ -44,6 +45,7 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
       <h1 tabIndex={-1}>Runs</h1>
       <Filters filter={filter} />
       <ErrorNote error={page.error} prefix="Could not load the runs" />
+      <ErrorNote error={page.data?.workers.error} prefix="Could not check which agents the runtimes' workers serve" />
       {page.data && page.data.runs.length === 0 && <Empty>No runs match.</Empty>}
       {page.data && page.data.runs.length > 0 && (
         <table class="runs">
@@ -67,6 +69,14 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
                 </td>
                 <td data-label="Status">
                   <StatusBadge status={r.status} />
+                  {unserved(r, page.data!.workers.runtimes) && (
+                    <>
+                      {' '}
+                      <span class="unserved-mark" title="No live worker of its runtime serves its agent: the run waits for one (it fails UNKNOWN_AGENT after AGENT_GRACE_MS)">
+                        no worker for agent {r.agent}
+                      </span>
+                    </>
+                  )}
                 </td>
                 <td data-label="Session">
                   <Link href={href('sessions', r.sessionId)}>{r.sessionId}</Link>
@@ -93,6 +103,23 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
       )}
     </>
   );
+}
+
+/**
+ * A page of runs and, when one of them waits for a worker, the runtimes' live agents (one
+ * more read per refresh, only then), so such a run can say whether any worker serves it.
+ */
+async function loadPage(api: Api, filter: RunFilter, limit: number) {
+  const page = await api.runs(filter, limit);
+  const workers: { runtimes?: Runtime[]; error?: unknown } = page.runs.some((r) => r.status === WAITS_FOR_WORKER)
+    ? await api.runtimes().then((runtimes) => ({ runtimes }), (error) => ({ error }))
+    : {};
+  return { ...page, workers };
+}
+
+/** A run waiting for a worker that no live worker of its runtime can take. */
+function unserved(run: Run, runtimes: Runtime[] | undefined): boolean {
+  return run.status === WAITS_FOR_WORKER && runtimes !== undefined && !isServed(runtimes, run.runtime, run.agent);
 }
 
 function Filters({ filter }: { filter: RunFilter }) {

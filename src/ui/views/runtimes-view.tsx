@@ -79,10 +79,32 @@ function RuntimeCard(p: { api: Api; rt: Runtime; stats?: RuntimeStats; admin: bo
             ))}
           </dl>
           <p>Oldest queued: {stats.oldestQueuedAgeMs === null ? 'none waiting' : `waiting ${formatDuration(stats.oldestQueuedAgeMs)}`}</p>
+          <UnservedAgents rows={stats.unservedAgents} />
         </>
       )}
       {p.admin && <DrainControl api={p.api} runtimeId={rt.runtimeId} draining={draining} onChange={p.onChange} />}
     </article>
+  );
+}
+
+/**
+ * Agents of this scope's queued runs that no live worker of the runtime serves: their runs
+ * wait for one, and fail UNKNOWN_AGENT after the API's AGENT_GRACE_MS without one.
+ */
+function UnservedAgents({ rows }: { rows: RuntimeStats['unservedAgents'] }) {
+  if (rows.length === 0) return null;
+  return (
+    <div class="panel warn unserved">
+      <ul>
+        {rows.map((u) => (
+          <li key={u.agent}>
+            no worker for agent <code>{u.agent}</code>: {u.runs} {u.runs === 1 ? 'run' : 'runs'} waiting, oldest{' '}
+            {formatDuration(u.oldestAgeMs)}
+          </li>
+        ))}
+      </ul>
+      <p class="hint">They wait for a worker that serves the agent, and fail UNKNOWN_AGENT after AGENT_GRACE_MS without one.</p>
+    </div>
   );
 }
 
