@@ -47,7 +47,7 @@ export interface BatonRouter {
  * validation and streams as `baton api`, served under the app's path and on its server.
  * The server's own settings are the host's: `baton api` sets headersTimeout and
  * requestTimeout (HTTP_HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS); a host should set them
- * on its server too (README, "Install from npm"). The minimum body rate is Baton's and applies.
+ * on its server too (README, "Embedding in an Express app"). The minimum body rate is Baton's and applies.
  *
  * It opens the process's composition root (connections, sweeper) and wires the API on it
  * the way startApi does, without a listening server.

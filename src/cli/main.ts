@@ -24,7 +24,7 @@ Options (each is the same as the environment variable named; the flag wins):
   --host <addr>          start, api: address to bind (HOST, default 127.0.0.1)
   -h, --help             this text
 
-Everything else is configured through the environment; see README.md.
+Everything else is configured through the environment; see docs/configuration.md.
 
 ${CLIENT_USAGE}
 

@@ -1,6 +1,6 @@
 /**
  * The registry of error codes Baton answers with: each code's HTTP status and message.
- * README.md lists them (test/error-codes-doc.test.ts keeps both in step). Domain code
+ * docs/error-codes.md lists them (test/error-codes-doc.test.ts keeps both in step). Domain code
  * throws a BatonError with a code; only the API turns a code into a status.
  */
 export const ERROR_CODES = {

@@ -78,7 +78,7 @@ export interface RunError { code: string; message: string; details?: unknown }
 
 /**
  * `lastError.code`s Baton itself sets when it ends a run for the service's sake rather than
- * the agent's (an agent's own errors carry their own codes). README, "Limits", lists them.
+ * the agent's (an agent's own errors carry their own codes). docs/tenancy.md, "Runs", lists them.
  */
 export const RUN_LIMIT_CODES = {
   /** The run's workers were lost (leases ran out) more than MAX_RECOVERIES times. */

@@ -98,7 +98,7 @@ export const SCHEMA_GUARD_BUDGET: Readonly<SchemaGuardBudget> = Object.freeze({
   cacheEntries: 200,
 });
 
-/** The first limit a schema exceeds: which one (its name in README.md), where, and the message to answer with. */
+/** The first limit a schema exceeds: which one (its name in docs/tenancy.md, "Output schemas"), where, and the message to answer with. */
 export interface LimitViolation {
   limit: keyof SchemaLimits;
   /** Where in the schema, dot-separated from the schema's root ('' = the whole schema). */

@@ -79,7 +79,7 @@ export function capUtf8(text: string, maxBytes: number, marker = TRUNCATED_MARKE
  * thing the holder would, and a reader never sees a vector change under it.
  *
  * Scoring is exact: every turn outside the window, read in one HMGET, against the new
- * input. README.md gives the measured cost by session size (bench/recall.ts).
+ * input. docs/sessions-and-memory.md ("Recall") gives the measured cost by session size (bench/recall.ts).
  *
  * Failures are the attempt's: an embeddings or Redis error propagates to the executor,
  * which classifies it like a model error (retried when transient). There is no silent

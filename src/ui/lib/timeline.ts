@@ -69,7 +69,7 @@ function apply(t: Timeline, e: RunStreamEvent): void {
       return;
     }
     case 'attempt':
-      // A new attempt produces the answer again from its start (README: "drop the text you have").
+      // A new attempt produces the answer again from its start (docs/streams.md: "drop the text you have").
       t.answer = '';
       t.attempt = e.data.attempt;
       push(t, e, `attempt ${e.data.attempt} of ${e.data.maxAttempts}${e.data.recovered ? ' (taken over after a lost lease)' : ''}`);
