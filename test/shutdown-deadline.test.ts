@@ -7,11 +7,12 @@ import { BIN, waitFor } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 
 /**
- * A shutdown cannot hang for ever. `baton start` spawns its own redis-server; when that
- * server stops answering while Baton shuts down (a terminal's Ctrl-C signals both at once),
- * closing the connections waits on it. The shutdown gives up after SHUTDOWN_GRACE_MS + 10 s
- * and the process exits, instead of living on with whatever holds its output (the package
- * smoke test once waited on such a process until CI's time ran out).
+ * A shutdown cannot hang for ever. `baton start` spawns its own redis-server, in a process
+ * group of its own (a terminal's Ctrl-C reaches Baton only, which stops that server after
+ * the API and the worker); when the server stops answering while Baton shuts down (here:
+ * frozen with SIGSTOP), closing the connections waits on it. The shutdown gives up after
+ * SHUTDOWN_GRACE_MS + 10 s and the process exits, instead of living on with whatever holds
+ * its output (the package smoke test once waited on such a process until CI's time ran out).
  */
 function childrenOf(pid: number): { pid: number; comm: string }[] {
   const out: { pid: number; comm: string }[] = [];
