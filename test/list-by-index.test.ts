@@ -17,6 +17,9 @@ import { track } from './helpers/resources.ts';
  * no other file's commands are in the counts.
  */
 const RUNS = 720;
+/** A few runs of an agent and a runtime no other run has, created before all the others. */
+const RARE = 3;
+const RARE_RUNTIME = 'rare-rt';
 let h: Harness;
 let acme: ScopeClient;
 let store: RunStore;
@@ -31,6 +34,14 @@ beforeAll(async () => {
   store = new RunStore(h.redis, h.keys, h.config, transitions);
   // Each run carries 4 KiB of caller memory: what a listing must not read.
   const memory = { notes: 'm'.repeat(4096) };
+  const rare: string[] = [];
+  for (let i = 0; i < RARE; i++) {
+    const { run } = await store.submit({
+      scope: 'acme', sessionId: `r${i}`, runtime: i === 0 ? h.runtime : RARE_RUNTIME, agent: 'rare',
+      input: { content: `rare ${i}` }, memory, multitask: 'enqueue',
+    });
+    rare.push(run.id);
+  }
   for (let i = 0; i < RUNS; i++) {
     const { run } = await store.submit({
       scope: 'acme', sessionId: `s${i % 40}`, runtime: h.runtime, agent: i % 3 ? 'echo' : 'other',
@@ -52,6 +63,7 @@ beforeAll(async () => {
     }
     if (plan[i] === 'retrying') await transitions.retry(attempt, { delayMs: 3_600_000, lastError: '{"code":"T","message":"t"}' });
   }
+  all.push(...rare);
   const api = await h.startApi();
   acme = await h.client(api.url, 'acme', 'client');
 }, 120_000);
@@ -108,6 +120,39 @@ describe('listing by index', () => {
     }
   });
 
+  it('agent= and runtime= read their own index, not every run of the scope (INFO commandstats)', async () => {
+    const runs = await everyRun();
+    const rare = runs.filter((r) => r.agent === 'rare');
+    const onRare = runs.filter((r) => r.runtime === RARE_RUNTIME);
+    expect([rare.length, onRare.length]).toEqual([RARE, RARE - 1]);
+    const total = (s: Record<string, number>) =>
+      Object.entries(s).filter(([c]) => c !== 'info' && c !== 'config|resetstat').reduce((n, [, v]) => n + v, 0);
+    // Alone: the index walked holds only matching runs, so the page is one ZREVRANGEBYSCORE
+    // and one HMGET of the run shown (the rare runs are the oldest: a walk of the scope's
+    // index read all of it before finding one).
+    for (const [query, expected] of [['agent=rare&limit=1', rare[0]], [`runtime=${RARE_RUNTIME}&limit=1`, onRare[0]]] as const) {
+      await h.redis.config('RESETSTAT');
+      const res = await acme.get(`/runs?${query}`);
+      const stats = await commandStats();
+      expect(res.status).toBe(200);
+      expect(res.body.runs.map((r: any) => r.id), query).toEqual([expected.id]);
+      console.log(`GET /runs?${query} over ${RUNS + RARE} runs: ${JSON.stringify(stats)}`);
+      expect([query, stats.hmget, (stats.hgetall ?? 0) <= 1]).toEqual([query, 1, true]);
+      expect(total(stats), query).toBeLessThanOrEqual(5);
+    }
+    // Combined with a filter whose index is large: the smallest index is walked (ZCARDs), and
+    // only its entries are checked, so reads stay bounded by the rare runs, not the scope.
+    for (const query of ['agent=rare&status=queued,dispatched&limit=1', `runtime=${RARE_RUNTIME}&agent=echo&limit=1`, 'agent=rare&sessionId=s0&limit=1']) {
+      await h.redis.config('RESETSTAT');
+      const res = await acme.get(`/runs?${query}`);
+      const stats = await commandStats();
+      expect(res.status).toBe(200);
+      console.log(`GET /runs?${query}: ${JSON.stringify(stats)}`);
+      expect(stats.hmget ?? 0, query).toBeLessThanOrEqual(RARE + 1);
+      expect(total(stats), query).toBeLessThanOrEqual(RARE + 12);
+    }
+  });
+
   it('reads only the fields it shows: never memory, outputSchema or the lease', async () => {
     const monitor = await h.redis.monitor();
     track(monitor, async () => monitor.disconnect());
@@ -139,8 +184,18 @@ describe('listing by index', () => {
       ['status=dispatched,running,retrying', (r) => ['dispatched', 'running', 'retrying'].includes(r.status)],
       ['status=succeeded,failed,cancelled,blocked', (r) => ['succeeded', 'failed', 'cancelled', 'blocked'].includes(r.status)],
       ['status=queued&agent=other', (r) => r.status === 'queued' && r.agent === 'other'],
-      [`status=dispatched&runtime=${h.runtime}`, (r) => r.status === 'dispatched'],
+      [`status=dispatched&runtime=${h.runtime}`, (r) => r.status === 'dispatched' && r.runtime === h.runtime],
       ['status=dispatched&runtime=elsewhere', () => false],
+      ['agent=rare', (r) => r.agent === 'rare'],
+      ['agent=other', (r) => r.agent === 'other'],
+      [`runtime=${RARE_RUNTIME}`, (r) => r.runtime === RARE_RUNTIME],
+      [`runtime=${h.runtime}`, (r) => r.runtime === h.runtime],
+      [`runtime=${h.runtime}&agent=rare`, (r) => r.runtime === h.runtime && r.agent === 'rare'],
+      ['agent=echo&status=queued', (r) => r.agent === 'echo' && r.status === 'queued'],
+      ['agent=rare&status=queued,dispatched', (r) => r.agent === 'rare' && ['queued', 'dispatched'].includes(r.status)],
+      ['agent=other&sessionId=s3', (r) => r.agent === 'other' && r.sessionId === 's3'],
+      ['agent=echo&sessionId=s3', (r) => r.agent === 'echo' && r.sessionId === 's3'],
+      ['agent=elsewhere', () => false],
       ...sessions.map((s): [string, (r: RunRecord) => boolean] => [`sessionId=${s}`, (r) => r.sessionId === s]),
       ...sessions.map((s): [string, (r: RunRecord) => boolean] => [`sessionId=${s}&status=queued`, (r) => r.sessionId === s && r.status === 'queued']),
       // Few runs in these statuses, many in the session: the status indexes are walked instead.
@@ -163,6 +218,20 @@ describe('listing by index', () => {
     }
   });
 
+  it('the agent and runtime indexes hold every run of that agent or runtime, scored by creation', async () => {
+    const runs = await everyRun();
+    const sk = h.keys.scope('acme');
+    for (const agent of ['echo', 'other', 'rare']) {
+      const indexed = await h.redis.zrange(sk.runsByAgent(agent), 0, -1, 'WITHSCORES');
+      const expected = runs.filter((r) => r.agent === agent).sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : 1));
+      expect(indexed, agent).toEqual(expected.flatMap((r) => [r.id, String(r.createdAt)]));
+    }
+    for (const runtime of [h.runtime, RARE_RUNTIME]) {
+      const indexed = (await h.redis.zrange(sk.runsByRuntime(runtime), 0, -1)).sort();
+      expect(indexed, runtime).toEqual(runs.filter((r) => r.runtime === runtime).map((r) => r.id).sort());
+    }
+  });
+
   it('an expired run is left out and its index entry dropped, as in the scope listing', async () => {
     const queued = (await everyRun()).filter((r) => r.status === 'queued');
     const gone = queued[0];
@@ -173,5 +242,19 @@ describe('listing by index', () => {
     const listed = (await acme.get('/runs?status=queued&limit=1')).body.runs.map((r: any) => r.id);
     expect(listed).toEqual([queued[1].id]);
     expect(await h.redis.zscore(index, gone.id)).toBeNull();
+  });
+
+  it('an expired run met by an agent or runtime listing is dropped from the index walked', async () => {
+    const sk = h.keys.scope('acme');
+    const rare = (await everyRun()).filter((r) => r.agent === 'rare');
+    const [gone, ...left] = rare;
+    expect(gone.runtime).toBe(RARE_RUNTIME);
+    await h.redis.del(sk.run(gone.id));
+    all = all.filter((id) => id !== gone.id);
+    expect((await acme.get('/runs?agent=rare')).body.runs.map((r: any) => r.id)).toEqual(left.map((r) => r.id));
+    expect(await h.redis.zscore(sk.runsByAgent('rare'), gone.id)).toBeNull();
+    expect(await h.redis.zscore(sk.runsByRuntime(gone.runtime), gone.id)).not.toBeNull();
+    expect((await acme.get(`/runs?runtime=${gone.runtime}&limit=200`)).body.runs.map((r: any) => r.id)).not.toContain(gone.id);
+    expect(await h.redis.zscore(sk.runsByRuntime(gone.runtime), gone.id)).toBeNull();
   });
 });

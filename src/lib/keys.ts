@@ -45,6 +45,10 @@ export interface ScopeKeys {
   runs: string;
   /** The scope's runs in one status, by creation time (kept by setStatus in lua/lib.lua). */
   runsByStatus(status: string): string;
+  /** The scope's runs of one agent, by creation time (written by lua/submit.lua). */
+  runsByAgent(agent: string): string;
+  /** The scope's runs on one runtime, by creation time (written by lua/submit.lua). */
+  runsByRuntime(runtime: string): string;
   /** scope counters: active (dispatched+running+retrying) */
   meta: string;
   /** Session heads waiting for a scope slot (fair share), FIFO. */
@@ -166,6 +170,8 @@ export function createKeys(prefix: string): Keys {
         artifact: (id) => `${base}artifact:${checked('artifact', id)}`,
         runs: `${base}runs`,
         runsByStatus: (status) => `${base}status:${checked('status', status)}`,
+        runsByAgent: (agent) => `${base}agent:${checked('agent', agent)}:runs`,
+        runsByRuntime: (rt) => `${base}runtime:${checked('runtime', rt)}:runs`,
         meta: `${base}meta`,
         ready: `${base}ready`,
         legacyPending: `${base}pending`,

@@ -4,13 +4,16 @@ import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type Sho
 
 /**
  * GET /runs: a scope's runs (or one session's), newest first, by index. Each index is a zset
- * scored by creation ms: `runs` (the scope), `session:<sid>:runs`, and `status:<status>`,
- * kept by setStatus in lua/lib.lua for every status a run moves into. A status filter reads
- * the indexes of those statuses, so `status=blocked&limit=1` reads one run however many
- * runs the scope holds; only the filters no index answers (agent, runtime, and the session
- * or status when both are asked) read fields of the candidates, and only those fields.
- * The runs returned are read with the fields the API shows (SHOWN_FIELDS): never the
- * caller memory, the output schema or the lease.
+ * scored by creation ms: `runs` (the scope), `session:<sid>:runs`, `agent:<agent>:runs` and
+ * `runtime:<runtime>:runs` (written by lua/submit.lua), and `status:<status>`, kept by
+ * setStatus in lua/lib.lua for every status a run moves into. A filtered listing walks the
+ * index of its filter (a status filter the indexes of those statuses, merged), so
+ * `status=blocked&limit=1` or `agent=triage&limit=1` reads one run however many runs the
+ * scope holds. With several filters it walks the smallest (by ZCARD) and checks the others on
+ * the candidates' fields, reading only those fields. The runs returned are read with the
+ * fields the API shows (SHOWN_FIELDS): never the caller memory, the output schema or the lease.
+ * Runs created before the agent and runtime indexes existed are in neither: a listing that
+ * walks one of those leaves them out (the other listings show them until they expire).
  */
 export interface ListOptions {
   sessionId?: string;
@@ -30,6 +33,29 @@ const newer = (a: Entry, b: Entry) => a.score > b.score || (a.score === b.score 
 
 /** The fields the filters that no index answered are checked on. */
 const FILTER_FIELDS = ['status', 'sessionId', 'agent', 'runtime'] as const;
+type FilterField = (typeof FILTER_FIELDS)[number];
+
+/** A filter: the record field it checks, and its index (a status filter's: one per status, merged). */
+interface Choice { field: FilterField; keys: string[]; keep: (value: string) => boolean }
+
+/** The filter whose index holds the fewest entries (one pipeline of ZCARDs; none for one filter). */
+async function smallest(redis: Redis, choices: Choice[]): Promise<Choice | undefined> {
+  if (choices.length < 2) return choices[0];
+  const pipe = redis.pipeline();
+  for (const c of choices) for (const k of c.keys) pipe.zcard(k);
+  const sizes = ((await pipe.exec()) ?? []).map(([err, n]) => {
+    if (err) throw err;
+    return n as number;
+  });
+  let best = choices[0];
+  let bestSize = Infinity;
+  let at = 0;
+  for (const c of choices) {
+    const size = sizes.slice(at, (at += c.keys.length)).reduce((a, b) => a + b, 0);
+    if (size < bestSize) [best, bestSize] = [c, size];
+  }
+  return best;
+}
 
 /**
  * Reads one index newest first, strictly after a position (score, id). Positions, not offsets:
@@ -113,20 +139,17 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
   const sk = keys.scope(scope);
   const after = o.cursor ? parseListCursor(o.cursor) : undefined;
   const statuses = o.status ? [...new Set(o.status)] : undefined;
-  // With both a session and statuses, walk whichever is smaller; the other is then a filter.
-  let byStatus = statuses !== undefined;
-  if (statuses && o.sessionId !== undefined) {
-    const [sessionSize, ...statusSizes] = await Promise.all([
-      redis.zcard(sk.sessionRuns(o.sessionId)), ...statuses.map((s) => redis.zcard(sk.runsByStatus(s))),
-    ]);
-    byStatus = statusSizes.reduce((a, b) => a + b, 0) < sessionSize;
-  }
-  const indexes = byStatus ? statuses!.map((s) => sk.runsByStatus(s)) : [o.sessionId !== undefined ? sk.sessionRuns(o.sessionId) : sk.runs];
-  const filters: Partial<Record<(typeof FILTER_FIELDS)[number], (v: string) => boolean>> = {};
-  if (statuses && !byStatus) filters.status = (v) => statuses.includes(v as RunStatus);
-  if (o.sessionId !== undefined && byStatus) filters.sessionId = (v) => v === o.sessionId;
-  if (o.agent !== undefined) filters.agent = (v) => v === o.agent;
-  if (o.runtime !== undefined) filters.runtime = (v) => v === o.runtime;
+  // Each filter has an index; the smallest is walked and the other filters check its entries.
+  // Session first: on a tie it is walked, as before there were more than two.
+  const choices: Choice[] = [];
+  if (o.sessionId !== undefined) choices.push({ field: 'sessionId', keys: [sk.sessionRuns(o.sessionId)], keep: (v) => v === o.sessionId });
+  if (statuses) choices.push({ field: 'status', keys: statuses.map((st) => sk.runsByStatus(st)), keep: (v) => statuses.includes(v as RunStatus) });
+  if (o.agent !== undefined) choices.push({ field: 'agent', keys: [sk.runsByAgent(o.agent)], keep: (v) => v === o.agent });
+  if (o.runtime !== undefined) choices.push({ field: 'runtime', keys: [sk.runsByRuntime(o.runtime)], keep: (v) => v === o.runtime });
+  const walked = await smallest(redis, choices);
+  const indexes = walked ? walked.keys : [sk.runs];
+  const filters: Partial<Record<FilterField, (v: string) => boolean>> = {};
+  for (const c of choices) if (c !== walked) filters[c.field] = c.keep;
   const filtered = Object.keys(filters).length > 0;
   // Unfiltered, every entry is a run to return: read as many as the page needs (and one more
   // to tell whether there is a next page). Filtered, read ahead in larger batches.

@@ -163,7 +163,8 @@ export class Transitions {
     const payload = Object.entries(r.fields).flat();
     const reply = await this.call('submit', r.scope, {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
-      sessionRuns: sk.sessionRuns(r.sessionId), idem: r.idempotency && sk.idempotency(r.idempotency.key),
+      sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
+      idem: r.idempotency && sk.idempotency(r.idempotency.key),
       bucket: r.limit ? sk.submitBucket : undefined,
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,

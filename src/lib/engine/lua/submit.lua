@@ -3,6 +3,7 @@
   BullMQ job; the sweeper repairs a crash in between). A run due later (runAt, delayMs) is
   `scheduled` instead: it joins its session when due (lua/due.lua).
   KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
+        agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
         idem (absent = no idempotency key), bucket (the scope's submit rate limit; absent = none)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
@@ -78,6 +79,9 @@ if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, fields) end
 local written = setStatus(runId, O.runtime, nil, status, now, { createdAt = now, fields = fields })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
+-- A run's agent and runtime never change, so they are indexed once, here (src/lib/engine/run-listing.ts).
+redis.call('ZADD', K.agentRuns, now, runId)
+redis.call('ZADD', K.runtimeRuns, now, runId)
 if artifacts then pinArtifacts(rk) end
 if K.idem then redis.call('SET', K.idem, runId .. ' ' .. O.requestHash, 'PX', O.idemTtlMs) end
 
