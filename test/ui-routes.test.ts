@@ -95,6 +95,30 @@ describe('the app at /ui', () => {
     expect(climbing.text).not.toContain('baton');
   });
 
+  it('serves the app for a view whose address carries a query string (a shared filter)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'baton-ui-query-'));
+    track(null, async () => rmSync(dir, { recursive: true, force: true }));
+    mkdirSync(join(dir, 'assets'));
+    writeFileSync(join(dir, 'index.html'), INDEX);
+    writeFileSync(join(dir, 'assets', 'index-abc123.js'), 'console.log(1)');
+    const base = await serve(dir);
+    // The query is the app's: the base is worked out from the path alone.
+    const views = {
+      '/ui/runs?status=failed': './', '/ui?status=failed&agent=triage': 'ui/', '/ui/?runtime=gpu&runtime=cpu': './',
+      '/ui/runs/r1?tab=steps': '../', '/ui/runs?status=not-a-status&x=%zz': './', '/ui/runs?': './',
+    };
+    for (const [path, href] of Object.entries(views)) {
+      const res = await rawGet(base, path);
+      expect(res.status, path).toBe(200);
+      expect(res.text, path).toContain('<title>app</title>');
+      expect(res.text, path).toContain(`<base href="${href}" />`);
+      expect(new URL(href, base + path).pathname, path).toBe('/ui/');
+    }
+    // A file of the build asked for with a query (a cache buster) is still the file.
+    const js = await fetch(`${base}/ui/assets/index-abc123.js?v=2`);
+    expect([js.status, await js.text()]).toEqual([200, 'console.log(1)']);
+  });
+
   it('mounted under a path, leads every address of the app back to that path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'baton-ui-mounted-'));
     track(null, async () => rmSync(dir, { recursive: true, force: true }));

@@ -16,6 +16,14 @@ const BUILT_UI = fileURLToPath(new URL('../../dist/ui/', import.meta.url));
 /** A path segment of a built file: Vite's hashed names, nothing hidden, nothing that climbs. */
 const FILE_SEGMENT = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/;
 
+/**
+ * A view's query string is the app's own: the runs list keeps its filter there, so a link to
+ * `/ui/runs?status=failed` shares it. The server passes it on unread (the app checks each value
+ * and ignores what it does not know); only its shape is checked, a value or a repeated one.
+ */
+const viewQuery = z.record(z.string(), z.union([z.string(), z.array(z.string())]))
+  .describe("the view's own state, read by the app (the runs list's status, sessionId, agent, runtime)");
+
 /** Hashed assets never change under their name; a new build gives new names. */
 const ASSET_CACHE = { maxAge: '365d', immutable: true } as const;
 
@@ -40,6 +48,7 @@ export function uiRoutes(dir = BUILT_UI): RouteSpec[] {
     }),
     route({
       method: 'get', path: '/ui', summary: 'The run inspector, a single-page app (log in with an API key).', access: 'public',
+      query: viewQuery,
       ok: { 200: { description: 'the app', schema: z.string(), contentType: 'text/html' } },
       errors: ['NOT_FOUND'],
       handler: ({ http: { req, res } }) => sendIndex(dir, req, res),
@@ -49,6 +58,7 @@ export function uiRoutes(dir = BUILT_UI): RouteSpec[] {
       access: 'public',
       // Express 5 hands a wildcard over as its segments.
       params: z.strictObject({ path: z.array(z.string()).describe('a file of the build, or a view such as runs/{runId}') }),
+      query: viewQuery,
       ok: { 200: { description: 'a file of the build, or the app' } },
       errors: ['NOT_FOUND'],
       handler: ({ params: { path: segments }, http: { req, res } }) => {
