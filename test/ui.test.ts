@@ -178,6 +178,46 @@ describe('run inspector', () => {
     expect(w.page.url()).toBe('about:blank');
   });
 
+  it("asks before a link's key of another scope replaces the tab's login, and stays when declined", async () => {
+    const globex = await h.key('globex', 'admin');
+    const w = await loggedIn(acme.key, '/ui/runs');
+    await untilText(w.page.locator('.who'), 'scope acme · admin key');
+    const who = w.page.locator('.who');
+    const stored = () => w.page.evaluate(() => sessionStorage.getItem('baton.inspector.key'));
+
+    // A link opened in this tab (a page load): asked, not switched; the key is out of the address bar.
+    await w.page.goto(`${ui('/runtimes')}#key=${encodeURIComponent(globex)}`);
+    await untilText(w.page.getByRole('heading', { level: 1 }), 'Switch to scope globex?');
+    expect(w.page.url()).toBe(ui('/runtimes'));
+    expect(await w.page.locator('main').textContent()).toContain('This tab is logged in to scope acme (admin key)');
+    expect(await stored()).toBe(acme.key);
+    await w.page.getByRole('button', { name: 'Stay on scope acme' }).click();
+    await untilText(who, 'scope acme · admin key');
+    expect(await stored()).toBe(acme.key);
+    await w.page.reload();
+    await untilText(who, 'scope acme · admin key');
+
+    // The same link followed without a page load (only the fragment changes): asked again; agreed, it switches.
+    await w.page.goto(`${ui('/runtimes')}#key=${encodeURIComponent(globex)}`);
+    await untilText(w.page.getByRole('heading', { level: 1 }), 'Switch to scope globex?');
+    await w.page.getByRole('button', { name: 'Switch to scope globex' }).click();
+    await untilText(who, 'scope globex · admin key');
+    expect(await stored()).toBe(globex);
+
+    // Another role of the same scope asks too; a key the API refuses changes nothing and says so.
+    await w.page.goto(`${ui('/runs')}#key=${encodeURIComponent(await h.key('globex', 'client'))}`);
+    await untilText(w.page.getByRole('heading', { level: 1 }), 'Switch to the client key?');
+    await w.page.getByRole('button', { name: 'Stay on the admin key' }).click();
+    await untilText(who, 'scope globex · admin key');
+    await w.page.goto(`${ui('/runs')}#key=bk_not-a-key-anyone-issued-0000`);
+    await untilText(w.page.getByRole('status').filter({ hasText: "The link's key was not used" }), (t) => t.includes('not valid'));
+    await untilText(who, 'scope globex · admin key');
+    expect(await stored()).toBe(globex);
+    expect(w.page.url()).toBe(ui('/runs'));
+    // The only console lines are the browser's own note of the refused key's 401.
+    expect(w.errors.filter((e) => !/status of 401/.test(e))).toEqual([]);
+  });
+
   it('shows a run in the list and its tokens in the run view as they are produced', async () => {
     const w = await loggedIn(acme.key);
     const run = (await acme.submit('ui-live', 'alpha beta gamma', { agent: 'ui-talk', metadata: { gated: true } })).body;
@@ -307,6 +347,27 @@ describe('run inspector', () => {
     await w.page.getByRole('button', { name: 'Apply filters' }).click();
     await untilText(w.page.getByRole('alert'), (t) => t.startsWith('Runtime: up to 64'));
     expect(w.errors).toEqual([]);
+  });
+
+  it('opens a shared link to a filtered runs list with its filter applied', async () => {
+    const failed = (await acme.submit('ui-link-failed', 'fail me', { agent: 'fx-flaky', metadata: { plan: ['permanent'] } })).body;
+    const ok = (await acme.submit('ui-link-ok', 'fine', { agent: 'echo' })).body;
+    await acme.waitStatus(failed.id, ['failed']);
+    await acme.waitStatus(ok.id, ['succeeded']);
+    const w = await loggedIn(acme.key, '/ui/runs?status=failed');
+    expect(w.page.url()).toBe(ui('/runs?status=failed'));
+    await w.page.getByRole('link', { name: failed.id }).waitFor();
+    expect(await w.page.getByLabel('Status').inputValue()).toBe('failed');
+    const badges = await w.page.locator('table.runs tbody tr .badge').allTextContents();
+    expect(badges.length).toBeGreaterThan(0);
+    expect(new Set(badges)).toEqual(new Set(['failed']));
+    expect(await w.page.getByRole('link', { name: ok.id }).count()).toBe(0);
+    // With the other filters of the link too, and from a fresh tab (the key from the link's fragment).
+    const w2 = await loggedIn(acme.key, `/ui/runs?status=failed&sessionId=ui-link-failed&agent=fx-flaky&runtime=${h.runtime}`);
+    await w2.page.getByRole('link', { name: failed.id }).waitFor();
+    expect(await w2.page.locator('table.runs tbody tr').count()).toBe(1);
+    expect(await w2.page.getByLabel('Agent').inputValue()).toBe('fx-flaky');
+    expect([...w.errors, ...w2.errors]).toEqual([]);
   });
 
   it('cancels a running run; its partial answer shows as incomplete in the session', async () => {

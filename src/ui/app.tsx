@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { Api, apiBase, BatonApiError, describeError, whoami, type Identity } from './lib/api.ts';
 import { href, parseRoute, useLocation, type Route } from './lib/router.ts';
-import { forgetKey, storedKey, storeKey, takeKeyFromFragment } from './lib/session.ts';
+import { forgetKey, mustAsk, storedKey, storeKey, takeKeyFromFragment } from './lib/session.ts';
 import { Link } from './views/common.tsx';
 import { Login } from './views/login.tsx';
 import { RunView } from './views/run-view.tsx';
@@ -9,14 +9,22 @@ import { RunsList } from './views/runs-list.tsx';
 import { RuntimesView } from './views/runtimes-view.tsx';
 import { SessionView } from './views/session-view.tsx';
 
+/** A key with the identity the API gave it. */
+interface KeyIdentity { key: string; who: Identity }
+
 type Auth =
   | { phase: 'checking' }
   | { phase: 'login'; message?: string }
-  | { phase: 'ready'; key: string; who: Identity };
+  | { phase: 'ready'; key: string; who: Identity; notice?: string }
+  /** A link brought the key of another scope or role into a logged-in tab: nothing changes until the reader says so. */
+  | { phase: 'switch'; current: KeyIdentity; offered: KeyIdentity };
 
 /** The inspector: a key gate, then the views of the key's scope. */
 export function App() {
   const [auth, setAuth] = useState<Auth>({ phase: 'checking' });
+  // What a link opened later in this tab (a new #key, no page load) is weighed against.
+  const now = useRef(auth);
+  now.current = auth;
 
   const logIn = async (key: string): Promise<void> => {
     try {
@@ -25,15 +33,48 @@ export function App() {
       setAuth({ phase: 'ready', key, who });
     } catch (err) {
       forgetKey();
-      const message = err instanceof BatonApiError && err.status === 401 ? 'That key is not valid (unknown or revoked).' : describeError(err);
-      setAuth({ phase: 'login', message });
+      setAuth({ phase: 'login', message: keyProblem(err) });
     }
   };
 
+  /**
+   * A link's key while this tab is logged in with `current`: taken at once when it changes
+   * neither scope nor role, offered to the reader when it does, and left unused (with a note)
+   * when the API does not accept it. A current key the API no longer accepts is no login to keep.
+   */
+  const offer = async (key: string, current: KeyIdentity | string): Promise<void> => {
+    const [mine, theirs] = await Promise.allSettled([
+      typeof current === 'string' ? whoami(apiBase(), current) : Promise.resolve(current.who), whoami(apiBase(), key),
+    ]);
+    if (mine.status === 'rejected') return logIn(key);
+    const kept: KeyIdentity = { key: typeof current === 'string' ? current : current.key, who: mine.value };
+    if (theirs.status === 'rejected') {
+      return setAuth({ phase: 'ready', ...kept, notice: `The link's key was not used: ${keyProblem(theirs.reason)}` });
+    }
+    if (!mustAsk(kept.who, theirs.value)) {
+      storeKey(key);
+      return setAuth({ phase: 'ready', key, who: theirs.value });
+    }
+    setAuth({ phase: 'switch', current: kept, offered: { key, who: theirs.value } });
+  };
+
   useEffect(() => {
-    const key = takeKeyFromFragment() ?? storedKey();
-    if (key) void logIn(key);
+    const fromLink = takeKeyFromFragment();
+    const stored = storedKey();
+    if (fromLink && stored && fromLink !== stored) void offer(fromLink, stored);
+    else if (fromLink ?? stored) void logIn((fromLink ?? stored)!);
     else setAuth({ phase: 'login' });
+    // A link with a #key followed in this tab changes only the fragment: no page load.
+    const arrived = () => {
+      const key = takeKeyFromFragment();
+      if (!key) return;
+      const a = now.current;
+      if (a.phase === 'ready' && key !== a.key) void offer(key, a);
+      else if (a.phase === 'switch') void offer(key, a.current);
+      else if (a.phase === 'login') void logIn(key);
+    };
+    addEventListener('hashchange', arrived);
+    return () => removeEventListener('hashchange', arrived);
   }, []);
 
   const logOut = (message?: string) => {
@@ -43,7 +84,47 @@ export function App() {
 
   if (auth.phase === 'checking') return <p class="loading" role="status">Checking the key…</p>;
   if (auth.phase === 'login') return <Login message={auth.message} onKey={logIn} />;
+  if (auth.phase === 'switch') {
+    const { current, offered } = auth;
+    return (
+      <SwitchKey
+        current={current.who}
+        offered={offered.who}
+        onSwitch={() => {
+          storeKey(offered.key);
+          setAuth({ phase: 'ready', ...offered });
+        }}
+        onStay={() => setAuth({ phase: 'ready', ...current })}
+      />
+    );
+  }
   return <Inspector auth={auth} onLogOut={logOut} />;
+}
+
+function keyProblem(err: unknown): string {
+  return err instanceof BatonApiError && err.status === 401 ? 'That key is not valid (unknown or revoked).' : describeError(err);
+}
+
+/** How a key is named to the reader: by its scope, or by its role when the scope is the same. */
+const named = (who: Identity, other: Identity) => (who.scope !== other.scope ? `scope ${who.scope}` : `the ${who.role} key`);
+
+/** Asks before a link's key replaces the one this tab is logged in with. */
+function SwitchKey({ current, offered, onSwitch, onStay }: { current: Identity; offered: Identity; onSwitch(): void; onStay(): void }) {
+  const heading = useRef<HTMLHeadingElement>(null);
+  useEffect(() => heading.current?.focus(), []);
+  return (
+    <main id="main" class="login">
+      <h1 tabIndex={-1} ref={heading}>Switch to {named(offered, current)}?</h1>
+      <p>
+        The link you opened carries a key of scope <strong>{offered.scope}</strong> ({offered.role} key). This tab is logged in
+        to scope <strong>{current.scope}</strong> ({current.role} key).
+      </p>
+      <div class="actions">
+        <button type="button" onClick={onSwitch}>Switch to {named(offered, current)}</button>{' '}
+        <button type="button" class="quiet" onClick={onStay}>Stay on {named(current, offered)}</button>
+      </div>
+    </main>
+  );
 }
 
 function Inspector({ auth, onLogOut }: { auth: Extract<Auth, { phase: 'ready' }>; onLogOut(message?: string): void }) {
@@ -80,6 +161,7 @@ function Inspector({ auth, onLogOut }: { auth: Extract<Auth, { phase: 'ready' }>
         <button type="button" class="quiet" onClick={() => onLogOut()}>Log out</button>
       </header>
       <main id="main">
+        {auth.notice && <p class="panel warn" role="status">{auth.notice}</p>}
         <View route={route} search={loc.search} api={api} admin={admin} />
       </main>
     </>

@@ -1,10 +1,22 @@
+import type { Identity } from './api.ts';
+
 /**
  * Where the inspector keeps its API key: sessionStorage, so the key lives as long as the tab
  * and never reaches a URL the server sees. A printed link may carry it in the fragment
  * (`/ui#key=...`, never sent to a server); it is taken from there once and removed from
- * the address bar and the history entry.
+ * the address bar and the history entry. A tab logged in already does not take a link's key
+ * that would change its scope or role without asking (mustAsk).
  */
 const STORAGE_KEY = 'baton.inspector.key';
+
+/**
+ * Whether a link's key would change what this tab shows: another scope, or another role in the
+ * same scope. Such a key is used only once the reader agrees; a key of the same scope and role
+ * (a key rotated, say) replaces the one in use without asking.
+ */
+export function mustAsk(current: Identity, offered: Identity): boolean {
+  return current.scope !== offered.scope || current.role !== offered.role;
+}
 
 export function takeKeyFromFragment(loc: Location = location): string | undefined {
   if (!loc.hash.startsWith('#')) return undefined;
