@@ -142,6 +142,27 @@ describe('a key of scope B on scope A', () => {
   });
 });
 
+describe('the run listing filters of scope B', () => {
+  it('read only B’s indexes: A’s agent, runtime, session and status list nothing of A, and A is unchanged', async () => {
+    const before = await scopeState('acme');
+    // acme has a `charge` run (blocked) and a run on a runtime nobody serves; globex has neither.
+    const filters = ['agent=charge', `runtime=${h.runtime}-none`, 'sessionId=m2', 'status=blocked', `agent=charge&runtime=${h.runtime}&status=blocked`];
+    const own = await h.key('acme', 'client');
+    for (const query of filters) {
+      const mine = await send('GET', `/v1/scopes/acme/runs?${query}`, own);
+      expect(mine.body.runs.length, `acme: ${query}`).toBe(1);
+      for (const role of ['client', 'admin'] as Role[]) {
+        const key = await h.key('globex', role);
+        const onOwn = await send('GET', `/v1/scopes/globex/runs?${query}`, key);
+        expect(onOwn, `${role} of globex on globex: ${query}`).toMatchObject({ status: 200, body: { runs: [], nextCursor: null } });
+        const onA = await send('GET', `/v1/scopes/acme/runs?${query}`, key);
+        expect(onA, `${role} of globex on acme: ${query}`).toMatchObject({ status: 404, body: { error: { code: 'NOT_FOUND' } } });
+      }
+    }
+    expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
 describe('a resume token', () => {
   it('of another scope, or altered to name another scope, answers the 404 of a token that never existed, and A is unchanged', async () => {
     const tokenRoutes = routes.filter((r) => r.access === 'token');
