@@ -1,10 +1,13 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BatonError } from '../src/lib/errors.ts';
 import { OutputInvalidError, TransientError } from '../src/lib/sdk/errors.ts';
 import { SchemaGuard, SchemaGuardClosedError } from '../src/lib/engine/schema-guard.ts';
 import { SCHEMA_LIMITS, checkSchemaLimits } from '../src/lib/engine/schema-limits.ts';
 import { toRe2Syntax } from '../src/lib/engine/schema-regexp.ts';
-import { RECURSIVE_SCHEMA, exponentialSchema, nestedSchema as nested, patternBomb } from './helpers/hostile-schemas.ts';
+import {
+  EXPONENTIAL_ANYOF, RECURSIVE_SCHEMA, SELF_REFERENCES, exponentialSchema, nestedArrays, nestedSchema as nested, patternBomb,
+} from './helpers/hostile-schemas.ts';
 
 /**
  * The output schema guard on its own (no Redis): the static limits, RE2 for patterns, the
@@ -205,7 +208,7 @@ describe('the worker thread', () => {
 });
 
 describe('tenants share the thread in turn', () => {
-  it('requests are taken from the scopes round robin; a scope\'s submit checks beyond maxQueuedPerScope are 429 RATE_LIMITED', async () => {
+  it('requests are taken from the scopes round robin; a scope\'s submit checks beyond maxQueuedPerScope are 429 SCHEMA_CHECKS_BUSY', async () => {
     const g = another({ maxQueuedPerScope: 3 });
     await g.check({ type: 'string' }); // the thread is up: the next request starts at once
     const order: string[] = [];
@@ -220,11 +223,81 @@ describe('tenants share the thread in turn', () => {
     const refused = await Promise.all(a.slice(4));
     for (const err of refused) {
       expect(err).toBeInstanceOf(BatonError);
-      expect([err.code, err.retryAfterMs]).toEqual(['RATE_LIMITED', g.budget.compileMs]);
+      expect([err.code, err.retryAfterMs]).toEqual(['SCHEMA_CHECKS_BUSY', g.budget.compileMs]);
       expect(err.details[0].path).toBe('body.outputSchema');
     }
     await Promise.all([...a.slice(0, 4), ...b, ...unbounded]);
     // b's checks are served between a's, not after all of them.
     expect(order).toEqual(['a1', 'a2', 'b1', 'a3', 'b2', 'a4']);
+  });
+});
+
+describe('a schema that refers back to itself', () => {
+  for (const [what, schema] of SELF_REFERENCES) {
+    it(`${what}: refused before ajv, naming selfReference and where`, async () => {
+      const err = await rejection(guard.check(schema));
+      expect(err.code).toBe('OUTPUT_SCHEMA_INVALID');
+      expect(err.details[0].message).toMatch(/leads back to the schema it is in.*\(selfReference\)$/);
+      expect(err.details[0].path).toMatch(/^body\.outputSchema\..*\$ref|^body\.outputSchema\..*(allOf|not|if)/);
+      // The same at validation (a schema stored before this check): the answer's failure, not a RangeError.
+      const invalid = await rejection(guard.validate(schema, 'x', undefined, '', { label: 'the schema of wait:x:1' }));
+      expect(invalid).toBeInstanceOf(OutputInvalidError);
+      expect(invalid.errors[0].message).toMatch(/^the schema of wait:x:1 is over a limit: .*selfReference/);
+    });
+  }
+
+  it('recursion that goes into the value is no self-reference, nor is a $ref in data or a chain without a loop', async () => {
+    const tree = { $defs: { node: { type: 'object', properties: { children: { type: 'array', items: { $ref: '#/$defs/node' } } } } }, $ref: '#/$defs/node' };
+    const chain = { definitions: { a: { allOf: [{ $ref: '#/definitions/b' }] }, b: { type: 'string' } }, $ref: '#/definitions/a' };
+    for (const schema of [RECURSIVE_SCHEMA, EXPONENTIAL_ANYOF, tree, chain, { default: { $ref: '#/default' } }, exponentialSchema(3)]) {
+      expect(checkSchemaLimits(schema).ok, JSON.stringify(schema)).toBe(true);
+    }
+    await expect(guard.validate(tree, { children: [{ children: [] }] })).resolves.toEqual({ children: [{ children: [] }] });
+  });
+});
+
+describe('requests nobody waits for any more', () => {
+  it('leave the queue when their signal aborts, the running one is stopped, and the next scope waits for neither', async () => {
+    const g = another();
+    await g.check({ type: 'string' }); // the thread is up
+    const gone = new AbortController();
+    const hostile = Array.from({ length: 6 }, () =>
+      g.validate(EXPONENTIAL_ANYOF, nestedArrays(23), undefined, 'a', { bounded: true, signal: gone.signal }).then(() => 'validated', (err) => err));
+    await sleep(300);
+    expect(g.queued('a')).toBe(5);
+    gone.abort();
+    // All six answer at once: five never ran, the running one was stopped with its thread.
+    expect(g.queued('a')).toBe(0);
+    const t = Date.now();
+    for (const out of await Promise.all(hostile)) expect([out.code, out.message]).toEqual(['CLIENT_CLOSED', expect.stringMatching(/went away/)]);
+    expect(Date.now() - t).toBeLessThan(100);
+    // Another scope's request waits for a fresh thread only, not for any of the six (each would take a budget).
+    await expect(g.validate({ type: 'number' }, 1, undefined, 'b')).resolves.toBe(1);
+    expect(Date.now() - t).toBeLessThan(g.budget.validateMs);
+  });
+
+  it('a request whose signal aborted already is not queued at all', async () => {
+    const g = another();
+    const err = await rejection(g.check({ type: 'object', description: 'never compiled' }, { scope: 'a', bounded: true, signal: AbortSignal.abort() }));
+    expect(err.code).toBe('CLIENT_CLOSED');
+    expect(g.queued('a')).toBe(0);
+  });
+
+  it("a resume's validations are bounded per scope too: 429 SCHEMA_CHECKS_BUSY naming the value, other scopes unaffected", async () => {
+    const g = another({ maxQueuedPerScope: 2 });
+    await g.check({ type: 'string' });
+    const gone = new AbortController();
+    const resume = (scope: string) =>
+      g.validate(EXPONENTIAL_ANYOF, nestedArrays(23), undefined, scope, { bounded: true, signal: gone.signal }).then((v): any => v, (err): any => err);
+    // One runs, two wait, the fourth is refused; scope b still gets in.
+    const a = [resume('a'), resume('a'), resume('a')];
+    await sleep(50);
+    const refused = await resume('a');
+    expect([refused.code, refused.retryAfterMs, refused.details[0].path]).toEqual(['SCHEMA_CHECKS_BUSY', g.budget.validateMs, 'body.value']);
+    expect(refused.details[0].message).toMatch(/SCHEMA_CHECKS_PER_SCOPE/);
+    const b = resume('b');
+    expect(g.queued('b')).toBe(1);
+    gone.abort();
+    for (const out of await Promise.all([...a, b])) expect(out.code).toBe('CLIENT_CLOSED');
   });
 });

@@ -46,6 +46,10 @@ export interface RouteInput<P, Q, B> {
   key: ApiKeyInfo | undefined;
   /** The HTTP exchange, for the few routes that stream. */
   http: { req: Request; res: Response };
+  /** Aborts when the client goes away before the answer: work queued for it is dropped (a schema check). */
+  signal: AbortSignal;
+  /** Access `token`: what `open` found the path's token opens. */
+  opened: unknown;
 }
 
 export interface RouteSpec<P extends z.ZodType = z.ZodType, Q extends z.ZodType = z.ZodType, B extends z.ZodType = z.ZodType> {
@@ -65,6 +69,12 @@ export interface RouteSpec<P extends z.ZodType = z.ZodType, Q extends z.ZodType 
   ok: Record<number, { description: string; schema?: z.ZodType; contentType?: string }>;
   /** Error codes this route can answer besides the ones every route of its kind can. */
   errors?: ErrorCode[];
+  /**
+   * Access `token`: looks up what the token in the path opens, after the params are parsed
+   * and before the body is read, and throws when it opens nothing; so a made-up token costs
+   * its headers only, as a request without a key does. The result is the handler's `opened`.
+   */
+  open?(params: unknown, d: AppDeps): Promise<unknown>;
   handler(input: RouteInput<z.output<P>, z.output<Q>, z.output<B>>, d: AppDeps): Promise<Reply | void> | Reply | void;
 }
 
@@ -103,6 +113,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
+      ...(spec.open ? [openToken(spec, d)] : []),
       ...bodyRate,
       ...(spec.access === 'public' ? refuseBody(o.jsonLimit) : spec.rawBody ? [] : json),
     ];
@@ -116,7 +127,8 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
         headers[name.toLowerCase()] = value === undefined ? undefined : parse(schema, value, 'headers');
       }
       const key = res.locals.apiKey as ApiKeyInfo | undefined;
-      const reply = await spec.handler({ params, query, body, headers, rawBody: req.body, key, http: { req, res } }, d);
+      const input = { params, query, body, headers, rawBody: req.body, key, http: { req, res }, signal: clientGone(res), opened: res.locals.opened };
+      const reply = await spec.handler(input, d);
       if (!reply || res.headersSent) return;
       res.status(reply.status ?? 200).set(reply.headers ?? {});
       if (reply.body === undefined) res.end();
@@ -124,6 +136,33 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
     });
   }
   return r;
+}
+
+/** The params parsed and the token opened (spec.open), before the body is read. */
+function openToken(spec: RouteSpec, d: AppDeps): RequestHandler {
+  return async (req, res, next) => {
+    try {
+      res.locals.opened = await spec.open!(parse(spec.params ?? emptyParams, req.params, 'params'), d);
+      next();
+    } catch (err) {
+      next(err);
+    }
+  };
+}
+
+/**
+ * Aborts when the response's connection closes before the response was finished: the client
+ * went away (or the connection was cut), and nobody will read the answer.
+ */
+function clientGone(res: Response): AbortSignal {
+  const gone = new AbortController();
+  const close = () => {
+    if (!res.writableFinished) gone.abort(new BatonError('CLIENT_CLOSED'));
+  };
+  // The connection went before 'close' could be listened for.
+  if (res.socket?.destroyed) close();
+  else res.once('close', close);
+  return gone.signal;
 }
 
 /**

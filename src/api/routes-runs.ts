@@ -46,9 +46,9 @@ export const runRoutes: RouteSpec[] = [
     },
     errors: [
       'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH',
-      'RATE_LIMITED', 'TOO_MANY_STREAMS',
+      'RATE_LIMITED', 'TOO_MANY_STREAMS', 'SCHEMA_CHECKS_BUSY',
     ],
-    async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key, http }, d) {
+    async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key, http, signal }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
       }
@@ -56,7 +56,7 @@ export const runRoutes: RouteSpec[] = [
       if (streaming && streamToken) {
         throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.streamToken', message: 'a submit that streams its events needs no stream token' }]);
       }
-      if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope);
+      if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope, signal);
       await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent, d.config.AGENT_GRACE_MS);
       // A stream over its caps is refused before the run is made.

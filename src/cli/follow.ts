@@ -44,8 +44,11 @@ export async function follow(
         if (e.data.status === 'retrying') screen.notice(`retrying: ${e.data.lastError?.message ?? 'transient error'}`);
         else if (e.data.status === 'blocked') screen.notice(`blocked on ${e.data.blocked?.stepKey}: an operator must resolve it`);
         else if (e.data.status === 'waiting') {
-          const on = (e.data.waits ?? []).map((w) => `${w.key} (${w.kind})`).join(', ');
-          screen.notice(`waiting${on ? ` on ${on}` : ''}`);
+          // The event names the waits new in this park; `pending` counts them all.
+          const fresh = e.data.waits ?? [];
+          const on = fresh.map((w) => `${w.key} (${w.kind})`).join(', ');
+          const count = (e.data.pending ?? 0) > fresh.length ? ` (${e.data.pending} pending)` : '';
+          screen.notice(`waiting${on ? ` on ${on}` : ''}${count}`);
         }
         break;
       case 'ephemeral':

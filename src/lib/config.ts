@@ -177,6 +177,21 @@ export const configSchema = z.object({
    * Changing it voids the tokens of pending waits (their waits can still be resumed with a key).
    */
   WAIT_TOKEN_SECRET: z.string().min(32, 'at least 32 characters').optional(),
+  /**
+   * MAX_WAITS_PER_RUN: waits (inputs, approvals, sleeps) one run may have pending at once; the
+   * ctx.waitFor (or approval, or sleep) that would pass it fails the run with TOO_MANY_WAITS.
+   * Real agents wait on one to a few at a time (an approval per parallel tool call of a model
+   * turn, a question to each of a handful of people); 100 leaves ample room for that, and
+   * bounds what every park of the run writes and every resume reads again.
+   */
+  MAX_WAITS_PER_RUN: z.coerce.number().int().min(1).max(10_000).default(100),
+  /**
+   * SCHEMA_CHECKS_PER_SCOPE: tenant schema checks of one scope that may wait for the schema
+   * thread in one process (an outputSchema at submit, a resume's value against its wait's
+   * schema, by key or by token); beyond it, 429 SCHEMA_CHECKS_BUSY. 32: a burst of submits
+   * with schemas fits, and a flood waits behind its own scope, bounded in memory.
+   */
+  SCHEMA_CHECKS_PER_SCOPE: z.coerce.number().int().min(1).max(10_000).default(32),
   /** SSE_KEEPALIVE_MS: comment line sent on idle SSE connections so proxies keep them open. */
   SSE_KEEPALIVE_MS: intMs(15_000),
   /**

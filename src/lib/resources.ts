@@ -84,7 +84,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     finished: (run, status) => metrics.runFinished(run, status),
   });
   sweeper.start();
-  const schemaGuard = new SchemaGuard();
+  const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE });
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, c.RETENTION_MS);
   let closing: Promise<void> | undefined;
   return {

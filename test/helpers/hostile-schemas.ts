@@ -31,3 +31,25 @@ export function nestedSchema(depth: number): Record<string, unknown> {
   for (let i = 1; i < depth; i++) s = { not: s };
   return s;
 }
+
+/**
+ * Issue 29's wait schema: two `anyOf` branches that each go one level into an array. A value
+ * `levels` deep that fails at the bottom is tried 2^levels times (23 levels: seconds of work
+ * per resume, within every static limit).
+ */
+export const EXPONENTIAL_ANYOF = { anyOf: [{ type: 'array', items: { $ref: '#' } }, { type: 'array', items: { $ref: '#' } }] };
+
+/** `levels` arrays around a number: what EXPONENTIAL_ANYOF takes exponential time to refuse. */
+export function nestedArrays(levels: number): unknown {
+  let v: unknown = 1;
+  for (let i = 0; i < levels; i++) v = [v];
+  return v;
+}
+
+/** Schemas that refer back to themselves without descending into the value: validating any value recurses forever. */
+export const SELF_REFERENCES: [string, Record<string, unknown>][] = [
+  ['$ref: "#"', { $ref: '#' }],
+  ['a loop through definitions and allOf', { definitions: { a: { allOf: [{ $ref: '#/definitions/b' }] }, b: { anyOf: [{ type: 'string' }, { $ref: '#/definitions/a' }] } }, $ref: '#/definitions/a' }],
+  ['a loop through not and an $anchor (2020-12)', { $schema: 'https://json-schema.org/draft/2020-12/schema', $defs: { x: { $anchor: 'x', not: { $ref: '#x' } } }, properties: { p: { $ref: '#/$defs/x' } } }],
+  ['a loop inside a sub-resource with its own $id', { properties: { p: { $id: 'https://example.test/p.json', if: { $ref: '#' } } } }],
+];

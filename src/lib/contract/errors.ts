@@ -23,6 +23,8 @@ export const ERROR_CODES = {
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
   RATE_LIMITED: { status: 429, message: 'Too many submits for this scope; retry later.' },
   TOO_MANY_STREAMS: { status: 429, message: 'Too many open event streams; retry later.' },
+  SCHEMA_CHECKS_BUSY: { status: 429, message: 'Too many schema checks of this scope are waiting in this process; retry later.' },
+  CLIENT_CLOSED: { status: 499, message: 'The client went away before the answer; the request was dropped and nothing was changed.' },
   REDIS_UNAVAILABLE: { status: 503, message: 'Redis is unreachable; nothing was changed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
 } as const satisfies Record<string, { status: number; message: string }>;

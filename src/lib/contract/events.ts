@@ -55,8 +55,15 @@ export interface StatusEventData {
   blocked?: { stepKey: string; reason: string; since: number };
   resumed?: boolean;
   resolved?: { stepKey: string; mode: 'value' | 'rerun' };
-  /** `waiting`: the waits the run waits on (times in epoch ms; no resume tokens in the stream). */
+  /**
+   * `waiting`: the waits first reached in this park (times in epoch ms; no resume tokens in the
+   * stream); those pending since an earlier park are not repeated. The run's `waits` lists all.
+   */
   waits?: WaitEventEntry[];
+  /** `waiting`: how many waits pend in all. */
+  pending?: number;
+  /** `waiting`: waits that stopped pending because the run did not reach them again (it took another path). */
+  dropped?: string[];
   /** `queued` after a wait: which one let the run go on, and how. */
   wait?: { key: string; outcome: 'resumed' | 'timed-out' | 'slept' };
   /** `scheduled`: when the run is due (epoch ms). */

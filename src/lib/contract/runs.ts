@@ -89,6 +89,8 @@ export const RUN_LIMIT_CODES = {
   CLOSE_FAILED: 'CLOSE_FAILED',
   /** No live worker of the run's runtime served its agent for AGENT_GRACE_MS. */
   UNKNOWN_AGENT: 'UNKNOWN_AGENT',
+  /** The agent reached a wait while MAX_WAITS_PER_RUN others were pending. */
+  TOO_MANY_WAITS: 'TOO_MANY_WAITS',
 } as const;
 
 /** Submit body of `POST /v1/scopes/{scope}/runs`. */

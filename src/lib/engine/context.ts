@@ -15,6 +15,7 @@ import { WaitTokens } from './wait-tokens.ts';
 import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
+import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 
 /** Thrown inside the agent when a run had to be blocked; the executor stops the attempt quietly. */
 export class RunBlocked extends Error {
@@ -82,6 +83,8 @@ export interface ContextDeps {
   waitTokens?: WaitTokens;
   /** Checks the JSON Schema of a wait before the run waits on it. */
   schemaGuard?: SchemaGuard;
+  /** Waits the run may have pending at once (MAX_WAITS_PER_RUN); the one past it fails the run with TOO_MANY_WAITS. */
+  maxWaits?: number;
 }
 
 /** Model ids longer than this are cut: a model id is short, and it becomes part of a field of the scope's usage hash. */
@@ -261,6 +264,13 @@ export class ContextState {
         'and a wait ends the attempt before that; wait before or after the step',
       );
     }
+    const max = this.d.maxWaits ?? Infinity;
+    if (this.pending.size >= max) {
+      throw new PermanentError(
+        `${request.key} is one wait too many: a run may have at most ${max} waits pending at once (MAX_WAITS_PER_RUN)`,
+        RUN_LIMIT_CODES.TOO_MANY_WAITS,
+      );
+    }
     if (request.schema !== undefined && request.schema !== APPROVAL_SCHEMA) await this.checkSchema(request);
     if (request.kind !== 'sleep' && this.d.waitTokens) {
       request.tokenHash = WaitTokens.digest(this.d.waitTokens.tokenFor(this.d.run.scope, this.d.run.id, request.key));
@@ -271,15 +281,24 @@ export class ContextState {
     });
   }
 
-  /** A schema no value could be checked against would leave the wait unresumable: refuse it before waiting. */
+  /**
+   * A schema no value could be checked against would leave the wait unresumable: refuse it
+   * before waiting, with the limits of an outputSchema (a self-reference included), naming
+   * the limit or the reason.
+   */
   private async checkSchema(request: WaitRequest): Promise<void> {
     if (!this.d.schemaGuard) return;
     this.busy++;
     try {
-      await this.d.schemaGuard.check(request.schema!);
+      await this.d.schemaGuard.check(request.schema!, { scope: this.d.run.scope });
     } catch (err) {
       if (err instanceof BatonError) {
-        throw new PermanentError(`the schema of ${request.key} is not a usable JSON Schema: ${err.message}`, 'WAIT_SCHEMA_INVALID');
+        // The guard speaks of a submit's outputSchema; here it is this wait's schema.
+        const why = err.details.map((d) => {
+          const at = d.path.replace(/^body\.outputSchema\.?/, '');
+          return at ? `${d.message} (at ${at})` : d.message;
+        }).join('; ') || err.message;
+        throw new PermanentError(`the schema of ${request.key} is not a usable JSON Schema: ${why}`, 'WAIT_SCHEMA_INVALID');
       }
       throw err;
     } finally {

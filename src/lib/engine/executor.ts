@@ -159,6 +159,7 @@ export class RunExecutor {
         block: (stepKey) => close.block(stepKey),
         waitTokens: this.d.waitTokens,
         schemaGuard: this.d.schemaGuard,
+        maxWaits: this.d.config.MAX_WAITS_PER_RUN,
       });
       close.state = state;
       let out: AgentResult | string | typeof PARKED;

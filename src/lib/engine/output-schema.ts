@@ -13,14 +13,16 @@ import { processSchemaGuard, type SchemaGuard } from './schema-guard.ts';
 
 /**
  * At submit: a schema the guard refuses is a 400 OUTPUT_SCHEMA_INVALID naming the reason;
- * a scope with too many schemas already waiting for the guard is 429 RATE_LIMITED.
+ * a scope with too many checks already waiting for the guard is 429 SCHEMA_CHECKS_BUSY.
+ * `signal`: the request's, so a submit whose client left is not checked at all.
  */
 export async function assertValidOutputSchema(
   schema: Record<string, unknown>,
   guard: SchemaGuard = processSchemaGuard(),
   scope = '',
+  signal?: AbortSignal,
 ): Promise<void> {
-  await guard.check(schema, { scope, bounded: true });
+  await guard.check(schema, { scope, bounded: true, signal });
 }
 
 export interface ValidationProblem { path: string; message: string }

@@ -19,10 +19,13 @@ import type { ThreadJob, ThreadReady, ThreadReply, ThreadRequest, ThreadSettings
  *
  * Requests name the scope they are for, and the thread takes them from the scopes in turn
  * (round robin): a tenant that submits schema after schema waits behind its own requests,
- * while another tenant's waits for at most one request of each busy scope. A submit's check
- * is `bounded`: a scope may have at most `maxQueuedPerScope` of those waiting in one process,
- * more is 429 RATE_LIMITED, so a flood costs the flooding tenant, bounded in memory, and
- * writes nothing.
+ * while another tenant's waits for at most one request of each busy scope. A request the API
+ * makes for a tenant (a submit's check, a resume's validation) is `bounded`: a scope may have
+ * at most `maxQueuedPerScope` requests waiting in one process, more is 429 SCHEMA_CHECKS_BUSY,
+ * so a flood costs the flooding tenant, bounded in memory, and writes nothing. Such a request
+ * also carries its HTTP request's `signal`: when the client goes away, the request leaves the
+ * queue before it runs, or, running, is stopped (its thread replaced), and answers
+ * CLIENT_CLOSED, which nobody reads. Work nobody waits for is never done.
  *
  * One guard per process, closed by its owner (close() terminates the thread). Code that is
  * not handed one uses processSchemaGuard().
@@ -30,8 +33,18 @@ import type { ThreadJob, ThreadReady, ThreadReply, ThreadRequest, ThreadSettings
 export interface SchemaGuardOptions {
   limits?: Partial<SchemaLimits>;
   budget?: Partial<SchemaGuardBudget>;
-  /** Checks of one scope waiting in this process at most (default 32: a burst of submits with schemas fits; 32 × 64 KiB of schema text at most). */
+  /** Bounded requests of one scope waiting in this process at most (SCHEMA_CHECKS_PER_SCOPE, default 32: a burst of submits with schemas fits; 32 × 64 KiB of schema text at most). */
   maxQueuedPerScope?: number;
+}
+
+/** How a request is made: for whom, whether it counts against its scope's cap, and until when it is wanted. */
+export interface GuardRequest {
+  /** Whose turn in the queue ('' = the process's own). */
+  scope?: string;
+  /** Refused with 429 SCHEMA_CHECKS_BUSY when the scope has maxQueuedPerScope requests waiting already (the API's are). */
+  bounded?: boolean;
+  /** Aborts when nobody waits for the answer any more (the HTTP client went away): the request is dropped. */
+  signal?: AbortSignal;
 }
 
 /** The guard was closed (its process is shutting down): not the schema's fault, so a run retries. */
@@ -51,7 +64,7 @@ export class SchemaGuardUnavailableError extends TransientError {
 }
 
 /** Why a request got no answer from the thread. */
-type Cut = { id: number; ok: false; reason: 'budget' | 'memory' | 'crash' | 'closed' | 'unavailable'; error?: unknown };
+type Cut = { id: number; ok: false; reason: 'budget' | 'memory' | 'crash' | 'closed' | 'unavailable' | 'gone'; error?: unknown };
 type Outcome = ThreadReply | Cut;
 
 interface Job { req: ThreadRequest; budgetMs: number; scope: string; done(out: Outcome): void }
@@ -80,20 +93,15 @@ export class SchemaGuard {
 
   /**
    * Refuses a schema over a limit, one ajv cannot compile, or one whose compile overruns the
-   * budget: 400 OUTPUT_SCHEMA_INVALID. `scope` is whom the check is for (its turn in the
-   * queue); `bounded` caps how many of the scope's checks may wait (a submit's are).
+   * budget: 400 OUTPUT_SCHEMA_INVALID (the limit or reason in `details`).
    */
-  async check(schema: object, { scope = '', bounded = false }: { scope?: string; bounded?: boolean } = {}): Promise<void> {
+  async check(schema: object, { scope = '', bounded = false, signal }: GuardRequest = {}): Promise<void> {
     const limited = checkSchemaLimits(schema, this.limits);
     if (!limited.ok) throw schemaInvalid(limited.violation.message, limited.violation.at);
     const key = hashOf(limited.text);
     if (this.knownGood.has(key)) return;
-    if (bounded && (this.queues.get(scope)?.length ?? 0) >= this.maxQueuedPerScope) {
-      throw new BatonError('RATE_LIMITED', 'Too many output schemas of this scope are waiting to be compiled; retry later.', [
-        { path: 'body.outputSchema', message: `${this.maxQueuedPerScope} schemas of this scope are already waiting to be compiled in this process` },
-      ], { retryAfterMs: this.budget.compileMs });
-    }
-    const out = await this.run({ op: 'check', key, schema: limited.text, patterns: limited.patterns }, this.budget.compileMs, scope);
+    if (bounded) this.admit(scope, 'body.outputSchema', this.budget.compileMs);
+    const out = await this.run({ op: 'check', key, schema: limited.text, patterns: limited.patterns }, this.budget.compileMs, scope, signal);
     if (out.ok) {
       if (this.knownGood.size >= KNOWN_GOOD_MAX) this.knownGood.delete(this.knownGood.values().next().value!);
       this.knownGood.add(key);
@@ -111,10 +119,13 @@ export class SchemaGuard {
    * every failure of the value or the schema, an overrun budget included, is an
    * OutputInvalidError (permanent: the same answer would fail the same way again). `scope`
    * is the run's (its turn in the queue; a worker's own concurrency bounds how many wait).
+   * `label` names the schema in messages: a run's `outputSchema`, or a wait's schema.
    */
-  async validate(schema: object, value: unknown, json?: string, scope = ''): Promise<unknown> {
+  async validate(
+    schema: object, value: unknown, json?: string, scope = '', { bounded = false, signal, label = 'outputSchema' }: GuardRequest & { label?: string } = {},
+  ): Promise<unknown> {
     const limited = checkSchemaLimits(schema, this.limits);
-    if (!limited.ok) throw outputInvalid(`outputSchema is over a limit: ${limited.violation.message}`);
+    if (!limited.ok) throw outputInvalid(`${label} is over a limit: ${limited.violation.message}`);
     let text = json;
     if (text === undefined) {
       try {
@@ -124,15 +135,30 @@ export class SchemaGuard {
       }
       if (text === undefined) throw outputInvalid('the payload is not a JSON value');
     }
+    if (bounded) this.admit(scope, 'body.value', this.budget.validateMs);
     const out = await this.run(
       { op: 'validate', key: hashOf(limited.text), schema: limited.text, patterns: limited.patterns, value: text },
       this.budget.validateMs,
       scope,
+      signal,
     );
     if (out.ok) return value;
     if (out.reason === 'value') throw new OutputInvalidError(out.problems);
-    if (out.reason === 'schema') throw outputInvalid(`outputSchema cannot be compiled: ${out.message}`);
+    if (out.reason === 'schema') throw outputInvalid(`${label} cannot be compiled: ${out.message}`);
     throw this.cutError(out, 'validating the answer', this.budget.validateMs, outputInvalid);
+  }
+
+  /** Requests of `scope` waiting for the thread (the running one not counted). */
+  queued(scope: string): number {
+    return this.queues.get(scope)?.length ?? 0;
+  }
+
+  /** A bounded request of a scope whose queue is full: 429 SCHEMA_CHECKS_BUSY, come back after one budget. */
+  private admit(scope: string, path: string, budgetMs: number): void {
+    if (this.queued(scope) < this.maxQueuedPerScope) return;
+    throw new BatonError('SCHEMA_CHECKS_BUSY', undefined, [
+      { path, message: `${this.maxQueuedPerScope} schema checks of this scope are already waiting in this process (SCHEMA_CHECKS_PER_SCOPE)` },
+    ], { retryAfterMs: budgetMs });
   }
 
   /** Terminates the thread; pending and later requests fail with SchemaGuardClosedError. Idempotent. */
@@ -161,21 +187,48 @@ export class SchemaGuard {
     switch (out.reason) {
       case 'closed': return new SchemaGuardClosedError();
       case 'unavailable': return new SchemaGuardUnavailableError(out.error);
+      case 'gone': return new BatonError('CLIENT_CLOSED');
       case 'budget': return asFailure(`${what} took longer than its budget of ${budgetMs} ms and was stopped`);
       case 'memory': return asFailure(`${what} needed more than the memory limit of ${this.budget.heapMb} MB and was stopped`);
       case 'crash': return asFailure(`${what} crashed the schema thread`);
     }
   }
 
-  private run(job: ThreadJob, budgetMs: number, scope: string): Promise<Outcome> {
+  private run(job: ThreadJob, budgetMs: number, scope: string, signal?: AbortSignal): Promise<Outcome> {
     if (this.closing) return Promise.resolve({ id: 0, ok: false, reason: 'closed' });
-    return new Promise<Outcome>((done) => {
+    if (signal?.aborted) return Promise.resolve({ id: 0, ok: false, reason: 'gone' });
+    return new Promise<Outcome>((resolve) => {
+      const gone = () => this.drop(entry);
+      const done = (out: Outcome) => {
+        signal?.removeEventListener('abort', gone);
+        resolve(out);
+      };
+      const entry: Job = { req: { ...job, id: this.nextId++ }, budgetMs, scope, done };
+      signal?.addEventListener('abort', gone, { once: true });
       const queue = this.queues.get(scope);
-      const entry = { req: { ...job, id: this.nextId++ }, budgetMs, scope, done };
       if (queue) queue.push(entry);
       else this.queues.set(scope, [entry]);
       this.pump();
     });
+  }
+
+  /**
+   * Nobody waits for `job` any more: out of its queue if it has not started; stopped with its
+   * thread if it is running (a compile or validation can take the whole budget, and the next
+   * request, of this scope or another, should not wait for an answer nobody reads).
+   */
+  private drop(job: Job): void {
+    if (this.current?.job === job) {
+      if (this.thread) return this.discard(this.thread, 'gone');
+      return;
+    }
+    const queue = this.queues.get(job.scope);
+    const at = queue?.indexOf(job) ?? -1;
+    if (at < 0) return;
+    queue!.splice(at, 1);
+    if (queue!.length === 0) this.queues.delete(job.scope);
+    job.done({ id: job.req.id, ok: false, reason: 'gone' });
+    this.holdProcess();
   }
 
   /** The next request in turn: the first waiting scope's oldest; that scope goes to the back. */
@@ -251,10 +304,11 @@ export class SchemaGuard {
   }
 
   /**
-   * The thread is unusable (over budget, out of memory, crashed): terminate it, answer the
-   * request it was running with the reason, and give the queue to a fresh thread.
+   * The thread is unusable (over budget, out of memory, crashed) or runs what nobody waits for
+   * (gone): terminate it, answer the request it was running with the reason, and give the
+   * queue to a fresh thread.
    */
-  private discard(thread: Thread, reason: 'budget' | 'memory' | 'crash'): void {
+  private discard(thread: Thread, reason: 'budget' | 'memory' | 'crash' | 'gone'): void {
     if (this.thread !== thread) return;
     this.thread = undefined;
     void thread.worker.terminate();

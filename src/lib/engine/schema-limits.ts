@@ -1,3 +1,5 @@
+import { selfReference } from './schema-cycles.ts';
+
 /**
  * Every bound on a tenant's `outputSchema` and on what is validated against it, in one place.
  *
@@ -98,9 +100,14 @@ export const SCHEMA_GUARD_BUDGET: Readonly<SchemaGuardBudget> = Object.freeze({
   cacheEntries: 200,
 });
 
-/** The first limit a schema exceeds: which one (its name in docs/tenancy.md, "Output schemas"), where, and the message to answer with. */
+/**
+ * The first limit a schema exceeds: which one (its name in docs/tenancy.md, "Output schemas"),
+ * where, and the message to answer with. `selfReference`: the schema refers back to itself
+ * without descending into the value (schema-cycles.ts), so validating would recurse until the
+ * stack overflows.
+ */
 export interface LimitViolation {
-  limit: keyof SchemaLimits;
+  limit: keyof SchemaLimits | 'selfReference';
   /** Where in the schema, dot-separated from the schema's root ('' = the whole schema). */
   at: string;
   message: string;
@@ -128,7 +135,7 @@ export function checkSchemaLimits(
   let members = 0;
   const found: string[] = [];
   let enumValues = 0;
-  const fail = (limit: keyof SchemaLimits, at: Step | undefined, message: string) =>
+  const fail = (limit: LimitViolation['limit'], at: Step | undefined, message: string) =>
     ({ ok: false as const, violation: { limit, at: pathOf(at), message } });
   const pattern = (p: string, at: Step) =>
     p.length > limits.maxPatternChars
@@ -182,6 +189,17 @@ export function checkSchemaLimits(
   const bytes = Buffer.byteLength(text);
   if (bytes > limits.maxBytes) {
     return fail('maxBytes', undefined, `the schema is ${bytes} bytes of JSON; the limit is ${limits.maxBytes} (maxBytes)`);
+  }
+  // Within maxMembers, so this walk is bounded too.
+  const loop = selfReference(schema);
+  if (loop !== undefined) {
+    return {
+      ok: false,
+      violation: {
+        limit: 'selfReference', at: loop,
+        message: 'a reference leads back to the schema it is in without descending into the value, so validating would never end (selfReference)',
+      },
+    };
   }
   return { ok: true, text, patterns: found };
 }

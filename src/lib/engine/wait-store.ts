@@ -8,6 +8,9 @@ import { processSchemaGuard, type SchemaGuard } from './schema-guard.ts';
 import type { ResumedWait, Transitions } from './transitions.ts';
 import { WaitTokens } from './wait-tokens.ts';
 
+/** The wait a resume token opens: found before the resume's body is read. */
+export interface OpenedWait { scope: string; runId: string; waitKey: string; digest: string }
+
 export interface WaitStoreEvents {
   /** This call resumed a wait (for the wait-duration histogram). */
   resumed?(wait: ResumedWait): void;
@@ -18,7 +21,11 @@ export interface WaitStoreEvents {
  * with the wait's resume token alone. Either way the value is checked against the wait's
  * JSON Schema first (in the schema guard's thread: the schema is the tenant's code), so a
  * refused value writes nothing, and then delivered by one transition (lua/resume.lua) that
- * succeeds once per wait.
+ * succeeds once per wait. The check counts against the run's scope (SCHEMA_CHECKS_PER_SCOPE),
+ * by token too, and is dropped when `signal` (the HTTP request's) aborts before it ran.
+ *
+ * A token stays valid while its wait pends, whatever happens to the key that submitted the
+ * run: it was made for the wait, not handed out by a key (docs/waits-and-approvals.md).
  */
 export class WaitStore {
   constructor(
@@ -35,30 +42,40 @@ export class WaitStore {
    * Resumes wait `waitKey` of a run of `scope` with `value`; returns the run afterwards.
    * RUN_NOT_FOUND, WAIT_NOT_PENDING, VALIDATION_FAILED.
    */
-  async resume(scope: string, runId: string, waitKey: string, value: unknown): Promise<RunRecord> {
-    await this.deliver(scope, runId, waitKey, value, undefined, 'RUN_NOT_FOUND');
+  async resume(scope: string, runId: string, waitKey: string, value: unknown, signal?: AbortSignal): Promise<RunRecord> {
+    await this.deliver(scope, runId, waitKey, value, undefined, 'RUN_NOT_FOUND', signal);
     const run = await this.readRun(scope, runId);
     if (!run) throw new BatonError('RUN_NOT_FOUND');
     return run;
   }
 
   /**
-   * Resumes the wait a resume token opens. A token that opens nothing (made up, altered,
-   * of a run past its retention) is NOT_FOUND, whatever scope it names; one whose wait was
-   * resumed or timed out already is WAIT_NOT_PENDING.
+   * The wait a resume token opens. A token that opens nothing (made up, altered, of a run
+   * past its retention) is NOT_FOUND, whatever scope it names.
    */
-  async resumeWithToken(token: string, value: unknown): Promise<WaitResumed> {
+  async open(token: string): Promise<OpenedWait> {
     const parsed = WaitTokens.parse(token);
     if (!parsed) throw new BatonError('NOT_FOUND');
     const target = await this.redis.get(this.keys.scope(parsed.scope).waitToken(parsed.digest));
     if (!target) throw new BatonError('NOT_FOUND');
     const [runId, waitKey] = target.split(' ');
-    await this.deliver(parsed.scope, runId, waitKey, value, parsed.digest, 'NOT_FOUND');
-    return { runId, waitKey, resumed: true };
+    return { scope: parsed.scope, runId, waitKey, digest: parsed.digest };
+  }
+
+  /** Resumes a wait open() found; one resumed or timed out meanwhile is WAIT_NOT_PENDING. */
+  async resumeOpened(wait: OpenedWait, value: unknown, signal?: AbortSignal): Promise<WaitResumed> {
+    await this.deliver(wait.scope, wait.runId, wait.waitKey, value, wait.digest, 'NOT_FOUND', signal);
+    return { runId: wait.runId, waitKey: wait.waitKey, resumed: true };
+  }
+
+  /** open() and resumeOpened() in one. */
+  async resumeWithToken(token: string, value: unknown, signal?: AbortSignal): Promise<WaitResumed> {
+    return this.resumeOpened(await this.open(token), value, signal);
   }
 
   private async deliver(
     scope: string, runId: string, waitKey: string, value: unknown, tokenHash: string | undefined, missing: 'RUN_NOT_FOUND' | 'NOT_FOUND',
+    signal: AbortSignal | undefined,
   ): Promise<void> {
     const sk = this.keys.scope(scope);
     const replies = await this.redis.multi().exists(sk.run(runId)).hget(sk.waits(runId), waitKey).exec();
@@ -68,15 +85,15 @@ export class WaitStore {
     if (!text) throw new BatonError('WAIT_NOT_PENDING');
     const wait = JSON.parse(text) as StoredWait;
     if (wait.kind === 'sleep') throw new BatonError('WAIT_NOT_PENDING', 'A sleep ends by itself; it cannot be resumed.');
-    if (wait.schema !== undefined) await this.check(wait.schema, value, scope);
+    if (wait.schema !== undefined) await this.check(wait.schema, value, scope, waitKey, signal);
     const resumed = await this.transitions.resumeWait(scope, runId, waitKey, { value: JSON.stringify(value), tokenHash });
     this.events.resumed?.(resumed);
   }
 
   /** The value against the wait's schema: every problem is a VALIDATION_FAILED detail under body.value. */
-  private async check(schema: Record<string, unknown>, value: unknown, scope: string): Promise<void> {
+  private async check(schema: Record<string, unknown>, value: unknown, scope: string, waitKey: string, signal?: AbortSignal): Promise<void> {
     try {
-      await this.schemaGuard.validate(schema, value, undefined, scope);
+      await this.schemaGuard.validate(schema, value, undefined, scope, { bounded: true, signal, label: `the schema of ${waitKey}` });
     } catch (err) {
       if (!(err instanceof OutputInvalidError)) throw err;
       const details = (err.errors as { path?: string; message?: string }[]).map((p) => ({

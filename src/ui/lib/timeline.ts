@@ -122,6 +122,10 @@ function statusSummary(d: Record<string, unknown>): string {
   if (resolved?.stepKey) parts.push(`step ${resolved.stepKey} resolved (${resolved.mode})`);
   const waits = d.waits as { key?: string }[] | undefined;
   if (Array.isArray(waits) && waits.length) parts.push(`on ${waits.map((w) => w.key).join(', ')}`);
+  // A park names its new waits only; how many pend in all, and which stopped pending.
+  if (typeof d.pending === 'number' && d.pending > (Array.isArray(waits) ? waits.length : 0)) parts.push(`${d.pending} pending`);
+  const dropped = d.dropped as string[] | undefined;
+  if (Array.isArray(dropped) && dropped.length) parts.push(`no longer waiting on ${dropped.join(', ')}`);
   const wait = d.wait as { key?: string; outcome?: string } | undefined;
   if (wait?.key) parts.push(`${wait.key} ${wait.outcome ?? ''}`.trim());
   if (typeof d.runAt === 'number') parts.push(`due at ${new Date(d.runAt).toLocaleTimeString(undefined, { hour12: false })}`);

@@ -6,7 +6,11 @@
   keeps its `since`, deadline and token; a pending wait this attempt did not reach again stops
   pending (the agent took another path). If a wait the attempt reached was answered
   meanwhile (resumed while the run ran, or its deadline passed), the run is admitted again
-  at once, so no answer waits for a resume that already happened.
+  at once, so no answer waits for a resume that already happened. The `status: waiting` event
+  says what changed: the waits first reached in this park (`waits`), those that stopped pending
+  because the attempt did not reach them again (`dropped`), and how many pend (`pending`); the
+  run's record has them all. (Every park repeating every pending wait made a run with many
+  waits write megabytes of events.)
   KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId, fence, timeouts {waitKey: ms from first being reached}, untils {waitKey: epoch ms},
         tokens {waitKey: SHA-256 hex of its resume token}
@@ -22,7 +26,7 @@ if r[3] == '1' then return { 1 } end
 knownTail(runId, r[4])
 local now = nowMs()
 local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
-local reached, answered = {}, nil
+local reached, answered, fresh, dropped = {}, nil, {}, {}
 for i = 2, #ARGV do
   local spec = cjson.decode(ARGV[i])
   local key = spec.key
@@ -34,7 +38,9 @@ for i = 2, #ARGV do
       local head = '{"since":' .. int(now)
       local expiresAt = (timeouts[key] and now + timeouts[key]) or untils[key]
       if expiresAt then head = head .. ',"expiresAt":' .. int(expiresAt) end
-      redis.call('HSET', K.waits, key, head .. ',' .. string.sub(ARGV[i], 2))
+      local entry = head .. ',' .. string.sub(ARGV[i], 2)
+      redis.call('HSET', K.waits, key, entry)
+      fresh[#fresh + 1] = { key = key, text = entry }
       local h = tokens[key]
       if h then
         redis.call('HSET', K.waits, key .. '#token', h)
@@ -45,7 +51,10 @@ for i = 2, #ARGV do
 end
 local flat = redis.call('HGETALL', K.waits)
 for i = 1, #flat, 2 do
-  if not string.find(flat[i], '#', 1, true) and not reached[flat[i]] then dropWait(runId, flat[i]) end
+  if not string.find(flat[i], '#', 1, true) and not reached[flat[i]] then
+    dropWait(runId, flat[i])
+    dropped[#dropped + 1] = flat[i]
+  end
 end
 -- A deadline that passed already (a sleepUntil in the past, a timeout shorter than the attempt).
 local done, nextAt = expireWaits(runId, now)
@@ -54,11 +63,11 @@ if #done > 0 then
 end
 
 setStatus(runId, r[1], 'running', 'waiting', now)
-local entries, kinds, seen = {}, {}, {}
+local pending, kinds, seen = {}, {}, {}
 flat = redis.call('HGETALL', K.waits)
 for i = 1, #flat, 2 do
   if not string.find(flat[i], '#', 1, true) then
-    entries[#entries + 1] = flat[i + 1]
+    pending[flat[i]] = true
     local kind = cjson.decode(flat[i + 1]).kind
     if not seen[kind] then
       seen[kind] = true
@@ -78,7 +87,13 @@ end
 if nextAt then redis.call('ZADD', K.timers, nextAt, 'wait:' .. runId) else redis.call('ZREM', K.timers, 'wait:' .. runId) end
 releaseSlot()
 -- Built from the stored texts (see above); tokens are not in them, so the stream shows none.
-addEvent(runId, 'status', '{"status":"waiting","waits":[' .. table.concat(entries, ',') .. ']}')
+-- A wait first reached here and already past its deadline is answered, not pending: left out.
+local entries, count = {}, 0
+for _, f in ipairs(fresh) do if pending[f.key] then entries[#entries + 1] = f.text end end
+for _ in pairs(pending) do count = count + 1 end
+local event = '{"status":"waiting","waits":[' .. table.concat(entries, ',') .. '],"pending":' .. count
+if #dropped > 0 then event = event .. ',"dropped":' .. cjson.encode(dropped) end
+addEvent(runId, 'status', event .. '}')
 tailInto(runId, write)
 redis.call('HSET', rk, unpack(write))
 local out = {}
