@@ -4,7 +4,9 @@ import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../src/lib/contract/errors.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
-import { exponentialSchema, nestedSchema, patternBomb, RECURSIVE_SCHEMA, REDOS_SCHEMA } from './helpers/hostile-schemas.ts';
+import {
+  EXPONENTIAL_ANYOF, exponentialSchema, nestedSchema, patternBomb, RECURSIVE_SCHEMA, REDOS_SCHEMA, SELF_REFERENCES,
+} from './helpers/hostile-schemas.ts';
 import { call } from './helpers/http.ts';
 
 /**
@@ -113,6 +115,9 @@ const queryString = fc.oneof(
   fc.constantFrom(
     'limit=0', 'limit=abc', 'limit=1e9', 'limit=-1', 'cursor=%zz', 'status=running,nope', 'after=1-x', 'after=',
     'sessionId=a:b', 'limit=5&limit=6', 'unknown=1', 'cursor=' + '9'.repeat(40), 'status=',
+    // The steps and usage pages' cursors: an offset, and `<day>.<row>`.
+    'limit=1&cursor=1', 'cursor=-1', 'limit=1001', 'from=2024-01-01&to=2024-01-02&cursor=2024-02-30.1',
+    'from=2024-01-01&to=2024-01-02&cursor=2024-01-01.x', 'from=2024-01-01&to=2024-01-02&limit=0',
   ),
 );
 
@@ -264,7 +269,8 @@ const outputSchemaArb = fc.oneof(
     weight: 1,
     arbitrary: fc.constantFrom<Record<string, unknown>>(
       REDOS_SCHEMA, RECURSIVE_SCHEMA, exponentialSchema(40), patternBomb(100), nestedSchema(80),
-      { type: 'string', pattern: 'a'.repeat(1_001) }, { type: 'object', required: ['constructor'] },
+      { type: 'string', pattern: 'a'.repeat(1_001) }, { type: 'object', required: ['constructor'] }, EXPONENTIAL_ANYOF,
+      ...SELF_REFERENCES.map(([, schema]) => schema),
     ),
   },
 );
@@ -378,7 +384,11 @@ describe('generated nesting in every JSON body', () => {
           });
           const what = `${route.path} ${field} ${depth} levels -> ${res.status} ${res.text.slice(0, 200)}`;
           expect(res.status, what).toBeLessThan(500);
-          if (depth > max) {
+          if (route.path === '/v1/waits/{token}') {
+            // The token is opened before the body is read: a made-up one is 404 whatever the body
+            // (test/waits-abuse.test.ts reads a real token's malformed body).
+            expect([res.status, JSON.parse(res.text).error.code], what).toEqual([404, 'NOT_FOUND']);
+          } else if (depth > max) {
             expect(res.status, what).toBe(400);
             expect(JSON.parse(res.text).error, what).toMatchObject({ code: 'VALIDATION_FAILED', details: [{ path: 'body' }] });
           }

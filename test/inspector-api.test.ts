@@ -83,7 +83,7 @@ describe('GET /v1/scopes/{scope}/runs/{runId}/steps', () => {
 
   it('is an empty list for a run without steps, and RUN_NOT_FOUND for no run', async () => {
     const run = (await acme.submit('steps-2', 'plain', { agent: 'echo' })).body;
-    expect((await acme.get(`/runs/${run.id}/steps`)).body).toEqual({ steps: [] });
+    expect((await acme.get(`/runs/${run.id}/steps`)).body).toEqual({ steps: [], nextCursor: null });
     const missing = await acme.get('/runs/rnosuchrun000000/steps');
     expect(missing.status).toBe(404);
     expect(missing.body.error.code).toBe('RUN_NOT_FOUND');

@@ -182,6 +182,9 @@ describe('a resume token', () => {
           key ? { authorization: `Bearer ${key}` } : {});
         expect(res, token).toMatchObject({ status: nobody.status, body: nobody.body });
       }
+      // Opened before the body is read: a body that is not even JSON changes nothing of the answer.
+      const malformed = await call(url, 'POST', `/v1/waits/${encodeURIComponent(token)}`, '{"value": nope', { 'content-type': 'application/json' });
+      expect(malformed, `${token} with a malformed body`).toMatchObject({ status: nobody.status, body: nobody.body });
     }
     // A token is no key: as a Bearer key on every route of its own scope it is refused.
     for (const r of routes.filter((x) => x.path.includes('{scope}'))) {

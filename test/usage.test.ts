@@ -125,13 +125,13 @@ describe('usage by scope, day, agent and model', () => {
     expect(from).not.toBe(to);
     const a = await acme.get(`/usage?from=${from}&to=${to}`);
     expect(a.status).toBe(200);
-    expect(a.body).toEqual({ scope: 'acme', from, to, rows: expectedRows(acmeRows), total: sumOf(acmeRows) });
+    expect(a.body).toEqual({ scope: 'acme', from, to, rows: expectedRows(acmeRows), total: sumOf(acmeRows), nextCursor: null });
     expect(new Set(a.body.rows.map((r: UsageRow) => r.agent))).toEqual(new Set(['writer', 'editor']));
     const g = await globex.get(`/usage?from=${from}&to=${to}`);
-    expect(g.body).toEqual({ scope: 'globex', from, to, rows: expectedRows(globexRows), total: sumOf(globexRows) });
+    expect(g.body).toEqual({ scope: 'globex', from, to, rows: expectedRows(globexRows), total: sumOf(globexRows), nextCursor: null });
     // A range with no usage at all.
     const empty = await acme.get('/usage?from=2001-01-01&to=2001-01-31');
-    expect(empty.body).toEqual({ scope: 'acme', from: '2001-01-01', to: '2001-01-31', rows: [], total: sumOf([]) });
+    expect(empty.body).toEqual({ scope: 'acme', from: '2001-01-01', to: '2001-01-31', rows: [], total: sumOf([]), nextCursor: null });
 
     // The worker counted the calls it stored (the one written above came from no worker).
     const after = await waitFor(async () => {

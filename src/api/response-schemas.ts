@@ -175,6 +175,7 @@ export const stepsResponse = z.object({
       finishedAt: iso.optional(),
     }),
   ),
+  nextCursor: z.string().nullable().describe('set when more steps follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`'),
 });
 
 export const waitResumedResponse = z.object({ runId: z.string(), waitKey: z.string(), resumed: z.literal(true) });
@@ -190,7 +191,8 @@ export const usageResponse = z.object({
   from: z.string().describe('YYYY-MM-DD (UTC)'),
   to: z.string().describe('YYYY-MM-DD (UTC), inclusive'),
   rows: z.array(usageTotals.extend({ day: z.string(), agent: z.string(), model: z.string() })),
-  total: usageTotals,
+  total: usageTotals.describe("the sum of this page's rows (the range's when it is the only page)"),
+  nextCursor: z.string().nullable().describe('set when more rows follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`'),
 });
 
 export const runUsageResponse = z.object({

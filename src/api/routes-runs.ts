@@ -1,13 +1,13 @@
 import { BatonError } from '../lib/errors.ts';
 import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
 import { assertAttachmentsExist } from '../lib/artifacts/resolve.ts';
-import { readSteps } from '../lib/engine/step-list.ts';
+import { readStepsPage } from '../lib/engine/step-list.ts';
 import { presentRun, presentStreamToken } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
 import {
   emptyBody, eventsQuery, lastEventIdHeader, listRunsQuery, messagesQuery, resolveBody, runParams, scopeParams,
-  sessionParams, stepParams, submitBody,
+  sessionParams, stepParams, stepsQuery, submitBody,
 } from './schemas.ts';
 import type { Response } from 'express';
 import type { AppDeps } from './deps.ts';
@@ -137,12 +137,16 @@ export const runRoutes: RouteSpec[] = [
     },
   }),
   route({
-    method: 'get', path: `${SCOPE}/runs/:runId/steps`, summary: "A run's memoized steps, with their values and times.", access: 'client',
-    params: runParams, ok: { 200: { description: 'the steps, in the order they started', schema: res.stepsResponse } }, errors: ['RUN_NOT_FOUND'],
-    async handler({ params: { scope, runId } }, d) {
-      const steps = await readSteps(d.redis, d.keys, scope, runId);
-      if (!steps) throw new BatonError('RUN_NOT_FOUND');
-      return { body: { steps: steps.map((s) => ({ ...s, startedAt: iso(s.startedAt), finishedAt: iso(s.finishedAt) })) } };
+    method: 'get', path: `${SCOPE}/runs/:runId/steps`,
+    summary: "A run's memoized steps, with their values and times: a page of at most `limit` steps and PAGE_MAX_BYTES of values.",
+    access: 'client',
+    params: runParams, query: stepsQuery,
+    ok: { 200: { description: 'the steps, in the order they started', schema: res.stepsResponse } }, errors: ['RUN_NOT_FOUND'],
+    async handler({ params: { scope, runId }, query }, d) {
+      const page = await readStepsPage(d.redis, d.keys, scope, runId, { ...query, maxBytes: d.config.PAGE_MAX_BYTES - 64 });
+      if (!page) throw new BatonError('RUN_NOT_FOUND');
+      const steps = page.steps.map((s) => ({ ...s, startedAt: iso(s.startedAt), finishedAt: iso(s.finishedAt) }));
+      return { body: { steps, nextCursor: page.nextCursor } };
     },
   }),
 ];

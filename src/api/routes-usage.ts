@@ -14,8 +14,8 @@ export const usageRoutes: RouteSpec[] = [
     method: 'get', path: `${SCOPE}/usage`, summary: "The scope's model token usage by day (UTC), agent and model.",
     access: 'admin', params: scopeParams, query: usageQuery,
     ok: { 200: { description: 'usage', schema: res.usageResponse } },
-    async handler({ params: { scope }, query: { from, to } }, d) {
-      return { body: await scopeUsage(d.redis, d.keys, scope, from, to) };
+    async handler({ params: { scope }, query: { from, to, limit, cursor } }, d) {
+      return { body: await scopeUsage(d.redis, d.keys, scope, from, to, { limit, cursor, maxBytes: d.config.PAGE_MAX_BYTES - 512 }) };
     },
   }),
   route({

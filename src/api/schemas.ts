@@ -91,6 +91,12 @@ export const messagesQuery = z.strictObject({
   cursor: z.string().regex(/^\d{1,9}$/).transform(Number).optional(),
 });
 
+/** GET …/runs/{runId}/steps: a page of steps; `cursor` is the previous page's nextCursor. */
+export const stepsQuery = z.strictObject({
+  limit: z.coerce.number().int().min(1).max(1000).default(1000),
+  cursor: z.string().regex(/^\d{1,9}$/, 'must be a nextCursor from an earlier page').transform(Number).optional(),
+});
+
 /** `0` (from the start) or a stream id. */
 const STREAM_ID_OR_START = new RegExp(`^(0|${STREAM_ID_PATTERN.source.slice(1, -1)})$`);
 
@@ -149,7 +155,17 @@ const daySchema = z
   .refine((d) => !Number.isNaN(Date.parse(d)) && new Date(Date.parse(d)).toISOString().startsWith(d), 'must be a calendar day');
 
 /** GET …/usage: from and to inclusive, to not before from, at most MAX_USAGE_DAYS days. */
-export const usageQuery = z.strictObject({ from: daySchema, to: daySchema }).superRefine((q, ctx) => {
+export const usageQuery = z.strictObject({
+  from: daySchema,
+  to: daySchema,
+  limit: z.coerce.number().int().min(1).max(10_000).default(10_000),
+  /** The previous page's nextCursor: `<YYYY-MM-DD>.<row of that day>`. */
+  cursor: z
+    .string()
+    .regex(/^\d{4}-\d{2}-\d{2}\.\d{1,9}$/, 'must be a nextCursor from an earlier page')
+    .refine((c) => daySchema.safeParse(c.slice(0, 10)).success, 'must be a nextCursor from an earlier page')
+    .optional(),
+}).superRefine((q, ctx) => {
   const days = (Date.parse(q.to) - Date.parse(q.from)) / DAY_MS + 1;
   if (days < 1) ctx.addIssue({ code: 'custom', path: ['to'], message: 'must be the first day or a later one' });
   else if (days > MAX_USAGE_DAYS) ctx.addIssue({ code: 'custom', path: ['to'], message: `the range may span at most ${MAX_USAGE_DAYS} days` });

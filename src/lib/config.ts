@@ -109,6 +109,29 @@ export const configSchema = z.object({
    * GET .../messages.
    */
   HISTORY_READ_MAX: z.coerce.number().int().min(1).max(100_000).default(200),
+  /**
+   * HISTORY_READ_MAX_BYTES: the most bytes of history (messages as stored, JSON) a claim hands
+   * an agent of the built-in store: the newest messages that fit, so a session of huge turns
+   * costs a claim this much at most, not the whole list. 8 MiB: about twice the text a model
+   * with a million-token context can take, so no agent's memory policy misses what it could use.
+   */
+  HISTORY_READ_MAX_BYTES: z.coerce.number().int().min(1024).max(512 * 1024 * 1024).default(8 * 1024 * 1024),
+  /**
+   * HISTORY_MAX_BYTES: the most a session's stored history may take (the Redis memory of its
+   * list, MEMORY USAGE); a submit whose message would pass it is refused with 409
+   * SESSION_HISTORY_FULL (the session is full: start a new one). 64 MiB: a long chat of 4,000
+   * turns of 16 KiB each (questions, answers and tool output) fits, while what one session of
+   * a tenant can hold in Redis stays bounded.
+   */
+  HISTORY_MAX_BYTES: z.coerce.number().int().min(1024).max(4 * 1024 * 1024 * 1024).default(64 * 1024 * 1024),
+  /**
+   * PAGE_MAX_BYTES: the most bytes one page of a listing carries (a session's messages, runs,
+   * a run's steps, usage rows), besides its count limit; a page that stops on bytes has a
+   * nextCursor though it holds fewer than `limit` items, and an item larger than this comes
+   * alone on its page. 4 MiB: a chat screen's page of a session (a hundred ordinary turns, or
+   * a dozen very long ones) in one request, and what one request can make an API process hold.
+   */
+  PAGE_MAX_BYTES: z.coerce.number().int().min(1024).max(512 * 1024 * 1024).default(4 * 1024 * 1024),
   /** RETENTION_MS: how long a finished run, its steps and its event log stay readable. 24 h. */
   RETENTION_MS: intMs(24 * 3600_000),
   /** EVENTS_MAX_LEN: cap of one run's event stream (token deltas are coalesced, so this is ample). */

@@ -59,5 +59,8 @@ export interface ScopeUsage {
   from: string;
   to: string;
   rows: UsageRow[];
+  /** The sum of this page's rows: the range's total when the page is its only one (no cursor given, nextCursor null). */
   total: UsageTotals;
+  /** Set when more rows follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`. */
+  nextCursor: string | null;
 }

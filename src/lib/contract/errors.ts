@@ -18,6 +18,7 @@ export const ERROR_CODES = {
   STEP_NOT_BLOCKED: { status: 409, message: 'The run is not blocked on that step.' },
   WAIT_NOT_PENDING: { status: 409, message: 'The run has no pending wait of that key: it was resumed, timed out, is a sleep, or was never declared.' },
   IDEMPOTENCY_MISMATCH: { status: 409, message: 'This idempotencyKey was used for a different request.' },
+  SESSION_HISTORY_FULL: { status: 409, message: "The session's stored history is at its size limit (HISTORY_MAX_BYTES); continue in a new session." },
   REQUEST_TIMEOUT: { status: 408, message: 'The request body arrived too slowly.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },

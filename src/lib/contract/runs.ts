@@ -241,4 +241,5 @@ export interface Step {
   finishedAt?: string;
 }
 
-export interface StepsPage { steps: Step[] }
+/** A page of a run's steps: at most `limit` and PAGE_MAX_BYTES of values; `nextCursor` (a page that stopped on either) goes in `cursor`. */
+export interface StepsPage { steps: Step[]; nextCursor: string | null }

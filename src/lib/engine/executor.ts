@@ -111,7 +111,7 @@ export class RunExecutor {
     }
   }
 
-  private async runClaimed({ run, fence, recovered, steps, history: claimedHistory, deadline, now }: Claimed): Promise<Outcome> {
+  private async runClaimed({ run, fence, recovered, steps, history: claimedHistory, historyCut, deadline, now }: Claimed): Promise<Outcome> {
     const { redis, keys, config: c, transitions } = this.d;
     const attempt = new Attempt(run, fence, keys.scope(run.scope));
     // Not workerId or runtime: the worker's logger has them, and a child would repeat them.
@@ -146,7 +146,8 @@ export class RunExecutor {
       let memoryBlocks: MemoryBlocks;
       let input: AgentInput;
       try {
-        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory, { log, signal });
+        if (historyCut) log.info({ messages: claimedHistory.length, maxBytes: c.HISTORY_READ_MAX_BYTES }, 'history cut to the newest messages that fit HISTORY_READ_MAX_BYTES');
+        close.memory = await RunMemory.open(agent, run, redis, keys, claimedHistory, { log, signal, historyCut });
         ({ history, memoryBlocks } = await close.memory.context());
         input = await resolveInputArtifacts(this.d.artifacts, run.scope, run.input);
       } catch (err) {

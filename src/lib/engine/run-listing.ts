@@ -22,6 +22,11 @@ export interface ListOptions {
   runtime?: string;
   limit: number;
   cursor?: string;
+  /**
+   * The page's byte budget (PAGE_MAX_BYTES): the runs' shown fields, measured before they are
+   * read, stop the page once the next run would pass it; the first run comes whatever its size.
+   */
+  maxBytes?: number;
 }
 
 export interface RunsListing { runs: ShownRun[]; nextCursor: string | null }
@@ -30,6 +35,11 @@ interface Entry { id: string; score: number; index: string }
 
 /** Newest first: creation ms descending, then run id descending (the zset's own order within a score). */
 const newer = (a: Entry, b: Entry) => a.score > b.score || (a.score === b.score && a.id > b.id);
+
+/** The fields of a run that may be large (a turn's text, an answer, JSON a tenant wrote): a page is measured by them. */
+const SIZED_FIELDS = ['input', 'result', 'metadata', 'lastError', 'blocked'] as const;
+/** What a shown run takes beyond its sized fields (ids, times, status, links), as a generous bound. */
+const RUN_OVERHEAD_BYTES = 2048;
 
 /** The fields the filters that no index answered are checked on. */
 const FILTER_FIELDS = ['status', 'sessionId', 'agent', 'runtime'] as const;
@@ -159,7 +169,10 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
   const runs: ShownRun[] = [];
   let last: Entry | undefined;
   let leftover = false;
-  while (runs.length < o.limit) {
+  // The page's bytes so far, and whether it stopped on them (then it has a next page, however few runs it holds).
+  let bytes = 0;
+  let full = false;
+  while (runs.length < o.limit && !full) {
     const need = o.limit - runs.length;
     const chunk: Entry[] = [];
     while (chunk.length < (filtered ? batch : need)) {
@@ -179,8 +192,18 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
         if (ok) candidates.push(chunk[i]);
       });
     }
-    // Only what the page still needs is read whole (as whole as the API shows it: SHOWN_HASH_FIELDS).
-    const wanted = candidates.slice(0, need);
+    // Only what the page still needs is read whole (as whole as the API shows it: SHOWN_HASH_FIELDS),
+    // and only as much of it as fits the page's bytes.
+    let wanted = candidates.slice(0, need);
+    if (o.maxBytes !== undefined && (runs.length > 0 || wanted.length > 1)) {
+      const sizes = await shownSizes(redis, wanted.map((e) => sk.run(e.id)));
+      let fit = 0;
+      while (fit < wanted.length && (bytes + sizes[fit] <= o.maxBytes || (runs.length === 0 && fit === 0))) bytes += sizes[fit++];
+      if (fit < wanted.length) {
+        full = true;
+        wanted = wanted.slice(0, fit);
+      }
+    }
     const shown = await hmgetAll(redis, wanted.map((e) => sk.run(e.id)), SHOWN_HASH_FIELDS);
     const page: ShownRun[] = [];
     shown.forEach((values, i) => {
@@ -194,7 +217,10 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
     runs.push(...page);
     // The page is full before the chunk was: what is left of it comes after this page.
     const lastWanted = wanted[wanted.length - 1];
-    if (runs.length === o.limit) {
+    if (full) {
+      // Stopped on bytes: the next page starts after the last run that fit.
+      if (lastWanted) last = lastWanted;
+    } else if (runs.length === o.limit) {
       last = lastWanted;
       leftover = chunk.indexOf(lastWanted) < chunk.length - 1;
     } else {
@@ -203,8 +229,24 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
     // Runs past their retention leave their index entries behind; drop them as they are met.
     await removeExpired(redis, expired);
   }
-  const more = runs.length === o.limit && (leftover || (await walk.hasMore()));
+  const more = full || (runs.length === o.limit && (leftover || (await walk.hasMore())));
   return { runs, nextCursor: more && last ? listCursor(last.score, last.id) : null };
+}
+
+/** What each run would add to a page: its sized fields' bytes (HSTRLEN, which reads none of them) and the rest's bound. */
+async function shownSizes(redis: Redis, keys: string[]): Promise<number[]> {
+  const pipe = redis.pipeline();
+  for (const k of keys) for (const f of SIZED_FIELDS) pipe.hstrlen(k, f);
+  const rows = (await pipe.exec()) ?? [];
+  return keys.map((_, i) => {
+    let n = RUN_OVERHEAD_BYTES;
+    for (let j = 0; j < SIZED_FIELDS.length; j++) {
+      const [err, len] = rows[i * SIZED_FIELDS.length + j] ?? [new Error('no reply'), 0];
+      if (err) throw err;
+      n += len as number;
+    }
+    return n;
+  });
 }
 
 async function hmgetAll(redis: Redis, keys: string[], fields: readonly string[]): Promise<(string | null)[][]> {

@@ -16,6 +16,7 @@ export const ScriptCode = {
   WaitNotPending: -9,
   IdempotencyMismatch: -12,
   RateLimited: -13,
+  HistoryFull: -14,
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 
@@ -34,6 +35,8 @@ export function scriptError(code: number, runId: string, reply: readonly unknown
       const retryAfterMs = Number(reply[1]);
       return new BatonError('RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
     }
+    case ScriptCode.HistoryFull:
+      return new BatonError('SESSION_HISTORY_FULL', undefined, [{ path: 'body.sessionId', message: `the session's history takes ${Number(reply[1])} bytes; HISTORY_MAX_BYTES is the limit` }]);
     case ScriptCode.LeaseLost: return new LeaseLostError(runId);
     case ScriptCode.NotFound: return new BatonError('RUN_NOT_FOUND');
     case ScriptCode.SessionBusy: return new BatonError('SESSION_BUSY');

@@ -87,6 +87,7 @@ export class RunStore {
       limit: o.limit,
     });
     // An idempotent repeat whose run has passed its retention returns no record.
+      turnBytes: userMessageBytes(req.input.content),
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
     if (created) {
       this.events.submitted?.(run);
@@ -130,19 +131,23 @@ export class RunStore {
    * cursor holding only the time would skip the rest of them.
    */
   list(scope: string, opts: ListOptions): Promise<RunsListing> {
-    return listRuns(this.redis, this.keys, scope, opts);
+    return listRuns(this.redis, this.keys, scope, { maxBytes: this.config.PAGE_MAX_BYTES, ...opts });
   }
 
-  /** A session's committed history, oldest first. */
+  /**
+   * A session's committed history, oldest first: a page of at most `limit` messages and
+   * PAGE_MAX_BYTES bytes (the first one whatever its size), read in bounded chunks in Redis
+   * (lua/history-page.lua). A page that stopped on bytes has a nextCursor like a full one.
+   */
   async messages(
     scope: string, sessionId: string, opts: { limit: number; cursor?: number },
   ): Promise<{ messages: SessionMessage[]; nextCursor: string | null }> {
-    const key = this.keys.scope(scope).messages(sessionId);
     const start = opts.cursor ?? 0;
-    const raw = await this.redis.lrange(key, start, start + opts.limit);
-    const more = raw.length > opts.limit;
-    const messages = raw.slice(0, opts.limit).map((m) => JSON.parse(m) as SessionMessage);
-    return { messages, nextCursor: more ? String(start + opts.limit) : null };
+    // The answer's own bytes besides the messages: its envelope, and a comma between two.
+    const maxBytes = this.config.PAGE_MAX_BYTES - 64 - opts.limit;
+    const page = await this.transitions.historyPage(scope, sessionId, start, opts.limit, maxBytes);
+    const messages = page.messages.map((m) => JSON.parse(m) as SessionMessage);
+    return { messages, nextCursor: page.next === undefined ? null : String(page.next) };
   }
 }
 
@@ -168,6 +173,14 @@ function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
   const entries = Object.keys(value).sort().flatMap((k) => {
     const v = (value as Record<string, unknown>)[k];
+/**
+ * What the turn's user message will take in the session's history, as the finish writes it
+ * (executor.ts: `{role, content, runId, createdAt}` as JSON); held against HISTORY_MAX_BYTES.
+ */
+function userMessageBytes(content: string): number {
+  return Buffer.byteLength(JSON.stringify(content)) + 80;
+}
+
     return v === undefined ? [] : [`${JSON.stringify(k)}:${canonicalJson(v)}`];
   });
   return `{${entries.join(',')}}`;

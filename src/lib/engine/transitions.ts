@@ -38,6 +38,8 @@ export interface NewRun {
   fields: Record<string, string | number>;
   /** The scope's submit rate limit: a run made takes a token of its bucket (absent: none). */
   limit?: SubmitLimit;
+  /** Bytes the turn's user message adds to the session's history, held against HISTORY_MAX_BYTES. */
+  turnBytes: number;
 }
 
 /** A token bucket: `rate` tokens a second, at most `burst` at once. */
@@ -48,6 +50,8 @@ export type SubmitReply = { created: boolean; runId: string; run: RunRecord | un
 export type ClaimReply =
   | {
     kind: 'claimed'; run: RunRecord; fence: number; recovered: boolean; steps: Record<string, string>; history: string[];
+    /** Older messages the agent's memory asked for did not fit HISTORY_READ_MAX_BYTES: `history` is the newest that did. */
+    historyCut: boolean;
     /** The end of the run's timeoutMs budget and the claim's time, both Redis time (epoch ms). */
     deadline: number | undefined; now: number;
   }
@@ -165,7 +169,7 @@ export class Transitions {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
       sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
-      bucket: r.limit ? sk.submitBucket : undefined,
+      bucket: r.limit ? sk.submitBucket : undefined, messages: sk.messages(r.sessionId),
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash, limit: r.limit,
@@ -175,6 +179,7 @@ export class Transitions {
     // An idempotent repeat whose run has passed its retention comes back without a record.
     return { runId: String(reply[1]), created: Number(reply[2]) === 1, run: parseRunRecord(reply[4] as string[]) };
   }
+      historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
 
   async cancel(scope: string, runId: string): Promise<CancelReply> {
     const reply = await this.call('cancel', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
@@ -182,6 +187,17 @@ export class Transitions {
     await this.dispatch(scope, reply[1]);
     const outcome = (['already-finished', 'cancelled', 'requested'] as const)[code(reply)];
     return { outcome, run: parseRunRecord(reply[2] as string[]) };
+  /**
+   * A page of a session's history from index `start`, oldest first: at most `limit` messages
+   * and `maxBytes` bytes (the first message whatever its size). Read-only; `next` is the index
+   * the next page starts at, undefined after the last message.
+   */
+  async historyPage(scope: string, sessionId: string, start: number, limit: number, maxBytes: number): Promise<{ messages: string[]; next?: number }> {
+    const reply = await this.call('history-page', scope, { messages: this.keys.scope(scope).messages(sessionId) }, { start, limit, maxBytes });
+    const next = Number(reply[1]);
+    return { messages: reply[0] as string[], ...(next >= 0 ? { next } : {}) };
+  }
+
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */
@@ -239,7 +255,7 @@ export class Transitions {
         const deadline = Number(reply[7]);
         return {
           kind: 'claimed', run, fence: Number(reply[1]), recovered: Number(reply[3]) === 1,
-          steps: flatToObject(reply[5] as string[]), history: reply[6] as string[],
+          steps: flatToObject(reply[5] as string[]), history: reply[6] as string[], historyCut: Number(reply[9]) === 1,
           deadline: deadline > 0 ? deadline : undefined, now: Number(reply[8]),
         };
       }
@@ -260,6 +276,7 @@ export class Transitions {
   heartbeat(attempts: readonly Attempt[]): Promise<HeartbeatReply[]> {
     return this.beat(attempts, true);
   }
+      historyBytes: this.config.HISTORY_READ_MAX_BYTES,
 
   /** One heartbeat pipeline; `reload`: a server that lost the library gets it and a second beat. */
   private async beat(attempts: readonly Attempt[], reload: boolean): Promise<HeartbeatReply[]> {

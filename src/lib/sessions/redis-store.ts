@@ -18,14 +18,25 @@ export class RedisMemorySession implements MemorySession {
     window?: SlidingWindowOptions,
     /** The list as already read (by the claim); the first load uses it instead of reading again. */
     private preloaded?: string[],
+    /**
+     * The claim read only the newest messages that fit HISTORY_READ_MAX_BYTES: `tool` messages
+     * at the start of what it read answer a call that did not fit, and are left out (a model
+     * rejects a tool result without its call).
+     */
+    private readonly cut = false,
   ) {
     if (window) this.assemble = async () => slidingWindow(await this.load(), window);
   }
 
   async load(): Promise<HistoryMessage[]> {
+    const claimed = this.preloaded !== undefined;
     const raw = this.preloaded ?? (await this.redis.lrange(this.key, 0, -1));
     this.preloaded = undefined;
-    return raw.map((m) => JSON.parse(m) as HistoryMessage);
+    const messages = raw.map((m) => JSON.parse(m) as HistoryMessage);
+    if (!claimed || !this.cut) return messages;
+    let first = 0;
+    while (first < messages.length && messages[first].role === 'tool') first++;
+    return first === 0 ? messages : messages.slice(first);
   }
 
   /** Replaces the history in one MULTI, so a reader never sees it half written. */

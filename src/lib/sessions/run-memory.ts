@@ -28,16 +28,17 @@ export class RunMemory {
 
   /**
    * `claimed`: the built-in store's history as the claim script read it, so it is not read
-   * twice. `log` and `signal` are the attempt's, for recall's log line and embeddings calls.
+   * twice. `log` and `signal` are the attempt's, for recall's log line and embeddings calls;
+   * `historyCut`: the claim left older messages out (HISTORY_READ_MAX_BYTES).
    */
   static async open(
     agent: Agent, run: RunRecord, redis: Redis, keys: Keys, claimed: string[] | undefined,
-    attempt: { log: Logger; signal?: AbortSignal },
+    attempt: { log: Logger; signal?: AbortSignal; historyCut?: boolean },
   ): Promise<RunMemory> {
     const option = agent.memory;
     if (isBuiltinMemory(option)) {
       const sk = keys.scope(run.scope);
-      const store = new RedisMemorySession(redis, sk.messages(run.sessionId), option?.window, claimed);
+      const store = new RedisMemorySession(redis, sk.messages(run.sessionId), option?.window, claimed, attempt.historyCut);
       const recall = option?.recall
         ? {
           session: new SessionRecall(redis, sk.turnVectors(run.sessionId, vectorSpace(option.recall.embed)), option.recall, attempt.log, attempt.signal),

@@ -4,15 +4,17 @@ import { compareIds, readEvents, type LiveBatch, type RunEvent } from './log.ts'
 import type { Keys } from '../keys.ts';
 
 /**
- * Replay reads pages of about this many bytes (the count of the next page follows the size
- * of the events of the last one) and hands them to the reader in slices of it, each after
- * the reader took the one before: a reader replaying a long log holds about one page, however
- * long the log and however slowly it reads.
+ * Replay reads pages of about this many bytes (the count of the next page is what would fit
+ * were every event as large as the largest of the last page, and at most twice the last
+ * count) and hands them to the reader in slices of it, each after the reader took the one
+ * before: a reader replaying a long log holds about one page, however long the log and
+ * however slowly it reads. A log of large events (tool results, answers) is read a few
+ * events at a time, down to one: never tens of megabytes in one read.
  */
 const PAGE_BYTES = 32 * 1024;
 /** Events of the first page, before their size is known; and the bounds of any page. */
-const FIRST_PAGE = 10;
-const MIN_PAGE = 10;
+const FIRST_PAGE = 4;
+const MIN_PAGE = 1;
 const MAX_PAGE = 500;
 
 /** Which run's log to follow, from where, through which connections. */
@@ -144,12 +146,12 @@ export class EventFollower {
         return;
       }
       const last = page.length < count;
-      let bytes = 0;
+      let biggest = 1;
       let slice = 0;
       let from = 0;
       for (let i = 0; i < page.length; i++) {
         const size = page[i].data.length + page[i].type.length + page[i].id.length;
-        bytes += size;
+        biggest = Math.max(biggest, size);
         slice += size;
         if (slice < PAGE_BYTES && i < page.length - 1) continue;
         this.deliver(page.slice(from, i + 1));
@@ -160,7 +162,7 @@ export class EventFollower {
         if (this.stopped) return;
       }
       if (last || this.stopped) return;
-      count = Math.max(MIN_PAGE, Math.min(MAX_PAGE, Math.floor((PAGE_BYTES * page.length) / Math.max(1, bytes))));
+      count = Math.max(MIN_PAGE, Math.min(MAX_PAGE, 2 * count, Math.floor(PAGE_BYTES / biggest)));
     }
   }
 

@@ -6,47 +6,84 @@ import type { ModelUsage, RunUsage, UsageTotals } from '../contract/runs.ts';
 
 const DAY_MS = 86_400_000;
 
+/** A page of usage rows: at most `limit` rows and `maxBytes` bytes of them; `cursor` is a nextCursor. */
+export interface UsagePageOptions { limit: number; cursor?: string; maxBytes: number }
+
+/** Days read per round trip (one pipeline): a month of a quiet scope in one. */
+const DAYS_PER_READ = 31;
+
 /**
  * A scope's model usage from day `from` to day `to` (YYYY-MM-DD, UTC, inclusive), by day,
  * agent and model, as the step script counted it (lua/step.lua: one hash per day under the
  * scope's tag, fields `in|out|calls:<agent>:<model>`). Reads only the path's scope's keys;
- * the caller bounds the range.
+ * the caller bounds the range. A page holds at most `limit` rows and `maxBytes` bytes of them
+ * (its first row whatever its size), read a few days at a time and no further than the page
+ * needs; `total` sums the page's rows (the range's when the page is the only one), and
+ * `nextCursor` (`<day>.<row of that day>`) is where the next page starts.
  */
-export async function scopeUsage(redis: Redis, keys: Keys, scope: string, from: string, to: string): Promise<ScopeUsage> {
+export async function scopeUsage(
+  redis: Redis, keys: Keys, scope: string, from: string, to: string, o: UsagePageOptions,
+): Promise<ScopeUsage> {
   const sk = keys.scope(scope);
+  const at = o.cursor ? parseUsageCursor(o.cursor) : { day: from, row: 0 };
   const days: string[] = [];
-  for (let t = Date.parse(from); t <= Date.parse(to); t += DAY_MS) days.push(new Date(t).toISOString().slice(0, 10));
-  // One round trip: every day's hash is in the scope's slot.
-  const pipe = redis.pipeline();
-  for (const day of days) pipe.hgetall(sk.usage(day));
-  const replies = (await pipe.exec()) ?? [];
+  for (let t = Math.max(Date.parse(from), Date.parse(at.day)); t <= Date.parse(to); t += DAY_MS) days.push(new Date(t).toISOString().slice(0, 10));
 
   const rows: UsageRow[] = [];
   const total = zero();
-  days.forEach((day, i) => {
-    const [err, hash] = replies[i] ?? [new Error('no reply'), null];
-    if (err) throw err;
-    const byCall = new Map<string, UsageRow>();
-    for (const [field, value] of Object.entries((hash ?? {}) as Record<string, string>)) {
-      const m = /^(in|out|calls):([^:]+):(.*)$/s.exec(field);
-      if (!m) continue;
-      const [, kind, agent, model] = m;
-      const id = `${agent}:${model}`;
-      let row = byCall.get(id);
-      if (!row) byCall.set(id, (row = { day, agent, model, ...zero() }));
-      const n = Number(value);
-      if (kind === 'in') row.inputTokens += n;
-      else if (kind === 'out') row.outputTokens += n;
-      else row.modelCalls += n;
+  let bytes = 0;
+  let nextCursor: string | null = null;
+  read: for (let d = 0; d < days.length; d += DAYS_PER_READ) {
+    const batch = days.slice(d, d + DAYS_PER_READ);
+    // One round trip per batch: every day's hash is in the scope's slot.
+    const pipe = redis.pipeline();
+    for (const day of batch) pipe.hgetall(sk.usage(day));
+    const replies = (await pipe.exec()) ?? [];
+    for (let i = 0; i < batch.length; i++) {
+      const [err, hash] = replies[i] ?? [new Error('no reply'), null];
+      if (err) throw err;
+      const day = batch[i];
+      const sorted = dayRows(day, (hash ?? {}) as Record<string, string>);
+      for (let r = day === at.day ? at.row : 0; r < sorted.length; r++) {
+        const row = sorted[r];
+        const size = JSON.stringify(row).length + 1;
+        if (rows.length === o.limit || (rows.length > 0 && bytes + size > o.maxBytes)) {
+          nextCursor = `${day}.${r}`;
+          break read;
+        }
+        bytes += size;
+        add(total, row);
+        rows.push(row);
+      }
     }
-    const sorted = [...byCall.values()].sort((a, b) => compare(a.agent, b.agent) || compare(a.model, b.model));
-    for (const row of sorted) {
-      row.totalTokens = row.inputTokens + row.outputTokens;
-      add(total, row);
-      rows.push(row);
-    }
-  });
-  return { scope, from, to, rows, total };
+  }
+  return { scope, from, to, rows, total, nextCursor };
+}
+
+/** A day's rows, by agent then model. */
+function dayRows(day: string, hash: Record<string, string>): UsageRow[] {
+  const byCall = new Map<string, UsageRow>();
+  for (const [field, value] of Object.entries(hash)) {
+    const m = /^(in|out|calls):([^:]+):(.*)$/s.exec(field);
+    if (!m) continue;
+    const [, kind, agent, model] = m;
+    const id = `${agent}:${model}`;
+    let row = byCall.get(id);
+    if (!row) byCall.set(id, (row = { day, agent, model, ...zero() }));
+    const n = Number(value);
+    if (kind === 'in') row.inputTokens += n;
+    else if (kind === 'out') row.outputTokens += n;
+    else row.modelCalls += n;
+  }
+  const sorted = [...byCall.values()].sort((a, b) => compare(a.agent, b.agent) || compare(a.model, b.model));
+  for (const row of sorted) row.totalTokens = row.inputTokens + row.outputTokens;
+  return sorted;
+}
+
+/** `<YYYY-MM-DD>.<row>`: the day and the place in it (by agent, then model) of the next page's first row. */
+function parseUsageCursor(cursor: string): { day: string; row: number } {
+  const [day, row] = cursor.split('.');
+  return { day, row: Number(row) };
 }
 
 const zero = (): UsageTotals => ({ inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: 0 });

@@ -14,8 +14,11 @@
         historyReads   {agentName: n}: the session's newest n messages come with the claim
                        (-1 all; absent or 0 none), so a claim costs what the agent's memory
                        keeps, not what the session holds
-  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (its newest historyReads messages),
-            timeoutMs deadline (epoch ms, 0 = none), now}
+        historyBytes   at most this many bytes of those messages (HISTORY_READ_MAX_BYTES): the
+                       newest that fit, so a session of huge turns costs a claim this much
+  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (its newest historyReads messages
+            that fit historyBytes), timeoutMs deadline (epoch ms, 0 = none), now, cut 1|0 (older messages that were
+            asked for did not fit)}
          | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
                                       while no worker held it), expired, or failed (TIMEOUT, or
                                       RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
@@ -160,11 +163,20 @@ end
 if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
 flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
--- LRANGE from the tail walks only the messages it returns, whatever the session's length.
+-- LRANGE from the tail walks only the messages it returns, whatever the session's length,
+-- and no more than historyBytes of them. The size of the history is what the submit saw
+-- (`historyMem`) when the run was its session's head from its submit: only the head's own
+-- finish adds to the history, so it is still that. Otherwise MEMORY USAGE tells it.
 local reads = O.historyReads and tonumber(O.historyReads[rec.agent]) or 0
-local messages = {}
+local messages, cut = {}, 0
 if reads ~= 0 then
-  messages = redis.call('LRANGE', sessionKey(rec.sessionId) .. ':messages', reads > 0 and -reads or 0, -1)
+  local mk = sessionKey(rec.sessionId) .. ':messages'
+  local size = tonumber(rec.historyMem or redis.call('MEMORY', 'USAGE', mk, 'SAMPLES', 0) or 0)
+  if size > 0 then
+    local newest, stop = historyWithin(mk, -1, -1, reads, O.historyBytes or size, false, size)
+    for i = #newest, 1, -1 do messages[#messages + 1] = newest[i] end
+    if stop == 'bytes' then cut = 1 end
+  end
 end
 -- A run no worker ever started (no attempt before this claim) has no step results yet.
 local steps = {}
@@ -178,4 +190,4 @@ for f, v in pairs(rec) do
   record[#record + 1] = f
   record[#record + 1] = type(v) == 'number' and int(v) or v
 end
-return { 0, fence, attempt, recovered, record, steps, messages, deadline, now }
+return { 0, fence, attempt, recovered, record, steps, messages, deadline, now, cut }

@@ -31,7 +31,7 @@
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
     -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING  -12 IDEMPOTENCY_MISMATCH
-    -13 RATE_LIMITED ]]
+    -13 RATE_LIMITED  -14 SESSION_HISTORY_FULL ]]
 
 -- Per-call state: begin() sets it at the start of every call, since the library's locals
 -- outlive a call. KEYS and ARGV are the call's keys and arguments, as a script has them;

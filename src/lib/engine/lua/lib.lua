@@ -402,3 +402,44 @@ local function takeToken(bucket, rate, burst, now)
   redis.call('PEXPIRE', bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
   return true
 end
+
+-- A session's history (a list of JSON messages) in bounded reads: the messages from index
+-- `from` on, oldest first (`step` 1), or from `from` back, newest first (`step` -1, `from` -1
+-- the newest), at most `limit` of them (< 0: no count limit) and `maxBytes` bytes in all. A
+-- message that does not fit ends the read, except the first when `first` (a page always
+-- makes progress). `size`: the list's memory when the caller knows it (MEMORY USAGE, which is
+-- never less than its bytes): when it fits, one LRANGE reads what is asked. Otherwise the
+-- list is read in chunks of at most 32 messages, each sized so the largest message seen so far
+-- would still fit, so what Lua holds beyond maxBytes is about one chunk, never the list.
+-- Returns the messages in read order, and why it stopped: 'bytes', 'count' or 'end'.
+local function historyWithin(key, from, step, limit, maxBytes, first, size)
+  local out, bytes, at, biggest = {}, 0, from, 1
+  local chunk = 8
+  if size and size <= maxBytes then chunk = limit >= 0 and limit or -1 end
+  while limit < 0 or #out < limit do
+    local n = chunk
+    if limit >= 0 and (n < 0 or n > limit - #out) then n = limit - #out end
+    local lo, hi
+    if n < 0 then
+      if step > 0 then lo, hi = at, -1 else lo, hi = 0, at end
+    elseif step > 0 then
+      lo, hi = at, at + n - 1
+    else
+      -- Both negative: LRANGE clamps a start before the head, and then returns fewer.
+      lo, hi = at - n + 1, at
+    end
+    local got = redis.call('LRANGE', key, lo, hi)
+    local count = #got
+    for j = 1, count do
+      local v = step > 0 and got[j] or got[count - j + 1]
+      if bytes + #v > maxBytes and not (first and #out == 0) then return out, 'bytes' end
+      out[#out + 1] = v
+      bytes = bytes + #v
+      if #v > biggest then biggest = #v end
+    end
+    if n < 0 or count < n then return out, 'end' end
+    at = at + step * count
+    chunk = math.max(1, math.min(32, math.floor((maxBytes - bytes) / biggest)))
+  end
+  return out, 'count'
+end

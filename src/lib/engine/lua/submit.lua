@@ -4,16 +4,20 @@
   `scheduled` instead: it joins its session when due (lua/due.lua).
   KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
         agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
-        idem (absent = no idempotency key), bucket (the scope's submit rate limit; absent = none)
+        idem (absent = no idempotency key), bucket (the scope's submit rate limit; absent = none),
+        messages (the session's history)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
         limit {rate, burst} (with KEYS bucket): a run made takes a token; a replay or a
         refusal takes none
+        historyMax, turnBytes: a run whose message (turnBytes) would take the session's
+        history (its MEMORY USAGE) past historyMax is refused
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
-         | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED ]]
+         | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
+         | {-14, the history's size} SESSION_HISTORY_FULL ]]
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
@@ -27,6 +31,11 @@ if K.idem then
   end
 end
 if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
+-- The session's stored history is bounded: a turn that would take it past the cap is refused
+-- here, before anything is written (the answer is not known yet; it is committed whatever
+-- its size, and the next submit is refused).
+local historyMem = tonumber(redis.call('MEMORY', 'USAGE', K.messages, 'SAMPLES', 0) or 0)
+if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { -14, historyMem } end
 
 local due = O.runAt
 if O.delayMs then due = now + O.delayMs end
@@ -62,6 +71,8 @@ for i = 2, #ARGV do
   if i % 2 == 0 and ARGV[i] == 'agent' then agent = ARGV[i + 1] end
 end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
+-- A head's history changes only when it finishes: its claim needs not measure it again (claim.lua).
+if head then fields[#fields + 1] = 'historyMem'; fields[#fields + 1] = historyMem end
 -- A new run's log is empty. Its first event goes first, so the record write carries the tail.
 knownTail(runId, '0')
 unheard(runId)
