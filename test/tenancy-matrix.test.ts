@@ -163,6 +163,35 @@ describe('the run listing filters of scope B', () => {
   });
 });
 
+describe('the pages of scope B', () => {
+  it('with A’s cursors and page sizes read nothing of A: 404 on A, B’s own (empty) pages on B, and A is unchanged', async () => {
+    const before = await scopeState('acme');
+    const own = await h.key('acme', 'admin');
+    // A page of one of each listing on acme, and the cursor it gives (or one of its form).
+    const paged = [
+      [`/sessions/${ids.sessionId}/messages?limit=1`, 'messages', '1'], ['/runs?limit=1', 'runs', '1_x'],
+      [`/runs/${ids.runId}/steps?limit=1`, 'steps', '1'], ['/usage?from=2024-01-01&to=2024-12-31&limit=1', 'rows', '2024-01-01.1'],
+    ] as const;
+    for (const [path, items, form] of paged) {
+      const first = await send('GET', `/v1/scopes/acme${path}`, own);
+      expect(first.status, path).toBe(200);
+      const cursor = first.body.nextCursor ?? form;
+      for (const role of ['client', 'admin'] as Role[]) {
+        const key = await h.key('globex', role);
+        const page = `${path}&cursor=${encodeURIComponent(cursor)}`;
+        const onA = await send('GET', `/v1/scopes/acme${page}`, key);
+        expect(onA, `${role} of globex on acme: ${page}`).toMatchObject({ status: 404, body: { error: { code: 'NOT_FOUND' } } });
+        const onB = await send('GET', `/v1/scopes/globex${page}`, key);
+        const what = `${role} of globex on globex: ${page} -> ${onB.status}`;
+        if (path.includes('/steps')) expect(onB.body.error?.code, what).toBe('RUN_NOT_FOUND');
+        else if (path.startsWith('/usage') && role === 'client') expect(onB.status, what).toBe(403);
+        else if (items !== 'runs') expect(onB.body[items], what).toEqual([]);
+      }
+    }
+    expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
 describe('a resume token', () => {
   it('of another scope, or altered to name another scope, answers the 404 of a token that never existed, and A is unchanged', async () => {
     const tokenRoutes = routes.filter((r) => r.access === 'token');

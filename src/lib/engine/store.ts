@@ -85,9 +85,9 @@ export class RunStore {
       fields,
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
       limit: o.limit,
+      turnBytes: userMessageBytes(req.input.content),
     });
     // An idempotent repeat whose run has passed its retention returns no record.
-      turnBytes: userMessageBytes(req.input.content),
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
     if (created) {
       this.events.submitted?.(run);
@@ -151,6 +151,14 @@ export class RunStore {
   }
 }
 
+/**
+ * What the turn's user message will take in the session's history, as the finish writes it
+ * (executor.ts: `{role, content, runId, createdAt}` as JSON); held against HISTORY_MAX_BYTES.
+ */
+function userMessageBytes(content: string): number {
+  return Buffer.byteLength(JSON.stringify(content)) + 80;
+}
+
 function withWaits(record: Record<string, string> | undefined, waits: Record<string, string> | undefined): RunRecord | undefined {
   const run = parseRunRecord(record ?? {});
   if (run && waits && Object.keys(waits).length) run.waits = parseWaits(waits);
@@ -173,14 +181,6 @@ function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
   const entries = Object.keys(value).sort().flatMap((k) => {
     const v = (value as Record<string, unknown>)[k];
-/**
- * What the turn's user message will take in the session's history, as the finish writes it
- * (executor.ts: `{role, content, runId, createdAt}` as JSON); held against HISTORY_MAX_BYTES.
- */
-function userMessageBytes(content: string): number {
-  return Buffer.byteLength(JSON.stringify(content)) + 80;
-}
-
     return v === undefined ? [] : [`${JSON.stringify(k)}:${canonicalJson(v)}`];
   });
   return `{${entries.join(',')}}`;

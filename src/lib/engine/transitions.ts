@@ -173,20 +173,14 @@ export class Transitions {
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash, limit: r.limit,
+      historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
     }, payload);
     if (code(reply) < 0) throw scriptError(code(reply), r.runId, reply);
     await this.dispatch(r.scope, reply[3]);
     // An idempotent repeat whose run has passed its retention comes back without a record.
     return { runId: String(reply[1]), created: Number(reply[2]) === 1, run: parseRunRecord(reply[4] as string[]) };
   }
-      historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
 
-  async cancel(scope: string, runId: string): Promise<CancelReply> {
-    const reply = await this.call('cancel', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    if (code(reply) < 0) throw scriptError(code(reply), runId);
-    await this.dispatch(scope, reply[1]);
-    const outcome = (['already-finished', 'cancelled', 'requested'] as const)[code(reply)];
-    return { outcome, run: parseRunRecord(reply[2] as string[]) };
   /**
    * A page of a session's history from index `start`, oldest first: at most `limit` messages
    * and `maxBytes` bytes (the first message whatever its size). Read-only; `next` is the index
@@ -198,6 +192,12 @@ export class Transitions {
     return { messages: reply[0] as string[], ...(next >= 0 ? { next } : {}) };
   }
 
+  async cancel(scope: string, runId: string): Promise<CancelReply> {
+    const reply = await this.call('cancel', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
+    if (code(reply) < 0) throw scriptError(code(reply), runId);
+    await this.dispatch(scope, reply[1]);
+    const outcome = (['already-finished', 'cancelled', 'requested'] as const)[code(reply)];
+    return { outcome, run: parseRunRecord(reply[2] as string[]) };
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */
@@ -247,6 +247,7 @@ export class Transitions {
       runId: job.runId, workerId, leaseMs: this.config.LEASE_MS, maxRecoveries: this.config.MAX_RECOVERIES,
       agentDefaults: Object.keys(agentDefaults).length ? agentDefaults : undefined,
       historyReads: Object.keys(historyReads).length ? historyReads : undefined,
+      historyBytes: this.config.HISTORY_READ_MAX_BYTES,
     });
     switch (code(reply)) {
       case 0: {
@@ -276,7 +277,6 @@ export class Transitions {
   heartbeat(attempts: readonly Attempt[]): Promise<HeartbeatReply[]> {
     return this.beat(attempts, true);
   }
-      historyBytes: this.config.HISTORY_READ_MAX_BYTES,
 
   /** One heartbeat pipeline; `reload`: a server that lost the library gets it and a second beat. */
   private async beat(attempts: readonly Attempt[], reload: boolean): Promise<HeartbeatReply[]> {
