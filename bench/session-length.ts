@@ -65,7 +65,7 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
   });
   const executor = new RunExecutor({
     redis: worker, keys, config, transitions, leases, agents: new Map([[probe.name, probe]]), workerId: 'bench-worker', log,
-    artifacts: new RedisArtifactStore(worker, keys, config.RETENTION_MS),
+    artifacts: new RedisArtifactStore(worker, keys, transitions, config),
   });
   const claim = async (sessionId: string) => {
     const runId = (await store.submit({ scope: 'bench', sessionId, input: { content: 'q' }, runtime, agent: probe.name })).run.id;

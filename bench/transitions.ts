@@ -115,7 +115,7 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
   });
   const executor = new RunExecutor({
     redis, keys, config, transitions, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
-    artifacts: new RedisArtifactStore(redis, keys, config.RETENTION_MS),
+    artifacts: new RedisArtifactStore(redis, keys, transitions, config),
   });
   const submit = async (i: number) =>
     (await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;

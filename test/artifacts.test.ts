@@ -4,7 +4,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { AgentInput } from '../src/lib/artifacts/artifact-store.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
-import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
  * Input artifacts: uploaded raw, attached by id at submit, resolved into ctx.input.artifacts,
@@ -17,7 +17,8 @@ let globex: ScopeClient;
 const inputs = new Map<string, AgentInput>();
 
 beforeAll(async () => {
-  h = await useHarness({ SUBMIT_RATE_PER_SEC: '0' });
+  // No upload rate either: its bucket expires by itself once full, which would look like a change.
+  h = await useHarness({ SUBMIT_RATE_PER_SEC: '0', ARTIFACT_UPLOAD_BYTES_PER_SEC: '0' });
   apiUrl = (await h.startApi()).url;
   acme = await h.client(apiUrl, 'acme', 'client');
   globex = await h.client(apiUrl, 'globex', 'client');
@@ -215,5 +216,134 @@ describe('lifetime', () => {
     const key = artifactKey('acme', art.body.id);
     expect(await h.redis.hget(key, 'runs')).toBe('0');
     expect(await h.redis.pttl(key)).toBeGreaterThan(0);
+  });
+});
+
+/**
+ * Every key of `scope` with a digest of its value. A hash by its fields in order (an
+ * artifact's hash with a value of megabytes is a hash table whose DUMP order moves as Redis
+ * rehashes it on reads), anything else by its DUMP.
+ */
+async function scopeState(scope: string): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  for (const k of (await h.allKeys()).filter((x) => x.includes(`:{${scope}}:`)).sort()) {
+    const digest = createHash('sha1');
+    if ((await h.redis.type(k)) === 'hash') {
+      const fields = await h.redis.hgetallBuffer(k);
+      for (const f of Object.keys(fields).sort()) digest.update(f).update('\0').update(fields[f]).update('\0');
+    } else {
+      digest.update((await h.redis.dumpBuffer(k)) ?? 'gone');
+    }
+    out.push([k, digest.digest('hex')]);
+  }
+  return out;
+}
+
+async function uploadTo(url: string, c: ScopeClient, bytes: Uint8Array | string) {
+  const res = await fetch(`${url}/v1/scopes/${c.scope}/artifacts`, { method: 'POST', body: bytes as unknown as BodyInit, headers: c.headers });
+  return { status: res.status, retryAfter: res.headers.get('retry-after'), body: await res.json() as any };
+}
+
+describe('quotas of a scope', () => {
+  it('with the defaults, 10 MiB uploads back to back are refused once the upload rate is spent: 429 ARTIFACT_RATE_LIMITED with Retry-After', async () => {
+    // Before, 30 uploads of 10 MiB with one client key added 359 MiB to Redis, for a day.
+    // An API with the default upload rate (empty: the variable unset).
+    const defaults = (await h.startApi({ ARTIFACT_UPLOAD_BYTES_PER_SEC: '' })).url;
+    const bulk = await h.client(defaults, 'bulk', 'client');
+    const { ARTIFACT_UPLOAD_BYTES_PER_SEC: rate, ARTIFACT_UPLOAD_BURST_BYTES: burst, ARTIFACT_MAX_BYTES: max } = h.configWith({ ARTIFACT_UPLOAD_BYTES_PER_SEC: '' });
+    const file = Buffer.alloc(max, 3);
+    const started = Date.now();
+    let accepted = 0;
+    let refused: Awaited<ReturnType<typeof uploadTo>> | undefined;
+    while (accepted < 30) {
+      const res = await uploadTo(defaults, bulk, file);
+      if (res.status !== 201) {
+        refused = res;
+        break;
+      }
+      accepted++;
+    }
+    const seconds = (Date.now() - started) / 1000;
+    expect(refused?.status).toBe(429);
+    expect(refused?.body.error.code).toBe('ARTIFACT_RATE_LIMITED');
+    expect(Number(refused?.retryAfter)).toBeGreaterThanOrEqual(1);
+    expect(Number(refused?.retryAfter)).toBeLessThanOrEqual(Math.ceil(max / rate));
+    // The bucket: its burst, plus what refilled while the uploads went on.
+    expect(accepted * max).toBeLessThanOrEqual(burst + seconds * rate);
+    expect(Number(await h.redis.get(h.keys.scope('bulk').artifactBytes))).toBe(accepted * max);
+    console.log(`[artifacts] ${accepted} uploads of 10 MiB in ${seconds.toFixed(1)} s before ARTIFACT_RATE_LIMITED (Retry-After ${refused?.retryAfter} s)`);
+  });
+
+  it('past ARTIFACT_SCOPE_MAX_BYTES an upload is 429 ARTIFACT_QUOTA_EXCEEDED and stores nothing; artifacts runs keep count, expired ones free their place', async () => {
+    const api = await h.startApi({ ARTIFACT_SCOPE_MAX_BYTES: String(1024 * 1024), ARTIFACT_UPLOAD_BYTES_PER_SEC: '0', RETENTION_MS: '2000' });
+    const q = await h.client(api.url, 'quota', 'client');
+    const quarter = Buffer.alloc(256 * 1024, 5);
+    const kept: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await uploadTo(api.url, q, quarter);
+      expect(res.status).toBe(201);
+      kept.push(res.body.id as string);
+    }
+    const before = await scopeState('quota');
+    const over = await uploadTo(api.url, q, 'one byte too many');
+    expect([over.status, over.body.error.code]).toEqual([429, 'ARTIFACT_QUOTA_EXCEEDED']);
+    expect(over.body.error.details[0].message).toContain('ARTIFACT_SCOPE_MAX_BYTES');
+    // When the oldest upload expires (RETENTION_MS after it was made).
+    expect(Number(over.retryAfter)).toBeGreaterThanOrEqual(1);
+    expect(Number(over.retryAfter)).toBeLessThanOrEqual(2);
+    expect(await scopeState('quota')).toEqual(before);
+    // Another scope has a quota of its own.
+    expect((await uploadTo(api.url, await h.client(api.url, 'quota-other', 'client'), quarter)).status).toBe(201);
+    // A run that waits names the first: it stays, and stays counted, while the others expire.
+    const sub = await q.post('/runs', { sessionId: 'pin', input: { content: 'wait', artifacts: [{ id: kept[0], disposition: 'reference' }] }, runtime: `${h.runtime}-none` });
+    expect(sub.status).toBe(202);
+    await waitFor(async () => (await h.redis.exists(artifactKey('quota', kept[3]))) === 0, 10_000, 'the unused uploads to expire');
+    expect(await h.redis.exists(artifactKey('quota', kept[0]))).toBe(1);
+    expect((await uploadTo(api.url, q, Buffer.alloc(700 * 1024, 6))).status).toBe(201);
+    const full = await uploadTo(api.url, q, Buffer.alloc(100 * 1024, 6));
+    expect([full.status, full.body.error.code]).toEqual([429, 'ARTIFACT_QUOTA_EXCEEDED']);
+    expect(Number(await h.redis.get(h.keys.scope('quota').artifactBytes))).toBe(256 * 1024 + 700 * 1024);
+    // An upload larger than the whole quota: no wait helps, so no Retry-After.
+    const alone = await uploadTo(api.url, await h.client(api.url, 'quota-empty', 'client'), Buffer.alloc(1024 * 1024 + 1, 1));
+    expect([alone.status, alone.body.error.code, alone.retryAfter]).toEqual([429, 'ARTIFACT_QUOTA_EXCEEDED', null]);
+  });
+
+  it('past ARTIFACT_UPLOAD_BYTES_PER_SEC (its burst spent) an upload is 429 ARTIFACT_RATE_LIMITED, stores nothing, and passes after Retry-After', async () => {
+    const api = await h.startApi({ ARTIFACT_MAX_BYTES: String(256 * 1024), ARTIFACT_UPLOAD_BURST_BYTES: String(512 * 1024), ARTIFACT_UPLOAD_BYTES_PER_SEC: String(128 * 1024) });
+    const r = await h.client(api.url, 'rated', 'client');
+    const file = Buffer.alloc(256 * 1024, 8);
+    expect((await uploadTo(api.url, r, file)).status).toBe(201);
+    expect((await uploadTo(api.url, r, file)).status).toBe(201);
+    const before = await scopeState('rated');
+    const limited = await uploadTo(api.url, r, file);
+    expect([limited.status, limited.body.error.code]).toEqual([429, 'ARTIFACT_RATE_LIMITED']);
+    expect(Number(limited.retryAfter)).toBeGreaterThanOrEqual(1);
+    expect(Number(limited.retryAfter)).toBeLessThanOrEqual(2);
+    expect(await scopeState('rated')).toEqual(before);
+    await sleep(Number(limited.retryAfter) * 1000 + 100);
+    expect((await uploadTo(api.url, r, file)).status).toBe(201);
+  });
+
+  it('a submit whose inline artifacts pass ARTIFACT_INLINE_MAX_BYTES (20 MiB) is 413 INLINE_ARTIFACTS_TOO_LARGE and writes nothing; by reference they pass', async () => {
+    // Before, 8 runs inlining 16 × 10 MiB each took the process from 182 to 740 MiB.
+    const big = await h.client(apiUrl, 'inline', 'client');
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await uploadTo(apiUrl, big, Buffer.alloc(h.config.ARTIFACT_MAX_BYTES, i));
+      expect(res.status).toBe(201);
+      ids.push(res.body.id as string);
+    }
+    const before = await scopeState('inline');
+    const all = await big.submit('too-much', 'read these', { agent: 'artifact-probe', input: { content: 'read these', artifacts: ids.map((id) => ({ id })) } });
+    expect([all.status, all.body.error.code]).toEqual([413, 'INLINE_ARTIFACTS_TOO_LARGE']);
+    expect(all.body.error.details[0]).toMatchObject({ path: 'body.input.artifacts' });
+    expect(all.body.error.details[0].message).toContain('ARTIFACT_INLINE_MAX_BYTES');
+    expect(await scopeState('inline')).toEqual(before);
+    const some = await big.submit('enough', 'read these', {
+      agent: 'artifact-probe', input: { content: 'read these', artifacts: [{ id: ids[0] }, { id: ids[1] }, { id: ids[2], disposition: 'reference' }] },
+    });
+    expect(some.status).toBe(202);
+    expect((await big.waitStatus(some.body.id, ['succeeded', 'failed'])).status).toBe('succeeded');
+    expect(inputs.get(some.body.id)!.artifacts!.map((a) => a.bytes?.byteLength)).toEqual([h.config.ARTIFACT_MAX_BYTES, h.config.ARTIFACT_MAX_BYTES, undefined]);
   });
 });

@@ -48,7 +48,7 @@ async function executorFor(heartbeatMs: number) {
   });
   const executor = new RunExecutor({
     redis, keys: h.keys, config, transitions, leases, agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
-    artifacts: new RedisArtifactStore(redis, h.keys, config.RETENTION_MS),
+    artifacts: new RedisArtifactStore(redis, h.keys, transitions, config),
   });
   return { executor, leases };
 }

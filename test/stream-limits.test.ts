@@ -221,9 +221,66 @@ describe('a revoked key', () => {
   });
 });
 
+/**
+ * Opens an event stream on a raw socket that never reads past the answer's head: resolves with
+ * the status once the head is in, keeping the socket (the stream stays open until destroyed).
+ */
+function openRaw(port: number, path: string, auth?: string): Promise<{ status: number; socket: Socket }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let head = '';
+    socket.setEncoding('utf8');
+    const onData = (chunk: string) => {
+      head += chunk;
+      const end = head.indexOf('\r\n');
+      if (end < 0) return;
+      socket.off('data', onData);
+      resolve({ status: Number(head.slice(9, 12)), socket });
+    };
+    socket.on('data', onData);
+    socket.on('error', reject);
+    socket.write(`GET ${path} HTTP/1.1\r\nhost: x\r\n${auth ? `authorization: Bearer ${auth}\r\n` : ''}accept: text/event-stream\r\n\r\n`);
+  });
+}
+
+describe('caps one key cannot exhaust for its scope', () => {
+  it('with the defaults, four keys holding 64 streams each leave room for the rest of the scope', async () => {
+    // Before, SSE_MAX_PER_KEY 64 and SSE_MAX_PER_SCOPE 256: four keys filled the scope.
+    const api = await h.startApi();
+    const port = Number(new URL(api.url).port);
+    const perKey = h.config.SSE_MAX_PER_KEY;
+    const owner = await h.client(api.url, 'crowded', 'client');
+    const sub = await owner.submit('wait', 'stay open', { runtime: `${h.runtime}-none` });
+    const path = `/v1/scopes/crowded/runs/${sub.body.id}/events`;
+    const sockets: Socket[] = [];
+    try {
+      const store = new ApiKeyStore(h.redis, h.keys);
+      for (let k = 0; k < 4; k++) {
+        const key = (await store.create('crowded', 'client')).key;
+        for (let i = 0; i < perKey; i++) {
+          const s = await openRaw(port, path, key);
+          sockets.push(s.socket);
+          expect(s.status).toBe(200);
+        }
+        const over = await openRaw(port, path, key);
+        sockets.push(over.socket);
+        expect(over.status).toBe(429);
+      }
+      // Another user of the scope still streams.
+      const rest = await openRaw(port, path, (await store.create('crowded', 'client')).key);
+      sockets.push(rest.socket);
+      expect(rest.status).toBe(200);
+      expect(perKey * 8).toBeLessThanOrEqual(h.config.SSE_MAX_PER_SCOPE);
+    } finally {
+      for (const s of sockets) s.destroy();
+    }
+  }, 60_000);
+});
+
 describe('streams opened with a stream token', () => {
-  it("count against the token, not the key that minted it, and end when that key is revoked", async () => {
-    const api = await h.startApi({ SSE_MAX_PER_KEY: '2', SSE_KEEPALIVE_MS: '300' });
+  it('count against the token (SSE_MAX_PER_TOKEN) and against the key that minted it (SSE_MAX_PER_KEY), and end when that key is revoked', async () => {
+    const api = await h.startApi({ SSE_MAX_PER_KEY: '4', SSE_MAX_PER_TOKEN: '2', SSE_MAX_PER_SCOPE: '100', SSE_KEEPALIVE_MS: '300' });
+    const port = Number(new URL(api.url).port);
     const store = new ApiKeyStore(h.redis, h.keys);
     const key = await store.create('tokens', 'client');
     const auth = { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' };
@@ -232,18 +289,39 @@ describe('streams opened with a stream token', () => {
     }).then((r) => r.json() as Promise<any>);
     const mint = async () => (await fetch(`${api.url}/v1/scopes/tokens/runs/${sub.id}/stream-token`, { method: 'POST', headers: auth, body: '{}' })
       .then((r) => r.json() as Promise<any>)).token as string;
-    const [a, b] = [await mint(), await mint()];
-    const events = (token: string) => `${api.url}/v1/scopes/tokens/runs/${sub.id}/events?access_token=${token}`;
-    // Two streams per credential: each token holds two, beside the key's own two.
-    const readers = [a, a, b, b].map((t) => readSse(events(t)));
-    const byKey = [readSse(`${api.url}/v1/scopes/tokens/runs/${sub.id}/events`, { headers: { authorization: auth.authorization } })];
-    await sleep(500);
-    const third = await fetch(events(a));
-    expect([third.status, (await third.json() as any).error.code]).toEqual([429, 'TOO_MANY_STREAMS']);
+    const [a, b, c] = [await mint(), await mint(), await mint()];
+    const path = `/v1/scopes/tokens/runs/${sub.id}/events`;
+    const withToken = (t: string) => `${path}?access_token=${t}`;
+    const refusal = async (p: string, bearer?: string) => {
+      // A stream that opened after all would never end: give up on it soon.
+      const res = await fetch(api.url + p, { headers: bearer ? { authorization: `Bearer ${bearer}` } : {}, signal: AbortSignal.timeout(5_000) });
+      return { status: res.status, retryAfter: res.headers.get('retry-after'), body: await res.json() as any };
+    };
+    // The key's own stream and two of token a: a's third is over the token's cap.
+    const open = [await openRaw(port, path, key.key), await openRaw(port, withToken(a)), await openRaw(port, withToken(a))];
+    expect(open.map((o) => o.status)).toEqual([200, 200, 200]);
+    const third = await refusal(withToken(a));
+    expect([third.status, third.body.error.code]).toEqual([429, 'TOO_MANY_STREAMS']);
+    expect(third.body.error.message).toContain('SSE_MAX_PER_TOKEN');
+    // Token b opens the key's fourth; then neither another token of the key nor the key itself may open more.
+    open.push(await openRaw(port, withToken(b)));
+    expect(open[3].status).toBe(200);
+    for (const refused of [await refusal(withToken(b)), await refusal(withToken(c)), await refusal(path, key.key)]) {
+      expect([refused.status, refused.body.error.code, refused.retryAfter]).toEqual([429, 'TOO_MANY_STREAMS', String(Math.ceil(h.config.SSE_STALL_MS / 1000))]);
+      expect(refused.body.error.message).toContain('SSE_MAX_PER_KEY');
+    }
+    // Another key of the scope is not affected.
+    const other = await openRaw(port, path, (await h.client(api.url, 'tokens', 'client')).key);
+    expect(other.status).toBe(200);
+    other.socket.destroy();
     // Revoking the key that minted the tokens ends the token streams too.
     expect(await store.revoke(key.id)).toBe(true);
-    const ended = await Promise.race([Promise.allSettled([...readers, ...byKey]).then(() => 'ended'), sleep(20_000).then(() => 'still open')]);
+    const closed = open.map((o) => new Promise((resolve) => {
+      o.socket.on('data', () => {});
+      o.socket.once('close', resolve);
+    }));
+    const ended = await Promise.race([Promise.all(closed).then(() => 'ended'), sleep(20_000).then(() => 'still open')]);
     expect(ended).toBe('ended');
-    expect((await fetch(events(a))).status).toBe(401);
+    expect((await fetch(api.url + withToken(a))).status).toBe(401);
   });
 });

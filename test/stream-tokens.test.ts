@@ -209,6 +209,43 @@ describe('refused tokens', () => {
   });
 });
 
+describe('minting', () => {
+  it('is limited per scope to STREAM_TOKEN_MINT_PER_MIN (600) a minute: then 429 STREAM_TOKEN_RATE_LIMITED with Retry-After, other scopes unaffected', async () => {
+    // Before, one key minted 20,000 in 13 s, each a record kept STREAM_TOKEN_TTL_MS.
+    const minter = await h.client(api.url, 'minting', 'client');
+    const limit = 600;
+    const firstMinute = Math.floor((await redisNowMs(h.redis)) / 60_000);
+    let accepted = 0;
+    let refused: { status: number; body: any; headers: Headers } | undefined;
+    // A fixed window: across the turn of a minute a scope mints at most twice the limit.
+    while (accepted <= 2 * limit) {
+      const res = await minter.post(`/sessions/s${accepted % 7}/stream-token`, {});
+      if (res.status !== 201) {
+        refused = res;
+        break;
+      }
+      accepted++;
+    }
+    const lastMinute = Math.floor((await redisNowMs(h.redis)) / 60_000);
+    expect(refused?.status).toBe(429);
+    expect(refused?.body.error.code).toBe('STREAM_TOKEN_RATE_LIMITED');
+    const retryAfter = Number(refused?.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    if (firstMinute === lastMinute) expect(accepted).toBe(limit);
+    else expect(accepted).toBeLessThanOrEqual(2 * limit);
+    // Every token minted is a record; the refused one made none.
+    const records = (await h.allKeys()).filter((k) => k.startsWith(`${h.keys.scope('minting').base}cap:`));
+    expect(records.length).toBe(accepted);
+    // Another scope mints as before, and a submit's own token is not refused.
+    await mint(globex, { sessionId: 'unaffected' });
+    const sub = await minter.post('/runs', { sessionId: 'with-token', input: { content: 'hi' }, streamToken: true });
+    expect(sub.status).toBe(202);
+    expect(sub.body.streamToken.token).toMatch(/^bst_/);
+    expect(h.config.STREAM_TOKEN_MINT_PER_MIN).toBe(limit);
+  });
+});
+
 describe('CORS', () => {
   const corsHeaders = (headers: Headers) => [...headers.keys()].filter((k) => k.startsWith('access-control-')).sort();
 

@@ -282,3 +282,42 @@ describe('a stream token of scope A', () => {
     expect(await scopeState('acme')).toEqual(before);
   });
 });
+
+describe("a scope's quotas", () => {
+  it('are its own: B spending its stream-token, artifact and scheduled-run quotas, and trying A’s paths, leaves A unchanged and A’s quotas whole', async () => {
+    const api = await h.startApi({
+      SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', STREAM_TOKEN_MINT_PER_MIN: '10', ARTIFACT_SCOPE_MAX_BYTES: '16',
+      ARTIFACT_UPLOAD_BYTES_PER_SEC: '0', SCHEDULED_MAX_PER_SCOPE: '1',
+    });
+    const globex = await h.client(api.url, 'globex', 'client');
+    const acme = await h.client(api.url, 'acme', 'client');
+    const upload = (c: { scope: string; headers: Record<string, string> }, scope: string, body: string) =>
+      fetch(`${api.url}/v1/scopes/${scope}/artifacts`, { method: 'POST', body, headers: c.headers })
+        .then(async (r) => ({ status: r.status, body: await r.json() as any }));
+    const later = { delayMs: 3_600_000 };
+    const before = await scopeState('acme');
+    // B up to each of its quotas (the tests above spent some of them already), then one more.
+    const spend = async (attempt: (i: number) => Promise<{ status: number; body: any }>, code: string) => {
+      for (let i = 0; i < 20; i++) {
+        const res = await attempt(i);
+        if (res.status >= 400) return expect(res.body.error.code).toBe(code);
+      }
+      throw new Error(`${code}: never refused`);
+    };
+    await spend((i) => globex.post(`/sessions/q${i}/stream-token`, {}), 'STREAM_TOKEN_RATE_LIMITED');
+    await spend(() => upload(globex, 'globex', 'x'.repeat(4)), 'ARTIFACT_QUOTA_EXCEEDED');
+    await spend(() => globex.submit('q-plan', 'later', later), 'TOO_MANY_SCHEDULED_RUNS');
+    // B's key on A's paths: the 404 of a path it may not see, counted nowhere.
+    const onA = (path: string, body: unknown) => call(api.url, 'POST', `/v1/scopes/acme${path}`, body, globex.headers);
+    expect((await onA(`/runs/${ids.runId}/stream-token`, {})).status).toBe(404);
+    expect((await onA('/sessions/m1/stream-token', {})).status).toBe(404);
+    expect((await upload(globex, 'acme', 'z')).status).toBe(404);
+    expect((await onA('/runs', { sessionId: 'q-plan', input: { content: 'later' }, runtime: h.runtime, ...later })).status).toBe(404);
+    expect(await scopeState('acme')).toEqual(before);
+    // A's quotas are whole (its tokens of the test above aside).
+    expect((await acme.post('/sessions/q0/stream-token', {})).status).toBe(201);
+    expect((await upload(acme, 'acme', 'x'.repeat(16))).status).toBe(201);
+    expect((await acme.submit('q-plan', 'later', later)).status).toBe(202);
+    await api.close();
+  });
+});

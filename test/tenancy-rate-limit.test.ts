@@ -70,3 +70,40 @@ describe('submit rate limit', () => {
     expect(ok).toEqual([202, 202, 202]);
   });
 });
+
+describe('scheduled runs per scope', () => {
+  it('past SCHEDULED_MAX_PER_SCOPE a scheduled submit is 429 TOO_MANY_SCHEDULED_RUNS and writes nothing; runs due now, replays and other scopes pass; a cancel frees a place', async () => {
+    // Before, scheduled runs were bounded by the submit rate alone: about 1.7 million a day, each kept until due.
+    const api = await h.startApi({ SCHEDULED_MAX_PER_SCOPE: '3', SUBMIT_RATE_PER_SEC: '0' });
+    const c = await h.client(api.url, 'planner');
+    const later = { delayMs: 3_600_000 };
+    const made = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await c.submit(`plan-${i}`, 'remind me', { ...later, idempotencyKey: `plan-${i}` });
+      expect(res.status).toBe(202);
+      expect(res.body.status).toBe('scheduled');
+      made.push(res.body.id as string);
+    }
+    const state = async () => {
+      const keys = (await h.allKeys()).filter((k) => k.includes(':{planner}:')).sort();
+      return Promise.all(keys.map(async (k) => [k, String(await h.redis.dumpBuffer(k))]));
+    };
+    const before = await state();
+    const delayed = await c.submit('plan-3', 'one more', later);
+    expect([delayed.status, delayed.body.error?.code, delayed.headers.get('retry-after')]).toEqual([429, 'TOO_MANY_SCHEDULED_RUNS', null]);
+    expect(delayed.body.error.details).toEqual([{ path: 'body.delayMs', message: expect.stringContaining('SCHEDULED_MAX_PER_SCOPE') }]);
+    const at = await c.submit('plan-3', 'one more', { runAt: new Date(Date.now() + 86_400_000).toISOString() });
+    expect([at.status, at.body.error.details[0].path]).toEqual([429, 'body.runAt']);
+    expect(await state()).toEqual(before);
+    // The same request again is the run made before, not one more.
+    const replay = await c.submit('plan-0', 'remind me', { ...later, idempotencyKey: 'plan-0' });
+    expect([replay.status, replay.body.id]).toEqual([200, made[0]]);
+    // A run due now is not scheduled; another scope has room of its own.
+    expect((await c.submit('now', 'at once', { runtime: `${h.runtime}-none` })).status).toBe(202);
+    expect((await (await h.client(api.url, 'other-planner')).submit('plan', 'x', later)).status).toBe(202);
+    // A cancelled scheduled run frees its place.
+    expect((await c.post(`/runs/${made[1]}/cancel`, {})).body.status).toBe('cancelled');
+    expect((await c.submit('plan-4', 'instead', later)).status).toBe(202);
+    expect((await c.submit('plan-5', 'over again', later)).status).toBe(429);
+  });
+});

@@ -39,13 +39,25 @@ const costly = defineAgent({
   },
 });
 
+/** An agent reporting one call each of the models its input names (`m-0 m-1 …`), as a step of one infer. */
+const manyModels = defineAgent({
+  name: 'many-models',
+  async run(ctx) {
+    await ctx.infer('call', (call) => {
+      for (const model of ctx.input.content.split(' ')) call.recordUsage({ model, inputTokens: 2, outputTokens: 1 });
+      return 'called';
+    });
+    return 'ok';
+  },
+});
+
 beforeAll(async () => {
   h = await useHarness();
   fake = await startFakeOpenAI();
   url = (await h.startApi()).url;
   const common = { model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key' };
   const worker = await h.startWorker({
-    agents: [createChatAgent({ ...common, name: 'writer' }), createChatAgent({ ...common, name: 'editor' }), costly],
+    agents: [createChatAgent({ ...common, name: 'writer' }), createChatAgent({ ...common, name: 'editor' }), costly, manyModels],
   });
   opsUrl = worker.opsUrl!;
   acme = await h.client(url, 'acme', 'admin');
@@ -155,6 +167,35 @@ describe('usage by scope, day, agent and model', () => {
     expect(usage.rows.filter((r: UsageRow) => r.agent === 'costly')).toEqual([
       { day, agent: 'costly', model: 'hand-model', inputTokens: 9, outputTokens: 1, totalTokens: 10, modelCalls: 1 },
     ]);
+  });
+
+  it('a scope adds at most USAGE_ROWS_PER_DAY (200) rows a day; later calls are counted under _other, and every total stays exact', async () => {
+    // Before, one run reporting 5,004 made-up model names added 5,004 rows.
+    const wide = await h.client(url, 'wide', 'admin');
+    const cap = 200;
+    const names = (from: number, n: number) => Array.from({ length: n }, (_, i) => `m-${String(from + i).padStart(3, '0')}`);
+    const run1 = await wide.submit('many', names(0, 250).join(' '), { agent: 'many-models' });
+    expect((await wide.waitStatus(run1.body.id, ['succeeded', 'failed'], 30_000)).status).toBe('succeeded');
+    // Another run the same day: a model with a row counts there, a new one in the catch-all row.
+    const run2 = await wide.submit('many', 'm-007 brand-new', { agent: 'many-models' });
+    expect((await wide.waitStatus(run2.body.id, ['succeeded', 'failed'], 30_000)).status).toBe('succeeded');
+    const [step] = (await wide.get(`/runs/${run2.body.id}/steps`)).body.steps;
+    const day = dayOf(Date.parse(step.finishedAt));
+    const usage = (await wide.get(`/usage?from=${day}&to=${day}`)).body;
+    const rows = usage.rows as UsageRow[];
+    expect(rows).toHaveLength(cap + 1);
+    const other = rows.find((r) => r.agent === '_other');
+    expect(other).toEqual({ day, agent: '_other', model: '_other', inputTokens: 51 * 2, outputTokens: 51, totalTokens: 51 * 3, modelCalls: 51 });
+    expect(rows.find((r) => r.model === 'm-007')).toMatchObject({ agent: 'many-models', modelCalls: 2, inputTokens: 4 });
+    expect(rows.filter((r) => r.agent === 'many-models').map((r) => r.model)).toEqual(names(0, cap));
+    expect(usage.total).toEqual({ inputTokens: 252 * 2, outputTokens: 252, totalTokens: 252 * 3, modelCalls: 252 });
+    // The run's own usage by model is bounded the same way, its totals exact.
+    const own = (await wide.get(`/runs/${run1.body.id}/usage`)).body;
+    expect(own.total).toEqual({ inputTokens: 500, outputTokens: 250, totalTokens: 750, modelCalls: 250 });
+    expect(own.models).toHaveLength(cap + 1);
+    expect(own.models.find((m: { model: string }) => m.model === '_other')).toMatchObject({ modelCalls: 50, inputTokens: 100 });
+    expect(await h.redis.hlen(h.keys.scope('wide').usage(day))).toBe(3 * (cap + 1));
+    expect(h.config.USAGE_ROWS_PER_DAY).toBe(cap);
   });
 
   it("another scope's key gets 404, a client key 403, and a bad range 400", async () => {

@@ -12,6 +12,7 @@ export const artifactRoutes: RouteSpec[] = [
     access: 'client', params: scopeParams,
     rawBody: { description: 'The artifact, up to ARTIFACT_MAX_BYTES, any media type (its Content-Type is kept); no Content-Encoding.' },
     ok: { 201: { description: 'stored; expires RETENTION_MS after upload or after the last run naming it ends', schema: res.artifactResponse } },
+    errors: ['ARTIFACT_QUOTA_EXCEEDED', 'ARTIFACT_RATE_LIMITED'],
     async handler({ params: { scope }, http: { req } }, d) {
       const sent = req.headers['content-type'];
       const parsed = sent === undefined ? undefined : artifactContentType.safeParse(sent);

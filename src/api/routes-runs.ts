@@ -46,7 +46,7 @@ export const runRoutes: RouteSpec[] = [
     },
     errors: [
       'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH',
-      'RATE_LIMITED', 'TOO_MANY_STREAMS', 'SCHEMA_CHECKS_BUSY',
+      'RATE_LIMITED', 'TOO_MANY_STREAMS', 'SCHEMA_CHECKS_BUSY', 'INLINE_ARTIFACTS_TOO_LARGE', 'TOO_MANY_SCHEDULED_RUNS',
     ],
     async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key, http, signal }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
@@ -57,7 +57,7 @@ export const runRoutes: RouteSpec[] = [
         throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.streamToken', message: 'a submit that streams its events needs no stream token' }]);
       }
       if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope, signal);
-      await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts);
+      await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts, d.config.ARTIFACT_INLINE_MAX_BYTES);
       const warnings = await d.registry.admissionWarnings(body.runtime, body.agent, d.config.AGENT_GRACE_MS);
       // A stream over its caps is refused before the run is made.
       const sse = streaming ? admitStream(d, http.res, scope, { credential: key!.id, keyId: key!.id }) : undefined;
@@ -71,7 +71,7 @@ export const runRoutes: RouteSpec[] = [
         return undefined;
       }
       // A page that shows the answer gets its token with the run: no second request before it can stream.
-      const token = streamToken ? presentStreamToken(await d.streamTokens.mint(scope, { runId: run.id }, key!.id), { runId: run.id }) : undefined;
+      const token = streamToken ? presentStreamToken(await d.streamTokens.mint(scope, { runId: run.id }, key!.id, { limited: false }), { runId: run.id }) : undefined;
       const extra = { ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}) };
       return { status: created ? 202 : 200, body: { ...presentRun(run, basePath(scope)), ...extra } };
     },
@@ -122,8 +122,9 @@ export const runRoutes: RouteSpec[] = [
     errors: ['RUN_NOT_FOUND', 'TOO_MANY_STREAMS'],
     async handler({ params: { scope, runId }, query, headers, key, http }, d) {
       const afterId = headers['last-event-id'] ?? query.after ?? '0';
-      // Counted against the caps of its credential (the key, or the stream token) and of the
-      // scope until the connection closes, whatever it answered; ended with its key's streams.
+      // Counted against the caps of its key (a token's: the key that minted it), of the stream
+      // token if one opened it, and of the scope until the connection closes, whatever it
+      // answered; ended with its key's streams.
       const who = key ? { credential: key.id, keyId: key.id } : (http.res.locals.streamCredential as { credential: string; keyId: string });
       await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, admitStream(d, http.res, scope, who));
     },

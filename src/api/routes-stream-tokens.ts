@@ -8,13 +8,13 @@ import { emptyBody, runParams, sessionParams } from './schemas.ts';
  * hands a browser page a read-only pass to one run's events, or to the events of every run
  * of one session, so the page never holds the key. Tokens are refused on every route but the
  * events route (access `stream`), and the token records the minting key, so revoking the key
- * ends its tokens too.
+ * ends its tokens too. A scope mints at most STREAM_TOKEN_MINT_PER_MIN a minute here.
  */
 export const streamTokenRoutes: RouteSpec[] = [
   route({
     method: 'post', path: `${SCOPE}/runs/:runId/stream-token`, summary: "Mint a read-only token for a run's events (for a browser page).",
     access: 'client', params: runParams, body: emptyBody,
-    ok: { 201: { description: 'a new token', schema: res.streamTokenResponse } }, errors: ['RUN_NOT_FOUND'],
+    ok: { 201: { description: 'a new token', schema: res.streamTokenResponse } }, errors: ['RUN_NOT_FOUND', 'STREAM_TOKEN_RATE_LIMITED'],
     async handler({ params: { scope, runId }, key }, d) {
       const grant = { runId };
       return { status: 201, headers: { 'cache-control': 'no-store' }, body: presentStreamToken(await d.streamTokens.mint(scope, grant, key!.id), grant) };
@@ -24,7 +24,7 @@ export const streamTokenRoutes: RouteSpec[] = [
     method: 'post', path: `${SCOPE}/sessions/:sessionId/stream-token`,
     summary: "Mint a read-only token for the events of every run of a session, those to come included (for a browser page).",
     access: 'client', params: sessionParams, body: emptyBody,
-    ok: { 201: { description: 'a new token', schema: res.streamTokenResponse } },
+    ok: { 201: { description: 'a new token', schema: res.streamTokenResponse } }, errors: ['STREAM_TOKEN_RATE_LIMITED'],
     async handler({ params: { scope, sessionId }, key }, d) {
       const grant = { sessionId };
       return { status: 201, headers: { 'cache-control': 'no-store' }, body: presentStreamToken(await d.streamTokens.mint(scope, grant, key!.id), grant) };

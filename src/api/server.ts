@@ -68,11 +68,11 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   });
   return {
     config: c, redis, keys, store, log, metrics, registry, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
-    streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS),
+    streamTokens: new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS, c.STREAM_TOKEN_MINT_PER_MIN),
     waits, waitTokens: res.waitTokens,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     openStreams: new OpenStreams({
-      perKey: c.SSE_MAX_PER_KEY, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,
+      perKey: c.SSE_MAX_PER_KEY, perToken: c.SSE_MAX_PER_TOKEN, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,
       // Every keep-alive period, one pipeline for all keys with open streams.
       recheckMs: c.SSE_KEEPALIVE_MS,
       stillValid: (ids) => apiKeys.existing(ids),

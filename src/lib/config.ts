@@ -186,12 +186,49 @@ export const configSchema = z.object({
    */
   ARTIFACT_MAX_BYTES: z.coerce.number().int().min(1).max(512 * 1024 * 1024).default(10 * 1024 * 1024),
   /**
+   * ARTIFACT_SCOPE_MAX_BYTES: bytes of input artifacts one scope may hold in the Redis store
+   * at once (429 ARTIFACT_QUOTA_EXCEEDED beyond, Retry-After when its oldest may expire).
+   * A backend relaying a few hundred chats with one key, each attaching a file or two a day
+   * (screenshots, PDFs: mostly a few hundred KB), holds 100 to 300 MiB over the RETENTION_MS
+   * an upload lives; 256 MiB fits that, and caps what one tenant adds to a Redis every tenant
+   * shares (30 uploads of 10 MiB added 359 MiB, for a day). 0 turns it off.
+   */
+  ARTIFACT_SCOPE_MAX_BYTES: z.coerce.number().int().min(0).max(1024 ** 4).default(256 * 1024 * 1024),
+  /**
+   * ARTIFACT_UPLOAD_BYTES_PER_SEC / ARTIFACT_UPLOAD_BURST_BYTES: per-scope token bucket of
+   * uploaded bytes (429 ARTIFACT_RATE_LIMITED with Retry-After beyond it). A few hundred chats
+   * attaching a file every few minutes between them upload well under 1 MiB/s; a burst of
+   * 64 MiB lets several of their users attach the largest files at once, while a script
+   * cannot write Redis (and its replicas) at network speed. The burst is at least
+   * ARTIFACT_MAX_BYTES, so every upload the size limit admits can pass. 0 turns the rate off.
+   */
+  ARTIFACT_UPLOAD_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1024 ** 4).default(1024 * 1024),
+  ARTIFACT_UPLOAD_BURST_BYTES: z.coerce.number().int().min(1).max(1024 ** 4).default(64 * 1024 * 1024),
+  /**
+   * ARTIFACT_INLINE_MAX_BYTES: bytes of the inline artifacts (disposition `inline`, the
+   * default) one submit may attach (413 INLINE_ARTIFACTS_TOO_LARGE beyond): a worker holds
+   * them all in memory while the run lasts. 20 MiB holds two of the largest uploads or a
+   * dozen photos, what one turn of a chat attaches; a worker then holds at most
+   * WORKER_CONCURRENCY × 20 MiB of them (320 MiB by default), where 8 runs inlining
+   * 16 × 10 MiB each took a process from 182 to 740 MiB. Larger sets go by reference.
+   */
+  ARTIFACT_INLINE_MAX_BYTES: z.coerce.number().int().min(1).max(1024 ** 4).default(20 * 1024 * 1024),
+  /**
    * SUBMIT_RATE_PER_SEC / SUBMIT_BURST: per-scope token bucket for submits (429 with Retry-After
    * beyond it). 20/s sustained with bursts of 100 is far above what a tenant's users type, and
    * low enough that one tenant's runaway script cannot flood Redis for everyone. 0 turns it off.
    */
   SUBMIT_RATE_PER_SEC: z.coerce.number().min(0).max(1_000_000).default(20),
   SUBMIT_BURST: z.coerce.number().int().min(1).max(1_000_000).default(100),
+  /**
+   * SCHEDULED_MAX_PER_SCOPE: runs of one scope scheduled (runAt or delayMs) and not yet due;
+   * a submit of one more is 429 TOO_MANY_SCHEDULED_RUNS, with no Retry-After (a place frees
+   * when one comes due or is cancelled, on the tenant's own schedule). A backend relaying a
+   * few hundred chats schedules a follow-up or a reminder or two per chat: hundreds. 1,000
+   * fits that, where the submit rate alone admitted about 1.7 million a day, each record kept
+   * until it is due (up to a year ahead).
+   */
+  SCHEDULED_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(10_000_000).default(1_000),
   /**
    * WAIT_TOKEN_SECRET: the key resume tokens (POST /v1/waits/{token}) are derived from, the
    * same in every process. Redis stores only each token's SHA-256. Unset: a secret is made at
@@ -232,14 +269,20 @@ export const configSchema = z.object({
    */
   SSE_STALL_MS: z.coerce.number().int().min(100).default(30_000),
   /**
-   * SSE_MAX_PER_KEY / SSE_MAX_PER_SCOPE: event streams one API key, and all keys of one scope,
-   * may hold open in one API process (429 TOO_MANY_STREAMS beyond, Retry-After SSE_STALL_MS).
-   * A browser tab streams a run or a few; a service relaying its users' streams through one
-   * key needs tens. 64 per key and 256 per scope cover both, while one tenant's streams (each
-   * a socket, a subscription and its buffers) stay a small share of a process.
+   * SSE_MAX_PER_KEY / SSE_MAX_PER_TOKEN / SSE_MAX_PER_SCOPE: event streams one API key (its
+   * own and those opened with the stream tokens it minted), one stream token, and all keys
+   * of one scope may hold open in one API process (429 TOO_MANY_STREAMS beyond, Retry-After
+   * SSE_STALL_MS). A backend relaying a few hundred chats with one key, through its own
+   * streams or its pages' tokens: an answer streams for some 20 s and a chat's turns come a
+   * minute or two apart, so about 50 stream at once; 64 per key. A page streams a run or a
+   * few: 8 per token. 512 per scope is eight keys' worth, so no key with its tokens holds more
+   * than an eighth of it and none can lock the rest of its scope out (four keys of 64 filled
+   * the 256 of before); at under 128 KB a stream even when stalled, a scope's streams stay a
+   * small share of a process.
    */
   SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(64),
-  SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(256),
+  SSE_MAX_PER_TOKEN: z.coerce.number().int().min(1).max(1_000_000).default(8),
+  SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(512),
   /**
    * METRICS_TOKEN: when set, /metrics (the API's and a worker's) answers only requests with
    * `Authorization: Bearer <token>` (401 otherwise), for deployments whose metrics port is
@@ -256,6 +299,16 @@ export const configSchema = z.object({
    * At most 24 h, because a token travels in URLs.
    */
   STREAM_TOKEN_TTL_MS: z.coerce.number().int().min(1_000).max(24 * 3600_000).default(15 * 60_000),
+  /**
+   * STREAM_TOKEN_MINT_PER_MIN: stream tokens one scope may mint per minute on the
+   * …/stream-token routes (429 STREAM_TOKEN_RATE_LIMITED beyond, Retry-After the rest of the
+   * minute). A page asks for a token per answer it shows, or one per session, so a backend
+   * relaying a few hundred chats mints a few hundred a minute at its busiest; 600 is twice
+   * that, and bounds the token records a scope keeps alive (each for STREAM_TOKEN_TTL_MS) to
+   * about 9,000, where 20,000 were minted in 13 s. A submit's `streamToken: true` is bounded
+   * by the submit rate instead. 0 turns it off.
+   */
+  STREAM_TOKEN_MINT_PER_MIN: z.coerce.number().int().min(0).max(1_000_000).default(600),
   /**
    * CORS_ORIGINS: origins (`https://app.example.com`, comma separated) whose pages may read the
    * routes a stream token opens. Empty: no cross-origin page may, which is right until a
@@ -275,6 +328,14 @@ export const configSchema = z.object({
    * yet a client submitting made-up names cannot grow Prometheus without bound.
    */
   METRICS_LABEL_LIMIT: z.coerce.number().int().min(1).max(10_000).default(100),
+  /**
+   * USAGE_ROWS_PER_DAY: distinct agent × model rows one scope's usage may add in a UTC day,
+   * and distinct models one run's usage keeps; calls past it are counted in one catch-all
+   * row (agent and model `_other`), never dropped, so every total stays exact. A deployment
+   * runs tens of agents over a handful of models, tens of rows a day; 200 is several times
+   * that, where one run reporting made-up model names added 5,004.
+   */
+  USAGE_ROWS_PER_DAY: z.coerce.number().int().min(1).max(100_000).default(200),
   /**
    * BATON_BOOTSTRAP_KEYS: API keys declared at start, `scope:role:key` separated by commas
    * (for compose files and tests). Keys made with `baton keys create` need no restart.
@@ -337,6 +398,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     } catch (err) {
       throw new ConfigError(`invalid configuration:\n  BATON_BOOTSTRAP_KEYS: ${(err as Error).message}`);
     }
+  }
+  if (c.ARTIFACT_UPLOAD_BYTES_PER_SEC > 0 && c.ARTIFACT_UPLOAD_BURST_BYTES < c.ARTIFACT_MAX_BYTES) {
+    throw new ConfigError('invalid configuration:\n  ARTIFACT_UPLOAD_BURST_BYTES: must be at least ARTIFACT_MAX_BYTES');
   }
   const heartbeat = c.HEARTBEAT_MS ?? Math.max(50, Math.floor(c.LEASE_MS / 4));
   if (heartbeat >= c.LEASE_MS) {

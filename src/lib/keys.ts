@@ -41,6 +41,14 @@ export interface ScopeKeys {
   turnVectors(sessionId: string, space: string): string;
   /** An input artifact of the scope (hash: metadata, bytes, count of unfinished runs naming it). */
   artifact(artifactId: string): string;
+  /**
+   * The scope's artifacts for its quota (zset: `<id> <size>` -> when to look at it again, lua/artifact.lua),
+   * and the bytes of those it holds (a counter).
+   */
+  artifactLedger: string;
+  artifactBytes: string;
+  /** Token bucket of the scope's artifact upload rate, in bytes. */
+  artifactBucket: string;
   /** All runs of the scope by creation time (listing). */
   runs: string;
   /** The scope's runs in one status, by creation time (kept by setStatus in lua/lib.lua). */
@@ -78,6 +86,8 @@ export interface ScopeKeys {
   waiting(runtime: string): string;
   /** Token bucket of the scope's submit rate limit. */
   submitBucket: string;
+  /** Stream tokens the scope minted in one minute (epoch ms / 60,000): a counter that expires after it. */
+  streamTokenMints(minute: number): string;
   /**
    * The scope's model usage of one UTC day (YYYY-MM-DD), by agent and model (hash:
    * `in|out|calls:<agent>:<model>` -> count). The run's own totals are fields of its record.
@@ -168,6 +178,9 @@ export function createKeys(prefix: string): Keys {
         sessionRuns: (id) => `${base}session:${checked('session', id)}:runs`,
         turnVectors: (id, space) => `${base}session:${checked('session', id)}:vectors:${checked('vector space', space)}`,
         artifact: (id) => `${base}artifact:${checked('artifact', id)}`,
+        artifactLedger: `${base}artifacts`,
+        artifactBytes: `${base}artifacts:bytes`,
+        artifactBucket: `${base}ratelimit:artifacts`,
         runs: `${base}runs`,
         runsByStatus: (status) => `${base}status:${checked('status', status)}`,
         runsByAgent: (agent) => `${base}agent:${checked('agent', agent)}:runs`,
@@ -183,6 +196,10 @@ export function createKeys(prefix: string): Keys {
         held: (rt) => `${base}held:${checked('runtime', rt)}`,
         waiting: (rt) => `${base}waiting:${checked('runtime', rt)}`,
         submitBucket: `${base}ratelimit:submit`,
+        streamTokenMints: (minute) => {
+          if (!Number.isSafeInteger(minute) || minute < 0) throw new Error(`invalid minute: ${minute}`);
+          return `${base}ratelimit:stream-tokens:${minute}`;
+        },
         usage: (day) => {
           if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`invalid usage day: ${JSON.stringify(day)}`);
           return `${base}usage:${day}`;

@@ -85,7 +85,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   });
   sweeper.start();
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE });
-  const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, c.RETENTION_MS);
+  const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   let closing: Promise<void> | undefined;
   return {
     config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard, artifacts, waitTokens,

@@ -1,7 +1,13 @@
 import type { Redis } from 'ioredis';
+import type { Config } from '../config.ts';
+import type { Transitions } from '../engine/transitions.ts';
+import { BatonError } from '../errors.ts';
 import { newArtifactId } from '../ids.ts';
 import { isValidId, type Keys } from '../keys.ts';
 import type { ArtifactRef, ArtifactStore } from './artifact-store.ts';
+
+/** What bounds a scope's uploads (see the variables in config.ts). */
+export type ArtifactLimits = Pick<Config, 'RETENTION_MS' | 'ARTIFACT_SCOPE_MAX_BYTES' | 'ARTIFACT_UPLOAD_BYTES_PER_SEC' | 'ARTIFACT_UPLOAD_BURST_BYTES'>;
 
 /**
  * The default artifact store: one hash per artifact under the scope's hash tag
@@ -13,26 +19,46 @@ import type { ArtifactRef, ArtifactStore } from './artifact-store.ts';
  * (pinArtifacts / unpinArtifacts in lua/lib.lua). Both run in the scripts that create and
  * end the run, so an artifact can neither expire under a queued run nor outlive its last
  * run for longer than RETENTION_MS, whatever process dies in between.
+ *
+ * Quotas: a scope holds at most ARTIFACT_SCOPE_MAX_BYTES of artifacts at once, pinned ones
+ * included, and uploads at most ARTIFACT_UPLOAD_BYTES_PER_SEC (a token bucket of bytes). The
+ * write, both checks and the scope's ledger of what it holds are one transition
+ * (lua/artifact.lua), so concurrent uploads cannot pass the quota together. Another store
+ * brings quotas of its own.
  */
 export class RedisArtifactStore implements ArtifactStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly retentionMs: number,
+    private readonly transitions: Transitions,
+    private readonly limits: ArtifactLimits,
   ) {}
 
+  /** Refuses with 429 ARTIFACT_QUOTA_EXCEEDED or ARTIFACT_RATE_LIMITED (nothing stored) past the scope's quotas. */
   async put(scope: string, upload: { contentType: string; bytes: Uint8Array }): Promise<ArtifactRef> {
-    const id = newArtifactId();
-    const key = this.keys.scope(scope).artifact(id);
-    const ref: ArtifactRef = { id, contentType: upload.contentType, size: upload.bytes.byteLength, createdAt: Date.now() };
+    const l = this.limits;
+    const ref: ArtifactRef = { id: newArtifactId(), contentType: upload.contentType, size: upload.bytes.byteLength, createdAt: Date.now() };
     const bytes = Buffer.from(upload.bytes.buffer, upload.bytes.byteOffset, upload.bytes.byteLength);
-    // One MULTI: the hash never exists without its expiry.
-    const replies = await this.redis.multi()
-      .hset(key, 'contentType', ref.contentType, 'size', ref.size, 'createdAt', ref.createdAt, 'runs', 0, 'bytes', bytes)
-      .pexpire(key, this.retentionMs)
-      .exec();
-    const failed = replies?.find(([err]) => err);
-    if (!replies || failed) throw failed?.[0] ?? new Error('artifact write was aborted');
+    const rate = l.ARTIFACT_UPLOAD_BYTES_PER_SEC;
+    const reply = await this.transitions.storeArtifact(scope, { ...ref, bytes }, {
+      maxBytes: l.ARTIFACT_SCOPE_MAX_BYTES, limit: rate > 0 ? { rate, burst: l.ARTIFACT_UPLOAD_BURST_BYTES } : undefined,
+    });
+    if (reply.kind === 'rate-limited') {
+      throw new BatonError('ARTIFACT_RATE_LIMITED', undefined, [
+        { path: 'body', message: `${ref.size} bytes more than ARTIFACT_UPLOAD_BYTES_PER_SEC (${rate}) allows now; retry in ${reply.retryAfterMs} ms` },
+      ], { retryAfterMs: reply.retryAfterMs });
+    }
+    if (reply.kind === 'over-quota') {
+      const max = l.ARTIFACT_SCOPE_MAX_BYTES;
+      // Larger than the whole quota: no wait helps.
+      const alone = ref.size > max;
+      throw new BatonError('ARTIFACT_QUOTA_EXCEEDED', undefined, [{
+        path: 'body',
+        message: alone
+          ? `${ref.size} bytes is more than ARTIFACT_SCOPE_MAX_BYTES (${max})`
+          : `the scope holds ${reply.held} bytes of artifacts; ${ref.size} more would pass ARTIFACT_SCOPE_MAX_BYTES (${max})`,
+      }], { retryAfterMs: alone ? undefined : reply.retryAfterMs });
+    }
     return ref;
   }
 

@@ -4,16 +4,27 @@ import type { ArtifactAttachment, RunInput } from '../engine/record.ts';
 import type { AgentInput, ArtifactStore, InputArtifact } from './artifact-store.ts';
 
 /**
- * At submit: every attachment names an artifact of the submitting scope. Read only, and
- * before anything is written, so a refused submit changes nothing. Another scope's id is
- * looked up under this scope and reads as unknown, exactly like an id never issued.
+ * At submit: every attachment names an artifact of the submitting scope, and the inline ones
+ * (their bytes are held in the worker's memory while the run lasts) add up to at most
+ * `maxInlineBytes` (ARTIFACT_INLINE_MAX_BYTES; 413 INLINE_ARTIFACTS_TOO_LARGE). Read only,
+ * and before anything is written, so a refused submit changes nothing. Another scope's id
+ * is looked up under this scope and reads as unknown, exactly like an id never issued.
  */
-export async function assertAttachmentsExist(store: ArtifactStore, scope: string, attachments: readonly ArtifactAttachment[] | undefined): Promise<void> {
+export async function assertAttachmentsExist(
+  store: ArtifactStore, scope: string, attachments: readonly ArtifactAttachment[] | undefined, maxInlineBytes: number,
+): Promise<void> {
   if (!attachments?.length) return;
   const refs = await Promise.all(attachments.map((a) => store.getRef(scope, a.id)));
   const details = attachments.flatMap((a, i) =>
     refs[i] ? [] : [{ path: `body.input.artifacts.${i}.id`, message: `no artifact ${a.id} in this scope` }]);
   if (details.length) throw new BatonError('ARTIFACT_NOT_FOUND', undefined, details);
+  const inline = attachments.reduce((n, a, i) => ((a.disposition ?? 'inline') === 'inline' ? n + refs[i]!.size : n), 0);
+  if (inline > maxInlineBytes) {
+    throw new BatonError('INLINE_ARTIFACTS_TOO_LARGE', undefined, [{
+      path: 'body.input.artifacts',
+      message: `the inline artifacts are ${inline} bytes together, more than ARTIFACT_INLINE_MAX_BYTES (${maxInlineBytes}); attach some with disposition "reference"`,
+    }]);
+  }
 }
 
 /**

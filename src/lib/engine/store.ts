@@ -54,6 +54,8 @@ export class RunStore {
   /** `o.limit`: the scope's submit rate limit, taken by the run it makes (the API passes it). */
   async submit(req: SubmitRequest, o: { limit?: SubmitLimit } = {}): Promise<SubmitResult> {
     if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard, req.scope);
+    const due = req.runAt !== undefined ? Date.parse(req.runAt) : req.delayMs !== undefined ? Date.now() + req.delayMs : undefined;
+    if (due !== undefined && due > Date.now()) await this.assertScheduledRoom(req);
     const runId = newRunId();
     const fields: Record<string, string | number> = {
       id: runId, scope: req.scope, sessionId: req.sessionId, runtime: req.runtime,
@@ -95,6 +97,26 @@ export class RunStore {
       if (run.startBy !== undefined) this.events.deadline?.(req.scope, `ttl:${run.id}`, run.startBy);
     }
     return { run, created };
+  }
+
+  /**
+   * A run due later may be submitted while the scope has fewer than SCHEDULED_MAX_PER_SCOPE
+   * scheduled runs not yet due (its `status:scheduled` index; a run leaves it when due or
+   * cancelled), else 429 TOO_MANY_SCHEDULED_RUNS, with no Retry-After: when one comes due is
+   * the tenant's own schedule. An idempotent repeat makes no run and is let through to get
+   * its first one. Read before the submit transition, so submits racing at the cap may pass
+   * it by the few in flight (each spends a submit rate-limit token; the burst bounds them).
+   */
+  private async assertScheduledRoom(req: SubmitRequest): Promise<void> {
+    const sk = this.keys.scope(req.scope);
+    const max = this.config.SCHEDULED_MAX_PER_SCOPE;
+    const pending = await this.redis.zcard(sk.runsByStatus('scheduled'));
+    if (pending < max) return;
+    if (req.idempotencyKey !== undefined && (await this.redis.exists(sk.idempotency(req.idempotencyKey))) === 1) return;
+    throw new BatonError('TOO_MANY_SCHEDULED_RUNS', undefined, [{
+      path: req.runAt !== undefined ? 'body.runAt' : 'body.delayMs',
+      message: `the scope has ${pending} runs scheduled and not yet due (SCHEDULED_MAX_PER_SCOPE ${max}); one comes due or is cancelled first`,
+    }]);
   }
 
   /** A run with its pending waits. */

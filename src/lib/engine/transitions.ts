@@ -66,6 +66,12 @@ export type ClaimReply =
   /** Unknown, finished, queued (a drain parks dispatched runs) or blocked: this delivery has nothing to do. */
   | { kind: 'nothing' };
 
+/** An upload: stored, refused by the scope's upload rate, or refused by its quota (`held`: bytes the scope holds). */
+export type ArtifactReply =
+  | { kind: 'stored' }
+  | { kind: 'rate-limited'; retryAfterMs: number }
+  | { kind: 'over-quota'; held: number; retryAfterMs: number };
+
 export type CancelReply = { outcome: 'already-finished' | 'cancelled' | 'requested'; run: RunRecord | undefined };
 
 export type HeartbeatReply =
@@ -230,6 +236,29 @@ export class Transitions {
     return { resumed: Number(reply[0]), left: Number(reply[1]) };
   }
 
+  /**
+   * Stores an uploaded artifact within its scope's quotas (lua/artifact.lua): `maxBytes`
+   * held at once (0: no quota), and the upload-rate bucket `limit` in bytes (absent: none).
+   */
+  async storeArtifact(
+    scope: string,
+    a: { id: string; contentType: string; size: number; createdAt: number; bytes: Buffer },
+    o: { maxBytes: number; limit?: SubmitLimit },
+  ): Promise<ArtifactReply> {
+    const sk = this.keys.scope(scope);
+    // The bytes are the payload: ioredis sends a Buffer as it is, binary intact.
+    const payload = [a.bytes as unknown as string];
+    const reply = await this.call('artifact', scope, {
+      artifact: sk.artifact(a.id), ledger: sk.artifactLedger, stored: sk.artifactBytes, bucket: o.limit ? sk.artifactBucket : undefined,
+    }, { id: a.id, contentType: a.contentType, size: a.size, createdAt: a.createdAt, maxBytes: o.maxBytes, limit: o.limit }, payload);
+    switch (code(reply)) {
+      case 0: return { kind: 'stored' };
+      case 1: return { kind: 'rate-limited', retryAfterMs: Number(reply[1]) };
+      case 2: return { kind: 'over-quota', held: Number(reply[1]), retryAfterMs: Number(reply[2]) };
+      default: throw new Error(`the artifact script answered the unexpected code ${code(reply)}`);
+    }
+  }
+
   // ---- worker side ----
 
   /**
@@ -343,7 +372,10 @@ export class Transitions {
     const reply = await this.call('step', attempt.scope, {
       run: attempt.runKey, steps: attempt.keys.steps(attempt.runId), usage: day && attempt.keys.usage(day),
     }, usage
-      ? { fence: attempt.fence, ...write, usage: { agent: usage.agent, calls: usage.calls }, usageTtlMs: USAGE_RETENTION_DAYS * 86_400_000 }
+      ? {
+        fence: attempt.fence, ...write, usage: { agent: usage.agent, calls: usage.calls },
+        usageTtlMs: USAGE_RETENTION_DAYS * 86_400_000, usageRows: this.config.USAGE_ROWS_PER_DAY,
+      }
       : { fence: attempt.fence, ...write });
     if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
     return String(reply[1]);

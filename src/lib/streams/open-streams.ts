@@ -7,11 +7,15 @@ import { BatonError } from '../errors.ts';
  * and take the process's memory from every other tenant.
  *
  * The caps are per process: the memory they protect is the process's, and streams spread
- * over API processes behind a load balancer (any API serves any stream).
+ * over API processes behind a load balancer (any API serves any stream). A key's cap is well
+ * under its scope's and counts the streams of the tokens the key minted too, so no one key
+ * can hold every stream its scope may open, directly or through tokens.
  */
 export interface OpenStreamsOptions {
-  /** SSE_MAX_PER_KEY: open streams one credential (an API key, or a stream token) may hold in this process. */
+  /** SSE_MAX_PER_KEY: open streams of one API key in this process, those of the stream tokens it minted included. */
   perKey: number;
+  /** SSE_MAX_PER_TOKEN: open streams of one stream token (a page) in this process. */
+  perToken: number;
   /** SSE_MAX_PER_SCOPE: open streams all keys of one scope may hold in this process. */
   perScope: number;
   /** Retry-After of a refusal: by then a stalled stream of the same key has been cut. */
@@ -31,16 +35,16 @@ export interface StreamLease {
 }
 
 /**
- * Who opens a stream: `credential` is what the per-key cap counts (an API key's id, or a
- * stream token's digest, so a page's token is not counted against the backend key that
- * minted it), `keyId` the API key whose revocation ends the stream (the token's minter).
+ * Who opens a stream: `credential` the API key's id, or a stream token's digest (then it is
+ * not the key id), counted by the per-token cap; `keyId` the API key counted by the per-key
+ * cap and whose revocation ends the stream (a token's minter).
  */
 export interface StreamOpener { credential: string; keyId: string }
 
 interface Held { scope: string; credential: string; keyId: string; controller: AbortController }
 
 export class OpenStreams {
-  /** Open streams by API key id (for revocation). */
+  /** Open streams by API key id, its tokens' included (the per-key cap, and revocation). */
   private readonly byKey = new Map<string, Set<Held>>();
   private readonly perCredential = new Map<string, number>();
   private readonly perScope = new Map<string, number>();
@@ -55,19 +59,21 @@ export class OpenStreams {
     return n;
   }
 
-  /** Admits a stream of `who` in `scope`, or throws 429 TOO_MANY_STREAMS. */
+  /** Admits a stream of `who` in `scope`, or throws 429 TOO_MANY_STREAMS naming the cap. */
   admit(scope: string, who: StreamOpener): StreamLease {
-    const ofKey = this.perCredential.get(who.credential) ?? 0;
+    const token = who.credential !== who.keyId;
+    const ofCredential = this.perCredential.get(who.credential) ?? 0;
+    const ofKey = this.byKey.get(who.keyId)?.size ?? 0;
     const ofScope = this.perScope.get(scope) ?? 0;
-    if (ofKey >= this.o.perKey || ofScope >= this.o.perScope) {
-      const which = ofKey >= this.o.perKey ? `this key has ${ofKey} open (SSE_MAX_PER_KEY)` : `this scope has ${ofScope} open (SSE_MAX_PER_SCOPE)`;
-      throw new BatonError('TOO_MANY_STREAMS', `Too many open event streams: ${which}.`, [], { retryAfterMs: this.o.retryAfterMs });
-    }
+    const which = token && ofCredential >= this.o.perToken ? `this stream token has ${ofCredential} open (SSE_MAX_PER_TOKEN)`
+      : ofKey >= this.o.perKey ? `${token ? 'the key that minted this token' : 'this key'} has ${ofKey} open, its stream tokens' included (SSE_MAX_PER_KEY)`
+        : ofScope >= this.o.perScope ? `this scope has ${ofScope} open (SSE_MAX_PER_SCOPE)` : undefined;
+    if (which) throw new BatonError('TOO_MANY_STREAMS', `Too many open event streams: ${which}.`, [], { retryAfterMs: this.o.retryAfterMs });
     const held: Held = { scope, credential: who.credential, keyId: who.keyId, controller: new AbortController() };
     let set = this.byKey.get(who.keyId);
     if (!set) this.byKey.set(who.keyId, (set = new Set()));
     set.add(held);
-    this.perCredential.set(who.credential, ofKey + 1);
+    this.perCredential.set(who.credential, ofCredential + 1);
     this.perScope.set(scope, ofScope + 1);
     this.schedule();
     let released = false;

@@ -39,24 +39,50 @@ export class StreamTokenStore {
     private readonly keys: Keys,
     private readonly apiKeys: ApiKeyStore,
     private readonly ttlMs: number,
+    /** STREAM_TOKEN_MINT_PER_MIN: tokens a scope may mint a minute (0: no limit). */
+    private readonly mintPerMin = 0,
   ) {}
 
   /**
    * A new token for `grant`, minted by the key `keyId` of `scope`. A run must exist
    * (RUN_NOT_FOUND otherwise); a session need not, so a page can hold its token before the
-   * session's first run is submitted.
+   * session's first run is submitted. `limited` (the default): the mint counts against the
+   * scope's mints of this minute, and past STREAM_TOKEN_MINT_PER_MIN is refused (429
+   * STREAM_TOKEN_RATE_LIMITED). A submit's token is not: the submit rate bounds those.
    */
-  async mint(scope: string, grant: StreamGrant, keyId: string): Promise<MintedStreamToken> {
+  async mint(scope: string, grant: StreamGrant, keyId: string, o: { limited?: boolean } = {}): Promise<MintedStreamToken> {
     const sk = this.keys.scope(scope);
     if ('runId' in grant && (await this.redis.exists(sk.run(grant.runId))) === 0) throw new BatonError('RUN_NOT_FOUND');
-    const token = `bst_${randomBytes(32).toString('base64url')}`;
     // Redis's clock, like every deadline Baton keeps: the record expires exactly at expiresAt.
-    const expiresAt = (await redisNowMs(this.redis)) + this.ttlMs;
+    const now = await redisNowMs(this.redis);
+    if (o.limited !== false && this.mintPerMin > 0) await this.countMint(scope, now);
+    const token = `bst_${randomBytes(32).toString('base64url')}`;
+    const expiresAt = now + this.ttlMs;
     const record = 'runId' in grant ? { kind: 'run', id: grant.runId } : { kind: 'session', id: grant.sessionId };
     const key = sk.capability(sha256(token));
     const replies = await this.redis.multi().hset(key, { ...record, action: ACTION, keyId }).pexpireat(key, expiresAt).exec();
     for (const [err] of replies ?? []) if (err) throw err;
     return { token, expiresAt };
+  }
+
+  /**
+   * One more mint of `scope` in the minute of `now` (Redis time): a counter per scope and
+   * minute, kept two minutes. Past the limit the count is taken back, so a refusal leaves the
+   * counter as it found it, and refused with the rest of the minute as Retry-After. A fixed
+   * window: a scope may mint up to twice the limit across the turn of a minute, never more.
+   */
+  private async countMint(scope: string, now: number): Promise<void> {
+    const minute = Math.floor(now / 60_000);
+    const key = this.keys.scope(scope).streamTokenMints(minute);
+    const replies = await this.redis.multi().incr(key).pexpire(key, 120_000).exec();
+    for (const [err] of replies ?? []) if (err) throw err;
+    const count = Number(replies?.[0]?.[1]);
+    if (count <= this.mintPerMin) return;
+    await this.redis.decr(key);
+    const retryAfterMs = (minute + 1) * 60_000 - now;
+    throw new BatonError('STREAM_TOKEN_RATE_LIMITED', undefined, [
+      { path: 'scope', message: `${this.mintPerMin} stream tokens minted this minute (STREAM_TOKEN_MINT_PER_MIN); retry in ${retryAfterMs} ms` },
+    ], { retryAfterMs });
   }
 
   /**
