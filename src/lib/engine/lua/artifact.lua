@@ -11,6 +11,7 @@
   O     id, contentType, size, createdAt, maxBytes (0 = no quota), limit {rate, burst} (with KEYS bucket)
   ARGV[2] the artifact's bytes
   Returns {0} stored | {1, ms until the bucket holds the upload} | {2, bytes held, ms until the oldest may expire} ]]
+-- @uses nowMs, takeToken
 local PRUNE = 100
 local now = nowMs()
 
@@ -42,14 +43,8 @@ end
 -- (the submit bucket's rule, takeToken in lib.lua, for `size` tokens at once). A full bucket
 -- is the same as no key, so the key expires once it would have refilled.
 if K.bucket then
-  local rate, burst = O.limit.rate, O.limit.burst
-  local b = redis.call('HMGET', K.bucket, 'tokens', 'at')
-  local tokens = burst
-  if b[1] then tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate / 1000) end
-  if tokens < O.size then return { 1, math.ceil((O.size - tokens) * 1000 / rate) } end
-  tokens = tokens - O.size
-  redis.call('HSET', K.bucket, 'tokens', tostring(tokens), 'at', now)
-  redis.call('PEXPIRE', K.bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
+  local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now, O.size)
+  if not ok then return { 1, waitMs } end
 end
 
 -- The hash never exists without its expiry, nor outside the ledger.

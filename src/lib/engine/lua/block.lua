@@ -5,21 +5,24 @@
   KEYS  run, meta, ready, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @uses fenced, nowMs, knownTail, statusEvent, tailInto, setStatus, releaseSlot, fillSlots
+-- @uses flushPublished
 local runId, rk = O.runId, K.run
-local ok, r = fenced(rk, O.fence, 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs')
+local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs' })
 if not ok then return { -2 } end
 local now = nowMs()
-knownTail(runId, r[3])
+knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'blocked', blocked = cjson.decode(O.blocked) })
 local write = { 'blocked', O.blocked, 'leaseOwner', '' }
-local deadline = r[2]
+local deadline = rec.deadlineAt
 if deadline then
   write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(deadline) - now)
   redis.call('HDEL', rk, 'deadlineAt')
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
 tailInto(runId, write)
-setStatus(runId, r[1], 'running', 'blocked', now, { createdAt = r[4], claimedAt = r[5] or false, runMs = r[6] or '0', fields = write })
+setStatus(runId, rec.runtime, 'running', 'blocked', now,
+  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', fields = write })
 redis.call('ZREM', K.leases, runId)
 releaseSlot()
 local out = {}

@@ -3,6 +3,7 @@
   O     runId
   Returns: {code, dispatches JSON, record (flat)}: code 0 already finished, 1 cancelled,
   2 cancel requested (the record as this script left it); {-1} NOT_FOUND ]]
+-- @uses cancelRun, nowMs, flushPublished
 local out = {}
 local code = cancelRun(O.runId, nowMs(), out)
 if code < 0 then return { code } end

@@ -23,6 +23,8 @@
                                       while no worker held it), expired, or failed (TIMEOUT, or
                                       RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then) ]]
+-- @uses knownTail, nowMs, finishRun, CANCELLED_RESULT, flushPublished, expireRun, timeOutRun
+-- @uses addEvent, chargedRunMs, statusEvent, tailInto, setStatus, sessionKey, historyWithin, int
 local runId, rk = O.runId, K.run
 -- The whole record, in one read: what the claim looks at and, with this call's writes
 -- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
@@ -79,7 +81,8 @@ if recovered == 1 and rec.leaseOwner ~= '' then
   if lost > O.maxRecoveries then
     -- RECOVERY_LIMIT is RUN_LIMIT_CODES.RECOVERY_LIMIT of src/lib/contract/runs.ts.
     local lastError = cjson.encode({ code = 'RECOVERY_LIMIT',
-      message = 'the workers running this run were lost ' .. lost .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
+      message = 'the workers running this run were lost ' .. lost
+        .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
     local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
     finishRun(runId, 'failed', { 'result', result, 'lastError', lastError },
       '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', nowMs(), out)

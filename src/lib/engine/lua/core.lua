@@ -34,13 +34,13 @@
     -13 RATE_LIMITED  -14 SESSION_HISTORY_FULL ]]
 
 -- Per-call state: begin() sets it at the start of every call, since the library's locals
--- outlive a call. KEYS and ARGV are the call's keys and arguments, as a script has them;
+-- outlive a call. ARGV is the call's arguments, as a script has them (its keys are K's);
 -- O the options, K the keys by name, BASE the scope's key prefix; `published` collects the
 -- call's events (flushPublished below); ACTIVE is the scope's slot count once read (lib.lua).
 -- NOW the call's time once known (nowMs below).
-local KEYS, ARGV, O, K, BASE, published, ACTIVE, NOW
+local ARGV, O, K, BASE, published, ACTIVE, NOW
 local function begin(keys, args)
-  KEYS, ARGV = keys, args
+  ARGV = args
   O = cjson.decode(args[1])
   K = {}
   for i, name in ipairs(O.k) do K[name] = keys[i] end
@@ -161,13 +161,27 @@ local function newBatch(fence, batch, applied, write)
   return true
 end
 
+-- A hash's fields by name, in one read (HMGET): each value under its field's name, false when
+-- the field is absent. The one way the library reads several fields of a record, so no script
+-- reads a record by position (scripts/check-lua.mjs fails on any other HMGET).
+local function readFields(key, names)
+  local values = redis.call('HMGET', key, unpack(names))
+  local rec = {}
+  for i, name in ipairs(names) do rec[name] = values[i] end
+  return rec
+end
+
+-- The fields every fence check reads (fenced below); a caller's own follow them in the same read.
+local FENCE_READ = { 'fence', 'status', 'leaseOwner' }
+
 -- Checks that the caller still holds the run's lease: same fence, still running, not handed
--- over. More field names may follow: their values come back after the check, in the same read.
-local function fenced(rk, fence, ...)
-  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', ...)
+-- over. `names` (optional): more fields to read in the same HMGET. Returns whether it holds,
+-- and the record's fields read, by name (the fence's three among them).
+local function fenced(rk, fence, names)
+  local read = { unpack(FENCE_READ) }
+  for _, name in ipairs(names or {}) do read[#read + 1] = name end
+  local rec = readFields(rk, read)
   -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
   -- the next claim, but the holder's right to write ended with the hand-over.
-  local extra = {}
-  for i = 4, #cur do extra[i - 3] = cur[i] end
-  return cur[1] == tostring(fence) and cur[2] == 'running' and cur[3] ~= '', extra
+  return rec.fence == tostring(fence) and rec.status == 'running' and rec.leaseOwner ~= '', rec
 end

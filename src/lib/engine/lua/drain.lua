@@ -10,14 +10,16 @@
   KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, leases, timers
   O     runtime, cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
+-- @uses nowMs, readFields, runKey, releaseSlot, setStatus, fillSlots, WAITING, cancelRun
+-- @uses flushPublished
 local now = nowMs()
 local out = {}
 if redis.call('SET', K.drain, now, 'NX') then
   for _, runId in ipairs(redis.call('ZRANGE', K.leases, 0, -1)) do
-    local r = redis.call('HMGET', runKey(runId), 'status', 'runtime', 'createdAt')
-    if r[1] == 'dispatched' and r[2] == O.runtime then
+    local rec = readFields(runKey(runId), { 'status', 'runtime', 'createdAt' })
+    if rec.status == 'dispatched' and rec.runtime == O.runtime then
       releaseSlot()
-      setStatus(runId, r[2], 'dispatched', 'queued', now, { createdAt = r[3] })
+      setStatus(runId, rec.runtime, 'dispatched', 'queued', now, { createdAt = rec.createdAt })
       redis.call('ZREM', K.leases, runId)
       redis.call('RPUSH', K.held, runId)
     end

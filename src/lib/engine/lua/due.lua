@@ -5,27 +5,29 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {0, dispatches JSON, 1 if it was queued now} ]]
+-- @uses readFields, nowMs, knownTail, statusEvent, tailInto, setStatus, setStartBy, sessionKey
+-- @uses joinQueue, admit, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'due:' .. runId
-local r = redis.call('HMGET', rk, 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs', 'createdAt', 'logTail')
-if r[1] ~= 'scheduled' then
+local rec = readFields(rk, { 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs', 'createdAt', 'logTail' })
+if rec.status ~= 'scheduled' then
   redis.call('ZREM', K.timers, member)
   return { 0, '[]', 0 }
 end
 local now = nowMs()
-if tonumber(r[4]) > now then
-  redis.call('ZADD', K.timers, r[4], member)
+if tonumber(rec.runAt) > now then
+  redis.call('ZADD', K.timers, rec.runAt, member)
   return { 0, '[]', 0 }
 end
 redis.call('ZREM', K.timers, member)
-knownTail(runId, r[7])
+knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'queued', attempt = 0 })
 local write = {}
 tailInto(runId, write)
-setStatus(runId, r[2], 'scheduled', 'queued', now, { createdAt = r[6], fields = write })
-if r[5] then setStartBy(runId, tonumber(r[5]), now) end
+setStatus(runId, rec.runtime, 'scheduled', 'queued', now, { createdAt = rec.createdAt, fields = write })
+if rec.ttlMs then setStartBy(runId, tonumber(rec.ttlMs), now) end
 local out = {}
-local sk = sessionKey(r[3])
+local sk = sessionKey(rec.sessionId)
 local active = redis.call('HGET', sk, 'active')
 if active then
   joinQueue(sk, runId, active, false)

@@ -4,20 +4,21 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it expired now | {0} ]]
+-- @uses readFields, WAITING, nowMs, sessionKey, expireRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'ttl:' .. runId
-local r = redis.call('HMGET', rk, 'status', 'startedAt', 'startBy', 'sessionId')
-if not WAITING[r[1]] or r[2] or not r[3] then
+local rec = readFields(rk, { 'status', 'startedAt', 'startBy', 'sessionId' })
+if not WAITING[rec.status] or rec.startedAt or not rec.startBy then
   redis.call('ZREM', K.timers, member)
   return { 0 }
 end
 local now = nowMs()
-if tonumber(r[3]) > now then
-  redis.call('ZADD', K.timers, r[3], member)
+if tonumber(rec.startBy) > now then
+  redis.call('ZADD', K.timers, rec.startBy, member)
   return { 0 }
 end
-local sk = sessionKey(r[4])
-if r[1] == 'queued' and redis.call('HGET', sk, 'active') ~= runId then
+local sk = sessionKey(rec.sessionId)
+if rec.status == 'queued' and redis.call('HGET', sk, 'active') ~= runId then
   redis.call('LREM', sk .. ':queue', 0, runId)
 end
 local out = {}

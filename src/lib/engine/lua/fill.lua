@@ -4,6 +4,7 @@
   holds runs. Safe from every process at once.
   KEYS  meta, ready, leases, timers
   Returns: {0, dispatches JSON} ]]
+-- @uses fillSlots, nowMs
 local out = {}
 fillSlots(nowMs(), out)
 return { 0, cjson.encode(out) }

@@ -7,13 +7,14 @@
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @uses fenced, FINISH_READ, knownTail, newBatch, addEvent, finishRun, flushPublished
 local runId, rk = O.runId, K.run
-local ok, pre = fenced(rk, O.fence, unpack(FINISH_READ))
+local ok, rec = fenced(rk, O.fence, FINISH_READ)
 if not ok then return { -2 } end
 local fields = { 'result', O.result }
 if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
-knownTail(runId, pre[15])
-if O.batch and newBatch(O.fence, O.batch, pre[14], fields) then
+knownTail(runId, rec.logTail)
+if O.batch and newBatch(O.fence, O.batch, rec.appendedBatch, fields) then
   for i = 2, #ARGV, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
 end
 if O.turn then redis.call('RPUSH', K.messages, O.turn[1], O.turn[2]) end
@@ -22,6 +23,6 @@ if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
 -- Its time is that of its first event (nowMs in core.lua): no TIME.
-finishRun(runId, O.status, fields, endData, nil, out, pre, true)
+finishRun(runId, O.status, fields, endData, nil, out, rec, true)
 flushPublished()
 return { 0, cjson.encode(out) }

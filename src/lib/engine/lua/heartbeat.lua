@@ -12,21 +12,23 @@
            -2 LEASE_LOST (another worker took over, or the run is gone)
            -3 NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
               shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
+-- @uses nowMs, runKey, readFields
+local HEARTBEAT_READ = { 'fence', 'status', 'leaseOwner', 'cancelRequested', 'leaseLapsed' }
 local expires = nowMs() + O.leaseMs
 local codes, scores = {}, {}
 for i, run in ipairs(O.runs) do
   local rk = runKey(run[1])
-  local cur = redis.call('HMGET', rk, 'fence', 'status', 'leaseOwner', 'cancelRequested', 'leaseLapsed')
-  if cur[1] ~= tostring(run[2]) then
+  local cur = readFields(rk, HEARTBEAT_READ)
+  if cur.fence ~= tostring(run[2]) then
     codes[i] = -2
   -- Renewing a released lease would undo the hand-over: the next worker would wait it out.
-  elseif cur[2] ~= 'running' or cur[3] == '' then
+  elseif cur.status ~= 'running' or cur.leaseOwner == '' then
     codes[i] = -3
   else
-    if cur[5] then redis.call('HDEL', rk, 'leaseLapsed') end
+    if cur.leaseLapsed then redis.call('HDEL', rk, 'leaseLapsed') end
     scores[#scores + 1] = expires
     scores[#scores + 1] = run[1]
-    codes[i] = tonumber(cur[4] or '0')
+    codes[i] = tonumber(cur.cancelRequested or '0')
   end
 end
 if #scores > 0 then redis.call('ZADD', K.leases, unpack(scores)) end

@@ -282,22 +282,27 @@ end
 -- read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind' }
--- `pre` (optional): the FINISH_READ fields in order, when the caller read them already.
+-- Fields a finished run keeps no more.
+local FINISH_GONE = { 'retryAt', 'deadlineAt', 'budgetLeft' }
+-- Fields whose presence means the run may have a deadline entry in `timers`.
+local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs' }
+-- `rec` (optional): the record's FINISH_READ fields by name (readFields), when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
 -- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
-local function finishRun(runId, status, fields, endData, now, out, pre, held)
+local function finishRun(runId, status, fields, endData, now, out, rec, held)
   local rk = runKey(runId)
-  local r = pre or redis.call('HMGET', rk, unpack(FINISH_READ))
-  knownTail(runId, r[15])
+  rec = rec or readFields(rk, FINISH_READ)
+  knownTail(runId, rec.logTail)
   addEvent(runId, 'end', endData)
   tailDone(runId)
   now = now or nowMs()
-  local from = r[1]
+  local from = rec.status
   local write = { 'finishedAt', now, 'leaseOwner', '' }
   for _, v in ipairs(fields) do write[#write + 1] = v end
-  setStatus(runId, r[2], from, status, now, { createdAt = r[4], claimedAt = r[5] or false, runMs = r[6] or '0', fields = write })
+  setStatus(runId, rec.runtime, from, status, now,
+    { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', fields = write })
   local gone = {}
-  for i = 8, 10 do if r[i] then gone[#gone + 1] = FINISH_READ[i] end end
+  for _, f in ipairs(FINISH_GONE) do if rec[f] then gone[#gone + 1] = f end end
   if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
   redis.call('ZREM', K.leases, runId)
   -- `ready` holds runs only while every slot of the scope is taken, since each call that frees
@@ -305,17 +310,17 @@ local function finishRun(runId, status, fields, endData, now, out, pre, held)
   -- to hand the slot to. (Runs parked before MAX_ACTIVE_PER_SCOPE was raised are the
   -- sweeper's: lua/fill.lua.)
   local wasFull = HOLDS_SLOT[from] and releaseSlot()
-  advanceSession(r[3], runId, now, out, held, r[17])
+  advanceSession(rec.sessionId, runId, now, out, held, rec.behind)
   if wasFull then fillSlots(now, out) end
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)
-  unpinArtifacts(rk, r[7] and true or false)
+  unpinArtifacts(rk, rec.artifactsPinned and true or false)
   -- Whatever it still waited for or was timed by ends with it. A deadline entry exists only
   -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs. `waited` is 0 from
-  -- the submit until the run first parks on waits (a record without it is looked at).
-  local timed = r[16] ~= '0' and dropAllWaits(runId)
-  for i = 9, 13 do timed = timed or r[i] end -- deadlineAt, budgetLeft, startBy, runAt, timeoutMs
+  -- the submit until the run first parks on waits.
+  local timed = rec.waited == '1' and dropAllWaits(runId)
+  for _, f in ipairs(FINISH_TIMED) do timed = timed or rec[f] end
   if timed then
     redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
   end
@@ -389,15 +394,17 @@ end
 -- process. Takes one token if the bucket holds one; it refills at `rate` tokens per second
 -- up to `burst`. A full bucket is the same as no key, so the key expires once it would have
 -- refilled, and a refusal writes nothing.
--- Returns true | false, ms until a token is there.
-local function takeToken(bucket, rate, burst, now)
-  local b = redis.call('HMGET', bucket, 'tokens', 'at')
+-- `n` (optional, 1 if absent): how many tokens to take at once (the artifact upload bucket
+-- counts bytes). Returns true | false, ms until the tokens are there.
+local function takeToken(bucket, rate, burst, now, n)
+  n = n or 1
+  local b = readFields(bucket, { 'tokens', 'at' })
   local tokens = burst
-  if b[1] then
-    tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate / 1000)
+  if b.tokens then
+    tokens = math.min(burst, tonumber(b.tokens) + math.max(0, now - tonumber(b.at)) * rate / 1000)
   end
-  if tokens < 1 then return false, math.ceil((1 - tokens) * 1000 / rate) end
-  tokens = tokens - 1
+  if tokens < n then return false, math.ceil((n - tokens) * 1000 / rate) end
+  tokens = tokens - n
   redis.call('HSET', bucket, 'tokens', tostring(tokens), 'at', now)
   redis.call('PEXPIRE', bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
   return true

@@ -3,6 +3,7 @@
   KEYS  run, leases
   O     runId, fence
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @uses fenced, nowMs, chargeRunTime, enqueueJob
 local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { -2 } end
 local now = nowMs()

@@ -10,10 +10,11 @@
   KEYS  run, leases
   O     runId, dispatch (the number the sweeper looked up), jobAlive (bool)
   Returns: {0, dispatches JSON} ]]
+-- @uses nowMs, readFields, enqueueJob
 local runId, rk = O.runId, K.run
 local now = nowMs()
-local r = redis.call('HMGET', rk, 'status', 'dispatch', 'leaseLapsed', 'retryAt', 'runtime')
-local st = r[1]
+local rec = readFields(rk, { 'status', 'dispatch', 'leaseLapsed', 'retryAt', 'runtime' })
+local st = rec.status
 local out = {}
 if st ~= 'running' and st ~= 'dispatched' and st ~= 'retrying' then
   redis.call('ZREM', K.leases, runId)
@@ -26,16 +27,16 @@ if deadline > now then return { 0, '[]' } end
 if st == 'running' then
   -- The score moves on (enqueueJob), so a lapsed deadline is kept in the record: the claim
   -- takes the run over by it (a heartbeat that still comes removes it).
-  if not r[3] then redis.call('HSET', rk, 'leaseLapsed', deadline) end
-  enqueueJob(runId, r[5], now, 0, out)
+  if not rec.leaseLapsed then redis.call('HSET', rk, 'leaseLapsed', deadline) end
+  enqueueJob(runId, rec.runtime, now, 0, out)
   return { 0, cjson.encode(out) }
 end
-if r[2] ~= tostring(O.dispatch) then return { 0, '[]' } end -- another process repaired it
+if rec.dispatch ~= tostring(O.dispatch) then return { 0, '[]' } end -- another process repaired it
 if O.jobAlive then
   redis.call('ZADD', K.leases, now + O.graceMs, runId)
   return { 0, '[]' }
 end
 local delay = 0
-if st == 'retrying' then delay = math.max(0, tonumber(r[4] or '0') - now) end
-enqueueJob(runId, r[5], now, delay, out)
+if st == 'retrying' then delay = math.max(0, tonumber(rec.retryAt or '0') - now) end
+enqueueJob(runId, rec.runtime, now, delay, out)
 return { 0, cjson.encode(out) }

@@ -4,11 +4,12 @@
   KEYS  run, steps, meta, ready, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
   Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
+-- @uses readFields, knownTail, nowMs, statusEvent, tailInto, admit, flushPublished
 local runId, rk, stepKey = O.runId, K.run, O.stepKey
-local r = redis.call('HMGET', rk, 'status', 'blocked', 'logTail')
-if not r[1] then return { -1 } end
-if r[1] ~= 'blocked' or cjson.decode(r[2]).stepKey ~= stepKey then return { -8 } end
-knownTail(runId, r[3])
+local rec = readFields(rk, { 'status', 'blocked', 'logTail' })
+if not rec.status then return { -1 } end
+if rec.status ~= 'blocked' or cjson.decode(rec.blocked).stepKey ~= stepKey then return { -8 } end
+knownTail(runId, rec.logTail)
 local now = nowMs()
 if O.mode == 'value' then redis.call('HSET', K.steps, stepKey, O.value) end
 redis.call('HDEL', K.steps, stepKey .. '#started')

@@ -7,10 +7,11 @@
   O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
         tokenHash (the resume token route: the wait must hold this token)
   Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]
+-- @uses readFields, knownTail, nowMs, answerWait, wakeRun, flushPublished, int
 local runId, rk = O.runId, K.run
-local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent', 'logTail')
-if not r[1] then return { -1 } end
-knownTail(runId, r[4])
+local rec = readFields(rk, { 'status', 'runtime', 'agent', 'logTail' })
+if not rec.status then return { -1 } end
+knownTail(runId, rec.logTail)
 local text = redis.call('HGET', K.waits, O.waitKey)
 if not text then return { -9 } end
 if O.tokenHash and redis.call('HGET', K.waits, O.waitKey .. '#token') ~= O.tokenHash then return { -9 } end
@@ -19,6 +20,6 @@ if w.kind == 'sleep' then return { -9 } end
 local now = nowMs()
 answerWait(runId, O.waitKey, w.since, now, '"v":' .. O.value)
 local out = {}
-if r[1] == 'waiting' then wakeRun(runId, { key = O.waitKey, outcome = 'resumed' }, now, out) end
+if rec.status == 'waiting' then wakeRun(runId, { key = O.waitKey, outcome = 'resumed' }, now, out) end
 flushPublished()
-return { 0, cjson.encode(out), w.kind, int(w.since), r[2], r[3] }
+return { 0, cjson.encode(out), w.kind, int(w.since), rec.runtime, rec.agent }

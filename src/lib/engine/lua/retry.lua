@@ -4,19 +4,21 @@
   KEYS  run, leases
   O     runId, fence, delayMs, lastError (JSON text)
   Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @uses fenced, nowMs, knownTail, statusEvent, tailInto, setStatus, enqueueJob, flushPublished
 local runId, rk = O.runId, K.run
-local ok, r = fenced(rk, O.fence, 'runtime', 'attempt', 'maxAttempts', 'logTail', 'createdAt', 'claimedAt', 'runMs')
+local ok, rec = fenced(rk, O.fence, { 'runtime', 'attempt', 'maxAttempts', 'logTail', 'createdAt', 'claimedAt', 'runMs' })
 if not ok then return { -2 } end
 local now = nowMs()
 local retryAt = now + O.delayMs
-knownTail(runId, r[4])
-statusEvent(runId, { status = 'retrying', attempt = tonumber(r[2]),
-  maxAttempts = tonumber(r[3]), retryAt = retryAt, lastError = cjson.decode(O.lastError) })
+knownTail(runId, rec.logTail)
+statusEvent(runId, { status = 'retrying', attempt = tonumber(rec.attempt),
+  maxAttempts = tonumber(rec.maxAttempts), retryAt = retryAt, lastError = cjson.decode(O.lastError) })
 local write = { 'retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '' }
 tailInto(runId, write)
-setStatus(runId, r[1], 'running', 'retrying', now, { createdAt = r[5], claimedAt = r[6] or false, runMs = r[7] or '0', fields = write })
+setStatus(runId, rec.runtime, 'running', 'retrying', now,
+  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', fields = write })
 -- The run's entry in `leases` moves from its lease's deadline to its next job's.
 local out = {}
-enqueueJob(runId, r[1], now, O.delayMs, out)
+enqueueJob(runId, rec.runtime, now, O.delayMs, out)
 flushPublished()
 return { 0, retryAt, cjson.encode(out) }

@@ -13,6 +13,7 @@
   usageModels at most usageRows models; a call that would add one more is counted in the
   catch-all row (agent and model `_other`; in the run: model `_other`), so totals stay exact.
   Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
+-- @uses fenced, nowMs
 if not fenced(K.run, O.fence) then return { -2 } end
 if O.op == 'start' then
   redis.call('HSET', K.steps, O.stepKey .. '#started', nowMs())

@@ -18,6 +18,9 @@
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
          | {-14, the history's size} SESSION_HISTORY_FULL ]]
+-- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, knownTail, unheard, statusEvent
+-- @uses tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int, admit
+-- @uses joinQueue, cancelRun
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 

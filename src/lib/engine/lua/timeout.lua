@@ -6,19 +6,20 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+-- @uses readFields, TERMINAL, nowMs, timeOutRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'timeout:' .. runId
-local r = redis.call('HMGET', rk, 'status', 'deadlineAt')
-if not r[1] or TERMINAL[r[1]] or not r[2] then
+local rec = readFields(rk, { 'status', 'deadlineAt' })
+if not rec.status or TERMINAL[rec.status] or not rec.deadlineAt then
   redis.call('ZREM', K.timers, member)
   return { 0 }
 end
 local now = nowMs()
-if tonumber(r[2]) > now then
-  redis.call('ZADD', K.timers, r[2], member)
+if tonumber(rec.deadlineAt) > now then
+  redis.call('ZADD', K.timers, rec.deadlineAt, member)
   return { 0 }
 end
-if r[1] == 'running' then
+if rec.status == 'running' then
   redis.call('ZADD', K.timers, now + O.graceMs, member)
   return { 0 }
 end

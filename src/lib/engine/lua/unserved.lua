@@ -4,9 +4,10 @@
   KEYS  run, meta, ready, leases, timers
   O     runId, dispatch (the number the sweeper read), message (the error's)
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+-- @uses readFields, finishRun, flushPublished
 local runId, rk = O.runId, K.run
-local r = redis.call('HMGET', rk, 'status', 'dispatch')
-if r[1] ~= 'dispatched' or r[2] ~= tostring(O.dispatch) then return { 0 } end
+local rec = readFields(rk, { 'status', 'dispatch' })
+if rec.status ~= 'dispatched' or rec.dispatch ~= tostring(O.dispatch) then return { 0 } end
 local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
 local err = cjson.encode({ code = 'UNKNOWN_AGENT', message = O.message })
 local out = {}

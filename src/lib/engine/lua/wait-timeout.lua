@@ -5,18 +5,19 @@
   KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
+-- @uses readFields, TERMINAL, knownTail, nowMs, expireWaits, wakeRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'wait:' .. runId
-local r = redis.call('HMGET', rk, 'status', 'runtime', 'agent', 'logTail')
-if not r[1] or TERMINAL[r[1]] then
+local rec = readFields(rk, { 'status', 'runtime', 'agent', 'logTail' })
+if not rec.status or TERMINAL[rec.status] then
   redis.call('ZREM', K.timers, member)
   return { 0, '[]', '[]', '', '' }
 end
-knownTail(runId, r[4])
+knownTail(runId, rec.logTail)
 local now = nowMs()
 local done, nextAt = expireWaits(runId, now)
 local out = {}
-if #done > 0 and r[1] == 'waiting' then
+if #done > 0 and rec.status == 'waiting' then
   wakeRun(runId, { key = done[1].key, outcome = done[1].kind == 'sleep' and 'slept' or 'timed-out' }, now, out)
 elseif nextAt then
   redis.call('ZADD', K.timers, nextAt, member)
@@ -24,4 +25,4 @@ else
   redis.call('ZREM', K.timers, member)
 end
 flushPublished()
-return { 0, cjson.encode(out), cjson.encode(done), r[2], r[3] }
+return { 0, cjson.encode(out), cjson.encode(done), rec.runtime, rec.agent }

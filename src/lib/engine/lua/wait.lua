@@ -18,12 +18,14 @@
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
          | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
          | {-2} LEASE_LOST ]]
+-- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, releaseSlot
+-- @uses addEvent, tailInto, wakeRun, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
-local ok, r = fenced(rk, O.fence, 'runtime', 'deadlineAt', 'cancelRequested', 'logTail')
+local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail' })
 if not ok then return { -2 } end
 -- A waiting run would keep a cancel request nobody acts on until it is resumed.
-if r[3] == '1' then return { 1 } end
-knownTail(runId, r[4])
+if rec.cancelRequested == '1' then return { 1 } end
+knownTail(runId, rec.logTail)
 local now = nowMs()
 local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
 local reached, answered, fresh, dropped = {}, nil, {}, {}
@@ -62,7 +64,7 @@ if #done > 0 then
   answered = answered or { key = done[1].key, outcome = done[1].kind == 'sleep' and 'slept' or 'timed-out' }
 end
 
-setStatus(runId, r[1], 'running', 'waiting', now)
+setStatus(runId, rec.runtime, 'running', 'waiting', now)
 local pending, kinds, seen = {}, {}, {}
 flat = redis.call('HGETALL', K.waits)
 for i = 1, #flat, 2 do
@@ -72,15 +74,15 @@ for i = 1, #flat, 2 do
     if not seen[kind] then
       seen[kind] = true
       kinds[#kinds + 1] = kind
-      redis.call('HINCRBY', runtimeKey('stats', r[1]), 'wait:' .. kind, 1)
+      redis.call('HINCRBY', runtimeKey('stats', rec.runtime), 'wait:' .. kind, 1)
     end
   end
 end
 local write = { 'leaseOwner', '', 'waited', 1 }
 if #kinds > 0 then write[#write + 1] = 'waitKinds'; write[#write + 1] = cjson.encode(kinds) end
 redis.call('ZREM', K.leases, runId)
-if r[2] then
-  write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(r[2]) - now)
+if rec.deadlineAt then
+  write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(rec.deadlineAt) - now)
   redis.call('HDEL', rk, 'deadlineAt')
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
