@@ -5,24 +5,24 @@
   KEYS  run, meta, ready, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
--- @uses fenced, nowMs, knownTail, statusEvent, tailInto, setStatus, releaseSlot, fillSlots
--- @uses flushPublished
+-- @uses fenced, nowMs, knownTail, statusEvent, newWrite, put, drop, tailInto, setStatus
+-- @uses releaseSlot, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs' })
 if not ok then return { -2 } end
 local now = nowMs()
 knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'blocked', blocked = cjson.decode(O.blocked) })
-local write = { 'blocked', O.blocked, 'leaseOwner', '' }
+local w = newWrite('blocked', O.blocked, 'leaseOwner', '')
 local deadline = rec.deadlineAt
 if deadline then
-  write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(deadline) - now)
-  redis.call('HDEL', rk, 'deadlineAt')
+  put(w, 'budgetLeft', math.max(0, tonumber(deadline) - now))
+  drop(w, 'deadlineAt')
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
-tailInto(runId, write)
+tailInto(runId, w)
 setStatus(runId, rec.runtime, 'running', 'blocked', now,
-  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', fields = write })
+  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
 redis.call('ZREM', K.leases, runId)
 releaseSlot()
 local out = {}

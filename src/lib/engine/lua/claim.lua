@@ -23,8 +23,9 @@
                                       while no worker held it), expired, or failed (TIMEOUT, or
                                       RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then) ]]
--- @uses knownTail, nowMs, finishRun, CANCELLED_RESULT, flushPublished, expireRun, timeOutRun
--- @uses addEvent, chargedRunMs, statusEvent, tailInto, setStatus, sessionKey, historyWithin, int
+-- @uses knownTail, nowMs, finishRun, newWrite, CANCELLED_RESULT, flushPublished, expireRun
+-- @uses timeOutRun, put, addEvent, chargedRunMs, drop, statusEvent, tailInto, writeRecord
+-- @uses setStatus, sessionKey, historyWithin, int
 local runId, rk = O.runId, K.run
 -- The whole record, in one read: what the claim looks at and, with this call's writes
 -- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
@@ -57,7 +58,7 @@ end
 
 local out = {}
 if rec.cancelRequested == '1' then
-  finishRun(runId, 'cancelled', { 'result', CANCELLED_RESULT },
+  finishRun(runId, 'cancelled', newWrite('result', CANCELLED_RESULT),
     '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', nowMs(), out)
   flushPublished()
   return { 1, cjson.encode(out), 'cancelled' }
@@ -84,7 +85,7 @@ if recovered == 1 and rec.leaseOwner ~= '' then
       message = 'the workers running this run were lost ' .. lost
         .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
     local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
-    finishRun(runId, 'failed', { 'result', result, 'lastError', lastError },
+    finishRun(runId, 'failed', newWrite('result', result, 'lastError', lastError),
       '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', nowMs(), out)
     flushPublished()
     return { 1, cjson.encode(out), 'failed' }
@@ -96,13 +97,13 @@ end
 local fence = tonumber(rec.fence or '0') + 1
 local attempt = tonumber(rec.attempt or '0')
 local maxAttempts = tonumber(rec.maxAttempts or '1')
-local write, gone = {}, {}
+local w = newWrite()
 -- Only the workers know their agents, so an agent's default attempts land at the first claim.
 if attempt == 0 and rec.maxAttemptsSet ~= '1' and O.agentDefaults then
   local agentDefault = O.agentDefaults[rec.agent]
   if type(agentDefault) == 'number' then
     maxAttempts = agentDefault
-    write[#write + 1] = 'maxAttempts'; write[#write + 1] = maxAttempts
+    put(w, 'maxAttempts', maxAttempts)
   end
 end
 -- A run that was blocked and then resolved continues its interrupted attempt (the crash
@@ -120,50 +121,49 @@ else
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts }))
 end
 local now = nowMs()
-write[#write + 1] = 'claimedAt'; write[#write + 1] = now
+put(w, 'claimedAt', now)
 if recovered == 1 then
   -- A holder that died held the run until its last heartbeat (its lease's start); its
   -- claimedAt is replaced by this claim's.
   local charged = chargedRunMs(rec.claimedAt, rec.runMs, lapsedAt - O.leaseMs)
-  if charged then write[#write + 1] = 'runMs'; write[#write + 1] = charged end
+  if charged then put(w, 'runMs', charged) end
 end
-if resumed then gone[#gone + 1] = 'resumed' end
+if resumed then drop(w, 'resumed') end
 local deadline = tonumber(rec.deadlineAt or '0')
 if rec.timeoutMs and deadline == 0 then
   deadline = now + tonumber(rec.budgetLeft or rec.timeoutMs)
-  write[#write + 1] = 'deadlineAt'; write[#write + 1] = deadline
-  if rec.budgetLeft then gone[#gone + 1] = 'budgetLeft' end
+  put(w, 'deadlineAt', deadline)
+  if rec.budgetLeft then drop(w, 'budgetLeft') end
   redis.call('ZADD', K.timers, deadline, 'timeout:' .. runId)
 end
 if not rec.startedAt and rec.startBy then redis.call('ZREM', K.timers, 'ttl:' .. runId) end
-write[#write + 1] = 'fence'; write[#write + 1] = fence
-write[#write + 1] = 'leaseOwner'; write[#write + 1] = O.workerId
-if rec.leaseLapsed then gone[#gone + 1] = 'leaseLapsed' end
+put(w, 'fence', fence)
+put(w, 'leaseOwner', O.workerId)
+if rec.leaseLapsed then drop(w, 'leaseLapsed') end
 -- The run's entry in `leases` (its job's deadline until now) becomes its lease's deadline.
 redis.call('ZADD', K.leases, now + O.leaseMs, runId)
-local known = { createdAt = rec.createdAt, fields = write }
+local known = { createdAt = rec.createdAt, write = w }
 -- The record write carries the log's new tail, so the attempt's events go before it.
 local written
 if recovered == 1 then
   local n = redis.call('HINCRBY', rk, 'recoveries', 1)
   rec.recoveries = n
   statusEvent(runId, { status = 'recovered', attempt = attempt, maxAttempts = maxAttempts, recoveries = n })
-  tailInto(runId, write)
-  redis.call('HSET', rk, unpack(write))
-  written = write
+  tailInto(runId, w)
+  writeRecord(rk, w)
+  written = w.set
 elseif resumed then
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
-  tailInto(runId, write)
+  tailInto(runId, w)
   written = setStatus(runId, runtime, st, 'running', now, known)
 else
-  write[#write + 1] = 'attempt'; write[#write + 1] = attempt
-  if rec.retryAt then gone[#gone + 1] = 'retryAt' end
-  if not rec.startedAt then write[#write + 1] = 'startedAt'; write[#write + 1] = now end
+  put(w, 'attempt', attempt)
+  if rec.retryAt then drop(w, 'retryAt') end
+  if not rec.startedAt then put(w, 'startedAt', now) end
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
-  tailInto(runId, write)
+  tailInto(runId, w)
   written = setStatus(runId, runtime, st, 'running', now, known)
 end
-if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
 flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
 -- LRANGE from the tail walks only the messages it returns, whatever the session's length,
@@ -187,7 +187,7 @@ if tonumber(rec.attempt or '0') > 0 or recovered == 1 or resumed then steps = re
 -- The record as HGETALL would give it now (this call's writes applied, numbers as text);
 -- last, since everything above reads the record as it was.
 for i = 1, #written, 2 do rec[written[i]] = written[i + 1] end
-for _, f in ipairs(gone) do rec[f] = nil end
+for _, f in ipairs(w.gone) do rec[f] = nil end
 local record = {}
 for f, v in pairs(rec) do
   record[#record + 1] = f

@@ -75,6 +75,28 @@ local function int(n) return string.format('%d', n) end
 local function sessionKey(sessionId) return BASE .. 'session:' .. sessionId end
 local function runtimeKey(kind, runtime) return BASE .. kind .. ':' .. runtime end
 
+-- A record's writes, buffered so a call writes each record once: newWrite(name, value, ...)
+-- starts a buffer, put() and drop() add a field to set or to delete, and writeRecord() applies
+-- it with one HSET and one HDEL (each only when it has fields). setStatus (lib.lua) applies
+-- a buffer with its status move, in the same HSET.
+local function newWrite(...)
+  return { set = { ... }, gone = {} }
+end
+
+local function put(w, name, value)
+  w.set[#w.set + 1] = name
+  w.set[#w.set + 1] = value
+end
+
+local function drop(w, name)
+  w.gone[#w.gone + 1] = name
+end
+
+local function writeRecord(rk, w)
+  if #w.set > 0 then redis.call('HSET', rk, unpack(w.set)) end
+  if #w.gone > 0 then redis.call('HDEL', rk, unpack(w.gone)) end
+end
+
 -- `published`: the events of this call, published once at the end (one message per call)
 -- as {prev, events}: `prev` is the id of the stream entry before this batch ('0' if none),
 -- so a live reader can prove it missed no notification (else it re-reads the log).
@@ -110,14 +132,13 @@ local function lastAdded(runId)
   return batch.events[n][1]
 end
 
--- Adds `logTail` for the events this call added to a run's log so far to `write`, the
--- caller's next HSET of that run's record; flushPublished writes it only if events were
+-- Adds `logTail` for the events this call added to a run's log so far to `w`, the buffer of
+-- the caller's next write of that run's record; flushPublished writes it only if events were
 -- added after.
-local function tailInto(runId, write)
+local function tailInto(runId, w)
   local last = lastAdded(runId)
   if not last then return end
-  write[#write + 1] = 'logTail'
-  write[#write + 1] = last
+  put(w, 'logTail', last)
   published[runId].kept = last
 end
 
@@ -150,14 +171,13 @@ end
 -- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
 -- once (`appendedBatch` = `<fence>:<n>`, the last one applied), so a batch whose reply was
 -- lost and that arrives again is not written twice. Marks it applied by adding the field to
--- `write`, the caller's next HSET of the record.
-local function newBatch(fence, batch, applied, write)
+-- `w`, the buffer of the caller's next write of the record.
+local function newBatch(fence, batch, applied, w)
   if applied then
     local f, n = string.match(applied, '^(%d+):(%d+)$')
     if f == tostring(fence) and tonumber(n) >= batch then return false end
   end
-  write[#write + 1] = 'appendedBatch'
-  write[#write + 1] = tostring(fence) .. ':' .. batch
+  put(w, 'appendedBatch', tostring(fence) .. ':' .. batch)
   return true
 end
 

@@ -5,8 +5,8 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {0, dispatches JSON, 1 if it was queued now} ]]
--- @uses readFields, nowMs, knownTail, statusEvent, tailInto, setStatus, setStartBy, sessionKey
--- @uses joinQueue, admit, flushPublished
+-- @uses readFields, nowMs, knownTail, statusEvent, newWrite, tailInto, setStatus, setStartBy
+-- @uses sessionKey, joinQueue, admit, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'due:' .. runId
 local rec = readFields(rk, { 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs', 'createdAt', 'logTail' })
@@ -22,9 +22,9 @@ end
 redis.call('ZREM', K.timers, member)
 knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'queued', attempt = 0 })
-local write = {}
-tailInto(runId, write)
-setStatus(runId, rec.runtime, 'scheduled', 'queued', now, { createdAt = rec.createdAt, fields = write })
+local w = newWrite()
+tailInto(runId, w)
+setStatus(runId, rec.runtime, 'scheduled', 'queued', now, { createdAt = rec.createdAt, write = w })
 if rec.ttlMs then setStartBy(runId, tonumber(rec.ttlMs), now) end
 local out = {}
 local sk = sessionKey(rec.sessionId)

@@ -7,14 +7,15 @@
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
--- @uses fenced, FINISH_READ, knownTail, newBatch, addEvent, finishRun, flushPublished
+-- @uses fenced, FINISH_READ, newWrite, put, knownTail, newBatch, addEvent, finishRun
+-- @uses flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, FINISH_READ)
 if not ok then return { -2 } end
-local fields = { 'result', O.result }
-if O.lastError then fields[#fields + 1] = 'lastError'; fields[#fields + 1] = O.lastError end
+local w = newWrite('result', O.result)
+if O.lastError then put(w, 'lastError', O.lastError) end
 knownTail(runId, rec.logTail)
-if O.batch and newBatch(O.fence, O.batch, rec.appendedBatch, fields) then
+if O.batch and newBatch(O.fence, O.batch, rec.appendedBatch, w) then
   for i = 2, #ARGV, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
 end
 if O.turn then redis.call('RPUSH', K.messages, O.turn[1], O.turn[2]) end
@@ -23,6 +24,6 @@ if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
 -- Its time is that of its first event (nowMs in core.lua): no TIME.
-finishRun(runId, O.status, fields, endData, nil, out, rec, true)
+finishRun(runId, O.status, w, endData, nil, out, rec, true)
 flushPublished()
 return { 0, cjson.encode(out) }

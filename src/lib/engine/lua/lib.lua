@@ -27,12 +27,16 @@ end
 -- terminal one's what moved in (src/lib/engine/runtime-counts.ts). Fields named by a status
 -- alone also hold the counts kept before moves were counted, so those stay right.
 -- `known` (optional): fields the caller read already (`createdAt`; `claimedAt`, false when
--- absent, with `runMs` for the time charge), and `fields`, more record fields for the same HSET.
+-- absent, with `runMs` for the time charge), and `write`, the caller's buffer of the record's
+-- other writes (newWrite in core.lua), applied with the move: one HSET and at most one HDEL.
+-- Returns the fields the HSET wrote, as name/value pairs.
 local function setStatus(runId, runtime, from, to, now, known)
   local rk = runKey(runId)
   local fields = { 'status', to, 'updatedAt', now }
-  if known and known.fields then
-    for _, v in ipairs(known.fields) do fields[#fields + 1] = v end
+  local w = known and known.write
+  local gone = w and { unpack(w.gone) } or {}
+  if w then
+    for _, v in ipairs(w.set) do fields[#fields + 1] = v end
   end
   local charged
   if from == 'running' and to ~= 'running' then
@@ -45,7 +49,8 @@ local function setStatus(runId, runtime, from, to, now, known)
   end
   redis.call('HSET', rk, unpack(fields))
   -- A finished run keeps its last holder's claimedAt: nothing charges it again.
-  if charged and not TERMINAL[to] then redis.call('HDEL', rk, 'claimedAt') end
+  if charged and not TERMINAL[to] then gone[#gone + 1] = 'claimedAt' end
+  if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
   -- Runs by status (`status:<status>`), scored by creation time like the `runs` listing, so
   -- a listing filtered by status reads that index instead of every run of the scope. Kept
   -- here, where every status change passes, so a status added later is indexed as well.
@@ -278,8 +283,8 @@ local function expireWaits(runId, now)
 end
 
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
--- retention set. `fields` are extra run-record fields (result, lastError, ...). The record is
--- read once and written with one HSET and one HDEL.
+-- retention set. `w`: the record's other writes (result, lastError, ...; newWrite in core.lua).
+-- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind' }
 -- Fields a finished run keeps no more.
@@ -289,7 +294,7 @@ local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutM
 -- `rec` (optional): the record's FINISH_READ fields by name (readFields), when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
 -- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
-local function finishRun(runId, status, fields, endData, now, out, rec, held)
+local function finishRun(runId, status, w, endData, now, out, rec, held)
   local rk = runKey(runId)
   rec = rec or readFields(rk, FINISH_READ)
   knownTail(runId, rec.logTail)
@@ -297,13 +302,11 @@ local function finishRun(runId, status, fields, endData, now, out, rec, held)
   tailDone(runId)
   now = now or nowMs()
   local from = rec.status
-  local write = { 'finishedAt', now, 'leaseOwner', '' }
-  for _, v in ipairs(fields) do write[#write + 1] = v end
+  put(w, 'finishedAt', now)
+  put(w, 'leaseOwner', '')
+  for _, f in ipairs(FINISH_GONE) do if rec[f] then drop(w, f) end end
   setStatus(runId, rec.runtime, from, status, now,
-    { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', fields = write })
-  local gone = {}
-  for _, f in ipairs(FINISH_GONE) do if rec[f] then gone[#gone + 1] = f end end
-  if #gone > 0 then redis.call('HDEL', rk, unpack(gone)) end
+    { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
   redis.call('ZREM', K.leases, runId)
   -- `ready` holds runs only while every slot of the scope is taken, since each call that frees
   -- a slot fills it again: the end of a run that left the scope below its limit has nobody
@@ -330,19 +333,19 @@ end
 -- continue the attempt it was in. Its wait deadline entry goes; its next park sets it anew.
 local function wakeRun(runId, wait, now, out)
   statusEvent(runId, { status = 'queued', wait = wait })
-  local write = { 'resumed', 1 }
-  tailInto(runId, write)
-  redis.call('HSET', runKey(runId), unpack(write))
+  local w = newWrite('resumed', 1)
+  tailInto(runId, w)
+  writeRecord(runKey(runId), w)
   redis.call('ZREM', K.timers, 'wait:' .. runId)
   admit(runId, 'waiting', now, out)
 end
 
 -- A run given ttlMs must start by `startBy`; the sweeper ends it `expired` otherwise. With
--- `write` (the caller's next HSET of the record) the field goes there instead of an HSET.
-local function setStartBy(runId, ttlMs, now, write)
+-- `w` (the buffer of the caller's next write of the record) the field goes there instead of an HSET.
+local function setStartBy(runId, ttlMs, now, w)
   local startBy = now + ttlMs
-  if write then
-    write[#write + 1] = 'startBy'; write[#write + 1] = startBy
+  if w then
+    put(w, 'startBy', startBy)
   else
     redis.call('HSET', runKey(runId), 'startBy', startBy)
   end
@@ -355,14 +358,14 @@ local TIMEOUT_RESULT = '{"answer":"","finishReason":"timeout","toolCallsSeen":0}
 local TIMEOUT_ERROR = '{"code":"TIMEOUT","message":"the run used up its timeoutMs"}'
 
 local function expireRun(runId, now, out)
-  finishRun(runId, 'expired', { 'result', EXPIRED_RESULT, 'lastError', EXPIRED_ERROR },
+  finishRun(runId, 'expired', newWrite('result', EXPIRED_RESULT, 'lastError', EXPIRED_ERROR),
     '{"status":"expired","result":' .. EXPIRED_RESULT .. ',"error":' .. EXPIRED_ERROR .. '}', now, out)
 end
 
 -- Ends a run whose timeoutMs is used up while no worker runs it (between attempts, or at the
 -- claim of a takeover): nothing of an answer is at hand here, the worker that held it streamed it.
 local function timeOutRun(runId, now, out)
-  finishRun(runId, 'failed', { 'result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR },
+  finishRun(runId, 'failed', newWrite('result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR),
     '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now, out)
 end
 
@@ -385,7 +388,7 @@ local function cancelRun(runId, now, out)
   if st == 'queued' and redis.call('HGET', sk, 'active') ~= runId then
     redis.call('LREM', sk .. ':queue', 0, runId)
   end
-  finishRun(runId, 'cancelled', { 'result', CANCELLED_RESULT },
+  finishRun(runId, 'cancelled', newWrite('result', CANCELLED_RESULT),
     '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
   return 1
 end

@@ -4,7 +4,8 @@
   KEYS  run, steps, meta, ready, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
   Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
--- @uses readFields, knownTail, nowMs, statusEvent, tailInto, admit, flushPublished
+-- @uses readFields, knownTail, nowMs, statusEvent, newWrite, drop, tailInto, writeRecord, admit
+-- @uses flushPublished
 local runId, rk, stepKey = O.runId, K.run, O.stepKey
 local rec = readFields(rk, { 'status', 'blocked', 'logTail' })
 if not rec.status then return { -1 } end
@@ -13,12 +14,12 @@ knownTail(runId, rec.logTail)
 local now = nowMs()
 if O.mode == 'value' then redis.call('HSET', K.steps, stepKey, O.value) end
 redis.call('HDEL', K.steps, stepKey .. '#started')
-redis.call('HDEL', rk, 'blocked')
 statusEvent(runId, { status = 'queued', resolved = { stepKey = stepKey, mode = O.mode } })
 -- The next claim continues the interrupted attempt instead of counting a new one.
-local write = { 'resumed', 1 }
-tailInto(runId, write)
-redis.call('HSET', rk, unpack(write))
+local w = newWrite('resumed', 1)
+drop(w, 'blocked')
+tailInto(runId, w)
+writeRecord(rk, w)
 local out = {}
 admit(runId, 'blocked', now, out)
 flushPublished()

@@ -4,7 +4,8 @@
   KEYS  run, leases
   O     runId, fence, delayMs, lastError (JSON text)
   Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
--- @uses fenced, nowMs, knownTail, statusEvent, tailInto, setStatus, enqueueJob, flushPublished
+-- @uses fenced, nowMs, knownTail, statusEvent, newWrite, tailInto, setStatus, enqueueJob
+-- @uses flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'attempt', 'maxAttempts', 'logTail', 'createdAt', 'claimedAt', 'runMs' })
 if not ok then return { -2 } end
@@ -13,10 +14,10 @@ local retryAt = now + O.delayMs
 knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'retrying', attempt = tonumber(rec.attempt),
   maxAttempts = tonumber(rec.maxAttempts), retryAt = retryAt, lastError = cjson.decode(O.lastError) })
-local write = { 'retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '' }
-tailInto(runId, write)
+local w = newWrite('retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '')
+tailInto(runId, w)
 setStatus(runId, rec.runtime, 'running', 'retrying', now,
-  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', fields = write })
+  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
 -- The run's entry in `leases` moves from its lease's deadline to its next job's.
 local out = {}
 enqueueJob(runId, rec.runtime, now, O.delayMs, out)

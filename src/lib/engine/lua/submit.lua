@@ -18,9 +18,9 @@
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
          | {-14, the history's size} SESSION_HISTORY_FULL ]]
--- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, knownTail, unheard, statusEvent
--- @uses tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int, admit
--- @uses joinQueue, cancelRun
+-- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, newWrite, put, knownTail, unheard
+-- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
+-- @uses admit, joinQueue, cancelRun
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
@@ -66,31 +66,32 @@ end
 local dispatchNow = head and activeCount() < O.maxActive
 -- waited 0: the run never parked on waits, so its finish need not look for any.
 -- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
-local fields = { 'createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0, 'waited', 0, 'behind', 0 }
+local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
+  'waited', 0, 'behind', 0)
 local artifacts, agent = false, nil
-for i = 2, #ARGV do
-  fields[#fields + 1] = ARGV[i]
-  if i % 2 == 0 and ARGV[i] == 'artifactIds' then artifacts = true end
-  if i % 2 == 0 and ARGV[i] == 'agent' then agent = ARGV[i + 1] end
+for i = 2, #ARGV, 2 do
+  put(w, ARGV[i], ARGV[i + 1])
+  if ARGV[i] == 'artifactIds' then artifacts = true end
+  if ARGV[i] == 'agent' then agent = ARGV[i + 1] end
 end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A head's history changes only when it finishes: its claim needs not measure it again (claim.lua).
-if head then fields[#fields + 1] = 'historyMem'; fields[#fields + 1] = historyMem end
+if head then put(w, 'historyMem', historyMem) end
 -- A new run's log is empty. Its first event goes first, so the record write carries the tail.
 knownTail(runId, '0')
 unheard(runId)
 if scheduled then
-  fields[#fields + 1] = 'runAt'; fields[#fields + 1] = due
+  put(w, 'runAt', due)
   statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due })
 else
   -- Dispatched is internal: the API shows it as queued, and so does the stream.
   statusEvent(runId, { status = 'queued', attempt = 0 })
 end
-tailInto(runId, fields)
+tailInto(runId, w)
 -- A scheduled run gets its startBy when it is due (lua/due.lua).
-if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, fields) end
+if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, w) end
 -- The record is written by setStatus's HSET, with its status.
-local written = setStatus(runId, O.runtime, nil, status, now, { createdAt = now, fields = fields })
+local written = setStatus(runId, O.runtime, nil, status, now, { createdAt = now, write = w })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
 -- A run's agent and runtime never change, so they are indexed once, here (src/lib/engine/run-listing.ts).

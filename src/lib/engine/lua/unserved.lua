@@ -4,14 +4,14 @@
   KEYS  run, meta, ready, leases, timers
   O     runId, dispatch (the number the sweeper read), message (the error's)
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
--- @uses readFields, finishRun, flushPublished
+-- @uses readFields, finishRun, newWrite, flushPublished
 local runId, rk = O.runId, K.run
 local rec = readFields(rk, { 'status', 'dispatch' })
 if rec.status ~= 'dispatched' or rec.dispatch ~= tostring(O.dispatch) then return { 0 } end
 local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
 local err = cjson.encode({ code = 'UNKNOWN_AGENT', message = O.message })
 local out = {}
-finishRun(runId, 'failed', { 'result', result, 'lastError', err },
+finishRun(runId, 'failed', newWrite('result', result, 'lastError', err),
   '{"status":"failed","result":' .. result .. ',"error":' .. err .. '}', nil, out)
 flushPublished()
 return { 1, cjson.encode(out), redis.call('HGETALL', rk) }

@@ -18,8 +18,8 @@
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
          | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
          | {-2} LEASE_LOST ]]
--- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, releaseSlot
--- @uses addEvent, tailInto, wakeRun, fillSlots, flushPublished
+-- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, newWrite, put
+-- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail' })
 if not ok then return { -2 } end
@@ -78,12 +78,12 @@ for i = 1, #flat, 2 do
     end
   end
 end
-local write = { 'leaseOwner', '', 'waited', 1 }
-if #kinds > 0 then write[#write + 1] = 'waitKinds'; write[#write + 1] = cjson.encode(kinds) end
+local w = newWrite('leaseOwner', '', 'waited', 1)
+if #kinds > 0 then put(w, 'waitKinds', cjson.encode(kinds)) end
 redis.call('ZREM', K.leases, runId)
 if rec.deadlineAt then
-  write[#write + 1] = 'budgetLeft'; write[#write + 1] = math.max(0, tonumber(rec.deadlineAt) - now)
-  redis.call('HDEL', rk, 'deadlineAt')
+  put(w, 'budgetLeft', math.max(0, tonumber(rec.deadlineAt) - now))
+  drop(w, 'deadlineAt')
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
 if nextAt then redis.call('ZADD', K.timers, nextAt, 'wait:' .. runId) else redis.call('ZREM', K.timers, 'wait:' .. runId) end
@@ -96,8 +96,8 @@ for _ in pairs(pending) do count = count + 1 end
 local event = '{"status":"waiting","waits":[' .. table.concat(entries, ',') .. '],"pending":' .. count
 if #dropped > 0 then event = event .. ',"dropped":' .. cjson.encode(dropped) end
 addEvent(runId, 'status', event .. '}')
-tailInto(runId, write)
-redis.call('HSET', rk, unpack(write))
+tailInto(runId, w)
+writeRecord(rk, w)
 local out = {}
 if answered then wakeRun(runId, answered, now, out) end
 fillSlots(now, out)
