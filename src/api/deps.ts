@@ -1,28 +1,33 @@
-import type { Redis } from 'ioredis';
-import type { RuntimeAdmin } from '../lib/tenancy/admin.ts';
-import type { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
-import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
-import type { Config } from '../lib/config.ts';
-import type { RunStreams } from '../lib/streams/run-streams.ts';
-import type { OpenStreams } from '../lib/streams/open-streams.ts';
-import type { ReadinessCheck } from '../lib/ops/health.ts';
-import type { Keys } from '../lib/keys.ts';
+import { parseBootstrapKeys, type Config } from '../lib/config.ts';
+import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
+import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
+import { submitLimit } from '../lib/tenancy/rate-limit.ts';
+import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
+import { UsageReader } from '../lib/tenancy/usage.ts';
+import { EventHub } from '../lib/streams/hub.ts';
+import { RunStreams } from '../lib/streams/run-streams.ts';
+import { OpenStreams } from '../lib/streams/open-streams.ts';
+import { redisCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
-import type { RunStore } from '../lib/engine/store.ts';
+import type { Resources } from '../lib/resources.ts';
+import { RunStore } from '../lib/engine/store.ts';
 import type { SchemaGuard } from '../lib/engine/schema-guard.ts';
-import type { SubmitLimit } from '../lib/engine/transitions.ts';
-import type { WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
+import { Submissions } from '../lib/engine/submissions.ts';
 import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
-import type { WaitStore } from '../lib/engine/wait-store.ts';
+import { WaitStore } from '../lib/engine/wait-store.ts';
 import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 
-/** What the HTTP layer needs from the process that hosts it. */
+/**
+ * What the HTTP layer needs from the process that hosts it: the domain objects routes call
+ * (one call each), and what the middleware and the ops routes read. No connection: a route
+ * reaches Redis only through a domain call.
+ */
 export interface AppDeps {
   config: Config;
-  redis: Redis;
-  keys: Keys;
   store: RunStore;
+  /** Submits, with every check a submit makes (the submit route's one call). */
+  submissions: Submissions;
   apiKeys: ApiKeyStore;
   /** Read-only tokens for browser pages, accepted by the routes of access `stream`. */
   streamTokens: StreamTokenStore;
@@ -35,9 +40,8 @@ export interface AppDeps {
   /** What /readyz requires: Redis, plus the readiness of a worker hosted in this process. */
   checks: readonly ReadinessCheck[];
   admin: RuntimeAdmin;
-  registry: WorkerRegistry;
-  /** The scope's submit rate limit (undefined: off), taken by the submit script. */
-  submitLimit: SubmitLimit | undefined;
+  /** Model usage of a scope and of a run. */
+  usage: UsageReader;
   /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
   schemaGuard: SchemaGuard;
   /** Where input artifacts are stored. */
@@ -46,4 +50,52 @@ export interface AppDeps {
   waits: WaitStore;
   /** Shows pending waits' resume tokens to keys of their scope. */
   waitTokens: WaitTokens;
+}
+
+/**
+ * The API's parts, built once on a process's composition root (openResources): `baton api`,
+ * `baton start` and createBatonRouter all wire the HTTP layer here. `checks`: the readiness
+ * of other components of the process (a co-hosted worker), added to /readyz.
+ */
+export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] = []): Promise<AppDeps> {
+  const { config: c, redis, keys, metrics, transitions, registry } = res;
+  const log = res.log.child({ component: 'api' });
+  const store = new RunStore(redis, keys, c, transitions, {
+    submitted(run) {
+      metrics.runSubmitted(run);
+      // The API exports the queue depth and waiting runs of every registered runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
+      res.watchRuntime(run.runtime);
+    },
+    cancelled: (run) => metrics.runFinished(run, 'cancelled'),
+    deadline: (scope, member, at) => res.sweeper.soon(scope, member, at),
+  }, res.schemaGuard);
+  const waits = new WaitStore(redis, keys, transitions, (scope, runId) => store.get(scope, runId), res.schemaGuard, {
+    resumed: (wait) => metrics.waitEnded(wait.runtime, wait, 'resumed'),
+  });
+  const apiKeys = new ApiKeyStore(redis, keys);
+  for (const k of parseBootstrapKeys(c.BATON_BOOTSTRAP_KEYS ?? '')) await apiKeys.ensure(k.scope, k.role, k.key);
+  // Runtimes become label values of the API's metrics once their workers are seen live.
+  registry.onLive((runtime, agents) => {
+    metrics.registerRuntime(runtime, agents);
+    res.watchRuntime(runtime);
+  });
+  const streamTokens = new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS, c.STREAM_TOKEN_MINT_PER_MIN);
+  return {
+    config: c, store, log, metrics, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts, streamTokens,
+    submissions: new Submissions({
+      config: c, store, artifacts: res.artifacts, registry, streamTokens, schemaGuard: res.schemaGuard, limit: submitLimit(c),
+    }),
+    waits, waitTokens: res.waitTokens,
+    streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
+    openStreams: new OpenStreams({
+      perKey: c.SSE_MAX_PER_KEY, perToken: c.SSE_MAX_PER_TOKEN, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,
+      // Every keep-alive period, one pipeline for all keys with open streams.
+      recheckMs: c.SSE_KEEPALIVE_MS,
+      stillValid: (ids) => apiKeys.existing(ids),
+      onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
+    }),
+    admin: new RuntimeAdmin(redis, keys, transitions, registry),
+    usage: new UsageReader(redis, keys, c),
+    checks: [redisCheck(redis), ...checks],
+  };
 }

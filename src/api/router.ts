@@ -4,11 +4,11 @@ import type { Registry } from 'prom-client';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
-import { Metrics } from '../lib/ops/metrics.ts';
+import type { Metrics } from '../lib/ops/metrics.ts';
 import type { Redis } from '../lib/redis.ts';
 import { openResources, type Resources } from '../lib/resources.ts';
 import { createApp } from './app.ts';
-import { apiDeps } from './server.ts';
+import { apiDeps } from './deps.ts';
 
 export interface BatonRouterOptions {
   /** Settings, as `loadConfig(env)` makes them; default: from process.env. PORT and HOST are unused (the host app listens). */
@@ -58,16 +58,9 @@ export async function createBatonRouter(o: BatonRouterOptions = {}): Promise<Bat
   if (!redisUrl) throw new ConfigError('createBatonRouter needs a Redis: pass redisUrl or set REDIS_URL');
   // Not a child with `component`: apiDeps adds it to the API's lines, and only there.
   const log = o.log ?? createLogger(c.LOG_LEVEL);
-  const metrics = new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT, defaultMetrics: !o.registry });
-  // Checked before anything is registered or connected: a name clash (two routers on one
-  // registry) fails here and leaves the host's registry as it was.
-  if (o.registry) {
-    const names = metrics.registry.getMetricsAsArray().map((m) => m.name);
-    const taken = names.filter((name) => o.registry!.getSingleMetric(name));
-    if (taken.length) throw new Error(`the registry already has Baton's metrics (${taken.join(', ')}): one router per registry`);
-    for (const name of names) o.registry.registerMetric(metrics.registry.getSingleMetric(name)!);
-  }
-  const resources = await openResources({ config: c, redisUrl, log, metrics, role: 'api' });
+  // Baton's metrics go into the host's registry when given (one router per registry: a clash
+  // is refused before anything is registered or connected), else into one of its own.
+  const resources = await openResources({ config: c, redisUrl, log, hostRegistry: o.registry, role: 'api' });
   let app: express.Express;
   try {
     app = createApp(await apiDeps(resources, o.checks));
@@ -92,7 +85,7 @@ export async function createBatonRouter(o: BatonRouterOptions = {}): Promise<Bat
   });
   router.use(app);
   return {
-    router, metrics, redis: resources.redis, resources,
+    router, metrics: resources.metrics, redis: resources.redis, resources,
     close() {
       closing ??= (async () => {
         for (const res of open) res.destroy();

@@ -1,7 +1,4 @@
 import { BatonError } from '../lib/errors.ts';
-import { assertValidOutputSchema } from '../lib/engine/output-schema.ts';
-import { assertAttachmentsExist } from '../lib/artifacts/resolve.ts';
-import { readStepsPage } from '../lib/engine/step-list.ts';
 import { presentRun, presentStreamToken } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
@@ -56,22 +53,19 @@ export const runRoutes: RouteSpec[] = [
       if (streaming && streamToken) {
         throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.streamToken', message: 'a submit that streams its events needs no stream token' }]);
       }
-      if (body.outputSchema !== undefined) await assertValidOutputSchema(body.outputSchema, d.schemaGuard, scope, signal);
-      await assertAttachmentsExist(d.artifacts, scope, body.input.artifacts, d.config.ARTIFACT_INLINE_MAX_BYTES);
-      const warnings = await d.registry.admissionWarnings(body.runtime, body.agent, d.config.AGENT_GRACE_MS);
-      // A stream over its caps is refused before the run is made.
-      const sse = streaming ? admitStream(d, http.res, scope, { credential: key!.id, keyId: key!.id }) : undefined;
-      // The rate limit is taken in the submit itself, after every check that can refuse it:
-      // bad input, a refused submit or a replay spends no token (lua/submit.lua).
-      const { run, created } = await d.store.submit({ scope, ...body }, { limit: d.submitLimit });
+      const { run, created, warnings, streamToken: minted, admitted: sse } = await d.submissions.submit({ scope, ...body }, {
+        signal,
+        // A stream over its caps is refused before the run is made.
+        admit: streaming ? () => admitStream(d, http.res, scope, { credential: key!.id, keyId: key!.id }) : undefined,
+        streamTokenFor: streamToken ? key!.id : undefined,
+      });
       if (sse) {
         const headers: Record<string, string> = { Location: `${basePath(scope)}/runs/${run.id}`, 'Baton-Run-Id': run.id };
         if (warnings.length) headers['Baton-Warnings'] = JSON.stringify(warnings);
         await serveEvents(http.req, http.res, d.streams, { scope, runId: run.id, afterId: '0', fresh: created }, { ...sse, status: created ? 202 : 200, headers });
         return undefined;
       }
-      // A page that shows the answer gets its token with the run: no second request before it can stream.
-      const token = streamToken ? presentStreamToken(await d.streamTokens.mint(scope, { runId: run.id }, key!.id, { limited: false }), { runId: run.id }) : undefined;
+      const token = minted ? presentStreamToken(minted, { runId: run.id }) : undefined;
       const extra = { ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}) };
       return { status: created ? 202 : 200, body: { ...presentRun(run, basePath(scope)), ...extra } };
     },
@@ -144,8 +138,7 @@ export const runRoutes: RouteSpec[] = [
     params: runParams, query: stepsQuery,
     ok: { 200: { description: 'the steps, in the order they started', schema: res.stepsResponse } }, errors: ['RUN_NOT_FOUND'],
     async handler({ params: { scope, runId }, query }, d) {
-      const page = await readStepsPage(d.redis, d.keys, scope, runId, { ...query, maxBytes: d.config.PAGE_MAX_BYTES - 64 });
-      if (!page) throw new BatonError('RUN_NOT_FOUND');
+      const page = await d.store.steps(scope, runId, query);
       const steps = page.steps.map((s) => ({ ...s, startedAt: iso(s.startedAt), finishedAt: iso(s.finishedAt) }));
       return { body: { steps, nextCursor: page.nextCursor } };
     },

@@ -1,5 +1,3 @@
-import { BatonError } from '../lib/errors.ts';
-import { runUsage, scopeUsage } from '../lib/tenancy/usage.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
 import { runParams, scopeParams, usageQuery } from './schemas.ts';
@@ -15,7 +13,7 @@ export const usageRoutes: RouteSpec[] = [
     access: 'admin', params: scopeParams, query: usageQuery,
     ok: { 200: { description: 'usage', schema: res.usageResponse } },
     async handler({ params: { scope }, query: { from, to, limit, cursor } }, d) {
-      return { body: await scopeUsage(d.redis, d.keys, scope, from, to, { limit, cursor, maxBytes: d.config.PAGE_MAX_BYTES - 512 }) };
+      return { body: await d.usage.scope(scope, from, to, { limit, cursor }) };
     },
   }),
   route({
@@ -24,9 +22,7 @@ export const usageRoutes: RouteSpec[] = [
     access: 'client', params: runParams,
     ok: { 200: { description: 'the run’s usage', schema: res.runUsageResponse } }, errors: ['RUN_NOT_FOUND'],
     async handler({ params: { scope, runId } }, d) {
-      const usage = await runUsage(d.redis, d.keys, scope, runId, d.config.MODEL_PRICES);
-      if (!usage) throw new BatonError('RUN_NOT_FOUND');
-      return { body: usage };
+      return { body: await d.usage.run(scope, runId) };
     },
   }),
 ];

@@ -8,15 +8,19 @@ import { Transitions } from './engine/transitions.ts';
 import { WaitTokens } from './engine/wait-tokens.ts';
 import { createKeys, type Keys } from './keys.ts';
 import type { Logger } from './logger.ts';
-import { Metrics } from './ops/metrics.ts';
+import type { Registry } from 'prom-client';
+import { Metrics, QUEUE_STATES } from './ops/metrics.ts';
+import { waitingRuns } from './ops/waiting-runs.ts';
 import { createRedis, waitReady, type Redis } from './redis.ts';
+import { WorkerRegistry } from './tenancy/worker-registry.ts';
 
 /**
  * The composition root of one Baton process: its Redis connections, key builder, metrics
- * registry, dispatcher, transitions gateway and sweeper, made once and closed once.
- * `baton start` hosts the API and a worker on one of these; `baton api` and `baton worker`
- * each open their own. Domain code receives what it needs from here, never from the
- * environment.
+ * registry, dispatcher, transitions gateway, sweeper, worker registry and queue watchers,
+ * made once and closed once. `baton start` hosts the API and a worker on one of these;
+ * `baton api` and `baton worker` each open their own. The API's parts (apiDeps, api/deps.ts)
+ * and a worker's own (its leases, executor and presence, startWorker) are built from it and
+ * from nothing else: domain code receives what it needs from here, never from the environment.
  */
 export interface Resources {
   readonly config: Config;
@@ -38,6 +42,14 @@ export interface Resources {
   readonly schemaGuard: SchemaGuard;
   /** Derives the resume tokens of waits (workers record their digests, the API shows and checks them). */
   readonly waitTokens: WaitTokens;
+  /** The process's one reader of the worker registry (the API's listings and warnings, a worker's readiness). */
+  readonly registry: WorkerRegistry;
+  /**
+   * Exports `runtime`'s queue depth and waiting runs at every scrape (once per runtime; a
+   * runtime past METRICS_LABEL_LIMIT is not read): a worker's own runtime, and on the API the
+   * runtimes it submitted to or saw live.
+   */
+  watchRuntime(runtime: string): void;
   /** Stops the sweeper, closes the queues, the connections and the schema thread. Idempotent. */
   close(): Promise<void>;
 }
@@ -48,6 +60,12 @@ export interface ResourceOptions {
   log: Logger;
   /** A registry to share (an application's own); else one is made for this process. */
   metrics?: Metrics;
+  /**
+   * A host app's prom-client registry (without `metrics`): Baton's metrics are registered in
+   * it, with no process metrics (those are the host's). One Baton per registry: a name
+   * already there is refused before anything is registered or connected.
+   */
+  hostRegistry?: Registry;
   /** An S3-like store for input artifacts; default: Redis, under each scope. */
   artifacts?: ArtifactStore;
   /** What the process is (`api`, `worker`, `start`): its connections are named `<role>-cmd`, `-bull`, `-sub`. */
@@ -56,7 +74,7 @@ export interface ResourceOptions {
 
 export async function openResources(o: ResourceOptions): Promise<Resources> {
   const { config: c, redisUrl: url, log } = o;
-  const metrics = o.metrics ?? new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT });
+  const metrics = o.metrics ?? processMetrics(c, o.hostRegistry);
   const keys = createKeys(c.BATON_KEY_PREFIX);
   const events = metrics.redisEvents;
   const redis = createRedis({ url, name: `${o.role}-cmd`, logger: log, events });
@@ -86,9 +104,17 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   sweeper.start();
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE });
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
+  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  const countJobs = (runtime: string) => dispatcher.jobCounts(runtime, QUEUE_STATES);
+  const countWaiting = (runtime: string) => waitingRuns(redis, keys, runtime);
+  const watchRuntime = (runtime: string) => {
+    metrics.watchQueue(runtime, countJobs);
+    metrics.watchWaiting(runtime, countWaiting);
+  };
   let closing: Promise<void> | undefined;
   return {
     config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard, artifacts, waitTokens,
+    registry, watchRuntime,
     close() {
       closing ??= (async () => {
         await sweeper.stop();
@@ -99,4 +125,19 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
       return closing;
     },
   };
+}
+
+/**
+ * The process's metrics registry, or Baton's metrics in a host app's registry. Checked before
+ * anything is registered: a name clash (two Batons on one registry) fails here and leaves the
+ * host's registry as it was.
+ */
+function processMetrics(c: Config, host: Registry | undefined): Metrics {
+  const metrics = new Metrics({ scopeLabel: c.METRICS_SCOPE_LABEL, labelLimit: c.METRICS_LABEL_LIMIT, defaultMetrics: !host });
+  if (!host) return metrics;
+  const names = metrics.registry.getMetricsAsArray().map((m) => m.name);
+  const taken = names.filter((name) => host.getSingleMetric(name));
+  if (taken.length) throw new Error(`the registry already has Baton's metrics (${taken.join(', ')}): one router per registry`);
+  for (const name of names) host.registerMetric(metrics.registry.getSingleMetric(name)!);
+  return metrics;
 }

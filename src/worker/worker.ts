@@ -6,13 +6,13 @@ import { redisCheck, workerCheck, type ReadinessCheck } from '../lib/ops/health.
 import { newWorkerId } from '../lib/ids.ts';
 import { LeaseKeeper } from '../lib/engine/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
-import { QUEUE_STATES, type Metrics } from '../lib/ops/metrics.ts';
-import { waitingRuns } from '../lib/ops/waiting-runs.ts';
+import type { Metrics } from '../lib/ops/metrics.ts';
+import { composeHooks } from '../lib/hooks.ts';
 import type { Redis } from '../lib/redis.ts';
 import { openResources, type Resources } from '../lib/resources.ts';
 import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
 import { withTimeout } from '../lib/timeout.ts';
-import { WorkerPresence, WorkerRegistry } from '../lib/tenancy/worker-registry.ts';
+import { WorkerPresence } from '../lib/tenancy/worker-registry.ts';
 import { startOpsServer, type OpsServer } from './ops-server.ts';
 import { Slots } from './slots.ts';
 
@@ -23,6 +23,7 @@ export type WorkerOptions = (
   | { config: Config; redisUrl: string; log: Logger; metrics?: Metrics }
 ) & {
   agents: ReadonlyMap<string, Agent>;
+  /** The caller's own hooks on the executor (tests observe it through them), called after the metrics'. */
   events?: ExecutorEvents;
   /**
    * Serve /metrics, /healthz, /readyz on METRICS_PORT. Default: on for a standalone worker
@@ -65,7 +66,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   if (o.agents.size === 0) throw new Error('a worker needs at least one agent');
   const res = 'resources' in o ? o.resources : await openResources({ ...o, role: 'worker' });
   const owned = !('resources' in o);
-  const { config: c, redis, keys, metrics, dispatcher, transitions } = res;
+  const { config: c, redis, keys, metrics, dispatcher, transitions, registry } = res;
   const runtime = c.RUNTIME;
   const workerId = newWorkerId(runtime);
   const log = res.log.child({ workerId, runtime });
@@ -73,13 +74,12 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   await leases.start();
   const executor = new RunExecutor({
     redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
-    events: bothEvents(metrics.executorEvents(runtime), o.events),
+    events: composeHooks<ExecutorEvents>(metrics.executorEvents(runtime), o.events),
     waitTokens: res.waitTokens,
     wakeAt: (scope, runId, at) => res.sweeper.soon(scope, `wait:${runId}`, at),
   });
   metrics.initRuntime(runtime, o.agents.keys());
-  metrics.watchQueue(runtime, (rt) => dispatcher.jobCounts(rt, QUEUE_STATES));
-  metrics.watchWaiting(runtime, (rt) => waitingRuns(redis, keys, rt));
+  res.watchRuntime(runtime);
   const stopInFlight = metrics.watchInFlight(runtime, () => leases.size);
   // Registered before the first claim: the API accepts this worker's agents from now on.
   const presence = new WorkerPresence(
@@ -127,7 +127,6 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
 
   let closing: Promise<void> | undefined;
   let ops: OpsServer | undefined;
-  const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   const checks = [redisCheck(redis), workerCheck({
     // Any of its queues: the worker's BullMQ workers are all named after it.
     queue: dispatcher.queue(runtime, [...o.agents.keys()][0]),
@@ -181,19 +180,4 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   }
   log.info({ concurrency: c.WORKER_CONCURRENCY, agents: [...o.agents.keys()], ops: ops?.url }, 'worker started');
   return handle;
-}
-
-/** The metrics hooks plus a caller's own (tests observe the executor through them). */
-function bothEvents(a: ExecutorEvents, b: ExecutorEvents | undefined): ExecutorEvents {
-  if (!b) return a;
-  return {
-    started: (run, recovered) => { a.started?.(run, recovered); b.started?.(run, recovered); },
-    finished: (run, status) => { a.finished?.(run, status); b.finished?.(run, status); },
-    retried: (run) => { a.retried?.(run); b.retried?.(run); },
-    blocked: (run) => { a.blocked?.(run); b.blocked?.(run); },
-    waiting: (run, park) => { a.waiting?.(run, park); b.waiting?.(run, park); },
-    appended: (run, events, tokens) => { a.appended?.(run, events, tokens); b.appended?.(run, events, tokens); },
-    hit: (kind) => { a.hit?.(kind); b.hit?.(kind); },
-    miss: (kind) => { a.miss?.(kind); b.miss?.(kind); },
-  };
 }

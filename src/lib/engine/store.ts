@@ -8,6 +8,7 @@ import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
+import { readStepsPage, type StepView } from './step-list.ts';
 import type { Multitask, Resolution, SubmitLimit, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
@@ -17,6 +18,8 @@ export type { Multitask };
 export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToken'> & { scope: string; runtime: string; agent: string };
 
 export interface SubmitResult { run: RunRecord; created: boolean }
+
+export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 
 /** Hooks for metrics: transitions the API process itself makes. */
 export interface RunStoreEvents {
@@ -51,9 +54,18 @@ export class RunStore {
     private readonly schemaGuard?: SchemaGuard,
   ) {}
 
-  /** `o.limit`: the scope's submit rate limit, taken by the run it makes (the API passes it). */
+  /**
+   * Checks the output schema, then makes the run (create). `o.limit`: the scope's submit rate
+   * limit, taken by the run it makes. The API submits through Submissions, which checks the
+   * schema with its other checks and calls create.
+   */
   async submit(req: SubmitRequest, o: { limit?: SubmitLimit } = {}): Promise<SubmitResult> {
     if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard, req.scope);
+    return this.create(req, o);
+  }
+
+  /** Makes the run of a submit whose output schema was checked (submit, Submissions). */
+  async create(req: SubmitRequest, o: { limit?: SubmitLimit } = {}): Promise<SubmitResult> {
     const due = req.runAt !== undefined ? Date.parse(req.runAt) : req.delayMs !== undefined ? Date.now() + req.delayMs : undefined;
     if (due !== undefined && due > Date.now()) await this.assertScheduledRoom(req);
     const runId = newRunId();
@@ -154,6 +166,17 @@ export class RunStore {
    */
   list(scope: string, opts: ListOptions): Promise<RunsListing> {
     return listRuns(this.redis, this.keys, scope, { maxBytes: this.config.PAGE_MAX_BYTES, ...opts });
+  }
+
+  /**
+   * A page of a run's memoized steps, in the order they started, of at most `limit` steps and
+   * PAGE_MAX_BYTES of values (step-list.ts); RUN_NOT_FOUND when the run does not exist.
+   */
+  async steps(scope: string, runId: string, opts: { limit: number; cursor?: number }): Promise<StepsPage> {
+    // The answer's own bytes besides the steps: its envelope.
+    const page = await readStepsPage(this.redis, this.keys, scope, runId, { ...opts, maxBytes: this.config.PAGE_MAX_BYTES - 64 });
+    if (!page) throw new BatonError('RUN_NOT_FOUND');
+    return page;
   }
 
   /**

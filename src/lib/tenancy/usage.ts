@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
-import type { ModelPrice } from '../config.ts';
+import type { Config, ModelPrice } from '../config.ts';
+import { BatonError } from '../errors.ts';
 import type { ScopeUsage, UsageRow } from '../contract/admin.ts';
 import type { ModelUsage, RunUsage, UsageTotals } from '../contract/runs.ts';
 
@@ -141,3 +142,25 @@ const totals = (inputTokens: number, outputTokens: number, modelCalls: number): 
 
 /** To a billionth of a dollar: a token costs about a millionth, and float sums leave dust (0.30000000000000004). */
 const roundUsd = (usd: number): number => Math.round(usd * 1e9) / 1e9;
+
+/**
+ * Usage as the API shows it: a scope's by day (pages of at most PAGE_MAX_BYTES, less the
+ * answer's envelope), and a run's priced by MODEL_PRICES (RUN_NOT_FOUND when there is no such run).
+ */
+export class UsageReader {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Pick<Config, 'PAGE_MAX_BYTES' | 'MODEL_PRICES'>,
+  ) {}
+
+  scope(scope: string, from: string, to: string, page: { limit: number; cursor?: string }): Promise<ScopeUsage> {
+    return scopeUsage(this.redis, this.keys, scope, from, to, { ...page, maxBytes: this.config.PAGE_MAX_BYTES - 512 });
+  }
+
+  async run(scope: string, runId: string): Promise<RunUsage> {
+    const usage = await runUsage(this.redis, this.keys, scope, runId, this.config.MODEL_PRICES);
+    if (!usage) throw new BatonError('RUN_NOT_FOUND');
+    return usage;
+  }
+}

@@ -63,24 +63,38 @@ function parseRegistrations(raw: Record<string, string>): WorkerRegistration[] {
   return out;
 }
 
-/** The API's read side of the registry. */
+/** Told of a runtime found with live workers, and the agents they offer. */
+export type LiveListener = (runtime: string, agents: string[]) => void;
+
+/** The read side of the registry: one per process (the API's listings and warnings, a worker's readiness). */
 export class WorkerRegistry {
   /** runtime + agent -> local time until which "a live worker offers it" is taken as known. */
   private readonly offered = new Map<string, number>();
+  /** Told of each runtime found with live workers, and their agents (the API's metrics labels follow it). */
+  private readonly liveListeners: LiveListener[] = [];
 
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
     /** LEASE_MS: how long after its last beat a worker still counts as live. */
     private readonly liveMs: number,
-    /** Told of each runtime found with live workers, and their agents (metrics labels follow it). */
-    private readonly onLive?: (runtime: string, agents: string[]) => void,
   ) {}
+
+  /** Adds a listener told of each runtime this registry finds with live workers. */
+  onLive(listener: LiveListener): void {
+    this.liveListeners.push(listener);
+  }
+
+  private seenLive(runtime: string, live: readonly WorkerRegistration[]): void {
+    if (!live.length) return;
+    const agents = live.flatMap((w) => w.agents);
+    for (const listener of this.liveListeners) listener(runtime, agents);
+  }
 
   async liveWorkers(runtime: string): Promise<WorkerRegistration[]> {
     const [now, raw] = await Promise.all([redisNowMs(this.redis), this.redis.hgetall(this.keys.runtimeWorkers(runtime))]);
     const live = parseRegistrations(raw).filter((w) => w.beatAt + this.liveMs > now);
-    if (live.length) this.onLive?.(runtime, live.flatMap((w) => w.agents));
+    this.seenLive(runtime, live);
     return live;
   }
 
@@ -91,7 +105,7 @@ export class WorkerRegistry {
       const runtimeId = flat[i];
       const live = parseRegistrations(await this.redis.hgetall(this.keys.runtimeWorkers(runtimeId)))
         .filter((w) => w.beatAt + this.liveMs > now);
-      if (live.length) this.onLive?.(runtimeId, live.flatMap((w) => w.agents));
+      this.seenLive(runtimeId, live);
       out.push({
         runtimeId,
         liveWorkers: live.length,

@@ -1,0 +1,65 @@
+import type { ArtifactStore } from '../artifacts/artifact-store.ts';
+import { assertAttachmentsExist } from '../artifacts/resolve.ts';
+import type { Config } from '../config.ts';
+import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
+import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
+import { assertValidOutputSchema } from './output-schema.ts';
+import type { SchemaGuard } from './schema-guard.ts';
+import type { RunStore, SubmitRequest, SubmitResult } from './store.ts';
+import type { SubmitLimit } from './transitions.ts';
+
+export interface SubmissionDeps {
+  config: Config;
+  store: RunStore;
+  artifacts: ArtifactStore;
+  registry: WorkerRegistry;
+  streamTokens: StreamTokenStore;
+  schemaGuard: SchemaGuard;
+  /** The scope's submit rate limit (undefined: off), taken by the submit script. */
+  limit: SubmitLimit | undefined;
+}
+
+export interface SubmitOptions<A> {
+  /** The request's: a submit whose client left has its output schema not checked at all. */
+  signal?: AbortSignal;
+  /**
+   * Called after every check that can refuse the submit and before the run is made, its
+   * value returned as `admitted`: the API admits the submit's event stream here, so a stream
+   * over its caps makes no run.
+   */
+  admit?(): A;
+  /** Mint a stream token for the run, on behalf of this key (not counted against the mint rate). */
+  streamTokenFor?: string;
+}
+
+export interface Submission<A> extends SubmitResult {
+  /** What the caller should know: no live worker serves the run's agent yet (registry). */
+  warnings: string[];
+  streamToken?: MintedStreamToken;
+  admitted?: A;
+}
+
+/**
+ * A client's submit as the API takes it, in one call: the output schema checked (once, off
+ * the event loop), the attached artifacts found, the registry's warnings, then the run made
+ * (RunStore.create, with the scope's rate limit) and, when asked, a stream token minted for it.
+ */
+export class Submissions {
+  constructor(private readonly d: SubmissionDeps) {}
+
+  async submit<A = never>(req: SubmitRequest, o: SubmitOptions<A> = {}): Promise<Submission<A>> {
+    const { d } = this;
+    if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, d.schemaGuard, req.scope, o.signal);
+    await assertAttachmentsExist(d.artifacts, req.scope, req.input.artifacts, d.config.ARTIFACT_INLINE_MAX_BYTES);
+    const warnings = await d.registry.admissionWarnings(req.runtime, req.agent, d.config.AGENT_GRACE_MS);
+    const admitted = o.admit?.();
+    // The rate limit is taken in the submit itself, after every check that can refuse it:
+    // bad input, a refused submit or a replay spends no token (lua/submit.lua).
+    const { run, created } = await d.store.create(req, { limit: d.limit });
+    // A page that shows the answer gets its token with the run: no second request before it can stream.
+    const streamToken = o.streamTokenFor === undefined
+      ? undefined
+      : await d.streamTokens.mint(req.scope, { runId: run.id }, o.streamTokenFor, { limited: false });
+    return { run, created, warnings, ...(streamToken ? { streamToken } : {}), ...(admitted ? { admitted } : {}) };
+  }
+}
