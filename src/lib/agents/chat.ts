@@ -4,7 +4,7 @@ import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '.
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
 import type { Config } from '../config.ts';
-import { PermanentError, ToolDeclinedError } from '../sdk/errors.ts';
+import { isToolDeclinedError, PermanentError } from '../sdk/errors.ts';
 import { modelTurn, type ModelTurn } from './chat-model-call.ts';
 import {
   prepareTools, toolDeclinedContent, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool,
@@ -190,7 +190,7 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
     }, { idempotent: prepared.tool.idempotent ?? true, approval: prepared.tool.approval ?? false });
   } catch (err) {
     // A person said no: the model hears it as the tool's answer and decides what to do next.
-    if (err instanceof ToolDeclinedError) {
+    if (isToolDeclinedError(err)) {
       reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false });
       return toolDeclinedContent(call.name, err.reason);
     }

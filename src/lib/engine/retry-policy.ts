@@ -1,5 +1,5 @@
 import { isRedisUnavailable } from '../redis.ts';
-import { PermanentError, RetryAfterError, TransientError } from '../sdk/errors.ts';
+import { isPermanentError, isRetryAfterError, isTransientError } from '../sdk/errors.ts';
 
 export type Classified =
   | { kind: 'transient'; code: string; message: string; retryAfterMs?: number }
@@ -25,9 +25,10 @@ export function parseRetryAfter(value: string | null | undefined): number | unde
 }
 
 /**
- * Classifies an agent failure by type, never by message: Baton's error types first, then
- * HTTP errors carrying a numeric `status` (provider SDKs), then Node network errors and
- * timeouts. Anything else is permanent: retrying an unknown bug only repeats it.
+ * Classifies an agent failure by type, never by message: Baton's error types first (by brand,
+ * so another copy's classes count), then HTTP errors carrying a numeric `status` (provider
+ * SDKs), then Node network errors and timeouts. Anything else is permanent: retrying an
+ * unknown bug only repeats it.
  *
  * Never throws: an agent may throw anything (`Object.create(null)`, a Proxy, an object whose
  * `message` getter throws), and a classification that threw would leave its run leased, to
@@ -44,9 +45,9 @@ export function classify(err: unknown): Classified {
 function classifyReadable(err: unknown): Classified {
   const e = err as { name?: string; message?: string; code?: unknown; status?: unknown; headers?: unknown; cause?: unknown };
   const message = String(e?.message ?? err);
-  if (err instanceof RetryAfterError) return { kind: 'transient', code: err.code, message, retryAfterMs: err.retryAfterMs };
-  if (err instanceof TransientError) return { kind: 'transient', code: err.code, message };
-  if (err instanceof PermanentError) {
+  if (isRetryAfterError(err)) return { kind: 'transient', code: err.code, message, retryAfterMs: err.retryAfterMs };
+  if (isTransientError(err)) return { kind: 'transient', code: err.code, message };
+  if (isPermanentError(err)) {
     return { kind: 'permanent', code: err.code, message, details: (err as { errors?: unknown }).errors };
   }
   if (typeof e?.status === 'number') {

@@ -21,7 +21,7 @@ import type {
 import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ModelMessage, type ToolSet } from 'ai';
 import type { RunContext } from './agent.ts';
 import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
-import { PermanentError, ToolDeclinedError, TransientError } from './errors.ts';
+import { isPermanentError, isToolDeclinedError, isTransientError, TransientError } from './errors.ts';
 import { classify } from '../engine/retry-policy.ts';
 import { ID_PATTERN } from '../keys.ts';
 
@@ -139,7 +139,7 @@ export function durableTools<T extends ToolSet>(
           }
         }, { idempotent: opts.idempotent ?? true, approval }).catch((err: unknown) => {
           // Declined: the tool did not run; the AI SDK gives the model this error as the tool's answer.
-          if (err instanceof ToolDeclinedError) reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false });
+          if (isToolDeclinedError(err)) reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false });
           throw err;
         });
         if (isFailure(outcome)) {
@@ -179,7 +179,7 @@ function endIfToolFailed(ctx: RunContext): void {
 }
 
 function steersRun(err: unknown): boolean {
-  return err instanceof TransientError || err instanceof PermanentError || classify(err).kind === 'transient';
+  return isTransientError(err) || isPermanentError(err) || classify(err).kind === 'transient';
 }
 
 /** A tool may stream preliminary results (an async iterable): the last one is its result. */
@@ -348,7 +348,7 @@ async function relay(
       compactInto(parts, part);
     }
   } catch (err) {
-    if (ctx.signal.aborted || err instanceof TransientError) throw err;
+    if (ctx.signal.aborted || isTransientError(err)) throw err;
     throw new TransientError(`the model stream broke after ${chars} characters: ${describe(err)}`, 'STREAM_CUT', { cause: err });
   }
   // A stream that ends without its finish part was cut, even when the connection closed cleanly.

@@ -1,10 +1,49 @@
-/** Errors that steer retries. Agents throw these; the executor classifies them by type, never by message. */
+/**
+ * Errors that steer retries. Agents throw these; the executor classifies them by type, never by message.
+ *
+ * A type is recognised by its brand, a registered symbol (`Symbol.for('baton.error.<Name>')`)
+ * on the class's prototype, not by the class object: an agent module that bundles its own
+ * copy of baton-agents throws its copy's classes, and the worker classifies them as its own.
+ * `instanceof` on these classes checks the brand too, so an agent catching the worker's
+ * WaitTimeoutError with its copy's class still catches it. Subclasses inherit the brands of
+ * their bases; a subclass written elsewhere keeps the ordinary `instanceof` for itself.
+ */
+
+type BrandedName = 'TransientError' | 'RetryAfterError' | 'PermanentError' | 'WaitTimeoutError' | 'ToolDeclinedError';
+
+/** Whether `value` carries the brand `name`, own or inherited. Never throws (a Proxy may refuse reads). */
+function hasBrand(value: unknown, name: BrandedName): boolean {
+  if (value === null || (typeof value !== 'object' && typeof value !== 'function')) return false;
+  try {
+    return (value as Record<symbol, unknown>)[Symbol.for(`baton.error.${name}`)] === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Marks `cls`'s instances with the brand `name` (a non-enumerable, read-only prototype
+ * property) and makes `instanceof cls` check the brand. A subclass defined elsewhere inherits
+ * this `Symbol.hasInstance` but gets the ordinary prototype check for itself.
+ */
+function brand(cls: abstract new (...args: never[]) => unknown, name: BrandedName): void {
+  Object.defineProperty(cls.prototype, Symbol.for(`baton.error.${name}`), { value: true });
+  Object.defineProperty(cls, Symbol.hasInstance, {
+    value(this: unknown, value: unknown): boolean {
+      return this === cls ? hasBrand(value, name) : Function.prototype[Symbol.hasInstance].call(this, value);
+    },
+  });
+}
 
 /** Worth another attempt (network blip, timeout, provider overload). */
 export class TransientError extends Error {
   constructor(message: string, readonly code = 'TRANSIENT', options?: { cause?: unknown }) {
     super(message, options);
     this.name = 'TransientError';
+  }
+
+  static {
+    brand(this, 'TransientError');
   }
 }
 
@@ -16,6 +55,10 @@ export class RetryAfterError extends TransientError {
     this.name = 'RetryAfterError';
     this.retryAfterMs = after instanceof Date ? Math.max(0, after.getTime() - Date.now()) : Math.max(0, after);
   }
+
+  static {
+    brand(this, 'RetryAfterError');
+  }
 }
 
 /** Never retried: the same input would fail the same way. */
@@ -23,6 +66,10 @@ export class PermanentError extends Error {
   constructor(message: string, readonly code = 'PERMANENT', options?: { cause?: unknown }) {
     super(message, options);
     this.name = 'PermanentError';
+  }
+
+  static {
+    brand(this, 'PermanentError');
   }
 }
 
@@ -43,6 +90,10 @@ export class WaitTimeoutError extends PermanentError {
     super(`the wait ${waitKey} timed out before it was resumed`, 'WAIT_TIMEOUT');
     this.name = 'WaitTimeoutError';
   }
+
+  static {
+    brand(this, 'WaitTimeoutError');
+  }
 }
 
 /**
@@ -55,4 +106,29 @@ export class ToolDeclinedError extends PermanentError {
     super(reason ? `the call of ${tool} was declined: ${reason}` : `the call of ${tool} was declined`, 'TOOL_DECLINED');
     this.name = 'ToolDeclinedError';
   }
+
+  static {
+    brand(this, 'ToolDeclinedError');
+  }
+}
+
+/** Type guards by brand: true for an error of the type (or a subtype) from any copy of this module. */
+export function isTransientError(err: unknown): err is TransientError {
+  return hasBrand(err, 'TransientError');
+}
+
+export function isRetryAfterError(err: unknown): err is RetryAfterError {
+  return hasBrand(err, 'RetryAfterError');
+}
+
+export function isPermanentError(err: unknown): err is PermanentError {
+  return hasBrand(err, 'PermanentError');
+}
+
+export function isWaitTimeoutError(err: unknown): err is WaitTimeoutError {
+  return hasBrand(err, 'WaitTimeoutError');
+}
+
+export function isToolDeclinedError(err: unknown): err is ToolDeclinedError {
+  return hasBrand(err, 'ToolDeclinedError');
 }
