@@ -25,11 +25,11 @@ local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
 if K.idem then
-  -- `<runId> <requestHash>`; a key stored before hashes were kept holds the run id alone.
+  -- `<runId> <requestHash>`.
   local existing = redis.call('GET', K.idem)
   if existing then
-    local id, hash = string.match(existing, '^(%S+) ?(%S*)$')
-    if hash ~= '' and hash ~= O.requestHash then return { -12 } end
+    local id, hash = string.match(existing, '^(%S+) (%S+)$')
+    if hash ~= O.requestHash then return { -12 } end
     return { 0, id, 0, '[]', redis.call('HGETALL', runKey(id)) }
   end
 end
