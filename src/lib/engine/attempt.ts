@@ -2,10 +2,10 @@ import type { ScopeKeys } from '../keys.ts';
 
 /**
  * Why an attempt's signal was aborted. `timeout`: the run's timeoutMs ran out; `run-limit`:
- * workers held it for MAX_RUN_MS in all; `waiting`: the attempt ended waiting (parked), so the
- * agent's code left behind must stop.
+ * workers held it for MAX_RUN_MS in all; `waiting` and `blocked`: the attempt ended parked or
+ * blocked, so the agent's code left behind must stop.
  */
-export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown' | 'timeout' | 'run-limit' | 'waiting';
+export type AbortReason = 'cancelled' | 'lease-lost' | 'shutdown' | 'timeout' | 'run-limit' | 'waiting' | 'blocked';
 
 export class RunAbort extends Error {
   constructor(readonly reason: AbortReason) {
@@ -47,7 +47,7 @@ export class Attempt {
     this.runKey = keys.run(run.id);
   }
 
-  /** Aborted on cancel, lease loss, shutdown, timeout and park; `reason` is a RunAbort saying which. */
+  /** Aborted on cancel, lease loss, shutdown, timeout, park and block; `reason` is a RunAbort saying which. */
   get signal(): AbortSignal {
     return this.controller.signal;
   }

@@ -10,6 +10,7 @@ import type { Logger } from '../logger.ts';
 import type { Attempt } from './attempt.ts';
 import type { RunRecord } from './record.ts';
 import type { Transitions, WaitRequest } from './transitions.ts';
+import type { AttemptOutcome } from './outcome.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import { WaitTokens } from './wait-tokens.ts';
 import type { AgentInput } from '../artifacts/artifact-store.ts';
@@ -17,7 +18,11 @@ import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 
-/** Thrown inside the agent when a run had to be blocked; the executor stops the attempt quietly. */
+/**
+ * Thrown inside the agent at a step its run must block on. The attempt closes blocked
+ * because the context says so (ContextState.stopped), not because of this error, which the
+ * agent may catch or wrap.
+ */
 export class RunBlocked extends Error {
   constructor(readonly stepKey: string) {
     super(`run blocked on step ${stepKey}`);
@@ -36,8 +41,8 @@ export class RunWaiting extends Error {
   }
 }
 
-/** What ContextState.parked resolves with: the agent waits on waits and nothing else. */
-export const PARKED: unique symbol = Symbol('parked');
+/** What ContextState.ended resolves with: the run parks or blocks (ContextState.stopped says which). */
+export const STOPPED: unique symbol = Symbol('stopped');
 
 /** The value an approval takes; the API checks a resume against it like any wait's schema. */
 export const APPROVAL_SCHEMA: Record<string, unknown> = {
@@ -77,8 +82,6 @@ export interface ContextDeps {
   memo?: MemoEvents;
   /** Model calls of a step whose result this attempt stored: counted now, once (metrics). */
   usageCounted?(agent: string, calls: readonly ModelCallUsage[]): void;
-  /** Blocks the run (fenced); called when a non-idempotent step was started and never finished. */
-  block(stepKey: string): Promise<void>;
   /** Derives the resume tokens of waits; without it waits get none (resumable with a key only). */
   waitTokens?: WaitTokens;
   /** Checks the JSON Schema of a wait before the run waits on it. */
@@ -100,8 +103,9 @@ const MODEL_ID_MAX = 200;
  * the run's log nor part of the text committed when the run ends early.
  *
  * Waits: a wait whose answer is in the memo returns it at once; any other is recorded here
- * and its promise stays pending. Once the agent waits on waits only, `parked` resolves and
- * the executor ends the attempt as waiting with every wait recorded. "Only" is judged after
+ * and its promise stays pending. Once the agent waits on waits only, `ended` resolves and
+ * the attempt's outcome is parked, with every wait recorded. A non-idempotent step started
+ * by an earlier attempt with no result resolves `ended` too: the outcome is blocked. "Only" is judged after
  * a turn of the event loop with no step in flight, so the waits of a Promise.all, and waits
  * reached right after a step that was still running, all make it into the one park.
  */
@@ -130,9 +134,11 @@ export class ContextState {
   private busy = 0;
   private gateQueued = false;
   private isParked = false;
-  private resolveParked!: (v: typeof PARKED) => void;
-  /** Resolves when the agent waits on waits and nothing else (never otherwise). */
-  readonly parked = new Promise<typeof PARKED>((resolve) => { this.resolveParked = resolve; });
+  /** The step the run must block on, once one is reached. */
+  private blockedOn: string | undefined;
+  private resolveEnded!: (v: typeof STOPPED) => void;
+  /** Resolves when the agent waits on waits and nothing else, or reached a step to block on (never otherwise). */
+  readonly ended = new Promise<typeof STOPPED>((resolve) => { this.resolveEnded = resolve; });
 
   constructor(private readonly d: ContextDeps) {
     d.attempt.signal.addEventListener('abort', () => this.abandonWaits(), { once: true });
@@ -232,9 +238,11 @@ export class ContextState {
     return ctx;
   }
 
-  /** The waits the agent is blocked on, for the park. */
-  waitRequests(): WaitRequest[] {
-    return [...this.pending.values()].map((p) => p.request);
+  /** Once `ended` resolved: the attempt's outcome, blocked (which wins) or parked. */
+  stopped(): Extract<AttemptOutcome, { kind: 'blocked' | 'parked' }> | undefined {
+    if (this.blockedOn !== undefined) return { kind: 'blocked', stepKey: this.blockedOn };
+    if (this.isParked) return { kind: 'parked', waits: [...this.pending.values()].map((p) => p.request) };
+    return undefined;
   }
 
   /** An approval-gated tool: the approval first (unless the call ran in an earlier attempt), then the memoized tool. */
@@ -312,9 +320,10 @@ export class ContextState {
     this.gateQueued = true;
     setImmediate(() => {
       this.gateQueued = false;
-      if (this.isParked || this.busy > 0 || this.pending.size === 0 || this.d.attempt.signal.aborted) return;
+      if (this.isParked || this.blockedOn !== undefined || this.busy > 0) return;
+      if (this.pending.size === 0 || this.d.attempt.signal.aborted) return;
       this.isParked = true;
-      this.resolveParked(PARKED);
+      this.resolveEnded(STOPPED);
     });
   }
 
@@ -405,7 +414,8 @@ export class ContextState {
     try {
       if (!idempotent) {
         if (this.memo.has(`${key}#started`)) {
-          await this.d.block(key);
+          this.blockedOn ??= key;
+          this.resolveEnded(STOPPED);
           throw new RunBlocked(key);
         }
         await this.d.transitions.step(this.d.attempt, { op: 'start', stepKey: key });

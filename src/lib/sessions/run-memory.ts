@@ -87,22 +87,23 @@ export class RunMemory {
     return { history, memoryBlocks: composeMemoryBlocks(history, r.memory, recalled) };
   }
 
+  /** The built-in store: the turn is written by the finish transition, in its script call. */
+  get writtenByFinish(): boolean {
+    return this.committedByFinish;
+  }
+
   /**
-   * Commits the turn (nothing when `turn` is empty). Returns what the finish transition
-   * must write itself: the turn for the built-in store, nothing for a custom store, which
-   * has stored it by then. `assertLease` runs first so a worker that already lost the run
-   * does not write into a store the fence cannot protect.
+   * Stores the turn in a custom store (nothing when `turn` is empty, nothing for the
+   * built-in store, whose turn rides with the finish). The closer confirms the lease first,
+   * so a worker that already lost the run does not write into a store the fence cannot protect.
    */
-  async commit(turn: SessionMessage[], assertLease: () => Promise<void>): Promise<SessionMessage[]> {
-    if (this.committedByFinish) return turn;
-    if (turn.length === 0) return [];
-    await assertLease();
+  async save(turn: SessionMessage[]): Promise<void> {
+    if (this.committedByFinish || turn.length === 0) return;
     if (this.store.append) {
       await this.store.append(turn, { turnId: this.run.id });
     } else {
       const earlier = (await this.store.load()).filter((m) => m.runId !== this.run.id);
       await this.store.save([...earlier, ...turn]);
     }
-    return [];
   }
 }

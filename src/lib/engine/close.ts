@@ -1,0 +1,278 @@
+import type { Logger } from '../logger.ts';
+import type { RunMemory } from '../sessions/run-memory.ts';
+import type { EventWriter } from '../streams/writer.ts';
+import { RUN_LIMIT_CODES, type TerminalStatus, type UsageTotals } from '../contract/runs.ts';
+import type { Config } from '../config.ts';
+import type { ModelCallUsage } from '../sdk/agent.ts';
+import type { Attempt } from './attempt.ts';
+import type { MemoEvents } from './context.ts';
+import type { ParkReply, Transitions } from './transitions.ts';
+import { thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
+import type { RunError, RunRecord, RunResult, SessionMessage } from './record.ts';
+import { LeaseLostError } from './script-codes.ts';
+
+/** Hooks for metrics; every one optional so the executor does not depend on prom-client. */
+export interface ExecutorEvents extends Partial<MemoEvents> {
+  started?(run: RunRecord, recovered: boolean): void;
+  finished?(run: RunRecord, status: TerminalStatus): void;
+  /** The attempt ended waiting (the park's reply says which waits it found answered by then). */
+  waiting?(run: RunRecord, park: ParkReply): void;
+  retried?(run: RunRecord): void;
+  blocked?(run: RunRecord): void;
+  /** An event-log append of this run landed: `events` entries, `tokens` token deltas among them. */
+  appended?(run: RunRecord, events: number, tokens: number): void;
+  /** Model calls of `agent` were counted with a step this worker stored (once per call made). */
+  modelUsage?(run: RunRecord, agent: string, calls: readonly ModelCallUsage[]): void;
+}
+
+/** What the attempt produced so far, read when it closes (the run context, or nothing yet). */
+export interface Progress {
+  /** Selected non-ephemeral text streamed in this attempt. */
+  readonly emitted: string;
+  readonly toolCallsSeen: number;
+  /** The run's model usage, earlier attempts included. */
+  readonly usage?: UsageTotals;
+}
+
+/** Everything closing one attempt needs, gathered once the agent's part has ended. */
+export interface Closing {
+  deps: {
+    transitions: Transitions;
+    config: Config;
+    events?: ExecutorEvents;
+    /** Brings a parked run's earliest wait deadline forward to its moment (see ExecutorDeps.wakeAt). */
+    wakeAt?(scope: string, runId: string, at: number): void;
+  };
+  run: RunRecord;
+  attempt: Attempt;
+  writer: EventWriter;
+  log: Logger;
+  /** The session memory, once opened. */
+  memory?: RunMemory;
+  /** The run context, once made. */
+  progress?: Progress;
+}
+
+type Ending = Extract<AttemptOutcome, { kind: 'succeeded' | 'failed' | 'aborted' }>;
+
+/**
+ * Closes the attempt for its outcome with exactly one closing transition (finish, retry,
+ * block, wait or release), which carries the attempt's last events and, for a finish, its
+ * history turn. A turn a custom store refuses turns the outcome into that error's (retried
+ * or failed) before the transition, never after. Throws LeaseLostError when the run is no
+ * longer this attempt's, and EventsUnwritten when its events cannot be written first.
+ */
+export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise<void> {
+  const { transitions, events } = c.deps;
+  const { run, attempt, log } = c;
+  switch (outcome.kind) {
+    case 'retrying': {
+      await flushBeforeClosing(c);
+      const retryAt = await transitions.retry(attempt, { delayMs: outcome.delayMs, lastError: JSON.stringify(outcome.error) });
+      events?.retried?.(run);
+      log.info({ retryAt, delay: outcome.delayMs }, 'run retrying');
+      return;
+    }
+    case 'blocked': {
+      await flushBeforeClosing(c);
+      await transitions.block(attempt, {
+        stepKey: outcome.stepKey,
+        reason: 'a non-idempotent step was started by an earlier attempt and recorded no result',
+        since: Date.now(),
+      });
+      // The agent's code left behind (its other steps, its waits) must stop: the run is no longer this attempt's.
+      attempt.abort('blocked');
+      events?.blocked?.(run);
+      log.warn({ stepKey: outcome.stepKey }, 'run blocked');
+      return;
+    }
+    case 'parked': {
+      // Events first, so the `status: waiting` event follows every token of the attempt.
+      await flushBeforeClosing(c);
+      const reply = await transitions.wait(attempt, outcome.waits);
+      if (reply.cancelRequested) {
+        // wait.lua did not park (a cancel came first): the attempt closes as cancelled instead.
+        attempt.abort('cancelled');
+        return closeAttempt(c, { kind: 'aborted', reason: 'cancelled' });
+      }
+      // The agent's pending waits reject with RunWaiting, and nothing it still does can write.
+      attempt.abort('waiting');
+      events?.waiting?.(run, reply);
+      if (reply.nextAt !== undefined) c.deps.wakeAt?.(run.scope, run.id, reply.nextAt);
+      log.info({ waits: outcome.waits.map((w) => w.key), admittedAgain: reply.admittedAgain }, 'run waiting');
+      return;
+    }
+    case 'aborted':
+      if (outcome.reason === 'shutdown') {
+        await flushBeforeClosing(c);
+        await transitions.release(attempt);
+        log.info('run handed over at shutdown');
+        return;
+      }
+      return finish(c, outcome);
+    case 'succeeded':
+    case 'failed':
+      return finish(c, outcome);
+  }
+}
+
+/** finish.lua: the run ends succeeded, failed or cancelled, with its last events and its turn. */
+async function finish(c: Closing, outcome: Ending): Promise<void> {
+  let { status, result, error } = finishOf(c, outcome);
+  // Without a memory (no agent, or its store could not be opened) there is no turn.
+  let turn = c.memory ? turnMessages(c.run, result, status) : [];
+  if (c.memory && !c.memory.writtenByFinish && turn.length > 0) {
+    try {
+      await c.deps.transitions.assertLease(c.attempt);
+      await c.memory.save(turn);
+    } catch (err) {
+      if (err instanceof LeaseLostError) throw err;
+      // The answer exists but its history could not be stored: not a success. Retried when
+      // the store's error is transient (memoized steps make that cheap), else failed.
+      c.log.warn({ err: errorText(err) }, 'memory store could not commit the turn');
+      // A retry or a hand-over closes with its own transition, and this finish is not made.
+      const instead = thrownOutcome(err, c.attempt.signal, c.run, c.deps.config, c.log);
+      const endsRun = instead.kind === 'failed' || (instead.kind === 'aborted' && instead.reason !== 'shutdown');
+      if (!endsRun) return closeAttempt(c, instead);
+      ({ status, result, error } = finishOf(c, instead));
+    }
+    // A custom store holds the turn now (or refused it): the finish writes none.
+    turn = [];
+  }
+  // The last events ride with the finish, in its script call: the `end` event follows them.
+  const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
+  await c.deps.transitions.finish(c.attempt, {
+    status,
+    result: JSON.stringify(result),
+    lastError: error ? JSON.stringify(error) : undefined,
+    turn: turn.length ? [JSON.stringify(turn[0]), JSON.stringify(turn[1])] : undefined,
+  }, last);
+  if (last) c.writer.acknowledge(last);
+  c.deps.events?.finished?.(c.run, status);
+  c.log.info({ status, finishReason: result.finishReason }, 'run finished');
+}
+
+/** The status, result and error a finish writes for an outcome that ends the run. */
+function finishOf(c: Closing, outcome: Ending): { status: 'succeeded' | 'failed' | 'cancelled'; result: RunResult; error?: RunError } {
+  switch (outcome.kind) {
+    case 'succeeded':
+      return { status: 'succeeded', result: full(c, outcome.result) };
+    case 'failed':
+      return { status: 'failed', result: full(c, outcome.result ?? partial(c, 'error')), error: outcome.error };
+    case 'aborted':
+      // As for a cancel: the answer so far is committed, marked incomplete.
+      if (outcome.reason === 'timeout') {
+        return {
+          status: 'failed', result: full(c, partial(c, 'timeout')),
+          error: { code: 'TIMEOUT', message: `the run used up its timeoutMs (${c.run.timeoutMs} ms of running, waits excluded)` },
+        };
+      }
+      if (outcome.reason === 'run-limit') {
+        return {
+          status: 'failed', result: full(c, partial(c, 'error')),
+          error: {
+            code: RUN_LIMIT_CODES.RUN_TIMEOUT,
+            message: `the run was held by workers for MAX_RUN_MS (${c.deps.config.MAX_RUN_MS} ms) in all and was stopped`,
+          },
+        };
+      }
+      return { status: 'cancelled', result: full(c, partial(c, 'cancelled')) };
+  }
+}
+
+/** The answer with what the attempt counted: its tool calls, the run's model usage. */
+function full(c: Closing, answer: Answer): RunResult {
+  return { ...answer, toolCallsSeen: answer.toolCallsSeen ?? c.progress?.toolCallsSeen ?? 0, ...usage(c) };
+}
+
+/** What an unfinished attempt produced: its streamed text, committed as incomplete. */
+function partial(c: Closing, finishReason: string): RunResult {
+  return { answer: c.progress?.emitted ?? '', finishReason, toolCallsSeen: c.progress?.toolCallsSeen ?? 0 };
+}
+
+/** Every model call counted for the run so far, earlier attempts included; none: absent. */
+function usage(c: Closing): Pick<RunResult, 'usage'> {
+  const u = c.progress?.usage ?? c.run.usage;
+  return u && u.modelCalls > 0 ? { usage: { ...u } } : {};
+}
+
+/**
+ * The closing of last resort, after something threw on the way out: the run fails with
+ * CLOSE_FAILED, its streamed text as the answer. No turn is committed (the store may be what
+ * threw) and nothing of the agent's result is written but that text, so this finish cannot
+ * fail on the value that made the first one fail. If even this cannot be written, the run
+ * is left to be taken over (bounded by MAX_RECOVERIES).
+ */
+export async function closeAfterThrow(c: Closing, err: unknown): Promise<void> {
+  const lastError: RunError = {
+    code: RUN_LIMIT_CODES.CLOSE_FAILED,
+    message: `the attempt could not be closed: ${errorText(err)}`.slice(0, 2000),
+  };
+  c.log.error({ err: errorText(err) }, 'closing the attempt failed; failing the run');
+  try {
+    // One try, no retries: a flush that fails here would leave a hole before `end`.
+    await c.writer.flush();
+    await c.deps.transitions.finish(c.attempt, {
+      status: 'failed', result: JSON.stringify({ ...partial(c, 'error'), ...usage(c) }), lastError: JSON.stringify(lastError),
+    });
+    c.deps.events?.finished?.(c.run, 'failed');
+  } catch (again) {
+    if (!(again instanceof LeaseLostError)) {
+      c.log.error({ err: errorText(again) }, 'the run could not be failed either; it is taken over once its lease ends');
+    }
+  }
+}
+
+/**
+ * The closing script carries the `end` event, so every event of the attempt must be in the
+ * log before it runs: a token batch left behind is a hole in every client's answer (the
+ * chaos soak caught one when Redis restarted during a finish). A failed write is retried
+ * (the writer resends the same batch, applied once) for up to LEASE_MS; past that the lease
+ * is as good as gone, and the error ends the attempt without closing it: the run is then
+ * recovered and its next holder streams the answer again.
+ */
+async function flushBeforeClosing(c: Closing): Promise<void>;
+async function flushBeforeClosing<T>(c: Closing, write: () => Promise<T>): Promise<T>;
+async function flushBeforeClosing(c: Closing, write: () => Promise<unknown> = () => c.writer.flush()): Promise<unknown> {
+  const giveUpAt = Date.now() + c.deps.config.LEASE_MS;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
+    try {
+      return await write();
+    } catch (err) {
+      if (err instanceof LeaseLostError) throw err;
+      if (Date.now() + delay > giveUpAt) throw new EventsUnwritten(err);
+      c.log.warn({ err: (err as Error).message }, 'could not write events before closing the run; trying again');
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+}
+
+/**
+ * The turn to commit: user message and answer together, or nothing when there is no
+ * answer text (no dangling user message). Anything but a goal finish is marked incomplete.
+ */
+function turnMessages(run: RunRecord, result: RunResult, status: string): SessionMessage[] {
+  if (!result.answer) return [];
+  const now = Date.now();
+  const user: SessionMessage = { role: 'user', content: run.input.content, runId: run.id, createdAt: run.createdAt };
+  const assistant: SessionMessage = { role: 'assistant', content: result.answer, runId: run.id, createdAt: now };
+  if (status !== 'succeeded' || result.finishReason !== 'stop') assistant.incomplete = true;
+  return [user, assistant];
+}
+
+/** The attempt's events could not be written before closing it, for as long as its lease lasts. */
+export class EventsUnwritten extends Error {
+  constructor(cause: unknown) {
+    super(`the attempt's events could not be written: ${errorText(cause)}`, { cause });
+    this.name = 'EventsUnwritten';
+  }
+}
+
+/** A thrown value as text, whatever it is (an agent may throw anything). */
+export function errorText(err: unknown): string {
+  try {
+    return String((err as Error | undefined)?.message ?? err);
+  } catch {
+    return 'an unreadable value';
+  }
+}
