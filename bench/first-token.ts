@@ -76,7 +76,10 @@ async function sample<K extends string>(ways: Record<K, Way>): Promise<Record<K,
   for (let r = 0; r < ROUNDS; r++) {
     for (const k of names) burst.get(k)!.push(...await Promise.all(Array.from({ length: BURST }, (_, i) => ways[k](`${k}-burst-${r}-${i}`))));
   }
-  return Object.fromEntries(names.map((k) => [k, { oneMs: percentileOf(one.get(k)!, 50), burstMs: percentileOf(burst.get(k)!, 50) }])) as Record<K, FirstTokenSide>;
+  return Object.fromEntries(names.map((k) => [k, {
+    oneMs: percentileOf(one.get(k)!, 50),
+    burstMs: percentileOf(burst.get(k)!, 50),
+  }])) as Record<K, FirstTokenSide>;
 }
 
 /** A `baton api` and a `baton worker` process, warmed, and the ways to take Baton's first token through them. */

@@ -64,7 +64,8 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
   redis.fcall = ((name: string, ...args: unknown[]) =>
     form === 'inlined' ? evalsha(shas.get(name), ...args) : fcall(name, ...args)) as typeof redis.fcall;
 
-  const samples = Object.fromEntries(PHASES.map((p) => [p, { inlined: [] as number[], library: [] as number[] }])) as Record<Phase, Record<Form, number[]>>;
+  const samples = Object.fromEntries(PHASES.map((p) => [p, { inlined: [] as number[], library: [] as number[] }])) as
+    Record<Phase, Record<Form, number[]>>;
   const timed = async (phase: Phase, fn: () => Promise<void>) => {
     await admin.config('RESETSTAT');
     await fn();

@@ -162,23 +162,28 @@ function goals(
   }
   const ms = (x: number) => num(x, 2);
   add(`emit → client p50 ms, ${STREAM_RUNS} runs × a token per 10 ms, readers apart`, st, `≤ ${GOALS.streamP50Ms} ms`, (v) => ({
-    raw: ms(v.apart.raw.p50Ms), baton: ms(v.apart.baton.p50Ms), ratio: ratio(v.apart.baton.p50Ms, v.apart.raw.p50Ms, 1), met: atMost(v.apart.baton.p50Ms, GOALS.streamP50Ms),
+    raw: ms(v.apart.raw.p50Ms), baton: ms(v.apart.baton.p50Ms), ratio: ratio(v.apart.baton.p50Ms, v.apart.raw.p50Ms, 1),
+    met: atMost(v.apart.baton.p50Ms, GOALS.streamP50Ms),
   }));
   add('emit → client p99 ms, same', st, `≤ ${GOALS.streamP99Ms} ms`, (v) => ({
-    raw: ms(v.apart.raw.p99Ms), baton: ms(v.apart.baton.p99Ms), ratio: ratio(v.apart.baton.p99Ms, v.apart.raw.p99Ms, 1), met: atMost(v.apart.baton.p99Ms, GOALS.streamP99Ms),
+    raw: ms(v.apart.raw.p99Ms), baton: ms(v.apart.baton.p99Ms), ratio: ratio(v.apart.baton.p99Ms, v.apart.raw.p99Ms, 1),
+    met: atMost(v.apart.baton.p99Ms, GOALS.streamP99Ms),
   }));
   add('emit → client p50 / p99 ms, same, all in one process', st, 'print', (v) => ({
     raw: `${ms(v.oneProcess.raw.p50Ms)} / ${ms(v.oneProcess.raw.p99Ms)}`, baton: `${ms(v.oneProcess.baton.p50Ms)} / ${ms(v.oneProcess.baton.p99Ms)}`,
     ratio: `${ratio(v.oneProcess.baton.p50Ms, v.oneProcess.raw.p50Ms, 1)} / ${ratio(v.oneProcess.baton.p99Ms, v.oneProcess.raw.p99Ms, 1)}`,
   }));
   add('token → reader p50 ms, a lone run, readers apart', st, `≤ ${GOALS.loneP50Ms} ms`, (v) => ({
-    raw: ms(v.lone.raw.p50Ms), baton: ms(v.lone.baton.p50Ms), ratio: ratio(v.lone.baton.p50Ms, v.lone.raw.p50Ms, 1), met: atMost(v.lone.baton.p50Ms, GOALS.loneP50Ms),
+    raw: ms(v.lone.raw.p50Ms), baton: ms(v.lone.baton.p50Ms), ratio: ratio(v.lone.baton.p50Ms, v.lone.raw.p50Ms, 1),
+    met: atMost(v.lone.baton.p50Ms, GOALS.loneP50Ms),
   }));
   add('time to first token p50 ms, one session (submitAndStream: one request)', ft, `≤ ${GOALS.firstTokenVsRaw}× raw`, (v) => ({
-    raw: ms(v.raw.oneMs), baton: ms(v.baton.oneMs), ratio: ratio(v.baton.oneMs, v.raw.oneMs, 1), met: atMost(v.baton.oneMs / v.raw.oneMs, GOALS.firstTokenVsRaw),
+    raw: ms(v.raw.oneMs), baton: ms(v.baton.oneMs), ratio: ratio(v.baton.oneMs, v.raw.oneMs, 1),
+    met: atMost(v.baton.oneMs / v.raw.oneMs, GOALS.firstTokenVsRaw),
   }));
   add(`time to first token p50 ms, ${BURST} sessions at once`, ft, `≤ ${GOALS.firstTokenVsRaw}× raw`, (v) => ({
-    raw: ms(v.raw.burstMs), baton: ms(v.baton.burstMs), ratio: ratio(v.baton.burstMs, v.raw.burstMs, 1), met: atMost(v.baton.burstMs / v.raw.burstMs, GOALS.firstTokenVsRaw),
+    raw: ms(v.raw.burstMs), baton: ms(v.baton.burstMs), ratio: ratio(v.baton.burstMs, v.raw.burstMs, 1),
+    met: atMost(v.baton.burstMs / v.raw.burstMs, GOALS.firstTokenVsRaw),
   }));
   const otherWays = [
     ['submit then stream (two requests)', 'batonTwoRequests'],

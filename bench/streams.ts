@@ -17,8 +17,9 @@ import { num, printTable, ratio } from './table.ts';
 /**
  * Streams, end to end, next to raw Redis pub/sub measured in the same run:
  * - latency: STREAM_RUNS runs stream at once (after the same load once, unmeasured, to warm
- *   the processes up), each emitting a token every 10 ms once its reader is connected; every token carries its emit time and the reader (Baton's typed
- *   client over SSE) notes when it arrives. Raw: STREAM_RUNS publishers PUBLISH a timestamp
+ *   the processes up), each emitting a token every 10 ms once its reader is connected;
+ *   every token carries its emit time and the reader (Baton's typed client over SSE) notes
+ *   when it arrives. Raw: STREAM_RUNS publishers PUBLISH a timestamp
  *   every 10 ms, one subscriber notes arrival.
  *   Two layouts: everything in this process (API, worker, readers), and readers apart: the
  *   API and the worker are `baton api` / `baton worker` processes and the readers are this

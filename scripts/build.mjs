@@ -37,7 +37,10 @@ export function isStale() {
   return !stamp || newestInput() > stamp.mtimeMs;
 }
 
-/** One build, into a temporary folder swapped in at the end: a process starting meanwhile finds the old dist/ or the new one, never half of one. */
+/**
+ * One build, into a temporary folder swapped in at the end: a process starting meanwhile finds
+ * the old dist/ or the new one, never half of one.
+ */
 export function build() {
   // The stamp carries the time the build began, so a source saved while tsc ran counts as newer.
   const began = new Date();

@@ -309,7 +309,11 @@ describe('quotas of a scope', () => {
   });
 
   it('past ARTIFACT_UPLOAD_BYTES_PER_SEC (its burst spent) an upload is 429 ARTIFACT_RATE_LIMITED, stores nothing, and passes after Retry-After', async () => {
-    const api = await h.startApi({ ARTIFACT_MAX_BYTES: String(256 * 1024), ARTIFACT_UPLOAD_BURST_BYTES: String(512 * 1024), ARTIFACT_UPLOAD_BYTES_PER_SEC: String(128 * 1024) });
+    const api = await h.startApi({
+      ARTIFACT_MAX_BYTES: String(256 * 1024),
+      ARTIFACT_UPLOAD_BURST_BYTES: String(512 * 1024),
+      ARTIFACT_UPLOAD_BYTES_PER_SEC: String(128 * 1024),
+    });
     const r = await h.client(api.url, 'rated', 'client');
     const file = Buffer.alloc(256 * 1024, 8);
     expect((await uploadTo(api.url, r, file)).status).toBe(201);
@@ -344,6 +348,7 @@ describe('quotas of a scope', () => {
     });
     expect(some.status).toBe(202);
     expect((await big.waitStatus(some.body.id, ['succeeded', 'failed'])).status).toBe('succeeded');
-    expect(inputs.get(some.body.id)!.artifacts!.map((a) => a.bytes?.byteLength)).toEqual([h.config.ARTIFACT_MAX_BYTES, h.config.ARTIFACT_MAX_BYTES, undefined]);
+    expect(inputs.get(some.body.id)!.artifacts!.map((a) => a.bytes?.byteLength))
+      .toEqual([h.config.ARTIFACT_MAX_BYTES, h.config.ARTIFACT_MAX_BYTES, undefined]);
   });
 });

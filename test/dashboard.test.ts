@@ -17,7 +17,10 @@ const datasources = parseYaml(read('grafana/provisioning/datasources/prometheus.
 const providers = parseYaml(read('grafana/provisioning/dashboards/baton.yml'));
 const promConfig = parseYaml(read('grafana/prometheus.yml'));
 
-interface Panel { id: number; type: string; title: string; datasource?: { uid: string }; targets?: { expr: string; datasource?: { uid: string } }[]; gridPos: { x: number; w: number } }
+interface Panel {
+  id: number; type: string; title: string; datasource?: { uid: string };
+  targets?: { expr: string; datasource?: { uid: string } }[]; gridPos: { x: number; w: number };
+}
 const panels: Panel[] = dashboard.panels;
 const exprs = panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
 
@@ -65,7 +68,7 @@ describe('the Grafana dashboard against a real Prometheus', () => {
 
     // Counters first seen in this scrape need a second sample before rate() sees them: poll.
     const started = Date.now();
-    let empty: string[] = [];
+    let empty: string[];
     for (;;) {
       empty = [];
       for (const { panel, expr } of exprs) {
@@ -83,7 +86,7 @@ describe('the Grafana dashboard against a real Prometheus', () => {
     expect(submitted.map((s) => Number(s.value[1]))).toEqual([5]);
     const retries = await prom.query(`sum(baton_run_retries_total{runtime="${h.runtime}"})`);
     expect(retries.map((s) => Number(s.value[1]))).toEqual([1]);
-    const values = await prom.get<string[]>(`/api/v1/label/runtime/values?match[]=baton_runs_started_total`);
+    const values = await prom.get<string[]>('/api/v1/label/runtime/values?match[]=baton_runs_started_total');
     expect(values).toContain(h.runtime);
     await prom.stop();
   });

@@ -43,7 +43,7 @@ describe('graceful shutdown', () => {
     );
     console.log(
       `[engine-shutdown] SIGTERM -> taken over by another worker after ${recovered.at - termAt} ms ` +
-      `(SHUTDOWN_GRACE_MS 3000, LEASE_MS 30000)`,
+      '(SHUTDOWN_GRACE_MS 3000, LEASE_MS 30000)',
     );
     expect(JSON.parse((await fx(h, long, 'aborted'))!)).toMatchObject({ why: 'shutdown', by: 'A' });
     expect(await exited).toBe(0);

@@ -87,7 +87,9 @@ interface RawResponse { status: number; text: string; headers: Record<string, st
  * A raw HTTP request: no client-side normalisation of the path, headers or body. Headers in
  * the raw form (name, value, name, value...) may repeat a name.
  */
-function send(method: string, path: string, headers: Record<string, string> | string[], body: string | Buffer | undefined): Promise<RawResponse> {
+function send(
+  method: string, path: string, headers: Record<string, string> | string[], body: string | Buffer | undefined,
+): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     const req = request({ host, port, method, path, headers, agent: false }, (res) => {
       let text = '';

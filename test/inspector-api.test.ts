@@ -58,7 +58,8 @@ describe('GET /v1/scopes/{scope}/runs/{runId}/steps', () => {
     const res = await acme.get(`/runs/${run.id}/steps`);
     expect(res.status).toBe(200);
     const steps = res.body.steps as any[];
-    expect(Object.fromEntries(steps.map((s) => [s.key, { kind: s.kind, name: s.name, n: s.n, status: s.status, value: s.value, streamed: s.streamed }]))).toEqual({
+    const byKey = steps.map((s) => [s.key, { kind: s.kind, name: s.name, n: s.n, status: s.status, value: s.value, streamed: s.streamed }]);
+    expect(Object.fromEntries(byKey)).toEqual({
       'step:prepare:1': { kind: 'step', name: 'prepare', n: 1, status: 'done', value: 1, streamed: undefined },
       'tool:lookup:1': { kind: 'tool', name: 'lookup', n: 1, status: 'done', value: 1, streamed: undefined },
       'tool:lookup:2': { kind: 'tool', name: 'lookup', n: 2, status: 'done', value: 2, streamed: undefined },

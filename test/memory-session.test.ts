@@ -234,7 +234,8 @@ describe('sliding window', () => {
         const w = slidingWindow(history, { maxMessages, maxChars });
         expect(history.slice(history.length - w.length)).toEqual(w);
         if (maxMessages !== undefined) expect(w.length).toBeLessThanOrEqual(maxMessages);
-        const chars = w.reduce((n, m) => n + m.content.length + (m.toolCalls ?? []).reduce((k, c) => k + c.name.length + c.arguments.length, 0), 0);
+        const callChars = (m: (typeof w)[number]) => (m.toolCalls ?? []).reduce((k, c) => k + c.name.length + c.arguments.length, 0);
+        const chars = w.reduce((n, m) => n + m.content.length + callChars(m), 0);
         if (maxChars !== undefined) expect(chars).toBeLessThanOrEqual(maxChars);
         if (w[0]) expect(w[0].role).not.toBe('tool');
         const cut = history.length - w.length;

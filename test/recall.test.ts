@@ -53,7 +53,11 @@ beforeAll(async () => {
       const blocks = ctx.memoryBlocks as typeof ctx.memoryBlocks & { external?: Record<string, unknown> };
       held.set(ctx.attempt, {
         blocks, history: ctx.history, memory: ctx.memory,
-        copies: { external: structuredClone(blocks.external), memory: structuredClone(ctx.memory), conversation: structuredClone(blocks.conversation) },
+        copies: {
+          external: structuredClone(blocks.external),
+          memory: structuredClone(ctx.memory),
+          conversation: structuredClone(blocks.conversation),
+        },
       });
       // The agent owns its external object: it may add and replace top-level keys.
       blocks.external!.scratch = 'written by attempt ' + ctx.attempt;

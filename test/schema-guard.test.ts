@@ -288,7 +288,8 @@ describe('requests nobody waits for any more', () => {
     await g.check({ type: 'string' });
     const gone = new AbortController();
     const resume = (scope: string) =>
-      g.validate(EXPONENTIAL_ANYOF, nestedArrays(23), undefined, scope, { bounded: true, signal: gone.signal }).then((v): any => v, (err): any => err);
+      g.validate(EXPONENTIAL_ANYOF, nestedArrays(23), undefined, scope, { bounded: true, signal: gone.signal })
+        .then((v): any => v, (err): any => err);
     // One runs, two wait, the fourth is refused; scope b still gets in.
     const a = [resume('a'), resume('a'), resume('a')];
     await sleep(50);

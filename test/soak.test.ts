@@ -33,4 +33,3 @@ it('under worker, API and Redis kills no accepted run is lost or duplicated, no 
   expect(report.waitsResumed).toBeGreaterThan(0);
   expect(report.tokenResumes).toBeGreaterThan(0);
 }, 240_000);
-

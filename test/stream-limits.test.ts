@@ -98,7 +98,7 @@ describe('readers that never read', () => {
 
     const before = rssOf(pid);
     const heldBefore = await heldAfterGc(api);
-    let heldStalled = 0;
+    let heldStalled: number;
     const sockets: Socket[] = [];
     let closed = 0;
     try {

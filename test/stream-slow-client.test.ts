@@ -12,7 +12,10 @@ import { expectExactly, fullLog, type Seen } from './helpers/stream-check.ts';
 const CHUNK = 'x'.repeat(4096);
 const CHUNKS = 8000;
 
-/** 32 MiB of answer in 4 KiB tokens: far more than loopback socket buffers (which grow to several MiB) and the client library hold for a reader that stalls. */
+/**
+ * 32 MiB of answer in 4 KiB tokens: far more than loopback socket buffers (which grow to
+ * several MiB) and the client library hold for a reader that stalls.
+ */
 /**
  * The firehose streams its first chunk, then waits until the test's reader has it: the test
  * is about a reader that stalls mid-stream, not one that joins after megabytes are queued.

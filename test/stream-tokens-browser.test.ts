@@ -23,7 +23,7 @@ import { expectExactly, fullLog, words, type Seen } from './helpers/stream-check
 // ---- an agent that stops halfway until the test lets it go on ----
 
 let releaseSecondHalf: () => void = () => {};
-let secondHalf = new Promise<void>((resolve) => { releaseSecondHalf = resolve; });
+const secondHalf = new Promise<void>((resolve) => { releaseSecondHalf = resolve; });
 
 const halves = defineAgent({
   name: 'tok-halves',

@@ -35,7 +35,8 @@ async function submitStreaming(c: ScopeClient, body: Record<string, unknown>, ba
   return { res, text, events };
 }
 
-const seen = (events: SseMessage[]): Seen[] => events.filter((e) => e.id !== undefined).map((e) => ({ id: e.id!, type: e.event, data: JSON.parse(e.data) }));
+const seen = (events: SseMessage[]): Seen[] =>
+  events.filter((e) => e.id !== undefined).map((e) => ({ id: e.id!, type: e.event, data: JSON.parse(e.data) }));
 const tokenText = (events: Seen[]) => events.flatMap((e) => (e.type === 'token' ? [(e.data as { text: string }).text] : [])).join('');
 
 async function runsOfSession(c: ScopeClient, sessionId: string): Promise<unknown[]> {

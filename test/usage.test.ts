@@ -96,7 +96,10 @@ function expectedRows(rows: UsageRow[]): UsageRow[] {
 }
 
 const sumOf = (rows: UsageRow[]) => rows.reduce(
-  (t, r) => ({ inputTokens: t.inputTokens + r.inputTokens, outputTokens: t.outputTokens + r.outputTokens, totalTokens: t.totalTokens + r.totalTokens, modelCalls: t.modelCalls + r.modelCalls }),
+  (t, r) => ({
+    inputTokens: t.inputTokens + r.inputTokens, outputTokens: t.outputTokens + r.outputTokens,
+    totalTokens: t.totalTokens + r.totalTokens, modelCalls: t.modelCalls + r.modelCalls,
+  }),
   { inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: 0 },
 );
 

@@ -179,7 +179,7 @@ describe('wait schemas are held to the limits of an outputSchema at waitFor', ()
     expect(run.waits).toBeUndefined();
   });
 
-  it("a wait schema over a limit names the limit and the wait, not outputSchema", async () => {
+  it('a wait schema over a limit names the limit and the wait, not outputSchema', async () => {
     const run = await asking(acme, 'too-deep', nestedSchema(SCHEMA_LIMITS.maxDepth + 1));
     expect([run.status, run.lastError?.code]).toEqual(['failed', 'WAIT_SCHEMA_INVALID']);
     expect(run.lastError.message).toMatch(/^the schema of wait:answer:1 is not a usable JSON Schema: the schema is nested deeper than 64 levels \(maxDepth\) \(at not\.not/);

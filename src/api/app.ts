@@ -40,7 +40,10 @@ export function createApp(deps: AppDeps): Express {
   app.use(SCOPE, mountTemplate(SCOPE), mountRoutes(byToken, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // The key first, then the body: each scope route reads its own body after authenticate().
   const scoped = ROUTES.filter((r) => r.access === 'client' || r.access === 'admin');
-  app.use(SCOPE, mountTemplate(SCOPE), authenticate(deps.apiKeys), mountRoutes(scoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
+  app.use(
+    SCOPE, mountTemplate(SCOPE), authenticate(deps.apiKeys),
+    mountRoutes(scoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }),
+  );
   app.use((_req, _res, next) => next(new BatonError('NOT_FOUND')));
   app.use(errorHandler(deps.log));
   return app;

@@ -127,7 +127,9 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
         headers[name.toLowerCase()] = value === undefined ? undefined : parse(schema, value, 'headers');
       }
       const key = res.locals.apiKey as ApiKeyInfo | undefined;
-      const input = { params, query, body, headers, rawBody: req.body, key, http: { req, res }, signal: clientGone(res), opened: res.locals.opened };
+      const input = {
+        params, query, body, headers, rawBody: req.body, key, http: { req, res }, signal: clientGone(res), opened: res.locals.opened,
+      };
       const reply = await spec.handler(input, d);
       if (!reply || res.headersSent) return;
       res.status(reply.status ?? 200).set(reply.headers ?? {});

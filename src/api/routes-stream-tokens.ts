@@ -22,7 +22,7 @@ export const streamTokenRoutes: RouteSpec[] = [
   }),
   route({
     method: 'post', path: `${SCOPE}/sessions/:sessionId/stream-token`,
-    summary: "Mint a read-only token for the events of every run of a session, those to come included (for a browser page).",
+    summary: 'Mint a read-only token for the events of every run of a session, those to come included (for a browser page).',
     access: 'client', params: sessionParams, body: emptyBody,
     ok: { 201: { description: 'a new token', schema: res.streamTokenResponse } }, errors: ['STREAM_TOKEN_RATE_LIMITED'],
     async handler({ params: { scope, sessionId }, key }, d) {

@@ -20,7 +20,7 @@ export const waitRoutes: RouteSpec[] = [
     },
   }),
   route({
-    method: 'post', path: '/v1/waits/:token', summary: "Resume the wait a resume token opens (once), without an API key: the token is the credential.",
+    method: 'post', path: '/v1/waits/:token', summary: 'Resume the wait a resume token opens (once), without an API key: the token is the credential.',
     access: 'token', params: waitTokenParams, body: waitResumeBody,
     ok: { 200: { description: 'the wait was resumed; nothing else of the run is shown', schema: res.waitResumedResponse } },
     errors: ['WAIT_NOT_PENDING', 'SCHEMA_CHECKS_BUSY'],

@@ -36,11 +36,11 @@ const WRITE_PIECE = 16 * 1024;
  * open (onOpen .. onClose) until its connection has closed, not until the last write.
  */
 export async function serveEvents(
-  req: Request, res: Response, streams: RunStreams, target: { scope: string; runId: string; afterId: string; fresh?: boolean }, o: SseOptions,
+  req: Request, res: Response, streams: RunStreams,
+  target: { scope: string; runId: string; afterId: string; fresh?: boolean }, o: SseOptions,
 ): Promise<void> {
   let writing = true;
   let keepAlive: NodeJS.Timeout | undefined;
-  let watch: NodeJS.Timeout | undefined;
   // Bytes handed to the response, and the most of them seen to have left Node's buffers.
   let sent = 0;
   let flushed = 0;
@@ -111,7 +111,7 @@ export async function serveEvents(
   keepAlive = setInterval(() => write(': keep-alive\n\n'), o.keepAliveMs);
   // Progress is bytes leaving Node's buffers for the socket. Chunk framing makes the pending
   // count run a little ahead of `sent`, so nothing leaving never looks like progress.
-  watch = setInterval(() => {
+  const watch = setInterval(() => {
     const pending = res.writableLength;
     const out = sent - pending;
     if (pending === 0 || out > flushed) {

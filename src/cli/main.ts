@@ -188,7 +188,7 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     // A signal stopped the start: the shutdown closes what is open and exits.
     if (shutdown.stopping) return new Promise(() => {});
     for (const close of closers.splice(0)) await close().catch(() => {});
-    throw new Error(`baton start: ${startFailure(err, config)}`);
+    throw new Error(`baton start: ${startFailure(err, config)}`, { cause: err });
   }
 }
 

@@ -25,7 +25,9 @@ export interface ShutdownOptions {
  * process, and whatever holds its output, alive for ever. Leases not handed over by then
  * expire as after a crash.
  */
-export function onShutdown(log: Logger, closers: (() => Promise<void>)[], graceMs: number, o: ShutdownOptions = {}): { readonly stopping: boolean } {
+export function onShutdown(
+  log: Logger, closers: (() => Promise<void>)[], graceMs: number, o: ShutdownOptions = {},
+): { readonly stopping: boolean } {
   let first: { signal: string; at: number } | undefined;
   const stop = (signal: string) => {
     if (first) {

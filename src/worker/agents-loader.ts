@@ -9,7 +9,6 @@ export function builtinAgents(config: BuiltinChatSettings): Agent[] {
   return [echo, builtinChatAgent(config)];
 }
 
-
 /**
  * Built-in agents plus every agent exported by the given modules (default export, named
  * exports, or an array of agents). A module that exports no agent is a configuration error.

@@ -33,7 +33,7 @@ export type WorkerOptions = (
    * opens no port of its own.
    */
   opsServer?: boolean;
-}
+};
 
 export interface WorkerHandle {
   workerId: string;

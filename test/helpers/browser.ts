@@ -83,7 +83,7 @@ export async function untilText(loc: Locator, check: string | ((text: string) =>
       return ok(last) ? last : undefined;
     }, 20_000, `text ${what}`);
   } catch (err) {
-    throw new Error(`${(err as Error).message}; the page showed ${JSON.stringify(last)}`);
+    throw new Error(`${(err as Error).message}; the page showed ${JSON.stringify(last)}`, { cause: err });
   }
 }
 

@@ -112,7 +112,9 @@ export function callTools(calls: FakeToolCall[], extra: Omit<Extract<FakeReply, 
  * What Baton should count for these requests (a run's `result.usage`, the scope's usage):
  * the sum of the usage the server reported, one model call per request.
  */
-export function reportedUsage(requests: RecordedRequest[]): { inputTokens: number; outputTokens: number; totalTokens: number; modelCalls: number } {
+export function reportedUsage(
+  requests: RecordedRequest[],
+): { inputTokens: number; outputTokens: number; totalTokens: number; modelCalls: number } {
   const sum = { inputTokens: 0, outputTokens: 0, totalTokens: 0, modelCalls: requests.length };
   for (const r of requests) {
     if (!r.usage) throw new Error('a request the server reported no usage for: was usage enabled?');
@@ -197,7 +199,9 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     const body = JSON.parse(raw) as RecordedRequest['body'];
     const messages = body.messages as FakeMessage[];
     const reply = choose(lastUser(messages));
-    const rec: RecordedRequest = { model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization };
+    const rec: RecordedRequest = {
+      model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization,
+    };
     requests.push(rec);
 
     if (reply.kind === 'status') {
@@ -270,7 +274,9 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     res.end('data: [DONE]\n\n');
   }
 
-  function embeddings(body: { model: string; input: string | string[]; dimensions?: number; encoding_format?: string }, res: ServerResponse): void {
+  function embeddings(
+    body: { model: string; input: string | string[]; dimensions?: number; encoding_format?: string }, res: ServerResponse,
+  ): void {
     const input = typeof body.input === 'string' ? [body.input] : body.input;
     if (!Array.isArray(input) || !input.every((s) => typeof s === 'string')) {
       res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'input must be a string or strings' } }));

@@ -95,7 +95,11 @@ async function streamTurn(ctx: RunContext, client: OpenAI, request: TurnRequest,
 }
 
 function toUsage(u: CompletionUsage): ModelUsage {
-  return { inputTokens: u.prompt_tokens, outputTokens: u.completion_tokens, totalTokens: u.total_tokens ?? u.prompt_tokens + u.completion_tokens };
+  return {
+    inputTokens: u.prompt_tokens,
+    outputTokens: u.completion_tokens,
+    totalTokens: u.total_tokens ?? u.prompt_tokens + u.completion_tokens,
+  };
 }
 
 /**

@@ -16,6 +16,9 @@ export interface ToolCallContext extends StepCall {
 /** A JSON Schema object (the model sees it as the tool's parameters). */
 export type JsonSchema = Record<string, unknown>;
 
+// `any` by default: a bare `ChatTool` is a tool of whatever arguments (a list of tools mixes
+// them), and an `execute` written against it reads its arguments without casts.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export interface ChatTool<A = any, R = unknown> {
   /** Tells the model what the tool does and when to call it. */
   description: string;
@@ -109,7 +112,7 @@ function argumentCheck(where: string, parameters: ChatTool['parameters']): { sch
     const is2020 = typeof parameters.$schema === 'string' && parameters.$schema.includes('2020-12');
     validate = (is2020 ? drafts[2020] : drafts.default).compile(parameters);
   } catch (err) {
-    throw new TypeError(`${where}: parameters is not a valid JSON Schema: ${(err as Error).message}`);
+    throw new TypeError(`${where}: parameters is not a valid JSON Schema: ${(err as Error).message}`, { cause: err });
   }
   return {
     schema: parameters,

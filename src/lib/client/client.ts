@@ -1,5 +1,6 @@
 import {
-  ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type StreamToken, type SubmitRequest, type Wait,
+  ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type StreamToken,
+  type SubmitRequest, type Wait,
   type WaitResumed,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
@@ -15,7 +16,8 @@ import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './trans
  */
 
 export type {
-  ApprovalDecision, AttemptEventData, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent, ScopeUsage,
+  ApprovalDecision, AttemptEventData, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
+  ScopeUsage,
   SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
   UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from '../contract/index.ts';

@@ -499,6 +499,7 @@ function checkedPrompt(key: string, prompt: unknown): unknown {
   try {
     text = JSON.stringify(prompt);
   } catch (err) {
+    // eslint-disable-next-line preserve-caught-error -- no cause: classify follows a cause's network code, and this is the agent's error
     throw new TypeError(`${key}: the prompt is not JSON (${(err as Error).message})`);
   }
   if (text === undefined) return undefined;

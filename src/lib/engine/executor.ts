@@ -13,7 +13,7 @@ import {
   closeAfterThrow, closeAttempt, errorText, EventsUnwritten, type Closing, type ExecutorEvents, type Progress,
 } from './close.ts';
 import { abortOutcome, thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
-import { parseRunRecord, type RunRecord, type RunResult } from './record.ts';
+import { parseRunRecord, type RunResult } from './record.ts';
 import { LeaseLostError } from './script-codes.ts';
 import type { ClaimReply, Transitions } from './transitions.ts';
 import type { WaitTokens } from './wait-tokens.ts';
@@ -260,6 +260,7 @@ function normalize(out: AgentResult | string): Omit<RunResult, 'toolCallsSeen'> 
     try {
       JSON.stringify(out.payload);
     } catch (err) {
+      // eslint-disable-next-line preserve-caught-error -- no cause: classify follows a cause's network code, and this is the agent's error
       throw new TypeError(`the payload cannot be stored as JSON: ${errorText(err)}`);
     }
     r.payload = out.payload;

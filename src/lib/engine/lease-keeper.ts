@@ -111,4 +111,3 @@ export class LeaseKeeper {
     await this.subscriber.unsubscribe(this.cancelChannel).catch(() => {});
   }
 }
-

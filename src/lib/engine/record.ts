@@ -81,7 +81,6 @@ const MADE_FROM: Partial<Record<(typeof SHOWN_FIELDS)[number], readonly string[]
   waits: [],
 };
 
-
 /** The run record's hash fields a listing reads: those of SHOWN_FIELDS. */
 export const SHOWN_HASH_FIELDS: readonly string[] = SHOWN_FIELDS.flatMap((f) => MADE_FROM[f] ?? [f]);
 

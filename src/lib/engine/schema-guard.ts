@@ -33,7 +33,10 @@ import type { ThreadJob, ThreadReady, ThreadReply, ThreadRequest, ThreadSettings
 export interface SchemaGuardOptions {
   limits?: Partial<SchemaLimits>;
   budget?: Partial<SchemaGuardBudget>;
-  /** Bounded requests of one scope waiting in this process at most (SCHEMA_CHECKS_PER_SCOPE, default 32: a burst of submits with schemas fits; 32 × 64 KiB of schema text at most). */
+  /**
+   * Bounded requests of one scope waiting in this process at most (SCHEMA_CHECKS_PER_SCOPE,
+   * default 32: a burst of submits with schemas fits; 32 × 64 KiB of schema text at most).
+   */
   maxQueuedPerScope?: number;
 }
 
@@ -266,7 +269,9 @@ export class SchemaGuard {
    */
   private holdProcess(): void {
     const busy = this.current !== undefined || this.queues.size > 0;
-    if (this.thread) (busy ? this.thread.worker.ref() : this.thread.worker.unref());
+    if (!this.thread) return;
+    if (busy) this.thread.worker.ref();
+    else this.thread.worker.unref();
   }
 
   private spawn(): Thread {

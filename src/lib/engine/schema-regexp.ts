@@ -25,6 +25,7 @@ export const linearRegExp = Object.assign(
       throw new Error(
         `pattern ${JSON.stringify(shown)} is refused: ${(err as Error).message}. Patterns run on a linear-time ` +
         'engine (RE2): backreferences and lookaround are not supported',
+        { cause: err },
       );
     }
   },

@@ -21,7 +21,28 @@ import type { Redis, Cluster, ChainableCommander } from 'ioredis';
  * again (on a Cluster, into every master). Redis 7.0 or later is required.
  */
 const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
-/** Bumped whenever a script's calling convention or the meaning of what it stores changes. v2: named KEYS and one JSON options argument; v3: a lease's deadline is its score in the lease index only; v4: a run's finish looks for waits only when its record's `waited` is not 0 (the wait script sets it), and the transitions are a Redis Function library; v5: dispatched runs are scored in the lease index (no `pending`), runtime stats count status moves, a session head's record says whether runs were queued behind it (`behind`); v6: dispatch orders name the run's agent (one queue per runtime and agent), and `unserved` fails runs no worker serves; v7: the submit indexes a run by agent and by runtime (KEYS agentRuns, runtimeRuns), refuses a turn past the session's history cap (KEYS messages) and stamps a head's `historyMem`; the claim reads at most historyBytes of history and says whether it cut (`cut`); `history-page` reads a page of history by count and bytes; `artifact` stores an upload within its scope's quotas, and the step script counts usage past USAGE_ROWS_PER_DAY under `_other`; the wait script's `status: waiting` event carries the waits new in the park, `pending` and `dropped`, not every pending wait again; v8: scripts read a record's fields by name (readFields) and list the helpers they use (`-- @uses`), a run's finish looks for waits only when `waited` is 1 (every record the submit writes carries it), and an idempotency key must hold `<runId> <requestHash>` (the run id alone is no longer read). */
+/**
+ * Bumped whenever a script's calling convention or the meaning of what it stores changes.
+ * - v2: named KEYS and one JSON options argument;
+ * - v3: a lease's deadline is its score in the lease index only;
+ * - v4: a run's finish looks for waits only when its record's `waited` is not 0 (the wait
+ *   script sets it), and the transitions are a Redis Function library;
+ * - v5: dispatched runs are scored in the lease index (no `pending`), runtime stats count
+ *   status moves, a session head's record says whether runs were queued behind it (`behind`);
+ * - v6: dispatch orders name the run's agent (one queue per runtime and agent), and `unserved`
+ *   fails runs no worker serves;
+ * - v7: the submit indexes a run by agent and by runtime (KEYS agentRuns, runtimeRuns), refuses
+ *   a turn past the session's history cap (KEYS messages) and stamps a head's `historyMem`; the
+ *   claim reads at most historyBytes of history and says whether it cut (`cut`); `history-page`
+ *   reads a page of history by count and bytes; `artifact` stores an upload within its scope's
+ *   quotas, and the step script counts usage past USAGE_ROWS_PER_DAY under `_other`; the wait
+ *   script's `status: waiting` event carries the waits new in the park, `pending` and
+ *   `dropped`, not every pending wait again;
+ * - v8: scripts read a record's fields by name (readFields) and list the helpers they use
+ *   (`-- @uses`), a run's finish looks for waits only when `waited` is 1 (every record the submit
+ *   writes carries it), and an idempotency key must hold `<runId> <requestHash>` (the run id
+ *   alone is no longer read).
+ */
 const VERSION = 8;
 
 export type ScriptName =

@@ -192,7 +192,9 @@ export class Transitions {
    * and `maxBytes` bytes (the first message whatever its size). Read-only; `next` is the index
    * the next page starts at, undefined after the last message.
    */
-  async historyPage(scope: string, sessionId: string, start: number, limit: number, maxBytes: number): Promise<{ messages: string[]; next?: number }> {
+  async historyPage(
+    scope: string, sessionId: string, start: number, limit: number, maxBytes: number,
+  ): Promise<{ messages: string[]; next?: number }> {
     const reply = await this.call('history-page', scope, { messages: this.keys.scope(scope).messages(sessionId) }, { start, limit, maxBytes });
     const next = Number(reply[1]);
     return { messages: reply[0] as string[], ...(next >= 0 ? { next } : {}) };
@@ -450,7 +452,9 @@ export class Transitions {
     if (code(reply) === 1) return { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false };
     await this.dispatch(attempt.scope, reply[1]);
     const nextAt = Number(reply[3]);
-    return { cancelRequested: false, answered: list(reply[2]), nextAt: nextAt > 0 ? nextAt : undefined, admittedAgain: Number(reply[4]) === 1 };
+    return {
+      cancelRequested: false, answered: list(reply[2]), nextAt: nextAt > 0 ? nextAt : undefined, admittedAgain: Number(reply[4]) === 1,
+    };
   }
 
   /**

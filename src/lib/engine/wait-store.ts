@@ -91,7 +91,9 @@ export class WaitStore {
   }
 
   /** The value against the wait's schema: every problem is a VALIDATION_FAILED detail under body.value. */
-  private async check(schema: Record<string, unknown>, value: unknown, scope: string, waitKey: string, signal?: AbortSignal): Promise<void> {
+  private async check(
+    schema: Record<string, unknown>, value: unknown, scope: string, waitKey: string, signal?: AbortSignal,
+  ): Promise<void> {
     try {
       await this.schemaGuard.validate(schema, value, undefined, scope, { bounded: true, signal, label: `the schema of ${waitKey}` });
     } catch (err) {

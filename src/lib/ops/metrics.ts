@@ -141,6 +141,8 @@ export class Metrics {
     this.collectErrors.inc({ collector: 'queue_jobs' }, 0);
     this.collectErrors.inc({ collector: 'runs_waiting' }, 0);
 
+    // prom-client calls collect() with `this` bound to the gauge.
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
     const self = this;
     new Gauge({
       name: 'baton_queue_jobs', help: 'BullMQ jobs per runtime queue and state, read at scrape time.',
@@ -235,7 +237,8 @@ export class Metrics {
     const rt = this.runtimes.get(runtime);
     for (const name of names) {
       const l = { runtime: rt, agent: this.agents.get(name) };
-      for (const c of [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents]) c.inc(l, 0);
+      const counters = [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents];
+      for (const c of counters) c.inc(l, 0);
       for (const status of TERMINAL_STATUSES) this.finished.inc({ ...l, status }, 0);
       for (const kind of ['input', 'output']) this.modelTokens.inc({ kind, agent: l.agent }, 0);
     }

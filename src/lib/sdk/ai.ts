@@ -118,7 +118,9 @@ export function durableTools<T extends ToolSet>(
       execute: async (input: unknown, call: ApprovalCall) => {
         reportToolCall(ctx, { callId: call.toolCallId, name, args: input });
         const approval = opts.approval === true || (typeof needsApproval === 'function'
-          ? await needsApproval(input as never, { toolCallId: call.toolCallId, messages: call.messages ?? [], experimental_context: call.experimental_context })
+          ? await needsApproval(input as never, {
+            toolCallId: call.toolCallId, messages: call.messages ?? [], experimental_context: call.experimental_context,
+          })
           : needsApproval === true);
         let ran = false;
         const outcome = await ctx.tool(name, input, async (args, step) => {
@@ -139,7 +141,9 @@ export function durableTools<T extends ToolSet>(
           }
         }, { idempotent: opts.idempotent ?? true, approval }).catch((err: unknown) => {
           // Declined: the tool did not run; the AI SDK gives the model this error as the tool's answer.
-          if (isToolDeclinedError(err)) reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false });
+          if (isToolDeclinedError(err)) {
+            reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false });
+          }
           throw err;
         });
         if (isFailure(outcome)) {

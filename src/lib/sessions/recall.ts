@@ -99,7 +99,9 @@ export class SessionRecall {
    * The turns of `all` most similar to `input`, best first, without those in `conversation`
    * (the window the agent already sees) and without the run's own (`runId`).
    */
-  async recall(all: readonly HistoryMessage[], conversation: readonly HistoryMessage[], input: string, runId: string): Promise<RecalledTurn[]> {
+  async recall(
+    all: readonly HistoryMessage[], conversation: readonly HistoryMessage[], input: string, runId: string,
+  ): Promise<RecalledTurn[]> {
     const turns = committedTurns(all).filter((t) => t.runId !== runId);
     const inWindow = new Set(conversation.map((m) => m.runId));
     const candidates = turns.filter((t) => !inWindow.has(t.runId));

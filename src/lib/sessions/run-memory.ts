@@ -41,7 +41,9 @@ export class RunMemory {
       const store = new RedisMemorySession(redis, sk.messages(run.sessionId), option?.window, claimed, attempt.historyCut);
       const recall = option?.recall
         ? {
-          session: new SessionRecall(redis, sk.turnVectors(run.sessionId, vectorSpace(option.recall.embed)), option.recall, attempt.log, attempt.signal),
+          session: new SessionRecall(
+            redis, sk.turnVectors(run.sessionId, vectorSpace(option.recall.embed)), option.recall, attempt.log, attempt.signal,
+          ),
           window: option.window,
         }
         : undefined;

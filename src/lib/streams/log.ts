@@ -4,7 +4,6 @@ import type { Keys } from '../keys.ts';
 /** One event of a run's log: the Redis Stream entry id, its type and its JSON data (as text). */
 export interface RunEvent { id: string; type: string; data: string }
 
-
 /** Orders two stream ids (`<ms>-<seq>`): negative when a < b. */
 export function compareIds(a: string, b: string): number {
   const [am, as] = a.split('-');
@@ -16,7 +15,9 @@ export function compareIds(a: string, b: string): number {
 }
 
 /** Reads a run's event log after `afterId` (exclusive; '0' = from the start), in pages. */
-export async function readEvents(redis: Redis, keys: Keys, scope: string, runId: string, afterId: string, count = 1000): Promise<RunEvent[]> {
+export async function readEvents(
+  redis: Redis, keys: Keys, scope: string, runId: string, afterId: string, count = 1000,
+): Promise<RunEvent[]> {
   const start = afterId === '0' ? '-' : `(${afterId}`;
   const rows = await redis.xrange(keys.scope(scope).events(runId), start, '+', 'COUNT', count);
   return rows.map(([id, fields]) => toEvent(id, fields));

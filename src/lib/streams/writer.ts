@@ -70,7 +70,7 @@ export class EventWriter {
     if (this.lost || this.closed || text === '') return;
     for (let rest = text; rest !== '';) {
       const last = this.queue[this.queue.length - 1];
-      const room = last !== undefined && last.text !== undefined && sameSpeaker(last.from, from) ? MAX_TOKEN_EVENT_CHARS - last.text.length : 0;
+      const room = last?.text !== undefined && sameSpeaker(last.from, from) ? MAX_TOKEN_EVENT_CHARS - last.text.length : 0;
       // Empty when the room left is one unit and a surrogate pair comes: it goes to a new event.
       let piece = room > 0 ? head(rest, room) : '';
       if (piece !== '') {
@@ -169,7 +169,8 @@ export class EventWriter {
   }
 
   private takeBatch(): Batch {
-    const events = this.queue.map((p): [string, string] => [p.type, p.text !== undefined ? JSON.stringify({ text: p.text, ...p.from }) : p.data]);
+    const events = this.queue.map((p): [string, string] =>
+      [p.type, p.text !== undefined ? JSON.stringify({ text: p.text, ...p.from }) : p.data]);
     const batch = { no: ++this.batchNo, events, tokens: this.tokensQueued };
     this.queue = [];
     this.tokensQueued = 0;

@@ -16,7 +16,6 @@ export interface ScopeRuntime extends RuntimeInfo {
   draining: boolean;
 }
 
-
 /**
  * Runs handled per script call when cancelling or resuming: each call is one atomic step
  * that keeps Redis responsive (a few ms) even when a drained runtime holds many thousands.

@@ -96,4 +96,3 @@ export class ApiKeyStore {
     return true;
   }
 }
-

@@ -28,7 +28,9 @@ export async function scopeUsage(
   const sk = keys.scope(scope);
   const at = o.cursor ? parseUsageCursor(o.cursor) : { day: from, row: 0 };
   const days: string[] = [];
-  for (let t = Math.max(Date.parse(from), Date.parse(at.day)); t <= Date.parse(to); t += DAY_MS) days.push(new Date(t).toISOString().slice(0, 10));
+  for (let t = Math.max(Date.parse(from), Date.parse(at.day)); t <= Date.parse(to); t += DAY_MS) {
+    days.push(new Date(t).toISOString().slice(0, 10));
+  }
 
   const rows: UsageRow[] = [];
   const total = zero();

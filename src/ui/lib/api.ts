@@ -12,10 +12,6 @@ export type Runtime = RuntimeView;
 /** A run as the API shows it; a status this page does not know (a newer server's) is shown as it comes. */
 export type Run = Omit<ClientRun, 'status'> & { status: string };
 
-
-
-
-
 export interface RunFilter {
   status?: string;
   sessionId?: string;
