@@ -13,7 +13,7 @@ interface Held {
 
 /**
  * Keeps the leases of every run this worker holds: one pipelined heartbeat for all of them
- * each HEARTBEAT_MS (LEASE_MS / 3 by default). A rejected heartbeat (another worker took
+ * each HEARTBEAT_MS (LEASE_MS / 4 by default). A rejected heartbeat (another worker took
  * over) aborts the run's signal; so does a lease that could not be renewed for a whole
  * LEASE_MS (Redis unreachable): past that point another worker may own the run, and the
  * fence would refuse our writes anyway. Cancel requests arrive on a channel within
