@@ -1,9 +1,9 @@
 import { BatonError } from '../errors.ts';
 
 /**
- * The negative codes the Lua scripts return (lua/core.lua lists them too). The gateway
- * (transitions.ts) is the only reader: it turns a code into a typed reply or, through
- * scriptError, into a typed error. No other file compares a number.
+ * The negative codes the Lua scripts return (lua/core.lua lists them too): refusals. The
+ * gateway (transitions.ts) is the only reader: it turns a code into a typed reply or, through
+ * scriptError, into a typed error. No other file compares a code, and none compares a number.
  */
 export const ScriptCode = {
   NotFound: -1,
@@ -28,15 +28,40 @@ export class LeaseLostError extends Error {
   }
 }
 
-/** The one mapping from a script's refusal to the error its caller throws (`reply`: the whole reply, for codes that carry a value). */
-export function scriptError(code: number, runId: string, reply: readonly unknown[] = []): Error {
-  switch (code) {
+/**
+ * The codes a script answers when it did not refuse: what it did. Each script's own (its
+ * lua/<name>.lua returns them); 0 is the plain case.
+ */
+export const Outcome = {
+  append: { Applied: 0, Duplicate: 1 },
+  artifact: { Stored: 0, RateLimited: 1, OverQuota: 2 },
+  cancel: { AlreadyFinished: 0, Cancelled: 1, Requested: 2 },
+  claim: { Claimed: 0, Ended: 1 },
+  heartbeat: { Renewed: 0, CancelRequested: 1 },
+  wait: { Parked: 0, CancelRequested: 1 },
+  /** expire, timeout and unserved: the run was left as it was, or ended now. */
+  end: { Unchanged: 0, Ended: 1 },
+} as const;
+
+/** A script's refusal: its (negative) code and the number a few carry (RateLimited, HistoryFull, LeaseHeld). */
+export interface Refusal { code: number; value: number }
+
+/** Every refusal's code is negative. */
+export function isRefusal(code: number): boolean {
+  return code < 0;
+}
+
+/** The one mapping from a script's refusal to the error its caller throws. */
+export function scriptError(refusal: Refusal, runId: string): Error {
+  switch (refusal.code) {
     case ScriptCode.RateLimited: {
-      const retryAfterMs = Number(reply[1]);
+      const retryAfterMs = refusal.value;
       return new BatonError('RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
     }
     case ScriptCode.HistoryFull:
-      return new BatonError('SESSION_HISTORY_FULL', undefined, [{ path: 'body.sessionId', message: `the session's history takes ${Number(reply[1])} bytes; HISTORY_MAX_BYTES is the limit` }]);
+      return new BatonError('SESSION_HISTORY_FULL', undefined, [
+        { path: 'body.sessionId', message: `the session's history takes ${refusal.value} bytes; HISTORY_MAX_BYTES is the limit` },
+      ]);
     case ScriptCode.LeaseLost: return new LeaseLostError(runId);
     case ScriptCode.NotFound: return new BatonError('RUN_NOT_FOUND');
     case ScriptCode.SessionBusy: return new BatonError('SESSION_BUSY');
@@ -44,6 +69,6 @@ export function scriptError(code: number, runId: string, reply: readonly unknown
     case ScriptCode.StepNotBlocked: return new BatonError('STEP_NOT_BLOCKED');
     case ScriptCode.WaitNotPending: return new BatonError('WAIT_NOT_PENDING');
     case ScriptCode.IdempotencyMismatch: return new BatonError('IDEMPOTENCY_MISMATCH');
-    default: return new Error(`script for run ${runId} answered the unexpected code ${code}`);
+    default: return new Error(`script for run ${runId} answered the unexpected code ${refusal.code}`);
   }
 }

@@ -6,7 +6,7 @@ import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
-import { LeaseLostError, ScriptCode, scriptError } from './script-codes.ts';
+import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, type Refusal } from './script-codes.ts';
 
 /**
  * The typed gateway to the Lua transitions (src/lib/engine/lua/): one function per script,
@@ -145,11 +145,83 @@ export interface ParkReply {
 
 export interface ResumedWait { kind: WaitKind; since: number; runtime: string; agent: string }
 
-type Raw = unknown[];
+// ---- replies ----
+// A script answers a positional list (the wire format). Each reply's shape below names its
+// positions once, in order (an object's fields keep the order they are written in), with how
+// each is decoded; every method reads the decoded object by field name. A position a reply
+// leaves out (a shorter answer, such as a refusal's) decodes as its field's empty value, and
+// no method reads it.
+
+const num = (v: unknown): number => Number(v);
+const text = (v: unknown): string => (v === undefined ? '' : String(v));
+const flag = (v: unknown): boolean => Number(v) === 1;
+const strings = (v: unknown): string[] => (Array.isArray(v) ? v.map(String) : []);
+/** A run record as HGETALL lists it; undefined when the run is gone. */
+const record = (v: unknown): RunRecord | undefined => (Array.isArray(v) ? parseRunRecord(v.map(String)) : undefined);
+/** Dispatch orders, JSON text for the dispatcher (none when left out). */
+const orders = (v: unknown): string => (v === undefined ? '[]' : String(v));
+/** A JSON list a script encoded (cjson encodes an empty one as `{}`). */
+const answered = (v: unknown): AnsweredWait[] => {
+  if (v === undefined) return [];
+  const list: unknown = JSON.parse(String(v));
+  return Array.isArray(list) ? (list as AnsweredWait[]) : [];
+};
+/** An epoch ms, 0 for none. */
+const time = (v: unknown): number | undefined => (Number(v) > 0 ? Number(v) : undefined);
+
+type Shape = Record<string, (v: unknown) => unknown>;
+
+/** Each script's reply (heartbeat aside: a list of codes, one per run). A shape whose first field is `code` may be a refusal. */
+const REPLY = {
+  'submit': { code: num, runId: text, created: flag, orders, run: record },
+  'history-page': { messages: strings, next: num },
+  'cancel': { code: num, orders, run: record },
+  'resolve': { code: num, orders },
+  'drain': { cancelled: num, left: num, orders },
+  'undrain': { resumed: num, left: num, orders },
+  'artifact': { code: num, held: num, retryAfterMs: num },
+  'claim': {
+    code: num, fence: num, attempt: num, recovered: flag, run: record, steps: strings, history: strings,
+    deadline: time, now: num, historyCut: flag,
+  },
+  /** A claim that ended the run instead answers this shape (Outcome.claim.Ended). */
+  'claim-ended': { code: num, orders, status: text },
+  'step': { code: num, result: text },
+  'append': { code: num, last: text },
+  'retry': { code: num, retryAt: num, orders },
+  'block': { code: num, orders },
+  'finish': { code: num, orders },
+  'release': { code: num, orders },
+  'wait': { code: num, orders, answered, nextAt: time, admittedAgain: flag },
+  'resume': { code: num, orders, kind: text, since: num, runtime: text, agent: text },
+  'wait-timeout': { code: num, orders, answered, runtime: text, agent: text },
+  'due': { code: num, orders, joined: flag },
+  'fill': { code: num, orders },
+  'expire': { code: num, orders, run: record },
+  'timeout': { code: num, orders, run: record },
+  'unserved': { code: num, orders, run: record },
+  'repair': { code: num, orders },
+} satisfies Record<string, Shape>;
+
+type Replied = keyof typeof REPLY;
+type Decoded<S extends Shape> = { [F in keyof S]: ReturnType<S[F]> };
+/** A decoded reply: a refusal (only a shape with a `code` can be one) or the script's answer. */
+type Reply<N extends Replied> = 'code' extends keyof (typeof REPLY)[N]
+  ? ({ refused?: undefined } & Decoded<(typeof REPLY)[N]>) | { refused: Refusal }
+  : Decoded<(typeof REPLY)[N]>;
+
+/** The one place a reply's positions are read. */
+function decode<N extends Replied>(name: N, raw: unknown): Reply<N> {
+  if (!Array.isArray(raw)) throw new Error(`the ${name} script answered ${typeof raw}, not a list`);
+  const shape: Shape = REPLY[name];
+  const fields = Object.keys(shape);
+  if (fields[0] === 'code' && isRefusal(Number(raw[0]))) return { refused: { code: Number(raw[0]), value: Number(raw[1]) } } as Reply<N>;
+  return Object.fromEntries(fields.map((field, i) => [field, shape[field](raw[i])])) as Reply<N>;
+}
 
 export class Transitions {
-  /** The limits every script shares, as the start of the options JSON (they never change). */
-  private readonly limitsJson: string;
+  /** The limits every script shares, the first fields of its options (they never change). */
+  private readonly limits: Record<string, unknown>;
 
   constructor(
     private readonly redis: Redis,
@@ -157,13 +229,13 @@ export class Transitions {
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
   ) {
-    this.limitsJson = JSON.stringify({
+    this.limits = {
       maxLen: config.EVENTS_MAX_LEN,
       maxActive: config.MAX_ACTIVE_PER_SCOPE,
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
-    });
+    };
   }
 
   // ---- API side ----
@@ -181,10 +253,10 @@ export class Transitions {
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash, limit: r.limit,
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
     }, payload);
-    if (code(reply) < 0) throw scriptError(code(reply), r.runId, reply);
-    await this.dispatch(r.scope, reply[3]);
+    if (reply.refused) throw scriptError(reply.refused, r.runId);
+    await this.dispatch(r.scope, reply.orders);
     // An idempotent repeat whose run has passed its retention comes back without a record.
-    return { runId: String(reply[1]), created: Number(reply[2]) === 1, run: parseRunRecord(reply[4] as string[]) };
+    return { runId: reply.runId, created: reply.created, run: reply.run };
   }
 
   /**
@@ -196,16 +268,14 @@ export class Transitions {
     scope: string, sessionId: string, start: number, limit: number, maxBytes: number,
   ): Promise<{ messages: string[]; next?: number }> {
     const reply = await this.call('history-page', scope, { messages: this.keys.scope(scope).messages(sessionId) }, { start, limit, maxBytes });
-    const next = Number(reply[1]);
-    return { messages: reply[0] as string[], ...(next >= 0 ? { next } : {}) };
+    return { messages: reply.messages, ...(reply.next >= 0 ? { next: reply.next } : {}) };
   }
 
   async cancel(scope: string, runId: string): Promise<CancelReply> {
     const reply = await this.call('cancel', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    if (code(reply) < 0) throw scriptError(code(reply), runId);
-    await this.dispatch(scope, reply[1]);
-    const outcome = (['already-finished', 'cancelled', 'requested'] as const)[code(reply)];
-    return { outcome, run: parseRunRecord(reply[2] as string[]) };
+    if (reply.refused) throw scriptError(reply.refused, runId);
+    await this.dispatch(scope, reply.orders);
+    return { outcome: cancelOutcome(reply.code), run: reply.run };
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */
@@ -215,8 +285,8 @@ export class Transitions {
       ? { runId, stepKey, mode: 'rerun' }
       : { runId, stepKey, mode: 'value', value: JSON.stringify({ v: resolution.value }) };
     const reply = await this.call('resolve', scope, { ...this.slotKeys(sk, runId), steps: sk.steps(runId) }, options);
-    if (code(reply) < 0) throw scriptError(code(reply), runId);
-    await this.dispatch(scope, reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, runId);
+    await this.dispatch(scope, reply.orders);
   }
 
   /** One batch of a drain: sets the flag; with cancelQueued, cancels up to `batch` waiting runs. */
@@ -226,16 +296,16 @@ export class Transitions {
       drain: sk.drain(runtime), waiting: sk.waiting(runtime), held: sk.held(runtime), ...this.slotKeys(sk),
     }, { runtime, ...o });
     // Cancelling a session head hands its scope slot on, possibly to another runtime's run.
-    await this.dispatch(scope, reply[2]);
-    return { cancelled: Number(reply[0]), left: Number(reply[1]) };
+    await this.dispatch(scope, reply.orders);
+    return { cancelled: reply.cancelled, left: reply.left };
   }
 
   /** One batch of a resume: `first` lifts the flag; parked heads are admitted in order. */
   async undrain(scope: string, runtime: string, o: { first: boolean; batch: number }): Promise<{ resumed: number; left: number }> {
     const sk = this.keys.scope(scope);
     const reply = await this.call('undrain', scope, { drain: sk.drain(runtime), held: sk.held(runtime), ...this.slotKeys(sk) }, o);
-    await this.dispatch(scope, reply[2]);
-    return { resumed: Number(reply[0]), left: Number(reply[1]) };
+    await this.dispatch(scope, reply.orders);
+    return { resumed: reply.resumed, left: reply.left };
   }
 
   /**
@@ -253,11 +323,12 @@ export class Transitions {
     const reply = await this.call('artifact', scope, {
       artifact: sk.artifact(a.id), ledger: sk.artifactLedger, stored: sk.artifactBytes, bucket: o.limit ? sk.artifactBucket : undefined,
     }, { id: a.id, contentType: a.contentType, size: a.size, createdAt: a.createdAt, maxBytes: o.maxBytes, limit: o.limit }, payload);
-    switch (code(reply)) {
-      case 0: return { kind: 'stored' };
-      case 1: return { kind: 'rate-limited', retryAfterMs: Number(reply[1]) };
-      case 2: return { kind: 'over-quota', held: Number(reply[1]), retryAfterMs: Number(reply[2]) };
-      default: throw new Error(`the artifact script answered the unexpected code ${code(reply)}`);
+    if (reply.refused) throw new Error(`the artifact script answered the unexpected code ${reply.refused.code}`);
+    switch (reply.code) {
+      case Outcome.artifact.Stored: return { kind: 'stored' };
+      case Outcome.artifact.RateLimited: return { kind: 'rate-limited', retryAfterMs: reply.retryAfterMs };
+      case Outcome.artifact.OverQuota: return { kind: 'over-quota', held: reply.held, retryAfterMs: reply.retryAfterMs };
+      default: throw new Error(`the artifact script answered the unexpected code ${reply.code}`);
     }
   }
 
@@ -274,28 +345,31 @@ export class Transitions {
     historyReads: Record<string, number> = {},
   ): Promise<ClaimReply> {
     const sk = this.keys.scope(job.scope);
-    const reply = await this.call('claim', job.scope, this.slotKeys(sk, job.runId), {
+    const raw = await this.callRaw('claim', job.scope, this.slotKeys(sk, job.runId), {
       runId: job.runId, workerId, leaseMs: this.config.LEASE_MS, maxRecoveries: this.config.MAX_RECOVERIES,
       agentDefaults: Object.keys(agentDefaults).length ? agentDefaults : undefined,
       historyReads: Object.keys(historyReads).length ? historyReads : undefined,
       historyBytes: this.config.HISTORY_READ_MAX_BYTES,
     });
-    switch (code(reply)) {
-      case 0: {
-        const run = parseRunRecord(reply[4] as string[]);
-        if (!run) return { kind: 'nothing' };
-        const deadline = Number(reply[7]);
+    const reply = decode('claim', raw);
+    if (reply.refused) {
+      return reply.refused.code === ScriptCode.LeaseHeld ? { kind: 'later', until: reply.refused.value } : { kind: 'nothing' };
+    }
+    switch (reply.code) {
+      case Outcome.claim.Claimed: {
+        if (!reply.run) return { kind: 'nothing' };
         return {
-          kind: 'claimed', run, fence: Number(reply[1]), recovered: Number(reply[3]) === 1,
-          steps: flatToObject(reply[5] as string[]), history: reply[6] as string[], historyCut: Number(reply[9]) === 1,
-          deadline: deadline > 0 ? deadline : undefined, now: Number(reply[8]),
+          kind: 'claimed', run: reply.run, fence: reply.fence, recovered: reply.recovered,
+          steps: flatToObject(reply.steps), history: reply.history, historyCut: reply.historyCut,
+          deadline: reply.deadline, now: reply.now,
         };
       }
-      case 1:
-        await this.dispatch(job.scope, reply[1]);
-        return { kind: 'ended', status: String(reply[2]) as 'cancelled' | 'expired' | 'failed' };
-      case ScriptCode.LeaseHeld:
-        return { kind: 'later', until: Number(reply[1]) };
+      case Outcome.claim.Ended: {
+        const ended = decode('claim-ended', raw);
+        if (ended.refused) return { kind: 'nothing' };
+        await this.dispatch(job.scope, ended.orders);
+        return { kind: 'ended', status: ended.status as 'cancelled' | 'expired' | 'failed' };
+      }
       default:
         return { kind: 'nothing' };
     }
@@ -379,8 +453,8 @@ export class Transitions {
         usageTtlMs: USAGE_RETENTION_DAYS * 86_400_000, usageRows: this.config.USAGE_ROWS_PER_DAY,
       }
       : { fence: attempt.fence, ...write });
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    return String(reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    return reply.result;
   }
 
   /**
@@ -391,8 +465,8 @@ export class Transitions {
     const reply = await this.call('append', attempt.scope, { run: attempt.runKey }, {
       runId: attempt.runId, fence: attempt.fence, batch,
     }, events.flat());
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    return code(reply) === 1 ? 'duplicate' : 'applied';
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    return reply.code === Outcome.append.Duplicate ? 'duplicate' : 'applied';
   }
 
   /** The next attempt after a transient failure; returns when it is due. */
@@ -400,9 +474,9 @@ export class Transitions {
     const reply = await this.call('retry', attempt.scope, this.leaseKeys(attempt), {
       runId: attempt.runId, fence: attempt.fence, delayMs: Math.round(o.delayMs), lastError: o.lastError,
     });
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    await this.dispatch(attempt.scope, reply[2]);
-    return Number(reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    await this.dispatch(attempt.scope, reply.orders);
+    return reply.retryAt;
   }
 
   /** Blocks the run on a non-idempotent step whose outcome is unknown. */
@@ -410,8 +484,8 @@ export class Transitions {
     const reply = await this.call('block', attempt.scope, this.slotKeys(attempt.keys, attempt.runId), {
       runId: attempt.runId, fence: attempt.fence, blocked: JSON.stringify(blocked),
     });
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    await this.dispatch(attempt.scope, reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    await this.dispatch(attempt.scope, reply.orders);
   }
 
   /** Ends the run (and commits its turn to the built-in history, once). */
@@ -419,15 +493,15 @@ export class Transitions {
     const reply = await this.call('finish', attempt.scope, {
       ...this.slotKeys(attempt.keys, attempt.runId), messages: attempt.keys.messages(attempt.sessionId),
     }, { runId: attempt.runId, fence: attempt.fence, ...f, ...(last ? { batch: last.no } : {}) }, last ? last.events.flat() : []);
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    await this.dispatch(attempt.scope, reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    await this.dispatch(attempt.scope, reply.orders);
   }
 
   /** Hands the run over at shutdown: its lease ends now and another worker takes it at once. */
   async release(attempt: Attempt): Promise<void> {
     const reply = await this.call('release', attempt.scope, this.leaseKeys(attempt), { runId: attempt.runId, fence: attempt.fence });
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    await this.dispatch(attempt.scope, reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    await this.dispatch(attempt.scope, reply.orders);
   }
 
   /**
@@ -448,13 +522,12 @@ export class Transitions {
     const reply = await this.call('wait', attempt.scope, {
       ...this.slotKeys(attempt.keys, attempt.runId), steps: attempt.keys.steps(attempt.runId), waits: attempt.keys.waits(attempt.runId),
     }, { runId: attempt.runId, fence: attempt.fence, timeouts, untils, tokens }, specs);
-    if (code(reply) < 0) throw scriptError(code(reply), attempt.runId);
-    if (code(reply) === 1) return { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false };
-    await this.dispatch(attempt.scope, reply[1]);
-    const nextAt = Number(reply[3]);
-    return {
-      cancelRequested: false, answered: list(reply[2]), nextAt: nextAt > 0 ? nextAt : undefined, admittedAgain: Number(reply[4]) === 1,
-    };
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    if (reply.code === Outcome.wait.CancelRequested) {
+      return { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false };
+    }
+    await this.dispatch(attempt.scope, reply.orders);
+    return { cancelRequested: false, answered: reply.answered, nextAt: reply.nextAt, admittedAgain: reply.admittedAgain };
   }
 
   /**
@@ -463,9 +536,9 @@ export class Transitions {
    */
   async resumeWait(scope: string, runId: string, waitKey: string, o: { value: string; tokenHash?: string }): Promise<ResumedWait> {
     const reply = await this.call('resume', scope, this.waitKeys(scope, runId), { runId, waitKey, value: o.value, tokenHash: o.tokenHash });
-    if (code(reply) < 0) throw scriptError(code(reply), runId);
-    await this.dispatch(scope, reply[1]);
-    return { kind: String(reply[2]) as WaitKind, since: Number(reply[3]), runtime: String(reply[4]), agent: String(reply[5]) };
+    if (reply.refused) throw scriptError(reply.refused, runId);
+    await this.dispatch(scope, reply.orders);
+    return { kind: reply.kind as WaitKind, since: reply.since, runtime: reply.runtime, agent: reply.agent };
   }
 
   // ---- sweeper ----
@@ -473,37 +546,40 @@ export class Transitions {
   /** A run's earliest wait deadline passed: outcomes for the waits due, a waiting run goes on. */
   async waitTimeout(scope: string, runId: string): Promise<{ answered: AnsweredWait[]; runtime: string; agent: string }> {
     const reply = await this.call('wait-timeout', scope, this.waitKeys(scope, runId), { runId });
-    await this.dispatch(scope, reply[1]);
-    return { answered: list(reply[2]), runtime: String(reply[3]), agent: String(reply[4]) };
+    if (reply.refused) throw scriptError(reply.refused, runId);
+    await this.dispatch(scope, reply.orders);
+    return { answered: reply.answered, runtime: reply.runtime, agent: reply.agent };
   }
 
   /** A scheduled run is due: it joins its session. Returns whether it did now. */
   async runDue(scope: string, runId: string): Promise<boolean> {
     const reply = await this.call('due', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    await this.dispatch(scope, reply[1]);
-    return Number(reply[2]) === 1;
+    if (reply.refused) throw scriptError(reply.refused, runId);
+    await this.dispatch(scope, reply.orders);
+    return reply.joined;
   }
 
   /** Gives the scope's free slots to its parked session heads. Returns whether it dispatched any. */
   async fill(scope: string): Promise<boolean> {
     const reply = await this.call('fill', scope, this.slotKeys(this.keys.scope(scope)), {});
-    return this.dispatch(scope, reply[1]);
+    if (reply.refused) throw new Error(`the fill script answered the unexpected code ${reply.refused.code}`);
+    return this.dispatch(scope, reply.orders);
   }
 
   /** A run's ttlMs passed: ends it `expired` unless it started. Returns the run when it expired now. */
   async expire(scope: string, runId: string): Promise<RunRecord | undefined> {
     const reply = await this.call('expire', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    if (code(reply) !== 1) return undefined;
-    await this.dispatch(scope, reply[1]);
-    return parseRunRecord(reply[2] as string[]);
+    if (reply.refused || reply.code !== Outcome.end.Ended) return undefined;
+    await this.dispatch(scope, reply.orders);
+    return reply.run;
   }
 
   /** A run's timeoutMs budget ended: fails it with TIMEOUT unless a worker runs it. Returns the run when it failed now. */
   async timeOut(scope: string, runId: string): Promise<RunRecord | undefined> {
     const reply = await this.call('timeout', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    if (code(reply) !== 1) return undefined;
-    await this.dispatch(scope, reply[1]);
-    return parseRunRecord(reply[2] as string[]);
+    if (reply.refused || reply.code !== Outcome.end.Ended) return undefined;
+    await this.dispatch(scope, reply.orders);
+    return reply.run;
   }
 
   /**
@@ -512,9 +588,9 @@ export class Transitions {
    */
   async unserved(scope: string, runId: string, dispatch: number, message: string): Promise<RunRecord | undefined> {
     const reply = await this.call('unserved', scope, this.slotKeys(this.keys.scope(scope), runId), { runId, dispatch, message });
-    if (code(reply) !== 1) return undefined;
-    await this.dispatch(scope, reply[1]);
-    return parseRunRecord(reply[2] as string[]);
+    if (reply.refused || reply.code !== Outcome.end.Ended) return undefined;
+    await this.dispatch(scope, reply.orders);
+    return reply.run;
   }
 
   /**
@@ -528,7 +604,8 @@ export class Transitions {
     const reply = await this.call('repair', scope, { run: sk.run(runId), leases: sk.leases }, {
       runId, ...(job ? { dispatch: job.dispatch, jobAlive: job.alive } : {}),
     });
-    return this.dispatch(scope, reply[1]);
+    if (reply.refused) throw scriptError(reply.refused, runId);
+    return this.dispatch(scope, reply.orders);
   }
 
   // ----
@@ -550,25 +627,30 @@ export class Transitions {
     return { run: a.runKey, leases: a.keys.leases };
   }
 
-  private async call(
+  /** Calls a script and decodes its reply. */
+  private async call<N extends Replied & ScriptName>(
+    name: N, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
+  ): Promise<Reply<N>> {
+    return decode(name, await this.callRaw(name, scope, keys, options, payload));
+  }
+
+  /** Calls a script; its reply still to decode (claim's has two shapes). */
+  private callRaw(
     name: ScriptName, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
-  ): Promise<Raw> {
-    return (await callScript(this.redis, name, keys, this.options(this.keys.scope(scope).base, options), payload)) as Raw;
+  ): Promise<unknown> {
+    return callScript(this.redis, name, keys, this.options(this.keys.scope(scope).base, options), payload);
   }
 
-  /** The options argument: shared limits, the scope base and the call's own fields. */
+  /** The options argument: shared limits, the scope base and the call's own fields, one JSON object. */
   private options(base: string, own: Record<string, unknown>): OptionsJson {
-    const fields = JSON.stringify(own);
-    const rest = fields === '{}' ? '}' : `,${fields.slice(1)}`;
-    return { json: `${this.limitsJson.slice(0, -1)},"base":${JSON.stringify(base)}${rest}` };
+    return { json: JSON.stringify({ ...this.limits, base, ...own }) };
   }
 
-  /** Adds the BullMQ jobs a transition asked for; returns whether there were any. */
-  private async dispatch(scope: string, orders: unknown): Promise<boolean> {
-    const text = String(orders);
+  /** Adds the BullMQ jobs a transition asked for (dispatch orders, JSON text); returns whether there were any. */
+  private async dispatch(scope: string, orders: string): Promise<boolean> {
     // Lua's cjson encodes an empty list as `{}`.
-    if (text === '[]' || text === '{}') return false;
-    await this.dispatcher.dispatch(scope, text);
+    if (orders === '[]' || orders === '{}') return false;
+    await this.dispatcher.dispatch(scope, orders);
     return true;
   }
 }
@@ -576,18 +658,19 @@ export class Transitions {
 /** Runs renewed by one heartbeat script call: a few hundred record reads keep Redis busy well under a millisecond. */
 const HEARTBEAT_BATCH = 200;
 
+/** One run's code in a heartbeat's reply (a list of codes, one per run). */
 function heartbeatReply(code: number): HeartbeatReply {
   if (code === ScriptCode.NotRunnable) return { kind: 'closed' };
   if (code === ScriptCode.LeaseLost) return { kind: 'lost' };
-  return { kind: 'renewed', cancelRequested: code === 1 };
+  return { kind: 'renewed', cancelRequested: code === Outcome.heartbeat.CancelRequested };
 }
 
-function code(reply: Raw): number {
-  return Number(reply[0]);
-}
-
-/** A JSON list a script encoded (cjson encodes an empty one as `{}`). */
-function list<T>(text: unknown): T[] {
-  const v: unknown = JSON.parse(String(text));
-  return Array.isArray(v) ? (v as T[]) : [];
+/** A cancel's outcome code, by name. */
+function cancelOutcome(code: number): CancelReply['outcome'] {
+  switch (code) {
+    case Outcome.cancel.AlreadyFinished: return 'already-finished';
+    case Outcome.cancel.Cancelled: return 'cancelled';
+    case Outcome.cancel.Requested: return 'requested';
+    default: throw new Error(`the cancel script answered the unexpected code ${code}`);
+  }
 }

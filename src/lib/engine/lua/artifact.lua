@@ -10,7 +10,7 @@
   KEYS  artifact (the new artifact's hash), ledger, stored, bucket (absent = no upload rate)
   O     id, contentType, size, createdAt, maxBytes (0 = no quota), limit {rate, burst} (with KEYS bucket)
   ARGV[2] the artifact's bytes
-  Returns {0} stored | {1, ms until the bucket holds the upload} | {2, bytes held, ms until the oldest may expire} ]]
+  Returns {0} stored | {1, bytes held, ms until the bucket holds the upload} | {2, bytes held, ms until the oldest may expire} ]]
 -- @uses nowMs, takeToken
 local PRUNE = 100
 local now = nowMs()
@@ -44,7 +44,7 @@ end
 -- is the same as no key, so the key expires once it would have refilled.
 if K.bucket then
   local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now, O.size)
-  if not ok then return { 1, waitMs } end
+  if not ok then return { 1, stored, waitMs } end
 end
 
 -- The hash never exists without its expiry, nor outside the ledger.
