@@ -1,6 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Attempt } from '../src/lib/engine/attempt.ts';
-import { parseRunRecord } from '../src/lib/engine/record.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import type { Transitions } from '../src/lib/engine/transitions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
@@ -67,13 +66,5 @@ describe("a session's queue", () => {
     // The head was dispatched, not running: the interrupt cancelled it and the urgent run took over.
     expect(await status(later.id)).toBe('cancelled');
     expect(await status(urgent.id)).toBe('dispatched');
-  });
-
-  it('hands the session on from a head whose record has no mark (written before it was kept)', async () => {
-    const a = await submit('s3', 'a');
-    const b = await submit('s3', 'b');
-    await h.redis.hdel(h.keys.scope(scope).run(a.id), 'behind');
-    await runToEnd(a.id);
-    expect(parseRunRecord(await h.redis.hgetall(h.keys.scope(scope).run(b.id)))?.status).toBe('dispatched');
   });
 });

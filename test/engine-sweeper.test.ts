@@ -86,21 +86,6 @@ describe('sweeper', () => {
     expect(c2).toMatchObject({ status: 'cancelled', result: { finishReason: 'cancelled' } });
   });
 
-  it('adopts the runs an earlier version kept in its pending index: a lost job is still repaired', async () => {
-    const runId = await submitAndLoseJob('sw-legacy', 'kept apart before');
-    const sk = h.keys.scope('acme');
-    // As an earlier version left a dispatched run: its outbox entry in `pending`, due, none in `leases`.
-    await h.redis.zrem(sk.leases, runId);
-    await h.redis.zadd(sk.legacyPending, 1, runId);
-    const d = new Dispatcher(h.redis, h.keys);
-    track(d, () => d.close());
-    const sweeper = new Sweeper(h.redis, h.keys, h.config, d, new Transitions(h.redis, h.keys, h.config, d), createLogger('silent'));
-    expect(await sweeper.sweep()).toBe(1);
-    expect(await h.redis.exists(sk.legacyPending)).toBe(0);
-    expect((await record(runId)).dispatch).toBe('2');
-    expect(await queue.getJobState(jobId(runId, 2))).toBe('waiting');
-  });
-
   it('sweeps safely from many processes at once: one repair, one new job', async () => {
     const runId = await submitAndLoseJob('sw-many', 'swept once');
     const sk = h.keys.scope('acme');

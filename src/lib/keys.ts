@@ -67,11 +67,6 @@ export interface ScopeKeys {
    */
   leases: string;
   /**
-   * Where earlier versions kept dispatched runs apart from `leases`: the sweeper moves what it
-   * holds into `leases` (its first sweep), and nothing else reads or writes it.
-   */
-  legacyPending: string;
-  /**
    * Deadlines the sweeper enforces (zset, score = when): `wait:<runId>` the run's earliest wait
    * timeout or sleep end, `due:<runId>` a scheduled run's start, `ttl:<runId>` a run's latest
    * start, `timeout:<runId>` the end of its timeoutMs budget.
@@ -187,7 +182,6 @@ export function createKeys(prefix: string): Keys {
         runsByRuntime: (rt) => `${base}runtime:${checked('runtime', rt)}:runs`,
         meta: `${base}meta`,
         ready: `${base}ready`,
-        legacyPending: `${base}pending`,
         leases: `${base}leases`,
         timers: `${base}timers`,
         waitToken: (h) => `${base}wait-token:${checkedHash(h)}`,

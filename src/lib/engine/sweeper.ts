@@ -119,7 +119,6 @@ export class Sweeper {
   /** One full pass over every scope; returns how many runs it re-dispatched. */
   async sweep(): Promise<number> {
     const now = await redisNowMs(this.redis);
-    const first = this.sweeps === 0;
     const fill = this.sweeps % FILL_EVERY_SWEEPS === 0;
     this.sweeps++;
     let count = 0;
@@ -138,7 +137,6 @@ export class Sweeper {
     do {
       const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 200);
       cursor = next;
-      if (first) await this.adoptLegacyPending(scopes);
       for (const scope of scopes) count += await this.sweepScope(scope, now, served);
       if (fill) await this.fillSlots(scopes);
     } while (cursor !== '0');
@@ -157,19 +155,6 @@ export class Sweeper {
       if (err) throw err;
       return Number(n) > 0;
     });
-  }
-
-  /**
-   * Moves the runs earlier versions kept in `pending` (handed to BullMQ, by when a job must
-   * exist) into `leases`, where this version keeps them, so none loses its repair. Each scope
-   * in one MULTI (a later deadline wins where a run is in both).
-   */
-  private async adoptLegacyPending(scopes: readonly string[]): Promise<void> {
-    for (const scope of await this.scopesWith(scopes, (sk) => sk.legacyPending)) {
-      const sk = this.keys.scope(scope);
-      await this.redis.multi().zunionstore(sk.leases, 2, sk.leases, sk.legacyPending, 'AGGREGATE', 'MAX').del(sk.legacyPending).exec();
-      this.log.info({ scope }, 'moved runs handed to BullMQ by an earlier version into leases');
-    }
   }
 
   /** Offers free slots to the parked runs of those of `scopes` that have any. */

@@ -150,9 +150,8 @@ local function fillSlots(now, out)
 end
 
 -- A session's queue (`session:<id>:queue`) holds its runs behind the head. A run's `behind`
--- says whether any was queued while it was the head: 0 from its submit, 1 once one is (runs
--- written before it was kept have none, and count as 1), so the head's end looks at the
--- queue only then. Marks the session's head (`headId`) as having runs behind it.
+-- says whether any was queued while it was the head: 0 from its submit, 1 once one is, so
+-- the head's end looks at the queue only then. Marks the session's head (`headId`) as having runs behind it.
 local function queuedBehind(headId)
   redis.call('HSET', runKey(headId), 'behind', 1)
 end
@@ -170,7 +169,7 @@ local function advanceSession(sessionId, runId, now, out, head, behind)
   local sk = sessionKey(sessionId)
   if not head and redis.call('HGET', sk, 'active') ~= runId then return end
   redis.call('HDEL', sk, 'active')
-  if behind == '0' then return end
+  if behind ~= '1' then return end
   while true do
     local nextId = redis.call('LPOP', sk .. ':queue')
     if not nextId then return end
