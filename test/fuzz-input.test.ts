@@ -110,6 +110,24 @@ function send(
   });
 }
 
+/** A well-formed POST with an API key to an API at `target`, read to its end. */
+function post(
+  target: { host: string; port: number }, apiKey: string, path: string, body: string | Buffer, type: string,
+): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const req = request({ ...target, method: 'POST', path, agent: false, headers: {
+      authorization: `Bearer ${apiKey}`, 'content-type': type, 'content-length': String(Buffer.byteLength(body)),
+    } }, (r) => {
+      let text = '';
+      r.setEncoding('utf8');
+      r.on('data', (c) => { text += c; });
+      r.on('end', () => resolve({ status: r.statusCode!, text, headers: r.headers }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 // ---- generators ---------------------------------------------------------------------
 
 const VALID: Record<string, string> = {
@@ -389,18 +407,7 @@ describe('generated nesting in every JSON body', () => {
           }
           const body = `{"sessionId":"s1","input":{"content":"x"},"${field}":${open}0${close}}`;
           const path = route.path.replace(/\{(\w+)\}/g, (_, p: string) => VALID[p]);
-          const res = await new Promise<RawResponse>((resolve, reject) => {
-            const req = request({ ...target, method: 'POST', path, agent: false, headers: {
-              authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)),
-            } }, (r) => {
-              let text = '';
-              r.setEncoding('utf8');
-              r.on('data', (c) => { text += c; });
-              r.on('end', () => resolve({ status: r.statusCode!, text, headers: r.headers }));
-            });
-            req.on('error', reject);
-            req.end(body);
-          });
+          const res = await post(target, key, path, body, 'application/json');
           const what = `${route.path} ${field} ${depth} levels -> ${res.status} ${res.text.slice(0, 200)}`;
           expect(res.status, what).toBeLessThan(500);
           if (route.path === '/v1/waits/{token}') {
@@ -476,23 +483,12 @@ describe('generated uploads, stream-token mints and scheduled submits against sm
       mint: ['STREAM_TOKEN_RATE_LIMITED', 'RUN_NOT_FOUND'],
       schedule: ['TOO_MANY_SCHEDULED_RUNS'],
     };
-    const post = (path: string, body: string | Buffer, type: string) => new Promise<RawResponse>((resolve, reject) => {
-      const req = request({ ...target, method: 'POST', path, agent: false, headers: {
-        authorization: `Bearer ${quotaKey}`, 'content-type': type, 'content-length': String(Buffer.byteLength(body)),
-      } }, (r) => {
-        let text = '';
-        r.setEncoding('utf8');
-        r.on('data', (c) => { text += c; });
-        r.on('end', () => resolve({ status: r.statusCode!, text, headers: r.headers }));
-      });
-      req.on('error', reject);
-      req.end(body);
-    });
+    const upload = (body: Buffer) => post(target, quotaKey, '/v1/scopes/quotas/artifacts', body, 'application/pdf');
     // The upload rate, whatever order the generated operations come in: the burst (64 bytes)
     // spent at once, the next upload waits a second for its bytes.
-    expect((await post('/v1/scopes/quotas/artifacts', Buffer.alloc(64, 1), 'application/pdf')).status).toBe(201);
+    expect((await upload(Buffer.alloc(64, 1))).status).toBe(201);
     const before = await state();
-    const limited = await post('/v1/scopes/quotas/artifacts', Buffer.alloc(64, 2), 'application/pdf');
+    const limited = await upload(Buffer.alloc(64, 2));
     expect(limited.status, limited.text).toBe(429);
     expect(JSON.parse(limited.text).error.code).toBe('ARTIFACT_RATE_LIMITED');
     expect(Number(limited.headers['retry-after'])).toBeGreaterThanOrEqual(1);
@@ -507,7 +503,7 @@ describe('generated uploads, stream-token mints and scheduled submits against sm
               sessionId: 's1', input: { content: 'later' }, runtime: h.runtime,
               ...(o.at ? { runAt: new Date(Date.now() + o.delayMs).toISOString() } : { delayMs: o.delayMs }),
             }), 'application/json'];
-        const res = await post(path, body, type);
+        const res = await post(target, quotaKey, path, body, type);
         const what = `${o.kind} ${JSON.stringify(o)} -> ${res.status} ${res.text.slice(0, 300)}`;
         if (res.status < 400) {
           baseline = await state();

@@ -82,12 +82,17 @@ function lockOf(dir: string): { pid: number; redis: string; redisPid: number; ap
 
 const NOISE = /ECONNREFUSED|Error:|\n\s+at /;
 
+/** A port on 127.0.0.1 that another program holds for the rest of the test. */
+async function takenPort(): Promise<number> {
+  const taken: Server = createServer();
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+  track(taken, () => new Promise((r) => taken.close(r)));
+  return (taken.address() as { port: number }).port;
+}
+
 describe('baton start', () => {
   it('comes up with METRICS_PORT taken: metrics are served on the API port', async () => {
-    const taken: Server = createServer();
-    await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
-    track(taken, () => new Promise((r) => taken.close(r)));
-    const port = (taken.address() as { port: number }).port;
+    const port = await takenPort();
     const dir = tempDir();
     reapRedisIn(dir);
     const s = spawnStart(dir, { METRICS_PORT: String(port) });
@@ -173,10 +178,7 @@ describe('baton start', () => {
   });
 
   it('a start that fails after spawning its redis-server stops it and says why in one line', async () => {
-    const taken: Server = createServer();
-    await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
-    track(taken, () => new Promise((r) => taken.close(r)));
-    const port = (taken.address() as { port: number }).port;
+    const port = await takenPort();
     const dir = tempDir();
     reapRedisIn(dir);
     const s = spawnStart(dir, { PORT: String(port) });
