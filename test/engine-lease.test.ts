@@ -80,7 +80,9 @@ describe('leases within one process', () => {
 
     // The first attempt lost its lease like any other loser: its signal aborts, it ends.
     expect(await first).toEqual({ kind: 'done' });
-    expect(JSON.parse((await fx(h, runId, 'aborted'))!)).toMatchObject({ why: 'lease-lost' });
+    // (The fixture records its abort without awaiting the write: wait for it to land.)
+    const aborted = await waitFor(() => fx(h, runId, 'aborted'), 5_000, 'the first attempt to record its abort');
+    expect(JSON.parse(aborted)).toMatchObject({ why: 'lease-lost' });
     // ...and its end did not take the second attempt's lease bookkeeping with it.
     expect(leases.size).toBe(1);
     const leaseOf = async () => Number(await h.redis.zscore(h.keys.scope('acme').leases, runId));

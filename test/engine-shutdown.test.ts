@@ -45,7 +45,8 @@ describe('graceful shutdown', () => {
       `[engine-shutdown] SIGTERM -> taken over by another worker after ${recovered.at - termAt} ms ` +
       '(SHUTDOWN_GRACE_MS 3000, LEASE_MS 30000)',
     );
-    expect(JSON.parse((await fx(h, long, 'aborted'))!)).toMatchObject({ why: 'shutdown', by: 'A' });
+    const aborted = await waitFor(() => fx(h, long, 'aborted'), 5_000, 'A to record its abort');
+    expect(JSON.parse(aborted)).toMatchObject({ why: 'shutdown', by: 'A' });
     expect(await exited).toBe(0);
     await waitFor(async () => (await fx(h, long, 'reached')) === 'B', 10_000, 'B to run the agent');
     await fxSet(h, long, 'go');
