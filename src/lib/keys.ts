@@ -81,6 +81,13 @@ export interface ScopeKeys {
   waiting(runtime: string): string;
   /** Token bucket of the scope's submit rate limit. */
   submitBucket: string;
+  /**
+   * The scope's limits an operator set (hash: field -> number as decimal text, named as the
+   * API names them: maxActive, maxActivePerKey, submitRatePerSec, submitBurst, weight,
+   * maxStreams, tokensPerDay). A field absent is its configured default. Read by the
+   * transitions (lua/lib.lua) at each call, so a change applies without a restart.
+   */
+  limits: string;
   /** Stream tokens the scope minted in one minute (epoch ms / 60,000): a counter that expires after it. */
   streamTokenMints(minute: number): string;
   /**
@@ -190,6 +197,7 @@ export function createKeys(prefix: string): Keys {
         held: (rt) => `${base}held:${checked('runtime', rt)}`,
         waiting: (rt) => `${base}waiting:${checked('runtime', rt)}`,
         submitBucket: `${base}ratelimit:submit`,
+        limits: `${base}limits`,
         streamTokenMints: (minute) => {
           if (!Number.isSafeInteger(minute) || minute < 0) throw new Error(`invalid minute: ${minute}`);
           return `${base}ratelimit:stream-tokens:${minute}`;
