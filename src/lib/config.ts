@@ -98,8 +98,34 @@ export const configSchema = z.object({
   /** RETRY_BASE_MS / RETRY_MAX_MS: exponential backoff with full jitter, capped. */
   RETRY_BASE_MS: intMs(1_000),
   RETRY_MAX_MS: intMs(60_000),
-  /** MAX_ACTIVE_PER_SCOPE: runs of one scope dispatched or running at once (fair share). */
+  /**
+   * MAX_ACTIVE_PER_SCOPE: runs of one scope dispatched or running at once, the default of a
+   * scope's `maxActive` limit (an operator sets a scope's own: PUT /v1/scopes/{scope}/limits).
+   */
   MAX_ACTIVE_PER_SCOPE: z.coerce.number().int().min(1).max(100_000).default(8),
+  /**
+   * MAX_ACTIVE_PER_KEY: runs of one concurrency key (a submit's concurrencyKey) dispatched or
+   * running at once, the default of a scope's `maxActivePerKey`; 0: no cap per key (the keys of
+   * a scope still take turns for its slots).
+   */
+  MAX_ACTIVE_PER_KEY: z.coerce.number().int().min(0).max(100_000).default(0),
+  /**
+   * SCOPE_WEIGHT: the default of a scope's `weight`, its share of the workers' slots against
+   * the other scopes' while they contend for them (src/lib/engine/fair-share.ts).
+   */
+  SCOPE_WEIGHT: z.coerce.number().int().min(1).max(1000).default(1),
+  /**
+   * PRIORITY_STEP_MS: what one level of a submit's priority (0-9) is worth in waiting time. A
+   * parked run goes before those of its key that became due less than this many ms per level
+   * of difference after it, so a run is never passed by one that became due more than
+   * (9 - its priority) steps after it: nine minutes at the default, for priority 0.
+   */
+  PRIORITY_STEP_MS: z.coerce.number().int().min(1).max(86_400_000).default(60_000),
+  /**
+   * FAIR_SHARE_INTERVAL_MS: how often the scopes' fair shares of the workers' slots are worked
+   * out again (by one process at a time); 0: no sharing, each scope runs up to its maxActive.
+   */
+  FAIR_SHARE_INTERVAL_MS: z.coerce.number().int().min(0).max(3_600_000).default(1_000),
   /**
    * HISTORY_READ_MAX: the newest messages of a session the built-in store hands an agent
    * whose memory has no `window.maxMessages` (a window of maxMessages reads that many; recall
