@@ -40,6 +40,9 @@ export function presentRun(run: ShownRun, basePath: string, tokens?: Pick<WaitTo
     runAt: iso(run.runAt),
     ttlMs: run.ttlMs,
     timeoutMs: run.timeoutMs,
+    priority: run.priority,
+    concurrencyKey: run.concurrencyKey,
+    onBudget: run.onBudget,
     // The record's usage is the one the step script kept: also there for a run that ended
     // without its worker (cancelled while it waited for a retry).
     result: run.result && run.usage ? { ...run.result, usage: run.usage } : run.result,

@@ -69,6 +69,9 @@ export const runResponse = z.object({
   runAt: iso.optional(),
   ttlMs: z.number().int().optional(),
   timeoutMs: z.number().int().optional(),
+  priority: z.number().int().optional().describe('0-9; absent: 5'),
+  concurrencyKey: z.string().optional(),
+  onBudget: z.enum(ON_BUDGET).optional().describe('a model call past the scope\'s daily token budget: fail (absent) or wait for the next UTC day'),
   result: z
     .object({
       answer: z.string(), finishReason: z.string(), toolCallsSeen: z.number().int(), payload: z.unknown().optional(),

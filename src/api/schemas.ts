@@ -37,6 +37,9 @@ const attachmentsSchema = z
   .max(MAX_ARTIFACTS_PER_RUN)
   .refine((list) => new Set(list.map((a) => a.id)).size === list.length, 'each artifact at most once');
 
+/** A concurrency key: an end user, an organisation (it names Redis keys of the scope, so no braces or spaces). */
+const CONCURRENCY_KEY_PATTERN = /^[A-Za-z0-9_.:@+-]{1,128}$/;
+
 /** Delays, time-to-live and budgets up to a year: beyond that a value is more likely a unit mistake than a plan. */
 export const MAX_SCHEDULE_MS = 366 * 24 * 3600_000;
 const durationMs = (min: number) => z.number().int().min(min).max(MAX_SCHEDULE_MS);
@@ -58,6 +61,10 @@ export const submitBody = z.strictObject({
   delayMs: durationMs(0).optional(),
   ttlMs: durationMs(1).optional(),
   timeoutMs: durationMs(1).optional(),
+  priority: z.number().int().min(0).max(9).optional(),
+  concurrencyKey: z.string().regex(CONCURRENCY_KEY_PATTERN, 'letters, digits and _ . : @ + -, 1-128 chars').optional(),
+  /** No default here: a request without it hashes (idempotency) as before it existed. */
+  onBudget: z.enum(ON_BUDGET).optional(),
 }).superRefine((b, ctx) => {
   if (b.runAt !== undefined && b.delayMs !== undefined) {
     ctx.addIssue({ code: 'custom', path: ['delayMs'], message: 'give runAt or delayMs, not both' });

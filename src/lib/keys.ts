@@ -59,8 +59,13 @@ export interface ScopeKeys {
   runsByRuntime(runtime: string): string;
   /** scope counters: active (dispatched+running+retrying) */
   meta: string;
-  /** Session heads waiting for a scope slot (fair share), FIFO. */
+  /**
+   * The concurrency keys with session heads parked for a slot, by turn (zset; the parked runs
+   * are in `ready:q:<key>`, keys at their cap in `ready:capped`: the admission section of lua/lib.lua).
+   */
   ready: string;
+  /** What an earlier version parked session heads in (a list): lua/fill.lua admits them again. */
+  legacyReady: string;
   /**
    * Runs handed out, the sweeper's outbox: a dispatched or retrying run by when its BullMQ job
    * must exist, a running run by its lease's deadline.
@@ -119,6 +124,11 @@ export interface Keys {
   cancelChannel: string;
   /** The secret resume tokens are derived from, when WAIT_TOKEN_SECRET does not give one. */
   waitTokenSecret: string;
+  /**
+   * The fair share of the workers' slots (src/lib/engine/fair-share.ts): `<key>` holds the
+   * water level while scopes contend (JSON), `<key>:lock` the process working it out.
+   */
+  fairShare: string;
   /** Hash of live workers: workerId -> JSON registration. */
   workers: string;
   /** Hash of the agents a runtime's workers served: agent -> Redis time a live worker last offered it. */
@@ -151,6 +161,7 @@ export function createKeys(prefix: string): Keys {
     cancelChannel: `${prefix}:cancel`,
     waitTokenSecret: `${prefix}:wait-token-secret`,
     workers: `${prefix}:workers`,
+    fairShare: `${prefix}:fair-share`,
     // All key records share one hash tag so creating or revoking one is a single MULTI on Cluster.
     apiKeyByHash: (h) => `${prefix}:{${prefix}-apikeys}:h:${h}`,
     apiKeyId: (id) => `${prefix}:{${prefix}-apikeys}:id:${checked('key', id)}`,
@@ -188,7 +199,8 @@ export function createKeys(prefix: string): Keys {
         runsByAgent: (agent) => `${base}agent:${checked('agent', agent)}:runs`,
         runsByRuntime: (rt) => `${base}runtime:${checked('runtime', rt)}:runs`,
         meta: `${base}meta`,
-        ready: `${base}ready`,
+        ready: `${base}ready:turns`,
+        legacyReady: `${base}ready`,
         leases: `${base}leases`,
         timers: `${base}timers`,
         waitToken: (h) => `${base}wait-token:${checkedHash(h)}`,

@@ -2,6 +2,7 @@ import type { ArtifactStore } from './artifacts/artifact-store.ts';
 import { RedisArtifactStore } from './artifacts/redis-store.ts';
 import type { Config } from './config.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
+import { FairShare } from './engine/fair-share.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
 import { Sweeper } from './engine/sweeper.ts';
 import { Transitions } from './engine/transitions.ts';
@@ -36,6 +37,8 @@ export interface Resources {
   readonly dispatcher: Dispatcher;
   readonly transitions: Transitions;
   readonly sweeper: Sweeper;
+  /** The scopes' fair shares of the workers' slots: worked out by one process at a time, read by all. */
+  readonly fairShare: FairShare;
   /** Where input artifacts are kept (the Redis store unless the process was given another). */
   readonly artifacts: ArtifactStore;
   /** Compiles and checks output schemas in a thread of its own, within a time budget. */
@@ -95,7 +98,9 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     throw err;
   }
   const dispatcher = new Dispatcher(bull, keys);
-  const transitions = new Transitions(redis, keys, c, dispatcher);
+  // The fair share needs the registry, made below; the transitions read its level at each call.
+  let fairShare: FairShare | undefined;
+  const transitions = new Transitions(redis, keys, c, dispatcher, () => fairShare?.level());
   // Every process sweeps: sweeps are idempotent, so more processes only repair sooner.
   const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log, {
     waitsExpired: (runtime, waits) => metrics.waitsExpired(runtime, waits),
@@ -105,6 +110,8 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE });
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  fairShare = new FairShare(redis, keys, c, registry, transitions, log);
+  fairShare.start();
   const countJobs = (runtime: string) => dispatcher.jobCounts(runtime, QUEUE_STATES);
   const countWaiting = (runtime: string) => waitingRuns(redis, keys, runtime);
   const watchRuntime = (runtime: string) => {
@@ -113,11 +120,12 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   };
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, schemaGuard, artifacts, waitTokens,
-    registry, watchRuntime,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, fairShare, schemaGuard, artifacts,
+    waitTokens, registry, watchRuntime,
     close() {
       closing ??= (async () => {
         await sweeper.stop();
+        await fairShare?.stop();
         await dispatcher.close();
         await quit();
         await schemaGuard.close();

@@ -123,8 +123,21 @@ export interface SubmitRequest {
    * excluded: at its end the agent's ctx.signal aborts and the run fails with TIMEOUT.
    */
   timeoutMs?: number;
+  /**
+   * 0-9, default 5: among the scope's runs waiting for a slot (of one concurrency key), higher
+   * first, then oldest; a run is never passed by one that became due more than
+   * (9 - its priority) × PRIORITY_STEP_MS after it.
+   */
+  priority?: number;
+  /**
+   * An end user, an organisation: runs of one key hold at most the scope's maxActivePerKey
+   * slots, and the keys with runs waiting take turns for the scope's free slots.
+   */
+  concurrencyKey?: string;
   /** Also mint a stream token for the new run, returned as the answer's `streamToken`. */
   streamToken?: boolean;
+  /** A model call past the scope's daily token budget: fail the run (default) or wait for the next day. */
+  onBudget?: OnBudget;
 }
 
 /**
@@ -200,6 +213,10 @@ export interface Run {
   runAt?: string;
   ttlMs?: number;
   timeoutMs?: number;
+  priority?: number;
+  concurrencyKey?: string;
+  /** As submitted (absent: `fail`). */
+  onBudget?: OnBudget;
   result?: RunResult;
   links: { self: string; events: string };
   /** Submit only: e.g. that no live worker serves the runtime yet. */

@@ -51,6 +51,11 @@ export interface RunRecord {
   runAt?: number;
   ttlMs?: number;
   timeoutMs?: number;
+  /** 0-9 (absent: 5) and the concurrency key, as submitted (the admission section of lua/lib.lua). */
+  priority?: number;
+  concurrencyKey?: string;
+  /** What a model call past the scope's daily token budget does, as submitted (absent: fail). */
+  onBudget?: OnBudget;
   /** ttlMs: the latest start (epoch ms), once the run is due. */
   startBy?: number;
   /** timeoutMs: the end of the budget while it counts (epoch ms). */
@@ -70,6 +75,7 @@ export const SHOWN_FIELDS = [
   'id', 'scope', 'sessionId', 'runtime', 'agent', 'status', 'attempt', 'maxAttempts', 'recoveries',
   'createdAt', 'updatedAt', 'startedAt', 'finishedAt', 'retryAt', 'cancelRequested', 'input', 'metadata',
   'idempotencyKey', 'lastError', 'blocked', 'result', 'usage', 'runAt', 'ttlMs', 'timeoutMs', 'waits',
+  'priority', 'concurrencyKey', 'onBudget',
 ] as const satisfies readonly (keyof RunRecord)[];
 
 export type ShownRun = Pick<RunRecord, (typeof SHOWN_FIELDS)[number]>;
@@ -87,7 +93,7 @@ export const SHOWN_HASH_FIELDS: readonly string[] = SHOWN_FIELDS.flatMap((f) => 
 const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
 const NUMBER_FIELDS = [
   'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'runMs', 'createdAt', 'updatedAt',
-  'startedAt', 'finishedAt', 'retryAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft',
+  'startedAt', 'finishedAt', 'retryAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft', 'priority',
 ] as const;
 
 /** Turns HGETALL output (object or flat array) into a RunRecord; undefined when empty. */

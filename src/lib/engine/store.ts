@@ -84,6 +84,10 @@ export class RunStore {
     if (req.maxAttempts !== undefined) fields.maxAttemptsSet = 1;
     if (req.ttlMs !== undefined) fields.ttlMs = req.ttlMs;
     if (req.timeoutMs !== undefined) fields.timeoutMs = req.timeoutMs;
+    if (req.priority !== undefined) fields.priority = req.priority;
+    if (req.concurrencyKey !== undefined) fields.concurrencyKey = req.concurrencyKey;
+    // Read by the worker's budget check (context.ts); absent is `fail`.
+    if (req.onBudget !== undefined) fields.onBudget = req.onBudget;
     // The scope list is the sweeper's work list; adding a scope that ends up with no run is
     // harmless. Once per scope and process: the set only ever grows.
     if (!this.knownScopes.has(req.scope)) {

@@ -159,7 +159,8 @@ export class Sweeper {
 
   /** Offers free slots to the parked runs of those of `scopes` that have any. */
   private async fillSlots(scopes: readonly string[]): Promise<void> {
-    for (const scope of await this.scopesWith(scopes, (sk) => sk.ready)) {
+    const parked = new Set([...await this.scopesWith(scopes, (sk) => sk.ready), ...await this.scopesWith(scopes, (sk) => sk.legacyReady)]);
+    for (const scope of parked) {
       if (await this.transitions.fill(scope)) this.log.info({ scope }, 'parked runs given free slots');
     }
   }

@@ -228,10 +228,16 @@ export class Transitions {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
+    /** The fair share's water level this process knows (src/lib/engine/fair-share.ts); undefined: no contention. */
+    private readonly fairLevel: () => number | undefined = () => undefined,
   ) {
     this.limits = {
       maxLen: config.EVENTS_MAX_LEN,
       maxActive: config.MAX_ACTIVE_PER_SCOPE,
+      maxActivePerKey: config.MAX_ACTIVE_PER_KEY,
+      weight: config.SCOPE_WEIGHT,
+      priorityStepMs: config.PRIORITY_STEP_MS,
+      limit: { rate: config.SUBMIT_RATE_PER_SEC, burst: config.SUBMIT_BURST },
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
@@ -247,10 +253,12 @@ export class Transitions {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
       sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
-      bucket: r.limit ? sk.submitBucket : undefined, messages: sk.messages(r.sessionId),
+      bucket: sk.submitBucket, messages: sk.messages(r.sessionId),
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
-      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash, limit: r.limit,
+      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash,
+      // No limit given: none but what the scope's own limits set.
+      limit: r.limit ?? { rate: 0, burst: 1 },
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
     }, payload);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
@@ -561,7 +569,7 @@ export class Transitions {
 
   /** Gives the scope's free slots to its parked session heads. Returns whether it dispatched any. */
   async fill(scope: string): Promise<boolean> {
-    const reply = await this.call('fill', scope, this.slotKeys(this.keys.scope(scope)), {});
+    const reply = await this.call('fill', scope, this.slotKeys(this.keys.scope(scope)), { batch: FILL_BATCH });
     if (reply.refused) throw new Error(`the fill script answered the unexpected code ${reply.refused.code}`);
     return this.dispatch(scope, reply.orders);
   }
@@ -643,7 +651,7 @@ export class Transitions {
 
   /** The options argument: shared limits, the scope base and the call's own fields, one JSON object. */
   private options(base: string, own: Record<string, unknown>): OptionsJson {
-    return { json: JSON.stringify({ ...this.limits, base, ...own }) };
+    return { json: JSON.stringify({ ...this.limits, level: this.fairLevel(), base, ...own }) };
   }
 
   /** Adds the BullMQ jobs a transition asked for (dispatch orders, JSON text); returns whether there were any. */
@@ -654,6 +662,9 @@ export class Transitions {
     return true;
   }
 }
+
+/** Keys rejoining the turns, and runs of an earlier version's list admitted, per fill call. */
+const FILL_BATCH = 500;
 
 /** Runs renewed by one heartbeat script call: a few hundred record reads keep Redis busy well under a millisecond. */
 const HEARTBEAT_BATCH = 200;

@@ -8,7 +8,7 @@
 -- @uses fenced, nowMs, knownTail, statusEvent, newWrite, put, drop, tailInto, setStatus
 -- @uses releaseSlot, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
-local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs' })
+local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs', 'concurrencyKey' })
 if not ok then return { -2 } end
 local now = nowMs()
 knownTail(runId, rec.logTail)
@@ -24,7 +24,7 @@ tailInto(runId, w)
 setStatus(runId, rec.runtime, 'running', 'blocked', now,
   { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
 redis.call('ZREM', K.leases, runId)
-releaseSlot()
+releaseSlot(rec.concurrencyKey or '')
 local out = {}
 fillSlots(now, out)
 flushPublished()

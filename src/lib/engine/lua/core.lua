@@ -11,9 +11,10 @@
     ARGV[1] options, one JSON object decoded here into O. Always present:
               O.k        names of KEYS, in order: K[name] is the key
               O.base     the scope's key prefix `<prefix>:{<scope>}:`
-            and the limits scripts share: O.maxLen (events per run log), O.maxActive
-            (slots per scope), O.graceMs (dispatch grace), O.retention (ms a finished run
-            stays), O.cancelChannel. Each script's header lists the rest.
+            and the limits scripts share: O.maxLen (events per run log), O.maxActive and
+            O.maxActivePerKey (the defaults of a scope's slot limits), O.priorityStepMs,
+            O.level (absent: no contention), O.graceMs (dispatch grace), O.retention (ms a
+            finished run stays), O.cancelChannel. Each script's header lists the rest.
     ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
 
   Keys: everything a script touches lives in the scope's Cluster slot. The scope's own keys
@@ -25,8 +26,11 @@
   resume tokens (`wait-token:<sha256>`). A run's log, steps, waits and live channel are its
   record key plus a fixed suffix (:events, :steps, :waits, :live). All of them follow src/lib/keys.ts.
 
-  Slots: a scope may have at most O.maxActive runs holding a slot (dispatched, running,
-  retrying). Session heads beyond that wait, FIFO, in `ready`.
+  Slots: a scope may have at most its slot limit of runs holding a slot (dispatched, running,
+  retrying): its `maxActive` (the `limits` hash an operator sets, else O.maxActive), lowered
+  to its fair share of the workers' slots while scopes contend for them (O.level; lib.lua,
+  src/lib/engine/fair-share.ts). Session heads beyond that are parked by concurrency key
+  and priority (the admission section of lib.lua).
 
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
@@ -36,9 +40,10 @@
 -- Per-call state: begin() sets it at the start of every call, since the library's locals
 -- outlive a call. ARGV is the call's arguments, as a script has them (its keys are K's);
 -- O the options, K the keys by name, BASE the scope's key prefix; `published` collects the
--- call's events (flushPublished below); ACTIVE is the scope's slot count once read (lib.lua).
--- NOW the call's time once known (nowMs below).
-local ARGV, O, K, BASE, published, ACTIVE, NOW
+-- call's events (flushPublished below); ACTIVE is the scope's slot count once read, LIMIT
+-- the scope's admission limits once read (both lib.lua). NOW the call's time once known
+-- (nowMs below).
+local ARGV, O, K, BASE, published, ACTIVE, LIMIT, NOW
 local function begin(keys, args)
   ARGV = args
   O = cjson.decode(args[1])
@@ -47,6 +52,7 @@ local function begin(keys, args)
   BASE = O.base
   published = {}
   ACTIVE = nil
+  LIMIT = nil
   NOW = nil
 end
 

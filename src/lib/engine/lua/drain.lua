@@ -16,9 +16,9 @@ local now = nowMs()
 local out = {}
 if redis.call('SET', K.drain, now, 'NX') then
   for _, runId in ipairs(redis.call('ZRANGE', K.leases, 0, -1)) do
-    local rec = readFields(runKey(runId), { 'status', 'runtime', 'createdAt' })
+    local rec = readFields(runKey(runId), { 'status', 'runtime', 'createdAt', 'concurrencyKey' })
     if rec.status == 'dispatched' and rec.runtime == O.runtime then
-      releaseSlot()
+      releaseSlot(rec.concurrencyKey or '')
       setStatus(runId, rec.runtime, 'dispatched', 'queued', now, { createdAt = rec.createdAt })
       redis.call('ZREM', K.leases, runId)
       redis.call('RPUSH', K.held, runId)

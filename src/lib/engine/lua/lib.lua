@@ -97,55 +97,155 @@ local function enqueueJob(runId, runtime, now, delay, out, n, agent)
   out[#out + 1] = { runId, runtime, n, delay, agent }
 end
 
--- The scope's slots in use (`meta.active`), read once per call into ACTIVE (core.lua): every
--- change to it in a call goes through these helpers, which keep the copy exact.
+-- ---- admission: slots, concurrency keys, priority ----
+-- A scope's runs that hold a slot (dispatched, running, retrying) are counted in `meta`
+-- field `active`; those of a concurrency key (the submit's concurrencyKey) also in field
+-- `key:<key>`. A session head that finds no slot (the scope at its slot limit, or its key at
+-- maxActivePerKey) is parked:
+--   ready:q:<key>  the key's parked runs (zset; runs without a key share the key '', so
+--                  `ready:q:`), scored by when they became due less priority ×
+--                  O.priorityStepMs: higher priority first, then oldest, and a run is never
+--                  passed by one that became due more than (9 - its priority) steps after it
+--   ready          keys with parked runs that may start (zset), in line: a freed slot goes to
+--                  the key first in line, which then goes to the back, as does a key joining
+--                  (`meta` field `turn` numbers the places): keys with work take turns, one
+--                  run each, so a key waits at most one turn per other key with work
+--   ready:capped   keys with parked runs at their maxActivePerKey (set): they rejoin the
+--                  turns when a run of theirs gives its slot back
+-- `meta` field `parked` counts the parked runs.
+local READY_CAPPED = 'ready:capped'
+local DEFAULT_PRIORITY = 5
+
+local function readyQueue(key) return BASE .. 'ready:q:' .. key end
+
+-- The scope's slots in use, read once per call into ACTIVE (core.lua): every change to it in
+-- a call goes through these helpers, which keep the copy exact.
 local function activeCount()
   if ACTIVE == nil then ACTIVE = tonumber(redis.call('HGET', K.meta, 'active') or '0') end
   return ACTIVE
 end
 
-local function dispatchRun(runId, runtime, from, now, out, known)
+-- The scope's limits, read once per call into LIMIT (core.lua) from its `limits` hash (an
+-- operator's, src/lib/tenancy/limits.ts; a field absent is the configured default in O):
+-- `slots`, its maxActive, lowered to its fair share of the workers' slots, O.level × its
+-- weight (never below 1), while scopes contend for them (src/lib/engine/fair-share.ts);
+-- `perKey`, its maxActivePerKey (0: none); `rate` and `burst`, its submit rate (rate 0: none).
+local function scopeLimits()
+  if LIMIT == nil then
+    local l = readFields(BASE .. 'limits', { 'maxActive', 'maxActivePerKey', 'weight', 'submitRatePerSec', 'submitBurst' })
+    local slots = tonumber(l.maxActive) or O.maxActive
+    if O.level then
+      local share = math.max(1, math.ceil(O.level * (tonumber(l.weight) or O.weight) - 1e-9))
+      if share < slots then slots = share end
+    end
+    LIMIT = {
+      slots = slots,
+      perKey = tonumber(l.maxActivePerKey) or O.maxActivePerKey,
+      rate = tonumber(l.submitRatePerSec) or O.limit.rate,
+      burst = tonumber(l.submitBurst) or O.limit.burst,
+    }
+  end
+  return LIMIT
+end
+
+-- Whether the concurrency key `key` has all the slots it may hold ('' has no cap).
+local function keyFull(key)
+  if key == '' then return false end
+  local cap = scopeLimits().perKey
+  return cap > 0 and tonumber(redis.call('HGET', K.meta, 'key:' .. key) or '0') >= cap
+end
+
+-- A key with parked runs joins the turns at the back of the line (a key in line keeps its place).
+local function joinTurns(key)
+  if redis.call('ZSCORE', K.ready, key) then return end
+  redis.call('ZADD', K.ready, redis.call('HINCRBY', K.meta, 'turn', 1), key)
+end
+
+-- `since`: when the run became due (its runAt, else its submit).
+local function park(runId, key, priority, since)
+  if redis.call('ZADD', readyQueue(key), since - priority * O.priorityStepMs, runId) == 1 then
+    redis.call('HINCRBY', K.meta, 'parked', 1)
+  end
+  if keyFull(key) then redis.call('SADD', BASE .. READY_CAPPED, key) else joinTurns(key) end
+end
+
+-- A parked run that ends without starting (cancelled, expired) leaves at once.
+local function unpark(runId, key)
+  local q = readyQueue(key)
+  if redis.call('ZREM', q, runId) == 0 then return end
+  redis.call('HINCRBY', K.meta, 'parked', -1)
+  if redis.call('EXISTS', q) == 0 then
+    redis.call('ZREM', K.ready, key)
+    redis.call('SREM', BASE .. READY_CAPPED, key)
+  end
+end
+
+local function dispatchRun(runId, runtime, from, now, out, known, key)
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
+  if key ~= '' then redis.call('HINCRBY', K.meta, 'key:' .. key, 1) end
   setStatus(runId, runtime, from, 'dispatched', now, known)
   enqueueJob(runId, runtime, now, 0, out)
 end
 
--- A session head asks for a scope slot. Draining runtimes hold their runs; a full scope
--- parks them in the ready list. `from` is the run's current status. `known` (optional): the
--- run's `runtime` and `createdAt` when the caller has them, and `drained` (boolean) when it
--- already looked at the runtime's drain flag.
+-- Gives free slots to parked runs: one run per turn, to the key whose turn it is, the best
+-- of its runs (priority, then age). A key found at its cap waits in ready:capped. Runs of a
+-- drained runtime go to its held:<runtime> list instead.
+local function fillSlots(now, out)
+  while true do
+    local key = redis.call('ZRANGE', K.ready, 0, 0)[1]
+    if not key or activeCount() >= scopeLimits().slots then return end
+    if keyFull(key) then
+      redis.call('ZREM', K.ready, key)
+      redis.call('SADD', BASE .. READY_CAPPED, key)
+    else
+      local q = readyQueue(key)
+      local runId = redis.call('ZPOPMIN', q)[1]
+      if runId then redis.call('HINCRBY', K.meta, 'parked', -1) end
+      if redis.call('EXISTS', q) == 0 then
+        redis.call('ZREM', K.ready, key)
+      else
+        redis.call('ZADD', K.ready, redis.call('HINCRBY', K.meta, 'turn', 1), key)
+      end
+      local rec = runId and readFields(runKey(runId), { 'status', 'runtime', 'createdAt' })
+      if rec and rec.status == 'queued' then
+        if redis.call('EXISTS', runtimeKey('drain', rec.runtime)) == 1 then
+          redis.call('RPUSH', runtimeKey('held', rec.runtime), runId)
+        else
+          dispatchRun(runId, rec.runtime, 'queued', now, out, { createdAt = rec.createdAt }, key)
+        end
+      end
+    end
+  end
+end
+
+-- The fields admit reads of a run.
+local ADMIT_READ = { 'runtime', 'createdAt', 'runAt', 'priority', 'concurrencyKey' }
+
+-- A session head asks for a scope slot. Draining runtimes hold their runs; a run finding no
+-- slot, or other runs parked before it, is parked. `from` is the run's current status.
+-- `known` (optional): the run's ADMIT_READ fields when the caller has them (false when
+-- absent, as readFields gives them), and `drained` (boolean) when it already looked at the
+-- runtime's drain flag.
 local function admit(runId, from, now, out, known)
-  local runtime = known and known.runtime or redis.call('HGET', runKey(runId), 'runtime')
-  local statusKnown = known and { createdAt = known.createdAt } or nil
+  local rec = known or readFields(runKey(runId), ADMIT_READ)
+  local runtime = rec.runtime
+  local statusKnown = { createdAt = rec.createdAt }
   if from ~= 'queued' then setStatus(runId, runtime, from, 'queued', now, statusKnown); from = 'queued' end
   local drained
-  if known and known.drained ~= nil then drained = known.drained else drained = redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 end
+  if rec.drained ~= nil then drained = rec.drained else drained = redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 end
   if drained then
     redis.call('RPUSH', runtimeKey('held', runtime), runId)
     return
   end
-  if activeCount() >= O.maxActive then
-    redis.call('RPUSH', K.ready, runId)
-    return
-  end
-  dispatchRun(runId, runtime, from, now, out, statusKnown)
-end
-
--- Gives free scope slots to parked session heads, oldest first. Entries whose run was
--- cancelled or expired while parked are dropped.
-local function fillSlots(now, out)
-  while activeCount() < O.maxActive do
-    local runId = redis.call('LPOP', K.ready)
-    if not runId then return end
-    local rk = runKey(runId)
-    if redis.call('HGET', rk, 'status') == 'queued' then
-      local runtime = redis.call('HGET', rk, 'runtime')
-      if redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 then
-        redis.call('RPUSH', runtimeKey('held', runtime), runId)
-      else
-        dispatchRun(runId, runtime, 'queued', now, out)
-      end
-    end
+  local key = rec.concurrencyKey or ''
+  if activeCount() >= scopeLimits().slots or keyFull(key) then
+    park(runId, key, tonumber(rec.priority) or DEFAULT_PRIORITY, tonumber(rec.runAt or rec.createdAt))
+  elseif redis.call('EXISTS', K.ready) == 1 then
+    -- Runs parked before it that may start now (a limit was raised): it takes its turn with them.
+    park(runId, key, tonumber(rec.priority) or DEFAULT_PRIORITY, tonumber(rec.runAt or rec.createdAt))
+    fillSlots(now, out)
+  else
+    dispatchRun(runId, runtime, from, now, out, statusKnown, key)
   end
 end
 
@@ -212,17 +312,20 @@ local function unpinArtifacts(rk, pinned)
   end
 end
 
--- Returns whether every slot of the scope was taken before (see finishRun).
-local function releaseSlot()
-  if ACTIVE ~= nil and ACTIVE <= 0 then return false end
-  ACTIVE = redis.call('HINCRBY', K.meta, 'active', -1)
-  local full = ACTIVE + 1 >= O.maxActive
+-- A run gives its slot back (`key`: its concurrency key, '' for none). A key that was at its
+-- cap with runs parked rejoins the turns. The caller fills the freed slot (fillSlots).
+local function releaseSlot(key)
   -- Never below zero (the count was 0 when this script had not read it yet).
-  if ACTIVE < 0 then
-    redis.call('HSET', K.meta, 'active', 0)
-    ACTIVE = 0
+  if ACTIVE == nil or ACTIVE > 0 then
+    ACTIVE = redis.call('HINCRBY', K.meta, 'active', -1)
+    if ACTIVE < 0 then
+      redis.call('HSET', K.meta, 'active', 0)
+      ACTIVE = 0
+    end
   end
-  return full
+  if key == '' then return end
+  if redis.call('HINCRBY', K.meta, 'key:' .. key, -1) <= 0 then redis.call('HDEL', K.meta, 'key:' .. key) end
+  if redis.call('SREM', BASE .. READY_CAPPED, key) == 1 then joinTurns(key) end
 end
 
 -- ---- waits (lua/wait.lua parks a run on them) ----
@@ -285,7 +388,8 @@ end
 -- retention set. `w`: the record's other writes (result, lastError, ...; newWrite in core.lua).
 -- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
-  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind' }
+  'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind',
+  'concurrencyKey' }
 -- Fields a finished run keeps no more.
 local FINISH_GONE = { 'retryAt', 'deadlineAt', 'budgetLeft' }
 -- Fields whose presence means the run may have a deadline entry in `timers`.
@@ -307,13 +411,13 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   setStatus(runId, rec.runtime, from, status, now,
     { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
   redis.call('ZREM', K.leases, runId)
-  -- `ready` holds runs only while every slot of the scope is taken, since each call that frees
-  -- a slot fills it again: the end of a run that left the scope below its limit has nobody
-  -- to hand the slot to. (Runs parked before MAX_ACTIVE_PER_SCOPE was raised are the
-  -- sweeper's: lua/fill.lua.)
-  local wasFull = HOLDS_SLOT[from] and releaseSlot()
+  local key = rec.concurrencyKey or ''
+  if from == 'queued' then unpark(runId, key) end
+  if HOLDS_SLOT[from] then releaseSlot(key) end
+  -- The session's next run asks for a slot before the parked runs are given the freed one:
+  -- it is parked behind them if any may start (admit), so it takes its turn.
   advanceSession(rec.sessionId, runId, now, out, held, rec.behind)
-  if wasFull then fillSlots(now, out) end
+  fillSlots(now, out)
   redis.call('PEXPIRE', rk, O.retention)
   redis.call('PEXPIRE', rk .. ':events', O.retention)
   redis.call('PEXPIRE', rk .. ':steps', O.retention)

@@ -4,21 +4,21 @@
   `scheduled` instead: it joins its session when due (lua/due.lua).
   KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
         agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
-        idem (absent = no idempotency key), bucket (the scope's submit rate limit; absent = none),
+        idem (absent = no idempotency key), bucket (the scope's submit rate limit),
         messages (the session's history)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
-        limit {rate, burst} (with KEYS bucket): a run made takes a token; a replay or a
-        refusal takes none
+        limit {rate, burst}: the default submit rate (the scope's `limits` hash may set its
+        own; rate 0 = none): a run made takes a token; a replay or a refusal takes none
         historyMax, turnBytes: a run whose message (turnBytes) would take the session's
         history (its MEMORY USAGE) past historyMax is refused
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
          | {-14, the history's size} SESSION_HISTORY_FULL ]]
--- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, newWrite, put, knownTail, unheard
+-- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, newWrite, put, knownTail, unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
 -- @uses admit, joinQueue, cancelRun
 local runId, rk, sk = O.runId, K.run, K.session
@@ -52,28 +52,34 @@ if not scheduled then
 end
 -- Last of the refusals, so only a run that is made spends a token; a refused run gives the
 -- session back.
-if K.bucket then
-  local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now)
+local limits = scopeLimits()
+if limits.rate > 0 then
+  local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
   if not ok then
     if head then redis.call('HDEL', sk, 'active') end
     return { -13, waitMs }
   end
 end
 
--- A run that is its session's head at once, with a scope slot free, is written dispatched:
--- the record, indexes and counters that queued-then-admitted leaves, with one status move
--- instead of two. (Not drained: checked above, in this same script.)
-local dispatchNow = head and activeCount() < O.maxActive
+local artifacts, agent, ckey, priority = false, nil, false, false
+for i = 2, #ARGV, 2 do
+  local name = ARGV[i]
+  if name == 'artifactIds' then artifacts = true end
+  if name == 'agent' then agent = ARGV[i + 1] end
+  if name == 'concurrencyKey' then ckey = ARGV[i + 1] end
+  if name == 'priority' then priority = ARGV[i + 1] end
+end
+-- A run that is its session's head at once, with a scope slot free (for its key too) and no
+-- run parked before it, is written dispatched: the record, indexes and counters that
+-- queued-then-admitted leaves, with one status move instead of two. (Not drained: checked
+-- above, in this same script.)
+local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey or '')
+  and redis.call('EXISTS', K.ready) == 0
 -- waited 0: the run never parked on waits, so its finish need not look for any.
 -- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
-local artifacts, agent = false, nil
-for i = 2, #ARGV, 2 do
-  put(w, ARGV[i], ARGV[i + 1])
-  if ARGV[i] == 'artifactIds' then artifacts = true end
-  if ARGV[i] == 'agent' then agent = ARGV[i + 1] end
-end
+for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A head's history changes only when it finishes: its claim needs not measure it again (claim.lua).
 if head then put(w, 'historyMem', historyMem) end
@@ -108,6 +114,7 @@ if scheduled then
 end
 if dispatchNow then
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
+  if ckey then redis.call('HINCRBY', K.meta, 'key:' .. ckey, 1) end
   enqueueJob(runId, O.runtime, now, 0, out, 1, agent)
   flushPublished()
   -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
@@ -116,7 +123,8 @@ if dispatchNow then
   return { 0, runId, 1, cjson.encode(out), record }
 elseif head then
   -- Not drained: checked above, in this same script.
-  admit(runId, 'queued', now, out, { runtime = O.runtime, createdAt = now, drained = false })
+  admit(runId, 'queued', now, out,
+    { runtime = O.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false })
 else
   -- Behind the session's head. An interrupting run goes next, and cancelling the head then
   -- hands the session to it.

@@ -21,7 +21,7 @@
 -- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, newWrite, put
 -- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
-local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail' })
+local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail', 'concurrencyKey' })
 if not ok then return { -2 } end
 -- A waiting run would keep a cancel request nobody acts on until it is resumed.
 if rec.cancelRequested == '1' then return { 1 } end
@@ -87,7 +87,7 @@ if rec.deadlineAt then
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
 if nextAt then redis.call('ZADD', K.timers, nextAt, 'wait:' .. runId) else redis.call('ZREM', K.timers, 'wait:' .. runId) end
-releaseSlot()
+releaseSlot(rec.concurrencyKey or '')
 -- Built from the stored texts (see above); tokens are not in them, so the stream shows none.
 -- A wait first reached here and already past its deadline is answered, not pending: left out.
 local entries, count = {}, 0

@@ -1,0 +1,158 @@
+import type { Config } from '../config.ts';
+import type { Keys } from '../keys.ts';
+import type { Logger } from '../logger.ts';
+import type { Redis } from '../redis.ts';
+import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
+import type { Transitions } from './transitions.ts';
+
+/**
+ * Weighted fair sharing of the workers' slots across scopes.
+ *
+ * A scope's slot limit is its `maxActive`. While the scopes' runnable runs (holding a slot or
+ * parked for one) are more than the live workers' slots, each scope is also held to its share:
+ * `ceil(level × weight)`, at least 1, where the water level is the one at which the scopes'
+ * wants (runnable runs, up to maxActive) shared by weight fill the workers' slots exactly
+ * (max-min fairness: a scope wanting less than its share keeps what it wants, the rest is
+ * shared among the others by weight). The share bounds only the starting of runs: a run that
+ * started runs to its end, so a scope over its share (the level fell) gives slots back as its
+ * runs end, and a scope with work waits at most for one of the other scopes' runs to end.
+ *
+ * One process at a time works the level out, every FAIR_SHARE_INTERVAL_MS (a lock in Redis),
+ * from each scope's `meta` (active, parked) and `limits` (weight, maxActive), and the live
+ * workers' concurrency summed over every runtime; it keeps the level in Redis for three
+ * intervals, so a level nobody renews (no process left to work it out) lapses to "no
+ * contention". Every process reads it once per interval and passes it to the transitions
+ * (O.level), whose Lua applies it to the scope of the call (lua/lib.lua, scopeLimits). With
+ * several runtimes the capacity is their sum: the shares are exact when the scopes contend for
+ * the same runtimes, and approximate when they use disjoint ones.
+ */
+
+export interface ScopeDemand {
+  /** Runs holding a slot or parked for one. */
+  runnable: number;
+  maxActive: number;
+  weight: number;
+}
+
+/**
+ * The water level (slots per unit of weight) at which the wants of `scopes` fill `capacity`
+ * slots; undefined when they fit (no contention) or no worker is live.
+ */
+export function waterLevel(capacity: number, scopes: readonly ScopeDemand[]): number | undefined {
+  const wants = scopes
+    .map((s) => ({ want: Math.min(s.runnable, s.maxActive), weight: s.weight }))
+    .filter((s) => s.want > 0)
+    .sort((a, b) => a.want / a.weight - b.want / b.weight);
+  if (capacity <= 0 || wants.reduce((n, s) => n + s.want, 0) <= capacity) return undefined;
+  let left = capacity;
+  let weights = wants.reduce((n, s) => n + s.weight, 0);
+  for (const s of wants) {
+    // Everyone left wants more than this level gives: it is the level.
+    if (s.want / s.weight > left / weights) break;
+    left -= s.want;
+    weights -= s.weight;
+  }
+  return left / weights;
+}
+
+/** A scope's share of the workers' slots at `level` (lua/lib.lua works it out the same way). */
+export function shareAt(level: number, weight: number): number {
+  return Math.max(1, Math.ceil(level * weight - 1e-9));
+}
+
+export class FairShare {
+  private current: number | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private readonly me = `${process.pid}-${Math.random().toString(36).slice(2)}`;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Config,
+    private readonly registry: WorkerRegistry,
+    private readonly transitions: Transitions,
+    private readonly log: Logger,
+  ) {}
+
+  /** The level this process last read (undefined: no contention, or sharing is off). */
+  level(): number | undefined {
+    return this.current;
+  }
+
+  start(): void {
+    if (this.config.FAIR_SHARE_INTERVAL_MS === 0) return;
+    this.timer = setTimeout(() => this.loop(), 0);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+
+  private loop(): void {
+    this.running = this.tick()
+      .catch((err) => this.log.warn({ err: (err as Error).message }, 'fair share pass failed'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.timer) {
+          this.timer = setTimeout(() => this.loop(), this.config.FAIR_SHARE_INTERVAL_MS);
+          this.timer.unref();
+        }
+      });
+  }
+
+  /** Works the level out if this process holds the lock for this interval, then reads it. */
+  async tick(): Promise<void> {
+    const interval = Math.max(1, this.config.FAIR_SHARE_INTERVAL_MS);
+    const lock = await this.redis.set(`${this.keys.fairShare}:lock`, this.me, 'PX', interval, 'NX');
+    if (lock === 'OK') await this.workOut(3 * interval);
+    const raw = await this.redis.get(this.keys.fairShare);
+    this.current = raw === null ? undefined : (JSON.parse(raw) as { level: number }).level;
+  }
+
+  /** One pass: the level from every scope's demand; scopes that may start more are filled. */
+  async workOut(keepMs: number): Promise<number | undefined> {
+    const capacity = (await this.registry.runtimes()).reduce((n, rt) => n + rt.concurrency, 0);
+    const demands = new Map<string, ScopeDemand & { active: number; parked: number }>();
+    let cursor = '0';
+    do {
+      const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 500);
+      cursor = next;
+      const pipe = this.redis.pipeline();
+      for (const scope of scopes) {
+        const sk = this.keys.scope(scope);
+        pipe.hmget(sk.meta, 'active', 'parked');
+        pipe.hmget(sk.limits, 'weight', 'maxActive');
+      }
+      const replies = (await pipe.exec()) ?? [];
+      scopes.forEach((scope, i) => {
+        const [meta, limits] = [replies[2 * i], replies[2 * i + 1]].map(([err, v]) => {
+          if (err) throw err;
+          return v as (string | null)[];
+        });
+        const active = Number(meta[0] ?? 0);
+        const parked = Number(meta[1] ?? 0);
+        if (active + parked === 0) return;
+        demands.set(scope, {
+          active, parked, runnable: active + parked,
+          weight: Number(limits[0] ?? this.config.SCOPE_WEIGHT),
+          maxActive: Number(limits[1] ?? this.config.MAX_ACTIVE_PER_SCOPE),
+        });
+      });
+    } while (cursor !== '0');
+    const level = waterLevel(capacity, [...demands.values()]);
+    if (level === undefined) await this.redis.del(this.keys.fairShare);
+    else await this.redis.set(this.keys.fairShare, JSON.stringify({ level, capacity }), 'PX', keepMs);
+    this.current = level;
+    // A scope with parked runs and room under its new limit gets them started now rather than
+    // at its next run's end.
+    for (const [scope, d] of demands) {
+      const limit = level === undefined ? d.maxActive : Math.min(d.maxActive, shareAt(level, d.weight));
+      if (d.parked > 0 && d.active < limit) await this.transitions.fill(scope);
+    }
+    return level;
+  }
+}
