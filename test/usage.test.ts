@@ -140,13 +140,13 @@ describe('usage by scope, day, agent and model', () => {
     expect(from).not.toBe(to);
     const a = await acme.get(`/usage?from=${from}&to=${to}`);
     expect(a.status).toBe(200);
-    expect(a.body).toEqual({ scope: 'acme', from, to, rows: expectedRows(acmeRows), total: sumOf(acmeRows), nextCursor: null });
+    expect(a.body).toEqual({ scope: 'acme', from, to, rows: expectedRows(acmeRows), total: sumOf(acmeRows), nextCursor: null, budget: null });
     expect(new Set(a.body.rows.map((r: UsageRow) => r.agent))).toEqual(new Set(['writer', 'editor']));
     const g = await globex.get(`/usage?from=${from}&to=${to}`);
-    expect(g.body).toEqual({ scope: 'globex', from, to, rows: expectedRows(globexRows), total: sumOf(globexRows), nextCursor: null });
+    expect(g.body).toEqual({ scope: 'globex', from, to, rows: expectedRows(globexRows), total: sumOf(globexRows), nextCursor: null, budget: null });
     // A range with no usage at all.
     const empty = await acme.get('/usage?from=2001-01-01&to=2001-01-31');
-    expect(empty.body).toEqual({ scope: 'acme', from: '2001-01-01', to: '2001-01-31', rows: [], total: sumOf([]), nextCursor: null });
+    expect(empty.body).toEqual({ scope: 'acme', from: '2001-01-01', to: '2001-01-31', rows: [], total: sumOf([]), nextCursor: null, budget: null });
 
     // The worker counted the calls it stored (the one written above came from no worker).
     const after = await waitFor(async () => {
@@ -197,7 +197,9 @@ describe('usage by scope, day, agent and model', () => {
     expect(own.total).toEqual({ inputTokens: 500, outputTokens: 250, totalTokens: 750, modelCalls: 250 });
     expect(own.models).toHaveLength(cap + 1);
     expect(own.models.find((m: { model: string }) => m.model === '_other')).toMatchObject({ modelCalls: 50, inputTokens: 100 });
-    expect(await h.redis.hlen(h.keys.scope('wide').usage(day))).toBe(3 * (cap + 1));
+    // Three fields a row, and the day's total the token budget is checked against.
+    expect(await h.redis.hlen(h.keys.scope('wide').usage(day))).toBe(3 * (cap + 1) + 1);
+    expect(await h.redis.hget(h.keys.scope('wide').usage(day), 'tokens')).toBe(String(252 * 3));
     expect(h.config.USAGE_ROWS_PER_DAY).toBe(cap);
   });
 

@@ -23,6 +23,8 @@ export interface ExecutorEvents extends Partial<MemoEvents> {
   appended?(run: RunRecord, events: number, tokens: number): void;
   /** Model calls of `agent` were counted with a step this worker stored (once per call made). */
   modelUsage?(run: RunRecord, agent: string, calls: readonly ModelCallUsage[]): void;
+  /** A model call was refused by the scope's daily token budget: the run fails, or waits for the next day. */
+  budgetRefused?(run: RunRecord, action: 'failed' | 'waiting'): void;
 }
 
 /** What the attempt produced so far, read when it closes (the run context, or nothing yet). */

@@ -85,6 +85,9 @@ export class WaitStore {
     if (!text) throw new BatonError('WAIT_NOT_PENDING');
     const wait = JSON.parse(text) as StoredWait;
     if (wait.kind === 'sleep') throw new BatonError('WAIT_NOT_PENDING', 'A sleep ends by itself; it cannot be resumed.');
+    if (wait.kind === 'budget') {
+      throw new BatonError('WAIT_NOT_PENDING', "A wait for the scope's token budget ends with the UTC day; it cannot be resumed.");
+    }
     if (wait.schema !== undefined) await this.check(wait.schema, value, scope, waitKey, signal);
     const resumed = await this.transitions.resumeWait(scope, runId, waitKey, { value: JSON.stringify(value), tokenHash });
     this.events.resumed?.(resumed);

@@ -4,6 +4,7 @@ import type { Config, ModelPrice } from '../config.ts';
 import { BatonError } from '../errors.ts';
 import type { ScopeUsage, UsageRow } from '../contract/admin.ts';
 import type { ModelUsage, RunUsage, UsageTotals } from '../contract/runs.ts';
+import { TokenBudgets } from '../engine/budgets.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -24,7 +25,7 @@ const DAYS_PER_READ = 31;
  */
 export async function scopeUsage(
   redis: Redis, keys: Keys, scope: string, from: string, to: string, o: UsagePageOptions,
-): Promise<ScopeUsage> {
+): Promise<Omit<ScopeUsage, 'budget'>> {
   const sk = keys.scope(scope);
   const at = o.cursor ? parseUsageCursor(o.cursor) : { day: from, row: 0 };
   const days: string[] = [];
@@ -147,17 +148,26 @@ const roundUsd = (usd: number): number => Math.round(usd * 1e9) / 1e9;
 
 /**
  * Usage as the API shows it: a scope's by day (pages of at most PAGE_MAX_BYTES, less the
- * answer's envelope), and a run's priced by MODEL_PRICES (RUN_NOT_FOUND when there is no such run).
+ * answer's envelope) with its daily token budget today, and a run's priced by MODEL_PRICES
+ * (RUN_NOT_FOUND when there is no such run).
  */
 export class UsageReader {
+  private readonly budgets: TokenBudgets;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'PAGE_MAX_BYTES' | 'MODEL_PRICES'>,
-  ) {}
+    private readonly config: Pick<Config, 'PAGE_MAX_BYTES' | 'MODEL_PRICES' | 'TOKENS_PER_DAY'>,
+  ) {
+    this.budgets = new TokenBudgets(redis, keys, config);
+  }
 
-  scope(scope: string, from: string, to: string, page: { limit: number; cursor?: string }): Promise<ScopeUsage> {
-    return scopeUsage(this.redis, this.keys, scope, from, to, { ...page, maxBytes: this.config.PAGE_MAX_BYTES - 512 });
+  async scope(scope: string, from: string, to: string, page: { limit: number; cursor?: string }): Promise<ScopeUsage> {
+    const [usage, budget] = await Promise.all([
+      scopeUsage(this.redis, this.keys, scope, from, to, { ...page, maxBytes: this.config.PAGE_MAX_BYTES - 512 }),
+      this.budgets.status(scope),
+    ]);
+    return { ...usage, budget };
   }
 
   async run(scope: string, runId: string): Promise<RunUsage> {

@@ -7,7 +7,7 @@ import { SchemaForm } from './schema-form.tsx';
 /**
  * A run's pending waits: an approval gets approve/decline, an input a form built from its
  * JSON Schema; either posts `{value}` to the wait's resume route (the server validates). A
- * sleep only says when it ends: nobody resumes it.
+ * sleep, and a wait for the scope's token budget, only say when they end: nobody resumes them.
  */
 export function WaitsPanel({ api, runId, waits, onDone }: { api: Api; runId: string; waits: Wait[]; onDone(): void }) {
   return (
@@ -19,6 +19,11 @@ export function WaitsPanel({ api, runId, waits, onDone }: { api: Api; runId: str
     </section>
   );
 }
+
+const KIND_TITLES: Record<Wait['kind'], string> = { input: 'Input', approval: 'Approval', sleep: 'Sleep', budget: 'Token budget' };
+
+/** A sleep ends at its time, a budget wait with the UTC day. */
+const endsByItself = (wait: Wait) => wait.kind === 'sleep' || wait.kind === 'budget';
 
 function WaitCard({ api, runId, wait, index, onDone }: { api: Api; runId: string; wait: Wait; index: number; onDone(): void }) {
   const [busy, setBusy] = useState(false);
@@ -41,15 +46,15 @@ function WaitCard({ api, runId, wait, index, onDone }: { api: Api; runId: string
   return (
     <article class="wait" aria-labelledby={headingId}>
       <h3 id={headingId}>
-        {wait.kind === 'approval' ? 'Approval' : wait.kind === 'sleep' ? 'Sleep' : 'Input'}: {wait.name} <span class="mono hint">{wait.key}</span>
+        {KIND_TITLES[wait.kind]}: {wait.name} <span class="mono hint">{wait.key}</span>
       </h3>
       {wait.prompt !== undefined &&
         (typeof wait.prompt === 'string' ? <p>{wait.prompt}</p> : <pre class="json">{formatJson(wait.prompt)}</pre>)}
       <p class="hint">
         Waiting since {formatTime(wait.since)}
-        {wait.expiresAt !== undefined ? `; ${wait.kind === 'sleep' ? 'ends' : 'times out'} at ${formatTime(wait.expiresAt)}` : ''}.
+        {wait.expiresAt !== undefined ? `; ${endsByItself(wait) ? 'ends' : 'times out'} at ${formatTime(wait.expiresAt)}` : ''}.
       </p>
-      {wait.kind === 'sleep' ? null : wait.kind === 'approval' ? (
+      {endsByItself(wait) ? null : wait.kind === 'approval' ? (
         <div class="approval">
           <div class="field">
             <label for={`wait-${index}-reason`}>Reason (sent with a decline)</label>

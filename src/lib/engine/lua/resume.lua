@@ -2,7 +2,7 @@
   result and the wait stops pending, so a second resume (a concurrent one included) finds
   nothing to resume. A waiting run is admitted again (its scope slot re-acquired like a
   session head's, drains respected); a run that is running, queued or retrying keeps going
-  and finds the value when it reaches the wait. Sleeps are not resumable.
+  and finds the value when it reaches the wait. Sleeps and budget waits are not resumable.
   KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
         tokenHash (the resume token route: the wait must hold this token)
@@ -16,7 +16,8 @@ local text = redis.call('HGET', K.waits, O.waitKey)
 if not text then return { -9 } end
 if O.tokenHash and redis.call('HGET', K.waits, O.waitKey .. '#token') ~= O.tokenHash then return { -9 } end
 local w = cjson.decode(text)
-if w.kind == 'sleep' then return { -9 } end
+-- A sleep and a token-budget wait end at their time, never by a value.
+if w.kind == 'sleep' or w.kind == 'budget' then return { -9 } end
 local now = nowMs()
 answerWait(runId, O.waitKey, w.since, now, '"v":' .. O.value)
 local out = {}

@@ -12,6 +12,9 @@
   Rows are bounded: a scope's day holds at most usageRows agent × model rows and a run's
   usageModels at most usageRows models; a call that would add one more is counted in the
   catch-all row (agent and model `_other`; in the run: model `_other`), so totals stay exact.
+  The day's hash also keeps `tokens`, the day's input and output tokens in all, which a scope's
+  daily token budget is checked against with one HGET (src/lib/engine/budgets.ts); a day an
+  earlier version began counting gets it from the rows' sum at its first call here.
   Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
 -- @uses fenced, nowMs
 if not fenced(K.run, O.fence) then return { -2 } end
@@ -25,8 +28,10 @@ if stored == 1 and O.usage then
   local byModel = cjson.decode(redis.call('HGET', K.run, 'usageModels') or '{}')
   local models = 0
   for _ in pairs(byModel) do models = models + 1 end
-  -- The day's rows: every row is three fields (in, out, calls), the catch-all row included.
-  local rows = redis.call('HLEN', K.usage) / 3
+  -- The day's rows: every row is three fields (in, out, calls), the catch-all row included;
+  -- the one field more is the day's `tokens`.
+  local rows = math.floor(redis.call('HLEN', K.usage) / 3)
+  local hadRows, tokens = rows > 0, 0
   for _, c in ipairs(O.usage.calls) do
     redis.call('HINCRBY', K.run, 'usageIn', c.inputTokens)
     redis.call('HINCRBY', K.run, 'usageOut', c.outputTokens)
@@ -46,6 +51,15 @@ if stored == 1 and O.usage then
     redis.call('HINCRBY', K.usage, 'in' .. f, c.inputTokens)
     redis.call('HINCRBY', K.usage, 'out' .. f, c.outputTokens)
     redis.call('HINCRBY', K.usage, 'calls' .. f, 1)
+    tokens = tokens + c.inputTokens + c.outputTokens
+  end
+  -- No total before this call though the day has rows: an earlier version counted them; sum them all.
+  if redis.call('HINCRBY', K.usage, 'tokens', tokens) == tokens and hadRows then
+    local flat, sum = redis.call('HGETALL', K.usage), 0
+    for i = 1, #flat, 2 do
+      if string.find(flat[i], '^in:') or string.find(flat[i], '^out:') then sum = sum + tonumber(flat[i + 1]) end
+    end
+    redis.call('HSET', K.usage, 'tokens', sum)
   end
   redis.call('PEXPIRE', K.usage, O.usageTtlMs)
   redis.call('HSET', K.run, 'usageModels', cjson.encode(byModel))

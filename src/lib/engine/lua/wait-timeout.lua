@@ -18,7 +18,9 @@ local now = nowMs()
 local done, nextAt = expireWaits(runId, now)
 local out = {}
 if #done > 0 and rec.status == 'waiting' then
-  wakeRun(runId, { key = done[1].key, outcome = done[1].kind == 'sleep' and 'slept' or 'timed-out' }, now, out)
+  -- A budget wait's deadline is its day's end: it slept, it did not time out.
+  local slept = done[1].kind == 'sleep' or done[1].kind == 'budget'
+  wakeRun(runId, { key = done[1].key, outcome = slept and 'slept' or 'timed-out' }, now, out)
 elseif nextAt then
   redis.call('ZADD', K.timers, nextAt, member)
 else
