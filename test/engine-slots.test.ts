@@ -2,7 +2,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
+import { shareAt, waterLevel } from '../src/lib/engine/fair-share.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
+import type { RunRecord } from '../src/lib/engine/record.ts';
 import type { Transitions } from '../src/lib/engine/transitions.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
@@ -87,7 +89,7 @@ describe('scope slots', () => {
     const t = h.transitions();
     const submit = storeOf(t);
     const first = await submit(s, 'p-first');
-    const low = [];
+    const low: RunRecord[] = [];
     for (let i = 0; i < 3; i++) low.push(await submit(s, `p-low-${i}`, { priority: 0 }));
     const high = [await submit(s, 'p-high-0', { priority: 9 }), await submit(s, 'p-high-1', { priority: 9 })];
     const mid = await submit(s, 'p-mid', { priority: 5 });
@@ -119,9 +121,9 @@ describe('scope slots', () => {
     const s = 'keys';
     const t = h.transitions({ MAX_ACTIVE_PER_SCOPE: '2' });
     const submit = storeOf(t);
-    const bulk = [];
+    const bulk: RunRecord[] = [];
     for (let i = 0; i < 50; i++) bulk.push(await submit(s, `k-bulk-${i}`, { concurrencyKey: 'bulk' }));
-    const other = [];
+    const other: RunRecord[] = [];
     for (let i = 0; i < 3; i++) other.push(await submit(s, `k-other-${i}`, { concurrencyKey: 'other' }));
     // The first two took the slots; the rest are parked by key.
     expect(await dispatchedOf(s, bulk.map((r) => r.id))).toEqual([bulk[0].id, bulk[1].id]);
@@ -150,8 +152,8 @@ describe('scope slots', () => {
     await h.redis.hset(sk.limits, 'maxActive', 4, 'maxActivePerKey', 1);
     const t = h.transitions();
     const submit = storeOf(t);
-    const a = [];
-    const b = [];
+    const a: RunRecord[] = [];
+    const b: RunRecord[] = [];
     for (let i = 0; i < 4; i++) {
       a.push(await submit(s, `cap-a-${i}`, { concurrencyKey: 'a' }));
       b.push(await submit(s, `cap-b-${i}`, { concurrencyKey: 'b' }));
@@ -180,7 +182,7 @@ describe('scope slots', () => {
     const sk = h.keys.scope(s);
     const t = h.transitions();
     const submit = storeOf(t);
-    const runs = [];
+    const runs: RunRecord[] = [];
     for (let i = 0; i < 4; i++) runs.push(await submit(s, `lim-${i}`));
     expect(await h.redis.hget(sk.meta, 'parked')).toBe('3');
     expect((await t.cancel(s, runs[3].id)).outcome).toBe('cancelled');
@@ -212,12 +214,34 @@ describe('scope slots', () => {
       const d = new Dispatcher(h.redis, h.keys);
       track(d, () => d.close());
       return d;
-    })(), () => 1.5);
+    })(), () => fair);
+    let fair: { level?: number; capacity?: number } = { level: 1.5, capacity: 20 };
     const submit = storeOf(t);
-    const runs = [];
+    const runs: RunRecord[] = [];
     for (let i = 0; i < 8; i++) runs.push(await submit(s, `share-${i}`));
     // ceil(1.5 × 3) = 5.
     expect(await dispatchedOf(s, runs.map((r) => r.id))).toHaveLength(5);
+    // No contention, 6 live workers' slots: never more than those, whatever maxActive says.
+    fair = { capacity: 6 };
+    expect(await t.fill(s)).toBe(true);
+    expect(await dispatchedOf(s, runs.map((r) => r.id))).toHaveLength(6);
     for (const id of await dispatchedOf(s, runs.map((r) => r.id))) await runToEnd(t, id, s);
+  });
+});
+
+describe('the fair share\'s water level', () => {
+  it('is max-min fair by weight: a scope wanting less keeps what it wants, the rest is shared', () => {
+    const s = (runnable: number, weight = 1, maxActive = 100) => ({ runnable, weight, maxActive });
+    expect(waterLevel(16, [s(5), s(6)])).toBeUndefined();
+    expect(waterLevel(16, [s(50), s(50)])).toBe(8);
+    expect(waterLevel(16, [s(120, 3), s(120, 1)])).toBe(4);
+    expect([3, 1].map((w) => shareAt(4, w))).toEqual([12, 4]);
+    // The small scope wants 2; the 14 slots left go to the two others, 7 each.
+    expect(waterLevel(16, [s(2), s(50), s(50)])).toBe(7);
+    // maxActive caps what a scope wants.
+    expect(waterLevel(16, [s(50, 1, 4), s(50), s(50)])).toBe(6);
+    // Fractions round up (no worker idles for rounding): 3 scopes on 8 slots get 3 each.
+    expect(shareAt(waterLevel(8, [s(9), s(9), s(9)])!, 1)).toBe(3);
+    expect(waterLevel(0, [s(50), s(50)])).toBeUndefined();
   });
 });

@@ -83,7 +83,8 @@ describe('flow control', () => {
     const byStart = [...runs].sort((x, y) => Date.parse(x.startedAt) - Date.parse(y.startedAt));
     // The first low runs may have started before the high ones were submitted; the high ones go next.
     const firstHigh = byStart.findIndex((r) => r.priority === 9);
-    const startedBefore = byStart.slice(0, firstHigh).filter((r) => Date.parse(r.startedAt) > Date.parse(runs.find((x) => x.id === high[0])!.createdAt));
+    const highAccepted = Date.parse(runs.find((x) => x.id === high[0])!.createdAt);
+    const startedBefore = byStart.slice(0, firstHigh).filter((r) => Date.parse(r.startedAt) > highAccepted);
     expect(startedBefore.length).toBeLessThanOrEqual(1);
     expect(byStart.slice(firstHigh, firstHigh + 3).every((r) => r.priority === 9)).toBe(true);
 
@@ -166,10 +167,12 @@ describe('flow control', () => {
     // Sample both scopes' slot counts while both have runs waiting.
     const samples: [number, number][] = [];
     const meta = (s: string) => h.redis.hmget(h.keys.scope(s).meta, 'active', 'parked');
+    let scraped = '';
     for (;;) {
       const [[ha, hp], [la, lp]] = await Promise.all([meta('fc-w3'), meta('fc-w1')]);
       if (Number(hp ?? 0) === 0 || Number(lp ?? 0) === 0) break;
       samples.push([Number(ha), Number(la)]);
+      if (samples.length === 10) scraped = await (await fetch(`${apiUrl}/metrics`)).text();
       await new Promise((r) => setTimeout(r, 100));
     }
     await Promise.all([finished(heavy, hIds, 90_000), finished(light, lIds, 90_000)]);
@@ -180,6 +183,11 @@ describe('flow control', () => {
       `(ratio ${(mean(0) / mean(1)).toFixed(2)}) over ${steady.length} samples`,
     );
     expect(steady.length).toBeGreaterThan(5);
+    // While they contend, the metrics show the level (16 slots / 4 units of weight) and the runs their shares hold back.
+    const series = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(scraped)?.[1]);
+    expect(series('baton_fair_share_level')).toBe(4);
+    expect(series('baton_fair_share_capacity')).toBe(16);
+    expect(series('baton_runs_held_back\\{limit="share"\\}')).toBeGreaterThan(0);
     expect(mean(0) / mean(1)).toBeGreaterThan(2.2);
     expect(mean(0) / mean(1)).toBeLessThan(4);
   });

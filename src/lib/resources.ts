@@ -2,7 +2,8 @@ import type { ArtifactStore } from './artifacts/artifact-store.ts';
 import { RedisArtifactStore } from './artifacts/redis-store.ts';
 import type { Config } from './config.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
-import { FairShare } from './engine/fair-share.ts';
+import { FairShare, heldBack } from './engine/fair-share.ts';
+import { RateLimiter } from './engine/rate-limiter.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
 import { Sweeper } from './engine/sweeper.ts';
 import { Transitions } from './engine/transitions.ts';
@@ -47,6 +48,8 @@ export interface Resources {
   readonly waitTokens: WaitTokens;
   /** The process's one reader of the worker registry (the API's listings and warnings, a worker's readiness). */
   readonly registry: WorkerRegistry;
+  /** Model providers' rate-limit buckets (RATE_LIMITS): a worker's model calls take grants, an operator pauses and resumes them. */
+  readonly rateLimits: RateLimiter;
   /**
    * Exports `runtime`'s queue depth and waiting runs at every scrape (once per runtime; a
    * runtime past METRICS_LABEL_LIMIT is not read): a worker's own runtime, and on the API the
@@ -100,7 +103,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   const dispatcher = new Dispatcher(bull, keys);
   // The fair share needs the registry, made below; the transitions read its level at each call.
   let fairShare: FairShare | undefined;
-  const transitions = new Transitions(redis, keys, c, dispatcher, () => fairShare?.level());
+  const transitions = new Transitions(redis, keys, c, dispatcher, () => fairShare?.level() ?? {});
   // Every process sweeps: sweeps are idempotent, so more processes only repair sooner.
   const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log, {
     waitsExpired: (runtime, waits) => metrics.waitsExpired(runtime, waits),
@@ -110,8 +113,11 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE });
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents);
+  metrics.watchRateLimits(c.RATE_LIMITS, () => rateLimits.list());
   fairShare = new FairShare(redis, keys, c, registry, transitions, log);
   fairShare.start();
+  metrics.watchFlowControl((perScope) => heldBack(redis, keys, c, perScope));
   const countJobs = (runtime: string) => dispatcher.jobCounts(runtime, QUEUE_STATES);
   const countWaiting = (runtime: string) => waitingRuns(redis, keys, runtime);
   const watchRuntime = (runtime: string) => {
@@ -121,7 +127,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   let closing: Promise<void> | undefined;
   return {
     config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, fairShare, schemaGuard, artifacts,
-    waitTokens, registry, watchRuntime,
+    waitTokens, registry, rateLimits, watchRuntime,
     close() {
       closing ??= (async () => {
         await sweeper.stop();

@@ -3,12 +3,13 @@ import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import type { Redis } from '../redis.ts';
 import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
-import type { Transitions } from './transitions.ts';
+import type { FairLevel, Transitions } from './transitions.ts';
 
 /**
  * Weighted fair sharing of the workers' slots across scopes.
  *
- * A scope's slot limit is its `maxActive`. While the scopes' runnable runs (holding a slot or
+ * A scope's slot limit is its `maxActive`, and never more than the live workers' slots (more
+ * could only wait in BullMQ, ahead of other scopes' runs). While the scopes' runnable runs (holding a slot or
  * parked for one) are more than the live workers' slots, each scope is also held to its share:
  * `ceil(level × weight)`, at least 1, where the water level is the one at which the scopes'
  * wants (runnable runs, up to maxActive) shared by weight fill the workers' slots exactly
@@ -61,7 +62,7 @@ export function shareAt(level: number, weight: number): number {
 }
 
 export class FairShare {
-  private current: number | undefined;
+  private current: FairLevel = {};
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private readonly me = `${process.pid}-${Math.random().toString(36).slice(2)}`;
@@ -75,8 +76,8 @@ export class FairShare {
     private readonly log: Logger,
   ) {}
 
-  /** The level this process last read (undefined: no contention, or sharing is off). */
-  level(): number | undefined {
+  /** What this process last read: the level (absent: no contention) and the live workers' slots (absent: none, or sharing is off). */
+  level(): FairLevel {
     return this.current;
   }
 
@@ -110,7 +111,7 @@ export class FairShare {
     const lock = await this.redis.set(`${this.keys.fairShare}:lock`, this.me, 'PX', interval, 'NX');
     if (lock === 'OK') await this.workOut(3 * interval);
     const raw = await this.redis.get(this.keys.fairShare);
-    this.current = raw === null ? undefined : (JSON.parse(raw) as { level: number }).level;
+    this.current = raw === null ? {} : (JSON.parse(raw) as FairLevel);
   }
 
   /** One pass: the level from every scope's demand; scopes that may start more are filled. */
@@ -144,15 +145,73 @@ export class FairShare {
       });
     } while (cursor !== '0');
     const level = waterLevel(capacity, [...demands.values()]);
-    if (level === undefined) await this.redis.del(this.keys.fairShare);
-    else await this.redis.set(this.keys.fairShare, JSON.stringify({ level, capacity }), 'PX', keepMs);
-    this.current = level;
+    this.current = capacity > 0 ? { ...(level === undefined ? {} : { level }), capacity } : {};
+    if (capacity === 0) await this.redis.del(this.keys.fairShare);
+    else await this.redis.set(this.keys.fairShare, JSON.stringify(this.current), 'PX', keepMs);
     // A scope with parked runs and room under its new limit gets them started now rather than
     // at its next run's end.
     for (const [scope, d] of demands) {
-      const limit = level === undefined ? d.maxActive : Math.min(d.maxActive, shareAt(level, d.weight));
+      const limit = Math.min(d.maxActive, capacity || Infinity, level === undefined ? Infinity : shareAt(level, d.weight));
       if (d.parked > 0 && d.active < limit) await this.transitions.fill(scope);
     }
     return level;
   }
+}
+
+/** Which limit holds a scope's parked runs back. */
+export const HELD_BY = ['maxActive', 'share', 'maxActivePerKey'] as const;
+export type HeldBy = (typeof HELD_BY)[number];
+
+export interface HeldBack {
+  /** The water level in force (undefined: no contention) and the live workers' slots (0: none known). */
+  level: number | undefined;
+  capacity: number;
+  /** Parked runs summed over the scopes, by the limit that holds their scope back. */
+  parked: Record<HeldBy, number>;
+  /** Runs holding a slot, summed over the scopes. */
+  active: number;
+  /** Per scope (only when asked for: one series per tenant). */
+  scopes?: Map<string, { active: number; parked: number; heldBy: HeldBy }>;
+}
+
+/**
+ * The runs the limits hold back, read at scrape time (one pipelined read per 500 scopes). A
+ * scope's parked runs are put down to its binding limit: maxActive when its active runs reach
+ * it, else its fair share when they reach that, else maxActivePerKey (runs parked while the
+ * scope has free slots wait for their key's).
+ */
+export async function heldBack(redis: Redis, keys: Keys, config: Config, perScope: boolean): Promise<HeldBack> {
+  const raw = await redis.get(keys.fairShare);
+  const fair = raw === null ? {} : (JSON.parse(raw) as FairLevel);
+  const out: HeldBack = {
+    level: fair.level, capacity: fair.capacity ?? 0, active: 0,
+    parked: { maxActive: 0, share: 0, maxActivePerKey: 0 }, ...(perScope ? { scopes: new Map() } : {}),
+  };
+  let cursor = '0';
+  do {
+    const [next, scopes] = await redis.sscan(keys.scopes, cursor, 'COUNT', 500);
+    cursor = next;
+    const pipe = redis.pipeline();
+    for (const scope of scopes) {
+      pipe.hmget(keys.scope(scope).meta, 'active', 'parked');
+      pipe.hmget(keys.scope(scope).limits, 'maxActive', 'weight');
+    }
+    const replies = (await pipe.exec()) ?? [];
+    scopes.forEach((scope, i) => {
+      const [meta, limits] = [replies[2 * i], replies[2 * i + 1]].map(([err, v]) => {
+        if (err) throw err;
+        return v as (string | null)[];
+      });
+      const active = Math.max(0, Number(meta[0] ?? 0));
+      const parked = Math.max(0, Number(meta[1] ?? 0));
+      out.active += active;
+      if (active + parked === 0) return;
+      const maxActive = Math.min(Number(limits[0] ?? config.MAX_ACTIVE_PER_SCOPE), out.capacity || Infinity);
+      const share = out.level === undefined ? Infinity : shareAt(out.level, Number(limits[1] ?? config.SCOPE_WEIGHT));
+      const heldBy: HeldBy = active >= maxActive ? 'maxActive' : active >= share ? 'share' : 'maxActivePerKey';
+      out.parked[heldBy] += parked;
+      out.scopes?.set(scope, { active, parked, heldBy });
+    });
+  } while (cursor !== '0');
+  return out;
 }

@@ -45,6 +45,12 @@ export interface NewRun {
 /** A token bucket: `rate` tokens a second, at most `burst` at once. */
 export interface SubmitLimit { rate: number; burst: number }
 
+/**
+ * What the scripts are told of the fair share (O.level, O.capacity; src/lib/engine/fair-share.ts):
+ * the water level while scopes contend, and the live workers' slots.
+ */
+export interface FairLevel { level?: number; capacity?: number }
+
 export type SubmitReply = { created: boolean; runId: string; run: RunRecord | undefined };
 
 export type ClaimReply =
@@ -228,8 +234,8 @@ export class Transitions {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
-    /** The fair share's water level this process knows (src/lib/engine/fair-share.ts); undefined: no contention. */
-    private readonly fairLevel: () => number | undefined = () => undefined,
+    /** The fair share this process knows (src/lib/engine/fair-share.ts): level while scopes contend, live workers' slots. */
+    private readonly fairLevel: () => FairLevel = () => ({}),
   ) {
     this.limits = {
       maxLen: config.EVENTS_MAX_LEN,
@@ -651,7 +657,7 @@ export class Transitions {
 
   /** The options argument: shared limits, the scope base and the call's own fields, one JSON object. */
   private options(base: string, own: Record<string, unknown>): OptionsJson {
-    return { json: JSON.stringify({ ...this.limits, level: this.fairLevel(), base, ...own }) };
+    return { json: JSON.stringify({ ...this.limits, ...this.fairLevel(), base, ...own }) };
   }
 
   /** Adds the BullMQ jobs a transition asked for (dispatch orders, JSON text); returns whether there were any. */

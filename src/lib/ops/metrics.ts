@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { JobType } from 'bullmq';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { HELD_BY, type HeldBack } from '../engine/fair-share.ts';
 import type { MemoEvents } from '../engine/context.ts';
 import type { ExecutorEvents } from '../engine/executor.ts';
 import type { ConnectionEvents } from '../redis.ts';
@@ -89,6 +90,12 @@ export class Metrics {
   readonly redisErrors: Counter<string>;
   readonly redisReconnects: Counter<string>;
   readonly collectErrors: Counter<string>;
+  /** Reads what the limits hold back at scrape time (watchFlowControl). */
+  private flowControl: ((perScope: boolean) => Promise<HeldBack>) | undefined;
+  private heldBackRead: { at: number; read: Promise<HeldBack | undefined> } | undefined;
+  readonly rateLimitWait: Histogram<string>;
+  readonly rateLimitPauses: Counter<string>;
+  readonly rateLimitLimit: Gauge<string>;
 
   constructor(o: MetricsOptions) {
     this.scopeLabel = o.scopeLabel;
@@ -175,6 +182,35 @@ export class Metrics {
         }));
       },
     });
+    new Gauge({
+      name: 'baton_runs_held_back',
+      help: "Runnable runs parked for a slot, by the limit holding their scope back (its maxActive, its fair share, a key's maxActivePerKey); all scopes, read at scrape time.",
+      labelNames: this.scopeLabel ? ['limit', 'scope'] : ['limit'], registers,
+      async collect() {
+        this.reset();
+        const held = await self.readHeldBack();
+        if (!held) return;
+        for (const limit of HELD_BY) this.set({ limit }, held.parked[limit]);
+        for (const [scope, s] of held.scopes ?? []) this.set({ limit: s.heldBy, scope }, s.parked);
+      },
+    });
+    // One read per scrape for the four (prom-client collects a registry's metrics at once).
+    const fromHeldBack = (name: string, help: string, value: (held: HeldBack) => number) => new Gauge({
+      name, help, registers,
+      async collect() {
+        this.reset();
+        const held = await self.readHeldBack();
+        if (held) this.set(value(held));
+      },
+    });
+    fromHeldBack(
+      'baton_fair_share_level',
+      "Workers' slots per unit of scope weight while scopes contend for them (a scope's share is ceil(level x weight)); 0 when they do not contend.",
+      (held) => held.level ?? 0,
+    );
+    fromHeldBack('baton_fair_share_capacity', "The live workers' slots the fair share was last worked out for (0 when no scopes contend).", (held) => held.capacity);
+    fromHeldBack('baton_scope_slots_active', "Runs holding a scope's slot (dispatched, running, retrying), all scopes; read at scrape time.", (held) => held.active);
+    this.collectErrors.inc({ collector: 'flow_control' }, 0);
     new Gauge({
       name: 'baton_worker_runs_in_flight', help: 'Runs the workers of this process hold a lease on.',
       labelNames: ['runtime'], registers,
@@ -304,6 +340,27 @@ export class Metrics {
   }
 
   /** Counts a registered runtime's waiting runs at every scrape (others, and runtimes past the label limit, are not read). */
+  /** What the limits hold back, read once for the gauges of one scrape (undefined: not watched, or Redis did not answer). */
+  private readHeldBack(): Promise<HeldBack | undefined> {
+    const read = this.flowControl;
+    if (!read) return Promise.resolve(undefined);
+    if (!this.heldBackRead || Date.now() - this.heldBackRead.at > 1_000) {
+      this.heldBackRead = {
+        at: Date.now(),
+        read: answeredWithin(read(this.scopeLabel), this.collectTimeoutMs).catch(() => {
+          this.collectErrors.inc({ collector: 'flow_control' });
+          return undefined;
+        }),
+      };
+    }
+    return this.heldBackRead.read;
+  }
+
+  /** Exports the runs the limits hold back and the fair share at every scrape (once per process). */
+  watchFlowControl(read: (perScope: boolean) => Promise<HeldBack>): void {
+    this.flowControl ??= read;
+  }
+
   watchWaiting(runtime: string, count: WaitingCounter): void {
     if (this.waitingCounters.has(runtime) || this.runtimeLabel(runtime) === OTHER) return;
     this.waitingCounters.set(runtime, count);

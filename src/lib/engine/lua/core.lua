@@ -13,7 +13,8 @@
               O.base     the scope's key prefix `<prefix>:{<scope>}:`
             and the limits scripts share: O.maxLen (events per run log), O.maxActive and
             O.maxActivePerKey (the defaults of a scope's slot limits), O.priorityStepMs,
-            O.level (absent: no contention), O.graceMs (dispatch grace), O.retention (ms a
+            O.level (absent: no contention), O.capacity (live workers' slots; absent: none
+            known), O.graceMs (dispatch grace), O.retention (ms a
             finished run stays), O.cancelChannel. Each script's header lists the rest.
     ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
 

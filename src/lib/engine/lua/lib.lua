@@ -127,13 +127,16 @@ end
 
 -- The scope's limits, read once per call into LIMIT (core.lua) from its `limits` hash (an
 -- operator's, src/lib/tenancy/limits.ts; a field absent is the configured default in O):
--- `slots`, its maxActive, lowered to its fair share of the workers' slots, O.level × its
--- weight (never below 1), while scopes contend for them (src/lib/engine/fair-share.ts);
+-- `slots`, its maxActive, at most the live workers' slots (O.capacity) and lowered to its fair
+-- share of them, O.level × its weight (never below 1), while scopes contend for them
+-- (src/lib/engine/fair-share.ts);
 -- `perKey`, its maxActivePerKey (0: none); `rate` and `burst`, its submit rate (rate 0: none).
 local function scopeLimits()
   if LIMIT == nil then
     local l = readFields(BASE .. 'limits', { 'maxActive', 'maxActivePerKey', 'weight', 'submitRatePerSec', 'submitBurst' })
     local slots = tonumber(l.maxActive) or O.maxActive
+    -- More than the live workers' slots could only wait in BullMQ, ahead of other scopes' runs.
+    if O.capacity and O.capacity < slots then slots = O.capacity end
     if O.level then
       local share = math.max(1, math.ceil(O.level * (tonumber(l.weight) or O.weight) - 1e-9))
       if share < slots then slots = share end
