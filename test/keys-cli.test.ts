@@ -107,6 +107,44 @@ describe('baton keys', () => {
   });
 });
 
+describe('baton keys create --operator', () => {
+  it('makes a key bound to no scope, stored hashed: it sets limits, reads no scope, is listed apart, and revoke ends it', async () => {
+    const created = await keysInProcess(['create', '--operator', '--json']);
+    expect(created.code, created.stderr).toBe(0);
+    const k = JSON.parse(created.stdout);
+    expect(k).toEqual({ id: expect.stringMatching(/^k[0-9a-f]{12}$/), key: expect.stringMatching(/^bk_[A-Za-z0-9_-]{43}$/), scope: null, role: 'operator' });
+    const auth = { authorization: `Bearer ${k.key}` };
+    expect((await call(url, 'GET', '/v1/whoami', undefined, auth)).body).toEqual({ scope: null, role: 'operator', keyId: k.id });
+    expect((await call(url, 'PUT', '/v1/scopes/acme/limits', { maxActive: 3 }, auth)).status).toBe(200);
+    expect((await runtimesOf(k.key)).status).toBe(403);
+    // Redis holds the key's hash, never the key; its record has no scope.
+    const record = await h.redis.hgetall(h.keys.apiKeyByHash((await h.redis.get(h.keys.apiKeyId(k.id)))!));
+    expect(record).toEqual({ id: k.id, role: 'operator', createdAt: expect.any(String), hash: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    for (const redisKey of await h.allKeys()) {
+      const type = await h.redis.type(redisKey);
+      const value = type === 'hash' ? JSON.stringify(await h.redis.hgetall(redisKey)) : type === 'string' ? await h.redis.get(redisKey) : '';
+      expect(value ?? '').not.toContain(k.key);
+    }
+
+    const listed = JSON.parse((await keysInProcess(['list', '--operator', '--json'])).stdout);
+    expect(listed).toContainEqual({ id: k.id, scope: null, role: 'operator', createdAt: expect.any(String) });
+    expect((await keysInProcess(['list', '--operator'])).stdout).toMatch(new RegExp(`${k.id}\\s+operator`));
+    expect(JSON.parse((await keysInProcess(['list', '--scope', 'acme', '--json'])).stdout)).not.toContainEqual(expect.objectContaining({ id: k.id }));
+
+    expect((await keysInProcess(['revoke', k.id])).code).toBe(0);
+    expect((await call(url, 'GET', '/v1/whoami', undefined, auth)).status).toBe(401);
+    expect(JSON.parse((await keysInProcess(['list', '--operator', '--json'])).stdout)).not.toContainEqual(expect.objectContaining({ id: k.id }));
+
+    // An operator key has no scope and no scope role to give it.
+    const before = (await h.allKeys()).sort();
+    for (const args of [['create', '--operator', '--scope', 'acme'], ['create', '--operator', '--role', 'admin'], ['create', '--scope', 'acme', '--role', 'operator']]) {
+      const r = await keysInProcess(args);
+      expect(r.code, args.join(' ')).toBe(2);
+    }
+    expect((await h.allKeys()).sort()).toEqual(before);
+  });
+});
+
 describe('baton start', () => {
   it('makes a dev key when Redis has no key, and only then; off a terminal it goes to a file only its owner can read', async () => {
     // A key space of its own: no key exists there yet. A folder of its own for `.baton/`.

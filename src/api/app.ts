@@ -6,7 +6,7 @@ import { authenticate } from './auth.ts';
 import { refuseRepeatedHeaders } from './request-guards.ts';
 import { errorHandler } from './error-handler.ts';
 import { mountTemplate, observeRequests } from './http-metrics.ts';
-import { mountRoutes, SCOPE } from './route.ts';
+import { mountRoutes, OPERATOR_ACCESS, SCOPE } from './route.ts';
 import { ROUTES } from './routes.ts';
 
 /** Builds the HTTP API from the route catalogue: public routes at the root, a scope's routes behind its key. */
@@ -38,6 +38,12 @@ export function createApp(deps: AppDeps): Express {
   // scope's key check; any other request falls through to it.
   const byToken = ROUTES.filter((r) => r.access === 'stream');
   app.use(SCOPE, mountTemplate(SCOPE), mountRoutes(byToken, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
+  // Operator routes check their key themselves (an operator's, or on a scope's path perhaps
+  // its admin's), so those on a scope's path come before the scope's key check too.
+  const byOperator = ROUTES.filter((r) => OPERATOR_ACCESS.includes(r.access));
+  const operatorScoped = byOperator.filter((r) => r.path.startsWith(`${SCOPE}/`));
+  app.use(mountRoutes(byOperator.filter((r) => !operatorScoped.includes(r)), '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
+  app.use(SCOPE, mountTemplate(SCOPE), mountRoutes(operatorScoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // The key first, then the body: each scope route reads its own body after authenticate().
   const scoped = ROUTES.filter((r) => r.access === 'client' || r.access === 'admin');
   app.use(

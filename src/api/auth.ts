@@ -1,20 +1,45 @@
 import { createHash } from 'node:crypto';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { ApiKeyInfo, ApiKeyStore, Role } from '../lib/tenancy/api-keys.ts';
+import type { ApiKeyInfo, ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import type { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { BatonError } from '../lib/errors.ts';
 import { authorizationHeader } from './schemas.ts';
 
 /**
- * Every /v1/scopes/:scope route: a valid key (401 otherwise) of this very scope. A key of
- * another scope gets the same 404 a missing object gets, so it learns nothing about
- * what exists elsewhere.
+ * Every /v1/scopes/:scope route of a tenant: a valid key (401 otherwise) of this very scope.
+ * A key of another scope gets the same 404 a missing object gets, so it learns nothing about
+ * what exists elsewhere. An operator key gets 403 on every such route, before anything is
+ * looked up: it may change a scope's limits, never read or touch its runs and data.
  */
 export function authenticate(store: ApiKeyStore): RequestHandler {
   return async (req: Request, res: Response, next: NextFunction) => {
     const info = await presentedKey(store, req);
     if (!info) return next(new BatonError('UNAUTHENTICATED'));
+    if (info.role === 'operator') return next(new BatonError('FORBIDDEN', OPERATOR_ONLY));
     if (info.scope !== req.params.scope) return next(new BatonError('NOT_FOUND'));
+    res.locals.apiKey = info;
+    next();
+  };
+}
+
+const OPERATOR_ONLY = 'An operator key may call only the operator routes (a scope\'s limits, whoami), never a scope\'s runs or data.';
+
+/**
+ * An operator route (access `operator`): an operator key, the only one that may call it. On a
+ * scope's path (`:scope`), with `scopeAdmins` its admin keys may too (access
+ * `admin-or-operator`: a scope's admin reads its limits). A key of the path's scope that may
+ * not is 403; a key of another scope gets the 404 of authenticate(), so the route tells it
+ * nothing about the scope in its path.
+ */
+export function authenticateOperator(store: ApiKeyStore, o: { scopeAdmins: boolean }): RequestHandler {
+  return async (req: Request, res: Response, next: NextFunction) => {
+    const info = await presentedKey(store, req);
+    if (!info) return next(new BatonError('UNAUTHENTICATED'));
+    const scope = req.params.scope as string | undefined;
+    if (info.role !== 'operator') {
+      if (scope === undefined || info.scope !== scope) return next(new BatonError(scope === undefined ? 'FORBIDDEN' : 'NOT_FOUND'));
+      if (!o.scopeAdmins || info.role !== 'admin') return next(new BatonError('FORBIDDEN'));
+    }
     res.locals.apiKey = info;
     next();
   };
@@ -62,7 +87,7 @@ async function presentedKey(store: ApiKeyStore, req: Request): Promise<ApiKeyInf
 }
 
 /** 403 unless the request's key has `role` (admin may do everything a client may). */
-export function requireRole(role: Role): RequestHandler {
+export function requireRole(role: 'admin'): RequestHandler {
   return (_req, res, next) => {
     const key = res.locals.apiKey as ApiKeyInfo | undefined;
     if (!key || (role === 'admin' && key.role !== 'admin')) return next(new BatonError('FORBIDDEN'));

@@ -33,9 +33,12 @@ function parameters(where: 'path' | 'query', schema: z.ZodType | undefined) {
 function errorCodes(r: RouteSpec): ErrorCode[] {
   const codes: ErrorCode[] = ['REDIS_UNAVAILABLE', 'INTERNAL'];
   if (r.access !== 'public' && r.access !== 'token') codes.push('UNAUTHENTICATED');
-  // A token that opens nothing is answered like a missing object, whatever it names.
-  if (r.access === 'client' || r.access === 'admin' || r.access === 'stream' || r.access === 'token') codes.push('NOT_FOUND');
-  if (r.access === 'admin') codes.push('FORBIDDEN');
+  // A token that opens nothing is answered like a missing object, whatever it names; a key of
+  // another scope on a scope's path is too.
+  const onScope = r.path.startsWith('/v1/scopes/:scope');
+  if (r.access === 'client' || r.access === 'admin' || r.access === 'stream' || r.access === 'token' || onScope) codes.push('NOT_FOUND');
+  // An operator key on a tenant's route; a key whose role may not call the route.
+  if (onScope || r.access === 'operator' || r.access === 'admin-or-operator') codes.push('FORBIDDEN');
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   if (r.rawBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
@@ -91,7 +94,9 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
       title: 'Baton',
       version: pkg.version,
       description: 'Runs LLM agent turns for many tenants on Redis. Every /v1 route needs `Authorization: Bearer <key>` of the scope in its path; '
-        + 'a run\'s events route also takes a stream token as `?access_token=`, and `POST /v1/waits/{token}` is opened (once) by a wait\'s resume token, without a key.',
+        + 'a run\'s events route also takes a stream token as `?access_token=`, and `POST /v1/waits/{token}` is opened (once) by a wait\'s resume token, without a key. '
+        + 'Routes of access `operator` (`x-baton-access`) take an operator key (`baton keys create --operator`), bound to no scope, and those of access '
+        + '`admin-or-operator` an operator key or an admin key of the scope in the path; an operator key is refused (403) on every other route but /v1/whoami.',
     },
     components: {
       securitySchemes: {

@@ -4,7 +4,7 @@ import type { z } from 'zod';
 import type { ErrorCode } from '../lib/contract/errors.ts';
 import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
 import type { AppDeps } from './deps.ts';
-import { authenticateKeyOrStreamToken, identify, requireRole } from './auth.ts';
+import { authenticateKeyOrStreamToken, authenticateOperator, identify, requireRole } from './auth.ts';
 import { corsFor } from './cors.ts';
 import { emptyBody, emptyParams, emptyQuery } from './schemas.ts';
 import { parse } from './validate.ts';
@@ -23,13 +23,19 @@ export const SCOPE = '/v1/scopes/:scope';
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 /**
- * public: no key; key: any valid key, of any scope; client: any key of the scope; admin: an
- * admin key of the scope; stream: any key of the scope, or a stream token for the run in the
- * path (a browser page's read-only pass), from pages of the CORS_ORIGINS too; token: no key,
- * the capability token in the path is the credential (a wait's resume token: it opens that
- * one wait once, and the handler checks it).
+ * public: no key; key: any valid key, of any scope, or an operator key; client: any key of
+ * the scope; admin: an admin key of the scope; stream: any key of the scope, or a stream token
+ * for the run in the path (a browser page's read-only pass), from pages of the CORS_ORIGINS
+ * too; token: no key, the capability token in the path is the credential (a wait's resume
+ * token: it opens that one wait once, and the handler checks it); operator: an operator key
+ * only (bound to no scope: what an operator governs, such as a scope's limits);
+ * admin-or-operator: on a scope's path, an operator key or an admin key of that scope.
+ * An operator key may call the operator routes and `key` routes, and no other.
  */
-export type Access = 'public' | 'key' | 'client' | 'admin' | 'stream' | 'token';
+export type Access = 'public' | 'key' | 'client' | 'admin' | 'stream' | 'token' | 'operator' | 'admin-or-operator';
+
+/** Access levels an operator key passes (besides `key`). */
+export const OPERATOR_ACCESS: readonly Access[] = ['operator', 'admin-or-operator'];
 
 /** What a handler answers: JSON with a status (200 by default), or nothing when it wrote the response itself. */
 export interface Reply { status?: number; body?: unknown; headers?: Record<string, string> }
@@ -42,7 +48,7 @@ export interface RouteInput<P, Q, B> {
   headers: Record<string, string | undefined>;
   /** The body as sent, before parsing (for checks zod cannot express, like "present but null"). */
   rawBody: unknown;
-  /** The caller's key (routes of a scope only). */
+  /** The caller's key (any route that takes one). */
   key: ApiKeyInfo | undefined;
   /** The HTTP exchange, for the few routes that stream. */
   http: { req: Request; res: Response };
@@ -88,7 +94,7 @@ export function route<
 /**
  * An Express router serving `routes` whose paths start with `prefix` (the router is mounted
  * there, behind authentication for a scope's `client` and `admin` routes; a `stream` route
- * answers CORS and checks its key or token itself). Each route checks the role, reads its
+ * answers CORS and checks its key or token itself, an operator route its key). Each route checks the role, reads its
  * body (JSON up to `jsonLimit` bytes, unless the route takes a raw body), parses params,
  * query, body and declared headers with its schemas (a route without a query or a body
  * refuses one), then calls its handler. So a body is read only once the key has been
@@ -113,6 +119,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
       ...(spec.access === 'admin' ? [requireRole('admin')] : []),
+      ...(OPERATOR_ACCESS.includes(spec.access) ? [authenticateOperator(d.apiKeys, { scopeAdmins: spec.access === 'admin-or-operator' })] : []),
       ...(spec.open ? [openToken(spec, d)] : []),
       ...bodyRate,
       ...(spec.access === 'public' ? refuseBody(o.jsonLimit) : spec.rawBody ? [] : json),

@@ -1,7 +1,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ApiKeyStore, ROLES, type ApiKeyInfo, type Role } from '../lib/tenancy/api-keys.ts';
+import { ApiKeyStore, SCOPE_ROLES, type ApiKeyInfo, type ScopeRole } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config.ts';
 import { createKeys, isValidId } from '../lib/keys.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
@@ -14,7 +14,9 @@ import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
 
 export const KEYS_USAGE = `Key commands (talk to Redis: REDIS_URL, or the Redis of a running \`baton start\`):
   keys create --scope <scope> --role client|admin [--json]   make a key; printed once
-  keys list --scope <scope> [--json]                          ids, roles and creation times (never keys)
+  keys create --operator [--json]                             make an operator key (no scope: it sets
+                                                              scopes' limits, reads no tenant's data)
+  keys list --scope <scope> | --operator [--json]             ids, roles and creation times (never keys)
   keys revoke <id>                                            the key stops working at once`;
 
 /**
@@ -50,7 +52,8 @@ export async function runKeysCommand(argv: string[], config: Config): Promise<nu
     args: argv,
     allowPositionals: true,
     options: {
-      scope: { type: 'string' }, role: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      scope: { type: 'string' }, role: { type: 'string' }, operator: { type: 'boolean' }, json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
   const [sub, ...rest] = positionals;
@@ -76,29 +79,45 @@ export async function runKeysCommand(argv: string[], config: Config): Promise<nu
 type Action = (store: ApiKeyStore, json: boolean) => Promise<number>;
 
 /** Checks the arguments before anything connects, so a typo never half-runs. */
-function parseAction(sub: string, rest: string[], o: { scope?: string; role?: string }): Action {
+function parseAction(sub: string, rest: string[], o: { scope?: string; role?: string; operator?: boolean }): Action {
   const scope = () => {
     if (!o.scope || !isValidId(o.scope)) throw new UsageError('--scope <scope> is required: 1-64 of A-Z a-z 0-9 . _ - (first a letter or digit)');
     return o.scope;
   };
+  // An operator key belongs to no scope: --operator goes without --scope and --role.
+  const operator = () => {
+    if (!o.operator) return false;
+    if (o.scope !== undefined || o.role !== undefined) throw new UsageError('--operator makes a key bound to no scope: give it without --scope and --role');
+    return true;
+  };
   switch (sub) {
     case 'create': {
+      if (operator()) {
+        return async (store, json) => {
+          const k = await store.createOperator();
+          if (json) console.log(JSON.stringify({ id: k.id, key: k.key, scope: null, role: k.role }));
+          else console.log(`${k.key}\n\noperator key ${k.id} (bound to no scope: it sets scopes' limits and reads no scope's runs). `
+            + 'It is shown only now: store it safely.');
+          return 0;
+        };
+      }
       const s = scope();
-      if (!ROLES.includes(o.role as Role)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}`);
+      if (!SCOPE_ROLES.includes(o.role as ScopeRole)) throw new UsageError(`--role must be one of ${SCOPE_ROLES.join(', ')} (an operator key: --operator)`);
       return async (store, json) => {
-        const k = await store.create(s, o.role as Role);
+        const k = await store.create(s, o.role as ScopeRole);
         if (json) console.log(JSON.stringify({ id: k.id, key: k.key, scope: k.scope, role: k.role }));
         else console.log(`${k.key}\n\nkey ${k.id} for scope "${k.scope}" (${k.role}). It is shown only now: store it safely.`);
         return 0;
       };
     }
     case 'list': {
-      const s = scope();
+      const operators = operator();
+      const s = operators ? undefined : scope();
       return async (store, json) => {
-        const list = await store.list(s);
+        const list = s === undefined ? await store.listOperators() : await store.list(s);
         if (json) console.log(JSON.stringify(list.map(presentKey)));
-        else if (list.length === 0) console.log(`no keys for scope "${s}"`);
-        else for (const k of list.map(presentKey)) console.log(`${k.id}  ${k.role.padEnd(6)}  ${k.createdAt}`);
+        else if (list.length === 0) console.log(s === undefined ? 'no operator keys' : `no keys for scope "${s}"`);
+        else for (const k of list.map(presentKey)) console.log(`${k.id}  ${k.role.padEnd(8)}  ${k.createdAt}`);
         return 0;
       };
     }

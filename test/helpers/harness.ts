@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { inject } from 'vitest';
 import { startApi, type ApiHandle } from '../../src/api/server.ts';
 import type { Agent } from '../../src/lib/sdk/agent.ts';
-import { ApiKeyStore, type Role } from '../../src/lib/tenancy/api-keys.ts';
+import { ApiKeyStore, type ScopeRole } from '../../src/lib/tenancy/api-keys.ts';
 import { loadConfig, type Config } from '../../src/lib/config.ts';
 import { createKeys, type Keys } from '../../src/lib/keys.ts';
 import { createLogger } from '../../src/lib/logger.ts';
@@ -49,9 +49,11 @@ export interface Harness {
   /** Starts `baton <command>` as a child process; resolves when it prints its ready line. */
   spawn(command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[]; args?: string[] }): Promise<Child>;
   /** An API key for `scope` with `role` (created once per file, cached). */
-  key(scope: string, role?: Role): Promise<string>;
+  key(scope: string, role?: ScopeRole): Promise<string>;
+  /** An operator key, bound to no scope (created once per file, cached). */
+  operatorKey(): Promise<string>;
   /** HTTP helpers bound to `/v1/scopes/<scope>` on `baseUrl`, authenticated with key(scope, role). */
-  client(baseUrl: string, scope: string, role?: Role): Promise<ScopeClient>;
+  client(baseUrl: string, scope: string, role?: ScopeRole): Promise<ScopeClient>;
   /** Every Redis key of this file's prefix. */
   allKeys(): Promise<string[]>;
   /** The transitions gateway on this file's connection, for tests that drive scripts directly. */
@@ -100,16 +102,18 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
 
   const apiKeys = new ApiKeyStore(redis, createKeys(prefix));
   const keyCache = new Map<string, Promise<string>>();
-  const key = (scope: string, role: Role = 'admin') => {
+  const key = (scope: string, role: ScopeRole = 'admin') => {
     const k = `${scope}:${role}`;
     if (!keyCache.has(k)) keyCache.set(k, apiKeys.create(scope, role).then((r) => r.key));
     return keyCache.get(k)!;
   };
+  let operator: Promise<string> | undefined;
 
   return {
     redisUrl, prefix, runtime, env, config, keys: createKeys(prefix), redis,
     configWith,
     key,
+    operatorKey: () => (operator ??= apiKeys.createOperator().then((r) => r.key)),
     async client(baseUrl, scope, role = 'admin') {
       const k = await key(scope, role);
       const headers = { authorization: `Bearer ${k}` };

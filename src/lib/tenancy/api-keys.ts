@@ -2,34 +2,53 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
 
-import { ROLES, type Role } from '../contract/admin.ts';
+import { ROLES, SCOPE_ROLES, type Role, type ScopeRole } from '../contract/admin.ts';
 
-export { ROLES, type Role };
+export { ROLES, SCOPE_ROLES, type Role, type ScopeRole };
 
-export interface ApiKeyInfo { id: string; scope: string; role: Role; createdAt: number }
+/** A key of one scope, with one of the scope's roles. */
+export interface ScopeKeyInfo { id: string; scope: string; role: ScopeRole; createdAt: number }
+/** An operator key: bound to no scope, it may call the operator routes only. */
+export interface OperatorKeyInfo { id: string; scope: null; role: 'operator'; createdAt: number }
+export type ApiKeyInfo = ScopeKeyInfo | OperatorKeyInfo;
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest();
+const newKey = () => `bk_${randomBytes(32).toString('base64url')}`;
 
 /**
- * API keys belong to one scope and have a role. Only the SHA-256 of a key is stored; the
- * key itself (`bk_` + 32 random bytes, base64url) is shown once, when it is created.
- * Lookup is by hash, then the stored hash is compared in constant time.
+ * API keys belong to one scope and have a role, or are operator keys, bound to no scope.
+ * Only the SHA-256 of a key is stored; the key itself (`bk_` + 32 random bytes, base64url)
+ * is shown once, when it is created. Lookup is by hash, then the stored hash is compared in
+ * constant time.
  */
 export class ApiKeyStore {
   constructor(private readonly redis: Redis, private readonly keys: Keys) {}
 
-  async create(scope: string, role: Role, key = `bk_${randomBytes(32).toString('base64url')}`): Promise<ApiKeyInfo & { key: string }> {
-    const id = `k${randomBytes(6).toString('hex')}`;
+  async create(scope: string, role: ScopeRole, key = newKey()): Promise<ScopeKeyInfo & { key: string }> {
+    const info: ScopeKeyInfo = { id: newId(), scope, role, createdAt: Date.now() };
+    await this.store(info, key, this.keys.apiKeysOfScope(scope));
+    return { ...info, key };
+  }
+
+  /** Makes an operator key: its record has no scope, and it is listed with the other operator keys. */
+  async createOperator(key = newKey()): Promise<OperatorKeyInfo & { key: string }> {
+    const info: OperatorKeyInfo = { id: newId(), scope: null, role: 'operator', createdAt: Date.now() };
+    await this.store(info, key, this.keys.operatorKeyIds);
+    return { ...info, key };
+  }
+
+  /** The key's record by its hash, its id, and its id in `listedIn` (its scope's set, or the operators'), in one MULTI. */
+  private async store(info: ApiKeyInfo, key: string, listedIn: string): Promise<void> {
     const hash = sha256(key).toString('hex');
-    const info: ApiKeyInfo = { id, scope, role, createdAt: Date.now() };
+    const record: Record<string, string | number> = { id: info.id, role: info.role, createdAt: info.createdAt, hash };
+    if (info.scope !== null) record.scope = info.scope;
     await this.redis
       .multi()
-      .hset(this.keys.apiKeyByHash(hash), { ...info, hash })
-      .set(this.keys.apiKeyId(id), hash)
-      .sadd(this.keys.apiKeysOfScope(scope), id)
-      .sadd(this.keys.apiKeyIds, id)
+      .hset(this.keys.apiKeyByHash(hash), record)
+      .set(this.keys.apiKeyId(info.id), hash)
+      .sadd(listedIn, info.id)
+      .sadd(this.keys.apiKeyIds, info.id)
       .exec();
-    return { ...info, key };
   }
 
   /** Whether any key exists, in any scope (`baton start` makes a dev key only when none does). */
@@ -38,7 +57,7 @@ export class ApiKeyStore {
   }
 
   /** Declares a key given in configuration (idempotent: the same key keeps its record). */
-  async ensure(scope: string, role: Role, key: string): Promise<ApiKeyInfo> {
+  async ensure(scope: string, role: ScopeRole, key: string): Promise<ApiKeyInfo> {
     const existing = await this.verify(key);
     if (existing && existing.scope === scope && existing.role === role) return existing;
     if (existing) await this.revoke(existing.id);
@@ -51,7 +70,7 @@ export class ApiKeyStore {
     if (!h.hash) return undefined;
     const stored = Buffer.from(h.hash, 'hex');
     if (stored.length !== presented.length || !timingSafeEqual(stored, presented)) return undefined;
-    return { id: h.id, scope: h.scope, role: h.role as Role, createdAt: Number(h.createdAt) };
+    return keyInfo(h);
   }
 
   /** Which of these key ids still exist (revoke deletes a key's id record). */
@@ -73,14 +92,24 @@ export class ApiKeyStore {
     return (await this.redis.exists(this.keys.apiKeyId(id))) === 1;
   }
 
-  async list(scope: string): Promise<ApiKeyInfo[]> {
-    const ids = await this.redis.smembers(this.keys.apiKeysOfScope(scope));
+  /** The keys of a scope, oldest first. */
+  async list(scope: string): Promise<ScopeKeyInfo[]> {
+    return (await this.listed(this.keys.apiKeysOfScope(scope))).filter((k): k is ScopeKeyInfo => k.scope === scope);
+  }
+
+  /** The operator keys, oldest first. */
+  async listOperators(): Promise<OperatorKeyInfo[]> {
+    return (await this.listed(this.keys.operatorKeyIds)).filter((k): k is OperatorKeyInfo => k.role === 'operator');
+  }
+
+  private async listed(set: string): Promise<ApiKeyInfo[]> {
+    const ids = await this.redis.smembers(set);
     const out: ApiKeyInfo[] = [];
     for (const id of ids) {
       const hash = await this.redis.get(this.keys.apiKeyId(id));
       if (!hash) continue;
-      const h = await this.redis.hgetall(this.keys.apiKeyByHash(hash));
-      if (h.id) out.push({ id: h.id, scope: h.scope, role: h.role as Role, createdAt: Number(h.createdAt) });
+      const info = keyInfo(await this.redis.hgetall(this.keys.apiKeyByHash(hash)));
+      if (info) out.push(info);
     }
     return out.sort((a, b) => a.createdAt - b.createdAt);
   }
@@ -89,10 +118,25 @@ export class ApiKeyStore {
   async revoke(id: string): Promise<boolean> {
     const hash = await this.redis.get(this.keys.apiKeyId(id));
     if (!hash) return false;
-    const scope = await this.redis.hget(this.keys.apiKeyByHash(hash), 'scope');
+    const [scope, role] = await this.redis.hmget(this.keys.apiKeyByHash(hash), 'scope', 'role');
     const m = this.redis.multi().del(this.keys.apiKeyByHash(hash)).del(this.keys.apiKeyId(id)).srem(this.keys.apiKeyIds, id);
     if (scope) m.srem(this.keys.apiKeysOfScope(scope), id);
+    if (role === 'operator') m.srem(this.keys.operatorKeyIds, id);
     await m.exec();
     return true;
   }
+}
+
+const newId = () => `k${randomBytes(6).toString('hex')}`;
+
+/**
+ * A stored key record as a key: an operator's has no scope, a scope key's has its scope and
+ * one of the scope's roles. A record that is neither (written by hand) is no key at all.
+ */
+function keyInfo(h: Record<string, string>): ApiKeyInfo | undefined {
+  const base = { id: h.id, createdAt: Number(h.createdAt) };
+  if (!h.id) return undefined;
+  if (h.role === 'operator') return h.scope === undefined ? { ...base, scope: null, role: 'operator' } : undefined;
+  if (!SCOPE_ROLES.includes(h.role as ScopeRole) || !h.scope) return undefined;
+  return { ...base, scope: h.scope, role: h.role as ScopeRole };
 }

@@ -4,8 +4,8 @@ import { uiRoot } from './router.ts';
 
 export { BatonApiError };
 export type { RunUsage, RuntimeStats, Step, Wait };
-/** What GET /v1/whoami says about the key the inspector holds. */
-export type Identity = WhoAmI;
+/** What GET /v1/whoami says about the key the inspector holds: a key of a scope. */
+export type Identity = WhoAmI & { scope: string };
 export type Message = SessionMessage;
 export type Runtime = RuntimeView;
 
@@ -52,9 +52,14 @@ async function request<T>(base: string, key: string, method: string, path: strin
   return parsed as T;
 }
 
-/** Asks the API whose key this is. */
-export function whoami(base: string, key: string): Promise<Identity> {
-  return request(base, key, 'GET', '/v1/whoami');
+/**
+ * Asks the API whose key this is. The inspector shows one scope's runs, so an operator key
+ * (bound to no scope, it may read no scope's runs) opens nothing here.
+ */
+export async function whoami(base: string, key: string): Promise<Identity> {
+  const who = await request<WhoAmI>(base, key, 'GET', '/v1/whoami');
+  if (who.scope === null) throw new Error('An operator key opens no scope\'s runs: log in with a key of a scope.');
+  return { ...who, scope: who.scope };
 }
 
 /**
