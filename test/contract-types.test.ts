@@ -5,7 +5,7 @@ import * as req from '../src/api/schemas.ts';
 import type { presentRun } from '../src/api/presenters.ts';
 import type {
   DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, StepsPage,
-  ScopeUsage, StreamToken, SubmitRequest, WaitResumed, WhoAmI,
+  ScopeLimits, ScopeLimitsView, ScopeUsage, StreamToken, SubmitRequest, WaitResumed, WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type * as client from '../src/lib/client/client.ts';
@@ -17,6 +17,7 @@ import type * as client from '../src/lib/client/client.ts';
 describe('contract types', () => {
   it('request schemas accept exactly the contract requests', () => {
     expectTypeOf<z.input<typeof req.submitBody>>().toEqualTypeOf<SubmitRequest>();
+    expectTypeOf<z.input<typeof req.limitsBody>>().toEqualTypeOf<Partial<ScopeLimits>>();
   });
 
   it('response schemas describe exactly the contract answers', () => {
@@ -33,6 +34,7 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.streamTokenResponse>>().toEqualTypeOf<StreamToken>();
     expectTypeOf<z.infer<typeof res.usageResponse>>().toEqualTypeOf<ScopeUsage>();
     expectTypeOf<z.infer<typeof res.waitResumedResponse>>().toEqualTypeOf<WaitResumed>();
+    expectTypeOf<z.infer<typeof res.limitsResponse>>().toEqualTypeOf<ScopeLimitsView>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

@@ -25,6 +25,7 @@ let h: Harness;
 let host: string;
 let port: number;
 let key: string;
+let operator: string;
 let routes: { method: string; path: string; params: string[] }[];
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
@@ -32,12 +33,14 @@ const SCHEMA_RUNS = Number(process.env.FUZZ_SCHEMA_RUNS ?? 200);
 const NESTING_RUNS = Number(process.env.FUZZ_NESTING_RUNS ?? 100);
 
 beforeAll(async () => {
-  h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192' });
+  // No fair-share pass either: its lock key comes and goes every interval, written by no request.
+  h = await useHarness({ SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192' });
   const api = await h.startApi();
   const u = new URL(api.url);
   host = u.hostname;
   port = Number(u.port);
   key = await h.key('acme', 'admin');
+  operator = await h.operatorKey();
   const doc = (await call(api.url, 'GET', '/openapi.json')).body;
   routes = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, ops]) =>
     Object.keys(ops).map((method) => ({
@@ -194,7 +197,8 @@ const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
   notUtf8,
   fc.record({
     field: fc.constantFrom('sessionId', 'input', 'runtime', 'agent', 'metadata', 'memory', 'maxAttempts', 'idempotencyKey',
-      'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs'),
+      'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs',
+      'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'weight', 'tokensPerDay'),
     value: fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(null), fc.string({ minLength: 300_000, maxLength: 300_001 })),
   }).map(({ field, value }) => JSON.stringify({ ...validSubmit, [field]: value })),
   fc.constantFrom(
@@ -215,6 +219,8 @@ const contentType = fc.oneof(
 
 const auth = fc.oneof(
   { weight: 6, arbitrary: fc.constant('valid') },
+  // An operator key: refused on a tenant's routes, the only key a scope's limits take.
+  { weight: 2, arbitrary: fc.constant('operator') },
   // Two Authorization headers: the valid key twice, or with another value before or after it.
   { weight: 1, arbitrary: fc.constantFrom('twice', 'twice:first-bad', 'twice:second-bad') },
   { weight: 1, arbitrary: fc.constantFrom('', 'Bearer', 'Bearer short', 'Basic abc', 'Bearer ' + 'k'.repeat(300), 'bearer x') },
@@ -340,6 +346,7 @@ describe('generated malformed requests to every route', () => {
         const path = r.route.path.replace(/\{(\w+)\}/g, (_, p: string) => r.params[p] ?? VALID[p]) + (r.query ? `?${r.query}` : '');
         const headers: Record<string, string> = {};
         if (r.auth === 'valid' || r.auth.startsWith('twice')) headers.authorization = `Bearer ${key}`;
+        else if (r.auth === 'operator') headers.authorization = `Bearer ${operator}`;
         else if (r.auth) headers.authorization = r.auth;
         if (r.headers['last-event-id'] !== undefined) headers['last-event-id'] = r.headers['last-event-id'];
         if (r.headers.accept !== undefined) headers.accept = r.headers.accept;
@@ -375,6 +382,55 @@ describe('generated malformed requests to every route', () => {
     );
     console.log(`${RUNS} generated requests: ${accepted} well-formed after all; rejections by code:`, Object.fromEntries(seen));
     expect(seen.get('VALIDATION_FAILED')).toBeGreaterThan(0);
+  });
+});
+
+/** A limit's value: mostly one in its range (edges included), else past them, of the wrong type, or null. */
+const limitValue = (min: number, max: number, o: { integer?: boolean; none?: boolean } = {}) => fc.oneof(
+  { weight: 6, arbitrary: o.integer === false ? fc.double({ min, max, noNaN: true }) : fc.integer({ min, max }) },
+  { weight: 2, arbitrary: fc.constantFrom(min, max, ...(o.none ? [null] : [])) },
+  { weight: 1, arbitrary: fc.constantFrom(min - 1, max + 1, min / 2, 1.5, -1, null, '3', true, [], {}, Number.MAX_SAFE_INTEGER) },
+);
+
+/** PUT …/limits bodies: any subset of the limits, each value generated; now and then a field that is no limit. */
+const limitsBody = fc.tuple(fc.record({
+  maxActive: limitValue(1, 100_000), maxActivePerKey: limitValue(1, 100_000, { none: true }),
+  submitRatePerSec: limitValue(0.001, 1_000_000, { integer: false }), submitBurst: limitValue(1, 1_000_000),
+  weight: limitValue(1, 1_000), maxStreams: limitValue(1, 1_000_000), tokensPerDay: limitValue(1, 1e12, { none: true }),
+}, { requiredKeys: [] }), fc.nat(9)).map(([body, n]) => (n === 0 ? { ...body, priority: 5 } : body));
+
+describe('generated limit bodies from an operator key', () => {
+  it('are stored as sent, or refused 400 VALIDATION_FAILED naming each failing field, and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    let refused = 0;
+    await fc.assert(
+      fc.asyncProperty(limitsBody, async (body) => {
+        const text = JSON.stringify(body);
+        const res = await send('PUT', '/v1/scopes/limited/limits', {
+          authorization: `Bearer ${operator}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
+        }, text);
+        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 200) {
+          accepted++;
+          // What was sent is what is set: every field, none dropped or changed.
+          expect(JSON.parse(res.text).set, what).toEqual(JSON.parse(text));
+          baseline = await snapshot();
+          return;
+        }
+        refused++;
+        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
+        expect(error.code, what).toBe('VALIDATION_FAILED');
+        expect(error.details.length, what).toBeGreaterThan(0);
+        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated limit bodies: ${accepted} stored, ${refused} refused`);
+    expect(accepted).toBeGreaterThan(0);
+    expect(refused).toBeGreaterThan(0);
   });
 });
 

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Role } from '../src/lib/tenancy/api-keys.ts';
+import type { ScopeRole } from '../src/lib/tenancy/api-keys.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { tenancyAgents } from './helpers/tenancy-agents.ts';
@@ -72,6 +72,7 @@ function urlFor(path: string, scope: string, values: Record<string, string>): st
 
 /** A body the route would accept from its own scope. */
 function bodyFor(method: string, path: string): unknown {
+  if (path.endsWith('/limits') && method === 'PUT') return { maxActive: 100_000, submitBurst: 1_000_000 };
   if (path.endsWith('/runs') && method === 'POST') return { sessionId: 'm1', input: { content: 'hijack' }, runtime: h.runtime };
   if (path.endsWith('/resolve')) return { value: 'forged' };
   if (path.includes('/waits/')) return { value: { approved: true } };
@@ -96,7 +97,7 @@ describe('a key of scope B on scope A', () => {
     };
     let checked = 0;
     for (const r of scoped) {
-      for (const role of ['client', 'admin'] as Role[]) {
+      for (const role of ['client', 'admin'] as ScopeRole[]) {
         const key = await h.key('globex', role);
         const onReal = await send(r.method, urlFor(r.path, 'acme', ids), key);
         const onMissing = await send(r.method, urlFor(r.path, 'acme', missing), key);
@@ -151,7 +152,7 @@ describe('the run listing filters of scope B', () => {
     for (const query of filters) {
       const mine = await send('GET', `/v1/scopes/acme/runs?${query}`, own);
       expect(mine.body.runs.length, `acme: ${query}`).toBe(1);
-      for (const role of ['client', 'admin'] as Role[]) {
+      for (const role of ['client', 'admin'] as ScopeRole[]) {
         const key = await h.key('globex', role);
         const onOwn = await send('GET', `/v1/scopes/globex/runs?${query}`, key);
         expect(onOwn, `${role} of globex on globex: ${query}`).toMatchObject({ status: 200, body: { runs: [], nextCursor: null } });
@@ -176,7 +177,7 @@ describe('the pages of scope B', () => {
       const first = await send('GET', `/v1/scopes/acme${path}`, own);
       expect(first.status, path).toBe(200);
       const cursor = first.body.nextCursor ?? form;
-      for (const role of ['client', 'admin'] as Role[]) {
+      for (const role of ['client', 'admin'] as ScopeRole[]) {
         const key = await h.key('globex', role);
         const page = `${path}&cursor=${encodeURIComponent(cursor)}`;
         const onA = await send('GET', `/v1/scopes/acme${page}`, key);
@@ -227,10 +228,41 @@ describe('a resume token', () => {
   });
 });
 
+describe('an operator key', () => {
+  it('gets 403 FORBIDDEN on every route of a scope but the operator routes, real ids or not, and A is unchanged', async () => {
+    const operator = await h.operatorKey();
+    const before = await scopeState('acme');
+    const missing = { ...ids, runId: 'rdoesnotexist000000', blockedRunId: 'rdoesnotexist000001', waitingRunId: 'rdoesnotexist000002' };
+    let refused = 0;
+    for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
+      const what = `operator: ${r.method} ${r.path}`;
+      if (r.access === 'operator' || r.access === 'admin-or-operator') {
+        // Its own routes: read here (what a change does is test/scope-limits.test.ts's).
+        if (r.method === 'GET') expect((await send(r.method, urlFor(r.path, 'acme', ids), operator)).status, what).toBe(200);
+        continue;
+      }
+      const onReal = await send(r.method, urlFor(r.path, 'acme', ids), operator);
+      expect([onReal.status, onReal.body.error.code], what).toEqual([403, 'FORBIDDEN']);
+      expect(await send(r.method, urlFor(r.path, 'acme', missing), operator), what).toMatchObject({ status: 403, body: onReal.body });
+      expect(await send(r.method, urlFor(r.path, 'no-such-scope', ids), operator), what).toMatchObject({ status: 403, body: onReal.body });
+      refused++;
+    }
+    // A submit that asks for its event stream is refused the same, as JSON.
+    const streaming = await call(url, 'POST', urlFor('/v1/scopes/{scope}/runs', 'acme', ids), bodyFor('POST', '/runs'), {
+      authorization: `Bearer ${operator}`, accept: 'text/event-stream',
+    });
+    expect(streaming).toMatchObject({ status: 403, body: { error: { code: 'FORBIDDEN' } } });
+    console.log(`${refused} routes of a scope refused an operator key`);
+    expect(refused).toBeGreaterThanOrEqual(11);
+    expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
 describe('within scope A', () => {
-  it('no key is 401, a client key on an admin route is 403, and neither changes anything', async () => {
+  it('no key is 401, a client key on an admin or operator route is 403, an admin key on an operator-only route is 403, and none changes anything', async () => {
     const before = await scopeState('acme');
     const client = await h.key('acme', 'client');
+    const admin = await h.key('acme', 'admin');
     for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
       const what = `${r.method} ${r.path}`;
       const anonymous = await send(r.method, urlFor(r.path, 'acme', ids), undefined);
@@ -239,10 +271,14 @@ describe('within scope A', () => {
       expect(anonymous.headers.get('www-authenticate'), what).toBe('Bearer');
       const wrong = await send(r.method, urlFor(r.path, 'acme', ids), 'bk_this-key-was-never-issued-000000');
       expect(wrong.status, what).toBe(401);
-      if (r.access === 'admin') {
+      if (r.access === 'admin' || r.access === 'operator' || r.access === 'admin-or-operator') {
         const res = await send(r.method, urlFor(r.path, 'acme', ids), client);
         expect(res.status, what).toBe(403);
         expect(res.body.error.code, what).toBe('FORBIDDEN');
+      }
+      if (r.access === 'operator') {
+        const res = await send(r.method, urlFor(r.path, 'acme', ids), admin);
+        expect([res.status, res.body.error.code], `admin: ${what}`).toEqual([403, 'FORBIDDEN']);
       }
     }
     expect(await scopeState('acme')).toEqual(before);

@@ -1,6 +1,7 @@
 import { parseBootstrapKeys, type Config } from '../lib/config.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
+import { ScopeLimitStore } from '../lib/tenancy/limits.ts';
 import { submitLimit } from '../lib/tenancy/rate-limit.ts';
 import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { UsageReader } from '../lib/tenancy/usage.ts';
@@ -40,6 +41,8 @@ export interface AppDeps {
   /** What /readyz requires: Redis, plus the readiness of a worker hosted in this process. */
   checks: readonly ReadinessCheck[];
   admin: RuntimeAdmin;
+  /** A scope's operator-set limits (and the cached maxStreams each stream admission reads). */
+  limits: ScopeLimitStore;
   /** Model usage of a scope and of a run. */
   usage: UsageReader;
   /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
@@ -80,6 +83,13 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     res.watchRuntime(runtime);
   });
   const streamTokens = new StreamTokenStore(redis, keys, apiKeys, c.STREAM_TOKEN_TTL_MS, c.STREAM_TOKEN_MINT_PER_MIN);
+  const openStreams = new OpenStreams({
+    perKey: c.SSE_MAX_PER_KEY, perToken: c.SSE_MAX_PER_TOKEN, perProcess: c.SSE_MAX_PER_PROCESS, retryAfterMs: c.SSE_STALL_MS,
+    // Every keep-alive period, one pipeline for all keys with open streams.
+    recheckMs: c.SSE_KEEPALIVE_MS,
+    stillValid: (ids) => apiKeys.existing(ids),
+    onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
+  });
   return {
     config: c, store, log, metrics, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts, streamTokens,
     submissions: new Submissions({
@@ -87,14 +97,11 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     }),
     waits, waitTokens: res.waitTokens,
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
-    openStreams: new OpenStreams({
-      perKey: c.SSE_MAX_PER_KEY, perToken: c.SSE_MAX_PER_TOKEN, perScope: c.SSE_MAX_PER_SCOPE, retryAfterMs: c.SSE_STALL_MS,
-      // Every keep-alive period, one pipeline for all keys with open streams.
-      recheckMs: c.SSE_KEEPALIVE_MS,
-      stillValid: (ids) => apiKeys.existing(ids),
-      onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
-    }),
+    openStreams,
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
+    limits: new ScopeLimitStore(redis, keys, c, {
+      fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
+    }),
     usage: new UsageReader(redis, keys, c),
     checks: [redisCheck(redis), ...checks],
   };

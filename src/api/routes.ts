@@ -2,6 +2,7 @@ import { openApiDocument } from './openapi.ts';
 import { route, type RouteSpec } from './route.ts';
 import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
+import { limitsRoutes } from './routes-limits.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { runRoutes } from './routes-runs.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
@@ -29,4 +30,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...artifactRoutes,
   ...adminRoutes,
   ...usageRoutes,
+  ...limitsRoutes,
 ];

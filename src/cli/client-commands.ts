@@ -1,11 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { BatonApiError, BatonClient, type SubmitRequest } from '../lib/client/client.ts';
+import { BatonApiError, BatonClient, type ScopeLimits, type ScopeLimitsView, type SubmitRequest } from '../lib/client/client.ts';
+import { LIMIT_FIELDS, type LimitField } from '../lib/contract/admin.ts';
 import { follow, type FollowOutput } from './follow.ts';
 
 /**
- * `baton submit` and `baton tail`: the typed client on the command line. They talk HTTP
- * only (no Redis), so they run anywhere the API is reachable.
+ * `baton submit`, `tail`, `resume`, `approve`, `decline` and `limits`: the typed client on the
+ * command line. They talk HTTP only (no Redis), so they run anywhere the API is reachable.
  */
 
 export const CLIENT_USAGE = `Client commands (talk to a running API):
@@ -23,10 +24,19 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
   decline <runId> <waitKey> [--reason <text>]
                     decline it: the tool does not run, the agent is told why
 
+  limits get         a scope's limits: in force, set by an operator, defaults, in use
+                    (an operator key, or an admin key of the scope)
+  limits set --maxActive <n> --maxActivePerKey <n|none> --submitRatePerSec <n>
+             --submitBurst <n> --weight <n> --maxStreams <n> --tokensPerDay <n|none>
+                    change the limits named (an operator key): the others keep their
+                    overrides; a value \`default\` drops an override, --reset drops all first
+    --json            print the answer as JSON
+
   All need the API URL, an API key and its scope: --url/--key/--scope or
-  BATON_URL/BATON_API_KEY/BATON_SCOPE. Exit status: submit/tail 0 succeeded, 1 failed or
-  cancelled; resume/approve/decline 0 when the wait was resumed (they print the run's status),
-  1 when the API refused it (e.g. WAIT_NOT_PENDING).`;
+  BATON_URL/BATON_API_KEY/BATON_SCOPE (an operator key addresses any scope). Exit status:
+  submit/tail 0 succeeded, 1 failed or cancelled; resume/approve/decline 0 when the wait was
+  resumed (they print the run's status), 1 when the API refused it (e.g. WAIT_NOT_PENDING);
+  limits 0 when answered, 1 when the API refused (e.g. 403 FORBIDDEN, 400 VALIDATION_FAILED).`;
 
 const COMMON = {
   url: { type: 'string' },
@@ -35,13 +45,14 @@ const COMMON = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline'] as const;
+export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits'] as const;
 export type ClientCommand = (typeof CLIENT_COMMANDS)[number];
 
 export async function runClientCommand(command: ClientCommand, argv: string[]): Promise<number> {
   switch (command) {
     case 'submit': return submit(argv);
     case 'tail': return tail(argv);
+    case 'limits': return limits(argv);
     default: return resumeWait(command, argv);
   }
 }
@@ -119,6 +130,58 @@ async function tail(argv: string[]): Promise<number> {
   if (positionals.length !== 1) throw new UsageError('tail needs exactly one run id');
   const client = clientFrom(values);
   return follow(client, positionals[0], client.stream(positionals[0], { after: values.after }), STDIO, values.after === undefined);
+}
+
+/**
+ * `limits get|set`: a scope's limits through the API. `set` changes only the limits it names:
+ * it reads the scope's overrides, changes those, and PUTs the whole set back (the route
+ * replaces the overrides), so two operators setting at once may undo each other's change:
+ * the last one wins, and either sees the result in its answer.
+ */
+async function limits(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      ...COMMON, json: { type: 'boolean' }, reset: { type: 'boolean' },
+      ...Object.fromEntries(LIMIT_FIELDS.map((f) => [f, { type: 'string' }])) as Record<LimitField, { type: 'string' }>,
+    },
+  });
+  if (values.help) return usage(0);
+  const [sub, ...extra] = positionals;
+  if ((sub !== 'get' && sub !== 'set') || extra.length) throw new UsageError('limits get, or limits set with the limits to change');
+  const given = LIMIT_FIELDS.filter((f) => values[f] !== undefined);
+  if (sub === 'get' && (given.length || values.reset)) throw new UsageError('limits get takes no limit values: limits set does');
+  if (sub === 'set' && !given.length && !values.reset) throw new UsageError('limits set needs a limit to change (--maxActive 4, ...) or --reset');
+  const client = clientFrom(values);
+  let view: ScopeLimitsView;
+  if (sub === 'get') {
+    view = await client.limits();
+  } else {
+    const set: Partial<Record<LimitField, number | null>> = values.reset ? {} : { ...(await client.limits()).set };
+    for (const f of given) {
+      const text = values[f]!;
+      if (text === 'default') delete set[f];
+      else set[f] = text === 'none' ? null : limitNumber(f, text);
+    }
+    view = await client.setLimits(set as Partial<ScopeLimits>);
+  }
+  if (values.json) {
+    console.log(JSON.stringify(view));
+    return 0;
+  }
+  const shown = (v: number | null | undefined) => (v === undefined ? '-' : v === null ? 'none' : String(v));
+  console.log(`scope ${view.scope}\n${'limit'.padEnd(18)}${'in force'.padEnd(12)}${'set'.padEnd(12)}default`);
+  for (const f of LIMIT_FIELDS) console.log(`${f.padEnd(18)}${shown(view.limits[f]).padEnd(12)}${shown(view.set[f]).padEnd(12)}${shown(view.defaults[f])}`);
+  const u = view.inUse;
+  console.log(`in use: ${u.active} active, ${u.parked} parked, share ${shown(u.share)}, ${u.streams} streams open on the API process that answered`);
+  return 0;
+}
+
+/** A limit's value as given on the command line: a plain decimal number (the API checks its range). */
+function limitNumber(field: LimitField, text: string): number {
+  if (!/^\d+(\.\d+)?$/.test(text)) throw new UsageError(`--${field} must be a number${field === 'maxActivePerKey' || field === 'tokensPerDay' ? ', none' : ''} or default`);
+  return Number(text);
 }
 
 const STDIO: FollowOutput = { out: process.stdout, err: process.stderr };

@@ -1,6 +1,6 @@
 import {
-  ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type StreamToken,
-  type SubmitRequest, type Wait,
+  ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type ScopeLimits,
+  type ScopeLimitsView, type StreamToken, type SubmitRequest, type Wait,
   type WaitResumed,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
@@ -17,7 +17,7 @@ import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './trans
 
 export type {
   ApprovalDecision, AttemptEventData, EventRole, MessagesPage, PublicRunStatus, Run, RunError, RunInput, RunResult, RunStreamEvent,
-  ScopeUsage,
+  ScopeLimits, ScopeLimitsView, ScopeUsage,
   SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
   UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
 } from '../contract/index.ts';
@@ -146,6 +146,23 @@ export class BatonClient {
     if (opts.cursor !== undefined) q.set('cursor', opts.cursor);
     const qs = q.size ? `?${q}` : '';
     return this.json('GET', `/sessions/${encodeURIComponent(sessionId)}/messages${qs}`);
+  }
+
+  /**
+   * The scope's limits: those in force, the operator's overrides, the defaults and what is in
+   * use. For an operator key, or an admin key of the scope (403 for a client key).
+   */
+  limits(): Promise<ScopeLimitsView> {
+    return this.json('GET', '/limits');
+  }
+
+  /**
+   * Replaces the scope's overrides with `set` (an operator key only): a limit it leaves out
+   * reverts to its default; null for maxActivePerKey or tokensPerDay is none. Applies without
+   * a restart. A value out of range is 400 VALIDATION_FAILED naming it, and changes nothing.
+   */
+  setLimits(set: Partial<ScopeLimits>): Promise<ScopeLimitsView> {
+    return this.json('PUT', '/limits', set);
   }
 
   /**

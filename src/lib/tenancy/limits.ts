@@ -1,0 +1,199 @@
+import { z } from 'zod';
+import type { Redis } from 'ioredis';
+import type { Config } from '../config.ts';
+import type { Keys } from '../keys.ts';
+import { LIMIT_FIELDS, type LimitField, type ScopeLimits, type ScopeLimitsView } from '../contract/admin.ts';
+import { utcDay } from '../engine/budgets.ts';
+
+/**
+ * A scope's limits, set by an operator and stored in Redis, so every process applies a change
+ * without a restart. The layout is fixed, since the transitions (Lua) and the workers read it
+ * directly: the hash `keys.scope(scope).limits`, one field per limit named as LIMIT_FIELDS
+ * names it, each value a number as decimal text. A field absent is the configured default;
+ * `0` in maxActivePerKey or tokensPerDay is "none" (no per-key cap, no daily budget), as the
+ * configured defaults MAX_ACTIVE_PER_KEY and TOKENS_PER_DAY say it, and the API shows it as null.
+ *
+ * Who applies which: the submit transition reads submitRatePerSec and submitBurst, the
+ * scheduler maxActive, maxActivePerKey and weight, the worker tokensPerDay, and each API
+ * process maxStreams (through maxStreams() below, cached for LIMITS_CACHE_MS).
+ */
+
+const int = (min: number, max: number) => z.number().int().min(min).max(max);
+
+/**
+ * What an operator may set, and what a stored value must be: each bound is the one of the
+ * configured default it overrides (MAX_ACTIVE_PER_SCOPE, SUBMIT_BURST, SSE_MAX_PER_SCOPE ...).
+ * A rate is at least 0.001 a second (one submit in about 17 minutes), so it is always written
+ * as plain decimals; a rate of 0 (no limit) is a deployment's choice (SUBMIT_RATE_PER_SEC),
+ * not one scope's.
+ */
+export const LIMIT_SCHEMAS = {
+  maxActive: int(1, 100_000),
+  maxActivePerKey: int(1, 100_000).nullable(),
+  submitRatePerSec: z.number().min(0.001).max(1_000_000),
+  submitBurst: int(1, 1_000_000),
+  weight: int(1, 1_000),
+  maxStreams: int(1, 1_000_000),
+  tokensPerDay: int(1, 1_000_000_000_000).nullable(),
+} satisfies Record<LimitField, z.ZodType>;
+
+/** A PUT's body: the overrides, each field optional (absent: the default applies); unknown fields are refused. */
+export const limitOverrides = z.strictObject({
+  maxActive: LIMIT_SCHEMAS.maxActive.optional(),
+  maxActivePerKey: LIMIT_SCHEMAS.maxActivePerKey.optional().describe('null: no per-key cap, whatever the default'),
+  submitRatePerSec: LIMIT_SCHEMAS.submitRatePerSec.optional(),
+  submitBurst: LIMIT_SCHEMAS.submitBurst.optional(),
+  weight: LIMIT_SCHEMAS.weight.optional(),
+  maxStreams: LIMIT_SCHEMAS.maxStreams.optional(),
+  tokensPerDay: LIMIT_SCHEMAS.tokensPerDay.optional().describe('null: no daily token budget, whatever the default'),
+});
+export type LimitOverrides = z.infer<typeof limitOverrides>;
+
+/** The limits whose "none" is stored as 0. */
+const NULLABLE: ReadonlySet<LimitField> = new Set(['maxActivePerKey', 'tokensPerDay']);
+
+/**
+ * How long a process keeps a scope's limits before reading them again (maxStreams). One
+ * second: an operator's change applies to new streams within it, and a scope opening
+ * hundreds of streams a second costs Redis one read a second, not one per stream.
+ */
+export const LIMITS_CACHE_MS = 1_000;
+
+/** Scopes whose limits one process keeps at once; past it the cache starts over (a bounded working set). */
+const CACHE_MAX = 10_000;
+
+/** The configured defaults, as limits. */
+export function limitDefaults(c: Pick<Config,
+  'MAX_ACTIVE_PER_SCOPE' | 'MAX_ACTIVE_PER_KEY' | 'SUBMIT_RATE_PER_SEC' | 'SUBMIT_BURST' | 'SCOPE_WEIGHT' | 'SSE_MAX_PER_SCOPE' | 'TOKENS_PER_DAY'
+>): ScopeLimits {
+  return {
+    maxActive: c.MAX_ACTIVE_PER_SCOPE,
+    maxActivePerKey: c.MAX_ACTIVE_PER_KEY === 0 ? null : c.MAX_ACTIVE_PER_KEY,
+    submitRatePerSec: c.SUBMIT_RATE_PER_SEC,
+    submitBurst: c.SUBMIT_BURST,
+    weight: c.SCOPE_WEIGHT,
+    maxStreams: c.SSE_MAX_PER_SCOPE,
+    tokensPerDay: c.TOKENS_PER_DAY === 0 ? null : c.TOKENS_PER_DAY,
+  };
+}
+
+export interface ScopeLimitStoreOptions {
+  /** Gives a scope's free slots to its parked runs (Transitions.fill): after a change that may have raised a limit. */
+  fill(scope: string): Promise<unknown>;
+  /** Event streams of the scope open in this process (OpenStreams), for `inUse.streams`. */
+  openStreams(scope: string): number;
+}
+
+export class ScopeLimitStore {
+  readonly defaults: Readonly<ScopeLimits>;
+  private readonly cache = new Map<string, { until: number; limits: Promise<ScopeLimits> }>();
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    config: Parameters<typeof limitDefaults>[0],
+    private readonly o: ScopeLimitStoreOptions,
+  ) {
+    this.defaults = Object.freeze(limitDefaults(config));
+  }
+
+  /** The scope's limits, where each comes from, and how much of them is in use. */
+  async view(scope: string): Promise<ScopeLimitsView> {
+    const sk = this.keys.scope(scope);
+    const [stored, [active, parked, share], tokens] = await Promise.all([
+      this.redis.hgetall(sk.limits),
+      this.redis.hmget(sk.meta, 'active', 'parked', 'share'),
+      // Today's model tokens, the total tokensPerDay is checked against (src/lib/engine/budgets.ts).
+      this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
+    ]);
+    const set = this.decode(scope, stored);
+    return {
+      scope,
+      limits: { ...this.defaults, ...set },
+      set,
+      defaults: { ...this.defaults },
+      inUse: {
+        active: counter(scope, 'active', active) ?? 0,
+        parked: counter(scope, 'parked', parked) ?? 0,
+        share: share === null ? null : finite(scope, 'share', share),
+        streams: this.o.openStreams(scope),
+        tokensToday: counter(scope, 'tokens', tokens) ?? 0,
+      },
+    };
+  }
+
+  /**
+   * Replaces the scope's overrides with `set` in one MULTI: a field it lacks reverts to its
+   * default, null is "none". Then the scope's parked runs get the slots a raised limit freed.
+   * `set` must have passed limitOverrides (the route's schema): it is checked again here, so
+   * nothing out of range is ever written.
+   */
+  async replace(scope: string, set: LimitOverrides): Promise<ScopeLimitsView> {
+    const checked = limitOverrides.parse(set);
+    const fields: string[] = [];
+    for (const field of LIMIT_FIELDS) {
+      const value = checked[field];
+      if (value === undefined) continue;
+      fields.push(field, value === null ? '0' : String(value));
+    }
+    const sk = this.keys.scope(scope);
+    const m = this.redis.multi().del(sk.limits);
+    if (fields.length) m.hset(sk.limits, ...fields);
+    await m.exec();
+    this.cache.delete(scope);
+    await this.o.fill(scope);
+    return this.view(scope);
+  }
+
+  /** The scope's limits in force, as this process last read them (at most LIMITS_CACHE_MS ago). */
+  limits(scope: string): Promise<ScopeLimits> {
+    const now = Date.now();
+    const cached = this.cache.get(scope);
+    if (cached && cached.until > now) return cached.limits;
+    if (this.cache.size >= CACHE_MAX) this.cache.clear();
+    const limits = this.redis.hgetall(this.keys.scope(scope).limits)
+      .then((stored) => ({ ...this.defaults, ...this.decode(scope, stored) }));
+    const entry = { until: now + LIMITS_CACHE_MS, limits };
+    this.cache.set(scope, entry);
+    // A failed read is not kept: the next caller reads again.
+    limits.catch(() => {
+      if (this.cache.get(scope) === entry) this.cache.delete(scope);
+    });
+    return limits;
+  }
+
+  /** The scope's cap of event streams open at once in this process. */
+  async maxStreams(scope: string): Promise<number> {
+    return (await this.limits(scope)).maxStreams;
+  }
+
+  /**
+   * The overrides of a stored hash. A value that is not a limit's (written by hand) is an
+   * error naming it, never read as its default: the operator sees it, and a PUT replaces it.
+   * Fields that are not limits are left to whoever wrote them.
+   */
+  private decode(scope: string, stored: Record<string, string>): Partial<ScopeLimits> {
+    const out: Partial<Record<LimitField, number | null>> = {};
+    for (const field of LIMIT_FIELDS) {
+      const text = stored[field];
+      if (text === undefined) continue;
+      const n = /^\d+(\.\d+)?$/.test(text) ? Number(text) : NaN;
+      const value = n === 0 && NULLABLE.has(field) ? null : n;
+      if (!LIMIT_SCHEMAS[field].safeParse(value).success) {
+        throw new Error(`the limits of scope ${scope} hold an invalid ${field}: ${JSON.stringify(text)}`);
+      }
+      out[field] = value;
+    }
+    return out as Partial<ScopeLimits>;
+  }
+}
+
+function finite(scope: string, field: string, text: string): number {
+  const n = Number(text);
+  if (text.trim() === '' || !Number.isFinite(n)) throw new Error(`the counters of scope ${scope} hold an invalid ${field}: ${JSON.stringify(text)}`);
+  return n;
+}
+
+function counter(scope: string, field: string, text: string | null): number | undefined {
+  return text === null ? undefined : finite(scope, field, text);
+}
