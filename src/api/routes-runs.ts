@@ -13,14 +13,18 @@ import { serveEvents, type SseOptions } from './sse.ts';
 const basePath = (scope: string) => `/v1/scopes/${scope}`;
 
 /**
- * Admits an event stream for `who` (429 TOO_MANY_STREAMS past its caps) and the options that
- * serve it: counted until its connection closes, whatever it answered, and ended when its key
- * is revoked.
+ * Admits an event stream for `who` (429 TOO_MANY_STREAMS past its caps; `scopeCap`: the scope's
+ * maxStreams limit) and the options that serve it: counted until its connection closes,
+ * whatever it answered, and ended when its key is revoked.
  */
-function admitStream(d: AppDeps, out: Response, scope: string, who: { credential: string; keyId: string }): SseOptions {
+function admitStream(
+  d: AppDeps, out: Response, gone: AbortSignal, scope: string, who: { credential: string; keyId: string }, scopeCap: number,
+): SseOptions {
   const c = d.config;
-  const lease = d.openStreams.admit(scope, who);
+  const lease = d.openStreams.admit(scope, who, scopeCap);
   out.once('close', lease.release);
+  // The client went away while the cap was read: its 'close' has passed already.
+  if (gone.aborted) lease.release();
   return {
     keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
     stallMs: c.SSE_STALL_MS, signal: lease.signal,
@@ -53,10 +57,12 @@ export const runRoutes: RouteSpec[] = [
       if (streaming && streamToken) {
         throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.streamToken', message: 'a submit that streams its events needs no stream token' }]);
       }
+      // The scope's stream cap, read (or taken from this process's cache) before the submit, which admits the stream at once.
+      const scopeCap = streaming ? await d.limits.maxStreams(scope) : 0;
       const { run, created, warnings, streamToken: minted, admitted: sse } = await d.submissions.submit({ scope, ...body }, {
         signal,
         // A stream over its caps is refused before the run is made.
-        admit: streaming ? () => admitStream(d, http.res, scope, { credential: key!.id, keyId: key!.id }) : undefined,
+        admit: streaming ? () => admitStream(d, http.res, signal, scope, { credential: key!.id, keyId: key!.id }, scopeCap) : undefined,
         streamTokenFor: streamToken ? key!.id : undefined,
       });
       if (sse) {
@@ -114,13 +120,14 @@ export const runRoutes: RouteSpec[] = [
       204: { description: 'the reader already has the `end` event' },
     },
     errors: ['RUN_NOT_FOUND', 'TOO_MANY_STREAMS'],
-    async handler({ params: { scope, runId }, query, headers, key, http }, d) {
+    async handler({ params: { scope, runId }, query, headers, key, http, signal }, d) {
       const afterId = headers['last-event-id'] ?? query.after ?? '0';
       // Counted against the caps of its key (a token's: the key that minted it), of the stream
       // token if one opened it, and of the scope until the connection closes, whatever it
       // answered; ended with its key's streams.
       const who = key ? { credential: key.id, keyId: key.id } : (http.res.locals.streamCredential as { credential: string; keyId: string });
-      await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, admitStream(d, http.res, scope, who));
+      const scopeCap = await d.limits.maxStreams(scope);
+      await serveEvents(http.req, http.res, d.streams, { scope, runId, afterId }, admitStream(d, http.res, signal, scope, who, scopeCap));
     },
   }),
   route({

@@ -7,17 +7,20 @@ import { BatonError } from '../errors.ts';
  * and take the process's memory from every other tenant.
  *
  * The caps are per process: the memory they protect is the process's, and streams spread
- * over API processes behind a load balancer (any API serves any stream). A key's cap is well
+ * over API processes behind a load balancer (any API serves any stream). A key's cap is
  * under its scope's and counts the streams of the tokens the key minted too, so no one key
- * can hold every stream its scope may open, directly or through tokens.
+ * can hold every stream its scope may open, directly or through tokens. A scope's cap is its
+ * `maxStreams` limit (default SSE_MAX_PER_SCOPE), given with each admission; and all scopes
+ * together may hold at most SSE_MAX_PER_PROCESS, so many scopes at once cannot take the
+ * process's memory either.
  */
 export interface OpenStreamsOptions {
   /** SSE_MAX_PER_KEY: open streams of one API key in this process, those of the stream tokens it minted included. */
   perKey: number;
   /** SSE_MAX_PER_TOKEN: open streams of one stream token (a page) in this process. */
   perToken: number;
-  /** SSE_MAX_PER_SCOPE: open streams all keys of one scope may hold in this process. */
-  perScope: number;
+  /** SSE_MAX_PER_PROCESS: open streams of every scope together in this process. */
+  perProcess: number;
   /** Retry-After of a refusal: by then a stalled stream of the same key has been cut. */
   retryAfterMs: number;
   /** How often the keys of open streams are checked; a revoked key's streams end within it. */
@@ -48,26 +51,35 @@ export class OpenStreams {
   private readonly byKey = new Map<string, Set<Held>>();
   private readonly perCredential = new Map<string, number>();
   private readonly perScope = new Map<string, number>();
+  private total = 0;
   private timer: NodeJS.Timeout | undefined;
   private checking = false;
 
   constructor(private readonly o: OpenStreamsOptions) {}
 
+  /** Streams open in this process, of every scope. */
   get size(): number {
-    let n = 0;
-    for (const set of this.byKey.values()) n += set.size;
-    return n;
+    return this.total;
   }
 
-  /** Admits a stream of `who` in `scope`, or throws 429 TOO_MANY_STREAMS naming the cap. */
-  admit(scope: string, who: StreamOpener): StreamLease {
+  /** Streams of `scope` open in this process. */
+  ofScope(scope: string): number {
+    return this.perScope.get(scope) ?? 0;
+  }
+
+  /**
+   * Admits a stream of `who` in `scope`, whose cap of open streams in this process is
+   * `scopeCap` (its maxStreams limit), or throws 429 TOO_MANY_STREAMS naming the cap.
+   */
+  admit(scope: string, who: StreamOpener, scopeCap: number): StreamLease {
     const token = who.credential !== who.keyId;
     const ofCredential = this.perCredential.get(who.credential) ?? 0;
     const ofKey = this.byKey.get(who.keyId)?.size ?? 0;
-    const ofScope = this.perScope.get(scope) ?? 0;
+    const ofScope = this.ofScope(scope);
     const which = token && ofCredential >= this.o.perToken ? `this stream token has ${ofCredential} open (SSE_MAX_PER_TOKEN)`
       : ofKey >= this.o.perKey ? `${token ? 'the key that minted this token' : 'this key'} has ${ofKey} open, its stream tokens' included (SSE_MAX_PER_KEY)`
-        : ofScope >= this.o.perScope ? `this scope has ${ofScope} open (SSE_MAX_PER_SCOPE)` : undefined;
+        : ofScope >= scopeCap ? `this scope has ${ofScope} open (its maxStreams limit, by default SSE_MAX_PER_SCOPE)`
+          : this.total >= this.o.perProcess ? `this API process has ${this.total} open, of all scopes (SSE_MAX_PER_PROCESS)` : undefined;
     if (which) throw new BatonError('TOO_MANY_STREAMS', `Too many open event streams: ${which}.`, [], { retryAfterMs: this.o.retryAfterMs });
     const held: Held = { scope, credential: who.credential, keyId: who.keyId, controller: new AbortController() };
     let set = this.byKey.get(who.keyId);
@@ -75,6 +87,7 @@ export class OpenStreams {
     set.add(held);
     this.perCredential.set(who.credential, ofCredential + 1);
     this.perScope.set(scope, ofScope + 1);
+    this.total++;
     this.schedule();
     let released = false;
     return {
@@ -88,6 +101,7 @@ export class OpenStreams {
   }
 
   private forget(held: Held): void {
+    this.total--;
     const set = this.byKey.get(held.keyId);
     if (set?.delete(held) && set.size === 0) this.byKey.delete(held.keyId);
     for (const [counts, name] of [[this.perCredential, held.credential], [this.perScope, held.scope]] as const) {
