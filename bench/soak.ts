@@ -135,6 +135,11 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
     });
     const f = fleet;
     o.log(`soak: redis ${server.url} (appendfsync always), prefix ${prefix}, logs in ${logDir}`);
+    // Operator limits in the mix: the first scope one run at a time and one per key, the
+    // second three at a time with twice the weight; the others the defaults.
+    for (const [i, limits] of [{ maxActive: 1, maxActivePerKey: 1 }, { maxActive: 3, weight: 2 }].entries()) {
+      if (scopes[i]) await redis.hset(keys.scope(scopes[i]).limits, limits);
+    }
     await Promise.all([
       ...Array.from({ length: o.apis }, () => f.start('api')),
       ...Array.from({ length: o.workers }, () => f.start('worker')),
@@ -186,7 +191,12 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       const words = Array.from({ length: jitter(4, 10) }, () => pick(SOAK_WORDS)!);
       const input = `${s.sessionId} #${index} ${words.join(' ')}`;
       const idempotencyKey = `${s.scope}.${s.sessionId}.${index}`;
-      const body = { sessionId: s.sessionId, input: { content: input }, runtime: RUNTIME, agent: 'soak', idempotencyKey };
+      // Flow control in the mix: priorities and concurrency keys vary by run (the same for its
+      // retries, which carry the same idempotency key), under the scopes' limits set below.
+      const body = {
+        sessionId: s.sessionId, input: { content: input }, runtime: RUNTIME, agent: 'soak', idempotencyKey,
+        priority: (index * 7) % 10, concurrencyKey: `user-${index % 3}`,
+      };
       for (;;) {
         const reply = await anyApi(s.scope, 'POST', '/runs', body, undefined, () => state.submitRetries++);
         if (reply.status === 202 || reply.status === 200) {
@@ -407,6 +417,14 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       return all;
     };
     const { violations, stats } = await checkSoak({ redis, prefix, sessions, streams, messages, resumes });
+    // Every run ended: no scope may still count a slot, a key's slot or a parked run.
+    for (const scope of scopes) {
+      const sk = keys.scope(scope);
+      const meta = await redis.hgetall(sk.meta);
+      const held = Object.entries(meta).filter(([f, v]) => (f === 'active' || f === 'parked' || f.startsWith('key:')) && Number(v) !== 0);
+      if (held.length) violations.push(`${scope}: slots still counted after every run ended: ${JSON.stringify(Object.fromEntries(held))}`);
+      if (await redis.exists(sk.ready, `${sk.base}ready:capped`)) violations.push(`${scope}: keys still in line for slots after every run ended`);
+    }
     violations.push(...state.submitErrors);
     for (const c of fleet.crashes) {
       violations.push(`${c.name} crashed on its own (${c.code ?? c.signal}); last log lines:\n${logTail(c.logFile)}`);

@@ -5,7 +5,9 @@ import { formatReport, runSoak } from '../bench/soak.ts';
  * The shortened chaos soak (`npm run soak` runs the long one): real `baton api` and
  * `baton worker` processes SIGKILLed and restarted, redis-server SIGKILLed and restarted
  * (append-only, fsync always), while sessions in two scopes submit, stream and poll runs
- * and the driver answers each run's wait and approval at random moments.
+ * and the driver answers each run's wait and approval at random moments. Flow control is in the
+ * mix: operator limits on the scopes (one at a time and one per key; three at twice the
+ * weight), priorities and concurrency keys on the runs, and no slot may stay counted at the end.
  * Every figure is printed; only the checks are asserted.
  */
 it('under worker, API and Redis kills no accepted run is lost or duplicated, no side effect repeats, no history or stream is corrupted', async () => {
