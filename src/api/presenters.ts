@@ -62,8 +62,8 @@ function presentWait(run: ShownRun, w: StoredWait, tokens: Pick<WaitTokens, 'tok
     schema: w.schema,
     since: new Date(w.since).toISOString(),
     expiresAt: iso(w.expiresAt),
-    // A sleep ends by itself: nothing to resume it with.
-    token: tokens && w.kind !== 'sleep' ? tokens.tokenFor(run.scope, run.id, w.key) : undefined,
+    // A sleep and a budget wait end by themselves: nothing to resume them with.
+    token: tokens && w.kind !== 'sleep' && w.kind !== 'budget' ? tokens.tokenFor(run.scope, run.id, w.key) : undefined,
   };
 }
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ERROR_CODES, PUBLIC_RUN_STATUSES, WAIT_KINDS } from '../lib/contract/index.ts';
+import { ERROR_CODES, ON_BUDGET, PUBLIC_RUN_STATUSES, ROLES, WAIT_KINDS } from '../lib/contract/index.ts';
 
 /**
  * Shapes of the API's answers, for /openapi.json: the contract's types (src/lib/contract)
@@ -184,9 +184,33 @@ export const stepsResponse = z.object({
 export const waitResumedResponse = z.object({ runId: z.string(), waitKey: z.string(), resumed: z.literal(true) });
 
 export const whoamiResponse = z.object({
-  scope: z.string(),
-  role: z.enum(['client', 'admin']),
+  scope: z.string().nullable().describe('null for an operator key, bound to no scope'),
+  role: z.enum(ROLES),
   keyId: z.string(),
+});
+
+const limitValues = z.object({
+  maxActive: z.number().int(),
+  maxActivePerKey: z.number().int().nullable().describe('null: no per-key cap'),
+  submitRatePerSec: z.number().describe('0: no submit rate limit'),
+  submitBurst: z.number().int(),
+  weight: z.number().int(),
+  maxStreams: z.number().int().describe('per API process'),
+  tokensPerDay: z.number().int().nullable().describe('null: no daily token budget'),
+});
+
+export const limitsResponse = z.object({
+  scope: z.string(),
+  limits: limitValues.describe('the value in force of every limit'),
+  set: limitValues.partial().describe("the operator's overrides only; a field absent takes its default"),
+  defaults: limitValues.describe('the configured defaults'),
+  inUse: z.object({
+    active: z.number().int().describe('runs of the scope dispatched or running'),
+    parked: z.number().int().describe('runnable runs held back by a limit'),
+    share: z.number().nullable().describe("the scope's share of the workers' slots, null when none was worked out"),
+    streams: z.number().int().describe('event streams of the scope open on the API process that answered'),
+    tokensToday: z.number().int().describe('model tokens the scope used today (UTC), what tokensPerDay is checked against'),
+  }),
 });
 
 export const usageResponse = z.object({
@@ -196,6 +220,12 @@ export const usageResponse = z.object({
   rows: z.array(usageTotals.extend({ day: z.string(), agent: z.string(), model: z.string() })),
   total: usageTotals.describe("the sum of this page's rows (the range's when it is the only page)"),
   nextCursor: z.string().nullable().describe('set when more rows follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`'),
+  budget: z.object({
+    tokensPerDay: z.number().int(),
+    usedToday: z.number().int().describe('input and output tokens of the scope counted today (UTC)'),
+    left: z.number().int().describe('tokensPerDay - usedToday, never below 0'),
+    resetsAt: iso.describe('the next UTC midnight'),
+  }).nullable().describe("the scope's daily token budget today, whatever from and to are; null: none"),
 });
 
 export const runUsageResponse = z.object({

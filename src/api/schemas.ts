@@ -1,7 +1,9 @@
 import { z } from 'zod';
 import {
-  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, RUN_STATUSES, STEP_KEY_PATTERN, STREAM_ID_PATTERN, WAIT_KEY_PATTERN, WAIT_TOKEN_PATTERN,
+  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, ON_BUDGET, RUN_STATUSES, STEP_KEY_PATTERN, STREAM_ID_PATTERN, WAIT_KEY_PATTERN,
+  WAIT_TOKEN_PATTERN,
 } from '../lib/contract/index.ts';
+import { limitOverrides } from '../lib/tenancy/limits.ts';
 
 /**
  * Request schemas: the validation of every route and the source of /openapi.json. The
@@ -177,6 +179,9 @@ export const usageQuery = z.strictObject({
   if (days < 1) ctx.addIssue({ code: 'custom', path: ['to'], message: 'must be the first day or a later one' });
   else if (days > MAX_USAGE_DAYS) ctx.addIssue({ code: 'custom', path: ['to'], message: `the range may span at most ${MAX_USAGE_DAYS} days` });
 });
+
+/** PUT …/limits: the scope's overrides, each in its range (src/lib/tenancy/limits.ts); a field absent takes its default. */
+export const limitsBody = limitOverrides;
 
 /** `Authorization: Bearer <key>`: keys are printable ASCII without spaces, 16-256 chars. */
 export const authorizationHeader = z.string().regex(/^Bearer [\x21-\x7e]{16,256}$/, 'must be "Bearer <API key>"');

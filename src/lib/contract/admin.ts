@@ -1,8 +1,15 @@
 /** API key roles, runtimes and the operator actions on one (scope, runtime) pair, as the API shows them. */
 import type { UsageTotals } from './runs.ts';
 
-/** client: submit, read, stream, cancel; admin: that plus stats, drain and resolving blocked steps. */
-export const ROLES = ['client', 'admin'] as const;
+/** The roles of a scope's keys. client: submit, read, stream, cancel; admin: that plus stats, drain and resolving blocked steps. */
+export const SCOPE_ROLES = ['client', 'admin'] as const;
+export type ScopeRole = (typeof SCOPE_ROLES)[number];
+
+/**
+ * Every role a key may have: a scope's two, and `operator`, a key bound to no scope that may
+ * call the operator routes only (a scope's limits, whoami) and never a tenant's runs or data.
+ */
+export const ROLES = [...SCOPE_ROLES, 'operator'] as const;
 export type Role = (typeof ROLES)[number];
 
 /** A runtime as one scope sees it (`GET /v1/scopes/{scope}/runtimes`). */
@@ -41,8 +48,55 @@ export interface RuntimeStats {
 export interface DrainResult { scope: string; runtimeId: string; draining: true; cancelled: number }
 export interface ResumeResult { scope: string; runtimeId: string; draining: false; resumed: number }
 
-/** What `GET /v1/whoami` says about the presented key. */
-export interface WhoAmI { scope: string; role: Role; keyId: string }
+/** What `GET /v1/whoami` says about the presented key: an operator key has no scope (null). */
+export interface WhoAmI { scope: string | null; role: Role; keyId: string }
+
+/** A scope's limits, named as Redis (the scope's `limits` hash) and the API name them. */
+export const LIMIT_FIELDS = ['maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay'] as const;
+export type LimitField = (typeof LIMIT_FIELDS)[number];
+
+/**
+ * One value of each limit. maxActivePerKey and tokensPerDay may be null: no per-key cap, no
+ * daily token budget. submitRatePerSec 0 (only ever a configured default) is no submit rate limit.
+ */
+export interface ScopeLimits {
+  /** Runs of the scope dispatched or running at once. */
+  maxActive: number;
+  /** Runs of one concurrencyKey of the scope active at once. */
+  maxActivePerKey: number | null;
+  /** The scope's submit token bucket: its rate, and its size. */
+  submitRatePerSec: number;
+  submitBurst: number;
+  /** The scope's weight when worker slots are shared among scopes with runnable work. */
+  weight: number;
+  /** Event streams of the scope open at once, per API process. */
+  maxStreams: number;
+  /** Model tokens the scope may use in a UTC day. */
+  tokensPerDay: number | null;
+}
+
+/** `GET/PUT /v1/scopes/{scope}/limits`: a scope's limits, where each comes from, and how much is in use. */
+export interface ScopeLimitsView {
+  scope: string;
+  /** The value in force of every limit: the operator's where set, else the configured default. */
+  limits: ScopeLimits;
+  /** The operator's overrides only (a field absent: its default applies). */
+  set: Partial<ScopeLimits>;
+  /** The configured defaults (MAX_ACTIVE_PER_SCOPE, MAX_ACTIVE_PER_KEY, ...). */
+  defaults: ScopeLimits;
+  inUse: {
+    /** Runs of the scope dispatched or running now. */
+    active: number;
+    /** Runnable runs held back by a limit (written by the scheduler), 0 when none was written. */
+    parked: number;
+    /** The scope's share of worker slots (written by the scheduler), null when none was written. */
+    share: number | null;
+    /** Event streams of the scope open on the API process that answered. */
+    streams: number;
+    /** Model tokens (input and output) the scope used today (UTC), what tokensPerDay is checked against. */
+    tokensToday: number;
+  };
+}
 
 /** A scope's model usage of one day (UTC), one agent and one model. */
 export interface UsageRow extends UsageTotals {
@@ -63,4 +117,20 @@ export interface ScopeUsage {
   total: UsageTotals;
   /** Set when more rows follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`. */
   nextCursor: string | null;
+  /** The scope's daily token budget today (whatever `from` and `to` are), null when it has none. */
+  budget: TokenBudget | null;
+}
+
+/**
+ * A scope's daily token budget (its `tokensPerDay` limit) and what is left of it today (UTC).
+ * A model call that would take the scope past it is refused before it is made.
+ */
+export interface TokenBudget {
+  tokensPerDay: number;
+  /** Input and output tokens of the scope's model calls counted today. */
+  usedToday: number;
+  /** tokensPerDay - usedToday, never below 0 (concurrent calls may overshoot the budget a little). */
+  left: number;
+  /** The next UTC midnight (ISO), when a new day's budget starts. */
+  resetsAt: string;
 }

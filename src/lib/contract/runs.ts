@@ -91,7 +91,20 @@ export const RUN_LIMIT_CODES = {
   UNKNOWN_AGENT: 'UNKNOWN_AGENT',
   /** The agent reached a wait while MAX_WAITS_PER_RUN others were pending. */
   TOO_MANY_WAITS: 'TOO_MANY_WAITS',
+  /**
+   * A model call would have taken the scope past its daily token budget (`tokensPerDay`), so it
+   * was not made (with `onBudget: "wait"`: only a call that no whole day's budget could take).
+   */
+  BUDGET_EXCEEDED: 'BUDGET_EXCEEDED',
 } as const;
+
+/**
+ * What a run does at a model call its scope's daily token budget refuses: `fail` (the
+ * default) fails it with BUDGET_EXCEEDED; `wait` parks it, holding no worker, until the next
+ * UTC day's budget, then makes the call.
+ */
+export const ON_BUDGET = ['fail', 'wait'] as const;
+export type OnBudget = (typeof ON_BUDGET)[number];
 
 /** Submit body of `POST /v1/scopes/{scope}/runs`. */
 export interface SubmitRequest {
@@ -152,8 +165,12 @@ export interface StreamToken {
   sessionId?: string;
 }
 
-/** What a wait is for: a person's or a system's input, an approval of a tool call, or a timer (ctx.sleep). */
-export const WAIT_KINDS = ['input', 'approval', 'sleep'] as const;
+/**
+ * What a wait is for: a person's or a system's input, an approval of a tool call, a timer
+ * (ctx.sleep), or the next UTC day's token budget (a model call refused with `onBudget: "wait"`).
+ * Sleeps and budget waits end by themselves: no resume, no token.
+ */
+export const WAIT_KINDS = ['input', 'approval', 'sleep', 'budget'] as const;
 export type WaitKind = (typeof WAIT_KINDS)[number];
 
 /** A pending wait of a run (`run.waits`): what it waits for and how to resume it. */

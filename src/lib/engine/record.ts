@@ -1,6 +1,6 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
 import type {
-  ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
+  ArtifactAttachment, ArtifactDisposition, OnBudget, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
 } from '../contract/runs.ts';
 import type { WaitEventEntry } from '../contract/events.ts';
 
