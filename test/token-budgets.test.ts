@@ -152,6 +152,9 @@ describe('a scope with tokensPerDay 1000', () => {
     expect(shown.budget).toEqual({ tokensPerDay: 1000, usedToday: 1200, left: 0, resetsAt: new Date(nextUtcMidnight(now)).toISOString() });
     expect(shown.total.totalTokens).toBe(1200);
     expect((await globex.get(`/usage?from=${today}&to=${today}`)).body.budget).toBeNull();
+    // The scope's limits (its admin may read them) show the same total in use.
+    const limits = (await acme.get('/limits')).body;
+    expect([limits.limits.tokensPerDay, limits.inUse.tokensToday]).toEqual([1000, 1200]);
 
     expect(await refused('failed') - refusedBefore).toBe(2);
   });
