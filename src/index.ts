@@ -8,6 +8,8 @@ export type {
   Agent, AgentResult, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, StepCall, StepOptions, ToolOptions,
   WaitOptions,
 } from './lib/sdk/agent.ts';
+// A model call's tokens before it is made: what ctx.infer's estimatedTokens holds against a scope's daily budget.
+export { estimateCallTokens } from './lib/sdk/token-estimate.ts';
 // What reaches readers and the history, by agent and role: defineAgent({ select, onSkip }).
 export { agentRole, and, not, or, role } from './lib/sdk/select.ts';
 export type { AgentEvent, EventPredicate } from './lib/sdk/select.ts';

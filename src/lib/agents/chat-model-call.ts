@@ -4,6 +4,7 @@ import type { CompletionUsage } from 'openai/resources/completions';
 import type { RunContext } from '../sdk/agent.ts';
 import { recordModelCall, reportModelCall, type ModelUsage } from '../sdk/agent-reports.ts';
 import { TransientError } from '../sdk/errors.ts';
+import { estimateCallTokens } from '../sdk/token-estimate.ts';
 
 /**
  * One model call of a chat agent: a chat completion streamed from an OpenAI-compatible
@@ -36,6 +37,9 @@ export interface TurnOptions {
 
 export async function modelTurn(ctx: RunContext, client: OpenAI, request: TurnRequest, o: TurnOptions): Promise<ModelTurn> {
   let called = false;
+  // What the scope's daily token budget checks before the call: the messages and tools sent, and the most it may answer.
+  const { model: _model, ...prompt } = request;
+  const estimatedTokens = estimateCallTokens(prompt, request.max_completion_tokens ?? request.max_tokens);
   const stored = await ctx.infer(o.stepName, async (call): Promise<ModelTurn> => {
     called = true;
     let turn: ModelTurn;
@@ -49,7 +53,7 @@ export async function modelTurn(ctx: RunContext, client: OpenAI, request: TurnRe
     // Counted with the stored turn: once, whatever happens to this attempt afterwards.
     recordModelCall(call, request.model, turn.usage);
     return turn;
-  });
+  }, { estimatedTokens });
   // Memos written before tool calls existed hold { text, finishReason } only.
   const turn: ModelTurn = { text: stored.text ?? '', toolCalls: stored.toolCalls ?? [], finishReason: stored.finishReason, usage: stored.usage };
   reportModelCall(ctx, { model: request.model, usage: turn.usage, replayed: !called });

@@ -1,5 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { Agent, EmitOptions, HistoryMessage, InferCall, ModelCallUsage, RunContext, WaitOptions } from '../sdk/agent.ts';
+import type {
+  Agent, EmitOptions, HistoryMessage, InferCall, InferOptions, ModelCallUsage, RunContext, WaitOptions,
+} from '../sdk/agent.ts';
 import { attachEventSink } from '../sdk/agent-reports.ts';
 import { DEFAULT_SELECT, type AgentEvent, type EventPredicate } from '../sdk/select.ts';
 import type { ApprovalDecision, UsageTotals } from '../contract/runs.ts';
@@ -17,6 +19,7 @@ import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
+import { BudgetExceededError, type BudgetCheck, type TokenBudgets } from './budgets.ts';
 
 /**
  * Thrown inside the agent at a step its run must block on. The attempt closes blocked
@@ -88,6 +91,10 @@ export interface ContextDeps {
   schemaGuard?: SchemaGuard;
   /** Waits the run may have pending at once (MAX_WAITS_PER_RUN); the one past it fails the run with TOO_MANY_WAITS. */
   maxWaits?: number;
+  /** The scopes' daily token budgets, checked before each model call made; unset: none checked. */
+  budgets?: TokenBudgets;
+  /** A model call the scope's budget refused: the run fails, or waits for the next day (metrics). */
+  budgetRefused?(action: 'failed' | 'waiting'): void;
 }
 
 /** Model ids longer than this are cut: a model id is short, and it becomes part of a field of the scope's usage hash. */
@@ -170,7 +177,7 @@ export class ContextState {
       log: prefix ? d.log.child({ subagent: agent }) : d.log,
       emit: (text, options) => this.emit(agent, text, options),
       step: (key, fn, options) => this.memoized(agent, 'step', prefix + key, fn, options?.idempotent ?? true),
-      infer: (name, fn) => this.memoized(agent, 'infer', prefix + name, fn, true),
+      infer: (name, fn, options) => this.memoized(agent, 'infer', prefix + name, fn, true, options),
       tool: (name, args, fn, options) => {
         if (!options?.approval) {
           this.toolCallsSeen++;
@@ -261,7 +268,8 @@ export class ContextState {
     const stored = this.memo.get(request.key);
     if (stored !== undefined) {
       const s = JSON.parse(stored) as { v: T; timedOut?: boolean };
-      if (s.timedOut) throw new WaitTimeoutError(request.name, request.key);
+      // A budget wait ends at its deadline (the day's end) by design: that is no timeout.
+      if (s.timedOut && request.kind !== 'budget') throw new WaitTimeoutError(request.name, request.key);
       return s.v;
     }
     if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
@@ -280,7 +288,7 @@ export class ContextState {
       );
     }
     if (request.schema !== undefined && request.schema !== APPROVAL_SCHEMA) await this.checkSchema(request);
-    if (request.kind !== 'sleep' && this.d.waitTokens) {
+    if (request.kind !== 'sleep' && request.kind !== 'budget' && this.d.waitTokens) {
       request.tokenHash = WaitTokens.digest(this.d.waitTokens.tokenFor(this.d.run.scope, this.d.run.id, request.key));
     }
     return new Promise<T>((_, reject) => {
@@ -384,6 +392,7 @@ export class ContextState {
 
   private memoized<T>(
     agent: string, kind: 'step' | 'infer' | 'tool', name: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
+    infer?: InferOptions,
   ): Promise<T> {
     let key: string;
     try {
@@ -391,11 +400,12 @@ export class ContextState {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.runStep(agent, kind, key, fn, idempotent);
+    return this.runStep(agent, kind, key, fn, idempotent, infer);
   }
 
   private async runStep<T>(
     agent: string, kind: 'step' | 'infer' | 'tool', key: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
+    infer?: InferOptions,
   ): Promise<T> {
     const stored = this.memo.get(key);
     if (stored !== undefined) {
@@ -410,6 +420,8 @@ export class ContextState {
     // attempt holding the run next performs again.
     if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
     this.d.memo?.miss(kind);
+    // A model call about to be made: the scope's daily token budget first (a memo hit above made none).
+    if (kind === 'infer') await this.withinBudget(key, estimateOf(key, infer));
     this.busy++;
     try {
       if (!idempotent) {
@@ -456,6 +468,51 @@ export class ContextState {
     }
   }
 
+  /**
+   * The scope's daily token budget, before the model call `stepKey` (the rule is budgetRefuses
+   * in budgets.ts). Refused, the run fails with BUDGET_EXCEEDED; with `onBudget: "wait"` it
+   * waits (a wait of kind budget, until the next UTC midnight: parked like a sleep, holding
+   * no worker) and checks again when it goes on. A budget wait an earlier attempt reached is
+   * answered in the memo, so the loop checks again at once. A call no whole day's budget
+   * could take, or one made inside a step's body (which cannot park), fails even then.
+   */
+  private async withinBudget(stepKey: string, estimate: number | undefined): Promise<void> {
+    const { budgets, run } = this.d;
+    if (!budgets) return;
+    for (;;) {
+      let check: BudgetCheck;
+      // Counted as a step in flight: the run must not park on other waits while the check is out.
+      this.busy++;
+      try {
+        check = await budgets.check(run.scope, estimate);
+      } finally {
+        this.settled();
+      }
+      if (check.allowed) {
+        // The attempt may have ended while the check was out: no call is started for it then.
+        if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
+        return;
+      }
+      const inStep = stepBody.getStore();
+      const why = run.onBudget !== 'wait'
+        ? 'the run fails (its onBudget is "fail")'
+        : check.never
+          ? 'its estimate alone is more than a whole day\'s budget'
+          : inStep !== undefined
+            ? `it is made inside the body of ${inStep}, which cannot wait for the next day`
+            : undefined;
+      if (why !== undefined) {
+        this.d.budgetRefused?.('failed');
+        throw new BudgetExceededError(stepKey, check, why);
+      }
+      this.d.budgetRefused?.('waiting');
+      this.d.log.info({ stepKey, ...check.budget, estimate }, 'model call refused by the scope\'s token budget: waiting for the next UTC day');
+      await this.wait<null>({
+        key: this.stepKey('wait', 'token-budget'), kind: 'budget', name: 'token-budget', untilMs: Date.parse(check.budget.resetsAt),
+      });
+    }
+  }
+
   private counted(agent: string, calls: readonly ModelCallUsage[]): void {
     for (const c of calls) {
       this.usage.inputTokens += c.inputTokens ?? 0;
@@ -473,6 +530,16 @@ function modelCall(u: ModelCallUsage): Required<ModelCallUsage> {
   const tokens = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n > 0 ? Math.min(Math.round(n), 1e12) : 0);
   const model = typeof u?.model === 'string' && u.model.trim() ? u.model.trim().slice(0, MODEL_ID_MAX) : 'unknown';
   return { model, inputTokens: tokens(u?.inputTokens), outputTokens: tokens(u?.outputTokens) };
+}
+
+/** InferOptions.estimatedTokens, checked: a whole number of tokens, or undefined (not known). */
+function estimateOf(stepKey: string, o: InferOptions | undefined): number | undefined {
+  if (o === undefined || o === null) return undefined;
+  if (typeof o !== 'object') throw new TypeError(`${stepKey}: the options must be an object`);
+  const e = o.estimatedTokens;
+  if (e === undefined) return undefined;
+  if (typeof e !== 'number' || !Number.isFinite(e) || e < 0) throw new TypeError(`${stepKey}: estimatedTokens must be a number of tokens, 0 or more`);
+  return Math.ceil(e);
 }
 
 /** The parts of WaitOptions a wait records, checked. */

@@ -25,6 +25,7 @@ import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
 import { resolveInputArtifacts } from '../artifacts/resolve.ts';
 import { validateOutput } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
+import { TokenBudgets } from './budgets.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
 
@@ -68,8 +69,11 @@ export class RunExecutor {
   private readonly attemptDefaults: Record<string, number> = {};
   /** `{agent: n}`: the newest n messages of the session the claim reads for that agent's memory (-1 all, 0 none). */
   private readonly historyReads: Record<string, number> = {};
+  /** The scopes' daily token budgets, checked by each run's context before a model call. */
+  private readonly budgets: TokenBudgets;
 
   constructor(private readonly d: ExecutorDeps) {
+    this.budgets = new TokenBudgets(d.redis, d.keys, d.config);
     for (const [name, agent] of d.agents) {
       if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
       this.historyReads[name] = claimHistoryReads(agent.memory, d.config.HISTORY_READ_MAX);
@@ -193,6 +197,8 @@ export class RunExecutor {
       waitTokens: this.d.waitTokens,
       schemaGuard: this.d.schemaGuard,
       maxWaits: this.d.config.MAX_WAITS_PER_RUN,
+      budgets: this.budgets,
+      budgetRefused: (action) => this.d.events?.budgetRefused?.(run, action),
     });
     const ended = (outcome: AttemptOutcome): AgentEnded => ({ outcome, memory, progress: state });
     let out: AgentResult | string | typeof STOPPED;

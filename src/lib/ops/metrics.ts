@@ -83,6 +83,7 @@ export class Metrics {
   readonly memoMisses: Counter<string>;
   readonly tokens: Counter<string>;
   readonly modelTokens: Counter<string>;
+  readonly budgetRefusals: Counter<string>;
   readonly appends: Counter<string>;
   readonly appendedEvents: Counter<string>;
   readonly sseClients: Gauge<string>;
@@ -93,9 +94,6 @@ export class Metrics {
   /** Reads what the limits hold back at scrape time (watchFlowControl). */
   private flowControl: ((perScope: boolean) => Promise<HeldBack>) | undefined;
   private heldBackRead: { at: number; read: Promise<HeldBack | undefined> } | undefined;
-  readonly rateLimitWait: Histogram<string>;
-  readonly rateLimitPauses: Counter<string>;
-  readonly rateLimitLimit: Gauge<string>;
 
   constructor(o: MetricsOptions) {
     this.scopeLabel = o.scopeLabel;
@@ -132,6 +130,13 @@ export class Metrics {
     // By the agent that made the call (a sub-agent's name too), not the runtime: usage is what
     // an agent costs. Counted by the worker that stored the call's step, so once per call made.
     this.modelTokens = counter('baton_model_tokens_total', 'Tokens of model calls as providers reported them, by kind (input, output).', ['kind', 'agent']);
+    // The run's labels (runtime, agent; scope only with METRICS_SCOPE_LABEL), never a scope of its own:
+    // which scopes are at their budget is what GET …/usage answers, per scope.
+    this.budgetRefusals = counter(
+      'baton_model_calls_refused_total',
+      "Model calls refused before they were made by the scope's daily token budget, by what the run did: failed (BUDGET_EXCEEDED) or waiting (for the next UTC day).",
+      [...run, 'action'],
+    );
     this.appends = counter('baton_event_log_appends_total', 'Fenced append round trips to run event logs (coalesced token batches and notices).', run);
     this.appendedEvents = counter('baton_event_log_events_total', 'Events written to run event logs by those appends.', run);
     this.sseClients = new Gauge({
@@ -277,12 +282,13 @@ export class Metrics {
       for (const c of counters) c.inc(l, 0);
       for (const status of TERMINAL_STATUSES) this.finished.inc({ ...l, status }, 0);
       for (const kind of ['input', 'output']) this.modelTokens.inc({ kind, agent: l.agent }, 0);
+      for (const action of ['failed', 'waiting']) this.budgetRefusals.inc({ ...l, action }, 0);
     }
     for (const kind of ['step', 'infer', 'tool']) {
       this.memoHits.inc({ runtime: rt, kind }, 0);
       this.memoMisses.inc({ runtime: rt, kind }, 0);
     }
-    for (const [kind, outcome] of [['input', 'resumed'], ['input', 'timed_out'], ['approval', 'resumed'], ['approval', 'timed_out'], ['sleep', 'slept']]) {
+    for (const [kind, outcome] of [['input', 'resumed'], ['input', 'timed_out'], ['approval', 'resumed'], ['approval', 'timed_out'], ['sleep', 'slept'], ['budget', 'slept']]) {
       this.waitDuration.zero({ runtime: rt, kind, outcome });
     }
   }
@@ -294,7 +300,8 @@ export class Metrics {
 
   /** Waits the sweeper (or a park) found past their deadline. */
   waitsExpired(runtime: string, waits: readonly AnsweredWait[]): void {
-    for (const w of waits) this.waitEnded(runtime, w, w.kind === 'sleep' ? 'slept' : 'timed_out');
+    // A budget wait ends at the day's end, as a sleep does at its time.
+    for (const w of waits) this.waitEnded(runtime, w, w.kind === 'sleep' || w.kind === 'budget' ? 'slept' : 'timed_out');
   }
 
   /** Hooks for the run executor of a worker serving `runtime`. */
@@ -330,6 +337,7 @@ export class Metrics {
           if (c.outputTokens) this.modelTokens.inc({ kind: 'output', agent: a }, c.outputTokens);
         }
       },
+      budgetRefused: (run, action) => this.budgetRefusals.inc({ ...this.runLabels(run), action }),
     };
   }
 

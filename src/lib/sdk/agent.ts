@@ -47,6 +47,17 @@ export interface InferCall extends StepCall {
   recordUsage(usage: ModelCallUsage): void;
 }
 
+/** How a model call is made (`ctx.infer`'s third argument). */
+export interface InferOptions {
+  /**
+   * Tokens the call is expected to use, input and output: its prompt's size plus its
+   * maxTokens when it has one (`estimateCallTokens`). A scope's daily token budget refuses the
+   * call before it is made when the tokens used today plus this would pass the budget; without
+   * it, only once the budget is used up. createChatAgent and baton/ai give it themselves.
+   */
+  estimatedTokens?: number;
+}
+
 export interface ModelCallUsage {
   /** The model id asked for. */
   model: string;
@@ -90,9 +101,12 @@ export interface RunContext {
   step<T>(key: string, fn: (call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
   /**
    * A memoized model call (step key `infer:<name>:<n>`); text it emits (and the agent selects)
-   * is replayed on a memo hit. `call.recordUsage` counts the model calls it makes.
+   * is replayed on a memo hit. `call.recordUsage` counts the model calls it makes. Before
+   * `fn` runs (never on a memo hit), the scope's daily token budget is checked: a call it
+   * refuses fails the run with BUDGET_EXCEEDED, or waits for the next UTC day when the
+   * submit said `onBudget: "wait"`.
    */
-  infer<T>(name: string, fn: (call: InferCall) => Promise<T> | T): Promise<T>;
+  infer<T>(name: string, fn: (call: InferCall) => Promise<T> | T, options?: InferOptions): Promise<T>;
   /**
    * A memoized tool call (step key `tool:<name>:<n>`), counted in result.toolCallsSeen;
    * `approval` waits for a person first (a declined call does not run and is not counted).

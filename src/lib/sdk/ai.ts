@@ -22,6 +22,7 @@ import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type Mod
 import type { RunContext } from './agent.ts';
 import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
 import { isPermanentError, isToolDeclinedError, isTransientError, TransientError } from './errors.ts';
+import { estimateCallTokens } from './token-estimate.ts';
 import { classify } from '../engine/retry-policy.ts';
 import { ID_PATTERN } from '../keys.ts';
 
@@ -49,7 +50,7 @@ export function durableModel(ctx: RunContext, model: LanguageModelV3, options: D
   const middleware: LanguageModelMiddleware = {
     specificationVersion: 'v3',
     transformParams: async ({ params }) => withRunSignal(ctx, params),
-    wrapGenerate: async ({ doGenerate, model: inner }) => {
+    wrapGenerate: async ({ doGenerate, params, model: inner }) => {
       endIfToolFailed(ctx);
       let called = false;
       const stored = await ctx.infer(name, async (call): Promise<StoredGenerate> => {
@@ -58,11 +59,11 @@ export function durableModel(ctx: RunContext, model: LanguageModelV3, options: D
         for (const part of result.content) if (part.type === 'text' && part.text) ctx.emit(part.text);
         recordModelCall(call, inner.modelId, toUsage(result.usage));
         return storeGenerate(result);
-      });
+      }, { estimatedTokens: callEstimate(params) });
       reportModelCall(ctx, { model: inner.modelId, usage: toUsage(stored.usage), replayed: !called });
       return reviveGenerate(stored);
     },
-    wrapStream: async ({ doStream, model: inner }) => memoizedStream(ctx, name, inner.modelId, doStream),
+    wrapStream: async ({ doStream, params, model: inner }) => memoizedStream(ctx, name, inner.modelId, doStream, callEstimate(params)),
   };
   return wrapLanguageModel({ model, middleware });
 }
@@ -203,6 +204,11 @@ function withRunSignal(ctx: RunContext, params: LanguageModelV3CallOptions): Lan
   return { ...params, abortSignal };
 }
 
+/** The call's tokens as the scope's daily token budget checks them: the prompt, and the most output it asks for. */
+function callEstimate(params: LanguageModelV3CallOptions): number {
+  return estimateCallTokens({ prompt: params.prompt, tools: params.tools }, params.maxOutputTokens);
+}
+
 /**
  * Runs a provider call, rethrowing its errors in Baton's terms. They must stop being
  * APICallErrors: the AI SDK retries those within the attempt, and a retried call would take
@@ -295,7 +301,7 @@ type StoredPart = Exclude<LanguageModelV3StreamPart, { type: 'response-metadata'
  * error itself, which the agent's `await result.text` rethrows and the retry policy reads.
  */
 function memoizedStream(
-  ctx: RunContext, name: string, modelId: string, doStream: () => PromiseLike<LanguageModelV3StreamResult>,
+  ctx: RunContext, name: string, modelId: string, doStream: () => PromiseLike<LanguageModelV3StreamResult>, estimatedTokens: number,
 ): LanguageModelV3StreamResult {
   let out!: ReadableStreamDefaultController<LanguageModelV3StreamPart>;
   let cancelled = false;
@@ -317,7 +323,7 @@ function memoizedStream(
       const finish = parts.find((p) => p.type === 'finish');
       recordModelCall(call, modelId, toUsage(finish?.type === 'finish' ? finish.usage : undefined));
       return { parts };
-    });
+    }, { estimatedTokens });
   step.then(
     ({ parts }) => {
       if (!called) for (const p of parts) push(revivePart(p));
