@@ -1,9 +1,12 @@
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText, streamText } from 'ai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
 import type { WorkerHandle } from '../src/worker/worker.ts';
 import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { TransientError } from '../src/lib/sdk/errors.ts';
+import { durableModel } from '../src/lib/sdk/ai.ts';
 import { budgetRefuses, nextUtcMidnight, utcDay } from '../src/lib/engine/budgets.ts';
 import { estimateCallTokens } from '../src/lib/sdk/token-estimate.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
@@ -57,6 +60,17 @@ const flaky = defineAgent({
   },
 });
 
+/** The AI SDK's loop through baton/ai: one call, asking for at most `maxOutputTokens` (metadata), generated or streamed. */
+const aiWriter = (baseURL: string) => defineAgent({
+  name: 'ai-writer',
+  async run(ctx) {
+    const model = durableModel(ctx, createOpenAI({ baseURL, apiKey: 'test-key' }).chat('fake-model'));
+    const call = { model, prompt: ctx.input.content, maxOutputTokens: Number(ctx.metadata.maxOutputTokens), abortSignal: ctx.signal };
+    if (ctx.metadata.mode === 'stream') return await streamText(call).text;
+    return (await generateText(call)).text;
+  },
+});
+
 /** Sets a scope's budget the way the limits route stores it. */
 const setBudget = (scope: string, tokensPerDay: number) => h.redis.hset(h.keys.scope(scope).limits, 'tokensPerDay', String(tokensPerDay));
 
@@ -70,7 +84,9 @@ beforeAll(async () => {
   // One slot: a run that held it while it waits for its budget would stall every run after it.
   worker = await h.startWorker({
     env: { WORKER_CONCURRENCY: '1' },
-    agents: [createChatAgent({ name: 'writer', model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key' }), hand, flaky],
+    agents: [
+      createChatAgent({ name: 'writer', model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key' }), hand, flaky, aiWriter(fake.baseURL),
+    ],
   });
 });
 
@@ -157,6 +173,26 @@ describe('a scope with tokensPerDay 1000', () => {
     expect([limits.limits.tokensPerDay, limits.inUse.tokensToday]).toEqual([1000, 1200]);
 
     expect(await refused('failed') - refusedBefore).toBe(2);
+  });
+
+  it('baton/ai: generateText and streamText calls are checked with their maxOutputTokens in the estimate', async () => {
+    const soylent = await h.client(api.url, 'soylent', 'admin');
+    await setBudget('soylent', 300);
+    const run = async (marker: string, mode: string, maxOutputTokens: number) => {
+      fake.script(marker, [answer(`Done ${marker}.`, { usage: { prompt_tokens: 20, completion_tokens: 5 } })]);
+      const sub = (await soylent.submit(`s-${marker.slice(1)}`, `Write ${marker}`, { agent: 'ai-writer', metadata: { mode, maxOutputTokens } })).body;
+      return soylent.waitStatus(sub.id, ['succeeded', 'failed'], 30_000);
+    };
+    // The prompt is a few tokens; asking for up to 250 more still fits 300.
+    expect(await run('#s1', 'generate', 250)).toMatchObject({ status: 'succeeded', result: { answer: 'Done #s1.' } });
+    expect(await run('#s2', 'stream', 250)).toMatchObject({ status: 'succeeded', result: { answer: 'Done #s2.' } });
+    // 50 used: 50 + a few + 280 would pass 300, so neither call reaches the provider.
+    for (const [marker, mode] of [['#s3', 'generate'], ['#s4', 'stream']]) {
+      const refusedRun = await run(marker, mode, 280);
+      expect(refusedRun.status).toBe('failed');
+      expect(refusedRun.lastError).toMatchObject({ code: 'BUDGET_EXCEEDED', details: [{ tokensPerDay: 300, usedToday: 50 }] });
+      expect(fake.requestsFor(marker)).toHaveLength(0);
+    }
   });
 
   it('a memoized model call that replays makes no call and is not refused', async () => {
