@@ -64,6 +64,23 @@ describe('fake OpenAI server', () => {
     expect(fake.requestsFor('#json').map((r) => r.stream)).toEqual([false, false]);
   });
 
+  it('overload(): 429 with Retry-After for every request until it has passed, then answers again; arrivals are timed', async () => {
+    fake.script('#busy', [answer('fine')]);
+    const ask = () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'go #busy' }] });
+    const before = Date.now();
+    fake.overload(1);
+    for (let i = 0; i < 2; i++) {
+      const err = await ask().then(() => undefined, (e: { status: number; headers: Headers }) => e);
+      expect([err?.status, err?.headers.get('retry-after')]).toEqual([429, '1']);
+    }
+    await new Promise((r) => setTimeout(r, 1_050));
+    expect((await ask()).choices[0].message.content).toBe('fine');
+    const sent = fake.requestsFor('#busy');
+    expect(sent.map((r) => r.reply.kind)).toEqual(['status', 'status', 'stream']);
+    expect(sent[0].at).toBeGreaterThanOrEqual(before);
+    expect(sent[2].at - sent[0].at).toBeGreaterThanOrEqual(1_000);
+  });
+
   it('embeds deterministically, as floats or base64, with pinned vectors winning', async () => {
     fake.embedding('pinned', [1, 0, 0]);
     // The `openai` package asks for base64 unless told otherwise and decodes it itself.

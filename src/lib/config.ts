@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ROLES, type Role } from './contract/admin.ts';
+import { parseRateLimits } from './rate-limit-config.ts';
 
 /**
  * Every tunable of Baton, parsed once from the environment, frozen, and passed down.
@@ -397,6 +398,24 @@ export const configSchema = z.object({
       error: (issue) => (issue.code === 'invalid_key' ? 'model ids are 1 to 200 characters' : 'must be a JSON object of model ids to prices'),
     }))
     .optional(),
+  /**
+   * RATE_LIMITS: model providers' rate limits, shared by every worker: buckets separated by
+   * `;`, each `<bucket>=rpm:<n>,tpm:<n>` (either or both), e.g.
+   * `openai:gpt-4o-mini=rpm:500,tpm:200000`. A provider then sees at most rpm requests and tpm
+   * tokens in any 60 s window (docs/rate-limits.md). Unset: no buckets. Every process must be
+   * given the same buckets (the limits travel with each call, not with the bucket).
+   */
+  RATE_LIMITS: z
+    .string()
+    .default('')
+    .transform((s, ctx) => {
+      try {
+        return parseRateLimits(s);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message });
+        return z.NEVER;
+      }
+    }),
 });
 
 export type Config = Readonly<

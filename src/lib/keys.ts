@@ -8,6 +8,7 @@
  */
 
 import { isValidId } from './contract/ids.ts';
+import { BUCKET_NAME } from './rate-limit-config.ts';
 
 /** Ids that become part of keys: no braces or colons, so a key can never be forged. */
 export { ID_PATTERN, isValidId } from './contract/ids.ts';
@@ -15,6 +16,11 @@ export { ID_PATTERN, isValidId } from './contract/ids.ts';
 function checkedHash(h: string): string {
   if (!/^[0-9a-f]{64}$/.test(h)) throw new Error('invalid token digest');
   return h;
+}
+
+function checkedBucket(name: string): string {
+  if (!BUCKET_NAME.test(name)) throw new Error(`invalid rate-limit bucket: ${JSON.stringify(name)}`);
+  return name;
 }
 
 function checked(kind: string, id: string): string {
@@ -141,6 +147,13 @@ export interface Keys {
   apiKeysOfScope(scope: string): string;
   /** Set of every key id (does any key exist at all?). */
   apiKeyIds: string;
+  /**
+   * A model provider's rate-limit bucket (RATE_LIMITS; lua/rate-bucket.lua): its sums and pause
+   * (hash), and its grants of the last minute (zset: `<seq>:<tokens>:<r|s>` -> grant time). All
+   * buckets share one hash tag, away from every scope's slot. Names are checked (BUCKET_NAME).
+   */
+  rateBucket(name: string): string;
+  rateGrants(name: string): string;
   /** Worker registry: runtime -> time of the newest heartbeat of any of its workers (zset). */
   runtimes: string;
   /** Worker registry: a runtime's workers, workerId -> JSON registration with its last heartbeat. */
@@ -167,6 +180,9 @@ export function createKeys(prefix: string): Keys {
     apiKeyId: (id) => `${prefix}:{${prefix}-apikeys}:id:${checked('key', id)}`,
     apiKeysOfScope: (scope) => `${prefix}:{${prefix}-apikeys}:scope:${checked('scope', scope)}`,
     apiKeyIds: `${prefix}:{${prefix}-apikeys}:ids`,
+    // `bucket:` and `grants:` go before the name: a name may hold colons, and must not reach the other's keys.
+    rateBucket: (name) => `${prefix}:{${prefix}-ratelimits}:bucket:${checkedBucket(name)}`,
+    rateGrants: (name) => `${prefix}:{${prefix}-ratelimits}:grants:${checkedBucket(name)}`,
     // The registry is small and shares one hash tag, so a heartbeat is one MULTI on Cluster too.
     runtimes: `${prefix}:{${prefix}-registry}:runtimes`,
     runtimeWorkers: (rt) => `${prefix}:{${prefix}-registry}:workers:${checked('runtime', rt)}`,

@@ -76,6 +76,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
     redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     events: composeHooks<ExecutorEvents>(metrics.executorEvents(runtime), o.events),
     waitTokens: res.waitTokens,
+    rateLimits: res.rateLimits,
     wakeAt: (scope, runId, at) => res.sweeper.soon(scope, `wait:${runId}`, at),
   });
   metrics.initRuntime(runtime, o.agents.keys());

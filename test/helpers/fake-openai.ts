@@ -13,7 +13,8 @@ import { track } from './resources.ts';
  *   calls in one response, each call's arguments split over several chunks) and usage (the
  *   last chunk of a stream when the request set `stream_options.include_usage`; always on a
  *   JSON body). On request it answers 429 with Retry-After, 500, 400, or cuts the stream
- *   mid-answer by destroying the socket.
+ *   mid-answer by destroying the socket; `overload()` makes it answer 429 to every request for
+ *   a while, as a provider over its limit does.
  * - `POST /v1/embeddings`: a deterministic vector per input (see `fakeEmbedding`), float
  *   arrays or base64 as `encoding_format` asks, unless a test pinned one with `embedding()`.
  *
@@ -66,6 +67,8 @@ export interface RecordedRequest {
   authorization?: string;
   /** The usage the server reported for this request (undefined when it reported none). */
   usage?: FakeUsage & { total_tokens: number };
+  /** When the request arrived (this process's clock, epoch ms), before its body was read. */
+  at: number;
 }
 
 export interface EmbeddingRequest {
@@ -95,6 +98,12 @@ export interface FakeOpenAI {
    * its length wins over the request's `dimensions`. Unpinned texts get `fakeEmbedding`.
    */
   embedding(text: string, vector: number[]): void;
+  /**
+   * The provider is over its limit, as a real one answers then: the next chat request gets 429
+   * with `Retry-After: <seconds>`, and so does every chat request arriving until that time
+   * has passed (with the seconds left, rounded up). Other requests are answered as usual.
+   */
+  overload(retryAfterSeconds: number): void;
   close(): Promise<void>;
 }
 
@@ -175,6 +184,9 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
   const embeddingRequests: EmbeddingRequest[] = [];
   const pinned = new Map<string, number[]>();
   let callIds = 0;
+  /** overload(): the seconds the next chat request starts a 429 period for, and when that period ends. */
+  let overloadNext: number | undefined;
+  let overloadedUntil = 0;
   const lastUser = (msgs: FakeMessage[]) => textOf([...msgs].reverse().find((m) => m.role === 'user')?.content);
 
   const choose = (content: string): FakeReply => {
@@ -189,6 +201,7 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const at = Date.now();
     let raw = '';
     for await (const chunk of req) raw += chunk;
     if (req.method === 'POST' && req.url?.endsWith('/embeddings')) return embeddings(JSON.parse(raw), res);
@@ -198,9 +211,15 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     }
     const body = JSON.parse(raw) as RecordedRequest['body'];
     const messages = body.messages as FakeMessage[];
-    const reply = choose(lastUser(messages));
+    if (overloadNext !== undefined) {
+      overloadedUntil = at + overloadNext * 1000;
+      overloadNext = undefined;
+    }
+    const reply: FakeReply = at < overloadedUntil
+      ? { kind: 'status', status: 429, retryAfter: String(Math.ceil((overloadedUntil - at) / 1000)), message: 'rate limit reached' }
+      : choose(lastUser(messages));
     const rec: RecordedRequest = {
-      model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization,
+      model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization, at,
     };
     requests.push(rec);
 
@@ -311,6 +330,9 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     requestsFor: (marker) => requests.filter((r) => lastUser(r.messages).includes(marker)),
     embedding(text, vector) {
       pinned.set(text, vector);
+    },
+    overload(retryAfterSeconds) {
+      overloadNext = retryAfterSeconds;
     },
     close() {
       closing ??= new Promise<void>((resolve) => {

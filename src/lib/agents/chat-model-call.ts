@@ -1,7 +1,7 @@
 import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions';
 import type { CompletionUsage } from 'openai/resources/completions';
-import type { RunContext } from '../sdk/agent.ts';
+import type { RateLimitRequest, RunContext } from '../sdk/agent.ts';
 import { recordModelCall, reportModelCall, type ModelUsage } from '../sdk/agent-reports.ts';
 import { TransientError } from '../sdk/errors.ts';
 import { estimateCallTokens } from '../sdk/token-estimate.ts';
@@ -33,6 +33,8 @@ export interface TurnOptions {
    * something, so readers see the same text the answer holds.
    */
   separator: string;
+  /** The provider rate-limit bucket the call takes a grant from first (its reservation: the budget's estimate). */
+  rateLimit?: RateLimitRequest;
 }
 
 export async function modelTurn(ctx: RunContext, client: OpenAI, request: TurnRequest, o: TurnOptions): Promise<ModelTurn> {
@@ -53,7 +55,7 @@ export async function modelTurn(ctx: RunContext, client: OpenAI, request: TurnRe
     // Counted with the stored turn: once, whatever happens to this attempt afterwards.
     recordModelCall(call, request.model, turn.usage);
     return turn;
-  }, { estimatedTokens });
+  }, { estimatedTokens, rateLimit: o.rateLimit });
   // Memos written before tool calls existed hold { text, finishReason } only.
   const turn: ModelTurn = { text: stored.text ?? '', toolCalls: stored.toolCalls ?? [], finishReason: stored.finishReason, usage: stored.usage };
   reportModelCall(ctx, { model: request.model, usage: turn.usage, replayed: !called });

@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
-import { defineAgent, type Agent, type HistoryMessage, type RunContext } from '../sdk/agent.ts';
+import { defineAgent, type Agent, type HistoryMessage, type RateLimitRequest, type RunContext } from '../sdk/agent.ts';
+import { BUCKET_NAME } from '../rate-limit-config.ts';
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
 import type { Config } from '../config.ts';
@@ -47,6 +48,18 @@ export interface ChatAgentOptions {
    * well within a lease's lifetime of heartbeats.
    */
   timeoutMs?: number;
+  /**
+   * The most tokens one answer may take (sent as `max_completion_tokens`). Also what a model
+   * call reserves of its rate-limit bucket's tokens beyond the prompt: with it, a bucket's
+   * tpm holds for every call (docs/rate-limits.md). Absent: the provider's own limit.
+   */
+  maxTokens?: number;
+  /**
+   * The provider rate-limit bucket (RATE_LIMITS) each model call takes a grant from first.
+   * Default: `openai:<model>` when RATE_LIMITS defines it (no bucket otherwise); a name: that
+   * bucket, which RATE_LIMITS must define; false: none.
+   */
+  rateLimit?: string | false;
   /** As on any agent: default attempts for its runs, and where its history lives. */
   maxAttempts?: number;
   memory?: MemoryOption;
@@ -119,6 +132,11 @@ function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Age
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
   const tools = prepareTools(name, options.tools ?? {});
+  const maxTokens = options.maxTokens;
+  if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
+    throw new TypeError(`agent ${JSON.stringify(name)}: maxTokens must be a positive integer`);
+  }
+  const rateLimit = chatRateLimit(name, model, options.rateLimit);
   const byName = new Map(tools.map((t) => [t.name, t]));
   let client: OpenAI | undefined;
   const clientFor = () => {
@@ -139,10 +157,11 @@ function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Age
       const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
       const messages = chatMessages(ctx, system);
       const definitions = tools.length ? { tools: tools.map((t) => t.definition) } : {};
+      const limits = maxTokens === undefined ? {} : { max_completion_tokens: maxTokens };
       let answer = '';
       for (let step = 1; ; step++) {
-        const turn = await modelTurn(ctx, openai, { model, messages, ...definitions }, {
-          stepName: name, turn: step, separator: answer ? '\n\n' : '',
+        const turn = await modelTurn(ctx, openai, { model, messages, ...definitions, ...limits }, {
+          stepName: name, turn: step, separator: answer ? '\n\n' : '', rateLimit,
         });
         if (turn.text) answer += (answer ? '\n\n' : '') + turn.text;
         if (turn.finishReason === 'length') return { answer, finishReason: 'length' };
@@ -160,6 +179,22 @@ function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Age
       }
     },
   });
+}
+
+/**
+ * The bucket a chat agent's model calls take grants from: the one named, none (false), or by
+ * default `openai:<model>` if RATE_LIMITS defines it (a model id no bucket name can hold has none).
+ */
+function chatRateLimit(name: string, model: string, option: string | false | undefined): RateLimitRequest | undefined {
+  if (option === false) return undefined;
+  if (option === undefined) {
+    const key = `openai:${model}`;
+    return BUCKET_NAME.test(key) ? { key, optional: true } : undefined;
+  }
+  if (typeof option !== 'string' || !BUCKET_NAME.test(option)) {
+    throw new TypeError(`agent ${JSON.stringify(name)}: rateLimit must be false or a bucket name matching ${BUCKET_NAME.source}`);
+  }
+  return { key: option };
 }
 
 /** The content of the tool message answering `call`: the tool's result or why it did not run. */

@@ -20,6 +20,7 @@ import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import { BudgetExceededError, type BudgetCheck, type TokenBudgets } from './budgets.ts';
+import type { BucketRequest, RateLimiter } from './rate-limiter.ts';
 
 /**
  * Thrown inside the agent at a step its run must block on. The attempt closes blocked
@@ -91,6 +92,8 @@ export interface ContextDeps {
   schemaGuard?: SchemaGuard;
   /** Waits the run may have pending at once (MAX_WAITS_PER_RUN); the one past it fails the run with TOO_MANY_WAITS. */
   maxWaits?: number;
+  /** Model providers' rate-limit buckets (RATE_LIMITS), taken before each model call that names one; unset: none defined. */
+  rateLimits?: RateLimiter;
   /** The scopes' daily token budgets, checked before each model call made; unset: none checked. */
   budgets?: TokenBudgets;
   /** A model call the scope's budget refused: the run fails, or waits for the next day (metrics). */
@@ -422,6 +425,8 @@ export class ContextState {
     this.d.memo?.miss(kind);
     // A model call about to be made: the scope's daily token budget first (a memo hit above made none).
     if (kind === 'infer') await this.withinBudget(key, estimateOf(key, infer));
+    // The provider's rate-limit bucket, taken right before the call itself (limitedCall below).
+    const bucket = kind === 'infer' ? this.bucketFor(key, infer) : undefined;
     this.busy++;
     try {
       if (!idempotent) {
@@ -448,7 +453,8 @@ export class ContextState {
       const o = this.started++;
       const startedAt = Date.now();
       try {
-        value = await stepBody.run(key, () => fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal, recordUsage }));
+        const call = () => fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal, recordUsage });
+        value = await stepBody.run(key, () => (bucket ? this.limitedCall(bucket, call, calls, capture) : call()));
       } finally {
         open = false;
         if (capture) this.captures.delete(capture);
@@ -511,6 +517,39 @@ export class ContextState {
         key: this.stepKey('wait', 'token-budget'), kind: 'budget', name: 'token-budget', untilMs: Date.parse(check.budget.resetsAt),
       });
     }
+  }
+
+  /** The bucket an inference's `rateLimit` names, checked (rate-limiter.ts); undefined: none to take. */
+  private bucketFor(stepKey: string, o: InferOptions | undefined): BucketRequest | undefined {
+    const r = o?.rateLimit;
+    if (r === undefined) return undefined;
+    const limiter = this.d.rateLimits;
+    if (!limiter) {
+      if (r?.optional === true) return undefined;
+      throw new TypeError(`${stepKey}: rateLimit names a bucket, and this worker has no rate limiter`);
+    }
+    // The reservation defaults to the estimate the call gave for the token budget.
+    if (typeof r !== 'object' || r === null) return limiter.request(r, stepKey);
+    return limiter.request({ ...r, tokens: r.tokens ?? o?.estimatedTokens }, stepKey);
+  }
+
+  /**
+   * One model call under its provider's bucket: a grant first (the step waits for it, its
+   * lease kept and its signal honoured), then the call, then the grant settled with the usage
+   * the call recorded. After a 429 the limiter makes the call again: what it recorded goes.
+   */
+  private limitedCall<T>(
+    bucket: BucketRequest, call: () => Promise<T> | T, calls: Required<ModelCallUsage>[], capture: { text: string } | undefined,
+  ): Promise<T> {
+    return this.d.rateLimits!.call(bucket, this.d.attempt.signal, {
+      run: async () => call(),
+      reported: () => {
+        const tokens = calls.reduce((n, c) => n + c.inputTokens + c.outputTokens, 0);
+        return tokens > 0 ? tokens : undefined;
+      },
+      streamed: () => Boolean(capture?.text),
+      reset: () => void calls.splice(0),
+    }, this.d.log);
   }
 
   private counted(agent: string, calls: readonly ModelCallUsage[]): void {

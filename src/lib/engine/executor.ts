@@ -25,6 +25,7 @@ import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
 import { resolveInputArtifacts } from '../artifacts/resolve.ts';
 import { validateOutput } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
+import type { RateLimiter } from './rate-limiter.ts';
 import { TokenBudgets } from './budgets.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
@@ -46,6 +47,8 @@ export interface ExecutorDeps {
   schemaGuard?: SchemaGuard;
   /** Where input artifacts are read from. */
   artifacts: ArtifactStore;
+  /** Model providers' rate-limit buckets, taken before the model calls that name one; unset: none defined. */
+  rateLimits?: RateLimiter;
   /** Derives the resume tokens of the waits runs reach; unset: waits get no token. */
   waitTokens?: WaitTokens;
   /**
@@ -197,6 +200,7 @@ export class RunExecutor {
       waitTokens: this.d.waitTokens,
       schemaGuard: this.d.schemaGuard,
       maxWaits: this.d.config.MAX_WAITS_PER_RUN,
+      rateLimits: this.d.rateLimits,
       budgets: this.budgets,
       budgetRefused: (action) => this.d.events?.budgetRefused?.(run, action),
     });

@@ -151,6 +151,26 @@ export interface ParkReply {
 
 export interface ResumedWait { kind: WaitKind; since: number; runtime: string; agent: string }
 
+/** One step on a provider's rate-limit bucket (lua/rate-bucket.lua), as RateLimiter (rate-limiter.ts) asks it. */
+export type RateBucketCall =
+  | { op: 'acquire'; rpm?: number; tpm?: number; tokens: number; pollMs: number; pauseMs: number }
+  | { op: 'settle'; member: string; actual: number }
+  | { op: 'pause'; untilMs?: number; forMs?: number; by: 'provider' | 'operator' }
+  | { op: 'resume' }
+  | { op: 'read' };
+
+export type RateBucketReply =
+  /** Granted at `at` (Redis time); `member` names the grant for its settle. */
+  | { kind: 'granted'; member: string; at: number; requests: number; tokens: number }
+  | { kind: 'wait'; waitMs: number; why: 'paused' | 'requests' | 'tokens' }
+  | { kind: 'too-large'; tpm: number }
+  | { kind: 'settled' }
+  /** `moved`: this call set the pause or moved its end (a provider's pause only ever moves it later). */
+  | { kind: 'paused'; pausedUntil: number; moved: boolean }
+  | { kind: 'resumed'; lifted: boolean }
+  /** The window as of `now` (Redis time); pausedUntil 0: not paused, -1: until resumed. */
+  | { kind: 'state'; requests: number; tokens: number; reserved: number; pausedUntil: number; pausedBy: string; now: number };
+
 // ---- replies ----
 // A script answers a positional list (the wire format). Each reply's shape below names its
 // positions once, in order (an object's fields keep the order they are written in), with how
@@ -207,6 +227,13 @@ const REPLY = {
   'timeout': { code: num, orders, run: record },
   'unserved': { code: num, orders, run: record },
   'repair': { code: num, orders },
+  // lua/rate-bucket.lua, by op and code
+  'rate-grant': { code: num, member: text, at: num, requests: num, tokens: num },
+  'rate-wait': { code: num, waitMs: num, why: text },
+  'rate-too-large': { code: num, tpm: num },
+  'rate-pause': { code: num, pausedUntil: num, moved: flag },
+  'rate-resume': { code: num, lifted: flag },
+  'rate-state': { code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num },
 } satisfies Record<string, Shape>;
 
 type Replied = keyof typeof REPLY;
@@ -223,6 +250,13 @@ function decode<N extends Replied>(name: N, raw: unknown): Reply<N> {
   const fields = Object.keys(shape);
   if (fields[0] === 'code' && isRefusal(Number(raw[0]))) return { refused: { code: Number(raw[0]), value: Number(raw[1]) } } as Reply<N>;
   return Object.fromEntries(fields.map((field, i) => [field, shape[field](raw[i])])) as Reply<N>;
+}
+
+/** A reply that is never a refusal (its script answers no negative code). */
+function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof REPLY)[N]> {
+  const reply = decode(name, raw);
+  if ('refused' in reply && reply.refused) throw new Error(`the ${name} reply was a refusal (${reply.refused.code})`);
+  return reply as Decoded<(typeof REPLY)[N]>;
 }
 
 export class Transitions {
@@ -620,6 +654,39 @@ export class Transitions {
     });
     if (reply.refused) throw scriptError(reply.refused, runId);
     return this.dispatch(scope, reply.orders);
+  }
+
+  // ---- provider rate limits ----
+
+  /** One atomic step on the rate-limit bucket `bucket` (RATE_LIMITS), over a window of `windowMs`. */
+  async rateBucket(bucket: string, windowMs: number, call: RateBucketCall): Promise<RateBucketReply> {
+    const keys = { bucket: this.keys.rateBucket(bucket), grants: this.keys.rateGrants(bucket) };
+    const raw = await callScript(this.redis, 'rate-bucket', keys, { json: JSON.stringify({ base: '', windowMs, ...call }) });
+    switch (call.op) {
+      case 'acquire': {
+        const code = Array.isArray(raw) ? Number(raw[0]) : NaN;
+        if (code === 0) {
+          const { code: _granted, ...grant } = decodeAnswer('rate-grant', raw);
+          return { kind: 'granted', ...grant };
+        }
+        if (code === 1) {
+          const wait = decodeAnswer('rate-wait', raw);
+          return { kind: 'wait', waitMs: wait.waitMs, why: wait.why as 'paused' | 'requests' | 'tokens' };
+        }
+        if (code === 2) return { kind: 'too-large', tpm: decodeAnswer('rate-too-large', raw).tpm };
+        throw new Error(`the rate-bucket script answered the unexpected code ${code}`);
+      }
+      case 'settle': return { kind: 'settled' };
+      case 'pause': {
+        const r = decodeAnswer('rate-pause', raw);
+        return { kind: 'paused', pausedUntil: r.pausedUntil, moved: r.moved };
+      }
+      case 'resume': return { kind: 'resumed', lifted: decodeAnswer('rate-resume', raw).lifted };
+      case 'read': {
+        const { code: _code, ...state } = decodeAnswer('rate-state', raw);
+        return { kind: 'state', ...state };
+      }
+    }
   }
 
   // ----

@@ -9,6 +9,8 @@ import type { RunRecord } from '../engine/record.ts';
 import type { AnsweredWait } from '../engine/transitions.ts';
 import { TERMINAL_STATUSES, WAIT_KINDS, type TerminalStatus, type WaitKind } from '../contract/runs.ts';
 import { withTimeout } from '../timeout.ts';
+import type { RateLimits } from '../rate-limit-config.ts';
+import type { BucketState, RateLimitEvents } from '../engine/rate-limiter.ts';
 
 /** BullMQ job states exported per runtime queue (completed jobs are removed at once, see dispatcher.ts). */
 export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'failed'] as const satisfies readonly JobType[];
@@ -69,6 +71,8 @@ export class Metrics {
   private readonly waitingCounters = new Map<string, WaitingCounter>();
   private readonly inFlightSources: { runtime: string; read(): number }[] = [];
   private readonly collectTimeoutMs: number;
+  /** Reads the provider rate-limit buckets' windows at scrape time (RateLimiter.list), once a process watches them. */
+  private rateLimitReader: (() => Promise<readonly BucketState[]>) | undefined;
 
   readonly submitted: Counter<string>;
   readonly started: Counter<string>;
@@ -94,6 +98,9 @@ export class Metrics {
   /** Reads what the limits hold back at scrape time (watchFlowControl). */
   private flowControl: ((perScope: boolean) => Promise<HeldBack>) | undefined;
   private heldBackRead: { at: number; read: Promise<HeldBack | undefined> } | undefined;
+  readonly rateLimitWait: Histogram<string>;
+  readonly rateLimitPauses: Counter<string>;
+  readonly rateLimitLimit: Gauge<string>;
 
   constructor(o: MetricsOptions) {
     this.scopeLabel = o.scopeLabel;
@@ -152,6 +159,22 @@ export class Metrics {
     this.collectErrors = counter('baton_metrics_collect_errors_total', 'Scrape-time collectors that failed (their series are left out of that scrape).', ['collector']);
     this.collectErrors.inc({ collector: 'queue_jobs' }, 0);
     this.collectErrors.inc({ collector: 'runs_waiting' }, 0);
+
+    // Provider rate limits. A bucket label is a name RATE_LIMITS defines (at most 100), never a caller's.
+    this.rateLimitWait = new Histogram({
+      name: 'baton_rate_limit_wait_seconds',
+      help: 'How long model calls waited for a grant of their provider rate-limit bucket (0 when granted at once), by bucket.',
+      labelNames: ['bucket'], buckets: WAIT_BUCKETS, registers,
+    });
+    this.rateLimitPauses = counter(
+      'baton_rate_limit_pauses_total',
+      "Pauses of a provider rate-limit bucket, by who paused it: a provider's 429 with Retry-After (counted by the worker whose call got it), or an operator.",
+      ['bucket', 'by'],
+    );
+    this.rateLimitLimit = new Gauge({
+      name: 'baton_rate_limit_limit', help: "A provider rate-limit bucket's limits (RATE_LIMITS), by unit: requests and tokens per 60 s window.",
+      labelNames: ['bucket', 'unit'], registers,
+    });
 
     // prom-client calls collect() with `this` bound to the gauge.
     // eslint-disable-next-line @typescript-eslint/no-this-alias
@@ -224,6 +247,23 @@ export class Metrics {
         const sums = new Map<string, number>();
         for (const s of self.inFlightSources) sums.set(s.runtime, (sums.get(s.runtime) ?? 0) + s.read());
         for (const [runtime, n] of sums) this.set({ runtime }, n);
+      },
+    });
+    new Gauge({
+      name: 'baton_rate_limit_used',
+      help: "What a provider rate-limit bucket's 60 s window holds, read at scrape time, by unit: requests, and tokens (settled, or reserved by calls in flight).",
+      labelNames: ['bucket', 'unit'], registers,
+      async collect() {
+        this.reset();
+        if (!self.rateLimitReader) return;
+        try {
+          for (const b of await answeredWithin(self.rateLimitReader(), self.collectTimeoutMs)) {
+            if (b.rpm !== null) this.set({ bucket: b.bucket, unit: 'requests' }, b.requests);
+            if (b.tpm !== null) this.set({ bucket: b.bucket, unit: 'tokens' }, b.tokens);
+          }
+        } catch {
+          self.collectErrors.inc({ collector: 'rate_limits' });
+        }
       },
     });
     if (o.defaultMetrics ?? true) {
@@ -373,6 +413,28 @@ export class Metrics {
     if (this.waitingCounters.has(runtime) || this.runtimeLabel(runtime) === OTHER) return;
     this.waitingCounters.set(runtime, count);
   }
+
+  /**
+   * Exports the provider rate-limit buckets RATE_LIMITS defines: their limits, what their
+   * windows hold (`read` at every scrape), and their wait and pause series from zero.
+   */
+  watchRateLimits(limits: RateLimits, read: () => Promise<readonly BucketState[]>): void {
+    if (limits.size === 0) return;
+    this.rateLimitReader = read;
+    this.collectErrors.inc({ collector: 'rate_limits' }, 0);
+    for (const [bucket, limit] of limits) {
+      this.rateLimitWait.zero({ bucket });
+      for (const by of ['provider', 'operator']) this.rateLimitPauses.inc({ bucket, by }, 0);
+      if (limit.rpm !== undefined) this.rateLimitLimit.set({ bucket, unit: 'requests' }, limit.rpm);
+      if (limit.tpm !== undefined) this.rateLimitLimit.set({ bucket, unit: 'tokens' }, limit.tpm);
+    }
+  }
+
+  /** Hooks for the process's RateLimiter. */
+  readonly rateLimitEvents: RateLimitEvents = {
+    waited: (bucket, ms) => this.rateLimitWait.observe({ bucket }, Math.max(0, ms) / 1000),
+    paused: (bucket, by) => this.rateLimitPauses.inc({ bucket, by }),
+  };
 
   /** Reports `read()` as the runs in flight of a worker of `runtime`. */
   watchInFlight(runtime: string, read: () => number): () => void {

@@ -56,6 +56,31 @@ export interface InferOptions {
    * it, only once the budget is used up. createChatAgent and baton/ai give it themselves.
    */
   estimatedTokens?: number;
+  /**
+   * Take a grant from a model provider's rate-limit bucket (RATE_LIMITS) before the call:
+   * the step waits until the bucket can take it (keeping its lease, ending at once when
+   * ctx.signal aborts), makes the call, then settles the grant with the usage the call
+   * recorded (`call.recordUsage`). A memo hit takes nothing. See docs/rate-limits.md.
+   */
+  rateLimit?: RateLimitRequest;
+}
+
+export interface RateLimitRequest {
+  /** The bucket's name, as RATE_LIMITS defines it (`openai:gpt-4o-mini`). */
+  key: string;
+  /**
+   * The tokens to reserve in a bucket that limits tokens a minute: the prompt's size plus the
+   * most the answer may take. Default: `estimatedTokens`. The grant is settled with the usage
+   * the provider reports, so an estimate too high only holds room a little longer, while the
+   * call is made; one too low lets the provider see more than the bucket's tpm in that minute.
+   */
+  tokens?: number;
+  /**
+   * true: take a grant only when RATE_LIMITS defines the bucket, and call without one
+   * otherwise (how createChatAgent and baton/ai use their default buckets). Default false: a
+   * bucket RATE_LIMITS does not define fails the call.
+   */
+  optional?: boolean;
 }
 
 export interface ModelCallUsage {

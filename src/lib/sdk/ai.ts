@@ -19,7 +19,8 @@ import type {
   LanguageModelV3StreamPart, LanguageModelV3StreamResult, LanguageModelV3Usage,
 } from '@ai-sdk/provider';
 import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ModelMessage, type ToolSet } from 'ai';
-import type { RunContext } from './agent.ts';
+import type { InferOptions, RateLimitRequest, RunContext } from './agent.ts';
+import { BUCKET_NAME } from '../rate-limit-config.ts';
 import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
 import { isPermanentError, isToolDeclinedError, isTransientError, TransientError } from './errors.ts';
 import { estimateCallTokens } from './token-estimate.ts';
@@ -34,6 +35,14 @@ export interface DurableModelOptions {
    * calls are numbered in an order that does not depend on timing.
    */
   name?: string;
+  /**
+   * The provider rate-limit bucket (RATE_LIMITS) each call takes a grant from first.
+   * Default: `<provider>:<model id>` (`openai:gpt-4o-mini` for `openai.chat('gpt-4o-mini')`)
+   * when RATE_LIMITS defines it, no bucket otherwise; a name: that bucket, which RATE_LIMITS
+   * must define; false: none. The reservation is the call's estimate (its prompt, plus
+   * `maxOutputTokens` when the call sets one), settled with the usage the provider reports.
+   */
+  rateLimit?: string | false;
 }
 
 /**
@@ -47,6 +56,7 @@ export interface DurableModelOptions {
 export function durableModel(ctx: RunContext, model: LanguageModelV3, options: DurableModelOptions = {}): LanguageModelV3 {
   const name = options.name ?? 'model';
   if (!ID_PATTERN.test(name)) throw new TypeError(`durableModel name ${JSON.stringify(name)} must match ${ID_PATTERN}`);
+  const rateLimit = modelRateLimit(model, options.rateLimit);
   const middleware: LanguageModelMiddleware = {
     specificationVersion: 'v3',
     transformParams: async ({ params }) => withRunSignal(ctx, params),
@@ -59,11 +69,13 @@ export function durableModel(ctx: RunContext, model: LanguageModelV3, options: D
         for (const part of result.content) if (part.type === 'text' && part.text) ctx.emit(part.text);
         recordModelCall(call, inner.modelId, toUsage(result.usage));
         return storeGenerate(result);
-      }, { estimatedTokens: callEstimate(params) });
+      }, { estimatedTokens: callEstimate(params), rateLimit });
       reportModelCall(ctx, { model: inner.modelId, usage: toUsage(stored.usage), replayed: !called });
       return reviveGenerate(stored);
     },
-    wrapStream: async ({ doStream, params, model: inner }) => memoizedStream(ctx, name, inner.modelId, doStream, callEstimate(params)),
+    wrapStream: async ({ doStream, params, model: inner }) => memoizedStream(ctx, name, inner.modelId, doStream, {
+      estimatedTokens: callEstimate(params), rateLimit,
+    }),
   };
   return wrapLanguageModel({ model, middleware });
 }
@@ -204,6 +216,22 @@ function withRunSignal(ctx: RunContext, params: LanguageModelV3CallOptions): Lan
   return { ...params, abortSignal };
 }
 
+/**
+ * The bucket a durable model's calls take grants from: the one named, none (false), or by
+ * default `<provider>:<model id>` if RATE_LIMITS defines it (a pair no bucket name can hold has none).
+ */
+function modelRateLimit(model: LanguageModelV3, option: string | false | undefined): RateLimitRequest | undefined {
+  if (option === false) return undefined;
+  if (option === undefined) {
+    const key = `${String(model.provider).split('.')[0]}:${model.modelId}`;
+    return BUCKET_NAME.test(key) ? { key, optional: true } : undefined;
+  }
+  if (typeof option !== 'string' || !BUCKET_NAME.test(option)) {
+    throw new TypeError(`durableModel: rateLimit must be false or a bucket name matching ${BUCKET_NAME.source}`);
+  }
+  return { key: option };
+}
+
 /** The call's tokens as the scope's daily token budget checks them: the prompt, and the most output it asks for. */
 function callEstimate(params: LanguageModelV3CallOptions): number {
   return estimateCallTokens({ prompt: params.prompt, tools: params.tools }, params.maxOutputTokens);
@@ -301,7 +329,7 @@ type StoredPart = Exclude<LanguageModelV3StreamPart, { type: 'response-metadata'
  * error itself, which the agent's `await result.text` rethrows and the retry policy reads.
  */
 function memoizedStream(
-  ctx: RunContext, name: string, modelId: string, doStream: () => PromiseLike<LanguageModelV3StreamResult>, estimatedTokens: number,
+  ctx: RunContext, name: string, modelId: string, doStream: () => PromiseLike<LanguageModelV3StreamResult>, infer: InferOptions,
 ): LanguageModelV3StreamResult {
   let out!: ReadableStreamDefaultController<LanguageModelV3StreamPart>;
   let cancelled = false;
@@ -323,7 +351,7 @@ function memoizedStream(
       const finish = parts.find((p) => p.type === 'finish');
       recordModelCall(call, modelId, toUsage(finish?.type === 'finish' ? finish.usage : undefined));
       return { parts };
-    }, { estimatedTokens });
+    }, infer);
   step.then(
     ({ parts }) => {
       if (!called) for (const p of parts) push(revivePart(p));

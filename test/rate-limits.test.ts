@@ -1,0 +1,335 @@
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText } from 'ai';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createChatAgent } from '../src/lib/agents/chat.ts';
+import { ConfigError, loadConfig } from '../src/lib/config.ts';
+import { BatonError } from '../src/lib/errors.ts';
+import { RATE_WINDOW_MS, RateLimiter } from '../src/lib/engine/rate-limiter.ts';
+import { parseRateLimits } from '../src/lib/rate-limit-config.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { durableModel } from '../src/lib/sdk/ai.ts';
+import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
+import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+
+/**
+ * Provider rate limits (RATE_LIMITS, src/lib/engine/rate-limiter.ts, lua/rate-bucket.lua): the
+ * configuration, the bucket script's answers, and the engine's use of it in ctx.infer,
+ * createChatAgent and baton/ai, on real Redis with an in-process worker. The must-show with
+ * three worker processes is test/rate-limits-processes.test.ts.
+ */
+const BUCKETS = [
+  'rpm3=rpm:3', 'tpm1000=tpm:1000', 'pausing=rpm:100', 'operated=rpm:100', 'racing=rpm:20', 'abort=rpm:100',
+  'memo=rpm:10,tpm:10000', 'held=rpm:1', 'unused=rpm:5', 'openai:fake-429=rpm:100,tpm:100000',
+  'openai:fake-ai=rpm:100,tpm:100000', 'named:chat=rpm:100,tpm:100000',
+].join(';');
+
+let h: Harness;
+let fake: FakeOpenAI;
+let acme: ScopeClient;
+let limiter: RateLimiter;
+let metricsUrl: string;
+/** Calls of each test agent's model function, by run. */
+const calls = new Map<string, number>();
+const called = (runId: string) => calls.set(runId, (calls.get(runId) ?? 0) + 1).get(runId)!;
+
+const memoAgent = defineAgent({
+  name: 'rl-memo',
+  async run(ctx) {
+    const text = await ctx.infer('model', (call) => {
+      called(ctx.runId);
+      call.recordUsage({ model: 'm', inputTokens: 30, outputTokens: 12 });
+      return 'inferred';
+    }, { rateLimit: { key: 'memo', tokens: 500 } });
+    // The first attempt fails after its model call was stored: the second replays it from the memo.
+    if (ctx.attempt === 1) throw new TransientError('after the model call', 'AFTER_CALL');
+    return text;
+  },
+});
+
+/** Takes `held`'s one grant a minute: the second run waits for it. */
+const heldAgent = defineAgent({
+  name: 'rl-held',
+  async run(ctx) {
+    return ctx.infer('model', () => {
+      called(ctx.runId);
+      return 'made';
+    }, { rateLimit: { key: 'held' } });
+  },
+});
+
+const unknownAgent = defineAgent({
+  name: 'rl-unknown',
+  async run(ctx) {
+    return ctx.infer('model', () => 'never', { rateLimit: { key: 'no-such-bucket', tokens: 1 } });
+  },
+});
+
+beforeAll(async () => {
+  h = await useHarness({ RATE_LIMITS: BUCKETS });
+  fake = await startFakeOpenAI();
+  const api = await h.startApi();
+  const openai = createOpenAI({ baseURL: fake.baseURL, apiKey: 'test-key' });
+  const aiAgent = defineAgent({
+    name: 'rl-ai',
+    async run(ctx) {
+      const { text } = await generateText({ model: durableModel(ctx, openai.chat('fake-ai')), prompt: ctx.input.content, maxOutputTokens: 50 });
+      return text;
+    },
+  });
+  const chat429 = createChatAgent({ name: 'rl-chat', model: 'fake-429', baseURL: fake.baseURL, apiKey: 'k', maxTokens: 64 });
+  const chatNamed = createChatAgent({ name: 'rl-chat-named', model: 'fake-other', baseURL: fake.baseURL, apiKey: 'k', rateLimit: 'named:chat' });
+  const worker = await h.startWorker({ agents: [memoAgent, heldAgent, unknownAgent, aiAgent, chat429, chatNamed] });
+  metricsUrl = `${worker.opsUrl}/metrics`;
+  acme = await h.client(api.url, 'acme', 'client');
+  limiter = new RateLimiter(h.transitions(), h.config.RATE_LIMITS);
+});
+
+/** The bucket's grants, oldest first: [seq, tokens, r|s]. */
+async function grants(bucket: string): Promise<[number, number, string][]> {
+  const members = await h.redis.zrange(h.keys.rateGrants(bucket), 0, -1);
+  return members.map((m) => {
+    const [seq, tokens, state] = m.split(':');
+    return [Number(seq), Number(tokens), state];
+  });
+}
+
+const never = new AbortController().signal;
+
+describe('RATE_LIMITS', () => {
+  it('parses buckets of rpm and tpm, either or both', () => {
+    const limits = parseRateLimits(' openai:gpt-4o-mini=rpm:500,tpm:200000 ; anthropic:claude-3/haiku=rpm:50;tokens.only=tpm:9;');
+    expect([...limits]).toEqual([
+      ['openai:gpt-4o-mini', { rpm: 500, tpm: 200000 }],
+      ['anthropic:claude-3/haiku', { rpm: 50 }],
+      ['tokens.only', { tpm: 9 }],
+    ]);
+    expect(parseRateLimits('').size).toBe(0);
+    expect(loadConfig({}).RATE_LIMITS.size).toBe(0);
+  });
+
+  it.each([
+    ['a=rpm:0', /rpm must be from 1/],
+    ['a=rpm:1.5', /not rpm:<n> or tpm:<n>/],
+    ['a=rps:3', /not rpm:<n> or tpm:<n>/],
+    ['a=rpm:3,rpm:4', /rpm is given twice/],
+    ['a=', /not rpm:<n> or tpm:<n>/],
+    ['a', /expected <bucket>=rpm/],
+    ['a=rpm:1;a=tpm:2', /defined twice/],
+    ['{x}=rpm:1', /bucket name must match/],
+    ['a b=rpm:1', /bucket name must match/],
+    ['a=rpm:1;;b=rpm:2', /an empty entry/],
+    ['a=rpm:10000000000', /rpm must be from 1 to 1000000000/],
+  ])('refuses %j at start, saying why', (value, why) => {
+    expect(() => parseRateLimits(value)).toThrow(why);
+    let err: unknown;
+    try {
+      loadConfig({ RATE_LIMITS: value });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as Error).message).toMatch(/RATE_LIMITS: /);
+    expect((err as Error).message).toMatch(why);
+  });
+});
+
+describe('the bucket script', () => {
+  it('grants rpm requests in the window, then says when the oldest leaves it', async () => {
+    for (let i = 0; i < 3; i++) await limiter.acquire('rpm3', 0, never);
+    const reply = await h.transitions().rateBucket('rpm3', RATE_WINDOW_MS, { op: 'acquire', rpm: 3, tokens: 0, pollMs: 250, pauseMs: 1000 });
+    expect(reply).toMatchObject({ kind: 'wait', why: 'requests' });
+    const waitMs = (reply as { waitMs: number }).waitMs;
+    expect(waitMs).toBeGreaterThan(RATE_WINDOW_MS - 2_000);
+    expect(waitMs).toBeLessThanOrEqual(RATE_WINDOW_MS + 1);
+    expect(await limiter.state('rpm3')).toMatchObject({ bucket: 'rpm3', rpm: 3, tpm: null, requests: 3, paused: null });
+    // The log and the sums expire with the window: nothing of a bucket outlives it.
+    for (const key of [h.keys.rateBucket('rpm3'), h.keys.rateGrants('rpm3')]) {
+      const ttl = await h.redis.pttl(key);
+      expect(ttl).toBeGreaterThan(0);
+      expect(ttl).toBeLessThanOrEqual(RATE_WINDOW_MS + 1000);
+    }
+  });
+
+  it('counts reserved tokens until the settle, which gives back or takes the difference', async () => {
+    const a = await limiter.acquire('tpm1000', 600, never);
+    const call = () => h.transitions().rateBucket('tpm1000', RATE_WINDOW_MS, { op: 'acquire', tpm: 1000, tokens: 600, pollMs: 250, pauseMs: 1000 });
+    // 600 + 600 > 1000, but the first reservation may settle for less: look again soon.
+    expect(await call()).toEqual({ kind: 'wait', why: 'tokens', waitMs: 250 });
+    await limiter.settle(a, 100);
+    const b = await limiter.acquire('tpm1000', 600, never);
+    expect(await limiter.state('tpm1000')).toMatchObject({ tokens: 700, reservedTokens: 600 });
+    // Settled for more than it reserved: the window holds what the provider reported.
+    await limiter.settle(b, 800);
+    expect(await limiter.state('tpm1000')).toMatchObject({ tokens: 900, reservedTokens: 0 });
+    // Nothing in flight could free room: the wait is until the grants leave the window.
+    const reply = await call();
+    expect(reply).toMatchObject({ kind: 'wait', why: 'tokens' });
+    expect((reply as { waitMs: number }).waitMs).toBeGreaterThan(RATE_WINDOW_MS - 2_000);
+    expect((await grants('tpm1000')).map(([, t, s]) => [t, s])).toEqual([[100, 's'], [800, 's']]);
+    // A settle of a grant the window no longer holds changes nothing.
+    await limiter.settle({ ...a, member: '999:5:r' }, 3);
+    expect(await limiter.state('tpm1000')).toMatchObject({ tokens: 900 });
+  });
+
+  it('refuses a reservation larger than tpm: it could never be granted', () => {
+    expect(() => limiter.request({ key: 'tpm1000', tokens: 1001 }, 'infer:x:1')).toThrow(PermanentError);
+    expect(() => limiter.request({ key: 'tpm1000', tokens: 1001 }, 'infer:x:1')).toThrow(/RATE|more than the bucket tpm1000 grants/);
+    expect(() => limiter.request({ key: 'tpm1000' }, 'infer:x:1')).toThrow(/limits tokens per minute: give rateLimit.tokens/);
+    expect(() => limiter.request({ key: 'nope', tokens: 1 }, 'infer:x:1')).toThrow(/no rate-limit bucket "nope"/);
+    expect(limiter.request({ key: 'nope', tokens: 1, optional: true }, 'infer:x:1')).toBeUndefined();
+    expect(() => limiter.request({ key: '{bad}' }, 'infer:x:1')).toThrow(TypeError);
+    expect(limiter.request({ key: 'tpm1000', tokens: 99.2 }, 'infer:x:1')).toEqual({ bucket: 'tpm1000', tokens: 100 });
+  });
+
+  it("a provider's pause only moves later, holds every acquire, and ends by itself", async () => {
+    expect(await limiter.providerPause('pausing', 1_500)).toBe(true);
+    expect(await limiter.providerPause('pausing', 300)).toBe(false);
+    const state = await limiter.state('pausing');
+    expect(state.paused).toMatchObject({ by: 'provider' });
+    expect(state.paused!.untilMs! - Date.now()).toBeGreaterThan(1_000);
+    const started = Date.now();
+    await limiter.acquire('pausing', 0, never);
+    const waited = Date.now() - started;
+    expect(waited).toBeGreaterThan(1_100);
+    expect(waited).toBeLessThan(3_000);
+    expect((await limiter.state('pausing')).paused).toBeNull();
+  });
+
+  it('an operator pauses until resumed, for a while or until a time; a resume lifts it at once', async () => {
+    expect((await limiter.pause('operated')).paused).toEqual({ by: 'operator', untilMs: null });
+    // Paused until resumed: the bucket's hash is kept however long that is.
+    expect(await h.redis.pttl(h.keys.rateBucket('operated'))).toBe(-1);
+    const got = limiter.acquire('operated', 0, never);
+    await sleep(1_300);
+    let granted = false;
+    void got.then(() => { granted = true; });
+    await sleep(10);
+    expect(granted).toBe(false);
+    const resumedAt = Date.now();
+    expect((await limiter.resume('operated')).paused).toBeNull();
+    await got;
+    // Within the pause's polling interval.
+    expect(Date.now() - resumedAt).toBeLessThan(1_200);
+
+    const until = Date.now() + 60_000;
+    expect((await limiter.pause('operated', { untilMs: until })).paused).toEqual({ by: 'operator', untilMs: until });
+    // A provider's shorter pause does not shorten the operator's.
+    expect(await limiter.providerPause('operated', 1_000)).toBe(false);
+    const paused = (await limiter.pause('operated', { forMs: 5_000 })).paused!;
+    expect(paused.untilMs! - Date.now()).toBeLessThanOrEqual(5_000);
+    await limiter.resume('operated');
+
+    for (const bad of [{ untilMs: Date.now() - 1 }, { forMs: 0 }, { forMs: 1.5 }, { untilMs: until, forMs: 5 }]) {
+      await expect(limiter.pause('operated', bad)).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+    }
+    expect((await limiter.state('operated')).paused).toBeNull();
+    await expect(limiter.pause('no-such')).rejects.toBeInstanceOf(BatonError);
+    await expect(limiter.state('no-such')).rejects.toMatchObject({ code: 'NOT_FOUND' });
+  });
+
+  it('an abort ends a wait at once', async () => {
+    await limiter.pause('abort');
+    const ac = new AbortController();
+    const waiting = limiter.acquire('abort', 0, ac.signal);
+    await sleep(300);
+    const abortedAt = Date.now();
+    ac.abort(new Error('cancelled'));
+    await expect(waiting).rejects.toThrow('cancelled');
+    expect(Date.now() - abortedAt).toBeLessThan(50);
+    await limiter.resume('abort');
+  });
+
+  it('grants exactly rpm to acquires racing from separate connections', async () => {
+    const another = () => new RateLimiter(h.transitions(), h.config.RATE_LIMITS);
+    const limiters = [limiter, another(), another()];
+    const ac = new AbortController();
+    const outcomes = Array.from({ length: 60 }, (_, i) => limiters[i % 3].acquire('racing', 0, ac.signal).then(() => 'granted', () => 'waiting'));
+    await waitFor(async () => (await grants('racing')).length >= 20, 5_000, '20 grants');
+    await sleep(500);
+    ac.abort(new Error('done'));
+    const settled = await Promise.all(outcomes);
+    expect(settled.filter((o) => o === 'granted')).toHaveLength(20);
+    expect(await grants('racing')).toHaveLength(20);
+  });
+});
+
+describe('ctx.infer under a bucket', () => {
+  it('a memoized model call that replays takes no grant, and its grant is settled with its usage', async () => {
+    const sub = await acme.submit('memo', 'x', { agent: 'rl-memo' });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 20_000);
+    expect(run).toMatchObject({ status: 'succeeded', attempt: 2, result: { answer: 'inferred' } });
+    expect(calls.get(run.id)).toBe(1);
+    // One grant, settled with the 42 tokens the call recorded (it reserved 500).
+    expect(await grants('memo')).toEqual([[1, 42, 's']]);
+  });
+
+  it('a run waiting for its bucket keeps its lease, and a cancel ends the wait at once', async () => {
+    const first = await acme.submit('held-1', 'x', { agent: 'rl-held' });
+    await acme.waitStatus(first.body.id, ['succeeded'], 20_000);
+    const second = (await acme.submit('held-2', 'x', { agent: 'rl-held' })).body.id;
+    const running = await acme.waitStatus(second, ['running'], 20_000);
+    // Two leases and more (LEASE_MS 2000): still the first claim, never taken over.
+    await sleep(4_500);
+    const still = (await acme.get(`/runs/${second}`)).body;
+    expect(still.status).toBe('running');
+    expect(still.attempt).toBe(running.attempt);
+    expect(await h.redis.hget(h.keys.scope('acme').run(second), 'fence')).toBe('1');
+    expect(calls.get(second)).toBeUndefined();
+    const cancelledAt = Date.now();
+    expect((await acme.post(`/runs/${second}/cancel`)).status).toBe(200);
+    await acme.waitStatus(second, ['cancelled'], 5_000);
+    expect(Date.now() - cancelledAt).toBeLessThan(1_500);
+    expect(calls.get(second)).toBeUndefined();
+  }, 30_000);
+
+  it('a bucket RATE_LIMITS does not define fails the run, naming it', async () => {
+    const sub = await acme.submit('unknown', 'x', { agent: 'rl-unknown' });
+    const run = await acme.waitStatus(sub.body.id, ['failed'], 20_000);
+    expect(run.lastError.message).toMatch(/no rate-limit bucket "no-such-bucket"/);
+  });
+});
+
+describe('createChatAgent and baton/ai', () => {
+  it("a provider's 429 pauses the bucket, and the call that got it is made again after the pause, in the same attempt", async () => {
+    fake.script('#429', [answer('after the pause', { usage: { prompt_tokens: 20, completion_tokens: 3 } })]);
+    fake.overload(1);
+    const sub = await acme.submit('429', 'hello #429', { agent: 'rl-chat' });
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 20_000);
+    expect(run).toMatchObject({ status: 'succeeded', attempt: 1, result: { answer: 'after the pause' } });
+    const sent = fake.requestsFor('#429');
+    expect(sent.map((r) => r.reply.kind)).toEqual(['status', 'stream']);
+    expect(sent[1].at - sent[0].at).toBeGreaterThanOrEqual(950);
+    // The answer's cap went to the provider, and was part of the reservation.
+    expect(sent[0].body.max_completion_tokens).toBe(64);
+    // Two grants: the refused call's settled at 0, the answered one's at the usage reported.
+    expect((await grants('openai:fake-429')).map(([, t, s]) => [t, s])).toEqual([[0, 's'], [23, 's']]);
+  });
+
+  it('createChatAgent takes the bucket it names; baton/ai its default <provider>:<model>', async () => {
+    fake.script('#named', [answer('named', { usage: { prompt_tokens: 7, completion_tokens: 1 } })]);
+    const named = await acme.submit('named', 'hi #named', { agent: 'rl-chat-named' });
+    expect(await acme.waitStatus(named.body.id, ['succeeded', 'failed'], 20_000)).toMatchObject({ status: 'succeeded' });
+    expect((await grants('named:chat')).map(([, t, s]) => [t, s])).toEqual([[8, 's']]);
+
+    fake.script('#ai', [answer('from the sdk', { usage: { prompt_tokens: 11, completion_tokens: 4 } })]);
+    const ai = await acme.submit('ai', 'hi #ai', { agent: 'rl-ai' });
+    expect(await acme.waitStatus(ai.body.id, ['succeeded', 'failed'], 20_000)).toMatchObject({ status: 'succeeded', result: { answer: 'from the sdk' } });
+    expect((await grants('openai:fake-ai')).map(([, t, s]) => [t, s])).toEqual([[15, 's']]);
+  });
+});
+
+describe('metrics', () => {
+  it('exports each bucket: its limits, its window, the waits and the pauses', async () => {
+    const body = await (await fetch(metricsUrl)).text();
+    expect(body).toContain('baton_rate_limit_limit{bucket="tpm1000",unit="tokens"} 1000');
+    expect(body).toContain('baton_rate_limit_used{bucket="rpm3",unit="requests"} 3');
+    expect(body).toContain('baton_rate_limit_wait_seconds_count{bucket="unused"} 0');
+    expect(body).toContain('baton_rate_limit_pauses_total{bucket="unused",by="provider"} 0');
+    // This worker's one 429 pause, and the waits of its model calls (the 429's second call waited the pause out).
+    expect(body).toContain('baton_rate_limit_pauses_total{bucket="openai:fake-429",by="provider"} 1');
+    const waited = Number(/baton_rate_limit_wait_seconds_sum\{bucket="openai:fake-429"\} (\S+)/.exec(body)?.[1]);
+    expect(waited).toBeGreaterThan(0.9);
+    expect(body).not.toContain('bucket="no-such-bucket"');
+  });
+});
