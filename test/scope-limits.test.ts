@@ -21,7 +21,8 @@ let url: string;
 let operator: string;
 
 beforeAll(async () => {
-  h = await useHarness({ SUBMIT_RATE_PER_SEC: '0.2', SUBMIT_BURST: '100' });
+  // No fair-share pass: a test sets the level itself.
+  h = await useHarness({ SUBMIT_RATE_PER_SEC: '0.2', SUBMIT_BURST: '100', FAIR_SHARE_INTERVAL_MS: '0' });
   url = (await h.startApi()).url;
   operator = await h.operatorKey();
 });
@@ -170,7 +171,7 @@ describe('a body out of range', () => {
 });
 
 describe('what is in use', () => {
-  it('shows the scope’s active runs, the parked and share the scheduler writes, and this process’s open streams', async () => {
+  it('shows the scope’s active runs, the parked count the scheduler keeps, its fair share while scopes contend, and this process’s open streams', async () => {
     const c = await h.client(url, 'busy', 'client');
     const runs = [];
     // No worker serves this runtime: each run keeps its slot, dispatched.
@@ -181,10 +182,13 @@ describe('what is in use', () => {
     try {
       let view = (await limitsOf('busy', operator)).body;
       expect(view.inUse).toEqual({ active: 3, parked: 0, share: null, streams: 1, tokensToday: 0 });
-      // The scheduler's fields of the scope's counters, as it writes them.
-      await h.redis.hset(h.keys.scope('busy').meta, { parked: '4', share: '2.5' });
+      // The scheduler's count of parked runs, and a fair-share level as the pass that works it
+      // out keeps it (src/lib/engine/fair-share.ts): 2.5 slots per unit of weight, weight 1.
+      await h.redis.hset(h.keys.scope('busy').meta, { parked: '4' });
+      await h.redis.set(h.keys.fairShare, JSON.stringify({ level: 2.5, capacity: 16 }), 'PX', 60_000);
       view = (await limitsOf('busy', operator)).body;
-      expect(view.inUse).toEqual({ active: 3, parked: 4, share: 2.5, streams: 1, tokensToday: 0 });
+      expect(view.inUse).toEqual({ active: 3, parked: 4, share: 3, streams: 1, tokensToday: 0 });
+      await h.redis.del(h.keys.fairShare);
     } finally {
       ctrl.abort();
     }

@@ -207,7 +207,7 @@ export const limitsResponse = z.object({
   inUse: z.object({
     active: z.number().int().describe('runs of the scope dispatched or running'),
     parked: z.number().int().describe('runnable runs held back by a limit'),
-    share: z.number().nullable().describe("the scope's share of the workers' slots, null when none was worked out"),
+    share: z.number().int().nullable().describe("the scope's fair share of the workers' slots while scopes contend for them (ceil(level × weight)); null when they do not"),
     streams: z.number().int().describe('event streams of the scope open on the API process that answered'),
     tokensToday: z.number().int().describe('model tokens the scope used today (UTC), what tokensPerDay is checked against'),
   }),

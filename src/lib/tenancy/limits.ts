@@ -1,3 +1,5 @@
+import { shareAt } from '../engine/fair-share.ts';
+import type { FairLevel } from '../engine/transitions.ts';
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config.ts';
@@ -100,13 +102,17 @@ export class ScopeLimitStore {
   /** The scope's limits, where each comes from, and how much of them is in use. */
   async view(scope: string): Promise<ScopeLimitsView> {
     const sk = this.keys.scope(scope);
-    const [stored, [active, parked, share], tokens] = await Promise.all([
+    const [stored, [active, parked], fair, tokens] = await Promise.all([
       this.redis.hgetall(sk.limits),
-      this.redis.hmget(sk.meta, 'active', 'parked', 'share'),
+      this.redis.hmget(sk.meta, 'active', 'parked'),
+      // The fair share's level while scopes contend for the workers (src/lib/engine/fair-share.ts).
+      this.redis.get(this.keys.fairShare),
       // Today's model tokens, the total tokensPerDay is checked against (src/lib/engine/budgets.ts).
       this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
     ]);
     const set = this.decode(scope, stored);
+    const level = fair === null ? undefined : (JSON.parse(fair) as FairLevel).level;
+    const weight = set.weight ?? this.defaults.weight;
     return {
       scope,
       limits: { ...this.defaults, ...set },
@@ -115,7 +121,7 @@ export class ScopeLimitStore {
       inUse: {
         active: counter(scope, 'active', active) ?? 0,
         parked: counter(scope, 'parked', parked) ?? 0,
-        share: share === null ? null : finite(scope, 'share', share),
+        share: level === undefined ? null : shareAt(level, weight),
         streams: this.o.openStreams(scope),
         tokensToday: counter(scope, 'tokens', tokens) ?? 0,
       },
