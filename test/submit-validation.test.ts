@@ -43,6 +43,10 @@ describe('submit rejects bad input with a clear 4xx and writes nothing', () => {
     ['metadata not an object', { ...valid, metadata: [1, 2] }, 'body.metadata'],
     ['maxAttempts zero', { ...valid, maxAttempts: 0 }, 'body.maxAttempts'],
     ['multitask unknown', { ...valid, multitask: 'later' }, 'body.multitask'],
+    ['priority above 9', { ...valid, priority: 10 }, 'body.priority'],
+    ['priority not an integer', { ...valid, priority: 4.5 }, 'body.priority'],
+    ['concurrencyKey with a brace', { ...valid, concurrencyKey: 'org{1}' }, 'body.concurrencyKey'],
+    ['concurrencyKey too long', { ...valid, concurrencyKey: 'k'.repeat(129) }, 'body.concurrencyKey'],
     ['body is an array', [valid], 'body'],
   ];
   for (const [name, body, path] of cases) {
