@@ -5,7 +5,8 @@ import * as req from '../src/api/schemas.ts';
 import type { presentRun } from '../src/api/presenters.ts';
 import type {
   DrainResult, ErrorBody, MessagesPage, ResumeResult, Run, RunStatus, RuntimeStats, RuntimeView, RunsPage, StepsPage,
-  ScopeLimits, ScopeLimitsView, ScopeUsage, StreamToken, SubmitRequest, WaitResumed, WhoAmI,
+  RateLimitBucket, RateLimitPause, RateLimitsView, ScopeLimits, ScopeLimitsView, ScopeUsage, StreamToken, SubmitRequest, WaitResumed,
+  WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type * as client from '../src/lib/client/client.ts';
@@ -18,6 +19,7 @@ describe('contract types', () => {
   it('request schemas accept exactly the contract requests', () => {
     expectTypeOf<z.input<typeof req.submitBody>>().toEqualTypeOf<SubmitRequest>();
     expectTypeOf<z.input<typeof req.limitsBody>>().toEqualTypeOf<Partial<ScopeLimits>>();
+    expectTypeOf<z.input<typeof req.ratePauseBody>>().toEqualTypeOf<RateLimitPause>();
   });
 
   it('response schemas describe exactly the contract answers', () => {
@@ -35,6 +37,8 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.usageResponse>>().toEqualTypeOf<ScopeUsage>();
     expectTypeOf<z.infer<typeof res.waitResumedResponse>>().toEqualTypeOf<WaitResumed>();
     expectTypeOf<z.infer<typeof res.limitsResponse>>().toEqualTypeOf<ScopeLimitsView>();
+    expectTypeOf<z.infer<typeof res.rateLimitsResponse>>().toEqualTypeOf<RateLimitsView>();
+    expectTypeOf<z.infer<typeof res.rateLimitBucketResponse>>().toEqualTypeOf<RateLimitBucket>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

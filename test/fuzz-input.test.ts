@@ -26,7 +26,7 @@ let host: string;
 let port: number;
 let key: string;
 let operator: string;
-let routes: { method: string; path: string; params: string[] }[];
+let routes: { method: string; path: string; params: string[]; access: string }[];
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
 const SCHEMA_RUNS = Number(process.env.FUZZ_SCHEMA_RUNS ?? 200);
@@ -34,7 +34,9 @@ const NESTING_RUNS = Number(process.env.FUZZ_NESTING_RUNS ?? 100);
 
 beforeAll(async () => {
   // No fair-share pass either: its lock key comes and goes every interval, written by no request.
-  h = await useHarness({ SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192' });
+  h = await useHarness({
+    SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192', RATE_LIMITS: 'fuzz:bucket=rpm:10',
+  });
   const api = await h.startApi();
   const u = new URL(api.url);
   host = u.hostname;
@@ -43,10 +45,11 @@ beforeAll(async () => {
   operator = await h.operatorKey();
   const doc = (await call(api.url, 'GET', '/openapi.json')).body;
   routes = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, ops]) =>
-    Object.keys(ops).map((method) => ({
+    Object.entries(ops).map(([method, op]) => ({
       method: method.toUpperCase(),
       path,
       params: [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]),
+      access: op['x-baton-access'],
     })),
   );
   expect(routes.length).toBeGreaterThan(10);
@@ -135,9 +138,9 @@ function post(
 
 const VALID: Record<string, string> = {
   scope: 'acme', runId: 'rmissing0000000000', sessionId: 's1', runtimeId: 'default', stepKey: 'step:charge:1',
-  waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`,
+  waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`, bucket: 'fuzz:bucket',
 };
-const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token'];
+const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket'];
 
 /** A path segment: mostly hostile, sometimes valid, already safe to put in a request line. */
 const segment = (name: string) =>
@@ -434,6 +437,57 @@ describe('generated limit bodies from an operator key', () => {
   });
 });
 
+/** Pause bodies: until a time, for a while, both, or neither; values mostly in range, some past them or of the wrong type. */
+const pauseBody = fc.record({
+  untilMs: fc.oneof(
+    { weight: 4, arbitrary: fc.integer({ min: 1_000, max: 365 * 86_400_000 }).map((ms) => Date.now() + 60_000 + ms) },
+    { weight: 1, arbitrary: fc.constantFrom(0, -1, 1, 1.5, Date.now() - 1_000, Date.now() + 400 * 86_400_000, '1', null, Number.MAX_SAFE_INTEGER + 2) },
+  ),
+  forMs: limitValue(1_000, 366 * 86_400_000),
+  extra: fc.constant(1),
+}, { requiredKeys: [] });
+
+describe('generated pause bodies from an operator key', () => {
+  it('pause the bucket as asked, or are refused 400 VALIDATION_FAILED naming a body field, and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    let refused = 0;
+    await fc.assert(
+      fc.asyncProperty(pauseBody, async (body) => {
+        const text = JSON.stringify(body);
+        const res = await send('POST', '/v1/rate-limits/fuzz%3Abucket/pause', {
+          authorization: `Bearer ${operator}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
+        }, text);
+        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 200) {
+          accepted++;
+          const paused = JSON.parse(res.text).paused;
+          if (body.untilMs !== undefined) expect(paused, what).toEqual({ by: 'operator', untilMs: body.untilMs });
+          else if (body.forMs !== undefined) expect(Math.abs(paused.untilMs - Date.now() - Number(body.forMs)), what).toBeLessThan(5_000);
+          else expect(paused, what).toEqual({ by: 'operator', untilMs: null });
+          baseline = await snapshot();
+          return;
+        }
+        refused++;
+        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
+        expect(error.code, what).toBe('VALIDATION_FAILED');
+        expect(error.details.length, what).toBeGreaterThan(0);
+        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated pause bodies: ${accepted} paused, ${refused} refused`);
+    expect(accepted).toBeGreaterThan(0);
+    expect(refused).toBeGreaterThan(0);
+    // A bucket RATE_LIMITS does not define: 404 for an operator, 403 for a scope's key, before anything is read.
+    const nobody = await send('DELETE', '/v1/rate-limits/no-such-bucket/pause', { authorization: `Bearer ${operator}` }, undefined);
+    expect([nobody.status, JSON.parse(nobody.text).error.code]).toEqual([404, 'NOT_FOUND']);
+    expect((await send('DELETE', '/v1/rate-limits/fuzz%3Abucket/pause', { authorization: `Bearer ${key}` }, undefined)).status).toBe(403);
+  });
+});
+
 describe('generated nesting in every JSON body', () => {
   it('past BODY_MAX_DEPTH is 400 VALIDATION_FAILED on every route that reads JSON, whatever the shape, and writes nothing', async () => {
     // The default body limit, so bodies nested tens of thousands deep arrive whole.
@@ -463,7 +517,8 @@ describe('generated nesting in every JSON body', () => {
           }
           const body = `{"sessionId":"s1","input":{"content":"x"},"${field}":${open}0${close}}`;
           const path = route.path.replace(/\{(\w+)\}/g, (_, p: string) => VALID[p]);
-          const res = await post(target, key, path, body, 'application/json');
+          // An operator route takes an operator key (a scope's key is refused before the body is read).
+          const res = await post(target, route.access === 'operator' ? operator : key, path, body, 'application/json');
           const what = `${route.path} ${field} ${depth} levels -> ${res.status} ${res.text.slice(0, 200)}`;
           expect(res.status, what).toBeLessThan(500);
           if (route.path === '/v1/waits/{token}') {

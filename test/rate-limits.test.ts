@@ -11,6 +11,7 @@ import { durableModel } from '../src/lib/sdk/ai.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { call } from './helpers/http.ts';
 
 /**
  * Provider rate limits (RATE_LIMITS, src/lib/engine/rate-limiter.ts, lua/rate-bucket.lua): the
@@ -29,6 +30,7 @@ let fake: FakeOpenAI;
 let acme: ScopeClient;
 let limiter: RateLimiter;
 let metricsUrl: string;
+let apiUrl: string;
 /** Calls of each test agent's model function, by run. */
 const calls = new Map<string, number>();
 const called = (runId: string) => calls.set(runId, (calls.get(runId) ?? 0) + 1).get(runId)!;
@@ -69,6 +71,7 @@ beforeAll(async () => {
   h = await useHarness({ RATE_LIMITS: BUCKETS });
   fake = await startFakeOpenAI();
   const api = await h.startApi();
+  apiUrl = api.url;
   const openai = createOpenAI({ baseURL: fake.baseURL, apiKey: 'test-key' });
   const aiAgent = defineAgent({
     name: 'rl-ai',
@@ -220,7 +223,9 @@ describe('the bucket script', () => {
     expect(paused.untilMs! - Date.now()).toBeLessThanOrEqual(5_000);
     await limiter.resume('operated');
 
-    for (const bad of [{ untilMs: Date.now() - 1 }, { forMs: 0 }, { forMs: 1.5 }, { untilMs: until, forMs: 5 }]) {
+    const soon = Date.now();
+    const bads = [{ untilMs: soon - 1 }, { untilMs: soon + 100 }, { forMs: 999 }, { forMs: 1500.5 }, { untilMs: until, forMs: 5_000 }];
+    for (const bad of bads) {
       await expect(limiter.pause('operated', bad)).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
     }
     expect((await limiter.state('operated')).paused).toBeNull();
@@ -332,4 +337,43 @@ describe('metrics', () => {
     expect(waited).toBeGreaterThan(0.9);
     expect(body).not.toContain('bucket="no-such-bucket"');
   });
+});
+
+describe('the operator routes', () => {
+  it('list the buckets, pause one for every worker and resume it; a scope key is 403, an unknown bucket 404', async () => {
+    const operator = { authorization: `Bearer ${await h.operatorKey()}` };
+    const list = await call(apiUrl, 'GET', '/v1/rate-limits', undefined, operator);
+    expect(list.status).toBe(200);
+    expect(list.body.windowMs).toBe(RATE_WINDOW_MS);
+    expect(list.body.buckets.map((b: { bucket: string }) => b.bucket)).toEqual([...h.config.RATE_LIMITS.keys()]);
+    expect(list.body.buckets.find((b: { bucket: string }) => b.bucket === 'rpm3')).toEqual({
+      bucket: 'rpm3', rpm: 3, tpm: null, requests: 3, tokens: 0, reservedTokens: 0, paused: null,
+    });
+
+    const path = `/v1/rate-limits/${encodeURIComponent('named:chat')}/pause`;
+    const paused = await call(apiUrl, 'POST', path, { forMs: 60_000 }, operator);
+    expect(paused).toMatchObject({ status: 200, body: { bucket: 'named:chat', paused: { by: 'operator' } } });
+    // Every worker's next call of that bucket waits: this run does not reach the provider while it lasts.
+    fake.script('#held-by-operator', [answer('after the resume')]);
+    const run = (await acme.submit('op-pause', 'hi #held-by-operator', { agent: 'rl-chat-named' })).body.id;
+    await acme.waitStatus(run, ['running'], 20_000);
+    await sleep(1_500);
+    expect(fake.requestsFor('#held-by-operator')).toHaveLength(0);
+    const resumed = await call(apiUrl, 'DELETE', path, undefined, operator);
+    expect(resumed).toMatchObject({ status: 200, body: { bucket: 'named:chat', paused: null } });
+    expect(await acme.waitStatus(run, ['succeeded', 'failed'], 20_000)).toMatchObject({ status: 'succeeded', result: { answer: 'after the resume' } });
+
+    const unpaused = await call(apiUrl, 'POST', '/v1/rate-limits/unused/pause', {}, operator);
+    expect(unpaused.body.paused).toEqual({ by: 'operator', untilMs: null });
+    expect((await call(apiUrl, 'DELETE', '/v1/rate-limits/unused/pause', undefined, operator)).body.paused).toBeNull();
+
+    expect(await call(apiUrl, 'POST', '/v1/rate-limits/unused/pause', { untilMs: Date.now() + 10_000, forMs: 5_000 }, operator))
+      .toMatchObject({ status: 400, body: { error: { code: 'VALIDATION_FAILED', details: [{ path: 'body.forMs' }] } } });
+    expect(await call(apiUrl, 'POST', '/v1/rate-limits/no-such/pause', {}, operator))
+      .toMatchObject({ status: 404, body: { error: { code: 'NOT_FOUND' } } });
+    const admin = { authorization: `Bearer ${await h.key('acme', 'admin')}` };
+    expect((await call(apiUrl, 'GET', '/v1/rate-limits', undefined, admin)).status).toBe(403);
+    expect((await call(apiUrl, 'POST', '/v1/rate-limits/unused/pause', {}, admin)).status).toBe(403);
+    expect((await limiter.state('unused')).paused).toBeNull();
+  }, 30_000);
 });

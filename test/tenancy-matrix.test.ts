@@ -16,11 +16,11 @@ import { tenancyAgents } from './helpers/tenancy-agents.ts';
 let h: Harness;
 let url: string;
 let routes: { method: string; path: string; access: string }[];
-const ids: Record<string, string> = { scope: 'acme', sessionId: 'm1' };
+const ids: Record<string, string> = { scope: 'acme', sessionId: 'm1', bucket: 'matrix:bucket' };
 
 beforeAll(async () => {
   // No rate-limit bucket either: it expires by itself once full, which would look like a change.
-  h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0' });
+  h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', RATE_LIMITS: 'matrix:bucket=rpm:10' });
   url = (await h.startApi()).url;
   const worker = await h.startWorker({ agents: tenancyAgents });
   const acme = await h.client(url, 'acme');
@@ -255,6 +255,34 @@ describe('an operator key', () => {
     console.log(`${refused} routes of a scope refused an operator key`);
     expect(refused).toBeGreaterThanOrEqual(11);
     expect(await scopeState('acme')).toEqual(before);
+  });
+});
+
+describe('the operator routes outside a scope', () => {
+  it('refuse every key of a scope, of either role, with 403 (401 without a key), and change nothing anywhere', async () => {
+    const unscoped = routes.filter((r) => r.access === 'operator' && !r.path.includes('{scope}'));
+    expect(unscoped.map((r) => `${r.method} ${r.path}`)).toEqual(expect.arrayContaining([
+      'GET /v1/rate-limits', 'POST /v1/rate-limits/{bucket}/pause', 'DELETE /v1/rate-limits/{bucket}/pause',
+    ]));
+    const everything = async () => {
+      const out: [string, string][] = [];
+      for (const k of (await h.allKeys()).sort()) out.push([k, createHash('sha1').update((await h.redis.dumpBuffer(k)) ?? 'gone').digest('hex')]);
+      return out;
+    };
+    const before = await everything();
+    for (const r of unscoped) {
+      for (const scope of ['acme', 'globex']) {
+        for (const role of ['client', 'admin'] as ScopeRole[]) {
+          const res = await send(r.method, urlFor(r.path, scope, ids), await h.key(scope, role));
+          expect([res.status, res.body.error?.code], `${role} of ${scope}: ${r.method} ${r.path}`).toEqual([403, 'FORBIDDEN']);
+        }
+      }
+      expect((await send(r.method, urlFor(r.path, 'acme', ids), undefined)).status, `${r.method} ${r.path}`).toBe(401);
+    }
+    expect(await everything()).toEqual(before);
+    // The operator's own key reads them.
+    const list = await send('GET', '/v1/rate-limits', await h.operatorKey());
+    expect(list).toMatchObject({ status: 200, body: { buckets: [{ bucket: 'matrix:bucket', rpm: 10, paused: null }] } });
   });
 });
 

@@ -18,6 +18,7 @@ import { Submissions } from '../lib/engine/submissions.ts';
 import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
 import { WaitStore } from '../lib/engine/wait-store.ts';
 import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
+import type { RateLimiter } from '../lib/engine/rate-limiter.ts';
 
 /**
  * What the HTTP layer needs from the process that hosts it: the domain objects routes call
@@ -43,6 +44,8 @@ export interface AppDeps {
   admin: RuntimeAdmin;
   /** A scope's operator-set limits (and the cached maxStreams each stream admission reads). */
   limits: ScopeLimitStore;
+  /** Model providers' rate-limit buckets (RATE_LIMITS): what operators read, pause and resume. */
+  rateLimits: RateLimiter;
   /** Model usage of a scope and of a run. */
   usage: UsageReader;
   /** Compiles outputSchemas off the event loop; unset: the process's shared guard. */
@@ -103,6 +106,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
       fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
     }),
     usage: new UsageReader(redis, keys, c),
+    rateLimits: res.rateLimits,
     checks: [redisCheck(redis), ...checks],
   };
 }

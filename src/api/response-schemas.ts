@@ -238,3 +238,21 @@ export const runUsageResponse = z.object({
   costUsd: z.number().optional().describe('by MODEL_PRICES, when it is set and prices every model the run called'),
   unpriced: z.array(z.string()).optional().describe('models the run called that MODEL_PRICES has no price for'),
 });
+
+export const rateLimitBucketResponse = z.object({
+  bucket: z.string(),
+  rpm: z.number().int().nullable().describe('requests a minute (RATE_LIMITS); null: not limited'),
+  tpm: z.number().int().nullable().describe('tokens a minute (RATE_LIMITS); null: not limited'),
+  requests: z.number().int().describe('grants in the window now'),
+  tokens: z.number().int().describe('their tokens: as settled with the usage reported, or reserved by calls in flight'),
+  reservedTokens: z.number().int().describe('the part of tokens still reserved by calls in flight'),
+  paused: z.object({
+    by: z.enum(['provider', 'operator']).describe("a provider's 429 with Retry-After, or an operator"),
+    untilMs: z.number().int().nullable().describe('epoch ms; null: until an operator resumes it'),
+  }).nullable().describe('null: not paused'),
+});
+
+export const rateLimitsResponse = z.object({
+  windowMs: z.number().int().describe('how long a grant counts in its bucket: the minute, and a second for the request to reach the provider'),
+  buckets: z.array(rateLimitBucketResponse),
+});

@@ -4,6 +4,7 @@ import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { limitsRoutes } from './routes-limits.ts';
 import { opsRoutes } from './routes-ops.ts';
+import { rateLimitRoutes } from './routes-rate-limits.ts';
 import { runRoutes } from './routes-runs.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
 import { waitRoutes } from './routes-waits.ts';
@@ -31,4 +32,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...adminRoutes,
   ...usageRoutes,
   ...limitsRoutes,
+  ...rateLimitRoutes,
 ];

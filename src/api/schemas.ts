@@ -4,6 +4,8 @@ import {
   WAIT_TOKEN_PATTERN,
 } from '../lib/contract/index.ts';
 import { limitOverrides } from '../lib/tenancy/limits.ts';
+import { BUCKET_NAME } from '../lib/rate-limit-config.ts';
+import { MAX_PAUSE_MS, MIN_PAUSE_MS } from '../lib/engine/rate-limiter.ts';
 
 /**
  * Request schemas: the validation of every route and the source of /openapi.json. The
@@ -182,6 +184,15 @@ export const usageQuery = z.strictObject({
 
 /** PUT …/limits: the scope's overrides, each in its range (src/lib/tenancy/limits.ts); a field absent takes its default. */
 export const limitsBody = limitOverrides;
+
+/** …/rate-limits/{bucket}/…: a bucket's name as RATE_LIMITS gives it (percent-encode a `/` in it). */
+export const bucketParams = z.strictObject({ bucket: z.string().regex(BUCKET_NAME, 'must be a bucket name (letters, digits, . _ : / -)') });
+
+/** POST …/rate-limits/{bucket}/pause: until a time (epoch ms), for a while, or (neither) until resumed. */
+export const ratePauseBody = z.strictObject({
+  untilMs: z.number().int().positive().optional().describe('epoch ms, at least a second ahead, within 366 days'),
+  forMs: z.number().int().min(MIN_PAUSE_MS).max(MAX_PAUSE_MS).optional(),
+}).refine((b) => b.untilMs === undefined || b.forMs === undefined, { message: 'give untilMs or forMs, not both', path: ['forMs'] });
 
 /** `Authorization: Bearer <key>`: keys are printable ASCII without spaces, 16-256 chars. */
 export const authorizationHeader = z.string().regex(/^Bearer [\x21-\x7e]{16,256}$/, 'must be "Bearer <API key>"');

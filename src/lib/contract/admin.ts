@@ -134,3 +134,32 @@ export interface TokenBudget {
   /** The next UTC midnight (ISO), when a new day's budget starts. */
   resetsAt: string;
 }
+
+/**
+ * A model provider's rate-limit bucket (RATE_LIMITS), shared by every worker, as an operator
+ * sees it (`GET /v1/rate-limits`, and the answer of a pause or a resume).
+ */
+export interface RateLimitBucket {
+  bucket: string;
+  /** Requests and tokens a minute the provider may see (RATE_LIMITS); null: not limited that way. */
+  rpm: number | null;
+  tpm: number | null;
+  /** What the bucket's window holds now: grants, their tokens (as settled, or reserved by calls in flight), the part reserved. */
+  requests: number;
+  tokens: number;
+  reservedTokens: number;
+  /** null: not paused. `untilMs` (epoch ms) null: paused until an operator resumes it. */
+  paused: { by: 'provider' | 'operator'; untilMs: number | null } | null;
+}
+
+/** `GET /v1/rate-limits`: every bucket RATE_LIMITS defines, and the window their counts cover. */
+export interface RateLimitsView {
+  windowMs: number;
+  buckets: RateLimitBucket[];
+}
+
+/** `POST /v1/rate-limits/{bucket}/pause`: until a time, for a while, or (neither) until resumed. */
+export interface RateLimitPause {
+  untilMs?: number;
+  forMs?: number;
+}

@@ -1,3 +1,4 @@
+import type { RateLimitBucket } from '../contract/admin.ts';
 import { BatonError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { BUCKET_NAME, type BucketLimit, type RateLimits } from '../rate-limit-config.ts';
@@ -42,6 +43,8 @@ const IN_STEP_PAUSE_MAX_MS = 60_000;
 const IN_STEP_RETRIES = 5;
 /** How far ahead an operator may pause a bucket (untilMs / forMs); longer: pause it until resumed. */
 export const MAX_PAUSE_MS = 366 * 24 * 3600_000;
+/** The shortest pause an operator may ask for: waiters look at a paused bucket once a second. */
+export const MIN_PAUSE_MS = 1_000;
 
 export interface RateLimitEvents {
   /** An acquire of `bucket` ended after `ms` (0: granted at once), granted or given up (aborted). */
@@ -60,18 +63,7 @@ export interface Grant {
 }
 
 /** A bucket as an operator sees it (GET /v1/rate-limits). */
-export interface BucketState {
-  bucket: string;
-  /** Its limits (RATE_LIMITS); null: not limited that way. */
-  rpm: number | null;
-  tpm: number | null;
-  /** What its window holds now: grants, their tokens (settled or reserved), and the part still reserved. */
-  requests: number;
-  tokens: number;
-  reservedTokens: number;
-  /** null: not paused. `untilMs` null: paused until an operator resumes it. */
-  paused: { by: 'provider' | 'operator'; untilMs: number | null } | null;
-}
+export type BucketState = RateLimitBucket;
 
 /** One model call under a bucket: what `call` needs to make it, and to learn what it cost. */
 export interface LimitedCall<T> {
@@ -220,11 +212,13 @@ export class RateLimiter {
       throw new BatonError('VALIDATION_FAILED', 'Give untilMs or forMs, not both.', [{ path: 'body', message: 'untilMs and forMs are exclusive' }]);
     }
     const now = Date.now();
-    if (o.untilMs !== undefined && (!Number.isSafeInteger(o.untilMs) || o.untilMs <= now || o.untilMs > now + MAX_PAUSE_MS)) {
-      throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.untilMs', message: 'must be a time (epoch ms) in the future, within 366 days' }]);
+    if (o.untilMs !== undefined && (!Number.isSafeInteger(o.untilMs) || o.untilMs < now + MIN_PAUSE_MS || o.untilMs > now + MAX_PAUSE_MS)) {
+      throw new BatonError('VALIDATION_FAILED', undefined, [
+        { path: 'body.untilMs', message: 'must be a time (epoch ms) at least a second ahead, within 366 days' },
+      ]);
     }
-    if (o.forMs !== undefined && (!Number.isSafeInteger(o.forMs) || o.forMs < 1 || o.forMs > MAX_PAUSE_MS)) {
-      throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.forMs', message: `must be whole ms from 1 to ${MAX_PAUSE_MS}` }]);
+    if (o.forMs !== undefined && (!Number.isSafeInteger(o.forMs) || o.forMs < MIN_PAUSE_MS || o.forMs > MAX_PAUSE_MS)) {
+      throw new BatonError('VALIDATION_FAILED', undefined, [{ path: 'body.forMs', message: `must be whole ms from ${MIN_PAUSE_MS} to ${MAX_PAUSE_MS}` }]);
     }
     const until = o.untilMs !== undefined || o.forMs !== undefined ? { untilMs: o.untilMs, forMs: o.forMs } : { untilMs: -1 };
     expect(await this.transitions.rateBucket(bucket, RATE_WINDOW_MS, { op: 'pause', ...until, by: 'operator' }), 'paused');
