@@ -46,7 +46,8 @@ describe('the Grafana dashboard against a real Prometheus', () => {
   it('every PromQL expression of the dashboard returns at least one series', async () => {
     const h = await useHarness();
     const api = await h.startApi();
-    const worker = await h.startWorker({ agents: [flaky, broken] });
+    // A provider rate-limit bucket: its series exist from the start (no model call takes it here).
+    const worker = await h.startWorker({ agents: [flaky, broken], env: { RATE_LIMITS: 'dashboard:bucket=rpm:60,tpm:6000' } });
     const acme = await h.client(api.url, 'acme', 'client');
     const hostPort = (url: string) => new URL(url).host;
     const prom = await startPrometheus({ 'baton-api': [hostPort(api.url)], 'baton-worker': [hostPort(worker.opsUrl!)] });
