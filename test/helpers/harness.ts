@@ -186,12 +186,15 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       return new Transitions(redis, createKeys(prefix), configWith(o), dispatcher);
     },
     async allKeys() {
+      // The fair share (and its lock) is rewritten by every process's timer, whatever a request did.
+      const { fairShare } = createKeys(prefix);
+      const background = new Set([fairShare, `${fairShare}:lock`]);
       const found: string[] = [];
       let cursor = '0';
       do {
         const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
         cursor = next;
-        found.push(...batch);
+        found.push(...batch.filter((k) => !background.has(k)));
       } while (cursor !== '0');
       return found;
     },

@@ -41,10 +41,10 @@
 -- Per-call state: begin() sets it at the start of every call, since the library's locals
 -- outlive a call. ARGV is the call's arguments, as a script has them (its keys are K's);
 -- O the options, K the keys by name, BASE the scope's key prefix; `published` collects the
--- call's events (flushPublished below); ACTIVE is the scope's slot count once read, LIMIT
--- the scope's admission limits once read (both lib.lua). NOW the call's time once known
--- (nowMs below).
-local ARGV, O, K, BASE, published, ACTIVE, LIMIT, NOW
+-- call's events (flushPublished below); ACTIVE and PARKED are the scope's slot count and
+-- parked count once read, LIMIT its admission limits once read (all lib.lua). NOW the call's
+-- time once known (nowMs below).
+local ARGV, O, K, BASE, published, ACTIVE, PARKED, LIMIT, NOW
 local function begin(keys, args)
   ARGV = args
   O = cjson.decode(args[1])
@@ -53,6 +53,7 @@ local function begin(keys, args)
   BASE = O.base
   published = {}
   ACTIVE = nil
+  PARKED = nil
   LIMIT = nil
   NOW = nil
 end

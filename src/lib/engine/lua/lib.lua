@@ -118,11 +118,24 @@ local DEFAULT_PRIORITY = 5
 
 local function readyQueue(key) return BASE .. 'ready:q:' .. key end
 
--- The scope's slots in use, read once per call into ACTIVE (core.lua): every change to it in
--- a call goes through these helpers, which keep the copy exact.
+-- The scope's slots in use, read once per call into ACTIVE (core.lua) with its parked count
+-- (PARKED): every change to either in a call goes through these helpers, which keep the
+-- copies exact.
 local function activeCount()
-  if ACTIVE == nil then ACTIVE = tonumber(redis.call('HGET', K.meta, 'active') or '0') end
+  if ACTIVE == nil then
+    local m = readFields(K.meta, { 'active', 'parked' })
+    ACTIVE = tonumber(m.active or '0')
+    PARKED = PARKED or tonumber(m.parked or '0')
+  end
   return ACTIVE
+end
+
+-- Whether runs parked before may start now (keys stand in line). The line is looked at only
+-- when the scope has parked runs, or their count was not read in this call.
+local function lineWaiting()
+  activeCount()
+  if PARKED == 0 then return false end
+  return redis.call('EXISTS', K.ready) == 1
 end
 
 -- The scope's limits, read once per call into LIMIT (core.lua) from its `limits` hash (an
@@ -167,7 +180,7 @@ end
 -- `since`: when the run became due (its runAt, else its submit).
 local function park(runId, key, priority, since)
   if redis.call('ZADD', readyQueue(key), since - priority * O.priorityStepMs, runId) == 1 then
-    redis.call('HINCRBY', K.meta, 'parked', 1)
+    PARKED = redis.call('HINCRBY', K.meta, 'parked', 1)
   end
   if keyFull(key) then redis.call('SADD', BASE .. READY_CAPPED, key) else joinTurns(key) end
 end
@@ -176,7 +189,7 @@ end
 local function unpark(runId, key)
   local q = readyQueue(key)
   if redis.call('ZREM', q, runId) == 0 then return end
-  redis.call('HINCRBY', K.meta, 'parked', -1)
+  PARKED = redis.call('HINCRBY', K.meta, 'parked', -1)
   if redis.call('EXISTS', q) == 0 then
     redis.call('ZREM', K.ready, key)
     redis.call('SREM', BASE .. READY_CAPPED, key)
@@ -194,6 +207,7 @@ end
 -- of its runs (priority, then age). A key found at its cap waits in ready:capped. Runs of a
 -- drained runtime go to its held:<runtime> list instead.
 local function fillSlots(now, out)
+  if PARKED == 0 then return end
   while true do
     local key = redis.call('ZRANGE', K.ready, 0, 0)[1]
     if not key or activeCount() >= scopeLimits().slots then return end
@@ -203,7 +217,7 @@ local function fillSlots(now, out)
     else
       local q = readyQueue(key)
       local runId = redis.call('ZPOPMIN', q)[1]
-      if runId then redis.call('HINCRBY', K.meta, 'parked', -1) end
+      if runId then PARKED = redis.call('HINCRBY', K.meta, 'parked', -1) end
       if redis.call('EXISTS', q) == 0 then
         redis.call('ZREM', K.ready, key)
       else
@@ -243,7 +257,7 @@ local function admit(runId, from, now, out, known)
   local key = rec.concurrencyKey or ''
   if activeCount() >= scopeLimits().slots or keyFull(key) then
     park(runId, key, tonumber(rec.priority) or DEFAULT_PRIORITY, tonumber(rec.runAt or rec.createdAt))
-  elseif redis.call('EXISTS', K.ready) == 1 then
+  elseif lineWaiting() then
     -- Runs parked before it that may start now (a limit was raised): it takes its turn with them.
     park(runId, key, tonumber(rec.priority) or DEFAULT_PRIORITY, tonumber(rec.runAt or rec.createdAt))
     fillSlots(now, out)

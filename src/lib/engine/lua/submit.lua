@@ -18,7 +18,8 @@
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
          | {-14, the history's size} SESSION_HISTORY_FULL ]]
--- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, newWrite, put, knownTail, unheard
+-- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, lineWaiting, newWrite, put, knownTail
+-- @uses unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
 -- @uses admit, joinQueue, cancelRun
 local runId, rk, sk = O.runId, K.run, K.session
@@ -73,8 +74,7 @@ end
 -- run parked before it, is written dispatched: the record, indexes and counters that
 -- queued-then-admitted leaves, with one status move instead of two. (Not drained: checked
 -- above, in this same script.)
-local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey or '')
-  and redis.call('EXISTS', K.ready) == 0
+local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey or '') and not lineWaiting()
 -- waited 0: the run never parked on waits, so its finish need not look for any.
 -- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
