@@ -248,6 +248,10 @@ describe('a scope with tokensPerDay 1000', () => {
     const events = await runEvents(h, 'initech', id);
     const queued = events.filter((e) => e.type === 'status' && e.data.status === 'queued' && e.data.wait);
     expect(queued.map((e) => e.data.wait)).toEqual([{ key: 'wait:token-budget:1', outcome: 'slept' }]);
+    // The wait's step is its end, as a sleep's: not a timeout.
+    const step = JSON.parse((await h.redis.hget(sk.steps(id), 'wait:token-budget:1'))!);
+    expect(step).toMatchObject({ v: null });
+    expect(step.timedOut).toBeUndefined();
     await waitFor(async () => total((await scrape(`${api.url}/metrics`)).samples, 'baton_runs_waiting', { runtime: h.runtime, kind: 'budget' }) === 0);
   });
 

@@ -380,6 +380,10 @@ local function answerWait(runId, waitKey, since, now, tail)
   dropWait(runId, waitKey)
 end
 
+-- Waits whose deadline is their end, not a timeout: a sleep, and a wait for the next day's
+-- token budget (src/lib/engine/budgets.ts).
+local ENDS_BY_ITSELF = { sleep = true, budget = true }
+
 -- Pending waits whose deadline passed get their outcome: a sleep is over, any other wait
 -- timed out (ctx.waitFor throws WaitTimeoutError). Returns the waits answered ({key, kind,
 -- since} each) and the earliest deadline still ahead (nil when none).
@@ -391,7 +395,7 @@ local function expireWaits(runId, now)
     if not string.find(key, '#', 1, true) then
       local w = cjson.decode(flat[i + 1])
       if w.expiresAt and w.expiresAt <= now then
-        answerWait(runId, key, w.since, now, w.kind == 'sleep' and '"v":null' or '"v":null,"timedOut":true')
+        answerWait(runId, key, w.since, now, ENDS_BY_ITSELF[w.kind] and '"v":null' or '"v":null,"timedOut":true')
         done[#done + 1] = { key = key, kind = w.kind, since = w.since }
       elseif w.expiresAt and (not nextAt or w.expiresAt < nextAt) then
         nextAt = w.expiresAt

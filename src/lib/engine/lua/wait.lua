@@ -19,7 +19,7 @@
          | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
          | {-2} LEASE_LOST ]]
 -- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, newWrite, put
--- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished
+-- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished, ENDS_BY_ITSELF
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail', 'concurrencyKey' })
 if not ok then return { -2 } end
@@ -61,7 +61,7 @@ end
 -- A deadline that passed already (a sleepUntil in the past, a timeout shorter than the attempt).
 local done, nextAt = expireWaits(runId, now)
 if #done > 0 then
-  answered = answered or { key = done[1].key, outcome = done[1].kind == 'sleep' and 'slept' or 'timed-out' }
+  answered = answered or { key = done[1].key, outcome = ENDS_BY_ITSELF[done[1].kind] and 'slept' or 'timed-out' }
 end
 
 setStatus(runId, rec.runtime, 'running', 'waiting', now)
