@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ROLES, type Role } from './contract/admin.ts';
+import { SCOPE_ROLES, type ScopeRole } from './contract/admin.ts';
 import { parseRateLimits } from './rate-limit-config.ts';
 
 /**
@@ -115,6 +115,12 @@ export const configSchema = z.object({
    * the other scopes' while they contend for them (src/lib/engine/fair-share.ts).
    */
   SCOPE_WEIGHT: z.coerce.number().int().min(1).max(1000).default(1),
+  /**
+   * TOKENS_PER_DAY: model tokens (input and output) one scope may use in a UTC day, the default
+   * of a scope's `tokensPerDay` limit; 0: no budget. 0, because a budget is a decision about one
+   * customer's spend: an operator sets it per scope (PUT /v1/scopes/{scope}/limits).
+   */
+  TOKENS_PER_DAY: z.coerce.number().int().min(0).max(1_000_000_000_000).default(0),
   /**
    * PRIORITY_STEP_MS: what one level of a submit's priority (0-9) is worth in waiting time. A
    * parked run goes before those of its key that became due less than this many ms per level
@@ -244,6 +250,8 @@ export const configSchema = z.object({
    * SUBMIT_RATE_PER_SEC / SUBMIT_BURST: per-scope token bucket for submits (429 with Retry-After
    * beyond it). 20/s sustained with bursts of 100 is far above what a tenant's users type, and
    * low enough that one tenant's runaway script cannot flood Redis for everyone. 0 turns it off.
+   * The defaults of a scope's `submitRatePerSec` and `submitBurst` limits (an operator sets a
+   * scope's own: PUT /v1/scopes/{scope}/limits).
    */
   SUBMIT_RATE_PER_SEC: z.coerce.number().min(0).max(1_000_000).default(20),
   SUBMIT_BURST: z.coerce.number().int().min(1).max(1_000_000).default(100),
@@ -296,20 +304,27 @@ export const configSchema = z.object({
    */
   SSE_STALL_MS: z.coerce.number().int().min(100).default(30_000),
   /**
-   * SSE_MAX_PER_KEY / SSE_MAX_PER_TOKEN / SSE_MAX_PER_SCOPE: event streams one API key (its
-   * own and those opened with the stream tokens it minted), one stream token, and all keys
-   * of one scope may hold open in one API process (429 TOO_MANY_STREAMS beyond, Retry-After
-   * SSE_STALL_MS). A backend relaying a few hundred chats with one key, through its own
-   * streams or its pages' tokens: an answer streams for some 20 s and a chat's turns come a
-   * minute or two apart, so about 50 stream at once; 64 per key. A page streams a run or a
-   * few: 8 per token. 512 per scope is eight keys' worth, so no key with its tokens holds more
-   * than an eighth of it and none can lock the rest of its scope out (four keys of 64 filled
-   * the 256 of before); at under 128 KB a stream even when stalled, a scope's streams stay a
-   * small share of a process.
+   * SSE_MAX_PER_KEY / SSE_MAX_PER_TOKEN / SSE_MAX_PER_SCOPE / SSE_MAX_PER_PROCESS: event
+   * streams one API key (its own and those opened with the stream tokens it minted), one
+   * stream token, one scope (all its keys), and all scopes together may hold open in one API
+   * process (429 TOO_MANY_STREAMS beyond, Retry-After SSE_STALL_MS). SSE_MAX_PER_SCOPE is the
+   * default of a scope's `maxStreams` limit, which an operator may set per scope.
+   * Sized from a backend that relays its users' chats through one key and keeps a stream open
+   * per chat it relays: hundreds to a thousand at once (before, 64 per key refused one relaying
+   * 200). 2,000 per key admits 1,000 with room for as many again while a proxy's restart
+   * reconnects them all (a reader's old connection counts until its close is seen). A page
+   * streams a run or a few: 8 per token. 4,000 per scope is two such keys' worth, so a key at
+   * its cap leaves half of its scope's streams to its other keys and their pages. 10,000 per
+   * process is the memory budget across scopes: an open stream holds 21 KB of the API's
+   * memory when its reader reads (1,000 readers of one run held 20.6 MB after a full GC,
+   * test/stream-readers.test.ts) and 43 KB while stalled (300 readers that never read a 5 MB
+   * log, test/stream-limits.test.ts) until SSE_STALL_MS cuts it: 210 to 430 MB, whatever
+   * number of scopes opened them.
    */
-  SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(64),
+  SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(2_000),
   SSE_MAX_PER_TOKEN: z.coerce.number().int().min(1).max(1_000_000).default(8),
-  SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(512),
+  SSE_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000_000).default(4_000),
+  SSE_MAX_PER_PROCESS: z.coerce.number().int().min(1).max(10_000_000).default(10_000),
   /**
    * METRICS_TOKEN: when set, /metrics (the API's and a worker's) answers only requests with
    * `Authorization: Bearer <token>` (401 otherwise), for deployments whose metrics port is
@@ -455,7 +470,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 }
 
 /** Parses BATON_BOOTSTRAP_KEYS: `scope:role:key` entries separated by commas. */
-export function parseBootstrapKeys(spec: string): { scope: string; role: Role; key: string }[] {
+export function parseBootstrapKeys(spec: string): { scope: string; role: ScopeRole; key: string }[] {
   return spec
     .split(',')
     .map((s) => s.trim())
@@ -463,9 +478,9 @@ export function parseBootstrapKeys(spec: string): { scope: string; role: Role; k
     .map((entry) => {
       const [scope, role, ...rest] = entry.split(':');
       const key = rest.join(':');
-      if (!scope || !ROLES.includes(role as Role) || key.length < 16) {
+      if (!scope || !SCOPE_ROLES.includes(role as ScopeRole) || key.length < 16) {
         throw new Error(`BATON_BOOTSTRAP_KEYS entry "${scope}:${role}:…" must be scope:role:key with role client|admin and a key of 16+ chars`);
       }
-      return { scope, role: role as Role, key };
+      return { scope, role: role as ScopeRole, key };
     });
 }

@@ -145,6 +145,8 @@ export interface Keys {
   apiKeyId(id: string): string;
   /** Set of key ids of a scope, for list. */
   apiKeysOfScope(scope: string): string;
+  /** Set of the ids of operator keys (bound to no scope), for list. */
+  operatorKeyIds: string;
   /** Set of every key id (does any key exist at all?). */
   apiKeyIds: string;
   /**
@@ -180,6 +182,7 @@ export function createKeys(prefix: string): Keys {
     apiKeyId: (id) => `${prefix}:{${prefix}-apikeys}:id:${checked('key', id)}`,
     apiKeysOfScope: (scope) => `${prefix}:{${prefix}-apikeys}:scope:${checked('scope', scope)}`,
     apiKeyIds: `${prefix}:{${prefix}-apikeys}:ids`,
+    operatorKeyIds: `${prefix}:{${prefix}-apikeys}:operators`,
     // `bucket:` and `grants:` go before the name: a name may hold colons, and must not reach the other's keys.
     rateBucket: (name) => `${prefix}:{${prefix}-ratelimits}:bucket:${checkedBucket(name)}`,
     rateGrants: (name) => `${prefix}:{${prefix}-ratelimits}:grants:${checkedBucket(name)}`,
