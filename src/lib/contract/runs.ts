@@ -96,6 +96,8 @@ export const RUN_LIMIT_CODES = {
    * was not made (with `onBudget: "wait"`: only a call that no whole day's budget could take).
    */
   BUDGET_EXCEEDED: 'BUDGET_EXCEEDED',
+  /** A model call reserves more tokens than its provider rate-limit bucket grants in a minute (its tpm): it could never be made. */
+  RATE_LIMIT_TOO_LARGE: 'RATE_LIMIT_TOO_LARGE',
 } as const;
 
 /**

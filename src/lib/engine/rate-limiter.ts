@@ -1,4 +1,5 @@
 import type { RateLimitBucket } from '../contract/admin.ts';
+import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import { BatonError } from '../errors.ts';
 import type { Logger } from '../logger.ts';
 import { BUCKET_NAME, type BucketLimit, type RateLimits } from '../rate-limit-config.ts';
@@ -273,7 +274,7 @@ function providerPauseMs(err: unknown): number | undefined {
 function tooLarge(bucket: string, tokens: number, tpm: number): PermanentError {
   return new PermanentError(
     `the call reserves ${tokens} tokens, more than the bucket ${bucket} grants in a minute (tpm ${tpm}): it could never be made`,
-    'RATE_LIMIT_TOO_LARGE',
+    RUN_LIMIT_CODES.RATE_LIMIT_TOO_LARGE,
   );
 }
 
