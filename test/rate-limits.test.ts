@@ -22,7 +22,7 @@ import { call } from './helpers/http.ts';
 const BUCKETS = [
   'rpm3=rpm:3', 'tpm1000=tpm:1000', 'pausing=rpm:100', 'operated=rpm:100', 'racing=rpm:20', 'abort=rpm:100',
   'memo=rpm:10,tpm:10000', 'held=rpm:1', 'unused=rpm:5', 'openai:fake-429=rpm:100,tpm:100000',
-  'openai:fake-ai=rpm:100,tpm:100000', 'named:chat=rpm:100,tpm:100000',
+  'openai:fake-ai=rpm:100,tpm:100000', 'named:chat=rpm:100,tpm:100000', 'with/slash=rpm:5',
 ].join(';');
 
 let h: Harness;
@@ -363,6 +363,9 @@ describe('the operator routes', () => {
     expect(resumed).toMatchObject({ status: 200, body: { bucket: 'named:chat', paused: null } });
     expect(await acme.waitStatus(run, ['succeeded', 'failed'], 20_000)).toMatchObject({ status: 'succeeded', result: { answer: 'after the resume' } });
 
+    // A `/` in a name travels percent-encoded.
+    expect((await call(apiUrl, 'POST', '/v1/rate-limits/with%2Fslash/pause', { forMs: 5_000 }, operator)).body)
+      .toMatchObject({ bucket: 'with/slash', paused: { by: 'operator' } });
     const unpaused = await call(apiUrl, 'POST', '/v1/rate-limits/unused/pause', {}, operator);
     expect(unpaused.body.paused).toEqual({ by: 'operator', untilMs: null });
     expect((await call(apiUrl, 'DELETE', '/v1/rate-limits/unused/pause', undefined, operator)).body.paused).toBeNull();
