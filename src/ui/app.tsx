@@ -1,9 +1,11 @@
-import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { Api, apiBase, BatonApiError, describeError, whoami, type Identity } from './lib/api.ts';
-import { href, parseRoute, useLocation, type Route } from './lib/router.ts';
+import { href, navigate, parseRoute, useLocation, type Route } from './lib/router.ts';
 import { forgetKey, mustAsk, storedKey, storeKey, takeKeyFromFragment } from './lib/session.ts';
 import { Link } from './views/common.tsx';
+import { LimitsNotShown, LimitsView } from './views/limits-view.tsx';
 import { Login } from './views/login.tsx';
+import { OperatorLimits } from './views/operator-limits.tsx';
 import { RunView } from './views/run-view.tsx';
 import { RunsList } from './views/runs-list.tsx';
 import { RuntimesView } from './views/runtimes-view.tsx';
@@ -19,7 +21,7 @@ type Auth =
   /** A link brought the key of another scope or role into a logged-in tab: nothing changes until the reader says so. */
   | { phase: 'switch'; current: KeyIdentity; offered: KeyIdentity };
 
-/** The inspector: a key gate, then the views of the key's scope. */
+/** The inspector: a key gate, then the views of the key's scope (an operator key: any scope's limits). */
 export function App() {
   const [auth, setAuth] = useState<Auth>({ phase: 'checking' });
   // What a link opened later in this tab (a new #key, no page load) is weighed against.
@@ -105,8 +107,22 @@ function keyProblem(err: unknown): string {
   return err instanceof BatonApiError && err.status === 401 ? 'That key is not valid (unknown or revoked).' : describeError(err);
 }
 
-/** How a key is named to the reader: by its scope, or by its role when the scope is the same. */
-const named = (who: Identity, other: Identity) => (who.scope !== other.scope ? `scope ${who.scope}` : `the ${who.role} key`);
+/** How a key is named to the reader: by its scope, or by its role when the scope is the same; an operator key has none. */
+const named = (who: Identity, other: Identity) =>
+  who.scope === null ? 'the operator key' : who.scope !== other.scope ? `scope ${who.scope}` : `the ${who.role} key`;
+
+/**
+ * A key in a sentence: "carries a key of scope acme (admin key)", "logged in to scope acme
+ * (admin key)"; an operator key is "an operator key" in both.
+ */
+function KeyOf({ who, held }: { who: Identity; held?: boolean }) {
+  if (who.scope === null) return <>{held ? 'with ' : ''}an operator key (bound to no scope: it reads and sets scopes' limits)</>;
+  return (
+    <>
+      {held ? 'to' : 'a key of'} scope <strong>{who.scope}</strong> ({who.role} key)
+    </>
+  );
+}
 
 /** Asks before a link's key replaces the one this tab is logged in with. */
 function SwitchKey({ current, offered, onSwitch, onStay }: { current: Identity; offered: Identity; onSwitch(): void; onStay(): void }) {
@@ -116,8 +132,7 @@ function SwitchKey({ current, offered, onSwitch, onStay }: { current: Identity; 
     <main id="main" class="login">
       <h1 tabIndex={-1} ref={heading}>Switch to {named(offered, current)}?</h1>
       <p>
-        The link you opened carries a key of scope <strong>{offered.scope}</strong> ({offered.role} key). This tab is logged in
-        to scope <strong>{current.scope}</strong> ({current.role} key).
+        The link you opened carries <KeyOf who={offered} />. This tab is logged in <KeyOf who={current} held />.
       </p>
       <div class="actions">
         <button type="button" onClick={onSwitch}>Switch to {named(offered, current)}</button>{' '}
@@ -130,11 +145,13 @@ function SwitchKey({ current, offered, onSwitch, onStay }: { current: Identity; 
 function Inspector({ auth, onLogOut }: { auth: Extract<Auth, { phase: 'ready' }>; onLogOut(message?: string): void }) {
   const loc = useLocation();
   const route = parseRoute(loc.pathname);
-  const api = useMemo(
-    () => new Api(apiBase(), auth.key, auth.who.scope, () => onLogOut('The API no longer accepts this key; log in again.')),
-    [auth.key, auth.who.scope],
+  const { who } = auth;
+  // The API for one scope: the key's own, or one an operator key picked.
+  const apiFor = useCallback(
+    (scope: string) => new Api(apiBase(), auth.key, scope, () => onLogOut('The API no longer accepts this key; log in again.')),
+    [auth.key],
   );
-  const admin = auth.who.role === 'admin';
+  const api = useMemo(() => (who.scope === null ? undefined : apiFor(who.scope)), [apiFor, who.scope]);
 
   // After moving to another view, keyboard and screen-reader users start at its heading.
   const first = useRef(true);
@@ -146,29 +163,32 @@ function Inspector({ auth, onLogOut }: { auth: Extract<Auth, { phase: 'ready' }>
     document.querySelector<HTMLElement>('main h1')?.focus();
   }, [loc.pathname]);
 
+  const current = (view: Route['view']) => (route.view === view ? 'page' : undefined);
   return (
     <>
       <a class="skip" href="#main">Skip to content</a>
       <header class="top">
         <p class="brand">Baton run inspector</p>
         <nav aria-label="Views">
-          <Link href={href('runs')} aria-current={route.view === 'runs' ? 'page' : undefined}>Runs</Link>
-          <Link href={href('runtimes')} aria-current={route.view === 'runtimes' ? 'page' : undefined}>Runtimes</Link>
+          {api && <Link href={href('runs')} aria-current={current('runs')}>Runs</Link>}
+          {api && <Link href={href('runtimes')} aria-current={current('runtimes')}>Runtimes</Link>}
+          {who.role !== 'client' && <Link href={href('limits')} aria-current={current('limits')}>Limits</Link>}
         </nav>
         <p class="who">
-          scope <strong>{auth.who.scope}</strong> · {auth.who.role} key
+          {who.scope === null ? 'operator key' : <>scope <strong>{who.scope}</strong> · {who.role} key</>}
         </p>
         <button type="button" class="quiet" onClick={() => onLogOut()}>Log out</button>
       </header>
       <main id="main">
         {auth.notice && <p class="panel warn" role="status">{auth.notice}</p>}
-        <View route={route} search={loc.search} api={api} admin={admin} />
+        {api ? <View route={route} search={loc.search} api={api} who={who} /> : <OperatorView route={route} apiFor={apiFor} />}
       </main>
     </>
   );
 }
 
-function View({ route, search, api, admin }: { route: Route; search: string; api: Api; admin: boolean }) {
+function View({ route, search, api, who }: { route: Route; search: string; api: Api; who: Identity }) {
+  const admin = who.role === 'admin';
   switch (route.view) {
     case 'runs':
       return <RunsList api={api} search={search} />;
@@ -178,14 +198,46 @@ function View({ route, search, api, admin }: { route: Route; search: string; api
       return <SessionView key={route.sessionId} api={api} sessionId={route.sessionId} />;
     case 'runtimes':
       return <RuntimesView api={api} admin={admin} />;
+    case 'limits':
+      // A client key is refused the limits (403): it is told so, and nothing is asked.
+      if (!admin) {
+        return <LimitsNotShown>A scope's limits are shown to its admin key and to operator keys; this is a client key.</LimitsNotShown>;
+      }
+      if (route.scope !== undefined && route.scope !== api.scope) {
+        return (
+          <LimitsNotShown>
+            This key reads the limits of its own scope only: <Link href={href('limits')}>the limits of scope {api.scope}</Link>. An
+            operator key reads any scope's.
+          </LimitsNotShown>
+        );
+      }
+      return <LimitsView api={api} editable={false} />;
     default:
-      return (
-        <>
-          <h1 tabIndex={-1}>Not found</h1>
-          <p>
-            The inspector has no page at <code>{route.path}</code>. <Link href={href('runs')}>See the runs</Link>.
-          </p>
-        </>
-      );
+      return <NotFound path={route.view === 'missing' ? route.path : ''} home={href('runs')} homeText="See the runs" />;
   }
+}
+
+/**
+ * An operator key may read no scope's runs: its only view is a scope's limits, and the paths
+ * of the others lead there rather than to requests the API would refuse.
+ */
+function OperatorView({ route, apiFor }: { route: Route; apiFor(scope: string): Api }) {
+  const elsewhere = route.view !== 'limits' && route.view !== 'missing';
+  // The address follows; the view does not wait for it (on the first render, the app may not listen yet).
+  useEffect(() => {
+    if (elsewhere) navigate(href('limits'), true);
+  }, [elsewhere]);
+  if (route.view === 'missing') return <NotFound path={route.path} home={href('limits')} homeText="See a scope's limits" />;
+  return <OperatorLimits scope={route.view === 'limits' ? route.scope : undefined} apiFor={apiFor} />;
+}
+
+function NotFound({ path, home, homeText }: { path: string; home: string; homeText: string }) {
+  return (
+    <>
+      <h1 tabIndex={-1}>Not found</h1>
+      <p>
+        The inspector has no page at <code>{path}</code>. <Link href={home}>{homeText}</Link>.
+      </p>
+    </>
+  );
 }

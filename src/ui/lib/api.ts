@@ -1,11 +1,17 @@
 import { BatonApiError, type Run as ClientRun } from '../../lib/client/client.ts';
-import type { RunUsage, RuntimeStats, RuntimeView, SessionMessage, Step, Wait, WhoAmI } from '../../lib/contract/index.ts';
+import type {
+  LimitField, RunUsage, RuntimeStats, RuntimeView, ScopeLimits, ScopeLimitsView, SessionMessage, Step, Wait, WhoAmI,
+} from '../../lib/contract/index.ts';
 import { uiRoot } from './router.ts';
 
 export { BatonApiError };
-export type { RunUsage, RuntimeStats, Step, Wait };
-/** What GET /v1/whoami says about the key the inspector holds: a key of a scope. */
-export type Identity = WhoAmI & { scope: string };
+export { ID_PATTERN, ID_RULE } from '../../lib/contract/ids.ts';
+export { LIMIT_FIELDS } from '../../lib/contract/admin.ts';
+export type { LimitField, RunUsage, RuntimeStats, ScopeLimits, ScopeLimitsView, Step, Wait };
+/** What GET /v1/whoami says about the key the inspector holds: `scope` is null for an operator key. */
+export type Identity = WhoAmI;
+/** A PUT of a scope's limits: the operator's whole override set (a field absent: its default; null: none). */
+export type LimitOverrides = Partial<ScopeLimits>;
 export type Message = SessionMessage;
 export type Runtime = RuntimeView;
 
@@ -18,9 +24,6 @@ export interface RunFilter {
   agent?: string;
   runtime?: string;
 }
-
-/** The same rule the API applies to scope, session, runtime and agent ids. */
-export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /**
  * Where the API is: the inspector is served at `<api>/ui/`, the page's base URL (the API
@@ -53,17 +56,16 @@ async function request<T>(base: string, key: string, method: string, path: strin
 }
 
 /**
- * Asks the API whose key this is. The inspector shows one scope's runs, so an operator key
- * (bound to no scope, it may read no scope's runs) opens nothing here.
+ * Asks the API whose key this is: a key of a scope (its runs, runtimes and, for its admin, its
+ * limits), or an operator key, bound to no scope, which reads and sets any scope's limits only.
  */
-export async function whoami(base: string, key: string): Promise<Identity> {
-  const who = await request<WhoAmI>(base, key, 'GET', '/v1/whoami');
-  if (who.scope === null) throw new Error('An operator key opens no scope\'s runs: log in with a key of a scope.');
-  return { ...who, scope: who.scope };
+export function whoami(base: string, key: string): Promise<Identity> {
+  return request<WhoAmI>(base, key, 'GET', '/v1/whoami');
 }
 
 /**
- * The REST calls the inspector makes, all on the public API with the key of one scope.
+ * The REST calls the inspector makes, all on the public API for one scope: the key's own, or,
+ * for an operator key, the scope whose limits the reader picked.
  * `onUnauthorized` fires on any 401 (a revoked key): the app then asks for a key again.
  */
 export class Api {
@@ -134,6 +136,16 @@ export class Api {
 
   resume(runtimeId: string): Promise<{ resumed: number }> {
     return this.call('DELETE', `/runtimes/${encodeURIComponent(runtimeId)}/drain`, {});
+  }
+
+  /** The scope's limits, where each comes from and how much is in use (an admin key of the scope, or an operator key). */
+  limits(): Promise<ScopeLimitsView> {
+    return this.call('GET', '/limits');
+  }
+
+  /** Replaces the scope's overrides with `set` (an operator key only); answers the limits after the change. */
+  setLimits(set: LimitOverrides): Promise<ScopeLimitsView> {
+    return this.call('PUT', '/limits', set);
   }
 }
 

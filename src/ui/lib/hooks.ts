@@ -15,6 +15,11 @@ export interface Polled<T> {
   error?: unknown;
   /** Fetch again now (after an action), without waiting for the next tick. */
   refresh(): void;
+  /**
+   * Show `data` now (an action's answer, newer than anything polled so far): a poll already
+   * under way when it arrives is dropped, so an older answer never replaces it.
+   */
+  replace(data: T): void;
 }
 
 /**
@@ -24,6 +29,7 @@ export interface Polled<T> {
 export function usePolling<T>(load: () => Promise<T>, everyMs: number, deps: unknown[]): Polled<T> {
   const [state, setState] = useState<{ data?: T; error?: unknown }>({});
   const tick = useRef<() => void>(() => {});
+  const generation = useRef(0);
   useEffect(() => {
     let stopped = false;
     let running = false;
@@ -36,11 +42,12 @@ export function usePolling<T>(load: () => Promise<T>, everyMs: number, deps: unk
         return;
       }
       running = true;
+      const asked = generation.current;
       try {
         const data = await load();
-        if (!stopped) setState({ data });
+        if (!stopped && asked === generation.current) setState({ data });
       } catch (error) {
-        if (!stopped) setState((s) => ({ data: s.data, error }));
+        if (!stopped && asked === generation.current) setState((s) => ({ data: s.data, error }));
       } finally {
         running = false;
         if (!stopped) {
@@ -71,5 +78,9 @@ export function usePolling<T>(load: () => Promise<T>, everyMs: number, deps: unk
       document.removeEventListener('visibilitychange', onVisible);
     };
   }, deps);
-  return { ...state, refresh: () => tick.current() };
+  const replace = (data: T) => {
+    generation.current++;
+    setState({ data });
+  };
+  return { ...state, refresh: () => tick.current(), replace };
 }

@@ -16,7 +16,7 @@ export function Login({ message, onKey }: { message?: string; onKey(key: string)
       <h1>Baton run inspector</h1>
       <p>
         Log in with an API key. Its scope and role decide what you see: a client key reads and cancels runs, an admin key
-        also resolves blocked steps and drains runtimes.
+        also resolves blocked steps, drains runtimes and reads the scope's limits, and an operator key sets any scope's limits.
       </p>
       <form onSubmit={submit}>
         <label for="api-key">API key</label>
