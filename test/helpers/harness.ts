@@ -54,7 +54,7 @@ export interface Harness {
   operatorKey(): Promise<string>;
   /** HTTP helpers bound to `/v1/scopes/<scope>` on `baseUrl`, authenticated with key(scope, role). */
   client(baseUrl: string, scope: string, role?: ScopeRole): Promise<ScopeClient>;
-  /** Every Redis key of this file's prefix. */
+  /** Every Redis key of this file's prefix but those processes rewrite on their own timers. */
   allKeys(): Promise<string[]>;
   /** The transitions gateway on this file's connection, for tests that drive scripts directly. */
   transitions(overrides?: Record<string, string>): Transitions;
