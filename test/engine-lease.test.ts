@@ -13,7 +13,7 @@ import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/h
 import { fx, fxList, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { track } from './helpers/resources.ts';
 import { fullLog } from './helpers/stream-check.ts';
-import { parseNotification } from '../src/lib/streams/log.ts';
+import { parseNotification, type LiveBatch } from '../src/lib/streams/log.ts';
 
 /**
  * The lease bookkeeping inside one worker process. These drive a RunExecutor directly
@@ -210,9 +210,13 @@ describe('leases within one process', () => {
     const runId = (await acme.submit('tail-chain', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     const sub = createRedis({ url: h.redisUrl, name: 'tail-chain-sub', blocking: true });
     track(sub, () => sub.quit());
-    const notes: ReturnType<typeof parseNotification>[] = [];
-    sub.on('message', (_ch: string, msg: string) => notes.push(parseNotification(msg)));
-    await sub.subscribe(h.keys.scope('acme').channel(runId));
+    const notes: LiveBatch[] = [];
+    // The scope's channel carries every run's batches: this run's, one per call.
+    sub.on('message', (_ch: string, msg: string) => {
+      const mine = parseNotification(msg).get(runId);
+      if (mine) notes.push(mine);
+    });
+    await sub.subscribe(h.keys.scope('acme').live);
     const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
 
     const first = await claimAsGhost(runId);

@@ -39,7 +39,7 @@ describe('fan-out', () => {
     const connectMs = Date.now() - t0;
     const rssConnected = rssMiB(pid);
     // One subscriber connection per API process, however many clients follow the run.
-    const [, subscribers] = (await h.redis.pubsub('NUMSUB', h.keys.scope('acme').channel(run.id))) as [string, number];
+    const [, subscribers] = (await h.redis.pubsub('NUMSUB', h.keys.scope('acme').live)) as [string, number];
     expect(Number(subscribers)).toBe(1);
 
     // The worker runs in its own process so the 1,000 readers in this one do not slow the agent.

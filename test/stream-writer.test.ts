@@ -2,7 +2,7 @@ import { createServer, connect, type AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { EventWriter, MAX_TOKEN_EVENT_CHARS } from '../src/lib/streams/writer.ts';
-import { parseNotification } from '../src/lib/streams/log.ts';
+import { parseNotification, type LiveBatch } from '../src/lib/streams/log.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
@@ -163,9 +163,12 @@ describe('append script', () => {
     const attempt = await fakeRunning(runId);
     const sub = createRedis({ url: h.redisUrl, name: 'test-append-sub', blocking: true });
     track(sub, () => sub.quit());
-    const batches: ReturnType<typeof parseNotification>[] = [];
-    sub.on('message', (_ch: string, msg: string) => batches.push(parseNotification(msg)));
-    await sub.subscribe(h.keys.scope('acme').channel(runId));
+    const batches: LiveBatch[] = [];
+    sub.on('message', (_ch: string, msg: string) => {
+      const mine = parseNotification(msg).get(runId);
+      if (mine) batches.push(mine);
+    });
+    await sub.subscribe(h.keys.scope('acme').live);
 
     const t = h.transitions();
     const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];

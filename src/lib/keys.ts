@@ -107,8 +107,11 @@ export interface ScopeKeys {
    */
   usage(day: string): string;
   idempotency(key: string): string;
-  /** Live notifications of a run's new events. */
-  channel(runId: string): string;
+  /**
+   * Live notifications of the scope's runs' new events: one message per script call, with
+   * the batch of each run it wrote to (flushPublished in lua/core.lua; src/lib/streams/hub.ts).
+   */
+  live: string;
   /**
    * A capability token of the scope by the SHA-256 (hex) of the token: what it opens, for
    * which action, and the key that minted it; expires with the token.
@@ -203,7 +206,7 @@ export function createKeys(prefix: string): Keys {
         events: (id) => `${base}run:${checked('run', id)}:events`,
         steps: (id) => `${base}run:${checked('run', id)}:steps`,
         waits: (id) => `${base}run:${checked('run', id)}:waits`,
-        channel: (id) => `${base}run:${checked('run', id)}:live`,
+        live: `${base}live`,
         session: (id) => `${base}session:${checked('session', id)}`,
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
         messages: (id) => `${base}session:${checked('session', id)}:messages`,

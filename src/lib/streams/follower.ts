@@ -70,8 +70,7 @@ export class EventFollower {
   /** Subscribes, then replays the log; resolves when the replay (not the run) is done. */
   async start(): Promise<void> {
     this.reading = true;
-    const channel = this.o.keys.scope(this.o.scope).channel(this.o.runId);
-    this.unsubscribe = await this.o.hub.subscribe(channel, {
+    this.unsubscribe = await this.o.hub.subscribe(this.o.keys.scope(this.o.scope).live, this.o.runId, {
       batch: (b) => this.onBatch(b),
       resync: () => this.requestRead(),
     });

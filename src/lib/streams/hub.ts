@@ -9,25 +9,32 @@ export interface HubListener {
 }
 
 /**
- * One Redis subscriber connection per process, shared by every live reader. Channels are
- * reference counted: the first listener subscribes, the last one to leave unsubscribes.
+ * One Redis subscriber connection per process, shared by every live reader. A scope's runs
+ * share its channel (one message per script call carries every run's batch): the hub parses
+ * each message once and hands each run's batch to that run's listeners. Channels are
+ * reference counted: the first listener of a scope subscribes, the last one to leave
+ * unsubscribes. A process following one run of a scope receives the notifications of all
+ * the scope's runs, and drops those nobody here follows.
  */
 export class EventHub {
-  private readonly channels = new Map<string, Set<HubListener>>();
+  /** channel -> runId -> listeners. */
+  private readonly channels = new Map<string, Map<string, Set<HubListener>>>();
   private wasReady = false;
 
   constructor(private readonly subscriber: Redis, private readonly log: Logger) {
     subscriber.on('message', (channel: string, message: string) => {
-      const set = this.channels.get(channel);
-      if (!set) return;
-      let batch: LiveBatch;
+      const runs = this.channels.get(channel);
+      if (!runs) return;
+      let batches: Map<string, LiveBatch>;
       try {
-        batch = parseNotification(message);
+        batches = parseNotification(message);
       } catch (err) {
         this.log.warn({ channel, err: (err as Error).message }, 'unreadable notification');
         return;
       }
-      for (const l of set) l.batch(batch);
+      for (const [runId, batch] of batches) {
+        for (const l of runs.get(runId) ?? []) l.batch(batch);
+      }
     });
     subscriber.on('ready', () => {
       if (this.wasReady) this.afterReconnect();
@@ -38,7 +45,7 @@ export class EventHub {
 
   get listenerCount(): number {
     let n = 0;
-    for (const set of this.channels.values()) n += set.size;
+    for (const runs of this.channels.values()) for (const set of runs.values()) n += set.size;
     return n;
   }
 
@@ -47,22 +54,30 @@ export class EventHub {
   }
 
   /**
-   * Resolves once the channel is subscribed, so nothing published afterwards is missed.
-   * The listener may receive batches before that (another listener's subscription).
+   * Listens to `runId`'s batches on `channel` (its scope's). Resolves once the channel is
+   * subscribed, so nothing published afterwards is missed. The listener may receive batches
+   * before that (another listener's subscription).
    */
-  async subscribe(channel: string, listener: HubListener): Promise<() => Promise<void>> {
-    let set = this.channels.get(channel);
+  async subscribe(channel: string, runId: string, listener: HubListener): Promise<() => Promise<void>> {
+    let runs = this.channels.get(channel);
+    if (!runs) {
+      runs = new Map();
+      this.channels.set(channel, runs);
+    }
+    let set = runs.get(runId);
     if (!set) {
       set = new Set();
-      this.channels.set(channel, set);
+      runs.set(runId, set);
     }
     set.add(listener);
     // SUBSCRIBE is idempotent; awaiting it for every listener guarantees the confirmation.
     await this.subscriber.subscribe(channel);
     return async () => {
-      const s = this.channels.get(channel);
-      if (!s || !s.delete(listener)) return;
-      if (s.size === 0) {
+      const r = this.channels.get(channel);
+      const s = r?.get(runId);
+      if (!r || !s || !s.delete(listener)) return;
+      if (s.size === 0) r.delete(runId);
+      if (r.size === 0) {
         this.channels.delete(channel);
         await this.subscriber.unsubscribe(channel).catch(() => {});
       }
@@ -80,7 +95,7 @@ export class EventHub {
     if (channels.length === 0) return;
     this.subscriber.subscribe(...channels).then(
       () => {
-        for (const ch of channels) for (const l of this.channels.get(ch) ?? []) l.resync();
+        for (const ch of channels) for (const set of this.channels.get(ch)?.values() ?? []) for (const l of set) l.resync();
       },
       // The connection dropped again: the next 'ready' does this once more.
       (err: Error) => this.log.warn({ err: err.message }, 'resubscribe failed'),

@@ -33,17 +33,25 @@ function toEvent(id: string, fields: string[]): RunEvent {
   return { id, type, data };
 }
 
-/** A live notification: the events one script call appended, and the id of the entry before them. */
+/** The events one script call appended to a run's log, and the id of the entry before them. */
 export interface LiveBatch { prev: string; events: RunEvent[] }
 
-/** Parses a live notification published by the Lua scripts: `{prev, events: [[id, type, data], ...]}`. */
-export function parseNotification(message: string): LiveBatch {
-  const raw = JSON.parse(message) as { prev?: unknown; events?: unknown };
-  if (typeof raw.prev !== 'string' || !Array.isArray(raw.events)) throw new Error('not a live batch');
-  return {
-    prev: raw.prev,
-    events: (raw.events as [string, string, string][]).map(([id, type, data]) => ({ id, type, data })),
-  };
+/**
+ * Parses a live notification published by the Lua scripts on a scope's channel, one per
+ * call: `{runs: [[runId, prev, [[id, type, data], ...]], ...]}`, the batch of each run the call
+ * wrote to, by run id.
+ */
+export function parseNotification(message: string): Map<string, LiveBatch> {
+  const raw = JSON.parse(message) as { runs?: unknown };
+  if (!Array.isArray(raw.runs)) throw new Error('not a live notification');
+  const out = new Map<string, LiveBatch>();
+  for (const run of raw.runs as unknown[]) {
+    if (!Array.isArray(run) || typeof run[0] !== 'string' || typeof run[1] !== 'string' || !Array.isArray(run[2])) {
+      throw new Error('not a live batch');
+    }
+    out.set(run[0], { prev: run[1], events: (run[2] as [string, string, string][]).map(([id, type, data]) => ({ id, type, data })) });
+  }
+  return out;
 }
 
 /** The newest event of a run's log; undefined when the run is unknown or its log expired. */

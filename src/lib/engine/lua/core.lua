@@ -25,7 +25,8 @@
   the per-runtime keys of a run's runtime (stats:<rt>, waiting:<rt>, drain:<rt>, held:<rt>)
   a run's session keys, the artifacts a run names (`artifact:<id>`) and the records of a run's
   resume tokens (`wait-token:<sha256>`). A run's log, steps, waits and live channel are its
-  record key plus a fixed suffix (:events, :steps, :waits, :live). All of them follow src/lib/keys.ts.
+  record key plus a fixed suffix (:events, :steps, :waits); the scope's live channel is BASE .. 'live'.
+  All of them follow src/lib/keys.ts.
 
   Slots: a scope may have at most its slot limit of runs holding a slot (dispatched, running,
   retrying): its `maxActive` (the `limits` hash an operator sets, else O.maxActive), lowered
@@ -105,9 +106,13 @@ local function writeRecord(rk, w)
   if #w.gone > 0 then redis.call('HDEL', rk, unpack(w.gone)) end
 end
 
--- `published`: the events of this call, published once at the end (one message per call)
--- as {prev, events}: `prev` is the id of the stream entry before this batch ('0' if none),
--- so a live reader can prove it missed no notification (else it re-reads the log).
+-- `published`: the events of this call, published once at the end: one message per call on
+-- the scope's channel (`live`), {runs: [[runId, prev, events], ...]}, whatever number of runs
+-- the call wrote to. `prev` is the id of the stream entry before a run's batch ('0' if none),
+-- so a live reader can prove it missed no notification (else it re-reads the log). API
+-- processes subscribe to the channel of each scope they follow a run of, and route by run
+-- (src/lib/streams/hub.ts): one message and one socket write per call and subscriber, not
+-- one per run written to.
 
 -- Where a run's log ends, kept in its record as `logTail` (the id of the last entry): every
 -- call that adds events to a run's log writes it, so a script that reads the record anyway
@@ -161,18 +166,19 @@ local function unheard(runId)
   if published[runId] then published[runId].unheard = true end
 end
 
--- Publishes each run's batch, and writes its tail unless the caller's HSET carried it.
+-- Publishes the runs' batches in one message, and writes each run's tail unless the caller's
+-- HSET carried it.
 local function flushPublished()
+  local runs = {}
   for runId, batch in pairs(published) do
     local n = #batch.events
     if n > 0 then
       local last = batch.events[n][1]
       if batch.kept ~= true and batch.kept ~= last then redis.call('HSET', runKey(runId), 'logTail', last) end
-      if not batch.unheard then
-        redis.call('PUBLISH', runKey(runId) .. ':live', cjson.encode({ prev = batch.prev, events = batch.events }))
-      end
+      if not batch.unheard then runs[#runs + 1] = { runId, batch.prev, batch.events } end
     end
   end
+  if #runs > 0 then redis.call('PUBLISH', BASE .. 'live', cjson.encode({ runs = runs })) end
   published = {}
 end
 
