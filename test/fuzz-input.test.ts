@@ -69,7 +69,9 @@ async function snapshot(): Promise<Map<string, string>> {
   keys.forEach((k, i) => {
     const dump = replies[2 * i][1] as Buffer | null;
     const ttl = Number(replies[2 * i + 1][1]);
-    out.set(k, dump ? createHash('sha1').update(dump).digest('hex') : 'gone');
+    // A key that expired between the SCAN and the DUMP is as absent as one the SCAN missed.
+    if (!dump) return;
+    out.set(k, createHash('sha1').update(dump).digest('hex'));
     if (ttl >= 0) expiresAt.set(k, now + ttl);
     else expiresAt.delete(k);
   });

@@ -17,7 +17,10 @@ it('a `baton worker` process completes a run submitted to a separate `baton api`
   // A standalone worker serves its own /metrics (on METRICS_PORT; `baton start`'s worker does not).
   const metricsUrl = /\(metrics (http:\/\/\S+\/metrics)\)/.exec(worker.output())?.[1];
   expect(metricsUrl, worker.output()).toBeDefined();
-  expect((await fetch(metricsUrl!)).status).toBe(200);
+  // The body is read: an unread one keeps fetch's connection busy until the pool gives up on it.
+  const metrics = await fetch(metricsUrl!);
+  expect(metrics.status).toBe(200);
+  expect(await metrics.text()).toContain('baton_');
 
   const content = 'two processes, one redis';
   const sub = await call(api.url!, 'POST', '/v1/scopes/acme/runs', { sessionId: 'p1', input: { content }, runtime: h.runtime }, auth);
