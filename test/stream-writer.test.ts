@@ -1,6 +1,7 @@
 import { createServer, connect, type AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { Appender } from '../src/lib/streams/appender.ts';
 import { EventWriter, MAX_TOKEN_EVENT_CHARS } from '../src/lib/streams/writer.ts';
 import { parseNotification, type LiveBatch } from '../src/lib/streams/log.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
@@ -156,6 +157,54 @@ describe('append script', () => {
       expect(t.charCodeAt(t.length - 1) >= 0xd800 && t.charCodeAt(t.length - 1) <= 0xdbff).toBe(false);
       expect(t.charCodeAt(0) >= 0xdc00 && t.charCodeAt(0) <= 0xdfff).toBe(false);
     }
+  });
+
+  it('one call appends several runs\' batches, each fenced and applied once, and publishes them in one message', async () => {
+    const ids = ['many-a', 'many-b', 'many-c'].map((n) => `${n}-${h.prefix}`);
+    const [a, b, c] = await Promise.all(ids.map((id) => fakeRunning(id)));
+    const stale = new Attempt({ id: ids[2], scope: 'acme', sessionId: 's', runtime: h.runtime }, 0, h.keys.scope('acme'));
+    const sub = createRedis({ url: h.redisUrl, name: 'test-append-many-sub', blocking: true });
+    track(sub, () => sub.quit());
+    const messages: Map<string, LiveBatch>[] = [];
+    sub.on('message', (_ch: string, msg: string) => messages.push(parseNotification(msg)));
+    await sub.subscribe(h.keys.scope('acme').live);
+    const t = h.transitions();
+    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
+    expect(await t.append(a, 1, token('a1'))).toBe('applied');
+    const answers = await t.appendMany([
+      { attempt: a, batch: 1, events: token('a1') },
+      { attempt: b, batch: 1, events: [...token('b1'), ['notice', '{"n":1}']] },
+      { attempt: stale, batch: 1, events: token('x') },
+      { attempt: c, batch: 1, events: token('c1') },
+    ]);
+    expect(answers.slice(0, 2)).toEqual(['duplicate', 'applied']);
+    expect(answers[2]).toBeInstanceOf(LeaseLostError);
+    expect(answers[3]).toBe('applied');
+    const [logA, logB, logC] = await Promise.all(ids.map((id) => fullLog(h, 'acme', id)));
+    expect(logA.map((e) => e.data)).toEqual([{ text: 'a1' }]);
+    expect(logB.map((e) => e.type)).toEqual(['token', 'notice']);
+    expect(logC.map((e) => e.data)).toEqual([{ text: 'c1' }]);
+    await waitFor(() => messages.length >= 2, 5_000, 'two notifications');
+    // The first append's, then one message with the two runs the second call wrote to.
+    expect(messages.map((m) => [...m.keys()].sort())).toEqual([[ids[0]], [ids[1], ids[2]]]);
+    expect(messages[1].get(ids[1])).toEqual({ prev: '0', events: logB.map((e) => ({ id: e.id, type: e.type, data: JSON.stringify(e.data) })) });
+  });
+
+  it('the appender sends the batches of a scope\'s runs together: one call at a time, the rest in the next', async () => {
+    const ids = Array.from({ length: 5 }, (_, i) => `gather-${i}-${h.prefix}`);
+    const attempts = await Promise.all(ids.map((id) => fakeRunning(id)));
+    const appender = new Appender(h.transitions());
+    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
+    // Made in one turn of the event loop: one call carries all five.
+    expect(await Promise.all(attempts.map((a, i) => appender.append(a, 1, token(`t${i}`))))).toEqual(Array(5).fill('applied'));
+    expect([appender.calls, appender.batches]).toEqual([1, 5]);
+    // One call in flight: what comes meanwhile waits for it, then goes in one call.
+    const first = appender.append(attempts[0], 2, token('u0'));
+    await new Promise((r) => setImmediate(r));
+    const rest = attempts.slice(1).map((a, i) => appender.append(a, 2, token(`u${i + 1}`)));
+    await Promise.all([first, ...rest]);
+    expect([appender.calls, appender.batches]).toEqual([3, 10]);
+    for (const [i, id] of ids.entries()) expect((await fullLog(h, 'acme', id)).map((e) => e.data)).toEqual([{ text: `t${i}` }, { text: `u${i}` }]);
   });
 
   it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {

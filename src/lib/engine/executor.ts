@@ -5,6 +5,7 @@ import type { Config } from '../config.ts';
 import type { JobData } from './dispatcher.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
+import { Appender } from '../streams/appender.ts';
 import { EventWriter } from '../streams/writer.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
 import { Attempt } from './attempt.ts';
@@ -74,9 +75,12 @@ export class RunExecutor {
   private readonly historyReads: Record<string, number> = {};
   /** The scopes' daily token budgets, checked by each run's context before a model call. */
   private readonly budgets: TokenBudgets;
+  /** Gathers the event batches of this process's runs into one append call per scope. */
+  readonly appender: Appender;
 
   constructor(private readonly d: ExecutorDeps) {
     this.budgets = new TokenBudgets(d.redis, d.keys, d.config);
+    this.appender = new Appender(d.transitions);
     for (const [name, agent] of d.agents) {
       if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
       this.historyReads[name] = claimHistoryReads(agent.memory, d.config.HISTORY_READ_MAX);
@@ -120,7 +124,7 @@ export class RunExecutor {
 
     this.d.leases.hold(attempt);
     const writer = new EventWriter({
-      transitions, attempt, flushMs: c.EMIT_FLUSH_MS, flushTokens: c.EMIT_FLUSH_TOKENS,
+      transitions, attempt, appender: this.appender, flushMs: c.EMIT_FLUSH_MS, flushTokens: c.EMIT_FLUSH_TOKENS,
       onLeaseLost: () => attempt.abort('lease-lost'),
       onWritten: (events, tokens) => this.d.events?.appended?.(run, events, tokens),
     });

@@ -45,6 +45,10 @@ export interface NewRun {
 /** A token bucket: `rate` tokens a second, at most `burst` at once. */
 export interface SubmitLimit { rate: number; burst: number }
 
+/** One run's batch of events for appendMany: the writer's number, applied once per attempt. */
+export interface AppendItem { attempt: Attempt; batch: number; events: readonly (readonly [string, string])[] }
+export type AppendAnswer = 'applied' | 'duplicate';
+
 /**
  * What the scripts are told of the fair share (O.level, O.capacity; src/lib/engine/fair-share.ts):
  * the water level while scopes contend, and the live workers' slots.
@@ -213,7 +217,6 @@ const REPLY = {
   /** A claim that ended the run instead answers this shape (Outcome.claim.Ended). */
   'claim-ended': { code: num, orders, status: text },
   'step': { code: num, result: text },
-  'append': { code: num, last: text },
   'retry': { code: num, retryAt: num, orders },
   'block': { code: num, orders },
   'finish': { code: num, orders },
@@ -510,11 +513,31 @@ export class Transitions {
    * number is applied once. Returns 'duplicate' when this batch had landed already.
    */
   async append(attempt: Attempt, batch: number, events: readonly (readonly [string, string])[]): Promise<'applied' | 'duplicate'> {
-    const reply = await this.call('append', attempt.scope, { run: attempt.runKey }, {
-      runId: attempt.runId, fence: attempt.fence, batch,
-    }, events.flat());
-    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
-    return reply.code === Outcome.append.Duplicate ? 'duplicate' : 'applied';
+    const [reply] = await this.appendMany([{ attempt, batch, events }]);
+    if (reply instanceof Error) throw reply;
+    return reply;
+  }
+
+  /**
+   * Appends the batches of several runs of one scope in one call (one notification for all):
+   * one answer per item, in order, a LeaseLostError for an item whose lease moved on. A call
+   * that fails (Redis) rejects; every item may then be sent again, as each batch applies once.
+   */
+  async appendMany(items: readonly AppendItem[]): Promise<(AppendAnswer | LeaseLostError)[]> {
+    if (items.length === 0) return [];
+    const first = items[0].attempt;
+    if (items.some((i) => i.attempt.scope !== first.scope)) throw new Error('appendMany takes the runs of one scope');
+    const raw = await this.callRaw('append', first.scope, { run: first.runKey }, {
+      runs: items.map((i) => [i.attempt.runId, i.attempt.fence, i.batch, i.events.length]),
+    }, items.flatMap((i) => i.events.flat()));
+    if (!Array.isArray(raw) || raw.length !== 2 * items.length) throw new Error('malformed append reply');
+    return items.map((item, n) => {
+      const code = Number(raw[2 * n]);
+      if (code === ScriptCode.LeaseLost) return new LeaseLostError(item.attempt.runId);
+      if (code === Outcome.append.Duplicate) return 'duplicate';
+      if (code === Outcome.append.Applied) return 'applied';
+      throw new Error(`the append script answered the unexpected code ${code}`);
+    });
   }
 
   /** The next attempt after a transient failure; returns when it is due. */

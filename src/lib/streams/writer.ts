@@ -2,6 +2,7 @@ import type { Speaker } from '../contract/events.ts';
 import type { Attempt } from '../engine/attempt.ts';
 import { LeaseLostError } from '../engine/script-codes.ts';
 import type { Transitions } from '../engine/transitions.ts';
+import type { Appender } from './appender.ts';
 
 interface Pending { type: string; data: string; text?: string; from?: Speaker }
 /** A numbered batch of events; the `append` script (or the finish that carries it) applies a number once. */
@@ -9,6 +10,11 @@ export interface Batch { no: number; events: [string, string][]; tokens: number 
 
 export interface EventWriterOptions {
   transitions: Transitions;
+  /**
+   * Where batches go: the process's Appender (src/lib/streams/appender.ts), which gathers the
+   * batches of its runs into one call per scope; absent, each batch is its own call.
+   */
+  appender?: Pick<Appender, 'append'>;
   attempt: Attempt;
   flushMs: number;
   flushTokens: number;
@@ -186,7 +192,7 @@ export class EventWriter {
     this.writing = (async () => {
       try {
         this.writes++;
-        await this.o.transitions.append(this.o.attempt, batch.no, batch.events);
+        await (this.o.appender ?? this.o.transitions).append(this.o.attempt, batch.no, batch.events);
         this.unacked = undefined;
         this.failures = 0;
         this.o.onWritten?.(batch.events.length, batch.tokens);

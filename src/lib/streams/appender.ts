@@ -1,0 +1,68 @@
+import type { Attempt } from '../engine/attempt.ts';
+import type { AppendAnswer, AppendItem, Transitions } from '../engine/transitions.ts';
+
+/** Runs whose batches one call carries at most, and the bytes of their events (at least one batch). */
+const MAX_RUNS_PER_CALL = 200;
+const MAX_BYTES_PER_CALL = 1024 * 1024;
+
+interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void }
+
+/**
+ * Gathers the appends of one process's runs into one `append` call per scope: every run's
+ * writer (src/lib/streams/writer.ts) hands its batch here, and a scope has at most one call
+ * in flight; the batches that arrive meanwhile go in its next call, together. When little
+ * streams, a batch is sent at once (after the current turn of the event loop, so batches
+ * made in the same turn share a call); when many runs stream, each call carries many runs'
+ * batches, so the call's own cost and its notification (one message for all of them) are
+ * shared, with no timer added to any token's way. Each batch keeps its number and is applied
+ * once, so a call that fails is retried by each writer as before.
+ */
+export class Appender {
+  private readonly pending = new Map<string, Queued[]>();
+  private readonly sending = new Set<string>();
+  /** Calls made and batches they carried (the bench reports them). */
+  calls = 0;
+  batches = 0;
+
+  constructor(private readonly transitions: Pick<Transitions, 'appendMany'>) {}
+
+  append(attempt: Attempt, batch: number, events: readonly (readonly [string, string])[]): Promise<AppendAnswer> {
+    return new Promise((resolve, reject) => {
+      const scope = attempt.scope;
+      let queue = this.pending.get(scope);
+      if (!queue) {
+        queue = [];
+        this.pending.set(scope, queue);
+      }
+      let bytes = 0;
+      for (const [type, data] of events) bytes += type.length + data.length;
+      queue.push({ item: { attempt, batch, events }, bytes, resolve, reject });
+      if (queue.length === 1 && !this.sending.has(scope)) setImmediate(() => this.send(scope));
+    });
+  }
+
+  private send(scope: string): void {
+    const queue = this.pending.get(scope);
+    if (this.sending.has(scope) || !queue?.length) return;
+    let n = 0;
+    let bytes = 0;
+    const fits = (next: Queued) => n === 0 || bytes + next.bytes <= MAX_BYTES_PER_CALL;
+    while (n < queue.length && n < MAX_RUNS_PER_CALL && fits(queue[n])) bytes += queue[n++].bytes;
+    const call = queue.splice(0, n);
+    if (queue.length === 0) this.pending.delete(scope);
+    this.sending.add(scope);
+    this.calls++;
+    this.batches += call.length;
+    this.transitions.appendMany(call.map((q) => q.item)).then(
+      (answers) => call.forEach((q, i) => {
+        const a = answers[i];
+        if (a instanceof Error) q.reject(a);
+        else q.resolve(a);
+      }),
+      (err: Error) => { for (const q of call) q.reject(err); },
+    ).finally(() => {
+      this.sending.delete(scope);
+      if (this.pending.get(scope)?.length) this.send(scope);
+    });
+  }
+}
