@@ -1,4 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -25,6 +26,31 @@ export interface BenchProcess {
   stop(): Promise<void>;
   /** SIGKILL, as a crash or an OOM kill; resolved once it exited. */
   kill(): Promise<void>;
+  /**
+   * Resolves with the first match of `re` in what the process printed (its first 8 KiB, stdout
+   * and stderr), once it appears; rejects after `timeoutMs` or when the process exits first.
+   */
+  printed(re: RegExp, timeoutMs: number): Promise<RegExpExecArray>;
+}
+
+let clockTicks: number | undefined;
+
+/**
+ * CPU seconds (user + system, every thread) process `pid` has used so far, from
+ * /proc/<pid>/stat (utime and stime, in clock ticks: 10 ms on most Linux systems). Linux only.
+ */
+export function processCpuSeconds(pid: number): number {
+  if (clockTicks === undefined) {
+    const r = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
+    const ticks = Number(r.stdout?.trim());
+    if (r.status !== 0 || !Number.isInteger(ticks) || ticks <= 0) throw new Error(`getconf CLK_TCK failed: ${r.stderr || r.error?.message}`);
+    clockTicks = ticks;
+  }
+  // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+  return (Number(fields[11]) + Number(fields[12])) / clockTicks;
 }
 
 /**
@@ -74,13 +100,38 @@ function start(
     if (child.exitCode === null && child.signalCode === null) child.kill(sig);
     await exited;
   };
-  const p: BenchProcess = { pid: child.pid!, stop: signal('SIGTERM'), kill: signal('SIGKILL') };
-  // Keep only the start of the output (for an error message) and keep draining the pipes,
-  // so a chatty process never blocks on a full one.
+  // Keep only the start of the output (for an error message and printed()) and keep draining
+  // the pipes, so a chatty process never blocks on a full one.
   let out = '';
   const keep = (b: Buffer) => { if (out.length < 8192) out += b; };
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
+  // 'close' comes once the pipes are drained too, so nothing printed is still on its way.
+  const close = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  const printed = (re: RegExp, timeoutMs: number) => new Promise<RegExpExecArray>((resolve, reject) => {
+    let settled = false;
+    const settle = (then: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      child.stdout!.off('data', look);
+      child.stderr!.off('data', look);
+      then();
+    };
+    const look = () => {
+      const m = re.exec(out);
+      if (m) settle(() => resolve(m));
+    };
+    const timer = setTimeout(() => settle(() => reject(new Error(`${name} did not print ${re} in ${timeoutMs / 1000} s:\n${out}`))), timeoutMs);
+    child.stdout!.on('data', look);
+    child.stderr!.on('data', look);
+    look();
+    void close.then(() => {
+      look();
+      settle(() => reject(new Error(`${name} exited before printing ${re}:\n${out}`)));
+    });
+  });
+  const p: BenchProcess = { pid: child.pid!, stop: signal('SIGTERM'), kill: signal('SIGKILL'), printed };
   return new Promise<BenchProcess>((resolve, reject) => {
     const timer = setTimeout(() => {
       void p.kill();

@@ -4,6 +4,7 @@ import { BURST, benchFirstToken, printFirstToken, type FirstTokenBench } from '.
 import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts';
 import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
 import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
+import { benchLlmStreams, printLlmGoals, printLlmStreams } from './llm-streams.ts';
 import { benchSessionLength, printSessionLength, type SessionLengthRow } from './session-length.ts';
 import { SMALL_YOUNG_GENERATION, SSE_CLIENTS, SSE_HOLD_MS, benchSseMemory, printSseMemory, sseMemoryUnavailable, type SseMemoryBench } from './sse-memory.ts';
 import { STREAM_RUNS, benchStreams, printStreams, type StreamBench } from './streams.ts';
@@ -12,8 +13,8 @@ import { benchTransitions, printTransitions, type TransitionCosts } from './tran
 
 /**
  * `npm run bench`: every figure is measured in this run against one Redis, so ratios compare
- * like with like on whatever machine runs it; the last table puts each figure of issue 18's
- * goals next to its baseline and its goal. Uses REDIS_URL when set, else its own
+ * like with like on whatever machine runs it; the last tables put each figure of issue 18's
+ * and issue 32's goals next to its baseline and its goal. Uses REDIS_URL when set, else its own
  * redis-server (no persistence) on a free port. Knobs (docs/benchmarks.md):
  *   BENCH_RUNS (2000) runs per throughput row, BENCH_WARMUP (200) unmeasured runs before each,
  *   BENCH_ONLY=<section,...> runs only those sections, BENCH_SKIP_SLOW=1 skips the recovery
@@ -42,7 +43,9 @@ const GOALS = {
   claimGrowth: 1.5,
 };
 
-const SECTIONS = ['throughput', 'transitions', 'library', 'session-length', 'streams', 'first-token', 'sse-memory', 'recovery'] as const;
+const SECTIONS = [
+  'throughput', 'transitions', 'library', 'session-length', 'streams', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
+] as const;
 type Section = (typeof SECTIONS)[number];
 const only = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean);
 for (const s of only ?? []) if (!(SECTIONS as readonly string[]).includes(s)) throw new Error(`BENCH_ONLY: unknown section "${s}" (sections: ${SECTIONS.join(', ')})`);
@@ -237,6 +240,7 @@ async function main(redisUrl: string): Promise<void> {
   await section('library', () => benchLibraryCost(redisUrl), printLibraryCost);
   const sl = await section('session-length', () => benchSessionLength(redisUrl), printSessionLength);
   const st = await section('streams', () => benchStreams(redisUrl), printStreams);
+  const llm = await section('llm-streams', () => benchLlmStreams(redisUrl), printLlmStreams);
   const ft = await section('first-token', () => benchFirstToken(redisUrl), printFirstToken);
   const sm = await section('sse-memory', () => benchSseMemory(redisUrl), printSseMemory, sseMemoryUnavailable());
   const rc = await section('recovery', () => benchRecovery(redisUrl), printRecovery, skipSlow ? 'skipped: BENCH_SKIP_SLOW=1' : undefined);
@@ -246,6 +250,7 @@ async function main(redisUrl: string): Promise<void> {
   printTable('figure', Object.fromEntries(Object.entries(rows).map(([label, r]) => [label, {
     'raw baseline': r.raw ?? '—', Baton: r.baton, ratio: r.ratio ?? '', goal: r.goal, 'meets goal': r.met === undefined ? '' : r.met ? 'yes' : 'no',
   }])));
+  printLlmGoals(llm.ok ? llm.value : { why: llm.why });
   console.log(`\nbench took ${((performance.now() - t0) / 1000).toFixed(0)} s`);
 }
 

@@ -9,7 +9,7 @@ import { loadConfig } from '../src/lib/config.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { startWorker } from '../src/worker/worker.ts';
-import { streamer, wallMs } from './bench-agents.ts';
+import { streamer, clockMs } from './bench-agents.ts';
 import { spawnBaton, spawnScript } from './processes.ts';
 import { percentile, withBenchRedis } from './redis-stats.ts';
 import { num, printTable, ratio } from './table.ts';
@@ -24,8 +24,8 @@ import { num, printTable, ratio } from './table.ts';
  *   Two layouts: everything in this process (API, worker, readers), and readers apart: the
  *   API and the worker are `baton api` / `baton worker` processes and the readers are this
  *   process (raw: the publisher is a process of its own, bench/raw-publisher.ts). Emit and
- *   arrival times are then taken in different processes, from the wall clock with sub-ms
- *   precision (performance.timeOrigin): on one machine they agree to about 0.1 ms.
+ *   arrival times are then taken in different processes, from the machine's monotonic clock
+ *   (clockMs in bench-agents.ts), one clock for all of them.
  * - a lone run: the same with one run, readers apart: what one user sees when nothing else streams.
  * - throughput (one process): one run emits tokens as fast as it can; tokens/s as the
  *   reader receives them, from its first token event to its last. Raw: one publisher PUBLISHes as fast as ioredis pipelines.
@@ -71,11 +71,12 @@ function benchEnv(redisUrl: string) {
   };
 }
 
-async function clientFor(redisUrl: string, prefix: string, url: string): Promise<BatonClient> {
+/** A typed client of `scope` with a fresh client key, for an API on `url`. */
+export async function clientFor(redisUrl: string, prefix: string, url: string, scope = 'bench'): Promise<BatonClient> {
   const admin = new Redis(redisUrl);
   try {
-    const apiKey = (await new ApiKeyStore(admin, createKeys(prefix)).create('bench', 'client')).key;
-    return new BatonClient({ url, apiKey, scope: 'bench' });
+    const apiKey = (await new ApiKeyStore(admin, createKeys(prefix)).create(scope, 'client')).key;
+    return new BatonClient({ url, apiKey, scope });
   } finally {
     await admin.quit();
   }
@@ -127,20 +128,49 @@ async function benchApart(redisUrl: string): Promise<Pick<StreamBench, 'apart' |
 
 /** `runs` streaming runs at once, read by typed clients in this process. */
 async function batonLatency(client: BatonClient, runs: number, tag: string): Promise<Latency> {
+  const metadata = { mode: 'latency', tokens: TOKENS_PER_RUN, intervalMs: INTERVAL_MS, startDelayMs: START_DELAY_MS };
+  return summarize((await readStreamerRuns(client, { runs, tag, tokens: TOKENS_PER_RUN, metadata: () => metadata })).latencies);
+}
+
+export interface StreamerRuns {
+  runs: number;
+  /** Sessions are `<tag>-<i>`. */
+  tag: string;
+  /** Tokens each run emits: fewer or more received is an error. */
+  tokens: number;
+  /** The streamer's metadata for run i (bench-agents.ts). */
+  metadata: (i: number) => Record<string, unknown>;
+  /** Called when run i's reader sees it running (claimed by a worker). */
+  onRunning?: (i: number) => void;
+  /** Aborts the readers (a bench that gives up). */
+  signal?: AbortSignal;
+}
+
+/**
+ * Submits `runs` bench-streamer runs at once and reads each with the typed client over SSE
+ * (`client`, or run i's client), to its `end`; returns every token's emit → arrival time in
+ * ms (arrival stamped here) and how many token events carried them.
+ */
+export async function readStreamerRuns(
+  client: BatonClient | ((i: number) => BatonClient), o: StreamerRuns,
+): Promise<{ latencies: number[]; tokenEvents: number }> {
   const latencies: number[] = [];
-  await Promise.all(Array.from({ length: runs }, async (_, i) => {
-    const run = await client.submit({
-      sessionId: `${tag}-${i}`, input: { content: 'x' }, runtime: 'bench', agent: streamer.name,
-      metadata: { mode: 'latency', tokens: TOKENS_PER_RUN, intervalMs: INTERVAL_MS, startDelayMs: START_DELAY_MS },
+  let tokenEvents = 0;
+  await Promise.all(Array.from({ length: o.runs }, async (_, i) => {
+    const c = typeof client === 'function' ? client(i) : client;
+    const run = await c.submit({
+      sessionId: `${o.tag}-${i}`, input: { content: 'x' }, runtime: 'bench', agent: streamer.name, metadata: o.metadata(i),
     });
-    for await (const e of client.stream(run.id)) {
+    for await (const e of c.stream(run.id, { signal: o.signal })) {
+      if (e.type === 'status' && e.data.status === 'running') o.onRunning?.(i);
       if (e.type !== 'token') continue;
-      const at = wallMs();
+      const at = clockMs();
+      tokenEvents++;
       for (const stamp of e.data.text.split('|')) if (stamp) latencies.push(at - Number(stamp));
     }
   }));
-  if (latencies.length !== runs * TOKENS_PER_RUN) throw new Error(`expected ${runs * TOKENS_PER_RUN} tokens, got ${latencies.length}`);
-  return summarize(latencies);
+  if (latencies.length !== o.runs * o.tokens) throw new Error(`expected ${o.runs * o.tokens} tokens, got ${latencies.length}`);
+  return { latencies, tokenEvents };
 }
 
 async function batonThroughput(client: BatonClient): Promise<{ tokensPerSec: number; tokensPerEvent: number }> {
@@ -156,7 +186,7 @@ async function batonThroughput(client: BatonClient): Promise<{ tokensPerSec: num
   let events = 0;
   for await (const e of client.stream(run.id)) {
     if (e.type !== 'token') continue;
-    last = wallMs();
+    last = clockMs();
     if (!first) first = last;
     chars += e.data.text.length;
     events++;
@@ -166,21 +196,22 @@ async function batonThroughput(client: BatonClient): Promise<{ tokensPerSec: num
   return { tokensPerSec: tokens / ((last - first) / 1000 || 1e-3), tokensPerEvent: tokens / events };
 }
 
-function summarize(latencies: number[]): Latency {
+export function summarize(latencies: number[]): Latency {
   latencies.sort((a, b) => a - b);
   return { p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99) };
 }
 
 /** Subscribes to `channels` and collects emit → arrival latencies of what they carry. */
-async function rawSubscriber(redisUrl: string, channels: string[]) {
+export async function rawSubscriber(redisUrl: string, channels: string[]) {
   const sub = new Redis(redisUrl);
   const latencies: number[] = [];
-  sub.on('message', (_channel: string, message: string) => { latencies.push(wallMs() - Number(message)); });
+  sub.on('message', (_channel: string, message: string) => { latencies.push(clockMs() - Number(message)); });
   await sub.subscribe(...channels);
   return {
     latencies,
-    async collect(expected: number): Promise<Latency> {
-      const until = Date.now() + 10_000;
+    /** Resolves once `expected` messages arrived; fails when they have not within `timeoutMs`. */
+    async collect(expected: number, timeoutMs = 10_000): Promise<Latency> {
+      const until = Date.now() + timeoutMs;
       while (latencies.length < expected && Date.now() < until) await sleep(5);
       if (latencies.length !== expected) throw new Error(`raw pub/sub delivered ${latencies.length} of ${expected}`);
       return summarize(latencies);
@@ -198,11 +229,11 @@ async function rawInProcess(redisUrl: string): Promise<Latency & { tokensPerSec:
   const pub = new Redis(redisUrl);
   try {
     await Promise.all(channels.map(async (ch) => {
-      const start = wallMs();
+      const start = clockMs();
       for (let i = 0; i < TOKENS_PER_RUN; i++) {
         const due = start + i * INTERVAL_MS;
-        if (due > wallMs()) await sleep(due - wallMs());
-        void pub.publish(ch, wallMs().toFixed(3));
+        if (due > clockMs()) await sleep(due - clockMs());
+        void pub.publish(ch, clockMs().toFixed(3));
       }
     }));
     const latency = await sub.collect(STREAM_RUNS * TOKENS_PER_RUN);
@@ -213,7 +244,7 @@ async function rawInProcess(redisUrl: string): Promise<Latency & { tokensPerSec:
     let fastDone!: () => void;
     const fastAll = new Promise<void>((r) => { fastDone = r; });
     fastSub.on('message', () => {
-      const at = wallMs();
+      const at = clockMs();
       if (!fastFirst) fastFirst = at;
       fastLast = at;
       if (++fastCount === FAST_TOKENS) fastDone();
