@@ -1,4 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { maxOverlap } from './helpers/overlap.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -18,16 +19,6 @@ beforeAll(async () => {
 });
 
 type Run = { id: string; createdAt: string; startedAt: string; finishedAt: string; concurrencyKey?: string; priority?: number };
-
-/** Largest number of runs whose [startedAt, finishedAt) intervals overlap. */
-function maxOverlap(runs: readonly Run[]): number {
-  const points = runs.flatMap((r) => [[Date.parse(r.startedAt), 1], [Date.parse(r.finishedAt), -1]] as [number, number][]);
-  points.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
-  let cur = 0;
-  let max = 0;
-  for (const [, d] of points) max = Math.max(max, (cur += d));
-  return max;
-}
 
 async function submitAll(c: ScopeClient, n: number, prefix: string, extra: Record<string, unknown>): Promise<string[]> {
   const ids: string[] = [];
