@@ -24,7 +24,7 @@ beforeAll(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'baton-library-'));
   const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
   track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
-  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
+  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
   transitions = h.transitions();
   store = new RunStore(h.redis, h.keys, h.config, transitions);
 });

@@ -15,6 +15,7 @@ import { track } from './helpers/resources.ts';
  * read the status indexes setStatus keeps, and a listing reads only the fields it shows.
  * Commands are counted with INFO commandstats, so this file brings a redis-server of its own:
  * no other file's commands are in the counts.
+ * No fair-share pass runs: its reads every second would count too.
  */
 const RUNS = 720;
 /** A few runs of an agent and a runtime no other run has, created before all the others. */
@@ -29,7 +30,7 @@ beforeAll(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'baton-list-index-'));
   const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
   track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
-  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '100000', SUBMIT_RATE_PER_SEC: '0' });
+  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '100000', SUBMIT_RATE_PER_SEC: '0' });
   const transitions = h.transitions();
   store = new RunStore(h.redis, h.keys, h.config, transitions);
   // Each run carries 4 KiB of caller memory: what a listing must not read.
