@@ -87,7 +87,13 @@ describe('scope slots', () => {
   it('priority: higher first, then oldest; a run is passed only by runs due less than (9 - priority) steps after it', async () => {
     const s = 'prio';
     const t = h.transitions();
-    const submit = storeOf(t);
+    const made = storeOf(t);
+    // "Oldest" is by submit time in ms: runs made in one millisecond have no order among them.
+    const submit: typeof made = async (...a) => {
+      const run = await made(...a);
+      await new Promise((r) => setTimeout(r, 3));
+      return run;
+    };
     const first = await submit(s, 'p-first');
     const low: RunRecord[] = [];
     for (let i = 0; i < 3; i++) low.push(await submit(s, `p-low-${i}`, { priority: 0 }));
