@@ -118,32 +118,9 @@ export class FairShare {
   async workOut(keepMs: number): Promise<number | undefined> {
     const capacity = (await this.registry.runtimes()).reduce((n, rt) => n + rt.concurrency, 0);
     const demands = new Map<string, ScopeDemand & { active: number; parked: number }>();
-    let cursor = '0';
-    do {
-      const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 500);
-      cursor = next;
-      const pipe = this.redis.pipeline();
-      for (const scope of scopes) {
-        const sk = this.keys.scope(scope);
-        pipe.hmget(sk.meta, 'active', 'parked');
-        pipe.hmget(sk.limits, 'weight', 'maxActive');
-      }
-      const replies = (await pipe.exec()) ?? [];
-      scopes.forEach((scope, i) => {
-        const [meta, limits] = [replies[2 * i], replies[2 * i + 1]].map(([err, v]) => {
-          if (err) throw err;
-          return v as (string | null)[];
-        });
-        const active = Number(meta[0] ?? 0);
-        const parked = Number(meta[1] ?? 0);
-        if (active + parked === 0) return;
-        demands.set(scope, {
-          active, parked, runnable: active + parked,
-          weight: Number(limits[0] ?? this.config.SCOPE_WEIGHT),
-          maxActive: Number(limits[1] ?? this.config.MAX_ACTIVE_PER_SCOPE),
-        });
-      });
-    } while (cursor !== '0');
+    for await (const c of scopeCounts(this.redis, this.keys, this.config)) {
+      if (c.active + c.parked > 0) demands.set(c.scope, { ...c, runnable: c.active + c.parked });
+    }
     const level = waterLevel(capacity, [...demands.values()]);
     this.current = capacity > 0 ? { ...(level === undefined ? {} : { level }), capacity } : {};
     if (capacity === 0) await this.redis.del(this.keys.fairShare);
@@ -187,6 +164,25 @@ export async function heldBack(redis: Redis, keys: Keys, config: Config, perScop
     level: fair.level, capacity: fair.capacity ?? 0, active: 0,
     parked: { maxActive: 0, share: 0, maxActivePerKey: 0 }, ...(perScope ? { scopes: new Map() } : {}),
   };
+  for await (const c of scopeCounts(redis, keys, config)) {
+    out.active += c.active;
+    if (c.active + c.parked === 0) continue;
+    const maxActive = Math.min(c.maxActive, out.capacity || Infinity);
+    const share = out.level === undefined ? Infinity : shareAt(out.level, c.weight);
+    const heldBy: HeldBy = c.active >= maxActive ? 'maxActive' : c.active >= share ? 'share' : 'maxActivePerKey';
+    out.parked[heldBy] += c.parked;
+    out.scopes?.set(c.scope, { active: c.active, parked: c.parked, heldBy });
+  }
+  return out;
+}
+
+/**
+ * Every scope's slot counts (`meta`: active, parked; never below 0) and the limits the fair
+ * share reads (`limits`: weight, maxActive, else their defaults): one pipelined read per 500 scopes.
+ */
+async function* scopeCounts(redis: Redis, keys: Keys, config: Config): AsyncGenerator<{
+  scope: string; active: number; parked: number; weight: number; maxActive: number;
+}> {
   let cursor = '0';
   do {
     const [next, scopes] = await redis.sscan(keys.scopes, cursor, 'COUNT', 500);
@@ -194,24 +190,21 @@ export async function heldBack(redis: Redis, keys: Keys, config: Config, perScop
     const pipe = redis.pipeline();
     for (const scope of scopes) {
       pipe.hmget(keys.scope(scope).meta, 'active', 'parked');
-      pipe.hmget(keys.scope(scope).limits, 'maxActive', 'weight');
+      pipe.hmget(keys.scope(scope).limits, 'weight', 'maxActive');
     }
     const replies = (await pipe.exec()) ?? [];
-    scopes.forEach((scope, i) => {
+    for (const [i, scope] of scopes.entries()) {
       const [meta, limits] = [replies[2 * i], replies[2 * i + 1]].map(([err, v]) => {
         if (err) throw err;
         return v as (string | null)[];
       });
-      const active = Math.max(0, Number(meta[0] ?? 0));
-      const parked = Math.max(0, Number(meta[1] ?? 0));
-      out.active += active;
-      if (active + parked === 0) return;
-      const maxActive = Math.min(Number(limits[0] ?? config.MAX_ACTIVE_PER_SCOPE), out.capacity || Infinity);
-      const share = out.level === undefined ? Infinity : shareAt(out.level, Number(limits[1] ?? config.SCOPE_WEIGHT));
-      const heldBy: HeldBy = active >= maxActive ? 'maxActive' : active >= share ? 'share' : 'maxActivePerKey';
-      out.parked[heldBy] += parked;
-      out.scopes?.set(scope, { active, parked, heldBy });
-    });
+      yield {
+        scope,
+        active: Math.max(0, Number(meta[0] ?? 0)),
+        parked: Math.max(0, Number(meta[1] ?? 0)),
+        weight: Number(limits[0] ?? config.SCOPE_WEIGHT),
+        maxActive: Number(limits[1] ?? config.MAX_ACTIVE_PER_SCOPE),
+      };
+    }
   } while (cursor !== '0');
-  return out;
 }
