@@ -110,7 +110,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     finished: (run, status) => metrics.runFinished(run, status),
   });
   sweeper.start();
-  const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE });
+  const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE, events: metrics.schemaGuardEvents });
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents);

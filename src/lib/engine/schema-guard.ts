@@ -38,6 +38,20 @@ export interface SchemaGuardOptions {
    * default 32: a burst of submits with schemas fits; 32 × 64 KiB of schema text at most).
    */
   maxQueuedPerScope?: number;
+  /** Told how each request that reached the queue ended (the process's metrics count them). */
+  events?: SchemaGuardEvents;
+}
+
+/**
+ * How a request ended: the thread answered (`passed`, or `refused`: the schema or the value
+ * failed), or it was cut: over its time budget or memory limit, the thread crashed, the
+ * client went away (`gone`: dropped from the queue, or stopped running), the guard closed or
+ * its thread could not start.
+ */
+export type SchemaCheckOutcome = 'passed' | 'refused' | Cut['reason'];
+
+export interface SchemaGuardEvents {
+  ended?(op: ThreadJob['op'], outcome: SchemaCheckOutcome): void;
 }
 
 /** How a request is made: for whom, whether it counts against its scope's cap, and until when it is wanted. */
@@ -85,6 +99,7 @@ export class SchemaGuard {
   private readonly queues = new Map<string, Job[]>();
   private readonly maxQueuedPerScope: number;
   private readonly knownGood = new Set<string>();
+  private readonly events: SchemaGuardEvents;
   private nextId = 1;
   private closing: Promise<void> | undefined;
 
@@ -92,6 +107,7 @@ export class SchemaGuard {
     this.limits = Object.freeze({ ...SCHEMA_LIMITS, ...o.limits });
     this.budget = Object.freeze({ ...SCHEMA_GUARD_BUDGET, ...o.budget });
     this.maxQueuedPerScope = o.maxQueuedPerScope ?? 32;
+    this.events = o.events ?? {};
   }
 
   /**
@@ -204,6 +220,7 @@ export class SchemaGuard {
       const gone = () => this.drop(entry);
       const done = (out: Outcome) => {
         signal?.removeEventListener('abort', gone);
+        this.events.ended?.(job.op, out.ok ? 'passed' : out.reason === 'schema' || out.reason === 'value' ? 'refused' : out.reason);
         resolve(out);
       };
       const entry: Job = { req: { ...job, id: this.nextId++ }, budgetMs, scope, done };

@@ -11,6 +11,7 @@ import { TERMINAL_STATUSES, WAIT_KINDS, type TerminalStatus, type WaitKind } fro
 import { withTimeout } from '../timeout.ts';
 import type { RateLimits } from '../rate-limit-config.ts';
 import type { BucketState, RateLimitEvents } from '../engine/rate-limiter.ts';
+import type { SchemaGuardEvents } from '../engine/schema-guard.ts';
 
 /** BullMQ job states exported per runtime queue (completed jobs are removed at once, see dispatcher.ts). */
 export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'failed'] as const satisfies readonly JobType[];
@@ -98,6 +99,7 @@ export class Metrics {
   /** Reads what the limits hold back at scrape time (watchFlowControl). */
   private flowControl: ((perScope: boolean) => Promise<HeldBack>) | undefined;
   private heldBackRead: { at: number; read: Promise<HeldBack | undefined> } | undefined;
+  readonly schemaChecks: Counter<string>;
   readonly rateLimitWait: Histogram<string>;
   readonly rateLimitPauses: Counter<string>;
   readonly rateLimitLimit: Gauge<string>;
@@ -159,6 +161,12 @@ export class Metrics {
     this.collectErrors = counter('baton_metrics_collect_errors_total', 'Scrape-time collectors that failed (their series are left out of that scrape).', ['collector']);
     this.collectErrors.inc({ collector: 'queue_jobs' }, 0);
     this.collectErrors.inc({ collector: 'runs_waiting' }, 0);
+
+    this.schemaChecks = counter(
+      'baton_schema_checks_total',
+      "Schema compiles (check) and validations (validate) by how they ended: passed, refused, or cut (budget, memory, crash, gone: the client went away, closed, unavailable).",
+      ['op', 'outcome'],
+    );
 
     // Provider rate limits. A bucket label is a name RATE_LIMITS defines (at most 100), never a caller's.
     this.rateLimitWait = new Histogram({
@@ -434,6 +442,11 @@ export class Metrics {
   readonly rateLimitEvents: RateLimitEvents = {
     waited: (bucket, ms) => this.rateLimitWait.observe({ bucket }, Math.max(0, ms) / 1000),
     paused: (bucket, by) => this.rateLimitPauses.inc({ bucket, by }),
+  };
+
+  /** Hooks for the process's SchemaGuard. */
+  readonly schemaGuardEvents: SchemaGuardEvents = {
+    ended: (op, outcome) => this.schemaChecks.inc({ op, outcome }),
   };
 
   /** Reports `read()` as the runs in flight of a worker of `runtime`. */
