@@ -164,7 +164,7 @@ export class Metrics {
 
     this.schemaChecks = counter(
       'baton_schema_checks_total',
-      "Schema compiles (check) and validations (validate) by how they ended: passed, refused, or cut (budget, memory, crash, gone: the client went away, closed, unavailable).",
+      'Schema compiles (check) and validations (validate) by how they ended: passed, refused, or cut (budget, memory, crash, gone: the client went away, closed, unavailable).',
       ['op', 'outcome'],
     );
 
