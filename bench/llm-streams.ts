@@ -48,7 +48,8 @@ import { num, printTable, ratio, type Cell } from './table.ts';
  * Every figure is the server's or a process's own: run it on a Redis nothing else uses (the
  * bench's own redis-server, REDIS_URL unset). Knobs: BENCH_LLM_RUNS (200,500),
  * BENCH_LLM_TOKENS (100), BENCH_LLM_TOKEN_MS (20), BENCH_LLM_SCOPES (1: runs spread round-robin
- * over that many scopes), BENCH_LLM_ROUNDS (2), BENCH_LLM_LONG_RUNS (16 runs of each length).
+ * over that many scopes), BENCH_LLM_ROUNDS (2), BENCH_LLM_LONG_RUNS (16 runs of each length),
+ * BENCH_LLM_PROFILE (1: Redis time per token by command).
  *   node --import tsx bench/llm-streams.ts
  */
 
@@ -75,6 +76,8 @@ export const LLM_TOKEN_MS = positiveInt('BENCH_LLM_TOKEN_MS', 20);
 const SCOPES = positiveInt('BENCH_LLM_SCOPES', 1);
 const LONG_REPEATS = positiveInt('BENCH_LLM_LONG_RUNS', 16);
 const ROUNDS = positiveInt('BENCH_LLM_ROUNDS', 2);
+/** BENCH_LLM_PROFILE=1: also print Redis's time per token by command. */
+const PROFILE = process.env.BENCH_LLM_PROFILE === '1';
 const LONG_STEPS = 300;
 const SHORT_STEPS = 10;
 const WAITS = 10;
@@ -118,6 +121,8 @@ export interface StreamCost {
   apiCpuUs?: number;
   /** The readers, this process (Baton: the typed clients; raw: the subscriber), CPU µs per token. */
   readerCpuUs: number;
+  /** Per Redis command: calls and µs per token (INFO commandstats; a function's inner commands under their own names as well). */
+  byCommand: Map<string, { calls: number; usec: number }>;
 }
 
 export interface LongRuns {
@@ -194,7 +199,20 @@ function costOf(runs: number, passes: Pass[]): StreamCost {
     writerCpuUs: sum((p) => p.writerCpuUs) / tokens,
     apiCpuUs: passes.every((p) => p.apiCpuUs !== undefined) ? sum((p) => p.apiCpuUs!) / tokens : undefined,
     readerCpuUs: sum((p) => p.window.selfCpuUs) / tokens,
+    byCommand: perToken(passes.map((p) => p.window.byCommand), tokens),
   };
+}
+
+/** Command stats of several windows added up, per token. */
+function perToken(windows: Map<string, { calls: number; usec: number }>[], tokens: number): Map<string, { calls: number; usec: number }> {
+  const out = new Map<string, { calls: number; usec: number }>();
+  for (const w of windows) {
+    for (const [name, c] of w) {
+      const t = out.get(name) ?? { calls: 0, usec: 0 };
+      out.set(name, { calls: t.calls + c.calls / tokens, usec: t.usec + c.usec / tokens });
+    }
+  }
+  return out;
 }
 
 const channels = (tag: string, runs: number) => Array.from({ length: runs }, (_, i) => `raw-${tag}-${i}`);
@@ -492,6 +510,7 @@ export function printLlmStreams(r: LlmStreamsBench): void {
     'Redis CPU per token, as the processes\' timers are most of its CPU per token)',
   );
   if (sharedRedisNote) console.log(`(${sharedRedisNote})`);
+  if (PROFILE) printProfile(r);
   const l = r.long;
   console.log(
     `\nlong runs, read from outside over SSE: a ${LONG_STEPS}-step agent (each step memoized, a token each), then ${WAITS} waits ` +
@@ -511,6 +530,16 @@ export function printLlmStreams(r: LlmStreamsBench): void {
       ratio: ratio(l.anyResumeMs.long, l.anyResumeMs.short),
     },
   });
+}
+
+/** Where Redis's time per token goes, by command, at the largest N (BENCH_LLM_PROFILE=1). */
+function printProfile(r: LlmStreamsBench): void {
+  const { runs, raw, baton } = r.rows[r.rows.length - 1];
+  const names = [...new Set([...raw.byCommand.keys(), ...baton.byCommand.keys()])]
+    .sort((a, b) => (baton.byCommand.get(b)?.usec ?? 0) - (baton.byCommand.get(a)?.usec ?? 0));
+  const cell = (c: { calls: number; usec: number } | undefined) => (c ? `${num(c.calls, 3)} / ${num(c.usec, 2)}` : '—');
+  console.log(`\nRedis commands per token at ${runs} runs (calls / µs, from INFO commandstats; a function's inner commands also counted in fcall)`);
+  printTable('command', Object.fromEntries(names.slice(0, 16).map((n) => [n, { raw: cell(raw.byCommand.get(n)), Baton: cell(baton.byCommand.get(n)) }])));
 }
 
 /** Issue 32's goal rows (`r` undefined: why there are no figures). */

@@ -12,6 +12,14 @@ export async function totalCommands(redis: Redis): Promise<number> {
   return total;
 }
 
+/** Calls and microseconds by command (INFO commandstats; a function's inner commands counted under their own names too). */
+export async function commandStats(redis: Redis): Promise<Map<string, { calls: number; usec: number }>> {
+  const info = await redis.info('commandstats');
+  const out = new Map<string, { calls: number; usec: number }>();
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) out.set(m[1], { calls: Number(m[2]), usec: Number(m[3]) });
+  return out;
+}
+
 /**
  * CPU seconds the redis-server process has used (INFO cpu: used_cpu_sys + used_cpu_user,
  * getrusage of the whole process, so its background threads count too). Undefined when the
@@ -25,7 +33,12 @@ export async function redisCpuSeconds(redis: Redis): Promise<number | undefined>
 }
 
 /** What Redis did between start and stop: commands executed and CPU time spent. */
-export interface RedisWork { commands: number; cpuSeconds: number | undefined }
+export interface RedisWork {
+  commands: number;
+  cpuSeconds: number | undefined;
+  /** Per command: calls and microseconds inside the window (the meter's own INFO calls included). */
+  byCommand: Map<string, { calls: number; usec: number }>;
+}
 
 /**
  * Starts measuring Redis's work; the returned function ends it. Both figures are
@@ -36,12 +49,19 @@ export async function meterRedis(redis: Redis): Promise<() => Promise<RedisWork>
   // The CPU readings enclose the command counts, so the only meter command counted is the
   // first INFO commandstats (a command is counted once it has run).
   const cpu0 = await redisCpuSeconds(redis);
-  const commands0 = await totalCommands(redis);
+  const stats0 = await commandStats(redis);
   return async () => {
-    const commands1 = await totalCommands(redis);
+    const stats1 = await commandStats(redis);
     const cpu1 = await redisCpuSeconds(redis);
+    const byCommand = new Map<string, { calls: number; usec: number }>();
+    for (const [name, b] of stats1) {
+      const a = stats0.get(name) ?? { calls: 0, usec: 0 };
+      if (b.calls > a.calls) byCommand.set(name, { calls: b.calls - a.calls, usec: b.usec - a.usec });
+    }
+    const count = (m: Map<string, { calls: number }>) => [...m.values()].reduce((n, c) => n + c.calls, 0);
     return {
-      commands: commands1 - commands0 - 1,
+      byCommand,
+      commands: count(stats1) - count(stats0) - 1,
       cpuSeconds: cpu0 === undefined || cpu1 === undefined ? undefined : cpu1 - cpu0,
     };
   };
