@@ -33,6 +33,18 @@ export const configSchema = z.object({
     .string()
     .regex(/^(rediss?:\/\/\S+|redis\+cluster:\/\/\S+:\d+)$/, 'must be redis://…, rediss://… or redis+cluster://host:port,…')
     .optional(),
+  /**
+   * REDIS_MIN_REPLICAS_ACK: replicas that must hold a submit, a step's write, a finish with its
+   * history, a wait's resolution or a blocked step's before it is answered (WAIT). 0 (default):
+   * answered once the primary has it, and a failover can lose the last writes.
+   */
+  REDIS_MIN_REPLICAS_ACK: z.coerce.number().int().min(0).max(16).default(0),
+  /**
+   * REDIS_REPLICA_ACK_TIMEOUT_MS: how long such a write waits for its acknowledgements before
+   * it is answered as 503 REDIS_UNAVAILABLE (a worker retries it). 2 s: replicas acknowledge in
+   * about a round trip; longer means one is gone or far behind.
+   */
+  REDIS_REPLICA_ACK_TIMEOUT_MS: z.coerce.number().int().min(1).max(60_000).default(2_000),
   /** PORT for the HTTP API. 3000: the usual local development port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
   /** HOST the API binds to. 127.0.0.1 keeps a dev instance off the network; compose sets 0.0.0.0. */

@@ -114,5 +114,6 @@ export async function redisNowMs(redis: Redis): Promise<number> {
  */
 export function isRedisUnavailable(err: unknown): boolean {
   const name = (err as { name?: unknown } | null)?.name;
-  return name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError';
+  // ReplicaAckError (replica-acks.ts): a write too few replicas acknowledged.
+  return name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError' || name === 'ReplicaAckError';
 }

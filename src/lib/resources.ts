@@ -80,6 +80,10 @@ export interface ResourceOptions {
 
 export async function openResources(o: ResourceOptions): Promise<Resources> {
   const { config: c, redisUrl: url, log } = o;
+  if (c.REDIS_MIN_REPLICAS_ACK > 0 && url.startsWith('redis+cluster:')) {
+    // WAIT counts the replicas of the node a connection writes to; a Cluster client spreads writes over many.
+    throw new Error('REDIS_MIN_REPLICAS_ACK is not supported with redis+cluster:// URLs: set it to 0, or use one primary (with Sentinel)');
+  }
   const metrics = o.metrics ?? processMetrics(c, o.hostRegistry);
   const keys = createKeys(c.BATON_KEY_PREFIX);
   const events = metrics.redisEvents;
@@ -93,6 +97,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     await quit();
     throw err;
   }
+  if (c.REDIS_MIN_REPLICAS_ACK > 0) await warnFewReplicas(redis, c.REDIS_MIN_REPLICAS_ACK, log);
   const waitTokens = new WaitTokens(redis, keys, c.WAIT_TOKEN_SECRET);
   try {
     await waitTokens.load();
@@ -154,4 +159,17 @@ function processMetrics(c: Config, host: Registry | undefined): Metrics {
   if (taken.length) throw new Error(`the registry already has Baton's metrics (${taken.join(', ')}): one router per registry`);
   for (const name of names) host.registerMetric(metrics.registry.getSingleMetric(name)!);
   return metrics;
+}
+
+/**
+ * Says at start when the primary has fewer replicas than REDIS_MIN_REPLICAS_ACK asks for:
+ * every submit would then be answered 503 after REDIS_REPLICA_ACK_TIMEOUT_MS. Not refused,
+ * as a replica may be restarting; the log line says why the 503s come.
+ */
+async function warnFewReplicas(redis: Redis, wanted: number, log: Logger): Promise<void> {
+  const info = await redis.info('replication');
+  const connected = Number(/^connected_slaves:(\d+)/m.exec(info)?.[1] ?? 0);
+  if (connected < wanted) {
+    log.warn({ connected, wanted }, 'the Redis primary has fewer connected replicas than REDIS_MIN_REPLICAS_ACK: writes that need their acknowledgement will be refused (503) until enough are back');
+  }
 }

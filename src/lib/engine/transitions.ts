@@ -7,6 +7,7 @@ import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, type Refusal } from './script-codes.ts';
+import { ReplicaAcks } from '../replica-acks.ts';
 
 /**
  * The typed gateway to the Lua transitions (src/lib/engine/lua/): one function per script,
@@ -262,9 +263,19 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
   return reply as Decoded<(typeof REPLY)[N]>;
 }
 
+/**
+ * The transitions whose loss in a failover would break a promise: an accepted run, a step's
+ * result or its start marker (a non-idempotent step must not run again), a turn's history,
+ * a wait's resolution and an operator's. With REDIS_MIN_REPLICAS_ACK, each answers only once
+ * that many replicas hold it (replica-acks.ts).
+ */
+const REPLICATED: ReadonlySet<ScriptName> = new Set(['submit', 'step', 'finish', 'resume', 'resolve']);
+
 export class Transitions {
   /** The limits every script shares, the first fields of its options (they never change). */
   private readonly limits: Record<string, unknown>;
+  /** Replica acknowledgements the REPLICATED transitions wait for (absent: none asked). */
+  private readonly acks: ReplicaAcks | undefined;
 
   constructor(
     private readonly redis: Redis,
@@ -285,6 +296,9 @@ export class Transitions {
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
     };
+    if (config.REDIS_MIN_REPLICAS_ACK > 0) {
+      this.acks = new ReplicaAcks(redis, config.REDIS_MIN_REPLICAS_ACK, config.REDIS_REPLICA_ACK_TIMEOUT_MS);
+    }
   }
 
   // ---- API side ----
@@ -739,10 +753,14 @@ export class Transitions {
   }
 
   /** Calls a script; its reply still to decode (claim's has two shapes). */
-  private callRaw(
+  private async callRaw(
     name: ScriptName, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
   ): Promise<unknown> {
-    return callScript(this.redis, name, keys, this.options(this.keys.scope(scope).base, options), payload);
+    const acks = REPLICATED.has(name) ? this.acks : undefined;
+    const mark = acks?.mark();
+    const reply = await callScript(this.redis, name, keys, this.options(this.keys.scope(scope).base, options), payload);
+    if (acks) await acks.confirm(mark!);
+    return reply;
   }
 
   /** The options argument: shared limits, the scope base and the call's own fields, one JSON object. */

@@ -1,0 +1,104 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startLocalRedis, type LocalRedis } from '../src/cli/local-redis.ts';
+import { fxKey } from './fixtures/engine-agents.ts';
+import { useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
+
+/**
+ * REDIS_MIN_REPLICAS_ACK against a real primary and replica (two redis-servers of this
+ * file). The replica is stopped with SIGSTOP, so it holds its link but acknowledges nothing:
+ * what a replica far behind, or cut off, looks like to the primary's WAIT.
+ */
+const ENGINE_AGENTS = fileURLToPath(new URL('./fixtures/engine-agents.ts', import.meta.url));
+
+let dir: string;
+let primary: LocalRedis;
+let replica: LocalRedis;
+let onReplica: Redis;
+let h: Harness;
+let api: Child;
+let acme: ScopeClient;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'baton-acks-'));
+  primary = await startLocalRedis(join(dir, 'primary'));
+  replica = await startLocalRedis(join(dir, 'replica'), ['--replicaof', '127.0.0.1', String(primary.port)]);
+  onReplica = new Redis(replica.url, { maxRetriesPerRequest: 1 });
+  await waitFor(async () => /master_link_status:up/.test(await onReplica.info('replication')), 15_000, 'the replica to sync');
+  h = await useHarness({ REDIS_URL: primary.url, REDIS_MIN_REPLICAS_ACK: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '300' });
+  api = await h.spawn('api');
+  await h.spawn('worker', { agents: [ENGINE_AGENTS] });
+  acme = await h.client(api.url!, 'acme');
+}, 60_000);
+
+afterAll(async () => {
+  if (replica?.process.pid) process.kill(replica.process.pid, 'SIGCONT');
+  onReplica?.disconnect();
+  await replica?.stop();
+  await primary?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const stopReplica = () => process.kill(replica.process.pid!, 'SIGSTOP');
+const contReplica = () => process.kill(replica.process.pid!, 'SIGCONT');
+const reached = (runId: string) => h.redis.get(fxKey(h.prefix, runId, 'reached'));
+const count = async (runId: string, name: string) => Number(await h.redis.get(fxKey(h.prefix, runId, name)) ?? 0);
+
+describe('REDIS_MIN_REPLICAS_ACK=1', () => {
+  it('a 202 means the replica holds the run, and a step the agent went past is on the replica', async () => {
+    const sub = await acme.submit('held', 'x', { agent: 'fx-memo' });
+    expect(sub.status).toBe(202);
+    // Read from the replica, not the primary: the acknowledgement is what this proves.
+    expect(await onReplica.hget(h.keys.scope('acme').run(sub.body.id), 'status')).toBeTruthy();
+    await waitFor(() => reached(sub.body.id), 15_000, 'the agent to pass its two steps');
+    const steps = await onReplica.hkeys(h.keys.scope('acme').steps(sub.body.id));
+    expect(steps.some((k) => k.includes('one'))).toBe(true);
+    expect(steps.some((k) => k.includes('two'))).toBe(true);
+    await h.redis.set(fxKey(h.prefix, sub.body.id, 'go'), '1');
+    const done = await acme.waitStatus(sub.body.id, ['succeeded', 'failed']);
+    expect(done.status).toBe('succeeded');
+  }, 60_000);
+
+  it('a submit no replica acknowledges is 503 REDIS_UNAVAILABLE; the retry with its idempotency key gets the same run, once', async () => {
+    stopReplica();
+    let refused;
+    try {
+      refused = await acme.post('/runs', { sessionId: 'unacked', input: { content: 'x' }, runtime: h.runtime, agent: 'fx-memo' }, { 'idempotency-key': 'unacked-1' });
+    } finally {
+      contReplica();
+    }
+    expect(refused.status).toBe(503);
+    expect(refused.body.error.code).toBe('REDIS_UNAVAILABLE');
+    const again = await acme.post('/runs', { sessionId: 'unacked', input: { content: 'x' }, runtime: h.runtime, agent: 'fx-memo' }, { 'idempotency-key': 'unacked-1' });
+    expect(again.status).toBe(202);
+    const runs = (await acme.get('/runs?sessionId=unacked')).body.runs;
+    expect(runs.filter((r: any) => r.id === again.body.id)).toHaveLength(1);
+  }, 60_000);
+
+  it("a step's result no replica acknowledges fails its attempt transiently; the retry finds it memoized, and the run ends once the replica is back", async () => {
+    const sub = await acme.submit('step-unacked', 'x', { agent: 'fx-memo' });
+    expect(sub.status).toBe(202);
+    const runId = sub.body.id;
+    await waitFor(() => reached(runId), 15_000, 'the agent to pass its two steps');
+    stopReplica();
+    try {
+      await h.redis.set(fxKey(h.prefix, runId, 'go'), '1');
+      // Step three ran and its result is on the primary, but unacknowledged: a transient
+      // failure of the attempt, which is retried (without REDIS_MIN_REPLICAS_ACK it would
+      // have finished in its first attempt).
+      await waitFor(async () => (await count(runId, 'three')) === 1, 15_000, 'step three to run');
+      await waitFor(async () => (await acme.get(`/runs/${runId}`)).body.attempt >= 2, 15_000, 'a second attempt');
+    } finally {
+      contReplica();
+    }
+    const done = await acme.waitStatus(runId, ['succeeded', 'failed'], 30_000);
+    expect(done.status).toBe('succeeded');
+    expect(done.result.answer).toMatch(/three=1/);
+    expect(await count(runId, 'three')).toBe(1);
+    expect(await onReplica.hget(h.keys.scope('acme').run(runId), 'status')).toBe('succeeded');
+  }, 60_000);
+});
