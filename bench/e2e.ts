@@ -72,8 +72,17 @@ function succeeded(admin: Redis, prefix: string) {
  * delay), the finish commits the turn to the session history. `viaHttp: false` submits
  * through RunStore (the engine without the HTTP layer); else HTTP POSTs, 50 in flight.
  */
-export async function benchBaton(redisUrl: string, o: RowOptions & { viaHttp: boolean }): Promise<Throughput> {
-  const env = benchEnv(redisUrl, o.concurrency);
+export async function benchBaton(
+  redisUrl: string,
+  o: RowOptions & {
+    viaHttp: boolean;
+    /** Settings over the bench's own (e.g. REDIS_MIN_REPLICAS_ACK). */
+    env?: Record<string, string>;
+    /** Collects each measured submit's time to its answer, ms. */
+    latencies?: number[];
+  },
+): Promise<Throughput> {
+  const env = { ...benchEnv(redisUrl, o.concurrency), ...o.env };
   const prefix = env.BATON_KEY_PREFIX;
   const config = loadConfig(env);
   const log = createLogger('warn');
@@ -96,7 +105,11 @@ export async function benchBaton(redisUrl: string, o: RowOptions & { viaHttp: bo
       };
     }
     const done = succeeded(admin, prefix);
-    const t = await measure(admin, o, done, submit);
+    const timed = o.latencies && ((i: number) => {
+      const t0 = performance.now();
+      return submit(i).then(() => { o.latencies!.push(performance.now() - t0); });
+    });
+    const t = await measure(admin, o, done, timed ?? submit);
     closeSubmitter();
     return t;
   } finally {

@@ -2,6 +2,7 @@ import { cpus } from 'node:os';
 import { benchBaton, benchRawBullmq, httpFleet, type Throughput } from './e2e.ts';
 import { BURST, benchFirstToken, printFirstToken, type FirstTokenBench } from './first-token.ts';
 import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts';
+import { benchReplicaAcks, printReplicaAcks } from './replica-acks.ts';
 import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
 import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
 import { benchLlmStreams, printLlmGoals, printLlmStreams } from './llm-streams.ts';
@@ -45,6 +46,7 @@ const GOALS = {
 
 const SECTIONS = [
   'throughput', 'transitions', 'library', 'session-length', 'streams', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
+  'replica-acks',
 ] as const;
 type Section = (typeof SECTIONS)[number];
 const only = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean);
@@ -244,6 +246,8 @@ async function main(redisUrl: string): Promise<void> {
   const ft = await section('first-token', () => benchFirstToken(redisUrl), printFirstToken);
   const sm = await section('sse-memory', () => benchSseMemory(redisUrl), printSseMemory, sseMemoryUnavailable());
   const rc = await section('recovery', () => benchRecovery(redisUrl), printRecovery, skipSlow ? 'skipped: BENCH_SKIP_SLOW=1' : undefined);
+  // Its own primary and replica: what replication costs, whatever Redis the rest used.
+  await section('replica-acks', benchReplicaAcks, printReplicaAcks);
 
   console.log('\nissue 18 goals, each next to its baseline measured in this run');
   const rows = goals(tp, tr, sl, st, ft, sm, rc);
