@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { SCOPE_ROLES, type ScopeRole } from './contract/admin.ts';
 import { parseRateLimits } from './rate-limit-config.ts';
+import { parseRedisUrl } from './redis-url.ts';
 
 /**
  * Every tunable of Baton, parsed once from the environment, frozen, and passed down.
@@ -27,11 +28,16 @@ const ORIGIN = /^https?:\/\/(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:\d{1,5})?$/;
 export const configSchema = z.object({
   /**
    * REDIS_URL: `redis://` or `rediss://` for one Redis, `redis+cluster://host:port,host:port`
-   * for Redis Cluster seed nodes. Unset: `baton start` spawns a local redis-server under .baton/redis.
+   * for Redis Cluster seed nodes, `redis+sentinel://host:port,host:port/<masterName>` (or
+   * `rediss+sentinel://`) for a primary that Sentinel fails over (redis-url.ts reads them all).
+   * Unset: `baton start` spawns a local redis-server under .baton/redis.
    */
   REDIS_URL: z
     .string()
-    .regex(/^(rediss?:\/\/\S+|redis\+cluster:\/\/\S+:\d+)$/, 'must be redis://…, rediss://… or redis+cluster://host:port,…')
+    .superRefine((url, ctx) => {
+      const target = parseRedisUrl(url);
+      if ('error' in target) ctx.addIssue({ code: 'custom', message: target.error });
+    })
     .optional(),
   /**
    * REDIS_MIN_REPLICAS_ACK: replicas that must hold a submit, a step's write, a finish with its

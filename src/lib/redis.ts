@@ -1,5 +1,6 @@
 import { Cluster, Redis } from 'ioredis';
 import type { Logger } from './logger.ts';
+import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
 
 export type { Redis };
 
@@ -22,26 +23,6 @@ export interface ConnectionEvents {
   reconnected(connection: string): void;
 }
 
-/** `redis+cluster://[user:pass@]host:port,host:port` names Redis Cluster seed nodes. */
-export const CLUSTER_SCHEME = 'redis+cluster:';
-
-export function isClusterUrl(url: string): boolean {
-  return url.startsWith(`${CLUSTER_SCHEME}//`);
-}
-
-function clusterSeeds(url: string): { nodes: { host: string; port: number }[]; username?: string; password?: string } {
-  const rest = url.slice(CLUSTER_SCHEME.length + 2);
-  const at = rest.lastIndexOf('@');
-  const auth = at >= 0 ? rest.slice(0, at) : '';
-  const hosts = (at >= 0 ? rest.slice(at + 1) : rest).replace(/\/.*$/, '');
-  const nodes = hosts.split(',').filter(Boolean).map((hp) => {
-    const i = hp.lastIndexOf(':');
-    return { host: hp.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(hp.slice(i + 1)) };
-  });
-  const [username, password] = auth.includes(':') ? auth.split(':', 2).map(decodeURIComponent) : [undefined, auth ? decodeURIComponent(auth) : undefined];
-  return { nodes, username: username || undefined, password };
-}
-
 /**
  * One place that opens Redis connections (the transitions' library is loaded into a server
  * by its first call that finds it missing: scripts.ts).
@@ -49,6 +30,10 @@ function clusterSeeds(url: string): { nodes: { host: string; port: number }[]; u
  * A cluster URL yields an ioredis Cluster. It is returned under the `Redis` type on
  * purpose: Baton only sends commands whose keys share one slot (a scope's keys share a hash
  * tag, a queue's keys share its runtime's tag), which Cluster routes like a single node.
+ *
+ * A sentinel URL yields a connection that asks the Sentinels for the primary each time it
+ * connects (sentinelOptions), so a failover is a reconnect, for BullMQ's connections too:
+ * BullMQ duplicates the connection it is given, options and all.
  */
 export function createRedis({ url, name, logger, blocking = false, events }: RedisOptions): Redis {
   const options = {
@@ -59,14 +44,17 @@ export function createRedis({ url, name, logger, blocking = false, events }: Red
     retryStrategy: (times: number) => Math.min(50 * 2 ** Math.min(times, 6), 2_000),
     lazyConnect: false,
   };
+  const target = parseRedisUrl(url);
+  if ('error' in target) throw new Error(`REDIS_URL ${target.error}`);
   let redis: Redis;
-  if (isClusterUrl(url)) {
-    const seeds = clusterSeeds(url);
-    redis = new Cluster(seeds.nodes, {
-      redisOptions: { ...options, username: seeds.username, password: seeds.password },
+  if (target.kind === 'cluster') {
+    redis = new Cluster(target.nodes, {
+      redisOptions: { ...options, username: target.username, password: target.password },
       clusterRetryStrategy: options.retryStrategy,
       enableReadyCheck: true,
     }) as unknown as Redis;
+  } else if (target.kind === 'sentinel') {
+    redis = new Redis({ ...options, ...sentinelOptions(target) });
   } else {
     redis = new Redis(url, options);
   }
@@ -84,6 +72,31 @@ export function createRedis({ url, name, logger, blocking = false, events }: Red
     logger?.debug({ connection: name, err: err.message }, 'redis error');
   });
   return redis;
+}
+
+/**
+ * How a connection follows Sentinel to the current primary through a failover:
+ * - every (re)connect asks the Sentinels for the primary, and the ready check (INFO) refuses
+ *   a server whose role is not master, so a reconnect never settles on a replica;
+ * - `failoverDetector`: the connection listens for the Sentinels' `+switch-master` and
+ *   reconnects as soon as a replica is promoted, instead of waiting for its next error
+ *   (a primary that was demoted, not killed, keeps its sockets open);
+ * - a READONLY answer means the server it is on was demoted under it: it reconnects and sends
+ *   that command again (2). A replica refuses a write before running any of it, so the
+ *   command did nothing there and is safe to send once more.
+ */
+function sentinelOptions(t: Extract<RedisTarget, { kind: 'sentinel' }>) {
+  return {
+    sentinels: t.sentinels,
+    name: t.masterName,
+    username: t.username,
+    password: t.password,
+    sentinelUsername: t.sentinelUsername,
+    sentinelPassword: t.sentinelPassword,
+    failoverDetector: true,
+    reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 2 : false) as 2 | false,
+    ...(t.tls ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
+  };
 }
 
 /** Waits until the connection is ready or fails with the connection's error. */
