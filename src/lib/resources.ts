@@ -14,6 +14,7 @@ import type { Registry } from 'prom-client';
 import { Metrics, QUEUE_STATES } from './ops/metrics.ts';
 import { waitingRuns } from './ops/waiting-runs.ts';
 import { createRedis, waitReady, type Redis } from './redis.ts';
+import { parseRedisUrl } from './redis-url.ts';
 import { WorkerRegistry } from './tenancy/worker-registry.ts';
 
 /**
@@ -80,7 +81,7 @@ export interface ResourceOptions {
 
 export async function openResources(o: ResourceOptions): Promise<Resources> {
   const { config: c, redisUrl: url, log } = o;
-  if (c.REDIS_MIN_REPLICAS_ACK > 0 && url.startsWith('redis+cluster:')) {
+  if (c.REDIS_MIN_REPLICAS_ACK > 0 && redisTargetKind(url) === 'cluster') {
     // WAIT counts the replicas of the node a connection writes to; a Cluster client spreads writes over many.
     throw new Error('REDIS_MIN_REPLICAS_ACK is not supported with redis+cluster:// URLs: set it to 0, or use one primary (with Sentinel)');
   }
@@ -172,4 +173,9 @@ async function warnFewReplicas(redis: Redis, wanted: number, log: Logger): Promi
   if (connected < wanted) {
     log.warn({ connected, wanted }, 'the Redis primary has fewer connected replicas than REDIS_MIN_REPLICAS_ACK: writes that need their acknowledgement will be refused (503) until enough are back');
   }
+}
+
+function redisTargetKind(url: string): string | undefined {
+  const target = parseRedisUrl(url);
+  return 'error' in target ? undefined : target.kind;
 }
