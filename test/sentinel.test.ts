@@ -1,0 +1,270 @@
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from '../src/lib/client/client.ts';
+import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
+import { loadConfig } from '../src/lib/config.ts';
+import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
+import { track } from './helpers/resources.ts';
+import { startSentinels, type DataNode, type SentinelSetup } from './helpers/sentinel.ts';
+import { fullLog, words } from './helpers/stream-check.ts';
+
+/**
+ * Baton on a Redis that Sentinel fails over: one primary, two replicas and three Sentinels
+ * (helpers/sentinel.ts), a real `baton api` and `baton worker` given the Sentinels' URL, and
+ * the primary SIGKILLed twice under load (the second time with the first one back as a
+ * replica), then switched by Sentinel with the old primary still up. No Baton process is restarted. Replication is asynchronous here
+ * (REDIS_MIN_REPLICAS_ACK unset): a write the primary acknowledged just before it died can be
+ * missing on the replica that takes over, so runs lost that way are counted and printed, not
+ * asserted away; what is asserted is that the processes follow the new primary, that every run
+ * still known reaches its end, and that work accepted after the failover is all there.
+ */
+const AGENTS = fileURLToPath(new URL('./fixtures/failover-agents.ts', import.meta.url));
+const isTerminal = (status: string) => (TERMINAL_STATUSES as readonly string[]).includes(status);
+
+describe('REDIS_URL=redis+sentinel://', () => {
+  it('is read as the Sentinels and the primary\'s name; a malformed one is refused naming what is wrong', () => {
+    const ok = 'redis+sentinel://:secret@127.0.0.1:26379,127.0.0.1:26380/baton?sentinelPassword=s3';
+    expect(loadConfig({ REDIS_URL: ok }).REDIS_URL).toBe(ok);
+    expect(loadConfig({ REDIS_URL: 'rediss+sentinel://[::1]:26379/baton' }).REDIS_URL).toBe('rediss+sentinel://[::1]:26379/baton');
+    expect(() => loadConfig({ REDIS_URL: 'redis+sentinel://127.0.0.1:26379' })).toThrow(/REDIS_URL: redis\+sentinel:\/\/: name the primary/);
+    expect(() => loadConfig({ REDIS_URL: 'redis+sentinel://127.0.0.1:x/baton' })).toThrow(/127\.0\.0\.1:x is not host:port/);
+    expect(() => loadConfig({ REDIS_URL: 'redis+sentinel://127.0.0.1:26379/baton?db=2' })).toThrow(/unknown parameter db/);
+  });
+
+  it('with passwords on the data nodes and on the Sentinels, connections authenticate to both, follow a failover, and keep their subscriptions', async () => {
+    const s = await startSentinels({ password: 'data p@ss', sentinelPassword: 'sentinel-pass' });
+    track(s, () => s.stop());
+    const redis = createRedis({ url: s.url, name: 'auth-check' });
+    const subscriber = createRedis({ url: s.url, name: 'auth-check-sub', blocking: true });
+    for (const r of [redis, subscriber]) track(r, () => r.quit().catch(() => r.disconnect()));
+    await waitReady(redis);
+    await redis.set('auth-check', 'before');
+    const heard: string[] = [];
+    subscriber.on('message', (_channel: string, message: string) => heard.push(message));
+    await subscriber.subscribe('failover-check');
+
+    const old = await s.killPrimary();
+    await s.waitForFailover(old);
+    // A command sent while the primary is gone fails after its retries; the connection itself comes back.
+    const after = await waitFor(() => redis.get('auth-check').catch(() => undefined), 30_000, 'a read on the new primary');
+    expect(after).toBe('before');
+    expect(await redis.set('auth-check', 'after')).toBe('OK');
+    // ioredis subscribed again on the new primary: a message published there arrives.
+    await waitFor(async () => {
+      await redis.publish('failover-check', 'on the new primary');
+      return heard.includes('on the new primary');
+    }, 30_000, 'the subscription to come back');
+  }, 90_000);
+
+  it('four failovers under load, none of which restarts a Baton process: the API and worker follow Sentinel, runs end, streams resume, new work flows', async () => {
+    const s = await startSentinels();
+    track(s, () => s.stop());
+    // LEASE_MS at its default (6 s): a deployment's lease, against a failover of a few seconds.
+    const h = await useHarness({ REDIS_URL: s.url, LEASE_MS: '6000' });
+    const api = await h.spawn('api');
+    const worker = await h.spawn('worker', { agents: [AGENTS] });
+    const acme = await h.client(api.url!, 'acme', 'client');
+    const client = new BatonClient({ url: api.url!, apiKey: acme.key, scope: 'acme' });
+
+    // 1. The primary is SIGKILLed.
+    const first = await failoverRound(h, s, client, 1, 'kill');
+    // It comes back, and Sentinel makes it a replica of the new primary.
+    const rejoinStarted = Date.now();
+    await s.restart(first.old);
+    console.log(`${first.old.name} rejoined as a replica in ${Date.now() - rejoinStarted} ms`);
+
+    // 2. The new primary is SIGKILLed, after the replicas lost the transitions' library (a
+    // flush behind the primary's back): the next primary lacks it, and the processes' first
+    // calls there find it missing and load it.
+    for (const node of s.nodes.filter((n) => n.running && n.port !== first.promoted.port)) await dropLibrary(node.port);
+    const second = await failoverRound(h, s, client, 2, 'kill');
+    expect(second.promoted.port).not.toBe(first.promoted.port);
+    expect(await libraries(second.promoted.port), 'the library was loaded on the new primary').toHaveLength(1);
+
+    // 3. A planned switch (SENTINEL FAILOVER): the old primary stays up, and takes writes until
+    // the processes learn of the switch (the Sentinels' +switch-master), which its demotion
+    // then drops: Redis 7's Sentinel does not stop writes on the old primary first.
+    const third = await failoverRound(h, s, client, 3, 'switch');
+    expect(third.old.running).toBe(true);
+
+    // 4. The same switch with the primary's writes paused first (CLIENT PAUSE WRITE): the
+    // promoted replica has every write, the processes' paused commands go to it after the
+    // switch, and nothing is lost (docs/operations.md says how).
+    const fourth = await failoverRound(h, s, client, 4, 'paused switch');
+    expect(fourth.lost).toEqual([]);
+    expect(fourth.unreplicatedEvents).toBe(0);
+
+    for (const child of [api, worker]) expectAlive(child);
+    const lost = [first, second, third, fourth].map((r) => r.lost.length);
+    console.log(`failovers: 4; Baton processes restarted: 0; accepted runs lost per failover: ${lost.join(', ')}`);
+  }, 300_000);
+});
+
+/** Empties a replica's Redis Functions (a replica refuses writes, so it is let take them for the moment). */
+async function dropLibrary(port: number): Promise<void> {
+  const r = new Redis(port, '127.0.0.1');
+  try {
+    await r.config('SET', 'replica-read-only', 'no');
+    await r.function('FLUSH');
+    await r.config('SET', 'replica-read-only', 'yes');
+    expect(await libraries(port)).toEqual([]);
+  } finally {
+    r.disconnect();
+  }
+}
+
+/** The Baton libraries loaded on one node. */
+async function libraries(port: number): Promise<unknown[]> {
+  const r = new Redis(port, '127.0.0.1');
+  try {
+    return (await r.function('LIST', 'LIBRARYNAME', 'baton_*')) as unknown[];
+  } finally {
+    r.disconnect();
+  }
+}
+
+interface RoundResult { old: DataNode; promoted: DataNode; lost: string[]; unreplicatedEvents: number }
+type FailoverKind = 'kill' | 'switch' | 'paused switch';
+
+/** A reader of one run: every event with the time it arrived. */
+interface Reader { runId: string; content: string; events: (RunStreamEvent & { at: number })[]; done: Promise<void> }
+
+/**
+ * One failover under load: streamed runs in flight, a run parked on a wait, a submitter that
+ * keeps submitting (retrying a refused submit with its idempotency key, as a client should);
+ * then the primary fails over (`how`), and the round checks and prints what came through.
+ */
+async function failoverRound(h: Harness, s: SentinelSetup, client: BatonClient, round: number, how: FailoverKind): Promise<RoundResult> {
+  const runtime = h.runtime;
+  await s.waitSettled();
+  // A run that parks on a wait before the failover and is resumed after it.
+  const asking = await client.submit({ sessionId: `ask-${round}`, agent: 'failover-ask', input: { content: `round ${round}` }, runtime });
+  await waitFor(async () => (await client.get(asking.id)).status === 'waiting', 20_000, 'the asking run to wait');
+
+  // Streamed runs, 60 tokens 50 ms apart: about 3 s each, so the failover lands in their middle.
+  const readers: Reader[] = [];
+  for (let i = 0; i < 6; i++) {
+    const content = words(60, `r${round}s${i}-`);
+    const run = await client.submit({ sessionId: `stream-${round}-${i}`, input: { content }, runtime, metadata: { delayMs: 50 } });
+    readers.push(read(client, run.id, content));
+  }
+
+  const submitter = keepSubmitting(client, runtime, round);
+  await waitFor(() => readers.every((r) => r.events.filter((e) => e.type === 'token').length >= 5), 20_000, 'every reader to see tokens');
+
+  // The pause outlasts the switch by far: the processes leave the old primary at +switch-master, whatever is left of it.
+  const old = how === 'kill' ? await s.killPrimary() : await s.switchPrimary({ pauseWritesMs: how === 'paused switch' ? 10_000 : undefined });
+  const failedAt = Date.now();
+  const promoted = await s.waitForFailover(old);
+  const promotedAt = Date.now();
+  await waitFor(() => submitter.accepted.filter((a) => a.at > promotedAt).length >= 5, 60_000, 'five submits accepted after the failover');
+
+  // The wait is resumed through the API once Redis answers again (unless the run was lost).
+  await waitFor(() => client.resume(asking.id, 'wait:approval:1', { approved: true }).then(() => true, (err) => {
+    if (err instanceof BatonApiError && err.status >= 500) return false;
+    if (err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND') return true;
+    throw err;
+  }), 30_000, 'the resume to be accepted');
+  submitter.stop();
+  await submitter.stopped;
+  await Promise.all(readers.map((r) => r.done));
+
+  // Every accepted run either ends or is gone from Redis (lost with the primary's unreplicated writes).
+  const accepted = [asking.id, ...readers.map((r) => r.runId), ...submitter.accepted.map((a) => a.id)];
+  const final = new Map<string, Run | undefined>();
+  await waitFor(async () => {
+    for (const id of accepted) {
+      if (final.has(id)) continue;
+      const run = await client.get(id).catch((err) => {
+        if (err instanceof BatonApiError && err.status === 404) return null;
+        throw err;
+      });
+      if (run === null) final.set(id, undefined);
+      else if (isTerminal(run.status)) final.set(id, run);
+    }
+    return final.size === accepted.length;
+  }, 60_000, 'every accepted run to end');
+  const lost = accepted.filter((id) => final.get(id) === undefined);
+  const lostAfterFailover = submitter.accepted.filter((a) => a.at > promotedAt && lost.includes(a.id));
+  expect(lostAfterFailover, 'runs accepted by the new primary are all there').toEqual([]);
+  for (const run of final.values()) if (run) expect(run.status, `run ${run.id}`).toBe('succeeded');
+  if (!lost.includes(asking.id)) expect(final.get(asking.id)?.result?.answer).toBe(`draft of round ${round}: approved`);
+
+  // Readers: each stream ended with its run's answer, never repeated an event, and got every
+  // event the log now holds; events it saw that the new primary never got are counted.
+  let unreplicatedEvents = 0;
+  let resumedReaders = 0;
+  for (const r of readers) {
+    if (lost.includes(r.runId)) continue;
+    const ids = r.events.map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(r.events.at(-1)).toMatchObject({ type: 'end', data: { status: 'succeeded', result: { answer: r.content } } });
+    const log = await fullLog(h, 'acme', r.runId);
+    const seen = new Set(ids);
+    expect(log.filter((e) => !seen.has(e.id)).map((e) => e.id), `reader of ${r.runId} missed events`).toEqual([]);
+    const inLog = new Set(log.map((e) => e.id));
+    unreplicatedEvents += ids.filter((id) => !inLog.has(id)).length;
+    if (r.events.some((e) => e.at > promotedAt)) resumedReaders++;
+  }
+  const firstAccepted = submitter.accepted.find((a) => a.at > failedAt);
+  // A stream id is `<ms>-<seq>` on Redis's clock (this machine's): when each token was written.
+  const written = readers.flatMap((r) => r.events.filter((e) => e.type === 'token' && Number(e.id.split('-')[0]) > failedAt));
+  const firstWritten = Math.min(...written.map((e) => Number(e.id.split('-')[0])));
+  const firstRead = Math.min(...written.map((e) => e.at));
+  const attempts = [...final.values()].filter((run) => run && readers.some((r) => r.runId === run.id)).map((run) => run!.attempt);
+  console.log([
+    `failover ${round}: ${how === 'kill' ? 'SIGKILL' : how} ${old.name}; ${promoted.name} promoted ${promotedAt - failedAt} ms after it`,
+    `  first submit accepted ${firstAccepted ? firstAccepted.at - failedAt : '-'} ms after it; running runs' first token written ${firstWritten - failedAt} ms after it, read ${firstRead - failedAt} ms after it`,
+    `  submits: ${submitter.accepted.length} accepted (${submitter.refused} refused answers retried with the same idempotency key)`,
+    `  streamed runs: ${readers.length}, ${resumedReaders} read on past the failover; attempts ${attempts.join(',')}; events seen but not replicated: ${unreplicatedEvents}`,
+    `  accepted runs lost with the old primary: ${lost.length}${lost.length ? ` (${lost.join(', ')})` : ''}`,
+  ].join('\n'));
+  expect(resumedReaders).toBeGreaterThan(0);
+  return { old, promoted, lost, unreplicatedEvents };
+}
+
+/** Reads a run's stream to its end with the client's own resumption (Last-Event-ID). */
+function read(client: BatonClient, runId: string, content: string): Reader {
+  const reader: Reader = { runId, content, events: [], done: Promise.resolve() };
+  reader.done = (async () => {
+    try {
+      for await (const e of client.stream(runId)) reader.events.push({ ...e, at: Date.now() });
+    } catch (err) {
+      // The run was lost with the old primary: the round counts it.
+      if (!(err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND')) throw err;
+    }
+  })();
+  return reader;
+}
+
+/** Submits a short run every 100 ms until stopped; a submit refused (503 while Redis is away) is sent again, same idempotency key. */
+function keepSubmitting(client: BatonClient, runtime: string, round: number) {
+  const accepted: { id: string; at: number }[] = [];
+  let refused = 0;
+  let running = true;
+  const stopped = (async () => {
+    for (let i = 0; running; i++) {
+      const req = { sessionId: `submits-${round}-${i % 4}`, input: { content: words(5, `q${round}-${i}-`) }, runtime, idempotencyKey: `r${round}-${i}` };
+      for (;;) {
+        try {
+          const run = await client.submit(req);
+          accepted.push({ id: run.id, at: Date.now() });
+          break;
+        } catch (err) {
+          if (!(err instanceof BatonApiError) || err.status < 500) throw err;
+          refused++;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  return { accepted, get refused() { return refused; }, stop: () => { running = false; }, stopped };
+}
+
+function expectAlive(child: Child): void {
+  expect(child.process.exitCode, child.output()).toBeNull();
+  expect(child.process.signalCode, child.output()).toBeNull();
+}
