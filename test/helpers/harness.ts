@@ -17,8 +17,10 @@ import { track } from './resources.ts';
 import { call, readSse, type JsonResponse } from './http.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+/** The `baton` command of the checkout at `root` (a folder with a trailing slash) run from its src/ through tsx. */
+export const launcherIn = (root: string) => `${root}test/helpers/baton-src.mjs`;
 /** The `baton` command run from src/ through tsx: spawned processes need no build (bin/baton.js runs dist/). */
-export const BIN = `${ROOT}test/helpers/baton-src.mjs`;
+export const BIN = launcherIn(ROOT);
 
 /** Settings that make tests fast: short leases and sweeps, no log noise. */
 export const FAST: Record<string, string> = {
@@ -46,8 +48,14 @@ export interface Harness {
   configWith(overrides?: Record<string, string>): Config;
   startApi(overrides?: Record<string, string>): Promise<ApiHandle>;
   startWorker(opts?: { env?: Record<string, string>; agents?: Agent[] }): Promise<WorkerHandle>;
-  /** Starts `baton <command>` as a child process; resolves when it prints its ready line. */
-  spawn(command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[]; args?: string[] }): Promise<Child>;
+  /**
+   * Starts `baton <command>` as a child process; resolves when it prints its ready line.
+   * `checkout`: the folder of another checkout (an older release's) to run it from, in that
+   * folder, with this file's environment all the same.
+   */
+  spawn(
+    command: 'api' | 'worker', opts?: { env?: Record<string, string>; agents?: string[]; args?: string[]; checkout?: string },
+  ): Promise<Child>;
   /** An API key for `scope` with `role` (created once per file, cached). */
   key(scope: string, role?: ScopeRole): Promise<string>;
   /** An operator key, bound to no scope (created once per file, cached). */
@@ -148,8 +156,11 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       return track(w, () => w.close());
     },
     async spawn(command, opts = {}) {
-      const args = [BIN, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', p]), ...(opts.args ?? [])];
+      const bin = opts.checkout ? launcherIn(opts.checkout) : BIN;
+      const args = [bin, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', p]), ...(opts.args ?? [])];
       const child = spawn(process.execPath, args, {
+        // In its own folder: tsx reads that checkout's tsconfig.json, relative paths resolve there.
+        cwd: opts.checkout,
         env: { ...process.env, ...env, ...opts.env },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
