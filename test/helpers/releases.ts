@@ -7,7 +7,7 @@
  * this way, it needs no tags, only the commits: a shallow clone cannot answer.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -127,7 +127,7 @@ export async function checkoutRelease(release: Release, root = ROOT): Promise<Re
   const link = join(dir, 'node_modules');
   const remove = async () => {
     // The link first, by itself: removing the folder must never reach into this tree's node_modules.
-    if (existsSync(link)) unlinkSync(link);
+    if (lstatSync(link, { throwIfNoEntry: false })?.isSymbolicLink()) unlinkSync(link);
     rmSync(dir, { recursive: true, force: true });
   };
   try {
