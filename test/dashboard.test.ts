@@ -4,9 +4,10 @@ import { builtinModules } from 'node:module';
 import { join, posix, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { ROOT, useHarness, sleep } from './helpers/harness.ts';
+import type { Agent } from '../src/lib/sdk/agent.ts';
+import { ROOT, useHarness, sleep, waitFor } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
-import { startPrometheus } from './helpers/prometheus.ts';
+import { startPrometheus, type PromSeries, type RunningPrometheus } from './helpers/prometheus.ts';
 import { broken, flaky } from './fixtures/metrics-agents.ts';
 
 const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
@@ -42,30 +43,51 @@ function bindMounts(service: { volumes?: string[] }): { source: string; target: 
     .map(([source, target]) => ({ source: resolve(ROOT, source), target }));
 }
 
+/**
+ * Panels that count what went wrong: on a healthy stack each of their series reads 0 (a
+ * flat line), never "No data", which would look the same as a broken scrape.
+ */
+const ZERO_ON_HEALTHY = [
+  'Retries / s', 'Lease recoveries', 'Blocked runs', 'Failed runs / s', 'HTTP errors / s',
+  'Redis errors and reconnects', 'Model calls refused by token budget', 'Rate-limit pauses',
+];
+
+/**
+ * An API and a worker serving `agents`, scraped every second by a real Prometheus. A provider
+ * rate-limit bucket is defined, as a deployment that calls a model has: its series exist from
+ * the start (no model call takes from it here).
+ */
+async function scrapedStack(agents: Agent[] = []) {
+  const h = await useHarness();
+  const api = await h.startApi();
+  const worker = await h.startWorker({ agents, env: { RATE_LIMITS: 'dashboard:bucket=rpm:60,tpm:6000' } });
+  const acme = await h.client(api.url, 'acme', 'client');
+  const hostPort = (url: string) => new URL(url).host;
+  const prom = await startPrometheus({ 'baton-api': [hostPort(api.url)], 'baton-worker': [hostPort(worker.opsUrl!)] });
+  const targets = await waitForTargets(prom.get, 2);
+  console.log(`prometheus ${prom.url} scraping ${targets.join(', ')}`);
+  return { h, api, acme, prom };
+}
+
+/** The (first) expression of a panel, by its title. */
+const panel = (title: string) => exprs.find((e) => e.panel === title)!;
+
+/** Sum of an instant query's samples (its one series, or none: 0). */
+async function total(prom: RunningPrometheus, expr: string): Promise<number> {
+  return (await prom.query(expr)).reduce((sum, s) => sum + Number(s.value[1]), 0);
+}
+
 describe('the Grafana dashboard against a real Prometheus', () => {
-  it('every PromQL expression of the dashboard returns at least one series', async () => {
-    const h = await useHarness();
-    const api = await h.startApi();
-    // A provider rate-limit bucket: its series exist from the start (no model call takes it here).
-    const worker = await h.startWorker({ agents: [flaky, broken], env: { RATE_LIMITS: 'dashboard:bucket=rpm:60,tpm:6000' } });
-    const acme = await h.client(api.url, 'acme', 'client');
-    const hostPort = (url: string) => new URL(url).host;
-    const prom = await startPrometheus({ 'baton-api': [hostPort(api.url)], 'baton-worker': [hostPort(worker.opsUrl!)] });
+  it('on a healthy stack every PromQL expression of the dashboard returns a series, and the error panels read 0', async () => {
+    const { h, acme, prom } = await scrapedStack();
 
-    const targets = await waitForTargets(prom.get, 2);
-    console.log(`prometheus ${prom.url} scraping ${targets.join(', ')}`);
-
-    // Work that touches every panel: successes, a retry with a memo hit, a failure, an SSE
-    // reader, tokens, and an HTTP error.
+    // Healthy traffic only: successful runs that stream tokens, one of them read over SSE.
+    // No failing agent, no retry, no 4xx or 5xx.
     const ids = [];
     for (let i = 0; i < 3; i++) ids.push((await acme.submit(`s${i}`, 'tokens for the dashboard', { metadata: { delayMs: 20 } })).body.id);
-    ids.push((await acme.submit('f', 'x', { agent: 'flaky' })).body.id);
-    const failed = (await acme.submit('b', 'x', { agent: 'broken' })).body.id;
     const sse = await acme.sse(`/runs/${ids[0]}/events`);
     expect(sse.ended).toBe(true);
     for (const id of ids) await acme.waitStatus(id, ['succeeded']);
-    await acme.waitStatus(failed, ['failed']);
-    expect((await call(api.url, 'GET', '/v1/scopes/acme/nothing-here')).status).toBe(401);
 
     // Counters first seen in this scrape need a second sample before rate() sees them: poll.
     const started = Date.now();
@@ -79,16 +101,75 @@ describe('the Grafana dashboard against a real Prometheus', () => {
       if (empty.length === 0 || Date.now() - started > 40_000) break;
       await sleep(1_000);
     }
-    console.log(`${exprs.length} dashboard expressions evaluated; all returned series after ${Date.now() - started} ms`);
+    console.log(`${exprs.length} dashboard expressions evaluated, ${empty.length} without a series, after ${Date.now() - started} ms`);
     expect(empty, `expressions without a series:\n${empty.join('\n')}`).toEqual([]);
 
+    // Every series of the panels counting what went wrong reads 0.
+    const nonZero: string[] = [];
+    for (const title of ZERO_ON_HEALTHY) {
+      const targets = exprs.filter((e) => e.panel === title);
+      expect(targets.length, `a panel titled ${title}`).toBeGreaterThan(0);
+      for (const { expr } of targets) {
+        for (const s of await prom.query(promql(expr))) {
+          if (Number(s.value[1]) !== 0) nonZero.push(`${title}: ${JSON.stringify(s)}`);
+        }
+      }
+    }
+    expect(nonZero, 'error panels that do not read 0 on healthy traffic').toEqual([]);
+    // No route has an error series yet: the HTTP errors panel draws its one 0 line, named "none".
+    expect((await prom.query(promql(panel('HTTP errors / s').expr))).map((s) => s.metric)).toEqual([{ status: 'none' }]);
+
     // The numbers went through Prometheus intact, and the runtime variable offers this runtime.
-    const submitted = await prom.query(`sum(baton_runs_submitted_total{runtime="${h.runtime}"})`);
-    expect(submitted.map((s) => Number(s.value[1]))).toEqual([5]);
-    const retries = await prom.query(`sum(baton_run_retries_total{runtime="${h.runtime}"})`);
-    expect(retries.map((s) => Number(s.value[1]))).toEqual([1]);
+    expect(await total(prom, `sum(baton_runs_submitted_total{runtime="${h.runtime}"})`)).toBe(3);
+    expect(await total(prom, `sum(baton_runs_finished_total{runtime="${h.runtime}", status="succeeded"})`)).toBe(3);
+    expect(await total(prom, promql(panel('Success ratio (1h)').expr))).toBe(1);
     const values = await prom.get<string[]>('/api/v1/label/runtime/values?match[]=baton_runs_started_total');
     expect(values).toContain(h.runtime);
+    await prom.stop();
+  });
+
+  it('a retry, a failed run and a 401 reach the error panels with their numbers', async () => {
+    const { h, api, acme, prom } = await scrapedStack([flaky, broken]);
+    const ok = (await acme.submit('s', 'one success')).body.id;
+    const retried = (await acme.submit('f', 'x', { agent: 'flaky' })).body.id;
+    const failed = (await acme.submit('b', 'x', { agent: 'broken' })).body.id;
+    await acme.waitStatus(ok, ['succeeded']);
+    await acme.waitStatus(retried, ['succeeded']);
+    await acme.waitStatus(failed, ['failed']);
+    expect((await call(api.url, 'GET', '/v1/scopes/acme/nothing-here')).status).toBe(401);
+
+    // Both processes' counters, once Prometheus has scraped each after the work was done.
+    const rt = `runtime="${h.runtime}"`;
+    const counts = async () => ({
+      submitted: await total(prom, `sum(baton_runs_submitted_total{${rt}})`),
+      retries: await total(prom, `sum(baton_run_retries_total{${rt}})`),
+      failed: await total(prom, `sum(baton_runs_finished_total{${rt}, status="failed"})`),
+      succeeded: await total(prom, `sum(baton_runs_finished_total{${rt}, status="succeeded"})`),
+    });
+    const expected = { submitted: 3, retries: 1, failed: 1, succeeded: 2 };
+    let last = await counts();
+    await waitFor(async () => {
+      last = await counts();
+      return JSON.stringify(last) === JSON.stringify(expected) || undefined;
+    }, 20_000, 'the counts in Prometheus').catch(() => undefined);
+    expect(last).toEqual(expected);
+
+    // The panels draw them above 0: their series were at 0 before, so rate() sees the first one.
+    const shows = (title: string, match: (s: PromSeries) => boolean) => waitFor(async () => {
+      const series = await prom.query(promql(panel(title).expr));
+      return series.some(match) ? series : undefined;
+    }, 20_000, `the panel ${title} to show it`);
+    const above0 = (s: PromSeries) => Number(s.value[1]) > 0;
+    await shows('Failed runs / s', (s) => s.metric.agent === 'broken' && above0(s));
+    await shows('Retries / s', (s) => s.metric.agent === 'flaky' && above0(s));
+
+    // The HTTP errors panel shows the 401 by its route and status, and no longer its 0 line.
+    // That series starts at 1, so rate() sees a second 401 only, once a scrape has the first.
+    await shows('HTTP errors / s', (s) => s.metric.status === '401');
+    expect((await call(api.url, 'GET', '/v1/scopes/acme/nothing-here')).status).toBe(401);
+    const series = await shows('HTTP errors / s', (s) => s.metric.status === '401' && above0(s));
+    console.log('HTTP errors panel:', JSON.stringify(series.map((s) => s.metric)));
+    expect(series.map((s) => s.metric.status)).toEqual(['401']);
     await prom.stop();
   });
 });
