@@ -1,4 +1,5 @@
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { createRedis } from '../src/lib/redis.ts';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
 import { createKeys } from '../src/lib/keys.ts';
@@ -82,16 +83,28 @@ function providerClient(): ProviderRedis {
   if (provider) return provider;
   const url = process.env.REDIS_URL;
   if (!url) throw new PermanentError('the soak agent needs REDIS_URL');
-  const r = new Redis(url, {
-    maxRetriesPerRequest: 0,
-    autoResendUnfulfilledCommands: false,
-    retryStrategy: () => 100,
-    connectionName: 'soak-provider',
+  // Through createRedis, so a Sentinel URL is followed to the primary as the workers' are.
+  const r = createRedis({
+    url, name: 'soak-provider',
+    tune: { maxRetriesPerRequest: 0, autoResendUnfulfilledCommands: false, retryStrategy: () => 100 },
   });
   r.on('error', () => {});
   r.defineCommand('soakApply', { numberOfKeys: 6, lua: APPLY_LUA });
   provider = r as ProviderRedis;
   return provider;
+}
+
+/**
+ * A real provider keeps its books outside Baton's Redis, so a Redis failover never loses them.
+ * This one keeps them in that Redis: in the failover soak (REDIS_MIN_REPLICAS_ACK > 0) each of
+ * its writes waits for as many replicas as Baton's own, so the books outlive a promotion as a
+ * provider's would.
+ */
+async function providerDurable(): Promise<void> {
+  const acks = Number(process.env.REDIS_MIN_REPLICAS_ACK ?? 0);
+  if (acks === 0) return;
+  const got = Number(await providerClient().wait(acks, 5_000));
+  if (got < acks) throw new Error(`${got} of ${acks} replicas acknowledged the provider's write`);
 }
 
 function prefix(): string {
@@ -109,7 +122,9 @@ const jitter = (min: number, max: number) => min + Math.floor(Math.random() * (m
 /** A provider request; Redis being away is the provider being down: worth another attempt. */
 async function providerCall<T>(what: string, fn: () => Promise<T>): Promise<T> {
   try {
-    return await fn();
+    const value = await fn();
+    await providerDurable();
+    return value;
   } catch (err) {
     throw new TransientError(`soak provider (${what}) unavailable: ${(err as Error).message}`, 'PROVIDER_DOWN');
   }
@@ -124,10 +139,12 @@ async function applyOnce(ctx: RunContext, fence: string, stepKey: string, idempo
   const sk = createKeys(prefix()).scope(ctx.scope);
   for (let tries = 1; ; tries++) {
     try {
-      return await providerClient().soakApply(
+      const applied = await providerClient().soakApply(
         sk.run(ctx.runId), sk.steps(ctx.runId), k.effect(idempotencyKey), k.applied, k.requests, k.memoReruns,
         fence, stepKey, idempotencyKey, response,
       );
+      await providerDurable();
+      return applied;
     } catch (err) {
       if (tries >= 8 || ctx.signal.aborted) {
         throw new TransientError(`soak provider unavailable: ${(err as Error).message}`, 'PROVIDER_DOWN');

@@ -1,4 +1,4 @@
-import { Cluster, Redis } from 'ioredis';
+import { Cluster, Redis, type RedisOptions as IORedisOptions } from 'ioredis';
 import type { Logger } from './logger.ts';
 import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
 
@@ -15,6 +15,8 @@ export interface RedisOptions {
   blocking?: boolean;
   /** Connection health for metrics (see metrics.ts); names are fixed per role, so labels stay bounded. */
   events?: ConnectionEvents;
+  /** ioredis options over the ones above, for a client that must behave otherwise (a test's fake provider). */
+  tune?: Pick<IORedisOptions, 'maxRetriesPerRequest' | 'autoResendUnfulfilledCommands' | 'retryStrategy'>;
 }
 
 export interface ConnectionEvents {
@@ -35,7 +37,7 @@ export interface ConnectionEvents {
  * connects (sentinelOptions), so a failover is a reconnect, for BullMQ's connections too:
  * BullMQ duplicates the connection it is given, options and all.
  */
-export function createRedis({ url, name, logger, blocking = false, events }: RedisOptions): Redis {
+export function createRedis({ url, name, logger, blocking = false, events, tune }: RedisOptions): Redis {
   const options = {
     connectionName: `baton:${name}`,
     maxRetriesPerRequest: blocking ? null : 2,
@@ -43,6 +45,7 @@ export function createRedis({ url, name, logger, blocking = false, events }: Red
     // Reconnect quickly, then back off to 2 s: a restarted Redis is back in seconds.
     retryStrategy: (times: number) => Math.min(50 * 2 ** Math.min(times, 6), 2_000),
     lazyConnect: false,
+    ...tune,
   };
   const target = parseRedisUrl(url);
   if ('error' in target) throw new Error(`REDIS_URL ${target.error}`);
