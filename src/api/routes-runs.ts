@@ -64,6 +64,7 @@ export const runRoutes: RouteSpec[] = [
         // A stream over its caps is refused before the run is made.
         admit: streaming ? () => admitStream(d, http.res, signal, scope, { credential: key!.id, keyId: key!.id }, scopeCap) : undefined,
         streamTokenFor: streamToken ? key!.id : undefined,
+        traceHeaders: http.req.headers,
       });
       if (sse) {
         const headers: Record<string, string> = { Location: `${basePath(scope)}/runs/${run.id}`, 'Baton-Run-Id': run.id };

@@ -59,6 +59,12 @@ export const configSchema = z.object({
   METRICS_PORT: z.coerce.number().int().min(0).max(65535).default(9464),
   /** LOG_LEVEL for pino. */
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /**
+   * BATON_TRACE_CONTENT: spans carry a run's input text, what a model streamed, tools'
+   * arguments (docs/tracing.md). false: they carry names, keys, counts and times only, since a
+   * trace backend is seldom cleared to hold what tenants and their users wrote.
+   */
+  BATON_TRACE_CONTENT: bool(false),
   /** BATON_KEY_PREFIX: first segment of every Redis key, so Baton can share a Redis. */
   BATON_KEY_PREFIX: z
     .string()

@@ -53,7 +53,8 @@ export async function modelTurn(ctx: RunContext, client: OpenAI, request: TurnRe
       throw notice;
     }
     // Counted with the stored turn: once, whatever happens to this attempt afterwards.
-    recordModelCall(call, request.model, turn.usage);
+    // `openai`: the client speaks OpenAI's API, whoever serves it (OpenTelemetry names providers so).
+    recordModelCall(call, request.model, turn.usage, 'openai');
     return turn;
   }, { estimatedTokens, rateLimit: o.rateLimit });
   // Memos written before tool calls existed hold { text, finishReason } only.

@@ -10,6 +10,7 @@ import type { ParkReply, Transitions } from './transitions.ts';
 import { thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
 import type { RunError, RunRecord, RunResult, SessionMessage } from './record.ts';
 import { LeaseLostError } from './script-codes.ts';
+import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../ops/tracing.ts';
 
 /** Hooks for metrics; every one optional so the executor does not depend on prom-client. */
 export interface ExecutorEvents extends Partial<MemoEvents> {
@@ -53,6 +54,8 @@ export interface Closing {
   memory?: RunMemory;
   /** The run context, once made. */
   progress?: Progress;
+  /** The attempt's span: told how the attempt closed; the finish gets a span of its own. */
+  trace?: AttemptTrace;
 }
 
 type Ending = Extract<AttemptOutcome, { kind: 'succeeded' | 'failed' | 'aborted' }>;
@@ -71,6 +74,7 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
     case 'retrying': {
       await flushBeforeClosing(c);
       const retryAt = await transitions.retry(attempt, { delayMs: outcome.delayMs, lastError: JSON.stringify(outcome.error) });
+      c.trace?.closed('retrying', { 'baton.attempt.retry_at': retryAt, 'error.type': outcome.error.code });
       events?.retried?.(run);
       log.info({ retryAt, delay: outcome.delayMs }, 'run retrying');
       return;
@@ -82,6 +86,7 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
         reason: 'a non-idempotent step was started by an earlier attempt and recorded no result',
         since: Date.now(),
       });
+      c.trace?.closed('blocked', { 'baton.step.key': outcome.stepKey });
       // The agent's code left behind (its other steps, its waits) must stop: the run is no longer this attempt's.
       attempt.abort('blocked');
       events?.blocked?.(run);
@@ -97,6 +102,9 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
         attempt.abort('cancelled');
         return closeAttempt(c, { kind: 'aborted', reason: 'cancelled' });
       }
+      c.trace?.closed('waiting', { 'baton.attempt.waits': outcome.waits.length });
+      // Waits whose deadline had passed ended in the park: their spans end now.
+      traceWaitsEnded(run.traceparent, run.id, reply.answered, (w) => expiredWaitEnd(w.kind));
       // The agent's pending waits reject with RunWaiting, and nothing it still does can write.
       attempt.abort('waiting');
       events?.waiting?.(run, reply);
@@ -108,6 +116,7 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
       if (outcome.reason === 'shutdown') {
         await flushBeforeClosing(c);
         await transitions.release(attempt);
+        c.trace?.closed('handed-over');
         log.info('run handed over at shutdown');
         return;
       }
@@ -118,15 +127,22 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
   }
 }
 
-/** finish.lua: the run ends succeeded, failed or cancelled, with its last events and its turn. */
-async function finish(c: Closing, outcome: Ending): Promise<void> {
+/** finish.lua: the run ends succeeded, failed or cancelled, with its last events and its turn (in a `baton.finish` span). */
+function finish(c: Closing, outcome: Ending): Promise<void> {
+  return c.trace ? c.trace.finishing((span) => finishWith(c, outcome, span)) : finishWith(c, outcome);
+}
+
+async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Promise<void> {
   let { status, result, error } = finishOf(c, outcome);
   // Without a memory (no agent, or its store could not be opened) there is no turn.
   let turn = c.memory ? turnMessages(c.run, result, status) : [];
+  /** Messages a custom store took (traced). */
+  let saved = 0;
   if (c.memory && !c.memory.writtenByFinish && turn.length > 0) {
     try {
       await c.deps.transitions.assertLease(c.attempt);
       await c.memory.save(turn);
+      saved = turn.length;
     } catch (err) {
       if (err instanceof LeaseLostError) throw err;
       // The answer exists but its history could not be stored: not a success. Retried when
@@ -150,6 +166,11 @@ async function finish(c: Closing, outcome: Ending): Promise<void> {
     turn: turn.length ? [JSON.stringify(turn[0]), JSON.stringify(turn[1])] : undefined,
   }, last);
   if (last) c.writer.acknowledge(last);
+  span?.committed({
+    status, finishReason: result.finishReason, historyMessages: saved + turn.length,
+    store: !c.memory ? 'none' : c.memory.writtenByFinish ? 'redis' : 'custom',
+  });
+  c.trace?.closed(status, error ? { 'error.type': error.code } : {});
   c.deps.events?.finished?.(c.run, status);
   c.log.info({ status, finishReason: result.finishReason }, 'run finished');
 }
@@ -217,6 +238,7 @@ export async function closeAfterThrow(c: Closing, err: unknown): Promise<void> {
     await c.deps.transitions.finish(c.attempt, {
       status: 'failed', result: JSON.stringify({ ...partial(c, 'error'), ...usage(c) }), lastError: JSON.stringify(lastError),
     });
+    c.trace?.closed('failed', { 'error.type': lastError.code });
     c.deps.events?.finished?.(c.run, 'failed');
   } catch (again) {
     if (!(again instanceof LeaseLostError)) {

@@ -21,6 +21,7 @@ import { ID_PATTERN } from '../keys.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import { BudgetExceededError, type BudgetCheck, type TokenBudgets } from './budgets.ts';
 import type { BucketRequest, RateLimiter } from './rate-limiter.ts';
+import type { AttemptTrace, StepTrace } from '../ops/tracing.ts';
 
 /**
  * Thrown inside the agent at a step its run must block on. The attempt closes blocked
@@ -98,6 +99,8 @@ export interface ContextDeps {
   budgets?: TokenBudgets;
   /** A model call the scope's budget refused: the run fails, or waits for the next day (metrics). */
   budgetRefused?(action: 'failed' | 'waiting'): void;
+  /** The attempt's spans: each step gets one (docs/tracing.md); unset: none. */
+  trace?: AttemptTrace;
 }
 
 /** Model ids longer than this are cut: a model id is short, and it becomes part of a field of the scope's usage hash. */
@@ -184,7 +187,7 @@ export class ContextState {
       tool: (name, args, fn, options) => {
         if (!options?.approval) {
           this.toolCallsSeen++;
-          return this.memoized(agent, 'tool', prefix + name, (call) => fn(args, call), options?.idempotent ?? true);
+          return this.memoized(agent, 'tool', prefix + name, (call) => fn(args, call), options?.idempotent ?? true, undefined, args);
         }
         // Both keys now, in call order: a concurrent call must not take this call's numbers.
         let waitKey: string;
@@ -198,7 +201,7 @@ export class ContextState {
         // Counted once approved (or run in an earlier attempt): a declined call never ran.
         const run = () => {
           this.toolCallsSeen++;
-          return this.runStep(agent, 'tool', toolKey, (call) => fn(args, call), options.idempotent ?? true);
+          return this.runStep(agent, 'tool', toolKey, (call) => fn(args, call), options.idempotent ?? true, undefined, args);
         };
         return this.approvedTool(prefix + name, waitKey, toolKey, run, args);
       },
@@ -395,7 +398,7 @@ export class ContextState {
 
   private memoized<T>(
     agent: string, kind: 'step' | 'infer' | 'tool', name: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
-    infer?: InferOptions,
+    infer?: InferOptions, args?: unknown,
   ): Promise<T> {
     let key: string;
     try {
@@ -403,12 +406,31 @@ export class ContextState {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.runStep(agent, kind, key, fn, idempotent, infer);
+    return this.runStep(agent, kind, key, fn, idempotent, infer, args);
   }
 
+  /** A step in its span (a memo hit's too), which says whether it was a hit, blocked or failed. `args`: a tool's. */
   private async runStep<T>(
     agent: string, kind: 'step' | 'infer' | 'tool', key: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
-    infer?: InferOptions,
+    infer?: InferOptions, args?: unknown,
+  ): Promise<T> {
+    const span = this.d.trace?.step(kind, key, { idempotent, memoHit: this.memo.has(key) });
+    span?.toolArguments(args);
+    try {
+      return await this.stepOnce(agent, kind, key, fn, idempotent, infer, span);
+    } catch (err) {
+      if (err instanceof RunBlocked) span?.blocked();
+      // A budget wait inside the step parked the run: no failure of the step's.
+      else if (!(err instanceof RunWaiting)) span?.failed(err);
+      throw err;
+    } finally {
+      span?.end();
+    }
+  }
+
+  private async stepOnce<T>(
+    agent: string, kind: 'step' | 'infer' | 'tool', key: string, fn: (call: InferCall) => Promise<T> | T, idempotent: boolean,
+    infer: InferOptions | undefined, span: StepTrace | undefined,
   ): Promise<T> {
     const stored = this.memo.get(key);
     if (stored !== undefined) {
@@ -440,13 +462,15 @@ export class ContextState {
       }
       const capture = kind === 'infer' ? { agent, text: '' } : undefined;
       if (capture) this.captures.add(capture);
-      const calls: Required<ModelCallUsage>[] = [];
+      const calls: CountedCall[] = [];
+      let provider: string | undefined;
       let open = true;
       const recordUsage = (u: ModelCallUsage) => {
         // Usage reported after the step was written can be counted nowhere. A warning, not an
         // error: a late callback (a stream's onFinish) throwing would crash the worker, not the run.
         if (!open) return void this.d.log.warn({ stepKey: key }, 'usage recorded after its step finished is not counted');
         calls.push(modelCall(u));
+        if (typeof u?.provider === 'string' && u.provider) provider = u.provider.slice(0, MODEL_ID_MAX);
       };
       let value: T;
       // The step's times and place ride along with its result (the inspector shows them): no extra round trip.
@@ -454,11 +478,13 @@ export class ContextState {
       const startedAt = Date.now();
       try {
         const call = () => fn({ idempotencyKey: `${this.d.run.id}:${key}`, signal: this.d.attempt.signal, recordUsage });
-        value = await stepBody.run(key, () => (bucket ? this.limitedCall(bucket, call, calls, capture) : call()));
+        const body = () => stepBody.run(key, () => (bucket ? this.limitedCall(bucket, call, calls, capture) : call()));
+        value = await (span ? span.within(body) : body());
       } finally {
         open = false;
         if (capture) this.captures.delete(capture);
       }
+      span?.inferred(calls, provider, capture?.text);
       const finishedAt = Date.now();
       const json = JSON.stringify(
         capture?.text ? { v: value ?? null, e: capture.text, startedAt, finishedAt, o } : { v: value ?? null, startedAt, finishedAt, o },
@@ -539,7 +565,7 @@ export class ContextState {
    * the call recorded. After a 429 the limiter makes the call again: what it recorded goes.
    */
   private limitedCall<T>(
-    bucket: BucketRequest, call: () => Promise<T> | T, calls: Required<ModelCallUsage>[], capture: { text: string } | undefined,
+    bucket: BucketRequest, call: () => Promise<T> | T, calls: CountedCall[], capture: { text: string } | undefined,
   ): Promise<T> {
     return this.d.rateLimits!.call(bucket, this.d.attempt.signal, {
       run: async () => call(),
@@ -563,8 +589,11 @@ export class ContextState {
   }
 }
 
+/** A model call as the scripts count it (the provider is only traced). */
+type CountedCall = Required<Omit<ModelCallUsage, 'provider'>>;
+
 /** A model call as the scripts count it: a bounded model id, whole non-negative token counts. */
-function modelCall(u: ModelCallUsage): Required<ModelCallUsage> {
+function modelCall(u: ModelCallUsage): CountedCall {
   // Capped well below what Lua prints as an integer (14 digits): no provider call comes near it.
   const tokens = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n > 0 ? Math.min(Math.round(n), 1e12) : 0);
   const model = typeof u?.model === 'string' && u.model.trim() ? u.model.trim().slice(0, MODEL_ID_MAX) : 'unknown';

@@ -28,6 +28,7 @@ import { validateOutput } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import type { RateLimiter } from './rate-limiter.ts';
 import { TokenBudgets } from './budgets.ts';
+import { AttemptTrace } from '../ops/tracing.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
 
@@ -117,8 +118,10 @@ export class RunExecutor {
     const { config: c, transitions } = this.d;
     const { run, fence, recovered, deadline, now } = claim;
     const attempt = new Attempt(run, fence, this.d.keys.scope(run.scope));
+    // A child of the run's stored trace context: every attempt, on any worker, joins the submit's trace.
+    const trace = new AttemptTrace(run, { recovered, fence, workerId: this.d.workerId }, c.BATON_TRACE_CONTENT);
     // Not workerId or runtime: the worker's logger has them, and a child would repeat them.
-    const log = this.d.log.child({ scope: run.scope, runId: run.id, sessionId: run.sessionId });
+    const log = this.d.log.child({ scope: run.scope, runId: run.id, sessionId: run.sessionId, ...trace.logFields() });
     log.info({ attempt: run.attempt, fence, recovered }, recovered ? 'run recovered' : 'run started');
     this.d.events?.started?.(run, recovered);
 
@@ -134,17 +137,18 @@ export class RunExecutor {
     // What is left of MAX_RUN_MS after the attempts before this one: then the signal aborts.
     const budgetMs = c.MAX_RUN_MS - (run.runMs ?? 0);
     const ceiling = setTimeout(() => attempt.abort('run-limit'), Math.max(0, budgetMs));
-    let closing: Closing = { deps: this.d, run, attempt, writer, log };
+    let closing: Closing = { deps: this.d, run, attempt, writer, log, trace };
     try {
       const ended: AgentEnded = budgetMs <= 0
         ? { outcome: { kind: 'aborted', reason: 'run-limit' } }
-        : await this.runAgent(claim, attempt, writer, log);
+        : await this.runAgent(claim, attempt, writer, log, trace);
       closing = { ...closing, memory: ended.memory, progress: ended.progress };
       await closeAttempt(closing, ended.outcome);
       return { kind: 'done' };
     } catch (err) {
       // The one place a lost lease ends an attempt: nothing it writes now would land.
       if (err instanceof LeaseLostError) {
+        trace.closed('lease-lost');
         log.warn('lease lost; this attempt stops writing');
         return { kind: 'done' };
       }
@@ -152,6 +156,7 @@ export class RunExecutor {
       // writes now would land (or it would leave a hole before `end`). The lease runs out and
       // the run is taken over, at most MAX_RECOVERIES times.
       if (isRedisUnavailable(err) || err instanceof EventsUnwritten) {
+        trace.closed('unclosed');
         log.warn({ err: errorText(err) }, 'attempt left unclosed; the run is taken over once its lease ends');
         return { kind: 'done' };
       }
@@ -164,6 +169,7 @@ export class RunExecutor {
       clearTimeout(ceiling);
       this.d.leases.release(attempt);
       writer.close();
+      trace.end();
     }
   }
 
@@ -172,7 +178,7 @@ export class RunExecutor {
    * check its answer. Ends in an outcome, whatever the agent does; throws only LeaseLostError
    * (the signal aborted because another worker holds the run) and what is a bug of Baton's.
    */
-  private async runAgent(claim: Claimed, attempt: Attempt, writer: EventWriter, log: Logger): Promise<AgentEnded> {
+  private async runAgent(claim: Claimed, attempt: Attempt, writer: EventWriter, log: Logger, trace: AttemptTrace): Promise<AgentEnded> {
     const { redis, keys, config: c, transitions } = this.d;
     const { run, steps, history: claimedHistory, historyCut } = claim;
     const { signal } = attempt;
@@ -207,12 +213,14 @@ export class RunExecutor {
       rateLimits: this.d.rateLimits,
       budgets: this.budgets,
       budgetRefused: (action) => this.d.events?.budgetRefused?.(run, action),
+      trace,
     });
     const ended = (outcome: AttemptOutcome): AgentEnded => ({ outcome, memory, progress: state });
     let out: AgentResult | string | typeof STOPPED;
     try {
       // The agent answers, or it ends up waiting on waits only (parked), or reaches a step to block on.
-      out = await untilAborted(Promise.race([Promise.resolve().then(() => agent.run(state.ctx)), state.ended]), signal);
+      // In the attempt's span: the agent's steps, and spans its own libraries make, nest under it.
+      out = await untilAborted(Promise.race([Promise.resolve().then(() => trace.within(() => agent.run(state.ctx))), state.ended]), signal);
     } catch (err) {
       // The context's verdict first: the RunBlocked it threw may come back wrapped, or as another error.
       return ended(state.stopped() ?? thrown(err));

@@ -64,6 +64,8 @@ export interface RunRecord {
   budgetLeft?: number;
   /** Pending waits, when the reader asked for them (RunStore reads them with the record). */
   waits?: StoredWait[];
+  /** The submit's span context (W3C traceparent), when it was traced: every attempt's span is its child. */
+  traceparent?: string;
 }
 
 /**

@@ -19,6 +19,9 @@ export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToke
 
 export interface SubmitResult { run: RunRecord; created: boolean }
 
+/** `limit`: the scope's submit rate limit; `traceparent`: the submit span's context, stored with the run. */
+export interface CreateOptions { limit?: SubmitLimit; traceparent?: string }
+
 export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 
 /** Hooks for metrics: transitions the API process itself makes. */
@@ -59,13 +62,13 @@ export class RunStore {
    * limit, taken by the run it makes. The API submits through Submissions, which checks the
    * schema with its other checks and calls create.
    */
-  async submit(req: SubmitRequest, o: { limit?: SubmitLimit } = {}): Promise<SubmitResult> {
+  async submit(req: SubmitRequest, o: CreateOptions = {}): Promise<SubmitResult> {
     if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, this.schemaGuard, req.scope);
     return this.create(req, o);
   }
 
   /** Makes the run of a submit whose output schema was checked (submit, Submissions). */
-  async create(req: SubmitRequest, o: { limit?: SubmitLimit } = {}): Promise<SubmitResult> {
+  async create(req: SubmitRequest, o: CreateOptions = {}): Promise<SubmitResult> {
     const due = req.runAt !== undefined ? Date.parse(req.runAt) : req.delayMs !== undefined ? Date.now() + req.delayMs : undefined;
     if (due !== undefined && due > Date.now()) await this.assertScheduledRoom(req);
     const runId = newRunId();
@@ -88,6 +91,8 @@ export class RunStore {
     if (req.concurrencyKey !== undefined) fields.concurrencyKey = req.concurrencyKey;
     // Read by the worker's budget check (context.ts); absent is `fail`.
     if (req.onBudget !== undefined) fields.onBudget = req.onBudget;
+    // The parent of every attempt's span (ops/tracing.ts); absent when the submit was not traced.
+    if (o.traceparent !== undefined) fields.traceparent = o.traceparent;
     // The scope list is the sweeper's work list; adding a scope that ends up with no run is
     // harmless. Once per scope and process: the set only ever grows.
     if (!this.knownScopes.has(req.scope)) {

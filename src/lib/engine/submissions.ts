@@ -7,6 +7,7 @@ import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import type { RunStore, SubmitRequest, SubmitResult } from './store.ts';
 import type { SubmitLimit } from './transitions.ts';
+import { traceSubmit, type HeaderCarrier } from '../ops/tracing.ts';
 
 export interface SubmissionDeps {
   config: Config;
@@ -30,6 +31,8 @@ export interface SubmitOptions<A> {
   admit?(): A;
   /** Mint a stream token for the run, on behalf of this key (not counted against the mint rate). */
   streamTokenFor?: string;
+  /** The request's headers: a caller's `traceparent` there is the parent of the submit's span. */
+  traceHeaders?: HeaderCarrier;
 }
 
 export interface Submission<A> extends SubmitResult {
@@ -54,8 +57,11 @@ export class Submissions {
     const warnings = await d.registry.admissionWarnings(req.runtime, req.agent, d.config.AGENT_GRACE_MS);
     const admitted = o.admit?.();
     // The rate limit is taken in the submit itself, after every check that can refuse it:
-    // bad input, a refused submit or a replay spends no token (lua/submit.lua).
-    const { run, created } = await d.store.create(req, { limit: d.limit });
+    // bad input, a refused submit or a replay spends no token (lua/submit.lua). The run keeps
+    // the submit's trace context, which its attempts continue.
+    const { run, created } = await traceSubmit(
+      req, o.traceHeaders, d.config.BATON_TRACE_CONTENT, (traceparent) => d.store.create(req, { limit: d.limit, traceparent }),
+    );
     // A page that shows the answer gets its token with the run: no second request before it can stream.
     const streamToken = o.streamTokenFor === undefined
       ? undefined

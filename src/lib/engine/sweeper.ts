@@ -5,6 +5,7 @@ import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import type { RunRecord } from './record.ts';
 import type { AnsweredWait, Transitions } from './transitions.ts';
+import { expiredWaitEnd, traceWaitsEnded, tracingEnabled } from '../ops/tracing.ts';
 
 /** Hooks for metrics: what the sweeper (or a deadline timer of this process) ended. */
 export interface SweeperEvents {
@@ -219,6 +220,11 @@ export class Sweeper {
       case 'wait': {
         const { answered, runtime } = await this.transitions.waitTimeout(scope, runId);
         if (answered.length) this.events.waitsExpired?.(runtime, answered);
+        // The waits' spans, children of the run's trace context (read only when traced).
+        if (answered.length && tracingEnabled()) {
+          const traceparent = await this.redis.hget(this.keys.scope(scope).run(runId), 'traceparent');
+          traceWaitsEnded(traceparent ?? undefined, runId, answered, (w) => expiredWaitEnd(w.kind));
+        }
         return;
       }
       case 'due':

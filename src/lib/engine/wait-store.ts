@@ -7,6 +7,7 @@ import type { RunRecord, StoredWait } from './record.ts';
 import { processSchemaGuard, type SchemaGuard } from './schema-guard.ts';
 import type { ResumedWait, Transitions } from './transitions.ts';
 import { WaitTokens } from './wait-tokens.ts';
+import { traceWaitsEnded, tracingEnabled } from '../ops/tracing.ts';
 
 /** The wait a resume token opens: found before the resume's body is read. */
 export interface OpenedWait { scope: string; runId: string; waitKey: string; digest: string }
@@ -78,7 +79,9 @@ export class WaitStore {
     signal: AbortSignal | undefined,
   ): Promise<void> {
     const sk = this.keys.scope(scope);
-    const replies = await this.redis.multi().exists(sk.run(runId)).hget(sk.waits(runId), waitKey).exec();
+    const read = this.redis.multi().exists(sk.run(runId)).hget(sk.waits(runId), waitKey);
+    // The run's trace context, for the wait's span, in the same round trip (only when traced).
+    const replies = await (tracingEnabled() ? read.hget(sk.run(runId), 'traceparent') : read).exec();
     for (const [err] of replies ?? []) if (err) throw err;
     if (Number(replies?.[0]?.[1]) === 0) throw new BatonError(missing);
     const text = replies?.[1]?.[1] as string | null;
@@ -90,6 +93,7 @@ export class WaitStore {
     }
     if (wait.schema !== undefined) await this.check(wait.schema, value, scope, waitKey, signal);
     const resumed = await this.transitions.resumeWait(scope, runId, waitKey, { value: JSON.stringify(value), tokenHash });
+    traceWaitsEnded(replies?.[2]?.[1] as string | undefined, runId, [{ key: waitKey, kind: resumed.kind, since: resumed.since }], () => 'resumed');
     this.events.resumed?.(resumed);
   }
 

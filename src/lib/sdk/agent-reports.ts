@@ -63,8 +63,9 @@ export const TOOL_EVENT_MAX_CHARS = 16_384;
  * Called inside the model call's `ctx.infer` step once the provider answered. A call that
  * reported no usage still counts as a model call, with no tokens.
  */
-export function recordModelCall(call: InferCall, model: string, usage: ModelUsage | undefined): void {
-  call.recordUsage({ model, inputTokens: usage?.inputTokens ?? 0, outputTokens: usage?.outputTokens ?? 0 });
+export function recordModelCall(call: InferCall, model: string, usage: ModelUsage | undefined, provider?: string): void {
+  const tokens = { inputTokens: usage?.inputTokens ?? 0, outputTokens: usage?.outputTokens ?? 0 };
+  call.recordUsage({ model, ...tokens, ...(provider ? { provider } : {}) });
 }
 
 /** After the step, live or from the memo: the log line. */

@@ -88,6 +88,8 @@ export interface ModelCallUsage {
   model: string;
   inputTokens?: number;
   outputTokens?: number;
+  /** Who serves the model (`openai`), as OpenTelemetry's `gen_ai.provider.name` names it: traced only, never counted. */
+  provider?: string;
 }
 
 export interface EmitOptions {

@@ -67,13 +67,13 @@ export function durableModel(ctx: RunContext, model: LanguageModelV3, options: D
         called = true;
         const result = await providerCall(ctx, doGenerate);
         for (const part of result.content) if (part.type === 'text' && part.text) ctx.emit(part.text);
-        recordModelCall(call, inner.modelId, toUsage(result.usage));
+        recordModelCall(call, inner.modelId, toUsage(result.usage), providerOf(inner));
         return storeGenerate(result);
       }, { estimatedTokens: callEstimate(params), rateLimit });
       reportModelCall(ctx, { model: inner.modelId, usage: toUsage(stored.usage), replayed: !called });
       return reviveGenerate(stored);
     },
-    wrapStream: async ({ doStream, params, model: inner }) => memoizedStream(ctx, name, inner.modelId, doStream, {
+    wrapStream: async ({ doStream, params, model: inner }) => memoizedStream(ctx, name, inner, doStream, {
       estimatedTokens: callEstimate(params), rateLimit,
     }),
   };
@@ -216,6 +216,11 @@ function withRunSignal(ctx: RunContext, params: LanguageModelV3CallOptions): Lan
   return { ...params, abortSignal };
 }
 
+/** Who serves a model: the AI SDK's provider id without its API (`openai.chat` is `openai`). */
+function providerOf(model: Pick<LanguageModelV3, 'provider'>): string {
+  return String(model.provider).split('.')[0];
+}
+
 /**
  * The bucket a durable model's calls take grants from: the one named, none (false), or by
  * default `<provider>:<model id>` if RATE_LIMITS defines it (a pair no bucket name can hold has none).
@@ -223,7 +228,7 @@ function withRunSignal(ctx: RunContext, params: LanguageModelV3CallOptions): Lan
 function modelRateLimit(model: LanguageModelV3, option: string | false | undefined): RateLimitRequest | undefined {
   if (option === false) return undefined;
   if (option === undefined) {
-    const key = `${String(model.provider).split('.')[0]}:${model.modelId}`;
+    const key = `${providerOf(model)}:${model.modelId}`;
     return BUCKET_NAME.test(key) ? { key, optional: true } : undefined;
   }
   if (typeof option !== 'string' || !BUCKET_NAME.test(option)) {
@@ -329,8 +334,10 @@ type StoredPart = Exclude<LanguageModelV3StreamPart, { type: 'response-metadata'
  * error itself, which the agent's `await result.text` rethrows and the retry policy reads.
  */
 function memoizedStream(
-  ctx: RunContext, name: string, modelId: string, doStream: () => PromiseLike<LanguageModelV3StreamResult>, infer: InferOptions,
+  ctx: RunContext, name: string, model: Pick<LanguageModelV3, 'modelId' | 'provider'>, doStream: () => PromiseLike<LanguageModelV3StreamResult>,
+  infer: InferOptions,
 ): LanguageModelV3StreamResult {
+  const { modelId } = model;
   let out!: ReadableStreamDefaultController<LanguageModelV3StreamPart>;
   let cancelled = false;
   const stream = new ReadableStream<LanguageModelV3StreamPart>({
@@ -349,7 +356,7 @@ function memoizedStream(
       const live = await providerCall(ctx, doStream);
       const parts = await relay(ctx, live.stream, push);
       const finish = parts.find((p) => p.type === 'finish');
-      recordModelCall(call, modelId, toUsage(finish?.type === 'finish' ? finish.usage : undefined));
+      recordModelCall(call, modelId, toUsage(finish?.type === 'finish' ? finish.usage : undefined), providerOf(model));
       return { parts };
     }, infer);
   step.then(
