@@ -6,6 +6,7 @@ import { INIT_USAGE, runInit } from './init.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
 import { lockBatonDir, startLocalRedis, type BatonDirLock } from './local-redis.ts';
 import { onShutdown } from './shutdown.ts';
+import { startTracing } from './tracing.ts';
 
 const USAGE = `Usage: baton <command> [options]
 
@@ -156,6 +157,9 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     else closers.unshift(close);
   };
   try {
+    // Opened first, so closed last: the spans of everything that closes before it are exported.
+    const stopTracing = await startTracing('start', process.env, log);
+    if (stopTracing) opened(stopTracing);
     const own = config.REDIS_URL ? undefined : await startOwnRedis(log, opened);
     const redisUrl = config.REDIS_URL ?? own!.url;
     const agents = await loadAgents(agentPaths, builtinAgents(config));
@@ -231,19 +235,23 @@ async function startOwnRedis(log: Logger, opened: (close: () => Promise<void>) =
 
 async function api(config: Config): Promise<void> {
   const log = createLogger(config.LOG_LEVEL);
+  const stopTracing = await startTracing('api', process.env, log);
   const { startApi } = await apiSide();
   const a = await startApi({ config, redisUrl: requireRedisUrl(config), log });
   console.log(`baton api listening on ${a.url}`);
-  onShutdown(log, [() => a.close()], config.SHUTDOWN_GRACE_MS);
+  // The SDK last: what the API's drain still traced is exported before the process exits.
+  onShutdown(log, [() => a.close(), ...(stopTracing ? [stopTracing] : [])], config.SHUTDOWN_GRACE_MS);
 }
 
 async function worker(config: Config, agentPaths: string[]): Promise<void> {
   const log = createLogger(config.LOG_LEVEL);
+  const stopTracing = await startTracing('worker', process.env, log);
   const { startWorker, builtinAgents, loadAgents } = await workerSide();
   const agents = await loadAgents(agentPaths, builtinAgents(config));
   const w = await startWorker({ config, redisUrl: requireRedisUrl(config), log, agents });
   console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
-  onShutdown(log, [() => w.close()], config.SHUTDOWN_GRACE_MS);
+  // The SDK last: the spans of the runs handed over at shutdown are exported before the process exits.
+  onShutdown(log, [() => w.close(), ...(stopTracing ? [stopTracing] : [])], config.SHUTDOWN_GRACE_MS);
 }
 
 main(process.argv.slice(2)).catch((err) => {
