@@ -198,7 +198,10 @@ describe('dashboard, compose and Prometheus files', () => {
 
   it('docker-compose.yml has every service, persistent Redis, scalable workers, and refers only to files that exist', () => {
     const s = compose.services;
-    expect(Object.keys(s).sort()).toEqual(['api', 'grafana', 'prometheus', 'redis', 'worker']);
+    expect(Object.keys(s).sort()).toEqual(['api', 'grafana', 'jaeger', 'prometheus', 'redis', 'worker']);
+    // The trace backend runs only with its profile, and the processes load no tracing SDK unless told to.
+    expect(s.jaeger.profiles).toEqual(['tracing']);
+    for (const svc of ['redis', 'api', 'worker', 'prometheus', 'grafana']) expect(s[svc].profiles, svc).toBeUndefined();
     expect(s.redis.command.join(' ')).toMatch(/--appendonly yes/);
     expect(s.redis.volumes.some((v: string) => v.endsWith(':/data'))).toBe(true);
     // --scale worker=N needs replicas that share no name and no host port.
@@ -210,6 +213,7 @@ describe('dashboard, compose and Prometheus files', () => {
       expect(existsSync(join(ROOT, s[svc].build, 'Dockerfile')), `${svc} build context`).toBe(true);
       expect(s[svc].environment.REDIS_URL).toBe('redis://redis:6379');
       expect(s[svc].environment.HOST).toBe('0.0.0.0');
+      expect(s[svc].environment.OTEL_EXPORTER_OTLP_ENDPOINT).toBe('${OTEL_EXPORTER_OTLP_ENDPOINT:-}');
     }
     for (const [name, svc] of Object.entries<{ volumes?: string[] }>(s)) {
       for (const m of bindMounts(svc)) expect(existsSync(m.source), `${name}: ${m.source}`).toBe(true);
