@@ -1,6 +1,7 @@
 import { Cluster, Redis, type RedisOptions as IORedisOptions } from 'ioredis';
 import type { Logger } from './logger.ts';
 import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
+import { followSwitches } from './sentinel-switches.ts';
 
 export type { Redis };
 
@@ -58,6 +59,7 @@ export function createRedis({ url, name, logger, blocking = false, events, tune 
     }) as unknown as Redis;
   } else if (target.kind === 'sentinel') {
     redis = new Redis({ ...options, ...sentinelOptions(target) });
+    followSwitches(target, redis);
   } else {
     redis = new Redis(url, options);
   }
@@ -81,9 +83,9 @@ export function createRedis({ url, name, logger, blocking = false, events, tune 
  * How a connection follows Sentinel to the current primary through a failover:
  * - every (re)connect asks the Sentinels for the primary, and the ready check (INFO) refuses
  *   a server whose role is not master, so a reconnect never settles on a replica;
- * - `failoverDetector`: the connection listens for the Sentinels' `+switch-master` and
- *   reconnects as soon as a replica is promoted, instead of waiting for its next error
- *   (a primary that was demoted, not killed, keeps its sockets open);
+ * - when the Sentinels announce a switch, a connection still on the old primary (demoted,
+ *   not dead) reconnects at once (sentinel-switches.ts; not ioredis's `failoverDetector`,
+ *   which can leave a connection closed for good);
  * - a READONLY answer means the server it is on was demoted under it: it reconnects and sends
  *   that command again (2). A replica refuses a write before running any of it, so the
  *   command did nothing there and is safe to send once more.
@@ -96,7 +98,6 @@ function sentinelOptions(t: Extract<RedisTarget, { kind: 'sentinel' }>) {
     password: t.password,
     sentinelUsername: t.sentinelUsername,
     sentinelPassword: t.sentinelPassword,
-    failoverDetector: true,
     reconnectOnError: (err: Error) => (err.message.startsWith('READONLY') ? 2 : false) as 2 | false,
     ...(t.tls ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
   };
