@@ -7,6 +7,7 @@ import { context, propagation, trace, type AttributeValue } from '@opentelemetry
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tracingRequested } from '../src/cli/tracing.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { startWorker } from '../src/worker/worker.ts';
 import { fxKey } from './fixtures/engine-agents.ts';
@@ -310,4 +311,17 @@ describe('tracing across baton processes, exported over OTLP/HTTP', () => {
     expect(received).not.toContain('Zanzibar');
     expect(received).not.toContain(SECRET_ARG);
   }, 180_000);
+});
+
+describe('when the baton command registers the SDK', () => {
+  it('only when an OTLP endpoint or an exporter is named, and not when the SDK is disabled', () => {
+    expect(tracingRequested({})).toBe(false);
+    expect(tracingRequested({ OTEL_SERVICE_NAME: 'mine', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })).toBe(false);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' })).toBe(true);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://collector:4318/v1/traces' })).toBe(true);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: '' })).toBe(false);
+    expect(tracingRequested({ OTEL_TRACES_EXPORTER: 'console' })).toBe(true);
+    expect(tracingRequested({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' })).toBe(false);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_SDK_DISABLED: 'true' })).toBe(false);
+  });
 });
