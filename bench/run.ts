@@ -3,6 +3,7 @@ import { benchBaton, benchRawBullmq, httpFleet, type Throughput } from './e2e.ts
 import { BURST, benchFirstToken, printFirstToken, type FirstTokenBench } from './first-token.ts';
 import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts';
 import { benchReplicaAcks, printReplicaAcks } from './replica-acks.ts';
+import { benchTracingCost, printTracingCost } from './tracing-cost.ts';
 import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
 import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
 import { benchLlmStreams, printLlmGoals, printLlmStreams } from './llm-streams.ts';
@@ -46,7 +47,7 @@ const GOALS = {
 
 const SECTIONS = [
   'throughput', 'transitions', 'library', 'session-length', 'streams', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
-  'replica-acks',
+  'replica-acks', 'tracing',
 ] as const;
 type Section = (typeof SECTIONS)[number];
 const only = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean);
@@ -248,6 +249,7 @@ async function main(redisUrl: string): Promise<void> {
   const rc = await section('recovery', () => benchRecovery(redisUrl), printRecovery, skipSlow ? 'skipped: BENCH_SKIP_SLOW=1' : undefined);
   // Its own primary and replica: what replication costs, whatever Redis the rest used.
   await section('replica-acks', benchReplicaAcks, printReplicaAcks);
+  await section('tracing', () => benchTracingCost(redisUrl), printTracingCost);
 
   console.log('\nissue 18 goals, each next to its baseline measured in this run');
   const rows = goals(tp, tr, sl, st, ft, sm, rc);
