@@ -12,6 +12,7 @@ import { createLogger } from '../src/lib/logger.ts';
 import { startWorker } from '../src/worker/worker.ts';
 import { fxKey } from './fixtures/engine-agents.ts';
 import { tracedAgent } from './fixtures/traced-agents.ts';
+import { askAgent, closeWaitFixtureRedis, napAgent } from './fixtures/wait-agents.ts';
 import { startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
@@ -311,6 +312,28 @@ describe('tracing across baton processes, exported over OTLP/HTTP', () => {
     expect(received).not.toContain('Zanzibar');
     expect(received).not.toContain(SECRET_ARG);
   }, 180_000);
+});
+
+describe('waits that end by their deadline', () => {
+  it('a timed-out wait and a sleep get their baton.wait span from the process that ended them', async () => {
+    process.env.REDIS_URL = h.redisUrl;
+    process.env.BATON_KEY_PREFIX = h.prefix;
+    track(null, closeWaitFixtureRedis);
+    const api = await h.startApi();
+    await h.startWorker({ agents: [askAgent, napAgent] });
+    const acme = await h.client(api.url, 'acme');
+    const asked = (await acme.submit('deadline-ask', 'a question', { agent: 'fx-ask', metadata: { timeoutMs: 300 } })).body.id as string;
+    const napped = (await acme.submit('deadline-nap', 'a nap', { agent: 'fx-nap', metadata: { ms: 300 } })).body.id as string;
+    for (const id of [asked, napped]) expect((await acme.waitStatus(id, ['succeeded', 'failed'])).status).toBe('succeeded');
+    const waitOf = (runId: string) => exporter.getFinishedSpans().find((s) => s.name === 'baton.wait' && attr(s, 'baton.run.id') === runId);
+    const submitOf = (runId: string) => exporter.getFinishedSpans().find((s) => s.name === 'baton.submit' && attr(s, 'baton.run.id') === runId)!;
+    for (const [runId, kind, outcome] of [[asked, 'input', 'timed_out'], [napped, 'sleep', 'slept']] as const) {
+      const wait = await waitFor(() => waitOf(runId), 10_000, `the wait span of ${runId}`);
+      expect(wait.attributes).toMatchObject({ 'baton.wait.kind': kind, 'baton.wait.outcome': outcome });
+      expect(parentOf(wait)).toBe(submitOf(runId).spanContext().spanId);
+      expect(ms(wait.endTime) - ms(wait.startTime)).toBeGreaterThanOrEqual(295);
+    }
+  });
 });
 
 describe('when the baton command registers the SDK', () => {
