@@ -1,3 +1,5 @@
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
@@ -5,7 +7,8 @@ import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from '../sr
 import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
 import { loadConfig } from '../src/lib/config.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
-import { useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
+import { BIN, FAST, useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
+import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
 import { startSentinels, type DataNode, type SentinelSetup } from './helpers/sentinel.ts';
 import { fullLog, words } from './helpers/stream-check.ts';
@@ -57,6 +60,35 @@ describe('REDIS_URL=redis+sentinel://', () => {
       return heard.includes('on the new primary');
     }, 30_000, 'the subscription to come back');
   }, 90_000);
+
+  it('rediss+sentinel://: baton processes reach the Sentinels and the primary over TLS, before and after a failover', async () => {
+    const s = await startSentinels({ tls: true });
+    track(s, () => s.stop());
+    // The test's own process cannot trust a certificate authority made now; the processes it starts can.
+    const prefix = `t${randomBytes(5).toString('hex')}`;
+    const env = {
+      ...process.env, ...FAST, REDIS_URL: s.url, NODE_EXTRA_CA_CERTS: s.caFile!, BATON_KEY_PREFIX: prefix, RUNTIME: `rt-${prefix}`,
+    };
+    const created = await batonCommand(['keys', 'create', '--scope', 'acme', '--role', 'admin', '--json'], env);
+    expect(created.code, created.stderr).toBe(0);
+    const headers = { authorization: `Bearer ${JSON.parse(created.stdout).key}` };
+    const api = await startBaton('api', env);
+    await startBaton('worker', env);
+    const run = async (content: string) => {
+      const sub = await waitFor(async () => {
+        const res = await call(api.url!, 'POST', '/v1/scopes/acme/runs', { sessionId: 'tls', input: { content }, runtime: env.RUNTIME }, headers);
+        return res.status === 202 ? res.body : undefined;
+      }, 30_000, 'a submit accepted');
+      return waitFor(async () => {
+        const res = await call(api.url!, 'GET', `/v1/scopes/acme/runs/${sub.id}`, undefined, headers);
+        return res.status === 200 && isTerminal(res.body.status) ? res.body : undefined;
+      }, 30_000, 'the run to end');
+    };
+    expect(await run('over TLS')).toMatchObject({ status: 'succeeded', result: { answer: 'over TLS' } });
+    const old = await s.killPrimary();
+    await s.waitForFailover(old);
+    expect(await run('over TLS after a failover')).toMatchObject({ status: 'succeeded', result: { answer: 'over TLS after a failover' } });
+  }, 120_000);
 
   it('four failovers under load, none of which restarts a Baton process: the API and worker follow Sentinel, runs end, streams resume, new work flows', async () => {
     const s = await startSentinels();
@@ -264,6 +296,34 @@ function keepSubmitting(client: BatonClient, runtime: string, round: number) {
     }
   })();
   return { accepted, get refused() { return refused; }, stop: () => { running = false; }, stopped };
+}
+
+/** `baton <args>` to its end. */
+function batonCommand(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { env, timeout: 60_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+/** `baton api` or `baton worker` with `env` (not the harness's: its own connection could not trust this CA), until its ready line. */
+async function startBaton(command: 'api' | 'worker', env: NodeJS.ProcessEnv): Promise<{ url?: string }> {
+  const child = spawn(process.execPath, [BIN, command], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  track(child, async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  });
+  let out = '';
+  const ready = command === 'api' ? /listening on (http:\/\/\S+)/ : /serving runtime/;
+  child.stdout.on('data', (b) => { out += b; });
+  child.stderr.on('data', (b) => { out += b; });
+  const match = await waitFor(() => {
+    if (child.exitCode !== null) throw new Error(`baton ${command} exited ${child.exitCode}:\n${out}`);
+    return ready.exec(out);
+  }, 30_000, `baton ${command} to start`);
+  return { url: match[1] };
 }
 
 function expectAlive(child: Child): void {

@@ -1,9 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { freePort, redisServerProblem } from '../../src/cli/local-redis.ts';
 
 /**
@@ -28,8 +28,10 @@ export interface DataNode {
 }
 
 export interface SentinelSetup {
-  /** `redis+sentinel://[:password@]127.0.0.1:<s1>,…/<masterName>`: what REDIS_URL is set to. */
+  /** `redis[s]+sentinel://[:password@]127.0.0.1:<s1>,…/<masterName>`: what REDIS_URL is set to. */
   url: string;
+  /** With `tls`: the certificate authority's file, for NODE_EXTRA_CA_CERTS of a process that connects. */
+  caFile?: string;
   masterName: string;
   nodes: readonly DataNode[];
   sentinelPorts: readonly number[];
@@ -74,6 +76,11 @@ export interface SentinelOptions {
   sentinelPassword?: string;
   /** How long a primary must not answer before a Sentinel thinks it down. Default 1000 ms. */
   downAfterMs?: number;
+  /**
+   * TLS only, everywhere (clients, replication, Sentinels), with a certificate for 127.0.0.1
+   * signed by a certificate authority made here (needs `openssl` on PATH); the URL is `rediss+sentinel://`.
+   */
+  tls?: boolean;
 }
 
 interface Proc { port: number; conf: string; logfile: string; sentinel: boolean; child?: ChildProcess }
@@ -91,13 +98,21 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
   const [primaryPort, ...rest] = ports;
   const dataPorts = [primaryPort, rest[0], rest[1]];
   const sentinelPorts = rest.slice(2);
+  const tls = o.tls ? makeCertificates(join(dir, 'tls')) : undefined;
+  /** This setup's own connections (to watch and steer it) trust its certificate authority. */
+  const tlsOptions = tls ? { ca: readFileSync(tls.ca) } : undefined;
+  // With TLS the port is the TLS port and there is no plain one.
+  const listen = (port: number) => (tls ? [
+    'port 0', `tls-port ${port}`, `tls-cert-file ${quote(tls.cert)}`, `tls-key-file ${quote(tls.key)}`,
+    `tls-ca-cert-file ${quote(tls.ca)}`, 'tls-auth-clients no', 'tls-replication yes',
+  ] : [`port ${port}`]);
 
   const data: Proc[] = dataPorts.map((port, i) => {
     const nodeDir = join(dir, `node-${port}`);
     mkdirSync(nodeDir);
     const conf = join(nodeDir, 'redis.conf');
     writeFileSync(conf, [
-      `port ${port}`, 'bind 127.0.0.1', `dir ${quote(nodeDir)}`, `logfile ${quote(join(nodeDir, 'redis.log'))}`,
+      ...listen(port), 'bind 127.0.0.1', `dir ${quote(nodeDir)}`, `logfile ${quote(join(nodeDir, 'redis.log'))}`,
       'appendonly yes', 'save ""',
       // A replica that rejoins syncs at once, not after the default 5 s wait for others to join it.
       'repl-diskless-sync-delay 0',
@@ -111,7 +126,7 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
     mkdirSync(sdir);
     const conf = join(sdir, 'sentinel.conf');
     writeFileSync(conf, [
-      `port ${port}`, 'bind 127.0.0.1', `dir ${quote(sdir)}`, `logfile ${quote(join(sdir, 'sentinel.log'))}`,
+      ...listen(port), 'bind 127.0.0.1', `dir ${quote(sdir)}`, `logfile ${quote(join(sdir, 'sentinel.log'))}`,
       ...(o.sentinelPassword ? [`requirepass ${quote(o.sentinelPassword)}`] : []),
       `sentinel monitor ${masterName} 127.0.0.1 ${primaryPort} 2`,
       ...(o.password ? [`sentinel auth-pass ${masterName} ${quote(o.password)}`] : []),
@@ -131,7 +146,7 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
     child.stderr!.on('data', (b) => { stderr = (stderr + b).slice(-4000); });
     p.child = child;
     const exited = () => (child.exitCode !== null || child.signalCode !== null ? `${stderr}${tail(readOrEmpty(p.logfile))}` : undefined);
-    await waitAnswers(p.port, p.sentinel ? o.sentinelPassword : o.password, exited);
+    await waitAnswers(p.port, { password: p.sentinel ? o.sentinelPassword : o.password, tls: tlsOptions }, exited);
   };
   const kill = async (p: Proc): Promise<void> => {
     const child = p.child;
@@ -155,8 +170,9 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
     return node;
   };
 
-  const connect = (port: number, password: string | undefined) =>
-    new Redis(port, '127.0.0.1', { password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  const connect = (port: number, password: string | undefined) => new Redis(port, '127.0.0.1', {
+    password, tls: tlsOptions, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false,
+  });
   /** What one Sentinel answers, on a connection of its own for this one question. */
   const askSentinel = async <T>(port: number, ask: (r: Redis) => Promise<T>): Promise<T> => {
     const r = connect(port, o.sentinelPassword);
@@ -200,9 +216,11 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
   })());
 
   const auth = o.password ? `:${encodeURIComponent(o.password)}@` : '';
+  const scheme = tls ? 'rediss+sentinel' : 'redis+sentinel';
   const query = o.sentinelPassword ? `?sentinelPassword=${encodeURIComponent(o.sentinelPassword)}` : '';
   const setup: SentinelSetup = {
-    url: `redis+sentinel://${auth}${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${masterName}${query}`,
+    url: `${scheme}://${auth}${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${masterName}${query}`,
+    caFile: tls?.ca,
     masterName,
     nodes,
     sentinelPorts,
@@ -300,12 +318,12 @@ async function until<T>(timeoutMs: number, what: string, fn: () => Promise<T>, d
 }
 
 /** Until the server on `port` answers PING (a data node still loading its files answers LOADING: waited out). */
-async function waitAnswers(port: number, password: string | undefined, exited: () => string | undefined): Promise<void> {
+async function waitAnswers(port: number, auth: Pick<RedisOptions, 'password' | 'tls'>, exited: () => string | undefined): Promise<void> {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
     const why = exited();
     if (why !== undefined) throw new Error(`redis-server on ${port} exited while starting:\n${why}`);
-    const r = new Redis(port, '127.0.0.1', { password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const r = new Redis(port, '127.0.0.1', { ...auth, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     r.on('error', () => {});
     try {
       await r.connect();
@@ -318,6 +336,22 @@ async function waitAnswers(port: number, password: string | undefined, exited: (
     }
   }
   throw new Error(`redis-server on ${port} did not answer in 30 s`);
+}
+
+/** A certificate authority and a certificate for 127.0.0.1 it signed, made with openssl in `dir`. */
+function makeCertificates(dir: string): { ca: string; cert: string; key: string } {
+  mkdirSync(dir);
+  const f = (name: string) => join(dir, name);
+  const openssl = (args: string[]) => {
+    const r = spawnSync('openssl', args, { encoding: 'utf8' });
+    if (r.error || r.status !== 0) throw new Error(`openssl ${args[0]} failed: ${r.error?.message ?? r.stderr}`);
+  };
+  writeFileSync(f('ext.cnf'), 'subjectAltName=IP:127.0.0.1\n');
+  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=baton test CA']);
+  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=127.0.0.1']);
+  openssl(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial',
+    '-out', f('server.crt'), '-days', '2', '-extfile', f('ext.cnf')]);
+  return { ca: f('ca.crt'), cert: f('server.crt'), key: f('server.key') };
 }
 
 /** A config file's value in double quotes, as redis.conf reads them (a password may hold spaces). */
