@@ -1,3 +1,4 @@
+import type { AttemptEventData, EndEventData, StatusEventData } from '../../lib/contract/index.ts';
 import type { RunStreamEvent } from './run-stream.ts';
 
 /** One line of the timeline: consecutive token events of one speaker are one line, with their count. */
@@ -24,17 +25,41 @@ export interface Timeline {
   attempt?: number;
   notices: { id: string; text: string }[];
   end?: { status: string; answer?: string; finishReason?: string; error?: { code: string; message: string } };
+  /** The run's changes of state, in order, for the waterfall (kept whole: a run has few). */
+  marks: PhaseMark[];
 }
 
-export const emptyTimeline = (): Timeline => ({ entries: [], dropped: 0, answer: '', notices: [] });
+/**
+ * An event that starts or ends a part of the run: an attempt's start, a status change, the end.
+ * The waterfall is drawn from these (their times are Redis's, from the stream ids).
+ */
+export interface PhaseMark {
+  id: string;
+  /** When the event was written (epoch ms). */
+  at: number;
+  /**
+   * When the last event of any kind before the next mark was written: for a worker that died,
+   * its last sign of life (heartbeats write no events, so it may have lived a little longer).
+   */
+  until: number;
+  event:
+    | { type: 'attempt'; data: AttemptEventData }
+    | { type: 'status'; data: StatusEventData }
+    | { type: 'end'; data: EndEventData };
+}
+
+export const emptyTimeline = (): Timeline => ({ entries: [], dropped: 0, answer: '', notices: [], marks: [] });
 
 /** A run with many status changes stays readable and cheap to render. */
 const MAX_ENTRIES = 1000;
 
 /** Folds a batch of events into the timeline (a new object; the old one is left as it was). */
 export function applyEvents(t: Timeline, events: RunStreamEvent[]): Timeline {
-  const next: Timeline = { ...t, entries: [...t.entries], notices: [...t.notices] };
-  for (const e of events) apply(next, e);
+  const next: Timeline = { ...t, entries: [...t.entries], notices: [...t.notices], marks: [...t.marks] };
+  for (const e of events) {
+    apply(next, e);
+    mark(next, e);
+  }
   if (next.entries.length > MAX_ENTRIES) {
     next.dropped += next.entries.length - MAX_ENTRIES;
     next.entries = next.entries.slice(-MAX_ENTRIES);
@@ -90,6 +115,31 @@ function apply(t: Timeline, e: RunStreamEvent): void {
     }
     default:
       push(t, e, `${e.name}: ${short(JSON.stringify(e.data))}`, e.name);
+  }
+}
+
+/** Keeps the events the waterfall reads, and moves the last one's `until` on with every other. */
+function mark(t: Timeline, e: RunStreamEvent): void {
+  const at = eventTime(e.id).getTime();
+  const event = phaseOf(e);
+  if (event) {
+    t.marks.push({ id: e.id, at, until: at, event });
+    return;
+  }
+  const last = t.marks.at(-1);
+  if (last && at > last.until) t.marks[t.marks.length - 1] = { ...last, until: at };
+}
+
+function phaseOf(e: RunStreamEvent): PhaseMark['event'] | undefined {
+  switch (e.type) {
+    case 'attempt':
+      return { type: e.type, data: e.data };
+    case 'status':
+      return { type: e.type, data: e.data };
+    case 'end':
+      return { type: e.type, data: e.data };
+    default:
+      return undefined;
   }
 }
 

@@ -11,6 +11,7 @@ import { ResolveForm } from './resolve-form.tsx';
 import { StepsTable } from './steps-table.tsx';
 import { TimelineList } from './timeline-list.tsx';
 import { WaitsPanel } from './waits-panel.tsx';
+import { WaterfallChart } from './waterfall-chart.tsx';
 
 /** A run that is not finished is also re-read this often, in case an event is slow to come. */
 const FALLBACK_POLL_MS = 5000;
@@ -155,6 +156,11 @@ export function RunView({ api, runId, admin }: { api: Api; runId: string; admin:
           </ul>
         </section>
       )}
+
+      <section aria-labelledby="waterfall-h">
+        <h2 id="waterfall-h">Waterfall</h2>
+        <WaterfallChart run={run} steps={steps.steps ?? []} marks={timeline.marks} />
+      </section>
 
       <section aria-labelledby="steps-h">
         <h2 id="steps-h">Memoized steps</h2>
