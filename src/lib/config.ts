@@ -40,8 +40,9 @@ export const configSchema = z.object({
     })
     .optional(),
   /**
-   * REDIS_MIN_REPLICAS_ACK: replicas that must hold a submit, a step's write, a finish with its
-   * history, a wait's resolution or a blocked step's before it is answered (WAIT). 0 (default):
+   * REDIS_MIN_REPLICAS_ACK: replicas that must hold a submit, a step's write, a stream's events,
+   * a finish with its history, a wait's or a blocked step's resolution or a cancel before it is
+   * answered (WAIT; transitions.ts lists them). 0 (default):
    * answered once the primary has it, and a failover can lose the last writes.
    */
   REDIS_MIN_REPLICAS_ACK: z.coerce.number().int().min(0).max(16).default(0),

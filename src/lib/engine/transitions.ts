@@ -265,11 +265,14 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
 
 /**
  * The transitions whose loss in a failover would break a promise: an accepted run, a step's
- * result or its start marker (a non-idempotent step must not run again), a turn's history,
- * a wait's resolution and an operator's. With REDIS_MIN_REPLICAS_ACK, each answers only once
- * that many replicas hold it (replica-acks.ts).
+ * result or its start marker (a non-idempotent step must not run again), a stream's events
+ * (a reader must find again what it was sent), a turn's history, a wait's resolution, an
+ * operator's resolution and a cancel. With REDIS_MIN_REPLICAS_ACK, each answers only once that
+ * many replicas hold it (replica-acks.ts). The others are repaired after a failover that lost
+ * them: a lost heartbeat, park, retry or hand-over leaves a lease that runs out, and the run is
+ * taken over from its memoized steps.
  */
-const REPLICATED: ReadonlySet<ScriptName> = new Set(['submit', 'step', 'finish', 'resume', 'resolve']);
+const REPLICATED: ReadonlySet<ScriptName> = new Set(['submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel']);
 
 export class Transitions {
   /** The limits every script shares, the first fields of its options (they never change). */
