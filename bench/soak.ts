@@ -52,6 +52,12 @@ export interface SoakOptions {
   redisMode: 'restart' | 'sentinel';
   /** REDIS_MIN_REPLICAS_ACK for every process (sentinel mode). */
   minReplicasAck: number;
+  /**
+   * Sentinel mode: how the primary goes. `kill`: SIGKILL (a crash; the node rejoins as a
+   * replica). `switch`: a planned SENTINEL FAILOVER with no write pause, which promotes a
+   * replica while the old primary still takes writes (docs/operations.md#redis-sentinel).
+   */
+  failover: 'kill' | 'switch';
   /** Progress lines; the final report is returned, not printed. */
   log: (line: string) => void;
 }
@@ -97,6 +103,7 @@ export const DEFAULTS: SoakOptions = {
   settleTimeoutMs: 120_000,
   redisMode: 'restart',
   minReplicasAck: 0,
+  failover: 'kill',
   log: () => {},
 };
 
@@ -174,7 +181,8 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
     });
     const f = fleet;
     o.log(setup
-      ? `soak: redis ${url} (a primary, two replicas, three Sentinels; REDIS_MIN_REPLICAS_ACK=${o.minReplicasAck}), prefix ${prefix}, logs in ${logDir}`
+      ? `soak: redis ${url} (a primary, two replicas, three Sentinels; REDIS_MIN_REPLICAS_ACK=${o.minReplicasAck}; ` +
+        `primaries ${o.failover === 'kill' ? 'SIGKILLed' : 'switched away from'}), prefix ${prefix}, logs in ${logDir}`
       : `soak: redis ${url} (appendfsync always), prefix ${prefix}, logs in ${logDir}`);
     // Operator limits in the mix: the first scope one run at a time and one per key, the
     // second three at a time with twice the weight; the others the defaults.
@@ -395,15 +403,19 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       while (!signal.aborted) {
         if (kind === 'redis' && setup) {
           const killedAt = Date.now();
-          const old = await setup.killPrimary();
+          const old = o.failover === 'switch' ? await setup.switchPrimary() : await setup.killPrimary();
           const failover: Failover & { killedAt: number } = { killedAt, promotedMs: 0 };
           state.failovers.push(failover);
           const promoted = await setup.waitForFailover(old, 60_000);
           failover.promotedMs = Date.now() - killedAt;
-          o.log(`soak: killed primary ${old.name}; ${promoted.name} promoted after ${failover.promotedMs} ms`);
-          await sleep(jitter(500, 3000));
-          await setup.restart(old, 60_000);
-          o.log(`soak: ${old.name} rejoined as a replica`);
+          o.log(`soak: ${o.failover === 'switch' ? 'switched from' : 'killed'} primary ${old.name}; ${promoted.name} promoted after ${failover.promotedMs} ms`);
+          if (o.failover === 'kill') {
+            await sleep(jitter(500, 3000));
+            await setup.restart(old, 60_000);
+            o.log(`soak: ${old.name} rejoined as a replica`);
+          } else {
+            await setup.waitSettled(60_000);
+          }
         } else if (kind === 'redis') {
           await server!.kill();
           await sleep(jitter(100, 1500));
@@ -530,7 +542,7 @@ export function formatReport(r: SoakReport): string {
     `duration ${(r.durationMs / 1000).toFixed(0)} s (chaos ${(r.chaosMs / 1000).toFixed(0)} s)`,
     `runs ${r.runs} accepted, ${r.succeeded} succeeded; ${r.retriedRuns} needed another attempt, ${r.recoveries} lease recoveries, ${r.resolvedRuns} blocked and resolved`,
     r.redisMode === 'sentinel'
-      ? `kills: ${r.workerKills} workers, ${r.apiKills} APIs; primaries killed ${r.failovers.length} (REDIS_MIN_REPLICAS_ACK=${r.minReplicasAck}); submit retries ${r.submitRetries}`
+      ? `kills: ${r.workerKills} workers, ${r.apiKills} APIs; failovers ${r.failovers.length} (REDIS_MIN_REPLICAS_ACK=${r.minReplicasAck}); submit retries ${r.submitRetries}`
       : `kills: ${r.workerKills} workers, ${r.apiKills} APIs; Redis restarts ${r.redisRestarts}; submit retries ${r.submitRetries}`,
     ...r.failovers.map((f, i) => `failover ${i + 1}: promoted after ${f.promotedMs} ms; first accepted submit after ${f.firstSubmitMs ?? 'none'} ms; first event written after the kill read after ${f.firstEventMs ?? 'none'} ms`),
     `accepted runs lost: ${r.lostRuns}`,
@@ -554,6 +566,7 @@ async function main(): Promise<void> {
     apis: num('SOAK_APIS', DEFAULTS.apis),
     redisMode: process.env.SOAK_REDIS === 'sentinel' ? 'sentinel' : 'restart',
     minReplicasAck: num('SOAK_MIN_REPLICAS_ACK', DEFAULTS.minReplicasAck),
+    failover: process.env.SOAK_FAILOVER === 'switch' ? 'switch' : 'kill',
     log: (line) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`),
   });
   console.log(`\nchaos soak\n${formatReport(report)}`);
