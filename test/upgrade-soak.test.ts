@@ -382,7 +382,7 @@ it('an upgrade and its rollback under load, SIGTERM one process at a time: every
   console.log(
     `upgrade soak ${old.release.version} -> working tree -> ${old.release.version}: ${turns.length} runs in ` +
     `${new Set(turns.map((t) => t.sessionId)).size} sessions (${turns.filter((t) => t.via === 'old').length} accepted by old APIs, ` +
-    `${turns.filter((t) => t.via === 'new').length} by the new one, ${resent.length} submits sent again, ${turns.filter((t) => t.replayed).length} answered 200), ` +
+    `${turns.filter((t) => t.via === 'new').length} by the new one, submits sent again ${resent.length}, answered 200 ${turns.filter((t) => t.replayed).length}), ` +
     `all succeeded once; hand-overs at SIGTERM: ${heldAt('old')} runs held by 2 old workers, ${heldAt('new')} by 2 new ones, ` +
     `${takeovers} takeovers in all; ${live.size} live streams whole (${resumed} resumed on another API); ` +
     `${Math.round((Date.now() - t0) / 1000)} s`,
