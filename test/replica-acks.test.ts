@@ -58,9 +58,18 @@ describe('REDIS_MIN_REPLICAS_ACK=1', () => {
     const steps = await onReplica.hkeys(h.keys.scope('acme').steps(sub.body.id));
     expect(steps.some((k) => k.includes('one'))).toBe(true);
     expect(steps.some((k) => k.includes('two'))).toBe(true);
+    // A live reader: its notifications are published once the replica holds what they announce.
+    const reading = acme.sse(`/runs/${sub.body.id}/events`);
     await h.redis.set(fxKey(h.prefix, sub.body.id, 'go'), '1');
     const done = await acme.waitStatus(sub.body.id, ['succeeded', 'failed']);
     expect(done.status).toBe('succeeded');
+    const read = await reading;
+    expect(read.ended).toBe(true);
+    // Every event the reader was sent is in the replica's copy of the log, in the same order.
+    const onTheReplica = (await onReplica.xrange(`${h.keys.scope('acme').run(sub.body.id)}:events`, '-', '+')).map(([id]) => id);
+    const sent = read.events.map((e: { id?: string }) => e.id).filter(Boolean);
+    expect(sent.length).toBeGreaterThan(0);
+    expect(onTheReplica.slice(-sent.length)).toEqual(sent);
   }, 60_000);
 
   it('a submit no replica acknowledges is 503 REDIS_UNAVAILABLE; the retry with its idempotency key gets the same run, once', async () => {

@@ -82,7 +82,8 @@ function built(): Library {
   for (const [transition, body] of bodies) {
     const fn = `baton_${transition.replace('-', '_')}_${tag}`;
     functions.set(transition, fn);
-    parts.push(`redis.register_function('${fn}', function(keys, args)\nbegin(keys, args)\n${body}\nend)`);
+    // The body runs as a function of its own, so its reply passes withDeferred (core.lua) on the way out.
+    parts.push(`redis.register_function('${fn}', function(keys, args)\nbegin(keys, args)\nreturn withDeferred((function()\n${body}\nend)())\nend)`);
   }
   library = { name, functions, source: parts.join('\n') };
   return library;

@@ -759,10 +759,19 @@ export class Transitions {
   private async callRaw(
     name: ScriptName, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
   ): Promise<unknown> {
-    const acks = REPLICATED.has(name) ? this.acks : undefined;
-    const mark = acks?.mark();
-    const reply = await callScript(this.redis, name, keys, this.options(this.keys.scope(scope).base, options), payload);
-    if (acks) await acks.confirm(mark!);
+    const base = this.keys.scope(scope).base;
+    const acks = this.acks;
+    if (!acks) return callScript(this.redis, name, keys, this.options(base, options), payload);
+    // With replica acknowledgements, a call's notifications come back with its reply (core.lua's
+    // withDeferred) and are published only once replicas hold what they announce.
+    const mark = acks.mark();
+    const raw = await callScript(this.redis, name, keys, this.options(base, { ...options, deferPublish: true }), payload);
+    const { reply, messages } = deferredOf(raw);
+    if (messages.length > 0 || REPLICATED.has(name)) await acks.confirm(mark);
+    if (messages.length > 0) {
+      const channel = this.keys.scope(scope).live;
+      await Promise.all(messages.map((m) => this.redis.publish(channel, m)));
+    }
     return reply;
   }
 
@@ -778,6 +787,12 @@ export class Transitions {
     await this.dispatcher.dispatch(scope, orders);
     return true;
   }
+}
+
+/** A reply as withDeferred (core.lua) hands it back: the script's own, and the notifications it held. */
+function deferredOf(raw: unknown): { reply: unknown; messages: string[] } {
+  if (Array.isArray(raw) && raw[0] === 'baton:deferred') return { reply: raw[1], messages: raw.slice(2).map(String) };
+  return { reply: raw, messages: [] };
 }
 
 /** Keys rejoining the turns, and runs of an earlier version's list admitted, per fill call. */

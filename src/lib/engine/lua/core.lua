@@ -45,7 +45,7 @@
 -- call's events (flushPublished below); ACTIVE and PARKED are the scope's slot count and
 -- parked count once read, LIMIT its admission limits once read (all lib.lua). NOW the call's
 -- time once known (nowMs below).
-local ARGV, O, K, BASE, published, ACTIVE, PARKED, LIMIT, NOW
+local ARGV, O, K, BASE, published, ACTIVE, PARKED, LIMIT, NOW, DEFERRED
 local function begin(keys, args)
   ARGV = args
   O = cjson.decode(args[1])
@@ -57,6 +57,7 @@ local function begin(keys, args)
   PARKED = nil
   LIMIT = nil
   NOW = nil
+  DEFERRED = nil
 end
 
 local TERMINAL = { succeeded = true, failed = true, cancelled = true, expired = true }
@@ -178,8 +179,28 @@ local function flushPublished()
       if not batch.unheard then runs[#runs + 1] = { runId, batch.prev, batch.events } end
     end
   end
-  if #runs > 0 then redis.call('PUBLISH', BASE .. 'live', cjson.encode({ runs = runs })) end
+  if #runs > 0 then
+    local message = cjson.encode({ runs = runs })
+    if O.deferPublish then
+      DEFERRED = DEFERRED or {}
+      DEFERRED[#DEFERRED + 1] = message
+    else
+      redis.call('PUBLISH', BASE .. 'live', message)
+    end
+  end
   published = {}
+end
+
+-- O.deferPublish (REDIS_MIN_REPLICAS_ACK, src/lib/replica-acks.ts): the call's notifications
+-- are handed back instead of published, and the caller publishes them once replicas hold the
+-- call's writes, so a live reader is never sent an event a failover could take back. Every
+-- function's reply goes through here (scripts.ts): unchanged, or the marker, the reply and
+-- the messages.
+local function withDeferred(reply)
+  if not DEFERRED then return reply end
+  -- A nil would end the list there (Lua's tables have no holes): false is Redis's nil too.
+  if reply == nil then reply = false end
+  return { 'baton:deferred', reply, unpack(DEFERRED) }
 end
 
 -- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
