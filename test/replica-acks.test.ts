@@ -110,4 +110,16 @@ describe('REDIS_MIN_REPLICAS_ACK=1', () => {
     expect(await count(runId, 'three')).toBe(1);
     expect(await onReplica.hget(h.keys.scope('acme').run(runId), 'status')).toBe('succeeded');
   }, 60_000);
+
+  it('a primary that refuses writes for want of replicas (min-replicas-to-write) gives 503 REDIS_UNAVAILABLE, not a 500', async () => {
+    await h.redis.config('SET', 'min-replicas-to-write', '2');
+    let refused;
+    try {
+      refused = await acme.submit('norep', 'x', { agent: 'fx-memo' });
+    } finally {
+      await h.redis.config('SET', 'min-replicas-to-write', '0');
+    }
+    expect(refused.status).toBe(503);
+    expect(refused.body.error.code).toBe('REDIS_UNAVAILABLE');
+  }, 30_000);
 });

@@ -132,5 +132,8 @@ export async function redisNowMs(redis: Redis): Promise<number> {
 export function isRedisUnavailable(err: unknown): boolean {
   const name = (err as { name?: unknown } | null)?.name;
   // ReplicaAckError (replica-acks.ts): a write too few replicas acknowledged.
-  return name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError' || name === 'ReplicaAckError';
+  if (name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError' || name === 'ReplicaAckError') return true;
+  // A primary with min-replicas-to-write and too few replicas refuses writes; Redis names that
+  // refusal by the first word of its error, as it does every error kind.
+  return name === 'ReplyError' && /^NOREPLICAS\b/.test((err as Error).message);
 }
