@@ -19,6 +19,7 @@ import type { ArtifactStore } from '../lib/artifacts/artifact-store.ts';
 import { WaitStore } from '../lib/engine/wait-store.ts';
 import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 import type { RateLimiter } from '../lib/engine/rate-limiter.ts';
+import { ScheduleStore } from '../lib/schedules/schedule-store.ts';
 
 /**
  * What the HTTP layer needs from the process that hosts it: the domain objects routes call
@@ -56,6 +57,8 @@ export interface AppDeps {
   waits: WaitStore;
   /** Shows pending waits' resume tokens to keys of their scope. */
   waitTokens: WaitTokens;
+  /** The scopes' cron schedules (their ticks are fired by every process's Scheduler). */
+  schedules: ScheduleStore;
 }
 
 /**
@@ -99,6 +102,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
       config: c, store, artifacts: res.artifacts, registry, streamTokens, schemaGuard: res.schemaGuard, limit: submitLimit(c),
     }),
     waits, waitTokens: res.waitTokens,
+    schedules: new ScheduleStore(redis, keys, c),
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     openStreams,
     admin: new RuntimeAdmin(redis, keys, transitions, registry),

@@ -6,6 +6,7 @@ import { limitsRoutes } from './routes-limits.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { rateLimitRoutes } from './routes-rate-limits.ts';
 import { runRoutes } from './routes-runs.ts';
+import { scheduleRoutes } from './routes-schedules.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
 import { waitRoutes } from './routes-waits.ts';
 import { uiRoutes } from './routes-ui.ts';
@@ -33,4 +34,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...usageRoutes,
   ...limitsRoutes,
   ...rateLimitRoutes,
+  ...scheduleRoutes,
 ];

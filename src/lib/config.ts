@@ -290,6 +290,19 @@ export const configSchema = z.object({
    */
   SCHEDULED_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(10_000_000).default(1_000),
   /**
+   * SCHEDULES_MAX_PER_SCOPE: cron schedules one scope may hold (POST …/schedules; one more is
+   * 429 TOO_MANY_SCHEDULES). Every active schedule is an entry each process's scheduler looks
+   * at when due, and a schedule firing every second is a run a second; 100 covers a tenant's
+   * reports, digests and periodic agents while bounding what one scope can set going.
+   */
+  SCHEDULES_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(100_000).default(100),
+  /**
+   * SCHEDULE_POLL_MS: how often every process looks for schedules whose tick is due (0: this
+   * process fires none). A tick's run is made within about this long of its time; any process
+   * may fire it, and the tick's idempotency key makes it one run however many try.
+   */
+  SCHEDULE_POLL_MS: intMs(200),
+  /**
    * WAIT_TOKEN_SECRET: the key resume tokens (POST /v1/waits/{token}) are derived from, the
    * same in every process. Redis stores only each token's SHA-256. Unset: a secret is made at
    * the first start and kept in Redis, so anyone who can read Redis could derive tokens (as

@@ -117,6 +117,12 @@ export interface ScopeKeys {
    * which action, and the key that minted it; expires with the token.
    */
   capability(sha256hex: string): string;
+  /** A cron schedule of the scope (hash; src/lib/schedules/schedule-store.ts). */
+  schedule(scheduleId: string): string;
+  /** The scope's schedules by creation time (zset), for listing. */
+  schedules: string;
+  /** The scope's active schedules by when a process should look at them next (zset: id -> ms). */
+  schedulesDue: string;
 }
 
 export interface Keys {
@@ -124,6 +130,8 @@ export interface Keys {
   scope(scope: string): ScopeKeys;
   /** Set of scopes that ever had a run: the sweeper's work list. */
   scopes: string;
+  /** Set of scopes that ever had a schedule: the schedulers' work list. */
+  scheduleScopes: string;
   /**
    * BullMQ prefix of a runtime's queues, one per agent (the queue's name is the agent's);
    * the braces keep a runtime's queues in one Cluster slot.
@@ -176,6 +184,7 @@ export function createKeys(prefix: string): Keys {
   return {
     prefix,
     scopes: `${prefix}:scopes`,
+    scheduleScopes: `${prefix}:schedule-scopes`,
     cancelChannel: `${prefix}:cancel`,
     waitTokenSecret: `${prefix}:wait-token-secret`,
     workers: `${prefix}:workers`,
@@ -244,6 +253,9 @@ export function createKeys(prefix: string): Keys {
         // by the schema, and kept after the last colon so they cannot collide with suffixes.
         idempotency: (key) => `${base}idem:${key}`,
         capability: (hash) => `${base}cap:${checked('token hash', hash)}`,
+        schedule: (id) => `${base}schedule:${checked('schedule', id)}`,
+        schedules: `${base}schedules`,
+        schedulesDue: `${base}schedules:due`,
       };
       scopes.set(scope, built);
       return built;

@@ -4,6 +4,7 @@ import type { Config } from './config.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
 import { FairShare, heldBack } from './engine/fair-share.ts';
 import { RateLimiter } from './engine/rate-limiter.ts';
+import { RunStore } from './engine/store.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
 import { Sweeper } from './engine/sweeper.ts';
 import { Transitions } from './engine/transitions.ts';
@@ -16,6 +17,8 @@ import { waitingRuns } from './ops/waiting-runs.ts';
 import { createRedis, waitReady, type Redis } from './redis.ts';
 import { parseRedisUrl } from './redis-url.ts';
 import { WorkerRegistry } from './tenancy/worker-registry.ts';
+import { submitLimit } from './tenancy/rate-limit.ts';
+import { Scheduler } from './schedules/scheduler.ts';
 
 /**
  * The composition root of one Baton process: its Redis connections, key builder, metrics
@@ -39,6 +42,8 @@ export interface Resources {
   readonly dispatcher: Dispatcher;
   readonly transitions: Transitions;
   readonly sweeper: Sweeper;
+  /** Fires cron schedules' ticks (every process runs one; src/lib/schedules/scheduler.ts). */
+  readonly scheduler: Scheduler;
   /** The scopes' fair shares of the workers' slots: worked out by one process at a time, read by all. */
   readonly fairShare: FairShare;
   /** Where input artifacts are kept (the Redis store unless the process was given another). */
@@ -117,6 +122,12 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   });
   sweeper.start();
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE, events: metrics.schemaGuardEvents });
+  // Schedules' runs go through the submit every run takes: the scope's rate limit, its session queues, its slots.
+  const scheduler = new Scheduler(redis, keys, c, new RunStore(redis, keys, c, transitions, {
+    submitted: (run) => metrics.runSubmitted(run),
+    deadline: (scope, member, at) => sweeper.soon(scope, member, at),
+  }, schemaGuard), submitLimit(c), log.child({ component: 'scheduler' }));
+  scheduler.start();
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents);
@@ -132,11 +143,12 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   };
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, fairShare, schemaGuard, artifacts,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, scheduler, fairShare, schemaGuard, artifacts,
     waitTokens, registry, rateLimits, watchRuntime,
     close() {
       closing ??= (async () => {
         await sweeper.stop();
+        await scheduler.stop();
         await fairShare?.stop();
         await dispatcher.close();
         await quit();

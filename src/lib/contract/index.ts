@@ -8,3 +8,4 @@ export * from './runs.ts';
 export * from './events.ts';
 export * from './errors.ts';
 export * from './admin.ts';
+export * from './schedules.ts';

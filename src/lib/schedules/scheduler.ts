@@ -1,0 +1,208 @@
+import type { Config } from '../config.ts';
+import { BatonError } from '../errors.ts';
+import type { Keys } from '../keys.ts';
+import type { Logger } from '../logger.ts';
+import { redisNowMs, type Redis } from '../redis.ts';
+import type { RunStore, SubmitRequest } from '../engine/store.ts';
+import type { SubmitLimit } from '../engine/transitions.ts';
+import { compileCron, dueTicks, type CompiledCron } from './cron.ts';
+import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
+
+/** A claimed tick whose run is not confirmed made is tried again after this long, by any process. */
+export const PENDING_RETRY_MS = 2_000;
+/** Due schedules taken per scope and poll: the rest at the next poll, so one scope cannot stall one. */
+const DUE_PER_POLL = 100;
+/** Compiled expressions kept (dropped whole when it grows past this). */
+const CRON_CACHE_MAX = 1_000;
+/** Submit refusals that are the tenant's state, not Redis's: the tick makes no run and says why. */
+const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED']);
+
+// Claim a tick (see Scheduler): only while nextAt is the one read and no tick is pending.
+// ARGV: id, expected nextAt, new nextAt ('' none left), tick to fire ('' none), its retry time.
+const CLAIM = `
+local s = KEYS[1]
+if redis.call('EXISTS', s) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) return 0 end
+if redis.call('HGET', s, 'nextAt') ~= ARGV[2] or redis.call('HEXISTS', s, 'pending') == 1 then return 0 end
+if redis.call('HGET', s, 'status') ~= 'active' then redis.call('ZREM', KEYS[2], ARGV[1]) return 0 end
+if ARGV[3] == '' then redis.call('HDEL', s, 'nextAt') else redis.call('HSET', s, 'nextAt', ARGV[3]) end
+if ARGV[4] ~= '' then
+  redis.call('HSET', s, 'pending', ARGV[4])
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+elseif ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return 1`;
+
+// A pending tick is done: its run made (ARGV[3]) or refused (ARGV[4], JSON). Once per tick.
+const DONE = `
+local s = KEYS[1]
+if redis.call('HGET', s, 'pending') ~= ARGV[2] then return 0 end
+redis.call('HDEL', s, 'pending')
+if ARGV[3] ~= '' then
+  redis.call('HSET', s, 'lastTick', ARGV[2], 'lastRunId', ARGV[3])
+  redis.call('HINCRBY', s, 'fired', 1)
+end
+if ARGV[4] ~= '' then redis.call('HSET', s, 'lastError', ARGV[4]) end
+local nextAt = redis.call('HGET', s, 'nextAt')
+if redis.call('HGET', s, 'status') == 'active' and nextAt then
+  redis.call('ZADD', KEYS[2], nextAt, ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return 1`;
+
+/** The idempotency key of a schedule's tick: the same tick submitted twice is one run. */
+export function tickKey(scheduleId: string, tick: number): string {
+  return `schedule:${scheduleId}:${tick}`;
+}
+
+/**
+ * Fires schedules' ticks; every API and worker process runs one, and none leads.
+ *
+ * A tick is made a run in two steps, each safe to repeat or to lose:
+ * 1. claim (one script): if the schedule's nextAt is still the tick this process read, move
+ *    nextAt to the tick after now and mark the tick to fire `pending`. Of processes racing on
+ *    a tick, one claims it; the others read the new nextAt.
+ * 2. submit the tick's run through the normal submit (RunStore.create: the scope's rate
+ *    limit, its session queue, its slots) with the idempotency key `schedule:<id>:<tick>`,
+ *    then clear `pending`. A process killed (or Redis gone) in between leaves the tick
+ *    pending; after PENDING_RETRY_MS any process submits it again, and the key makes it the
+ *    same run. So each tick is at most one run, and a claimed tick is made one in the end.
+ *
+ * Ticks are read in Redis time. A tick fires when it is the only one due (however late); when
+ * the tick after it is due too, no process fired the earlier ones in time (every process down,
+ * Redis down): `skip` fires none of them, `catchUpOne` the latest; then the next is after now.
+ */
+export class Scheduler {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private readonly crons = new Map<string, CompiledCron>();
+  /** Ticks this process made runs of (tests and logs). */
+  fired = 0;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Pick<Config, 'SCHEDULE_POLL_MS'>,
+    private readonly store: RunStore,
+    private readonly limit: SubmitLimit | undefined,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    if (this.config.SCHEDULE_POLL_MS === 0) return;
+    this.timer = setTimeout(() => this.loop(), Math.floor(Math.random() * this.config.SCHEDULE_POLL_MS));
+    this.timer.unref();
+  }
+
+  private loop(): void {
+    this.running = this.poll()
+      .catch((err) => this.log.warn({ err: (err as Error).message }, 'schedule poll failed'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.timer) {
+          this.timer = setTimeout(() => this.loop(), this.config.SCHEDULE_POLL_MS);
+          this.timer.unref();
+        }
+      });
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+
+  /** One pass: every scope with schedules, its schedules due at Redis's now. */
+  async poll(): Promise<void> {
+    const now = await redisNowMs(this.redis);
+    let cursor = '0';
+    do {
+      const [next, scopes] = await this.redis.sscan(this.keys.scheduleScopes, cursor, 'COUNT', 200);
+      cursor = next;
+      if (scopes.length === 0) continue;
+      const pipe = this.redis.pipeline();
+      for (const scope of scopes) pipe.zrangebyscore(this.keys.scope(scope).schedulesDue, '-inf', now, 'LIMIT', 0, DUE_PER_POLL);
+      const due = (await pipe.exec()) ?? [];
+      for (const [i, scope] of scopes.entries()) {
+        const [err, ids] = due[i] ?? [];
+        if (err) throw err;
+        for (const id of ids as string[]) await this.due(scope, id, now);
+      }
+    } while (cursor !== '0');
+  }
+
+  /** A schedule the due index says to look at: finish its pending tick, or claim its due one. */
+  private async due(scope: string, id: string, now: number): Promise<void> {
+    const sk = this.keys.scope(scope);
+    const rec = parseSchedule(await this.redis.hgetall(sk.schedule(id)));
+    if (!rec) {
+      await this.redis.zrem(sk.schedulesDue, id);
+      return;
+    }
+    if (rec.pending !== undefined) {
+      await this.submit(rec, rec.pending);
+      return;
+    }
+    if (rec.nextAt === undefined || rec.nextAt > now) return;
+    const { latest, missed, next } = dueTicks(this.cron(rec), rec.nextAt, now);
+    const fire = !missed ? rec.nextAt : rec.missed === 'catchUpOne' ? latest : undefined;
+    const claimed = await this.redis.eval(
+      CLAIM, 2, sk.schedule(id), sk.schedulesDue,
+      id, String(rec.nextAt), next === undefined ? '' : String(next), fire === undefined ? '' : String(fire), String(now + PENDING_RETRY_MS),
+    );
+    if (!claimed) return;
+    if (missed) {
+      this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latest, missed: rec.missed }, 'schedule ticks missed');
+    }
+    if (fire !== undefined) await this.submit(rec, fire);
+  }
+
+  /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done. */
+  private async submit(rec: ScheduleRecord, tick: number): Promise<void> {
+    const sk = this.keys.scope(rec.scope);
+    let runId = '';
+    let refused = '';
+    try {
+      const { run, created } = await this.store.create(tickRequest(rec, tick), { limit: this.limit });
+      runId = run.id;
+      if (created) this.fired++;
+    } catch (err) {
+      if (!(err instanceof BatonError) || TRANSIENT.has(err.code)) {
+        this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, err: (err as Error).message }, 'schedule tick not submitted; tried again later');
+        return;
+      }
+      refused = JSON.stringify({ tick, code: err.code, message: err.message });
+      this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, code: err.code }, 'schedule tick refused by the submit');
+    }
+    await this.redis.eval(DONE, 2, sk.schedule(rec.id), sk.schedulesDue, rec.id, String(tick), runId, refused);
+  }
+
+  private cron(rec: ScheduleRecord): CompiledCron {
+    const id = `${rec.timezone} ${rec.cron}`;
+    let cron = this.crons.get(id);
+    if (!cron) {
+      if (this.crons.size >= CRON_CACHE_MAX) this.crons.clear();
+      cron = compileCron(rec.cron, rec.timezone);
+      this.crons.set(id, cron);
+    }
+    return cron;
+  }
+}
+
+/** The submit a tick makes: the template's, in its session or the tick's own, keyed by the tick. */
+export function tickRequest(rec: ScheduleRecord, tick: number): SubmitRequest {
+  const t = rec.run;
+  return {
+    scope: rec.scope,
+    sessionId: t.sessionId ?? `${rec.id}-${tick}`,
+    input: t.input,
+    runtime: t.runtime ?? 'default',
+    agent: t.agent ?? 'echo',
+    metadata: { ...t.metadata, scheduleId: rec.id, scheduledFor: new Date(tick).toISOString() },
+    idempotencyKey: tickKey(rec.id, tick),
+    multitask: 'enqueue',
+  };
+}

@@ -1,0 +1,119 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
+
+/**
+ * Cron schedules through the API (src/lib/schedules; docs/schedules.md): validation, the
+ * next five fire times, pause, resume, delete, the scope's cap, and per-second ticks made
+ * into runs with their tick in the metadata. test/schedules-faults.test.ts kills processes
+ * and Redis under a schedule.
+ */
+let h: Harness;
+let url: string;
+
+beforeAll(async () => {
+  h = await useHarness({ SCHEDULES_MAX_PER_SCOPE: '3', SCHEDULE_POLL_MS: '100' });
+  url = (await h.startApi()).url;
+  await h.startWorker();
+});
+
+describe('schedules', () => {
+  it('refuse bad expressions, time zones and templates with VALIDATION_FAILED naming the field', async () => {
+    const admin = await h.client(url, 'vals', 'admin');
+    const run = { sessionId: 's1', input: { content: 'hi' }, runtime: h.runtime };
+    const cases: [Record<string, unknown>, string][] = [
+      [{ cron: '61 * * * *', run }, 'body.cron'],
+      [{ cron: '* * * *', run }, 'body.cron'],
+      [{ cron: '* * * * * * *', run }, 'body.cron'],
+      [{ cron: '0 0 30 2 *', run }, 'body.cron'],
+      [{ cron: '* * * * *', timezone: 'Mars/Olympus', run }, 'body.timezone'],
+      [{ cron: '* * * * *', run: { input: { content: 'hi' } } }, 'body.run.sessionId'],
+      [{ cron: '* * * * *', run: { ...run, sessionPerTick: true } }, 'body.run.sessionId'],
+      [{ cron: '* * * * *', run: { ...run, metadata: { scheduledFor: 'x' } } }, 'body.run.metadata'],
+    ];
+    for (const [body, path] of cases) {
+      const res = await admin.post('/schedules', body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.body.error.code).toBe('VALIDATION_FAILED');
+      expect(res.body.error.details.map((d: { path: string }) => d.path), JSON.stringify(res.body)).toContain(path);
+    }
+    const client = await h.client(url, 'vals', 'client');
+    expect((await client.post('/schedules', { cron: '* * * * *', run })).body.error.code).toBe('FORBIDDEN');
+  });
+
+  it('show the next five fire times in the time zone, pause, resume and delete', async () => {
+    const admin = await h.client(url, 'crud', 'admin');
+    const made = await admin.post('/schedules', {
+      cron: '30 9 * * 1-5', timezone: 'America/New_York', missed: 'catchUpOne',
+      run: { sessionPerTick: true, input: { content: 'the morning report' }, runtime: h.runtime, metadata: { team: 'ops' } },
+    });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const s = made.body;
+    expect(s).toMatchObject({ status: 'active', missed: 'catchUpOne', timezone: 'America/New_York', fired: 0 });
+    expect(s.nextFireTimes).toHaveLength(5);
+    for (const t of s.nextFireTimes as string[]) {
+      const d = new Date(t);
+      // 09:30 in New York is 13:30 or 14:30 UTC depending on daylight saving; weekdays only.
+      expect([13, 14]).toContain(d.getUTCHours());
+      expect(d.getUTCMinutes()).toBe(30);
+      const day = new Intl.DateTimeFormat('en-US', { timeZone: 'America/New_York', weekday: 'short' }).format(d);
+      expect(['Mon', 'Tue', 'Wed', 'Thu', 'Fri']).toContain(day);
+    }
+    const client = await h.client(url, 'crud', 'client');
+    expect((await client.get(`/schedules/${s.id}`)).body).toEqual(s);
+    expect((await client.get('/schedules')).body.schedules.map((x: { id: string }) => x.id)).toEqual([s.id]);
+
+    const paused = await admin.post(`/schedules/${s.id}/pause`, {});
+    expect(paused.body).toMatchObject({ status: 'paused', nextFireTimes: [] });
+    const resumed = await admin.post(`/schedules/${s.id}/resume`, {});
+    expect(resumed.body).toMatchObject({ status: 'active' });
+    expect(resumed.body.nextFireTimes).toEqual(s.nextFireTimes);
+
+    expect((await admin.del(`/schedules/${s.id}`)).status).toBe(204);
+    const gone = await client.get(`/schedules/${s.id}`);
+    expect(gone).toMatchObject({ status: 404, body: { error: { code: 'SCHEDULE_NOT_FOUND' } } });
+    expect((await admin.post(`/schedules/${s.id}/pause`, {})).status).toBe(404);
+    expect((await admin.del(`/schedules/${s.id}`)).status).toBe(404);
+  });
+
+  it('are capped per scope by SCHEDULES_MAX_PER_SCOPE', async () => {
+    const admin = await h.client(url, 'capped', 'admin');
+    const body = { cron: '0 0 1 1 *', run: { sessionId: 's', input: { content: 'x' }, runtime: h.runtime } };
+    for (let i = 0; i < 3; i++) expect((await admin.post('/schedules', body)).status).toBe(201);
+    const over = await admin.post('/schedules', body);
+    expect(over).toMatchObject({ status: 429, body: { error: { code: 'TOO_MANY_SCHEDULES' } } });
+  });
+
+  it('make one run per tick, a session each, with the tick in the metadata, until paused', async () => {
+    const admin = await h.client(url, 'ticks', 'admin');
+    const made = await admin.post('/schedules', {
+      cron: '* * * * * *', run: { sessionPerTick: true, input: { content: 'tick' }, runtime: h.runtime, metadata: { kind: 'probe' } },
+    });
+    expect(made.status).toBe(201);
+    const id = made.body.id as string;
+    const seen = await waitFor(async () => {
+      const s = (await admin.get(`/schedules/${id}`)).body;
+      return s.fired >= 3 ? s : undefined;
+    }, 20_000, 'three ticks');
+    await admin.post(`/schedules/${id}/pause`, {});
+    // Wait for a claimed tick to settle, then read every run the schedule made.
+    const settled = await waitFor(async () => {
+      const pending = await h.redis.hexists(h.keys.scope('ticks').schedule(id), 'pending');
+      return pending ? undefined : (await admin.get(`/schedules/${id}`)).body;
+    }, 10_000, 'no pending tick');
+    const runIds = await h.redis.zrange(h.keys.scope('ticks').runs, 0, -1);
+    const runs = await Promise.all(runIds.map(async (r) => (await admin.get(`/runs/${r}`)).body));
+    expect(runs).toHaveLength(settled.fired);
+    expect(settled.fired).toBeGreaterThanOrEqual(seen.fired);
+    const ticks = runs.map((r) => r.metadata.scheduledFor as string).sort();
+    expect(new Set(ticks).size).toBe(ticks.length);
+    for (const r of runs) {
+      expect(r.metadata).toMatchObject({ kind: 'probe', scheduleId: id });
+      expect(r.sessionId).toBe(`${id}-${Date.parse(r.metadata.scheduledFor)}`);
+    }
+    // Consecutive seconds: no tick was skipped while a process was up.
+    const ms = ticks.map((t) => Date.parse(t));
+    for (let i = 1; i < ms.length; i++) expect(ms[i]! - ms[i - 1]!).toBe(1000);
+    expect(settled.lastRunId).toBe(runs.find((r) => r.metadata.scheduledFor === settled.lastTick)?.id);
+    for (const r of runs) expect((await admin.waitStatus(r.id, ['succeeded'])).status).toBe('succeeded');
+  });
+});
