@@ -8,8 +8,11 @@ import type { SubmitLimit } from '../engine/transitions.ts';
 import { compileCron, dueTicks, type CompiledCron } from './cron.ts';
 import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 
-/** A claimed tick whose run is not confirmed made is tried again after this long, by any process. */
-export const PENDING_RETRY_MS = 2_000;
+/**
+ * A claimed tick whose run is not confirmed made is tried again after this long, by any process.
+ * Short of a second, so a process killed holding a per-second tick does not hold up the next.
+ */
+export const PENDING_RETRY_MS = 500;
 /** Due schedules taken per scope and poll: the rest at the next poll, so one scope cannot stall one. */
 const DUE_PER_POLL = 100;
 /** Compiled expressions kept (dropped whole when it grows past this). */
