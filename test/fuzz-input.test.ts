@@ -36,6 +36,7 @@ beforeAll(async () => {
   // No fair-share pass either: its lock key comes and goes every interval, written by no request.
   h = await useHarness({
     SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192', RATE_LIMITS: 'fuzz:bucket=rpm:10',
+    SCHEDULE_POLL_MS: '0',
   });
   const api = await h.startApi();
   const u = new URL(api.url);
@@ -140,9 +141,9 @@ function post(
 
 const VALID: Record<string, string> = {
   scope: 'acme', runId: 'rmissing0000000000', sessionId: 's1', runtimeId: 'default', stepKey: 'step:charge:1',
-  waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`, bucket: 'fuzz:bucket',
+  waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`, bucket: 'fuzz:bucket', scheduleId: 'schmissing0000',
 };
-const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket'];
+const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket', 'scheduleId'];
 
 /** A path segment: mostly hostile, sometimes valid, already safe to put in a request line. */
 const segment = (name: string) =>
@@ -203,7 +204,8 @@ const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
   fc.record({
     field: fc.constantFrom('sessionId', 'input', 'runtime', 'agent', 'metadata', 'memory', 'maxAttempts', 'idempotencyKey',
       'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs',
-      'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'weight', 'tokensPerDay', 'priority', 'concurrencyKey', 'onBudget'),
+      'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'weight', 'tokensPerDay', 'priority', 'concurrencyKey', 'onBudget',
+      'fromStep', 'allowNonIdempotent', 'atTurn', 'atRunId'),
     value: fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(null), fc.string({ minLength: 300_000, maxLength: 300_001 })),
   }).map(({ field, value }) => JSON.stringify({ ...validSubmit, [field]: value })),
   fc.constantFrom(
@@ -213,6 +215,7 @@ const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
     JSON.stringify({ ...validSubmit, outputSchema: { type: 12 } }), JSON.stringify({ cancelQueued: 'yes' }),
     JSON.stringify({ value: 1, rerun: true }), 'x'.repeat(9000), JSON.stringify({ value: { approved: 'yes' } }), '{"value":null}',
     JSON.stringify({ ...validSubmit, runAt: '2020-01-01T00:00:00Z', delayMs: 5 }), JSON.stringify({ ...validSubmit, delayMs: 5, multitask: 'interrupt' }),
+    JSON.stringify({ fromStep: 'tool:charge:1', allowNonIdempotent: 'yes' }), JSON.stringify({ atTurn: 0 }), JSON.stringify({ atTurn: 2, atRunId: 'r1' }),
   ),
 );
 
@@ -434,6 +437,68 @@ describe('generated limit bodies from an operator key', () => {
       { numRuns: Math.min(RUNS, 200), endOnFailure: true },
     );
     console.log(`generated limit bodies: ${accepted} stored, ${refused} refused`);
+    expect(accepted).toBeGreaterThan(0);
+    expect(refused).toBeGreaterThan(0);
+  });
+});
+
+/** A cron field: mostly one croner reads, else out of range, malformed or hostile. */
+const cronField = fc.oneof(
+  { weight: 20, arbitrary: fc.constantFrom('*', '0', '*/5', '1-5', '0,30', '*/1') },
+  { weight: 1, arbitrary: fc.constantFrom('61', '-1', '*/0', '1-', ',', '99999999999', '*/-3', 'L-40', '#', '\u0000', 'a'.repeat(300)) },
+  { weight: 1, arbitrary: fc.string({ maxLength: 8 }) },
+);
+
+/** POST …/schedules bodies: expressions of 0-8 fields or a nickname, time zones real or not, templates whole or not. */
+const scheduleBody = fc.record({
+  cron: fc.oneof(
+    { weight: 6, arbitrary: fc.array(cronField, { minLength: 5, maxLength: 6 }).map((f) => f.join(' ')) },
+    { weight: 1, arbitrary: fc.array(cronField, { minLength: 0, maxLength: 8 }).map((f) => f.join(' ')) },
+    { weight: 1, arbitrary: fc.constantFrom('@hourly', '@yearly', '@every', '@reboot', '0 0 30 2 *', '* * * * * *') },
+  ),
+  timezone: fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom('UTC', 'Europe/Paris', 'Asia/Kathmandu', 'Etc/GMT+14') },
+    { weight: 1, arbitrary: fc.constantFrom('Mars/Olympus', '', 'utc', '../../etc') },
+    { weight: 1, arbitrary: fc.string({ maxLength: 70 }) },
+  ),
+  missed: fc.constantFrom('skip', 'catchUpOne', 'skip', 'catchUpOne', 'all', 1),
+  run: fc.oneof(
+    { weight: 4, arbitrary: fc.constant({ sessionId: 'fz', input: { content: 'x' } }) },
+    { weight: 1, arbitrary: fc.constantFrom({ sessionPerTick: true, input: { content: 'x' } }, { input: { content: 'x' } }, { sessionId: 'fz', sessionPerTick: true, input: { content: 'x' } }, { sessionId: '{x}', input: { content: '' } }, null) },
+  ),
+}, { requiredKeys: ['cron', 'run'] });
+
+describe('generated schedule bodies from an admin key', () => {
+  it('make a schedule with five fire times, or are refused 400 VALIDATION_FAILED naming a body field, and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    let refused = 0;
+    await fc.assert(
+      fc.asyncProperty(scheduleBody, async (body) => {
+        const text = JSON.stringify(body);
+        const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) };
+        const res = await send('POST', '/v1/scopes/acme/schedules', headers, text);
+        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 201) {
+          accepted++;
+          const made = JSON.parse(res.text) as { id: string; nextFireTimes: string[] };
+          expect(made.nextFireTimes, what).toHaveLength(5);
+          // Deleted again, so the scope never reaches its cap.
+          expect((await send('DELETE', `/v1/scopes/acme/schedules/${made.id}`, { authorization: `Bearer ${key}` }, undefined)).status, what).toBe(204);
+          baseline = await snapshot();
+          return;
+        }
+        refused++;
+        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
+        expect(error.code, what).toBe('VALIDATION_FAILED');
+        expect(error.details.length, what).toBeGreaterThan(0);
+        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated schedule bodies: ${accepted} made, ${refused} refused`);
     expect(accepted).toBeGreaterThan(0);
     expect(refused).toBeGreaterThan(0);
   });

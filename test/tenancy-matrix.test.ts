@@ -20,7 +20,9 @@ const ids: Record<string, string> = { scope: 'acme', sessionId: 'm1', bucket: 'm
 
 beforeAll(async () => {
   // No rate-limit bucket either: it expires by itself once full, which would look like a change.
-  h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', RATE_LIMITS: 'matrix:bucket=rpm:10' });
+  h = await useHarness({
+    SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', RATE_LIMITS: 'matrix:bucket=rpm:10', SCHEDULE_POLL_MS: '0',
+  });
   url = (await h.startApi()).url;
   const worker = await h.startWorker({ agents: tenancyAgents });
   const acme = await h.client(url, 'acme');
@@ -36,6 +38,10 @@ beforeAll(async () => {
   const queued = await acme.submit('m3', 'waits for a runtime nobody serves', { runtime: `${h.runtime}-none` });
   expect(queued.status).toBe(202);
   await worker.close();
+  // A schedule of acme's (its first tick months ahead; no scheduler runs here anyway).
+  const schedule = await (await h.client(url, 'acme', 'admin')).post('/schedules', SCHEDULE_BODY);
+  expect(schedule.status).toBe(201);
+  Object.assign(ids, { scheduleId: schedule.body.id });
   Object.assign(ids, {
     runId: done.body.id, blockedRunId: b.id, stepKey: b.blocked.stepKey, runtimeId: h.runtime,
     waitingRunId: w.id, waitKey: w.waits[0].key, token: w.waits[0].token, globexToken: gw.waits[0].token,
@@ -70,6 +76,8 @@ function urlFor(path: string, scope: string, values: Record<string, string>): st
   });
 }
 
+const SCHEDULE_BODY = { cron: '0 0 1 1 *', run: { sessionId: 'm1', input: { content: 'a schedule of the matrix' } } };
+
 /** A body the route would accept from its own scope. */
 function bodyFor(method: string, path: string): unknown {
   if (path.endsWith('/limits') && method === 'PUT') return { maxActive: 100_000, submitBurst: 1_000_000 };
@@ -77,6 +85,7 @@ function bodyFor(method: string, path: string): unknown {
   if (path.endsWith('/resolve')) return { value: 'forged' };
   if (path.includes('/waits/')) return { value: { approved: true } };
   if (path.endsWith('/drain') && method === 'POST') return { cancelQueued: true };
+  if (path.endsWith('/schedules') && method === 'POST') return SCHEDULE_BODY;
   if (method === 'POST') return {};
   return undefined;
 }
@@ -93,7 +102,7 @@ describe('a key of scope B on scope A', () => {
     expect(before.length).toBeGreaterThan(5);
     const missing = {
       ...ids, runId: 'rdoesnotexist000000', blockedRunId: 'rdoesnotexist000001', waitingRunId: 'rdoesnotexist000002',
-      sessionId: 'nobody', runtimeId: 'nowhere',
+      sessionId: 'nobody', runtimeId: 'nowhere', scheduleId: 'schdoesnotexist0',
     };
     let checked = 0;
     for (const r of scoped) {
@@ -130,6 +139,7 @@ describe('a key of scope B on scope A', () => {
         expect(res.body.error.code, what).toBe('RUN_NOT_FOUND');
       }
       if (r.path.endsWith('/messages')) expect(res.body.messages, what).toEqual([]);
+      if (r.path.includes('{scheduleId}')) expect(res.body.error?.code, what).toBe('SCHEDULE_NOT_FOUND');
       if (r.path.endsWith('/sessions/{sessionId}/stream-token')) {
         // globex's own session m1: its token opens nothing of acme's m1 (where acme's finished run is).
         expect(res.status, what).toBe(201);
