@@ -46,6 +46,10 @@ export function presentRun(run: ShownRun, basePath: string, tokens?: Pick<WaitTo
     // The record's usage is the one the step script kept: also there for a run that ended
     // without its worker (cancelled while it waited for a retry).
     result: run.result && run.usage ? { ...run.result, usage: run.usage } : run.result,
+    rerunOf: run.rerunOf,
+    rerunFrom: run.rerunFrom,
+    rerunNonIdempotent: run.rerunNonIdempotent,
+    reruns: run.reruns,
     links: {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,

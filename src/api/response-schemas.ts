@@ -78,6 +78,10 @@ export const runResponse = z.object({
       usage: usageTotals.optional().describe('every model call of the run, in any attempt, counted once'),
     })
     .optional(),
+  rerunOf: z.string().optional().describe('a re-run: the run it repeats'),
+  rerunFrom: z.string().optional().describe('a re-run: the step it was re-run from (absent: the start)'),
+  rerunNonIdempotent: z.array(z.string()).optional().describe('a re-run: the non-idempotent steps it runs again'),
+  reruns: z.array(z.string()).optional().describe('the re-runs of this run, oldest first'),
   links: z.object({ self: z.string(), events: z.string() }),
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings: z.array(z.string()).optional(),
@@ -94,6 +98,15 @@ export const artifactResponse = z.object({
 });
 
 export const runListResponse = z.object({ runs: z.array(runResponse), nextCursor: z.string().nullable() });
+
+/** POST …/sessions/{sessionId}/fork: the new session and what was copied into it. */
+export const sessionForkResponse = z.object({
+  sessionId: z.string(),
+  forkedFrom: z.string(),
+  turns: z.number().int(),
+  messages: z.number().int(),
+  atRunId: z.string(),
+});
 
 export const messagesResponse = z.object({
   messages: z.array(

@@ -3,9 +3,10 @@ import { presentRun, presentStreamToken } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
 import {
-  emptyBody, eventsQuery, lastEventIdHeader, listRunsQuery, messagesQuery, resolveBody, runParams, scopeParams,
+  emptyBody, eventsQuery, forkBody, lastEventIdHeader, listRunsQuery, messagesQuery, rerunBody, resolveBody, runParams, scopeParams,
   sessionParams, stepParams, stepsQuery, submitBody,
 } from './schemas.ts';
+import { planRerun, rerunSubmit } from '../lib/engine/reruns.ts';
 import type { Response } from 'express';
 import type { AppDeps } from './deps.ts';
 import { serveEvents, type SseOptions } from './sse.ts';
@@ -110,6 +111,46 @@ export const runRoutes: RouteSpec[] = [
     async handler({ params: { scope, runId, stepKey }, body }, d) {
       const run = await d.store.resolveStep(scope, runId, stepKey, 'rerun' in body ? { rerun: true } : { value: body.value });
       return { body: presentRun(run, basePath(scope), d.waitTokens) };
+    },
+  }),
+  route({
+    method: 'post', path: `${SCOPE}/runs/:runId/rerun`,
+    summary: 'Re-run an ended run: a new run in its session with its agent, input and options (or the overrides given). ' +
+      'The steps that started before `fromStep` keep their results and are not run again; from it on everything runs. ' +
+      'Running a non-idempotent step again needs `allowNonIdempotent: true` (RERUN_NON_IDEMPOTENT names each).',
+    access: 'client',
+    params: runParams, body: rerunBody,
+    ok: {
+      202: { description: 'the re-run, accepted (its `rerunOf` names the run)', schema: res.runResponse },
+      200: { description: 'idempotent replay: the re-run made earlier with this idempotencyKey', schema: res.runResponse },
+    },
+    errors: [
+      'RUN_NOT_FOUND', 'RUN_NOT_FINISHED', 'STEP_NOT_FOUND', 'RERUN_NON_IDEMPOTENT', 'CALLER_MEMORY_INVALID', 'ARTIFACT_NOT_FOUND',
+      'DRAINING', 'IDEMPOTENCY_MISMATCH', 'RATE_LIMITED', 'SESSION_HISTORY_FULL', 'SCHEMA_CHECKS_BUSY',
+    ],
+    async handler({ params: { scope, runId }, body, rawBody, http, signal }, d) {
+      if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
+        throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
+      }
+      const run = await d.store.get(scope, runId);
+      if (!run) throw new BatonError('RUN_NOT_FOUND');
+      const plan = planRerun(run, await d.store.stepOrder(scope, runId), body);
+      const { run: rerun, created, warnings } = await d.submissions.submit(rerunSubmit(scope, run, body), {
+        signal, rerun: plan, traceHeaders: http.req.headers,
+      });
+      return { status: created ? 202 : 200, body: { ...presentRun(rerun, basePath(scope)), ...(warnings.length ? { warnings } : {}) } };
+    },
+  }),
+  route({
+    method: 'post', path: `${SCOPE}/sessions/:sessionId/fork`,
+    summary: "Fork a session: a new session whose history is a copy of this one's committed turns up to `atTurn` " +
+      '(or through the turn of `atRunId`); later commits on either side never show on the other.',
+    access: 'client',
+    params: sessionParams, body: forkBody,
+    ok: { 201: { description: 'the new session', schema: res.sessionForkResponse } },
+    errors: ['TURN_NOT_FOUND', 'SESSION_EXISTS'],
+    async handler({ params: { scope, sessionId }, body }, d) {
+      return { status: 201, body: await d.store.fork(scope, sessionId, body) };
     },
   }),
   route({

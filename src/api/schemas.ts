@@ -83,6 +83,27 @@ export const submitBody = z.strictObject({
 });
 export type SubmitBody = z.infer<typeof submitBody>;
 
+/** POST …/runs/{runId}/rerun: where to re-run from, and what to change (reruns.ts). */
+export const rerunBody = z.strictObject({
+  fromStep: z.string().regex(STEP_KEY_PATTERN, 'must be <kind>:<name>:<n>').optional(),
+  allowNonIdempotent: z.boolean().optional(),
+  input: z.strictObject({ content: z.string().min(1).max(MAX_CONTENT_CHARS), artifacts: attachmentsSchema.optional() }).optional(),
+  metadata: metadataSchema.optional(),
+  /** Caller memory: any JSON value but null (checked separately for its own error code). */
+  memory: z.unknown().optional(),
+  maxAttempts: z.number().int().min(1).max(100).optional(),
+  timeoutMs: durationMs(1).optional(),
+  priority: z.number().int().min(0).max(9).optional(),
+  idempotencyKey: z.string().regex(/^[\x21-\x7e]{1,128}$/, 'printable ASCII, 1-128 chars').optional(),
+});
+
+/** POST …/sessions/{sessionId}/fork: atTurn or atRunId, and the new session's id. */
+export const forkBody = z.strictObject({
+  atTurn: z.number().int().min(1).max(1_000_000).optional(),
+  atRunId: idSchema.optional(),
+  sessionId: idSchema.optional(),
+}).refine((b) => (b.atTurn === undefined) !== (b.atRunId === undefined), { message: 'give atTurn or atRunId, one of them', path: ['atTurn'] });
+
 export const listRunsQuery = z.strictObject({
   sessionId: idSchema.optional(),
   status: z

@@ -35,6 +35,11 @@ export const ERROR_CODES = {
   CLIENT_CLOSED: { status: 499, message: 'The client went away before the answer; the request was dropped and nothing was changed.' },
   REDIS_UNAVAILABLE: { status: 503, message: 'Redis is unreachable; nothing was changed.' },
   INTERNAL: { status: 500, message: 'Internal error.' },
+  RUN_NOT_FINISHED: { status: 409, message: 'The run has not ended yet; it can be re-run once it has.' },
+  STEP_NOT_FOUND: { status: 404, message: 'The run has no step of that key.' },
+  RERUN_NON_IDEMPOTENT: { status: 409, message: 'The re-run would run non-idempotent steps again; send allowNonIdempotent: true to allow it.' },
+  TURN_NOT_FOUND: { status: 404, message: "The session's committed history has no such turn." },
+  SESSION_EXISTS: { status: 409, message: 'A fork needs a new session: this one has history or runs.' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -237,11 +237,57 @@ export interface Run {
   /** As submitted (absent: `fail`). */
   onBudget?: OnBudget;
   result?: RunResult;
+  /** A re-run: the run it repeats, and the step it was re-run from (absent: from the start). */
+  rerunOf?: string;
+  rerunFrom?: string;
+  /** A re-run: its non-idempotent steps that run again (allowed by `allowNonIdempotent`). */
+  rerunNonIdempotent?: string[];
+  /** The re-runs of this run, oldest first. */
+  reruns?: string[];
   links: { self: string; events: string };
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings?: string[];
   /** Submit only, when asked with `streamToken: true`: a token for this run's events. */
   streamToken?: StreamToken;
+}
+
+/**
+ * Body of `POST …/runs/{runId}/rerun`: a new run of the run's session, agent, input and
+ * options, with these overrides. The steps that started before `fromStep` (a step key of the
+ * run) keep their results; from it on everything runs.
+ */
+export interface RerunRequest {
+  fromStep?: string;
+  /** Needed when the re-run would run a non-idempotent step of the run again. */
+  allowNonIdempotent?: boolean;
+  input?: RunInput;
+  metadata?: Record<string, unknown>;
+  memory?: unknown;
+  maxAttempts?: number;
+  timeoutMs?: number;
+  priority?: number;
+  idempotencyKey?: string;
+}
+
+/** Body of `POST …/sessions/{sessionId}/fork`: where the fork branches (one of the two), and its session id. */
+export interface ForkRequest {
+  /** The fork keeps turns 1..atTurn of the session's committed history. */
+  atTurn?: number;
+  /** The fork keeps the turns up to and including the one this run committed. */
+  atRunId?: string;
+  /** The new session's id; absent: one is made. */
+  sessionId?: string;
+}
+
+/** What a fork answers: the new session and what it holds. */
+export interface SessionFork {
+  sessionId: string;
+  forkedFrom: string;
+  /** Turns and messages copied. */
+  turns: number;
+  messages: number;
+  /** The last run whose turn was copied. */
+  atRunId: string;
 }
 
 export interface RunsPage { runs: Run[]; nextCursor: string | null }

@@ -66,6 +66,12 @@ export interface RunRecord {
   waits?: StoredWait[];
   /** The submit's span context (W3C traceparent), when it was traced: every attempt's span is its child. */
   traceparent?: string;
+  /** A re-run (reruns.ts): the run it repeats, its fromStep, the non-idempotent steps it runs again. */
+  rerunOf?: string;
+  rerunFrom?: string;
+  rerunNonIdempotent?: string[];
+  /** The re-runs of this run (the submit of each adds it), oldest first. */
+  reruns?: string[];
 }
 
 /**
@@ -77,7 +83,7 @@ export const SHOWN_FIELDS = [
   'id', 'scope', 'sessionId', 'runtime', 'agent', 'status', 'attempt', 'maxAttempts', 'recoveries',
   'createdAt', 'updatedAt', 'startedAt', 'finishedAt', 'retryAt', 'cancelRequested', 'input', 'metadata',
   'idempotencyKey', 'lastError', 'blocked', 'result', 'usage', 'runAt', 'ttlMs', 'timeoutMs', 'waits',
-  'priority', 'concurrencyKey', 'onBudget',
+  'priority', 'concurrencyKey', 'onBudget', 'rerunOf', 'rerunFrom', 'rerunNonIdempotent', 'reruns',
 ] as const satisfies readonly (keyof RunRecord)[];
 
 export type ShownRun = Pick<RunRecord, (typeof SHOWN_FIELDS)[number]>;
@@ -92,7 +98,7 @@ const MADE_FROM: Partial<Record<(typeof SHOWN_FIELDS)[number], readonly string[]
 /** The run record's hash fields a listing reads: those of SHOWN_FIELDS. */
 export const SHOWN_HASH_FIELDS: readonly string[] = SHOWN_FIELDS.flatMap((f) => MADE_FROM[f] ?? [f]);
 
-const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked'] as const;
+const JSON_FIELDS = ['input', 'metadata', 'memory', 'outputSchema', 'result', 'lastError', 'blocked', 'rerunNonIdempotent'] as const;
 const NUMBER_FIELDS = [
   'attempt', 'maxAttempts', 'fence', 'dispatch', 'recoveries', 'runMs', 'createdAt', 'updatedAt',
   'startedAt', 'finishedAt', 'retryAt', 'runAt', 'ttlMs', 'timeoutMs', 'startBy', 'deadlineAt', 'budgetLeft', 'priority',
@@ -107,6 +113,8 @@ export function parseRunRecord(raw: Record<string, string> | string[]): RunRecor
   for (const f of NUMBER_FIELDS) if (h[f] !== undefined && h[f] !== '') r[f] = Number(h[f]);
   if (!r.leaseOwner) delete r.leaseOwner;
   r.cancelRequested = h.cancelRequested === '1';
+  // Space-separated ids, appended by each re-run's submit (lua/submit.lua).
+  if (h.reruns) r.reruns = h.reruns.split(' ');
   const calls = Number(h.usageCalls ?? 0);
   if (calls > 0) {
     const inputTokens = Number(h.usageIn ?? 0);

@@ -36,6 +36,7 @@ export const Outcome = {
   append: { Applied: 0, Duplicate: 1 },
   artifact: { Stored: 0, RateLimited: 1, OverQuota: 2 },
   cancel: { AlreadyFinished: 0, Cancelled: 1, Requested: 2 },
+  fork: { Copied: 0, TargetTaken: 1, HistoryChanged: 2 },
   claim: { Claimed: 0, Ended: 1 },
   heartbeat: { Renewed: 0, CancelRequested: 1 },
   wait: { Parked: 0, CancelRequested: 1 },

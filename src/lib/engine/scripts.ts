@@ -50,7 +50,7 @@ export type ScriptName =
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
-  | 'history-page' | 'artifact' | 'rate-bucket';
+  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork';
 
 interface Library { name: string; functions: ReadonlyMap<string, string>; source: string }
 let library: Library | undefined;

@@ -75,6 +75,40 @@ export async function readStepsPage(
   return { steps: page, nextCursor: to < ordered.length ? String(to) : null };
 }
 
+/** A step as a re-run plans with it: its place in the run, whether it ended, whether it was declared non-idempotent. */
+export interface StepMark { key: string; done: boolean; nonIdempotent: boolean }
+
+/**
+ * Every step of a run in the order they started, without values (read in groups of at most
+ * `maxBytes`, as readStepsPage reads them); undefined when the run does not exist. A step
+ * with a start marker (`<key>#started`) was declared non-idempotent: only those get one.
+ */
+export async function readStepOrder(
+  redis: Redis, keys: Keys, scope: string, runId: string, maxBytes: number,
+): Promise<StepMark[] | undefined> {
+  const sk = keys.scope(scope);
+  const replies = await redis.multi().exists(sk.run(runId)).hkeys(sk.steps(runId)).exec();
+  for (const [err] of replies ?? []) if (err) throw err;
+  if (Number(replies?.[0]?.[1]) === 0) return undefined;
+  const fields = (replies?.[1]?.[1] ?? []) as string[];
+  const sizes = new Map<string, number>();
+  if (fields.length) {
+    const pipe = redis.pipeline();
+    for (const f of fields) pipe.hstrlen(sk.steps(runId), f);
+    ((await pipe.exec()) ?? []).forEach(([err, n], i) => {
+      if (err) throw err;
+      sizes.set(fields[i], n as number);
+    });
+  }
+  const read = new StepReader();
+  for (const group of groups(fields, sizes, maxBytes)) {
+    const values = await redis.hmget(sk.steps(runId), ...group);
+    group.forEach((f, i) => { if (values[i] !== null) read.add(f, values[i]!, false); });
+  }
+  const marked = new Set(fields.filter((f) => f.endsWith(STARTED)).map((f) => f.slice(0, -STARTED.length)));
+  return read.ordered().map((s) => ({ key: s.key, done: s.status === 'done', nonIdempotent: marked.has(s.key) }));
+}
+
 /** What a step adds to a page: its stored result, and a bound for its key, kind, name and times. */
 const stepBytes = (key: string, sizes: Map<string, number>) => (sizes.get(key) ?? 0) + 2 * Buffer.byteLength(key) + 256;
 

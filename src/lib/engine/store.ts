@@ -8,7 +8,9 @@ import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
-import { readStepsPage, type StepView } from './step-list.ts';
+import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
+import { forkSession } from './session-fork.ts';
+import type { ForkRequest, SessionFork } from '../contract/runs.ts';
 import type { Multitask, Resolution, SubmitLimit, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
@@ -19,8 +21,22 @@ export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToke
 
 export interface SubmitResult { run: RunRecord; created: boolean }
 
-/** `limit`: the scope's submit rate limit; `traceparent`: the submit span's context, stored with the run. */
-export interface CreateOptions { limit?: SubmitLimit; traceparent?: string }
+/**
+ * `limit`: the scope's submit rate limit; `traceparent`: the submit span's context, stored with
+ * the run; `rerun`: the run is a re-run of another, starting with these of its steps (reruns.ts).
+ */
+export interface CreateOptions { limit?: SubmitLimit; traceparent?: string; rerun?: RerunPlan }
+
+/** What a re-run starts with and what it will repeat (planned by reruns.ts): the `rerun` of create's options. */
+export interface RerunPlan {
+  /** The run it repeats. */
+  of: string;
+  fromStep?: string;
+  /** The fields of that run's steps hash copied into the new run's: results, and their start markers. */
+  copySteps: string[];
+  /** Its non-idempotent steps (they carry a start marker) that the re-run runs again, in order. */
+  nonIdempotent: string[];
+}
 
 export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 
@@ -93,6 +109,11 @@ export class RunStore {
     if (req.onBudget !== undefined) fields.onBudget = req.onBudget;
     // The parent of every attempt's span (ops/tracing.ts); absent when the submit was not traced.
     if (o.traceparent !== undefined) fields.traceparent = o.traceparent;
+    if (o.rerun) {
+      fields.rerunOf = o.rerun.of;
+      if (o.rerun.fromStep !== undefined) fields.rerunFrom = o.rerun.fromStep;
+      if (o.rerun.nonIdempotent.length) fields.rerunNonIdempotent = JSON.stringify(o.rerun.nonIdempotent);
+    }
     // The scope list is the sweeper's work list; adding a scope that ends up with no run is
     // harmless. Once per scope and process: the set only ever grows.
     if (!this.knownScopes.has(req.scope)) {
@@ -104,11 +125,12 @@ export class RunStore {
       // The request's digest is kept with the key only: a submit without one is never compared.
       idempotency: req.idempotencyKey === undefined
         ? undefined
-        : { key: req.idempotencyKey, ttlMs: IDEMPOTENCY_TTL_MS, requestHash: requestHash(req) },
+        : { key: req.idempotencyKey, ttlMs: IDEMPOTENCY_TTL_MS, requestHash: requestHash(req, o.rerun) },
       fields,
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
       limit: o.limit,
       turnBytes: userMessageBytes(req.input.content),
+      ...(o.rerun ? { rerun: { of: o.rerun.of, copySteps: o.rerun.copySteps } } : {}),
     });
     // An idempotent repeat whose run has passed its retention returns no record.
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
@@ -188,6 +210,18 @@ export class RunStore {
     return page;
   }
 
+  /** Forks a session's committed history into a new session (session-fork.ts). */
+  fork(scope: string, sessionId: string, body: ForkRequest): Promise<SessionFork> {
+    return forkSession(this.transitions, scope, sessionId, body, this.config.PAGE_MAX_BYTES);
+  }
+
+  /** Every step of a run in the order they started, no values (a re-run's plan); RUN_NOT_FOUND when the run does not exist. */
+  async stepOrder(scope: string, runId: string): Promise<StepMark[]> {
+    const order = await readStepOrder(this.redis, this.keys, scope, runId, this.config.PAGE_MAX_BYTES);
+    if (!order) throw new BatonError('RUN_NOT_FOUND');
+    return order;
+  }
+
   /**
    * A session's committed history, oldest first: a page of at most `limit` messages and
    * PAGE_MAX_BYTES bytes (the first one whatever its size), read in bounded chunks in Redis
@@ -224,9 +258,11 @@ function withWaits(record: Record<string, string> | undefined, waits: Record<str
  * and no agent are alike) but the idempotency key itself, as JSON with its object keys sorted
  * (a client may serialize the same object in another order), hashed.
  */
-function requestHash(req: SubmitRequest): string {
+function requestHash(req: SubmitRequest, rerun?: RerunPlan): string {
   const { idempotencyKey: _key, ...request } = req;
-  return createHash('sha256').update(canonicalJson(request)).digest('base64url');
+  // A re-run's key stands for the re-run it made: of that run, from that step.
+  const hashed = rerun ? { ...request, rerun: { of: rerun.of, fromStep: rerun.fromStep } } : request;
+  return createHash('sha256').update(canonicalJson(hashed)).digest('base64url');
 }
 
 /** JSON with object keys in sorted order, undefined members left out as JSON.stringify does. */

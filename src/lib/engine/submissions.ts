@@ -5,7 +5,7 @@ import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-toke
 import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
-import type { RunStore, SubmitRequest, SubmitResult } from './store.ts';
+import type { RerunPlan, RunStore, SubmitRequest, SubmitResult } from './store.ts';
 import type { SubmitLimit } from './transitions.ts';
 import { traceSubmit, type HeaderCarrier } from '../ops/tracing.ts';
 
@@ -33,6 +33,8 @@ export interface SubmitOptions<A> {
   streamTokenFor?: string;
   /** The request's headers: a caller's `traceparent` there is the parent of the submit's span. */
   traceHeaders?: HeaderCarrier;
+  /** A re-run: the run it repeats and the steps it starts with (reruns.ts). */
+  rerun?: RerunPlan;
 }
 
 export interface Submission<A> extends SubmitResult {
@@ -59,8 +61,9 @@ export class Submissions {
     // The rate limit is taken in the submit itself, after every check that can refuse it:
     // bad input, a refused submit or a replay spends no token (lua/submit.lua). The run keeps
     // the submit's trace context, which its attempts continue.
+    const rerun = o.rerun ? { rerun: o.rerun } : {};
     const { run, created } = await traceSubmit(
-      req, o.traceHeaders, d.config.BATON_TRACE_CONTENT, (traceparent) => d.store.create(req, { limit: d.limit, traceparent }),
+      req, o.traceHeaders, d.config.BATON_TRACE_CONTENT, (traceparent) => d.store.create(req, { limit: d.limit, traceparent, ...rerun }),
     );
     // A page that shows the answer gets its token with the run: no second request before it can stream.
     const streamToken = o.streamTokenFor === undefined

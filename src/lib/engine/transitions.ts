@@ -41,6 +41,8 @@ export interface NewRun {
   limit?: SubmitLimit;
   /** Bytes the turn's user message adds to the session's history, held against HISTORY_MAX_BYTES. */
   turnBytes: number;
+  /** A re-run: the run it repeats and the fields of that run's steps hash it starts with (reruns.ts). */
+  rerun?: { of: string; copySteps: string[] };
 }
 
 /** A token bucket: `rate` tokens a second, at most `burst` at once. */
@@ -206,6 +208,7 @@ type Shape = Record<string, (v: unknown) => unknown>;
 const REPLY = {
   'submit': { code: num, runId: text, created: flag, orders, run: record },
   'history-page': { messages: strings, next: num },
+  'fork': { code: num, copied: num },
   'cancel': { code: num, orders, run: record },
   'resolve': { code: num, orders },
   'drain': { cancelled: num, left: num, orders },
@@ -272,7 +275,7 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * them: a lost heartbeat, park, retry or hand-over leaves a lease that runs out, and the run is
  * taken over from its memoized steps.
  */
-const REPLICATED: ReadonlySet<ScriptName> = new Set(['submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel']);
+const REPLICATED: ReadonlySet<ScriptName> = new Set(['submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork']);
 
 export class Transitions {
   /** The limits every script shares, the first fields of its options (they never change). */
@@ -314,12 +317,14 @@ export class Transitions {
       sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
       bucket: sk.submitBucket, messages: sk.messages(r.sessionId),
+      ...(r.rerun ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId) } : {}),
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash,
       // No limit given: none but what the scope's own limits set.
       limit: r.limit ?? { rate: 0, burst: 1 },
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
+      ...(r.rerun ? { copySteps: r.rerun.copySteps } : {}),
     }, payload);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
     await this.dispatch(r.scope, reply.orders);
@@ -337,6 +342,22 @@ export class Transitions {
   ): Promise<{ messages: string[]; next?: number }> {
     const reply = await this.call('history-page', scope, { messages: this.keys.scope(scope).messages(sessionId) }, { start, limit, maxBytes });
     return { messages: reply.messages, ...(reply.next >= 0 ? { next: reply.next } : {}) };
+  }
+
+  /**
+   * Copies the first `count` messages of a session's history into a new session's (lua/fork.lua),
+   * if the last of them still carries `lastRunId` and the new session has no history or runs.
+   */
+  async forkHistory(
+    scope: string, from: string, to: string, count: number, lastRunId: string,
+  ): Promise<'copied' | 'target-taken' | 'history-changed'> {
+    const sk = this.keys.scope(scope);
+    const reply = await this.call('fork', scope, {
+      from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
+    }, { count, lastRunId });
+    if (reply.refused) throw scriptError(reply.refused, '');
+    if (reply.code === Outcome.fork.TargetTaken) return 'target-taken';
+    return reply.code === Outcome.fork.HistoryChanged ? 'history-changed' : 'copied';
   }
 
   async cancel(scope: string, runId: string): Promise<CancelReply> {

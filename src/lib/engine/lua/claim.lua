@@ -181,9 +181,10 @@ if reads ~= 0 then
     if stop == 'bytes' then cut = 1 end
   end
 end
--- A run no worker ever started (no attempt before this claim) has no step results yet.
+-- A run no worker ever started (no attempt before this claim) has no step results yet, but
+-- for a re-run's, copied when it was made (lua/submit.lua).
 local steps = {}
-if tonumber(rec.attempt or '0') > 0 or recovered == 1 or resumed then steps = redis.call('HGETALL', rk .. ':steps') end
+if tonumber(rec.attempt or '0') > 0 or recovered == 1 or resumed or rec.rerunOf then steps = redis.call('HGETALL', rk .. ':steps') end
 -- The record as HGETALL would give it now (this call's writes applied, numbers as text);
 -- last, since everything above reads the record as it was.
 for i = 1, #written, 2 do rec[written[i]] = written[i + 1] end

@@ -5,7 +5,8 @@
   KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
         agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
         idem (absent = no idempotency key), bucket (the scope's submit rate limit),
-        messages (the session's history)
+        messages (the session's history); a re-run also: rerunOf (the record of the run it
+        repeats), copyFrom (that run's steps), steps (the new run's steps)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
         requestHash (digest of the request, kept with the idempotency key: the same key with
@@ -14,6 +15,7 @@
         own; rate 0 = none): a run made takes a token; a replay or a refusal takes none
         historyMax, turnBytes: a run whose message (turnBytes) would take the session's
         history (its MEMORY USAGE) past historyMax is refused
+        copySteps (a re-run): the steps fields copied from copyFrom (src/lib/engine/reruns.ts)
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
@@ -35,6 +37,8 @@ if K.idem then
   end
 end
 if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
+-- A re-run of a run whose retention passed since the API read it would start without its steps.
+if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { -1 } end
 -- The session's stored history is bounded: a turn that would take it past the cap is refused
 -- here, before anything is written (the answer is not known yet; it is committed whatever
 -- its size, and the next submit is refused).
@@ -80,6 +84,16 @@ local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey o
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
 for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
+-- A re-run holds the copied step results before any claim can read its steps, and the run it
+-- repeats names it (`reruns`, space-separated ids).
+if K.rerunOf then
+  for _, f in ipairs(O.copySteps) do
+    local v = redis.call('HGET', K.copyFrom, f)
+    if v then redis.call('HSET', K.steps, f, v) end
+  end
+  local prior = redis.call('HGET', K.rerunOf, 'reruns')
+  redis.call('HSET', K.rerunOf, 'reruns', prior and (prior .. ' ' .. runId) or runId)
+end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A head's history changes only when it finishes: its claim needs not measure it again (claim.lua).
 if head then put(w, 'historyMem', historyMem) end

@@ -1,0 +1,152 @@
+import OpenAI from 'openai';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { PermanentError } from '../src/lib/sdk/errors.ts';
+import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
+import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { track } from './helpers/resources.ts';
+
+/**
+ * Re-running a run from a step and forking a session (invariant 18: a copy never aliases).
+ * The agent's four steps count their bodies here (the worker runs in this process), and the
+ * fake provider counts the model calls, so a step that was not run again shows in both.
+ */
+let h: Harness;
+let acme: ScopeClient;
+let fake: FakeOpenAI;
+
+/** How often each step's body ran, over every run of the agent. */
+const ran = { plan: 0, charge: 0, fetch: 0, answer: 0 };
+/** The tool of the third step: broken until the test fixes it. */
+let fetchBroken = true;
+
+const fourSteps = defineAgent({
+  name: 'ops-four-steps',
+  async run(ctx) {
+    const plan = await ctx.infer('plan', async () => {
+      ran.plan++;
+      const openai = new OpenAI({ baseURL: fake.baseURL, apiKey: 'test-key' });
+      const reply = await openai.chat.completions.create({ model: 'fake-model', messages: [{ role: 'user', content: `#rerun ${ctx.input.content}` }] });
+      return reply.choices[0].message.content ?? '';
+    });
+    const receipt = await ctx.tool('charge', { amount: 5 }, () => {
+      ran.charge++;
+      return `receipt-${ran.charge}`;
+    }, { idempotent: false });
+    const page = await ctx.tool('fetch', { url: 'https://example.test' }, () => {
+      ran.fetch++;
+      if (fetchBroken) throw new PermanentError('the fetch tool is broken');
+      return 'page';
+    });
+    const text = await ctx.step('answer', () => {
+      ran.answer++;
+      return `${plan} / ${receipt} / ${page}`;
+    });
+    return { answer: text };
+  },
+});
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  track(fake, () => fake.close());
+  fake.script('#rerun', [answer('the plan')]);
+  h = await useHarness();
+  const api = await h.startApi();
+  acme = await h.client(api.url, 'acme');
+  await h.startWorker({ agents: [fourSteps] });
+});
+
+describe('re-run from a step', () => {
+  it('a run whose third step failed succeeds re-run from it once the tool is fixed, without running the first two again', async () => {
+    const first = (await acme.submit('rerun-1', 'buy it', { agent: 'ops-four-steps' })).body.id as string;
+    const failed = await acme.waitStatus(first, ['succeeded', 'failed'], 20_000);
+    expect(failed.status).toBe('failed');
+    expect(ran).toEqual({ plan: 1, charge: 1, fetch: 1, answer: 0 });
+    expect(fake.requestsFor('#rerun')).toHaveLength(1);
+    const steps = (await acme.get(`/runs/${first}/steps`)).body.steps.map((s: any) => [s.key, s.status]);
+    // The failed fetch stored nothing: an idempotent step leaves no trace until its result.
+    expect(steps).toEqual([['infer:plan:1', 'done'], ['tool:charge:1', 'done']]);
+
+    // Across the completed non-idempotent charge: refused, naming it, and nothing made.
+    for (const body of [{}, { fromStep: 'tool:charge:1' }]) {
+      const refused = await acme.post(`/runs/${first}/rerun`, body);
+      expect(refused.status).toBe(409);
+      expect(refused.body.error.code).toBe('RERUN_NON_IDEMPOTENT');
+      expect(refused.body.error.details).toEqual([{ path: 'body.allowNonIdempotent', message: expect.stringContaining('tool:charge:1') }]);
+    }
+    expect((await acme.get('/runs?sessionId=rerun-1')).body.runs).toHaveLength(1);
+
+    fetchBroken = false;
+    const accepted = await acme.post(`/runs/${first}/rerun`, { fromStep: 'tool:fetch:1' });
+    expect(accepted.status).toBe(202);
+    expect(accepted.body).toMatchObject({ rerunOf: first, rerunFrom: 'tool:fetch:1', sessionId: 'rerun-1', agent: 'ops-four-steps' });
+    expect(accepted.body.rerunNonIdempotent).toBeUndefined();
+    const rerun = await acme.waitStatus(accepted.body.id, ['succeeded', 'failed'], 20_000);
+    expect(rerun.status).toBe('succeeded');
+    // The plan and the charge came from the copy: neither the provider nor the charge was called again.
+    expect(rerun.result.answer).toBe('the plan / receipt-1 / page');
+    expect(ran).toEqual({ plan: 1, charge: 1, fetch: 2, answer: 1 });
+    expect(fake.requestsFor('#rerun')).toHaveLength(1);
+    expect(rerun.input).toEqual(failed.input);
+    expect((await acme.get(`/runs/${first}`)).body.reruns).toEqual([accepted.body.id]);
+
+    // The copy is the re-run's own: the original's steps are as they were.
+    const after = (await acme.get(`/runs/${first}/steps`)).body.steps.map((s: any) => s.key);
+    expect(after).toEqual(['infer:plan:1', 'tool:charge:1']);
+  });
+
+  it('with allowNonIdempotent the re-run from the start runs the charge again and says so', async () => {
+    const before = { ...ran };
+    const done = (await acme.get('/runs?sessionId=rerun-1')).body.runs.find((r: any) => r.status === 'succeeded');
+    const accepted = await acme.post(`/runs/${done.id}/rerun`, { allowNonIdempotent: true, input: { content: 'buy it again' } });
+    expect(accepted.status).toBe(202);
+    expect(accepted.body).toMatchObject({ rerunOf: done.id, rerunNonIdempotent: ['tool:charge:1'], input: { content: 'buy it again' } });
+    const rerun = await acme.waitStatus(accepted.body.id, ['succeeded', 'failed'], 20_000);
+    expect(rerun).toMatchObject({ status: 'succeeded', rerunNonIdempotent: ['tool:charge:1'] });
+    expect(ran).toEqual({ plan: before.plan + 1, charge: before.charge + 1, fetch: before.fetch + 1, answer: before.answer + 1 });
+    // A succeeded run ran every step it has: a step it never stored is none of its steps.
+    expect((await acme.post(`/runs/${done.id}/rerun`, { fromStep: 'tool:nope:1' })).body.error.code).toBe('STEP_NOT_FOUND');
+  });
+
+  it('a run that has not ended is not re-run', async () => {
+    fake.script('#slow', [answer('slow')]);
+    const queued = (await acme.submit('rerun-busy', 'a', { agent: 'echo', delayMs: 60_000 })).body.id as string;
+    expect((await acme.post(`/runs/${queued}/rerun`, {})).body.error.code).toBe('RUN_NOT_FINISHED');
+    expect((await acme.post('/runs/rnosuchrun/rerun', {})).status).toBe(404);
+  });
+});
+
+describe('fork a session', () => {
+  const turns = async (session: string) =>
+    (await acme.get(`/sessions/${session}/messages`)).body.messages.filter((m: any) => m.role === 'user').map((m: any) => m.content);
+  const turn = async (session: string, content: string) => {
+    const id = (await acme.submit(session, content, { agent: 'echo' })).body.id as string;
+    expect((await acme.waitStatus(id, ['succeeded', 'failed'])).status).toBe('succeeded');
+    return id;
+  };
+
+  it('a fork at turn 2 of 4 holds turns 1-2; later commits on each side show on that side only', async () => {
+    const ids: string[] = [];
+    for (const t of ['t1', 't2', 't3', 't4']) ids.push(await turn('fork-src', t));
+    const forked = await acme.post('/sessions/fork-src/fork', { atTurn: 2, sessionId: 'fork-dst' });
+    expect(forked.status).toBe(201);
+    expect(forked.body).toEqual({ sessionId: 'fork-dst', forkedFrom: 'fork-src', turns: 2, messages: 4, atRunId: ids[1] });
+    expect(await turns('fork-dst')).toEqual(['t1', 't2']);
+    expect(await turns('fork-src')).toEqual(['t1', 't2', 't3', 't4']);
+
+    await turn('fork-dst', 'only in the fork');
+    await turn('fork-src', 'only in the original');
+    expect(await turns('fork-dst')).toEqual(['t1', 't2', 'only in the fork']);
+    expect(await turns('fork-src')).toEqual(['t1', 't2', 't3', 't4', 'only in the original']);
+
+    // By run id, into a session named for it; the fork's target must be new.
+    const byRun = await acme.post('/sessions/fork-src/fork', { atRunId: ids[2] });
+    expect(byRun.status).toBe(201);
+    expect(byRun.body).toMatchObject({ forkedFrom: 'fork-src', turns: 3, messages: 6, atRunId: ids[2] });
+    expect(await turns(byRun.body.sessionId)).toEqual(['t1', 't2', 't3']);
+    expect((await acme.post('/sessions/fork-src/fork', { atTurn: 1, sessionId: 'fork-dst' })).body.error.code).toBe('SESSION_EXISTS');
+    expect((await acme.post('/sessions/fork-src/fork', { atTurn: 9 })).body.error.code).toBe('TURN_NOT_FOUND');
+    expect((await acme.post('/sessions/fork-src/fork', { atRunId: 'rnosuchrun' })).body.error.code).toBe('TURN_NOT_FOUND');
+    expect((await acme.post('/sessions/fork-src/fork', { atTurn: 1, atRunId: ids[0] })).body.error.code).toBe('VALIDATION_FAILED');
+  });
+});
