@@ -86,6 +86,8 @@ function bodyFor(method: string, path: string): unknown {
   if (path.includes('/waits/')) return { value: { approved: true } };
   if (path.endsWith('/drain') && method === 'POST') return { cancelQueued: true };
   if (path.endsWith('/schedules') && method === 'POST') return SCHEDULE_BODY;
+  // A fork of the session into one of its own: on scope B, B's own session m1 has no turn.
+  if (path.endsWith('/fork')) return { atTurn: 1, sessionId: 'm1-fork' };
   if (method === 'POST') return {};
   return undefined;
 }
@@ -140,6 +142,7 @@ describe('a key of scope B on scope A', () => {
       }
       if (r.path.endsWith('/messages')) expect(res.body.messages, what).toEqual([]);
       if (r.path.includes('{scheduleId}')) expect(res.body.error?.code, what).toBe('SCHEDULE_NOT_FOUND');
+      if (r.path.endsWith('/sessions/{sessionId}/fork')) expect(res.body.error?.code, what).toBe('TURN_NOT_FOUND');
       if (r.path.endsWith('/sessions/{sessionId}/stream-token')) {
         // globex's own session m1: its token opens nothing of acme's m1 (where acme's finished run is).
         expect(res.status, what).toBe(201);
