@@ -8,4 +8,5 @@ export type {
   AnswerTokensOptions, ApprovalDecision, AttemptEventData, BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError,
   RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream,
   TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
 } from './lib/client/client.ts';

@@ -1,5 +1,8 @@
+import { spawn } from 'node:child_process';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
+import { BatonApiError, BatonClient } from '../src/client.ts';
+import { BIN, useHarness, waitFor, type Harness } from './helpers/harness.ts';
+import { track } from './helpers/resources.ts';
 
 /**
  * Cron schedules through the API (src/lib/schedules; docs/schedules.md): validation, the
@@ -115,5 +118,60 @@ describe('schedules', () => {
     for (let i = 1; i < ms.length; i++) expect(ms[i]! - ms[i - 1]!).toBe(1000);
     expect(settled.lastRunId).toBe(runs.find((r) => r.metadata.scheduledFor === settled.lastTick)?.id);
     for (const r of runs) expect((await admin.waitStatus(r.id, ['succeeded'])).status).toBe('succeeded');
+  });
+});
+
+/** Runs `baton <args>` with the client environment; resolves with its exit code and output. */
+function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [BIN, ...args], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  track(child, async () => { if (child.exitCode === null) child.kill('SIGKILL'); });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (b) => { stdout += b; });
+  child.stderr.on('data', (b) => { stderr += b; });
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+describe('schedules from the client and the CLI', () => {
+  it('the client makes, reads, pauses, resumes and deletes one, and a client key may read but not make', async () => {
+    const baton = new BatonClient({ url, apiKey: await h.key('typed', 'admin'), scope: 'typed' });
+    const s = await baton.createSchedule({
+      cron: '0 0 12 * * *', timezone: 'Asia/Kathmandu', run: { sessionId: 'daily', input: { content: 'noon' }, runtime: h.runtime },
+    });
+    expect(s.nextFireTimes).toHaveLength(5);
+    // Noon in Kathmandu (UTC+5:45) is 06:15 UTC.
+    for (const t of s.nextFireTimes) expect(t).toMatch(/T06:15:00\.000Z$/);
+    expect((await baton.listSchedules()).map((x) => x.id)).toEqual([s.id]);
+    expect((await baton.pauseSchedule(s.id)).status).toBe('paused');
+    expect((await baton.resumeSchedule(s.id)).status).toBe('active');
+    const reader = new BatonClient({ url, apiKey: await h.key('typed', 'client'), scope: 'typed' });
+    expect((await reader.getSchedule(s.id)).id).toBe(s.id);
+    await expect(reader.deleteSchedule(s.id)).rejects.toMatchObject({ status: 403, code: 'FORBIDDEN' });
+    await baton.deleteSchedule(s.id);
+    const err = await baton.getSchedule(s.id).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BatonApiError);
+    expect(err).toMatchObject({ status: 404, code: 'SCHEDULE_NOT_FOUND' });
+  });
+
+  it('baton schedules create, list, get, pause, resume and delete', async () => {
+    const env = { BATON_URL: url, BATON_API_KEY: await h.key('cli', 'admin'), BATON_SCOPE: 'cli' };
+    const made = await runCli(['schedules', 'create', '--cron', '*/15 * * * *', '--timezone', 'Europe/Paris', '--missed', 'catchUpOne',
+      '--session-per-tick', '--runtime', h.runtime, '--metadata', '{"team":"ops"}', '--json', 'the', 'report'], env);
+    expect(made.code, made.stderr).toBe(0);
+    const s = JSON.parse(made.stdout);
+    expect(s).toMatchObject({ cron: '*/15 * * * *', missed: 'catchUpOne', run: { sessionPerTick: true, input: { content: 'the report' }, metadata: { team: 'ops' } } });
+    const listed = await runCli(['schedules', 'list'], env);
+    expect(listed.stdout).toContain(`${s.id}  active  "*/15 * * * *" Europe/Paris  missed catchUpOne  fired 0`);
+    const got = await runCli(['schedules', 'get', s.id], env);
+    expect(got.stdout.split('\n').filter((l) => l.startsWith('  next ')).length).toBe(5);
+    expect((await runCli(['schedules', 'pause', s.id], env)).stdout).toContain(`${s.id}  paused`);
+    expect((await runCli(['schedules', 'resume', s.id], env)).stdout).toContain(`${s.id}  active`);
+    expect((await runCli(['schedules', 'delete', s.id], env)).stdout).toContain(`${s.id}: deleted`);
+    const gone = await runCli(['schedules', 'get', s.id], env);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toContain('404 SCHEDULE_NOT_FOUND');
+    const wrong = await runCli(['schedules', 'create', '--cron', '* * * * *', 'x'], env);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toContain('give --session <id> or --session-per-tick');
   });
 });

@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { BatonApiError, BatonClient, type ScopeLimits, type ScopeLimitsView, type SubmitRequest } from '../lib/client/client.ts';
+import {
+  BatonApiError, BatonClient, type CreateScheduleRequest, type ScheduleView, type ScopeLimits, type ScopeLimitsView, type SubmitRequest,
+} from '../lib/client/client.ts';
 import { LIMIT_FIELDS, type LimitField } from '../lib/contract/admin.ts';
 import { follow, type FollowOutput } from './follow.ts';
 
@@ -32,6 +34,14 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
                     overrides; a value \`default\` drops an override, --reset drops all first
     --json            print the answer as JSON
 
+  schedules create --cron <expr> (--session <id> | --session-per-tick) [text]
+                    a cron schedule (an admin key): each tick submits a run of the text
+    --timezone <tz>   IANA time zone (default UTC)   --missed skip|catchUpOne (default skip)
+    --agent <name>  --runtime <id>  --metadata <json>   as for submit
+  schedules list | get <id> | pause <id> | resume <id> | delete <id>
+                    list, read (next five fire times), pause, resume or delete (admin)
+    --json            print the answer as JSON
+
   All need the API URL, an API key and its scope: --url/--key/--scope or
   BATON_URL/BATON_API_KEY/BATON_SCOPE (an operator key addresses any scope). Exit status:
   submit/tail 0 succeeded, 1 failed or cancelled; resume/approve/decline 0 when the wait was
@@ -45,7 +55,7 @@ const COMMON = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits'] as const;
+export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits', 'schedules'] as const;
 export type ClientCommand = (typeof CLIENT_COMMANDS)[number];
 
 export async function runClientCommand(command: ClientCommand, argv: string[]): Promise<number> {
@@ -53,6 +63,7 @@ export async function runClientCommand(command: ClientCommand, argv: string[]): 
     case 'submit': return submit(argv);
     case 'tail': return tail(argv);
     case 'limits': return limits(argv);
+    case 'schedules': return schedules(argv);
     default: return resumeWait(command, argv);
   }
 }
@@ -175,6 +186,70 @@ async function limits(argv: string[]): Promise<number> {
   for (const f of LIMIT_FIELDS) console.log(`${f.padEnd(18)}${shown(view.limits[f]).padEnd(12)}${shown(view.set[f]).padEnd(12)}${shown(view.defaults[f])}`);
   const u = view.inUse;
   console.log(`in use: ${u.active} active, ${u.parked} parked, share ${shown(u.share)}, ${u.streams} streams open on the API process that answered`);
+  return 0;
+}
+
+/** `schedules create|list|get|pause|resume|delete`: a scope's cron schedules (docs/schedules.md). */
+async function schedules(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      ...COMMON, json: { type: 'boolean' }, cron: { type: 'string' }, timezone: { type: 'string' }, missed: { type: 'string' },
+      session: { type: 'string' }, 'session-per-tick': { type: 'boolean' }, agent: { type: 'string' }, runtime: { type: 'string' },
+      metadata: { type: 'string' },
+    },
+  });
+  if (values.help) return usage(0);
+  const [sub, ...rest] = positionals;
+  const client = () => clientFrom(values);
+  const one = (what: string) => {
+    if (rest.length !== 1) throw new UsageError(`schedules ${what} needs exactly one schedule id`);
+    return rest[0]!;
+  };
+  let shown: ScheduleView[];
+  switch (sub) {
+    case 'create': {
+      if (!values.cron) throw new UsageError('schedules create needs --cron');
+      if ((values.session === undefined) === !values['session-per-tick']) throw new UsageError('give --session <id> or --session-per-tick');
+      if (values.missed !== undefined && values.missed !== 'skip' && values.missed !== 'catchUpOne') throw new UsageError('--missed is skip or catchUpOne');
+      const content = rest.length ? rest.join(' ') : readFileSync(0, 'utf8').replace(/\n$/, '');
+      if (!content) throw new UsageError('nothing to submit: give the text as an argument or on stdin');
+      const req: CreateScheduleRequest = {
+        cron: values.cron,
+        run: { input: { content }, ...(values.session !== undefined ? { sessionId: values.session } : { sessionPerTick: true }) },
+      };
+      if (values.timezone) req.timezone = values.timezone;
+      if (values.missed) req.missed = values.missed;
+      if (values.agent) req.run.agent = values.agent;
+      if (values.runtime) req.run.runtime = values.runtime;
+      if (values.metadata) req.run.metadata = parseJsonObject('--metadata', values.metadata);
+      shown = [await client().createSchedule(req)];
+      break;
+    }
+    case 'list':
+      if (rest.length) throw new UsageError('schedules list takes no argument');
+      shown = await client().listSchedules();
+      break;
+    case 'get': shown = [await client().getSchedule(one('get'))]; break;
+    case 'pause': shown = [await client().pauseSchedule(one('pause'))]; break;
+    case 'resume': shown = [await client().resumeSchedule(one('resume'))]; break;
+    case 'delete':
+      await client().deleteSchedule(one('delete'));
+      console.log(`${rest[0]}: deleted`);
+      return 0;
+    default: throw new UsageError('schedules create, list, get, pause, resume or delete');
+  }
+  if (values.json) {
+    console.log(JSON.stringify(sub === 'list' ? { schedules: shown } : shown[0]));
+    return 0;
+  }
+  for (const s of shown) {
+    const last = s.lastRunId ? `; last ${s.lastTick} -> ${s.lastRunId}` : '';
+    const refused = s.lastError ? `; refused ${s.lastError.tick}: ${s.lastError.code}` : '';
+    console.log(`${s.id}  ${s.status}  "${s.cron}" ${s.timezone}  missed ${s.missed}  fired ${s.fired}${last}${refused}`);
+    if (sub !== 'list') for (const t of s.nextFireTimes) console.log(`  next ${t}`);
+  }
   return 0;
 }
 

@@ -1,10 +1,13 @@
 import {
   ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type ScopeLimits,
   type ScopeLimitsView, type StreamToken, type SubmitRequest, type Wait,
-  type WaitResumed,
+  type WaitResumed, type CreateScheduleRequest, type ScheduleList, type ScheduleView,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './transport.ts';
+import type { ForkRequest, RerunRequest, SessionFork } from '../contract/index.ts';
+
+export type { ForkRequest, RerunRequest, SessionFork };
 
 /**
  * Typed HTTP client for Baton's API, on Node's http module in Node and on fetch elsewhere
@@ -20,6 +23,7 @@ export type {
   ScopeLimits, ScopeLimitsView, ScopeUsage,
   SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
   UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
@@ -105,6 +109,20 @@ export class BatonClient {
     return this.json('POST', `/runs/${encodeURIComponent(runId)}/cancel`, {});
   }
 
+  /**
+   * Re-runs an ended run: a new run of its session, agent, input and options (or `req`'s
+   * overrides); the steps before `req.fromStep` keep their results. Running a non-idempotent
+   * step again needs `allowNonIdempotent: true` (else 409 RERUN_NON_IDEMPOTENT names each).
+   */
+  rerun(runId: string, req: RerunRequest = {}): Promise<Run> {
+    return this.json('POST', `/runs/${encodeURIComponent(runId)}/rerun`, req);
+  }
+
+  /** Forks a session at a turn (`atTurn`, or `atRunId`): a new session holding a copy of its history up to there. */
+  fork(sessionId: string, req: ForkRequest): Promise<SessionFork> {
+    return this.json('POST', `/sessions/${encodeURIComponent(sessionId)}/fork`, req);
+  }
+
   /** The run's pending waits (each with its resume token); [] when it waits for nothing. */
   async waits(runId: string): Promise<Wait[]> {
     return (await this.get(runId)).waits ?? [];
@@ -163,6 +181,40 @@ export class BatonClient {
    */
   setLimits(set: Partial<ScopeLimits>): Promise<ScopeLimitsView> {
     return this.json('PUT', '/limits', set);
+  }
+
+  /**
+   * Makes a cron schedule (an admin key): each tick submits one run from `req.run`
+   * (docs/schedules.md). The answer has its next five fire times.
+   */
+  createSchedule(req: CreateScheduleRequest): Promise<ScheduleView> {
+    return this.json('POST', '/schedules', req);
+  }
+
+  /** The scope's schedules, oldest first. */
+  async listSchedules(): Promise<ScheduleView[]> {
+    return (await this.json<ScheduleList>('GET', '/schedules')).schedules;
+  }
+
+  /** A schedule, with its next five fire times and its latest tick's run or refusal. */
+  getSchedule(scheduleId: string): Promise<ScheduleView> {
+    return this.json('GET', `/schedules/${encodeURIComponent(scheduleId)}`);
+  }
+
+  /** Pauses a schedule (an admin key): no tick fires until it is resumed. */
+  pauseSchedule(scheduleId: string): Promise<ScheduleView> {
+    return this.json('POST', `/schedules/${encodeURIComponent(scheduleId)}/pause`, {});
+  }
+
+  /** Resumes a schedule (an admin key) from its first tick after now. */
+  resumeSchedule(scheduleId: string): Promise<ScheduleView> {
+    return this.json('POST', `/schedules/${encodeURIComponent(scheduleId)}/resume`, {});
+  }
+
+  /** Deletes a schedule (an admin key); the runs it made stay. */
+  async deleteSchedule(scheduleId: string): Promise<void> {
+    const res = await this.send(`${this.base}/schedules/${encodeURIComponent(scheduleId)}`, { method: 'DELETE', headers: this.headers });
+    if (!ok(res)) throw await apiError(res);
   }
 
   /**
