@@ -28,7 +28,7 @@ import { ROOT, useHarness, waitFor, type Child, type Harness } from './helpers/h
 import { call } from './helpers/http.ts';
 import { checkoutRelease, previousRelease, type ReleaseCheckout } from './helpers/releases.ts';
 import { track } from './helpers/resources.ts';
-import { expectExactly, fullLog, words, type Seen } from './helpers/stream-check.ts';
+import { expectWholeStream, words } from './helpers/stream-check.ts';
 
 const SCOPE = 'acme';
 /** Sessions of the steady load; the first STREAMED of them read every turn's events live. */
@@ -357,7 +357,7 @@ it('an upgrade and its rollback under load, SIGTERM one process at a time: every
   // run, one read now through the previous release's API: the whole log, once each, `end` last.
   for (const t of turns) {
     const events = live.get(t.runId) ?? await collect(client.stream(t.runId));
-    await expectWholeStream(t, events);
+    await expectWholeStream(h, SCOPE, t, events, t.key);
   }
 
   // Histories: each session's turns, once each, in the order they were accepted.
@@ -408,23 +408,4 @@ async function collect(events: AsyncIterable<RunStreamEvent>): Promise<RunStream
   const got: RunStreamEvent[] = [];
   for await (const e of events) got.push(e);
   return got;
-}
-
-/** What a reader got is the run's whole log (no gap, no duplicate), `end` last, and the answer's tokens. */
-async function expectWholeStream(t: Turn, got: Seen[]): Promise<void> {
-  const log = await fullLog(h, SCOPE, t.runId);
-  expectExactly(got, log);
-  expect(got.filter((e) => e.type === 'end').length, t.key).toBe(1);
-  expect(got.at(-1), t.key).toMatchObject({ type: 'end', data: { status: 'succeeded' } });
-  expect(answerText(got), t.key).toBe(t.content);
-}
-
-/** The tokens after the last `attempt` event: a new holder streams its answer again from the start. */
-function answerText(events: Seen[]): string {
-  let text = '';
-  for (const e of events) {
-    if (e.type === 'attempt') text = '';
-    if (e.type === 'token') text += (e.data as { text: string }).text;
-  }
-  return text;
 }

@@ -15,7 +15,7 @@ import { ROOT, useHarness, waitFor, type Child, type Harness, type ScopeClient }
 import { type SseEvent } from './helpers/http.ts';
 import { checkoutRelease, previousOf, previousRelease, type Release, type ReleaseCheckout } from './helpers/releases.ts';
 import { track } from './helpers/resources.ts';
-import { expectExactly, fullLog, seen, words, type Seen } from './helpers/stream-check.ts';
+import { answerText, expectWholeStream, fullLog, seen, words } from './helpers/stream-check.ts';
 
 const SCOPE = 'acme';
 
@@ -159,12 +159,12 @@ it('the previous release and this one side by side through a rolling upgrade: ev
   for (const t of turns) {
     const read = await api.new.sse(`/runs/${t.runId}/events`);
     expect(read.ended, t.runId).toBe(true);
-    await expectWholeStream(t, seen(read.events));
+    await expectWholeStream(h, SCOPE, t, seen(read.events));
   }
   for (const reader of live) {
     const read = await reader.result;
     expect(read.ended, reader.turn.runId).toBe(true);
-    await expectWholeStream(reader.turn, seen(read.events));
+    await expectWholeStream(h, SCOPE, reader.turn, seen(read.events));
   }
 
   // Histories: every session's turns once each, in the order they were submitted.
@@ -227,7 +227,7 @@ async function expectOldReadsAsNew(api: Record<Turn['via'], ScopeClient>, list: 
     expect(pick(viaOld.body), t.runId).toEqual(pick(viaNew.body));
     const read = await api.old.sse(`/runs/${t.runId}/events`);
     expect(read.ended, t.runId).toBe(true);
-    await expectWholeStream(t, seen(read.events));
+    await expectWholeStream(h, SCOPE, t, seen(read.events));
   }
 }
 
@@ -245,23 +245,4 @@ async function expectSessionsRead(clients: ScopeClient[], list: Turn[]): Promise
       expect(messages.some((m: { incomplete?: boolean }) => m.incomplete), sessionId).toBe(false);
     }
   }
-}
-
-/** What a reader got is the run's whole log (no gap, no duplicate), `end` last, and the answer's tokens. */
-async function expectWholeStream(t: Turn, got: Seen[]): Promise<void> {
-  const log = await fullLog(h, SCOPE, t.runId);
-  expectExactly(got, log);
-  expect(got.filter((e) => e.type === 'end').length, t.runId).toBe(1);
-  expect(got.at(-1), t.runId).toMatchObject({ type: 'end', data: { status: 'succeeded' } });
-  expect(answerText(got), t.runId).toBe(t.content);
-}
-
-/** The tokens after the last `attempt` event: a new holder streams its answer again from the start. */
-function answerText(events: Seen[]): string {
-  let text = '';
-  for (const e of events) {
-    if (e.type === 'attempt') text = '';
-    if (e.type === 'token') text += (e.data as { text: string }).text;
-  }
-  return text;
 }

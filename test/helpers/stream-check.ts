@@ -33,3 +33,27 @@ export function expectExactly(seen: Seen[], log: Seen[], afterId = '0'): void {
 
 /** `count` words `w0 w1 ...`: the echo agent streams each word (with its space) as one token. */
 export const words = (count: number, tag = 'w') => Array.from({ length: count }, (_, i) => `${tag}${i}`).join(' ');
+
+/** The tokens after the last `attempt` event: a new holder streams its answer again from the start. */
+export function answerText(events: Seen[]): string {
+  let text = '';
+  for (const e of events) {
+    if (e.type === 'attempt') text = '';
+    if (e.type === 'token') text += (e.data as { text: string }).text;
+  }
+  return text;
+}
+
+/**
+ * What a reader got is the run's whole log (no gap, no duplicate), one `end`, last, with the
+ * run succeeded, and the answer's tokens spell `content`. `label` names the run in failures.
+ */
+export async function expectWholeStream(
+  h: Harness, scope: string, run: { runId: string; content: string }, got: Seen[], label = run.runId,
+): Promise<void> {
+  const log = await fullLog(h, scope, run.runId);
+  expectExactly(got, log);
+  expect(got.filter((e) => e.type === 'end').length, label).toBe(1);
+  expect(got.at(-1), label).toMatchObject({ type: 'end', data: { status: 'succeeded' } });
+  expect(answerText(got), label).toBe(run.content);
+}
