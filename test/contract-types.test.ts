@@ -10,6 +10,8 @@ import type {
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type * as client from '../src/lib/client/client.ts';
+import type * as schedules from '../src/api/routes-schedules.ts';
+import type { CreateScheduleRequest, ScheduleList, ScheduleView } from '../src/lib/contract/schedules.ts';
 
 /**
  * The public shapes are written once (src/lib/contract). These checks run in `npm test`'s
@@ -20,6 +22,7 @@ describe('contract types', () => {
     expectTypeOf<z.input<typeof req.submitBody>>().toEqualTypeOf<SubmitRequest>();
     expectTypeOf<z.input<typeof req.limitsBody>>().toEqualTypeOf<Partial<ScopeLimits>>();
     expectTypeOf<z.input<typeof req.ratePauseBody>>().toEqualTypeOf<RateLimitPause>();
+    expectTypeOf<z.input<typeof schedules.createScheduleBody>>().toEqualTypeOf<CreateScheduleRequest>();
   });
 
   it('response schemas describe exactly the contract answers', () => {
@@ -39,6 +42,8 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.limitsResponse>>().toEqualTypeOf<ScopeLimitsView>();
     expectTypeOf<z.infer<typeof res.rateLimitsResponse>>().toEqualTypeOf<RateLimitsView>();
     expectTypeOf<z.infer<typeof res.rateLimitBucketResponse>>().toEqualTypeOf<RateLimitBucket>();
+    expectTypeOf<z.infer<typeof schedules.scheduleResponse>>().toEqualTypeOf<ScheduleView>();
+    expectTypeOf<z.infer<typeof schedules.scheduleListResponse>>().toEqualTypeOf<ScheduleList>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

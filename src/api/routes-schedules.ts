@@ -46,7 +46,7 @@ export const scheduleResponse = z.object({
   missed: z.enum(MISSED_TICK_POLICIES),
   status: z.enum(SCHEDULE_STATUSES),
   run: z.object({
-    sessionId: z.string().optional(), sessionPerTick: z.boolean().optional(), input: z.object({ content: z.string() }),
+    sessionId: z.string().optional(), sessionPerTick: z.literal(true).optional(), input: z.object({ content: z.string() }),
     runtime: z.string().optional(), agent: z.string().optional(), metadata: z.record(z.string(), z.unknown()).optional(),
   }),
   createdAt: iso,

@@ -15,7 +15,7 @@ export interface ScheduleRunTemplate {
   /** Every tick's run queues in this session; give it or `sessionPerTick`, not both. */
   sessionId?: string;
   /** Each tick's run gets a session of its own, `<scheduleId>-<tick ms>`. */
-  sessionPerTick?: boolean;
+  sessionPerTick?: true;
   input: { content: string };
   runtime?: string;
   agent?: string;
