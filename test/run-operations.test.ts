@@ -1,9 +1,11 @@
+import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { PermanentError } from '../src/lib/sdk/errors.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
-import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { BatonClient } from '../src/client.ts';
+import { BIN, useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 
 /**
@@ -14,6 +16,7 @@ import { track } from './helpers/resources.ts';
 let h: Harness;
 let acme: ScopeClient;
 let fake: FakeOpenAI;
+let apiUrl: string;
 
 /** How often each step's body ran, over every run of the agent. */
 const ran = { plan: 0, charge: 0, fetch: 0, answer: 0 };
@@ -52,6 +55,7 @@ beforeAll(async () => {
   fake.script('#rerun', [answer('the plan')]);
   h = await useHarness();
   const api = await h.startApi();
+  apiUrl = api.url;
   acme = await h.client(api.url, 'acme');
   await h.startWorker({ agents: [fourSteps] });
 });
@@ -148,5 +152,47 @@ describe('fork a session', () => {
     expect((await acme.post('/sessions/fork-src/fork', { atTurn: 9 })).body.error.code).toBe('TURN_NOT_FOUND');
     expect((await acme.post('/sessions/fork-src/fork', { atRunId: 'rnosuchrun' })).body.error.code).toBe('TURN_NOT_FOUND');
     expect((await acme.post('/sessions/fork-src/fork', { atTurn: 1, atRunId: ids[0] })).body.error.code).toBe('VALIDATION_FAILED');
+  });
+});
+
+/** Runs `baton <args>` against this file's API as scope acme; resolves with its exit code and output. */
+async function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const env = { PATH: process.env.PATH ?? '', BATON_URL: apiUrl, BATON_API_KEY: await h.key('acme', 'client'), BATON_SCOPE: 'acme' };
+  const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  track(child, async () => { if (child.exitCode === null) child.kill('SIGKILL'); });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (b) => { stdout += b; });
+  child.stderr.on('data', (b) => { stderr += b; });
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+describe('the client and the CLI', () => {
+  it('re-run and fork through BatonClient and `baton rerun` / `baton fork`', async () => {
+    const baton = new BatonClient({ url: apiUrl, apiKey: await h.key('acme', 'client'), scope: 'acme' });
+    const first = await baton.submit({ sessionId: 'cli-ops', input: { content: 'one' }, runtime: h.runtime, agent: 'ops-four-steps' });
+    const done = await acme.waitStatus(first.id, ['succeeded', 'failed'], 20_000);
+    expect(done.status).toBe('succeeded');
+    await expect(baton.rerun(first.id)).rejects.toMatchObject({ status: 409, code: 'RERUN_NON_IDEMPOTENT' });
+    const again = await baton.rerun(first.id, { fromStep: 'tool:fetch:1' });
+    expect(again).toMatchObject({ rerunOf: first.id, rerunFrom: 'tool:fetch:1', sessionId: 'cli-ops' });
+    expect((await acme.waitStatus(again.id, ['succeeded', 'failed'], 20_000)).status).toBe('succeeded');
+    const forked = await baton.fork('cli-ops', { atTurn: 1, sessionId: 'cli-ops-fork' });
+    expect(forked).toEqual({ sessionId: 'cli-ops-fork', forkedFrom: 'cli-ops', turns: 1, messages: 2, atRunId: first.id });
+
+    const refused = await runCli(['rerun', first.id]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('RERUN_NON_IDEMPOTENT');
+    expect(refused.stderr).toContain('tool:charge:1');
+    const cliRerun = await runCli(['rerun', first.id, '--from', 'tool:fetch:1', '--tail']);
+    expect(cliRerun.code, cliRerun.stderr).toBe(0);
+    expect(cliRerun.stdout).toContain('the plan /');
+    const cliFork = await runCli(['fork', 'cli-ops', '--at-run', first.id, '--to', 'cli-ops-fork-2']);
+    expect(cliFork.code, cliFork.stderr).toBe(0);
+    expect(cliFork.stdout.trim()).toBe('cli-ops-fork-2');
+    expect((await runCli(['fork', 'cli-ops'])).code).toBe(2);
+    expect((await acme.get('/sessions/cli-ops-fork-2/messages')).body.messages.map((m: any) => m.content)).toEqual(
+      (await acme.get('/sessions/cli-ops/messages')).body.messages.slice(0, 2).map((m: any) => m.content),
+    );
   });
 });

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
   BatonApiError, BatonClient, type CreateScheduleRequest, type ScheduleView, type ScopeLimits, type ScopeLimitsView, type SubmitRequest,
+  type ForkRequest, type RerunRequest,
 } from '../lib/client/client.ts';
 import { LIMIT_FIELDS, type LimitField } from '../lib/contract/admin.ts';
 import { follow, type FollowOutput } from './follow.ts';
@@ -25,6 +26,12 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
                     approve a tool call the run waits on
   decline <runId> <waitKey> [--reason <text>]
                     decline it: the tool does not run, the agent is told why
+  rerun <runId>     re-run an ended run in its session (docs/run-operations.md); prints the new run id
+    --from <stepKey>  keep the results of the steps before this one (default: run all again)
+    --allow-non-idempotent   run its non-idempotent steps again (else refused, naming them)
+    --input <text>    another input      --tail   then follow it like \`tail\`
+  fork <sessionId> (--at-turn <n> | --at-run <runId>) [--to <sessionId>]
+                    a new session holding a copy of the history up to that turn; prints its id
 
   limits get         a scope's limits: in force, set by an operator, defaults, in use
                     (an operator key, or an admin key of the scope)
@@ -55,7 +62,7 @@ const COMMON = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits', 'schedules'] as const;
+export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits', 'schedules', 'rerun', 'fork'] as const;
 export type ClientCommand = (typeof CLIENT_COMMANDS)[number];
 
 export async function runClientCommand(command: ClientCommand, argv: string[]): Promise<number> {
@@ -64,6 +71,8 @@ export async function runClientCommand(command: ClientCommand, argv: string[]): 
     case 'tail': return tail(argv);
     case 'limits': return limits(argv);
     case 'schedules': return schedules(argv);
+    case 'rerun': return rerun(argv);
+    case 'fork': return fork(argv);
     default: return resumeWait(command, argv);
   }
 }
@@ -250,6 +259,51 @@ async function schedules(argv: string[]): Promise<number> {
     console.log(`${s.id}  ${s.status}  "${s.cron}" ${s.timezone}  missed ${s.missed}  fired ${s.fired}${last}${refused}`);
     if (sub !== 'list') for (const t of s.nextFireTimes) console.log(`  next ${t}`);
   }
+  return 0;
+}
+
+/** `rerun <runId>`: a new run of an ended one, from a step (docs/run-operations.md). */
+async function rerun(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { ...COMMON, from: { type: 'string' }, 'allow-non-idempotent': { type: 'boolean' }, input: { type: 'string' }, tail: { type: 'boolean' } },
+  });
+  if (values.help) return usage(0);
+  if (positionals.length !== 1) throw new UsageError('rerun needs exactly one run id');
+  const client = clientFrom(values);
+  const req: RerunRequest = {};
+  if (values.from !== undefined) req.fromStep = values.from;
+  if (values['allow-non-idempotent']) req.allowNonIdempotent = true;
+  if (values.input !== undefined) req.input = { content: values.input };
+  const run = await client.rerun(positionals[0], req);
+  if (run.rerunNonIdempotent?.length) console.error(`runs again: ${run.rerunNonIdempotent.join(', ')}`);
+  if (!values.tail) {
+    console.log(run.id);
+    return 0;
+  }
+  console.error(`run ${run.id} (re-run of ${positionals[0]}, session ${run.sessionId})`);
+  return follow(client, run.id, client.stream(run.id), STDIO);
+}
+
+/** `fork <sessionId>`: a new session with the history up to a turn (docs/sessions-and-memory.md). */
+async function fork(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { ...COMMON, 'at-turn': { type: 'string' }, 'at-run': { type: 'string' }, to: { type: 'string' }, json: { type: 'boolean' } },
+  });
+  if (values.help) return usage(0);
+  if (positionals.length !== 1) throw new UsageError('fork needs exactly one session id');
+  if ((values['at-turn'] === undefined) === (values['at-run'] === undefined)) throw new UsageError('fork needs --at-turn <n> or --at-run <runId>');
+  const at = values['at-turn'];
+  if (at !== undefined && !/^\d+$/.test(at)) throw new UsageError('--at-turn must be a turn number (1 is the first)');
+  const req: ForkRequest = at !== undefined ? { atTurn: Number(at) } : { atRunId: values['at-run'] };
+  if (values.to !== undefined) req.sessionId = values.to;
+  const forked = await clientFrom(values).fork(positionals[0], req);
+  if (values.json) console.log(JSON.stringify(forked));
+  else console.log(forked.sessionId);
+  console.error(`${forked.turns} turns (${forked.messages} messages) of ${forked.forkedFrom} copied, the last of run ${forked.atRunId}`);
   return 0;
 }
 
