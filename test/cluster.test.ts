@@ -58,3 +58,22 @@ it('a SIGKILLed worker process on a cluster: another worker recovers the run', a
   expect(sse.events.some((e) => e.event === 'status' && e.data.status === 'recovered')).toBe(true);
   await w.close();
 });
+
+it('schedules on a cluster: per-second ticks of scopes on different nodes each make one run, paused and deleted', async () => {
+  const w = await h.startWorker();
+  for (const scope of ['acme', 'globex', 'initech']) {
+    const admin = await h.client(apiUrl, scope, 'admin');
+    const made = await admin.post('/schedules', { cron: '* * * * * *', run: { sessionPerTick: true, input: { content: 'tick' }, runtime: h.runtime } });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const id = made.body.id as string;
+    await waitFor(async () => ((await admin.get(`/schedules/${id}`)).body.fired >= 2) || undefined, 20_000, `${scope}: two ticks`);
+    expect((await admin.post(`/schedules/${id}/pause`, {})).body.status).toBe('paused');
+    const s = await waitFor(async () => {
+      const pending = await h.redis.hexists(h.keys.scope(scope).schedule(id), 'pending');
+      return pending ? undefined : (await admin.get(`/schedules/${id}`)).body;
+    }, 10_000, 'no pending tick');
+    expect((await admin.get(`/runs/${s.lastRunId}`)).body.metadata).toMatchObject({ scheduleId: id, scheduledFor: s.lastTick });
+    expect((await admin.del(`/schedules/${id}`)).status).toBe(204);
+  }
+  await w.close();
+});

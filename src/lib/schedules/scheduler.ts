@@ -125,14 +125,10 @@ export class Scheduler {
     do {
       const [next, scopes] = await this.redis.sscan(this.keys.scheduleScopes, cursor, 'COUNT', 200);
       cursor = next;
-      if (scopes.length === 0) continue;
-      const pipe = this.redis.pipeline();
-      for (const scope of scopes) pipe.zrangebyscore(this.keys.scope(scope).schedulesDue, '-inf', now, 'LIMIT', 0, DUE_PER_POLL);
-      const due = (await pipe.exec()) ?? [];
-      for (const [i, scope] of scopes.entries()) {
-        const [err, ids] = due[i] ?? [];
-        if (err) throw err;
-        for (const id of ids as string[]) await this.due(scope, id, now);
+      // One range read per scope (scopes live in different Cluster slots, so no pipeline across them).
+      for (const scope of scopes) {
+        const due = await this.redis.zrangebyscore(this.keys.scope(scope).schedulesDue, '-inf', now, 'LIMIT', 0, DUE_PER_POLL);
+        for (const id of due) await this.due(scope, id, now);
       }
     } while (cursor !== '0');
   }
