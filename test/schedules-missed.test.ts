@@ -1,0 +1,118 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { RunStore } from '../src/lib/engine/store.ts';
+import { createLogger } from '../src/lib/logger.ts';
+import { redisNowMs } from '../src/lib/redis.ts';
+import { ScheduleStore } from '../src/lib/schedules/schedule-store.ts';
+import { Scheduler, tickKey } from '../src/lib/schedules/scheduler.ts';
+import type { SubmitLimit } from '../src/lib/engine/transitions.ts';
+import { useHarness, type Harness } from './helpers/harness.ts';
+
+/**
+ * What a scheduler does with ticks nobody fired in time, and with a tick the scope refuses,
+ * driven one poll at a time (no process polls here: SCHEDULE_POLL_MS is 0 for the harness's
+ * API and no other process runs). The gap is made by moving a schedule's next tick back, as
+ * if every process had been down since then.
+ */
+let h: Harness;
+let schedules: ScheduleStore;
+
+beforeAll(async () => {
+  h = await useHarness({ SCHEDULE_POLL_MS: '0' });
+  schedules = new ScheduleStore(h.redis, h.keys, h.config);
+});
+
+function scheduler(limit?: SubmitLimit): Scheduler {
+  const store = new RunStore(h.redis, h.keys, h.config, h.transitions());
+  return new Scheduler(h.redis, h.keys, { SCHEDULE_POLL_MS: 0 }, store, limit, createLogger('silent'));
+}
+
+/**
+ * Makes a schedule in `scope` whose next tick is `secondsAgo` seconds back: a per-second one,
+ * or with 0 a per-minute one whose tick is this minute's (late, and alone: the next is a minute on).
+ */
+async function behind(scope: string, missed: 'skip' | 'catchUpOne', secondsAgo: number): Promise<{ id: string; from: number; now: number }> {
+  const s = await schedules.create(scope, {
+    cron: secondsAgo ? '* * * * * *' : '0 * * * * *', missed, run: { sessionPerTick: true, input: { content: 'tick' }, runtime: h.runtime },
+  });
+  const now = await redisNowMs(h.redis);
+  const from = secondsAgo ? Math.floor(now / 1000) * 1000 - secondsAgo * 1000 : Math.floor(now / 60_000) * 60_000;
+  const sk = h.keys.scope(scope);
+  await h.redis.hset(sk.schedule(s.id), 'nextAt', from);
+  await h.redis.zadd(sk.schedulesDue, from, s.id);
+  return { id: s.id, from, now };
+}
+
+async function ticksOf(scope: string): Promise<number[]> {
+  const sk = h.keys.scope(scope);
+  const runs = await h.redis.zrange(sk.runs, 0, -1);
+  const ticks = await Promise.all(runs.map(async (r) => Date.parse(JSON.parse((await h.redis.hget(sk.run(r), 'metadata'))!).scheduledFor)));
+  return ticks.sort((a, b) => a - b);
+}
+
+describe('missed ticks', () => {
+  it('catchUpOne makes one run, for the latest missed tick, then goes on from after now', async () => {
+    const { id, from } = await behind('late-catch', 'catchUpOne', 30);
+    const s = scheduler();
+    await s.poll();
+    const ticks = await ticksOf('late-catch');
+    expect(ticks).toHaveLength(1);
+    expect(ticks[0]).toBeGreaterThanOrEqual(from + 29_000);
+    const rec = await h.redis.hgetall(h.keys.scope('late-catch').schedule(id));
+    expect(Number(rec.nextAt)).toBeGreaterThan(ticks[0]!);
+    expect(rec).toMatchObject({ fired: '1', lastTick: String(ticks[0]) });
+    expect(rec.pending).toBeUndefined();
+    // Another poll at once finds nothing more due from the gap.
+    await s.poll();
+    expect((await ticksOf('late-catch')).filter((t) => t <= ticks[0]!)).toHaveLength(1);
+  });
+
+  it('skip makes no run for the missed ticks, and the next is the first tick after now', async () => {
+    const { id, now } = await behind('late-skip', 'skip', 30);
+    await scheduler().poll();
+    expect(await ticksOf('late-skip')).toEqual([]);
+    const rec = await h.redis.hgetall(h.keys.scope('late-skip').schedule(id));
+    expect(Number(rec.nextAt)).toBeGreaterThan(now);
+    expect(rec.fired).toBe('0');
+  });
+
+  it('a tick that is late but alone fires, whatever the policy', async () => {
+    const { id, from } = await behind('late-alone', 'skip', 0);
+    await scheduler().poll();
+    expect(await ticksOf('late-alone')).toEqual([from]);
+    expect(await h.redis.hget(h.keys.scope('late-alone').schedule(id), 'lastTick')).toBe(String(from));
+  });
+});
+
+describe('a tick', () => {
+  it('left pending by a process that died is submitted again by another as the same run', async () => {
+    const { id, from } = await behind('crashed', 'skip', 0);
+    const sk = h.keys.scope('crashed');
+    // The dead process claimed the tick and made its run, but never marked it done.
+    await scheduler().poll();
+    const [runId] = await h.redis.zrange(sk.runs, 0, -1);
+    await h.redis.hset(sk.schedule(id), 'pending', from, 'fired', 0);
+    await h.redis.hdel(sk.schedule(id), 'lastRunId', 'lastTick');
+    await h.redis.zadd(sk.schedulesDue, 0, id);
+    await scheduler().poll();
+    expect(await h.redis.zrange(sk.runs, 0, -1)).toEqual([runId]);
+    expect(await h.redis.hgetall(sk.schedule(id))).toMatchObject({ fired: '1', lastRunId: runId, lastTick: String(from) });
+    expect(await h.redis.hget(sk.run(runId!), 'idempotencyKey')).toBe(tickKey(id, from));
+  });
+
+  it('refused by the scope’s submit rate limit makes no run and says why; the next tick fires as usual', async () => {
+    const limit = { rate: 0.001, burst: 1 };
+    const { id, from } = await behind('limited', 'skip', 0);
+    const sk = h.keys.scope('limited');
+    // Another submit spends the scope's one token first.
+    await new RunStore(h.redis, h.keys, h.config, h.transitions()).create(
+      { scope: 'limited', sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' }, { limit },
+    );
+    await scheduler(limit).poll();
+    const rec = await h.redis.hgetall(sk.schedule(id));
+    expect(JSON.parse(rec.lastError!)).toMatchObject({ tick: from, code: 'RATE_LIMITED' });
+    expect(rec.fired).toBe('0');
+    expect(rec.pending).toBeUndefined();
+    expect(Number(rec.nextAt)).toBeGreaterThan(from);
+    expect(await h.redis.zcard(sk.runs)).toBe(1);
+  });
+});
