@@ -9,6 +9,7 @@ import type {
   WhoAmI,
 } from '../src/lib/contract/index.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
+import type { ForkRequest, RerunRequest, SessionFork } from '../src/lib/contract/runs.ts';
 import type * as client from '../src/lib/client/client.ts';
 import type * as schedules from '../src/api/routes-schedules.ts';
 import type { CreateScheduleRequest, ScheduleList, ScheduleView } from '../src/lib/contract/schedules.ts';
@@ -22,12 +23,15 @@ describe('contract types', () => {
     expectTypeOf<z.input<typeof req.submitBody>>().toEqualTypeOf<SubmitRequest>();
     expectTypeOf<z.input<typeof req.limitsBody>>().toEqualTypeOf<Partial<ScopeLimits>>();
     expectTypeOf<z.input<typeof req.ratePauseBody>>().toEqualTypeOf<RateLimitPause>();
+    expectTypeOf<z.input<typeof req.rerunBody>>().toEqualTypeOf<RerunRequest>();
+    expectTypeOf<z.input<typeof req.forkBody>>().toEqualTypeOf<ForkRequest>();
     expectTypeOf<z.input<typeof schedules.createScheduleBody>>().toEqualTypeOf<CreateScheduleRequest>();
   });
 
   it('response schemas describe exactly the contract answers', () => {
     expectTypeOf<z.infer<typeof res.runResponse>>().toEqualTypeOf<Run>();
     expectTypeOf<z.infer<typeof res.runListResponse>>().toEqualTypeOf<RunsPage>();
+    expectTypeOf<z.infer<typeof res.sessionForkResponse>>().toEqualTypeOf<SessionFork>();
     expectTypeOf<z.infer<typeof res.messagesResponse>>().toEqualTypeOf<MessagesPage>();
     expectTypeOf<z.infer<typeof res.errorResponse>>().toEqualTypeOf<ErrorBody>();
     expectTypeOf<z.infer<typeof res.runtimesResponse>>().toEqualTypeOf<{ runtimes: RuntimeView[] }>();
