@@ -112,8 +112,20 @@ describe('re-run from a step', () => {
     expect((await acme.post(`/runs/${done.id}/rerun`, { fromStep: 'tool:nope:1' })).body.error.code).toBe('STEP_NOT_FOUND');
   });
 
+  it('a re-run with an idempotency key is made once; the key with another request is refused', async () => {
+    const id = (await acme.submit('rerun-idem', 'hello', { agent: 'echo' })).body.id as string;
+    expect((await acme.waitStatus(id, ['succeeded'])).status).toBe('succeeded');
+    const first = await acme.post(`/runs/${id}/rerun`, { idempotencyKey: 'again-1' });
+    const replay = await acme.post(`/runs/${id}/rerun`, { idempotencyKey: 'again-1' });
+    expect([first.status, replay.status]).toEqual([202, 200]);
+    expect(replay.body.id).toBe(first.body.id);
+    expect((await acme.post(`/runs/${id}/rerun`, { idempotencyKey: 'again-1', input: { content: 'other' } })).body.error.code)
+      .toBe('IDEMPOTENCY_MISMATCH');
+    expect((await acme.waitStatus(first.body.id, ['succeeded'])).result.answer).toBe('hello');
+    expect((await acme.get(`/runs/${id}`)).body.reruns).toEqual([first.body.id]);
+  });
+
   it('a run that has not ended is not re-run', async () => {
-    fake.script('#slow', [answer('slow')]);
     const queued = (await acme.submit('rerun-busy', 'a', { agent: 'echo', delayMs: 60_000 })).body.id as string;
     expect((await acme.post(`/runs/${queued}/rerun`, {})).body.error.code).toBe('RUN_NOT_FINISHED');
     expect((await acme.post('/runs/rnosuchrun/rerun', {})).status).toBe(404);
