@@ -80,6 +80,12 @@ describe('re-run from a step', () => {
     }
     expect((await acme.get('/runs?sessionId=rerun-1')).body.runs).toHaveLength(1);
 
+    // Allowing it is an operator's call: a client key may not.
+    const client = await h.client(apiUrl, 'acme', 'client');
+    expect((await client.post(`/runs/${first}/rerun`, { allowNonIdempotent: true })).body.error).toMatchObject({
+      code: 'FORBIDDEN', details: [{ path: 'body.allowNonIdempotent' }],
+    });
+
     fetchBroken = false;
     const accepted = await acme.post(`/runs/${first}/rerun`, { fromStep: 'tool:fetch:1' });
     expect(accepted.status).toBe(202);

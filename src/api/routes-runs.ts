@@ -117,7 +117,7 @@ export const runRoutes: RouteSpec[] = [
     method: 'post', path: `${SCOPE}/runs/:runId/rerun`,
     summary: 'Re-run an ended run: a new run in its session with its agent, input and options (or the overrides given). ' +
       'The steps that started before `fromStep` keep their results and are not run again; from it on everything runs. ' +
-      'Running a non-idempotent step again needs `allowNonIdempotent: true` (RERUN_NON_IDEMPOTENT names each).',
+      'Running a non-idempotent step again needs `allowNonIdempotent: true` and an admin key (RERUN_NON_IDEMPOTENT names each).',
     access: 'client',
     params: runParams, body: rerunBody,
     ok: {
@@ -125,12 +125,16 @@ export const runRoutes: RouteSpec[] = [
       200: { description: 'idempotent replay: the re-run made earlier with this idempotencyKey', schema: res.runResponse },
     },
     errors: [
-      'RUN_NOT_FOUND', 'RUN_NOT_FINISHED', 'STEP_NOT_FOUND', 'RERUN_NON_IDEMPOTENT', 'CALLER_MEMORY_INVALID', 'ARTIFACT_NOT_FOUND',
+      'FORBIDDEN', 'RUN_NOT_FOUND', 'RUN_NOT_FINISHED', 'STEP_NOT_FOUND', 'RERUN_NON_IDEMPOTENT', 'CALLER_MEMORY_INVALID', 'ARTIFACT_NOT_FOUND',
       'DRAINING', 'IDEMPOTENCY_MISMATCH', 'RATE_LIMITED', 'SESSION_HISTORY_FULL', 'SCHEMA_CHECKS_BUSY',
     ],
-    async handler({ params: { scope, runId }, body, rawBody, http, signal }, d) {
+    async handler({ params: { scope, runId }, body, rawBody, key, http, signal }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
         throw new BatonError('CALLER_MEMORY_INVALID', undefined, [{ path: 'body.memory', message: 'must not be null' }]);
+      }
+      // Running a non-idempotent step again is an operator's call, as resolving a blocked step by re-running it is.
+      if (body.allowNonIdempotent && key?.role !== 'admin') {
+        throw new BatonError('FORBIDDEN', undefined, [{ path: 'body.allowNonIdempotent', message: 'takes an admin key of the scope' }]);
       }
       const run = await d.store.get(scope, runId);
       if (!run) throw new BatonError('RUN_NOT_FOUND');

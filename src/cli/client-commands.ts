@@ -28,7 +28,7 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
                     decline it: the tool does not run, the agent is told why
   rerun <runId>     re-run an ended run in its session (docs/run-operations.md); prints the new run id
     --from <stepKey>  keep the results of the steps before this one (default: run all again)
-    --allow-non-idempotent   run its non-idempotent steps again (else refused, naming them)
+    --allow-non-idempotent   run its non-idempotent steps again (an admin key; else refused, naming them)
     --input <text>    another input      --tail   then follow it like \`tail\`
   fork <sessionId> (--at-turn <n> | --at-run <runId>) [--to <sessionId>]
                     a new session holding a copy of the history up to that turn; prints its id
