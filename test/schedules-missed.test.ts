@@ -21,9 +21,11 @@ beforeAll(async () => {
   schedules = new ScheduleStore(h.redis, h.keys, h.config);
 });
 
-function scheduler(limit?: SubmitLimit): Scheduler {
+/** A scheduler that counts a tick missed once it is `graceMs` late (SCHEDULE_MISSED_AFTER_MS). */
+function scheduler(o: { limit?: SubmitLimit; graceMs?: number } = {}): Scheduler {
   const store = new RunStore(h.redis, h.keys, h.config, h.transitions());
-  return new Scheduler(h.redis, h.keys, { SCHEDULE_POLL_MS: 0 }, store, limit, createLogger('silent'));
+  const config = { SCHEDULE_POLL_MS: 0, SCHEDULE_MISSED_AFTER_MS: o.graceMs ?? 5_000 };
+  return new Scheduler(h.redis, h.keys, config, store, o.limit, createLogger('silent'));
 }
 
 /**
@@ -42,6 +44,9 @@ async function behind(scope: string, missed: 'skip' | 'catchUpOne', secondsAgo: 
   return { id: s.id, from, now };
 }
 
+/** For the per-minute schedules of `behind(…, 0)`: their tick, under a minute late, is not missed. */
+const ALONE = { graceMs: 120_000 };
+
 async function ticksOf(scope: string): Promise<number[]> {
   const sk = h.keys.scope(scope);
   const runs = await h.redis.zrange(sk.runs, 0, -1);
@@ -52,7 +57,7 @@ async function ticksOf(scope: string): Promise<number[]> {
 describe('missed ticks', () => {
   it('catchUpOne makes one run, for the latest missed tick, then goes on from after now', async () => {
     const { id, from } = await behind('late-catch', 'catchUpOne', 30);
-    const s = scheduler();
+    const s = scheduler({ graceMs: 0 });
     await s.poll();
     const ticks = await ticksOf('late-catch');
     expect(ticks).toHaveLength(1);
@@ -68,16 +73,36 @@ describe('missed ticks', () => {
 
   it('skip makes no run for the missed ticks, and the next is the first tick after now', async () => {
     const { id, now } = await behind('late-skip', 'skip', 30);
-    await scheduler().poll();
-    expect(await ticksOf('late-skip')).toEqual([]);
+    await scheduler({ graceMs: 0 }).poll();
+    // None of the missed ticks (a tick falling exactly on the poll's millisecond would be on time).
+    expect((await ticksOf('late-skip')).filter((t) => t < now)).toEqual([]);
     const rec = await h.redis.hgetall(h.keys.scope('late-skip').schedule(id));
     expect(Number(rec.nextAt)).toBeGreaterThan(now);
     expect(rec.fired).toBe('0');
   });
 
+  it('ticks found within SCHEDULE_MISSED_AFTER_MS of their time all fire, late, in a row', async () => {
+    const { from } = await behind('busy', 'skip', 3);
+    await scheduler({ graceMs: 5_000 }).poll();
+    const ticks = await ticksOf('busy');
+    expect(ticks.slice(0, 4)).toEqual([from, from + 1000, from + 2000, from + 3000]);
+  });
+
+  it('past SCHEDULE_MISSED_AFTER_MS, catchUpOne makes the latest missed tick and the ones after it', async () => {
+    const { from } = await behind('outage', 'catchUpOne', 20);
+    const before = await redisNowMs(h.redis);
+    await scheduler({ graceMs: 5_000 }).poll();
+    const ticks = await ticksOf('outage');
+    // The first is a missed one (over 5 s late), and every tick after it follows a second apart.
+    expect(ticks[0]).toBeGreaterThan(from + 10_000);
+    expect(ticks[0]).toBeLessThan(before - 4_000);
+    for (let i = 1; i < ticks.length; i++) expect(ticks[i]! - ticks[i - 1]!).toBe(1000);
+    expect(ticks.at(-1)).toBeGreaterThan(before - 1_000);
+  });
+
   it('a tick that is late but alone fires, whatever the policy', async () => {
     const { id, from } = await behind('late-alone', 'skip', 0);
-    await scheduler().poll();
+    await scheduler(ALONE).poll();
     expect(await ticksOf('late-alone')).toEqual([from]);
     expect(await h.redis.hget(h.keys.scope('late-alone').schedule(id), 'lastTick')).toBe(String(from));
   });
@@ -88,12 +113,12 @@ describe('a tick', () => {
     const { id, from } = await behind('crashed', 'skip', 0);
     const sk = h.keys.scope('crashed');
     // The dead process claimed the tick and made its run, but never marked it done.
-    await scheduler().poll();
+    await scheduler(ALONE).poll();
     const [runId] = await h.redis.zrange(sk.runs, 0, -1);
     await h.redis.hset(sk.schedule(id), 'pending', from, 'fired', 0);
     await h.redis.hdel(sk.schedule(id), 'lastRunId', 'lastTick');
     await h.redis.zadd(sk.schedulesDue, 0, id);
-    await scheduler().poll();
+    await scheduler(ALONE).poll();
     expect(await h.redis.zrange(sk.runs, 0, -1)).toEqual([runId]);
     expect(await h.redis.hgetall(sk.schedule(id))).toMatchObject({ fired: '1', lastRunId: runId, lastTick: String(from) });
     expect(await h.redis.hget(sk.run(runId!), 'idempotencyKey')).toBe(tickKey(id, from));
@@ -107,7 +132,7 @@ describe('a tick', () => {
     await new RunStore(h.redis, h.keys, h.config, h.transitions()).create(
       { scope: 'limited', sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' }, { limit },
     );
-    await scheduler(limit).poll();
+    await scheduler({ ...ALONE, limit }).poll();
     const rec = await h.redis.hgetall(sk.schedule(id));
     expect(JSON.parse(rec.lastError!)).toMatchObject({ tick: from, code: 'RATE_LIMITED' });
     expect(rec.fired).toBe('0');

@@ -303,6 +303,13 @@ export const configSchema = z.object({
    */
   SCHEDULE_POLL_MS: intMs(200),
   /**
+   * SCHEDULE_MISSED_AFTER_MS: a schedule's tick found later than this after its time was
+   * missed (every process or Redis was down), and the schedule's `missed` policy decides about
+   * it (skip, or catchUpOne); one found sooner fires, late. Longer than a busy moment's delay,
+   * shorter than an outage worth calling one.
+   */
+  SCHEDULE_MISSED_AFTER_MS: intMs(5_000),
+  /**
    * WAIT_TOKEN_SECRET: the key resume tokens (POST /v1/waits/{token}) are derived from, the
    * same in every process. Redis stores only each token's SHA-256. Unset: a secret is made at
    * the first start and kept in Redis, so anyone who can read Redis could derive tokens (as

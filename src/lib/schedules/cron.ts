@@ -65,21 +65,23 @@ export function fireTimes(cron: CompiledCron, ms: number, n = NEXT_FIRE_TIMES): 
 }
 
 /**
- * The ticks due at `now` from `due` (the schedule's next tick, which is ≤ now): the latest of
- * them, whether any before it were missed, and the first tick after now.
+ * The ticks of a schedule whose next tick `due` has come (due ≤ now): the latest of those
+ * missed (due more than `graceMs` before now; undefined when none was), and the first that was
+ * not (≥ now - graceMs: due now, or in the future). A walk over a long gap of a fast schedule
+ * is bounded; past the bound its last tick stands for the latest missed.
  */
-export function dueTicks(cron: CompiledCron, due: number, now: number): { latest: number; missed: boolean; next: number | undefined } {
-  let latest = due;
-  let next = cron.after(due);
-  let walked = 0;
-  while (next !== undefined && next <= now && walked < MAX_WALK) {
-    latest = next;
+export function splitDue(
+  cron: CompiledCron, due: number, now: number, graceMs: number,
+): { latestMissed: number | undefined; next: number | undefined } {
+  const cutoff = now - graceMs;
+  let latestMissed: number | undefined;
+  let next: number | undefined = due;
+  for (let walked = 0; next !== undefined && next < cutoff && walked < MAX_WALK; walked++) {
+    latestMissed = next;
     next = cron.after(next);
-    walked++;
   }
-  // Past the bound (a per-second schedule down for over a day), the walk's last tick stands for the latest.
-  if (next !== undefined && next <= now) next = cron.after(now);
-  return { latest, missed: latest !== due, next };
+  if (next !== undefined && next < cutoff) next = cron.after(cutoff - 1);
+  return { latestMissed, next };
 }
 
 function invalid(path: string, message: string): BatonError {

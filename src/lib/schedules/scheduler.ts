@@ -5,7 +5,7 @@ import type { Logger } from '../logger.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { RunStore, SubmitRequest } from '../engine/store.ts';
 import type { SubmitLimit } from '../engine/transitions.ts';
-import { compileCron, dueTicks, type CompiledCron } from './cron.ts';
+import { compileCron, splitDue, type CompiledCron } from './cron.ts';
 import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 
 /**
@@ -15,6 +15,8 @@ import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 export const PENDING_RETRY_MS = 500;
 /** Due schedules taken per scope and poll: the rest at the next poll, so one scope cannot stall one. */
 const DUE_PER_POLL = 100;
+/** Ticks of one schedule one process fires in a row when it finds several due (the rest at its next poll). */
+const TICKS_PER_VISIT = 20;
 /** Compiled expressions kept (dropped whole when it grows past this). */
 const CRON_CACHE_MAX = 1_000;
 /** Submit refusals that are the tenant's state, not Redis's: the tick makes no run and says why. */
@@ -74,9 +76,10 @@ export function tickKey(scheduleId: string, tick: number): string {
  *    pending; after PENDING_RETRY_MS any process submits it again, and the key makes it the
  *    same run. So each tick is at most one run, and a claimed tick is made one in the end.
  *
- * Ticks are read in Redis time. A tick fires when it is the only one due (however late); when
- * the tick after it is due too, no process fired the earlier ones in time (every process down,
- * Redis down): `skip` fires none of them, `catchUpOne` the latest; then the next is after now.
+ * Ticks are read in Redis time. A tick found at most SCHEDULE_MISSED_AFTER_MS after its time
+ * fires, however many are due (a busy moment delays ticks; it does not drop them). Ticks found
+ * later than that were missed (every process down, Redis down): `skip` fires none of them,
+ * `catchUpOne` the latest of them; the ticks after them fire as usual.
  */
 export class Scheduler {
   private timer: NodeJS.Timeout | undefined;
@@ -88,7 +91,7 @@ export class Scheduler {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'SCHEDULE_POLL_MS'>,
+    private readonly config: Pick<Config, 'SCHEDULE_POLL_MS' | 'SCHEDULE_MISSED_AFTER_MS'>,
     private readonly store: RunStore,
     private readonly limit: SubmitLimit | undefined,
     private readonly log: Logger,
@@ -133,34 +136,44 @@ export class Scheduler {
     } while (cursor !== '0');
   }
 
-  /** A schedule the due index says to look at: finish its pending tick, or claim its due one. */
+  /** A schedule the due index says to look at: its pending tick finished, then its due ticks claimed, a few in a row. */
   private async due(scope: string, id: string, now: number): Promise<void> {
+    for (let i = 0; i < TICKS_PER_VISIT; i++) {
+      if (!await this.tick(scope, id, now)) return;
+    }
+  }
+
+  /** One step of `due`: whether there may be another tick due now. */
+  private async tick(scope: string, id: string, now: number): Promise<boolean> {
     const sk = this.keys.scope(scope);
     const rec = parseSchedule(await this.redis.hgetall(sk.schedule(id)));
     if (!rec) {
       await this.redis.zrem(sk.schedulesDue, id);
-      return;
+      return false;
     }
-    if (rec.pending !== undefined) {
-      await this.submit(rec, rec.pending);
-      return;
-    }
-    if (rec.nextAt === undefined || rec.nextAt > now) return;
-    const { latest, missed, next } = dueTicks(this.cron(rec), rec.nextAt, now);
-    const fire = !missed ? rec.nextAt : rec.missed === 'catchUpOne' ? latest : undefined;
+    if (rec.pending !== undefined) return this.submit(rec, rec.pending);
+    if (rec.nextAt === undefined || rec.nextAt > now) return false;
+    const cron = this.cron(rec);
+    const { latestMissed, next: first } = splitDue(cron, rec.nextAt, now, this.config.SCHEDULE_MISSED_AFTER_MS);
+    // None missed: the due tick fires, and the next is the one after it. Some missed: the
+    // policy decides about them, and the next is the first not missed.
+    const missed = latestMissed !== undefined;
+    const fire = !missed ? rec.nextAt : rec.missed === 'catchUpOne' ? latestMissed : undefined;
+    const next = !missed ? cron.after(rec.nextAt) : first;
     const claimed = await this.redis.eval(
       CLAIM, 2, sk.schedule(id), sk.schedulesDue,
       id, String(rec.nextAt), next === undefined ? '' : String(next), fire === undefined ? '' : String(fire), String(now + PENDING_RETRY_MS),
     );
-    if (!claimed) return;
+    if (!claimed) return false;
     if (missed) {
-      this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latest, missed: rec.missed }, 'schedule ticks missed');
+      this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latestMissed, missed: rec.missed }, 'schedule ticks missed');
     }
-    if (fire !== undefined) await this.submit(rec, fire);
+    if (fire !== undefined && !await this.submit(rec, fire)) return false;
+    return next !== undefined && next <= now;
   }
 
-  /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done. */
-  private async submit(rec: ScheduleRecord, tick: number): Promise<void> {
+  /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done; false when left pending. */
+  private async submit(rec: ScheduleRecord, tick: number): Promise<boolean> {
     const sk = this.keys.scope(rec.scope);
     let runId = '';
     let refused = '';
@@ -171,12 +184,12 @@ export class Scheduler {
     } catch (err) {
       if (!(err instanceof BatonError) || TRANSIENT.has(err.code)) {
         this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, err: (err as Error).message }, 'schedule tick not submitted; tried again later');
-        return;
+        return false;
       }
       refused = JSON.stringify({ tick, code: err.code, message: err.message });
       this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, code: err.code }, 'schedule tick refused by the submit');
     }
-    await this.redis.eval(DONE, 2, sk.schedule(rec.id), sk.schedulesDue, rec.id, String(tick), runId, refused);
+    return Boolean(await this.redis.eval(DONE, 2, sk.schedule(rec.id), sk.schedulesDue, rec.id, String(tick), runId, refused));
   }
 
   private cron(rec: ScheduleRecord): CompiledCron {
