@@ -123,11 +123,14 @@ export class Scheduler {
 
   /** One pass: every scope with schedules, its schedules due at Redis's now. */
   async poll(): Promise<void> {
-    const now = await redisNowMs(this.redis);
+    // Redis's time only once there is a schedule to look at: an idle poll is one SSCAN.
+    let now: number | undefined;
     let cursor = '0';
     do {
       const [next, scopes] = await this.redis.sscan(this.keys.scheduleScopes, cursor, 'COUNT', 200);
       cursor = next;
+      if (scopes.length === 0) continue;
+      now ??= await redisNowMs(this.redis);
       // One range read per scope (scopes live in different Cluster slots, so no pipeline across them).
       for (const scope of scopes) {
         const due = await this.redis.zrangebyscore(this.keys.scope(scope).schedulesDue, '-inf', now, 'LIMIT', 0, DUE_PER_POLL);
