@@ -9,4 +9,5 @@ export type {
   RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream,
   TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
   CreateScheduleRequest, MissedTickPolicy, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
+  OperationView, RunFilter,
 } from './lib/client/client.ts';

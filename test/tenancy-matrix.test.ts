@@ -22,6 +22,7 @@ beforeAll(async () => {
   // No rate-limit bucket either: it expires by itself once full, which would look like a change.
   h = await useHarness({
     SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', RATE_LIMITS: 'matrix:bucket=rpm:10', SCHEDULE_POLL_MS: '0',
+    BULK_POLL_MS: '0',
   });
   url = (await h.startApi()).url;
   const worker = await h.startWorker({ agents: tenancyAgents });
@@ -42,6 +43,10 @@ beforeAll(async () => {
   const schedule = await (await h.client(url, 'acme', 'admin')).post('/schedules', SCHEDULE_BODY);
   expect(schedule.status).toBe(201);
   Object.assign(ids, { scheduleId: schedule.body.id });
+  // A bulk operation of acme's (no process advances one here: BULK_POLL_MS 0).
+  const operation = await (await h.client(url, 'acme', 'admin')).post('/runs/cancel', BULK_BODY);
+  expect(operation.status).toBe(202);
+  Object.assign(ids, { operationId: operation.body.id });
   Object.assign(ids, {
     runId: done.body.id, blockedRunId: b.id, stepKey: b.blocked.stepKey, runtimeId: h.runtime,
     waitingRunId: w.id, waitKey: w.waits[0].key, token: w.waits[0].token, globexToken: gw.waits[0].token,
@@ -76,6 +81,8 @@ function urlFor(path: string, scope: string, values: Record<string, string>): st
   });
 }
 
+const BULK_BODY = { filter: { sessionId: 'm-bulk', status: ['queued'] } };
+
 const SCHEDULE_BODY = { cron: '0 0 1 1 *', run: { sessionId: 'm1', input: { content: 'a schedule of the matrix' } } };
 
 /** A body the route would accept from its own scope. */
@@ -86,6 +93,8 @@ function bodyFor(method: string, path: string): unknown {
   if (path.includes('/waits/')) return { value: { approved: true } };
   if (path.endsWith('/drain') && method === 'POST') return { cancelQueued: true };
   if (path.endsWith('/schedules') && method === 'POST') return SCHEDULE_BODY;
+  if (path.endsWith('/runs/cancel')) return BULK_BODY;
+  if (path.endsWith('/runs/rerun')) return { filter: { sessionId: 'm-bulk', status: ['cancelled'] } };
   // A fork of the session into one of its own: on scope B, B's own session m1 has no turn.
   if (path.endsWith('/fork')) return { atTurn: 1, sessionId: 'm1-fork' };
   if (method === 'POST') return {};
@@ -104,7 +113,7 @@ describe('a key of scope B on scope A', () => {
     expect(before.length).toBeGreaterThan(5);
     const missing = {
       ...ids, runId: 'rdoesnotexist000000', blockedRunId: 'rdoesnotexist000001', waitingRunId: 'rdoesnotexist000002',
-      sessionId: 'nobody', runtimeId: 'nowhere', scheduleId: 'schdoesnotexist0',
+      sessionId: 'nobody', runtimeId: 'nowhere', scheduleId: 'schdoesnotexist0', operationId: 'opdoesnotexist0',
     };
     let checked = 0;
     for (const r of scoped) {
@@ -142,6 +151,7 @@ describe('a key of scope B on scope A', () => {
       }
       if (r.path.endsWith('/messages')) expect(res.body.messages, what).toEqual([]);
       if (r.path.includes('{scheduleId}')) expect(res.body.error?.code, what).toBe('SCHEDULE_NOT_FOUND');
+      if (r.path.includes('{operationId}')) expect(res.body.error?.code, what).toBe('OPERATION_NOT_FOUND');
       if (r.path.endsWith('/sessions/{sessionId}/fork')) expect(res.body.error?.code, what).toBe('TURN_NOT_FOUND');
       if (r.path.endsWith('/sessions/{sessionId}/stream-token')) {
         // globex's own session m1: its token opens nothing of acme's m1 (where acme's finished run is).

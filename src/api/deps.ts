@@ -20,6 +20,7 @@ import { WaitStore } from '../lib/engine/wait-store.ts';
 import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 import type { RateLimiter } from '../lib/engine/rate-limiter.ts';
 import { ScheduleStore } from '../lib/schedules/schedule-store.ts';
+import { BulkOperations } from '../lib/engine/bulk-operations.ts';
 
 /**
  * What the HTTP layer needs from the process that hosts it: the domain objects routes call
@@ -59,6 +60,8 @@ export interface AppDeps {
   waitTokens: WaitTokens;
   /** The scopes' cron schedules (their ticks are fired by every process's Scheduler). */
   schedules: ScheduleStore;
+  /** The scopes' bulk cancels and re-runs (advanced by every process's BulkWorker). */
+  operations: BulkOperations;
 }
 
 /**
@@ -103,6 +106,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     }),
     waits, waitTokens: res.waitTokens,
     schedules: new ScheduleStore(redis, keys, c),
+    operations: new BulkOperations(redis, keys, c),
     streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
     openStreams,
     admin: new RuntimeAdmin(redis, keys, transitions, registry),

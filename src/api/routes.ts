@@ -3,6 +3,7 @@ import { route, type RouteSpec } from './route.ts';
 import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { limitsRoutes } from './routes-limits.ts';
+import { operationRoutes } from './routes-operations.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { rateLimitRoutes } from './routes-rate-limits.ts';
 import { runRoutes } from './routes-runs.ts';
@@ -27,6 +28,7 @@ export const ROUTES: readonly RouteSpec[] = [
   ...uiRoutes(),
   ...whoamiRoutes,
   ...runRoutes,
+  ...operationRoutes,
   ...streamTokenRoutes,
   ...waitRoutes,
   ...artifactRoutes,

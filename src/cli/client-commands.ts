@@ -2,8 +2,9 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
   BatonApiError, BatonClient, type CreateScheduleRequest, type ScheduleView, type ScopeLimits, type ScopeLimitsView, type SubmitRequest,
-  type ForkRequest, type RerunRequest,
+  type ForkRequest, type OperationView, type RerunRequest, type RunFilter,
 } from '../lib/client/client.ts';
+import { PUBLIC_RUN_STATUSES, type PublicRunStatus } from '../lib/contract/runs.ts';
 import { LIMIT_FIELDS, type LimitField } from '../lib/contract/admin.ts';
 import { follow, type FollowOutput } from './follow.ts';
 
@@ -30,6 +31,14 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --from <stepKey>  keep the results of the steps before this one (default: run all again)
     --allow-non-idempotent   run its non-idempotent steps again (an admin key; else refused, naming them)
     --input <text>    another input      --tail   then follow it like \`tail\`
+  bulk cancel|rerun --status <s,s> --agent <name> --runtime <id> --session <id>
+             --concurrency-key <key> --created-before <iso> --created-after <iso>
+                    cancel or re-run every run the filter matches, in the background (an
+                    admin key; docs/run-operations.md); prints the operation id
+    --follow          then print its progress until it ends (exit 1 if any run failed)
+    --allow-non-idempotent   rerun: run non-idempotent steps again
+  bulk list | get <id> | stop <id>
+                    the scope's bulk operations, one with its progress, or stop one (admin)
   fork <sessionId> (--at-turn <n> | --at-run <runId>) [--to <sessionId>]
                     a new session holding a copy of the history up to that turn; prints its id
 
@@ -62,7 +71,7 @@ const COMMON = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits', 'schedules', 'rerun', 'fork'] as const;
+export const CLIENT_COMMANDS = ['submit', 'tail', 'resume', 'approve', 'decline', 'limits', 'schedules', 'rerun', 'fork', 'bulk'] as const;
 export type ClientCommand = (typeof CLIENT_COMMANDS)[number];
 
 export async function runClientCommand(command: ClientCommand, argv: string[]): Promise<number> {
@@ -73,6 +82,7 @@ export async function runClientCommand(command: ClientCommand, argv: string[]): 
     case 'schedules': return schedules(argv);
     case 'rerun': return rerun(argv);
     case 'fork': return fork(argv);
+    case 'bulk': return bulk(argv);
     default: return resumeWait(command, argv);
   }
 }
@@ -284,6 +294,78 @@ async function rerun(argv: string[]): Promise<number> {
   }
   console.error(`run ${run.id} (re-run of ${positionals[0]}, session ${run.sessionId})`);
   return follow(client, run.id, client.stream(run.id), STDIO);
+}
+
+/** `bulk cancel|rerun|list|get|stop`: act on every run a filter matches (docs/run-operations.md). */
+async function bulk(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      ...COMMON, json: { type: 'boolean' }, follow: { type: 'boolean' }, 'allow-non-idempotent': { type: 'boolean' },
+      status: { type: 'string' }, agent: { type: 'string' }, runtime: { type: 'string' }, session: { type: 'string' },
+      'concurrency-key': { type: 'string' }, 'created-before': { type: 'string' }, 'created-after': { type: 'string' },
+    },
+  });
+  if (values.help) return usage(0);
+  const [sub, ...rest] = positionals;
+  const client = clientFrom(values);
+  const one = (what: string) => {
+    if (rest.length !== 1) throw new UsageError(`bulk ${what} needs exactly one operation id`);
+    return rest[0]!;
+  };
+  let op: OperationView;
+  switch (sub) {
+    case 'cancel':
+    case 'rerun': {
+      if (rest.length) throw new UsageError(`bulk ${sub} takes flags only`);
+      const filter: RunFilter = {};
+      if (values.status !== undefined) {
+        const statuses = values.status.split(',');
+        const bad = statuses.find((st) => !(PUBLIC_RUN_STATUSES as readonly string[]).includes(st));
+        if (bad !== undefined) throw new UsageError(`--status: ${bad} is not one of ${PUBLIC_RUN_STATUSES.join(', ')}`);
+        filter.status = statuses as PublicRunStatus[];
+      }
+      if (values.agent !== undefined) filter.agent = values.agent;
+      if (values.runtime !== undefined) filter.runtime = values.runtime;
+      if (values.session !== undefined) filter.sessionId = values.session;
+      if (values['concurrency-key'] !== undefined) filter.concurrencyKey = values['concurrency-key'];
+      if (values['created-before'] !== undefined) filter.createdBefore = values['created-before'];
+      if (values['created-after'] !== undefined) filter.createdAfter = values['created-after'];
+      if (Object.keys(filter).length === 0) throw new UsageError(`bulk ${sub} needs at least one filter flag`);
+      op = sub === 'cancel'
+        ? await client.bulkCancel(filter)
+        : await client.bulkRerun(filter, values['allow-non-idempotent'] ? { allowNonIdempotent: true } : {});
+      break;
+    }
+    case 'list': {
+      if (rest.length) throw new UsageError('bulk list takes no argument');
+      const ops = await client.listOperations();
+      if (values.json) console.log(JSON.stringify({ operations: ops }));
+      else for (const o of ops) console.log(progressLine(o));
+      return 0;
+    }
+    case 'get': op = await client.getOperation(one('get')); break;
+    case 'stop': op = await client.cancelOperation(one('stop')); break;
+    default: throw new UsageError('bulk cancel, rerun, list, get or stop');
+  }
+  if (!values.follow) {
+    console.log(values.json ? JSON.stringify(op) : sub === 'cancel' || sub === 'rerun' ? op.id : progressLine(op));
+    return 0;
+  }
+  console.error(`operation ${op.id}`);
+  while (op.status === 'running') {
+    console.error(progressLine(op));
+    await new Promise((r) => setTimeout(r, 1000));
+    op = await client.getOperation(op.id);
+  }
+  console.log(values.json ? JSON.stringify(op) : progressLine(op));
+  return op.failed > 0 ? 1 : 0;
+}
+
+function progressLine(o: OperationView): string {
+  const last = o.lastError ? `; last refusal ${o.lastError.runId}: ${o.lastError.code}` : '';
+  return `${o.id}  ${o.kind}  ${o.status}  matched ${o.matched}  done ${o.done}  failed ${o.failed}${last}`;
 }
 
 /** `fork <sessionId>`: a new session with the history up to a turn (docs/sessions-and-memory.md). */

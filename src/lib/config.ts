@@ -297,6 +297,20 @@ export const configSchema = z.object({
    */
   SCHEDULES_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(100_000).default(100),
   /**
+   * BULK_RUNS_PER_SECOND: runs one scope's bulk operation (cancel or re-run by filter) acts on
+   * per second, whatever the number of processes. A cancel is one script of a few commands; 500
+   * a second is a small share of one Redis core, so other scopes' submits and claims keep their
+   * pace, and 2,000 runs take about four seconds.
+   */
+  BULK_RUNS_PER_SECOND: z.coerce.number().int().min(1).max(100_000).default(500),
+  /**
+   * BULK_OPERATIONS_MAX_PER_SCOPE: bulk operations one scope may have running (one more is 429
+   * TOO_MANY_OPERATIONS). A scope's operations run one after the other, oldest first.
+   */
+  BULK_OPERATIONS_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(1_000).default(5),
+  /** BULK_POLL_MS: how often every process looks for bulk operations to advance (0: this process advances none). */
+  BULK_POLL_MS: intMs(200),
+  /**
    * SCHEDULE_POLL_MS: how often every process looks for schedules whose tick is due (0: this
    * process fires none). A tick's run is made within about this long of its time; any process
    * may fire it, and the tick's idempotency key makes it one run however many try.

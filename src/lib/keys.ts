@@ -123,6 +123,12 @@ export interface ScopeKeys {
   schedules: string;
   /** The scope's active schedules by when a process should look at them next (zset: id -> ms). */
   schedulesDue: string;
+  /** A bulk operation of the scope (hash; src/lib/engine/bulk-operations.ts). */
+  operation(operationId: string): string;
+  /** The scope's bulk operations by creation time (zset), for listing. */
+  operations: string;
+  /** The scope's running bulk operations by creation time (zset): the oldest is worked on first. */
+  operationsActive: string;
 }
 
 export interface Keys {
@@ -132,6 +138,8 @@ export interface Keys {
   scopes: string;
   /** Set of scopes that ever had a schedule: the schedulers' work list. */
   scheduleScopes: string;
+  /** Set of scopes with a running bulk operation: the bulk workers' work list. */
+  operationScopes: string;
   /**
    * BullMQ prefix of a runtime's queues, one per agent (the queue's name is the agent's);
    * the braces keep a runtime's queues in one Cluster slot.
@@ -185,6 +193,7 @@ export function createKeys(prefix: string): Keys {
     prefix,
     scopes: `${prefix}:scopes`,
     scheduleScopes: `${prefix}:schedule-scopes`,
+    operationScopes: `${prefix}:operation-scopes`,
     cancelChannel: `${prefix}:cancel`,
     waitTokenSecret: `${prefix}:wait-token-secret`,
     workers: `${prefix}:workers`,
@@ -256,6 +265,9 @@ export function createKeys(prefix: string): Keys {
         schedule: (id) => `${base}schedule:${checked('schedule', id)}`,
         schedules: `${base}schedules`,
         schedulesDue: `${base}schedules:due`,
+        operation: (id) => `${base}operation:${checked('operation', id)}`,
+        operations: `${base}operations`,
+        operationsActive: `${base}operations:active`,
       };
       scopes.set(scope, built);
       return built;

@@ -19,6 +19,7 @@ import { parseRedisUrl } from './redis-url.ts';
 import { WorkerRegistry } from './tenancy/worker-registry.ts';
 import { submitLimit } from './tenancy/rate-limit.ts';
 import { Scheduler } from './schedules/scheduler.ts';
+import { BulkWorker } from './engine/bulk-operations.ts';
 
 /**
  * The composition root of one Baton process: its Redis connections, key builder, metrics
@@ -44,6 +45,8 @@ export interface Resources {
   readonly sweeper: Sweeper;
   /** Fires cron schedules' ticks (every process runs one; src/lib/schedules/scheduler.ts). */
   readonly scheduler: Scheduler;
+  /** Advances bulk operations (every process runs one; src/lib/engine/bulk-operations.ts). */
+  readonly bulk: BulkWorker;
   /** The scopes' fair shares of the workers' slots: worked out by one process at a time, read by all. */
   readonly fairShare: FairShare;
   /** Where input artifacts are kept (the Redis store unless the process was given another). */
@@ -128,6 +131,13 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     deadline: (scope, member, at) => sweeper.soon(scope, member, at),
   }, schemaGuard), submitLimit(c), log.child({ component: 'scheduler' }));
   scheduler.start();
+  // Bulk cancels and re-runs take the transitions and the submit every single one takes.
+  const bulk = new BulkWorker(redis, keys, c, new RunStore(redis, keys, c, transitions, {
+    submitted: (run) => metrics.runSubmitted(run),
+    cancelled: (run) => metrics.runFinished(run, 'cancelled'),
+    deadline: (scope, member, at) => sweeper.soon(scope, member, at),
+  }, schemaGuard), submitLimit(c), log.child({ component: 'bulk' }));
+  bulk.start();
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents);
@@ -143,12 +153,13 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   };
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, scheduler, fairShare, schemaGuard, artifacts,
-    waitTokens, registry, rateLimits, watchRuntime,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, scheduler, bulk, fairShare, schemaGuard,
+    artifacts, waitTokens, registry, rateLimits, watchRuntime,
     close() {
       closing ??= (async () => {
         await sweeper.stop();
         await scheduler.stop();
+        await bulk.stop();
         await fairShare?.stop();
         await dispatcher.close();
         await quit();

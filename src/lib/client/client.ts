@@ -5,9 +5,9 @@ import {
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './transport.ts';
-import type { ForkRequest, RerunRequest, SessionFork } from '../contract/index.ts';
+import type { ForkRequest, OperationList, OperationView, RerunRequest, RunFilter, SessionFork } from '../contract/index.ts';
 
-export type { ForkRequest, RerunRequest, SessionFork };
+export type { ForkRequest, OperationList, OperationView, RerunRequest, RunFilter, SessionFork };
 
 /**
  * Typed HTTP client for Baton's API, on Node's http module in Node and on fetch elsewhere
@@ -215,6 +215,34 @@ export class BatonClient {
   async deleteSchedule(scheduleId: string): Promise<void> {
     const res = await this.send(`${this.base}/schedules/${encodeURIComponent(scheduleId)}`, { method: 'DELETE', headers: this.headers });
     if (!ok(res)) throw await apiError(res);
+  }
+
+  /**
+   * Cancels every run the filter matches, in the background (an admin key): the answer is the
+   * operation, whose `matched`, `done` and `failed` getOperation() reads as it goes.
+   */
+  bulkCancel(filter: RunFilter): Promise<OperationView> {
+    return this.json('POST', '/runs/cancel', { filter });
+  }
+
+  /** Re-runs every ended run the filter matches, each once, in the background (an admin key). */
+  bulkRerun(filter: RunFilter, opts: { allowNonIdempotent?: boolean } = {}): Promise<OperationView> {
+    return this.json('POST', '/runs/rerun', { filter, ...opts });
+  }
+
+  /** A bulk operation and its progress. */
+  getOperation(operationId: string): Promise<OperationView> {
+    return this.json('GET', `/operations/${encodeURIComponent(operationId)}`);
+  }
+
+  /** The scope's bulk operations, newest first. */
+  async listOperations(): Promise<OperationView[]> {
+    return (await this.json<OperationList>('GET', '/operations')).operations;
+  }
+
+  /** Stops a bulk operation (an admin key): no batch starts after this. */
+  cancelOperation(operationId: string): Promise<OperationView> {
+    return this.json('POST', `/operations/${encodeURIComponent(operationId)}/cancel`, {});
   }
 
   /**

@@ -9,3 +9,4 @@ export * from './events.ts';
 export * from './errors.ts';
 export * from './admin.ts';
 export * from './schedules.ts';
+export * from './operations.ts';

@@ -1,0 +1,360 @@
+import { randomBytes } from 'node:crypto';
+import type { Config } from '../config.ts';
+import {
+  TERMINAL_STATUSES, type BulkRequest, type OperationKind, type OperationStatus, type OperationView, type RunFilter,
+} from '../contract/index.ts';
+import { BatonError } from '../errors.ts';
+import type { Keys } from '../keys.ts';
+import type { Logger } from '../logger.ts';
+import { redisNowMs, type Redis } from '../redis.ts';
+import type { RunStatus, ShownRun } from './record.ts';
+import { planRerun, rerunSubmit } from './reruns.ts';
+import { listRuns } from './run-listing.ts';
+import type { RunStore } from './store.ts';
+import type { SubmitLimit } from './transitions.ts';
+
+/**
+ * Bulk operations: cancel or re-run every run of a scope a filter matches, in the background.
+ *
+ * An operation is a hash under the scope's hash tag (`operation:<id>`): its kind, filter, status,
+ * counters (matched, done, failed), the listing cursor it has reached, and while a process
+ * works on a batch, that process's lease. `operations` lists a scope's operations by creation,
+ * `operations:active` its running ones; the global `operation-scopes` set names the scopes with
+ * one, so an idle poll is one SSCAN.
+ *
+ * Every process runs a BulkWorker, and none leads. A batch is taken in two steps:
+ * 1. claim (one script): the scope's oldest running operation, if no live lease holds it and
+ *    its pace allows, gets this process's lease token, and the claim answers its cursor.
+ * 2. act on the next runs of the listing from that cursor (the listing's own indexes: status,
+ *    agent, runtime or session, newest first), one at a time through the normal transition (a
+ *    cancel) or submit (a re-run), then commit (one script, fenced by the token): add the
+ *    counts, move the cursor, set when the next batch may start.
+ * A process killed in between leaves its lease to run out; the next process does the batch
+ * again from the same cursor. Both actions are safe to repeat: cancelling an ended run changes
+ * nothing (counted as done), and a re-run's idempotency key `bulk:<operation>:<run>` answers
+ * with the re-run made the first time. Only the commit counts, so each run is counted once.
+ *
+ * Pace: a scope's operations run one after another, oldest first, and each batch moves the
+ * operation's `notBefore` by its runs over BULK_RUNS_PER_SECOND, so one scope's bulk work
+ * is bounded however many processes advance it, and other scopes keep their share of Redis.
+ */
+
+/** Runs one batch acts on at most (fewer when BULK_RUNS_PER_SECOND is lower). */
+export const BULK_BATCH = 100;
+/** A batch's lease: past it, another process does the batch again. A batch of 100 takes well under a second. */
+const LEASE_MS = 10_000;
+/** How long an ended operation stays readable. */
+const RETENTION_MS = 7 * 24 * 3600_000;
+/** Refusals that are Redis's state or the scope's submit rate, not the run's: the batch stops and is taken again later. */
+const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED', 'RATE_LIMITED', 'SCHEMA_CHECKS_BUSY']);
+/** After a transient refusal the operation waits this long. */
+const BACKOFF_MS = 1_000;
+
+// KEYS: operation, operations, active. ARGV: id, fields (JSON), max active, now.
+const CREATE = `
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
+local fields = cjson.decode(ARGV[2])
+for k, v in pairs(fields) do redis.call('HSET', KEYS[1], k, v) end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+return 1`;
+
+// KEYS: operation, active. ARGV: id, token, now, lease ms. Answers the cursor, or false.
+const CLAIM = `
+local o = KEYS[1]
+local status = redis.call('HGET', o, 'status')
+if status ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) return false end
+local now = tonumber(ARGV[3])
+if tonumber(redis.call('HGET', o, 'leaseUntil') or '0') > now then return false end
+if tonumber(redis.call('HGET', o, 'notBefore') or '0') > now then return false end
+redis.call('HSET', o, 'lease', ARGV[2], 'leaseUntil', now + tonumber(ARGV[4]))
+return redis.call('HGET', o, 'cursor')`;
+
+// KEYS: operation, active. ARGV: id, token, now, matched, done, failed, cursor, finished ('1'), notBefore, lastError, retention ms.
+const COMMIT = `
+local o = KEYS[1]
+if redis.call('HGET', o, 'lease') ~= ARGV[2] then return 0 end
+redis.call('HDEL', o, 'lease', 'leaseUntil')
+redis.call('HINCRBY', o, 'matched', ARGV[4])
+redis.call('HINCRBY', o, 'done', ARGV[5])
+redis.call('HINCRBY', o, 'failed', ARGV[6])
+redis.call('HSET', o, 'cursor', ARGV[7], 'notBefore', ARGV[9])
+if ARGV[10] ~= '' then redis.call('HSET', o, 'lastError', ARGV[10]) end
+if ARGV[8] == '1' and redis.call('HGET', o, 'status') == 'running' then
+  redis.call('HSET', o, 'status', 'done', 'finishedAt', ARGV[3])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('PEXPIRE', o, ARGV[11])
+end
+return 1`;
+
+// KEYS: operation, active. ARGV: id, now, retention ms. 0: no such operation.
+const CANCEL = `
+local o = KEYS[1]
+if redis.call('EXISTS', o) == 0 then return 0 end
+if redis.call('HGET', o, 'status') == 'running' then
+  redis.call('HSET', o, 'status', 'cancelled', 'finishedAt', ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('PEXPIRE', o, ARGV[3])
+end
+return 1`;
+
+interface OperationRecord {
+  id: string;
+  scope: string;
+  kind: OperationKind;
+  status: OperationStatus;
+  filter: RunFilter;
+  allowNonIdempotent: boolean;
+  matched: number;
+  done: number;
+  failed: number;
+  createdAt: number;
+  /** Runs created at or after this are left out: createdBefore, or the operation's creation. */
+  before: number;
+  finishedAt?: number;
+  lastError?: { runId: string; code: string; message: string };
+}
+
+function parseOperation(h: Record<string, string>): OperationRecord | undefined {
+  if (!h.id) return undefined;
+  return {
+    id: h.id, scope: h.scope, kind: h.kind as OperationKind, status: h.status as OperationStatus,
+    filter: JSON.parse(h.filter) as RunFilter, allowNonIdempotent: h.allowNonIdempotent === '1',
+    matched: Number(h.matched ?? 0), done: Number(h.done ?? 0), failed: Number(h.failed ?? 0),
+    createdAt: Number(h.createdAt), before: Number(h.before),
+    ...(h.finishedAt ? { finishedAt: Number(h.finishedAt) } : {}),
+    ...(h.lastError ? { lastError: JSON.parse(h.lastError) as OperationRecord['lastError'] } : {}),
+  };
+}
+
+function present(rec: OperationRecord): OperationView {
+  return {
+    id: rec.id, scope: rec.scope, kind: rec.kind, status: rec.status, filter: rec.filter,
+    ...(rec.kind === 'rerun' ? { allowNonIdempotent: rec.allowNonIdempotent } : {}),
+    matched: rec.matched, done: rec.done, failed: rec.failed, createdAt: new Date(rec.createdAt).toISOString(),
+    ...(rec.finishedAt !== undefined ? { finishedAt: new Date(rec.finishedAt).toISOString() } : {}),
+    ...(rec.lastError ? { lastError: rec.lastError } : {}),
+  };
+}
+
+/** Operation ids sort by creation: `op<time36><hex12>`. */
+function newOperationId(): string {
+  return `op${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
+}
+
+/** What the API does with operations: make, read, list and stop them. */
+export class BulkOperations {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Pick<Config, 'BULK_OPERATIONS_MAX_PER_SCOPE'>,
+  ) {}
+
+  async create(scope: string, kind: OperationKind, body: BulkRequest): Promise<OperationView> {
+    const sk = this.keys.scope(scope);
+    const now = await redisNowMs(this.redis);
+    const id = newOperationId();
+    const filter = { ...body.filter };
+    // A re-run acts on ended runs only; the runs it makes are newer than the operation, so never its own.
+    if (kind === 'rerun' && !filter.status) filter.status = [...TERMINAL_STATUSES];
+    const before = filter.createdBefore ? Math.min(Date.parse(filter.createdBefore), now) : now;
+    const fields: Record<string, string> = {
+      id, scope, kind, status: 'running', filter: JSON.stringify(filter), allowNonIdempotent: body.allowNonIdempotent ? '1' : '0',
+      matched: '0', done: '0', failed: '0', createdAt: String(now), before: String(before),
+      // Newest first, strictly after this position: every run created before `before`.
+      cursor: `${before - 1}_~`,
+    };
+    const made = await this.redis.eval(
+      CREATE, 3, sk.operation(id), sk.operations, sk.operationsActive,
+      id, JSON.stringify(fields), this.config.BULK_OPERATIONS_MAX_PER_SCOPE, now,
+    );
+    if (!made) throw new BatonError('TOO_MANY_OPERATIONS');
+    await this.redis.sadd(this.keys.operationScopes, scope);
+    return present(parseOperation(fields)!);
+  }
+
+  async get(scope: string, id: string): Promise<OperationView> {
+    const rec = parseOperation(await this.redis.hgetall(this.keys.scope(scope).operation(id)));
+    if (!rec) throw new BatonError('OPERATION_NOT_FOUND');
+    return present(rec);
+  }
+
+  /** The scope's operations, newest first (ended ones while they are kept). */
+  async list(scope: string, limit = 50): Promise<OperationView[]> {
+    const sk = this.keys.scope(scope);
+    const ids = await this.redis.zrevrange(sk.operations, 0, limit - 1);
+    const pipe = this.redis.pipeline();
+    for (const id of ids) pipe.hgetall(sk.operation(id));
+    const rows = (await pipe.exec()) ?? [];
+    const out: OperationView[] = [];
+    const gone: string[] = [];
+    rows.forEach(([err, h], i) => {
+      if (err) throw err;
+      const rec = parseOperation(h as Record<string, string>);
+      if (rec) out.push(present(rec));
+      else gone.push(ids[i]);
+    });
+    if (gone.length) await this.redis.zrem(sk.operations, ...gone);
+    return out;
+  }
+
+  /** Stops a running operation: no batch starts after this (a batch under way still counts what it did). */
+  async cancel(scope: string, id: string): Promise<OperationView> {
+    const sk = this.keys.scope(scope);
+    const now = await redisNowMs(this.redis);
+    if (!await this.redis.eval(CANCEL, 2, sk.operation(id), sk.operationsActive, id, now, RETENTION_MS)) {
+      throw new BatonError('OPERATION_NOT_FOUND');
+    }
+    return this.get(scope, id);
+  }
+}
+
+/** What one batch did. */
+interface BatchResult {
+  matched: number;
+  done: number;
+  failed: number;
+  cursor: string;
+  finished: boolean;
+  /** Entries of the listing read (what the pace is charged for). */
+  read: number;
+  /** Stopped on a transient refusal: the rest of the batch later. */
+  stalled: boolean;
+  lastError?: OperationRecord['lastError'];
+}
+
+/** Advances the scopes' bulk operations; every API and worker process runs one. */
+export class BulkWorker {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private readonly token = randomBytes(8).toString('hex');
+  /** Batches this process committed (tests and logs). */
+  batches = 0;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Pick<Config, 'BULK_POLL_MS' | 'BULK_RUNS_PER_SECOND'>,
+    private readonly store: RunStore,
+    private readonly limit: SubmitLimit | undefined,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    if (this.config.BULK_POLL_MS === 0) return;
+    this.timer = setTimeout(() => this.loop(), Math.floor(Math.random() * this.config.BULK_POLL_MS));
+    this.timer.unref();
+  }
+
+  private loop(): void {
+    this.running = this.poll()
+      .catch((err) => this.log.warn({ err: (err as Error).message }, 'bulk operation poll failed'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.timer) {
+          this.timer = setTimeout(() => this.loop(), this.config.BULK_POLL_MS);
+          this.timer.unref();
+        }
+      });
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+
+  /** One pass: each scope with a running operation, its oldest one, one batch. */
+  async poll(): Promise<void> {
+    let cursor = '0';
+    do {
+      const [next, scopes] = await this.redis.sscan(this.keys.operationScopes, cursor, 'COUNT', 200);
+      cursor = next;
+      for (const scope of scopes) await this.advance(scope);
+    } while (cursor !== '0');
+  }
+
+  private async advance(scope: string): Promise<void> {
+    const sk = this.keys.scope(scope);
+    const [id] = await this.redis.zrange(sk.operationsActive, 0, 0);
+    if (id === undefined) {
+      // Leave the work list; an operation made meanwhile put the scope back (or is seen here).
+      await this.redis.srem(this.keys.operationScopes, scope);
+      if (await this.redis.zcard(sk.operationsActive) > 0) await this.redis.sadd(this.keys.operationScopes, scope);
+      return;
+    }
+    const now = await redisNowMs(this.redis);
+    const cursor = await this.redis.eval(CLAIM, 2, sk.operation(id), sk.operationsActive, id, this.token, now, LEASE_MS) as string | null;
+    if (cursor === null) return;
+    const rec = parseOperation(await this.redis.hgetall(sk.operation(id)));
+    if (!rec) return;
+    const r = await this.batch(rec, cursor);
+    const paced = Math.ceil((r.read * 1000) / this.config.BULK_RUNS_PER_SECOND);
+    const notBefore = (await redisNowMs(this.redis)) + (r.stalled ? BACKOFF_MS : paced);
+    const committed = await this.redis.eval(
+      COMMIT, 2, sk.operation(id), sk.operationsActive, id, this.token, now, r.matched, r.done, r.failed, r.cursor,
+      r.finished ? '1' : '', notBefore, r.lastError ? JSON.stringify(r.lastError) : '', RETENTION_MS,
+    );
+    if (committed) this.batches++;
+  }
+
+  /** The next runs of the operation's listing from `cursor`, each acted on. */
+  private async batch(rec: OperationRecord, cursor: string): Promise<BatchResult> {
+    const f = rec.filter;
+    const size = Math.min(BULK_BATCH, this.config.BULK_RUNS_PER_SECOND);
+    // A run shows `queued` while it is queued or dispatched (handed to its worker queue, not claimed).
+    const status = f.status?.flatMap((st): RunStatus[] => (st === 'queued' ? ['queued', 'dispatched'] : [st]));
+    const page = await listRuns(this.redis, this.keys, rec.scope, {
+      status, agent: f.agent, runtime: f.runtime, sessionId: f.sessionId, limit: size, cursor,
+    });
+    const after = f.createdAfter ? Date.parse(f.createdAfter) : -Infinity;
+    const r: BatchResult = { matched: 0, done: 0, failed: 0, cursor, finished: page.nextCursor === null, read: 0, stalled: false };
+    for (const run of page.runs) {
+      // Newest first: the first run older than createdAfter ends the walk.
+      if (run.createdAt < after) {
+        r.finished = true;
+        break;
+      }
+      r.read++;
+      if (f.concurrencyKey === undefined || run.concurrencyKey === f.concurrencyKey) {
+        const outcome = await this.act(rec, run);
+        if (outcome === 'transient') {
+          r.read--;
+          r.stalled = true;
+          r.finished = false;
+          break;
+        }
+        r.matched++;
+        if (outcome === 'done') r.done++;
+        else {
+          r.failed++;
+          r.lastError = { runId: run.id, ...outcome };
+        }
+      }
+      r.cursor = `${run.createdAt}_${run.id}`;
+    }
+    return r;
+  }
+
+  /** One run: cancelled, or re-run. */
+  private async act(rec: OperationRecord, run: ShownRun): Promise<'done' | 'transient' | { code: string; message: string }> {
+    try {
+      if (rec.kind === 'cancel') {
+        // An ended run has nothing to cancel: it is as the operation wants it.
+        await this.store.cancel(rec.scope, run.id);
+        return 'done';
+      }
+      const full = await this.store.get(rec.scope, run.id);
+      if (!full) throw new BatonError('RUN_NOT_FOUND');
+      const plan = planRerun(full, await this.store.stepOrder(rec.scope, run.id), { allowNonIdempotent: rec.allowNonIdempotent });
+      await this.store.create(rerunSubmit(rec.scope, full, { idempotencyKey: `bulk:${rec.id}:${run.id}` }), { limit: this.limit, rerun: plan });
+      return 'done';
+    } catch (err) {
+      if (!(err instanceof BatonError) || TRANSIENT.has(err.code)) {
+        this.log.warn({ scope: rec.scope, operationId: rec.id, runId: run.id, err: (err as Error).message }, 'bulk operation paused on a transient error');
+        return 'transient';
+      }
+      return { code: err.code, message: err.details?.[0]?.message ?? err.message };
+    }
+  }
+}
