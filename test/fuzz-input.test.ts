@@ -36,7 +36,7 @@ beforeAll(async () => {
   // No fair-share pass either: its lock key comes and goes every interval, written by no request.
   h = await useHarness({
     SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192', RATE_LIMITS: 'fuzz:bucket=rpm:10',
-    SCHEDULE_POLL_MS: '0',
+    SCHEDULE_POLL_MS: '0', BULK_POLL_MS: '0',
   });
   const api = await h.startApi();
   const u = new URL(api.url);
@@ -437,6 +437,63 @@ describe('generated limit bodies from an operator key', () => {
       { numRuns: Math.min(RUNS, 200), endOnFailure: true },
     );
     console.log(`generated limit bodies: ${accepted} stored, ${refused} refused`);
+    expect(accepted).toBeGreaterThan(0);
+    expect(refused).toBeGreaterThan(0);
+  });
+});
+
+/** Mostly one of `good`, sometimes one of `bad`. */
+const mostlyOf = <T, U>(good: T[], bad: U[]) => mostly(fc.constantFrom(...good), fc.constantFrom(...bad), 6);
+
+/** POST …/runs/cancel and …/runs/rerun bodies: filters mostly whole, some empty, of unknown fields or bad values. */
+const bulkBody = fc.record({
+  filter: fc.oneof(
+    { weight: 6, arbitrary: fc.record({
+      status: mostlyOf([['failed'], ['cancelled', 'failed'], ['queued'], ['succeeded']], [[], ['dispatched'], ['nope'], 'queued', null]),
+      agent: mostlyOf(['echo', 'triage'], ['', '{x}', 'a'.repeat(200)]),
+      runtime: mostlyOf(['default', 'rt-1'], ['../x']),
+      sessionId: mostlyOf(['fz', 's-1'], [' ']),
+      concurrencyKey: mostlyOf(['user:1', 'k'], ['', 'no spaces allowed']),
+      createdBefore: mostlyOf(['2026-01-01T00:00:00Z', '2030-12-31T23:59:59.999+02:00'], ['yesterday', '2026-13-01T00:00:00Z', 0]),
+      createdAfter: mostlyOf(['2020-01-01T00:00:00Z'], ['now', '']),
+    }, { requiredKeys: [] }) },
+    { weight: 1, arbitrary: fc.constantFrom({}, null, [], 'all', { agent: 'echo', agentt: 'echo' }) },
+  ),
+  allowNonIdempotent: mostlyOf([true, false], ['yes']),
+}, { requiredKeys: ['filter'] });
+
+describe('generated bulk bodies from an admin key', () => {
+  it('make a running operation, or are refused 400 VALIDATION_FAILED naming a body field, and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    let refused = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom('cancel', 'rerun'), bulkBody, async (kind, body) => {
+        const text = JSON.stringify(body);
+        const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) };
+        const res = await send('POST', `/v1/scopes/acme/runs/${kind}`, headers, text);
+        const what = `${kind} ${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 202) {
+          accepted++;
+          const made = JSON.parse(res.text) as { id: string; status: string; kind: string };
+          expect(made, what).toMatchObject({ status: 'running', kind });
+          // Stopped again, so the scope never reaches its cap of running operations.
+          const stop = await send('POST', `/v1/scopes/acme/operations/${made.id}/cancel`, { ...headers, 'content-length': '2' }, '{}');
+          expect(stop.status, what).toBe(200);
+          baseline = await snapshot();
+          return;
+        }
+        refused++;
+        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
+        expect(error.code, what).toBe('VALIDATION_FAILED');
+        expect(error.details.length, what).toBeGreaterThan(0);
+        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`bulk bodies: ${accepted} accepted, ${refused} refused`);
     expect(accepted).toBeGreaterThan(0);
     expect(refused).toBeGreaterThan(0);
   });
