@@ -164,6 +164,34 @@ describe('bulk cancel', () => {
   });
 });
 
+describe('a process killed mid-batch', () => {
+  it('leaves its lease to run out; another process does the batch again, and each run is counted once', async () => {
+    const f = await h.client(apiUrl, 'bulk-f');
+    await queueRuns(f, 150, 'f');
+    // An operation as a process that claimed its first batch and died would leave it: a lease
+    // held by a token no process has, running out in a second, and no count yet.
+    const sk = h.keys.scope('bulk-f');
+    const [sec, micro] = await h.redis.time();
+    const now = Number(sec) * 1000 + Math.floor(Number(micro) / 1000);
+    const id = 'opkilledmidbatch';
+    await h.redis.hset(sk.operation(id), {
+      id, scope: 'bulk-f', kind: 'cancel', status: 'running', filter: JSON.stringify({ runtime: idle }), allowNonIdempotent: '0',
+      matched: '0', done: '0', failed: '0', createdAt: String(now), before: String(now + 1), cursor: `${now}_~`,
+      lease: 'a-dead-process', leaseUntil: String(now + 1000),
+    });
+    await h.redis.zadd(sk.operations, now, id);
+    await h.redis.zadd(sk.operationsActive, now, id);
+    await h.redis.sadd(h.keys.operationScopes, 'bulk-f');
+    const op = await waitFor(async () => {
+      const got = (await f.get(`/operations/${id}`)).body;
+      return got.status === 'done' ? got : undefined;
+    }, 20_000, 'the operation after the lease ran out');
+    expect(op).toMatchObject({ matched: 150, done: 150, failed: 0 });
+    expect(await statusCount('bulk-f', 'cancelled')).toBe(150);
+    expect(await statusCount('bulk-f', 'queued')).toBe(0);
+  }, 60_000);
+});
+
 describe('bulk re-run', () => {
   it('re-runs each matching ended run once, even when a batch is done again', async () => {
     const d = await h.client(apiUrl, 'bulk-d');
