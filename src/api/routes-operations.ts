@@ -35,6 +35,9 @@ const bulkBody = (kind: OperationKind) => z.strictObject({
   if (kind === 'rerun' && b.filter.status?.some((s) => !ended.includes(s))) {
     ctx.addIssue({ code: 'custom', path: ['filter', 'status'], message: `a re-run acts on ended runs: ${TERMINAL_STATUSES.join(', ')}` });
   }
+  if (kind === 'cancel' && b.filter.status?.some((s) => ended.includes(s))) {
+    ctx.addIssue({ code: 'custom', path: ['filter', 'status'], message: `a cancel acts on runs that have not ended: not ${TERMINAL_STATUSES.join(', ')}` });
+  }
 });
 
 const operationResponse = z.object({

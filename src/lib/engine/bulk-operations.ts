@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { Config } from '../config.ts';
 import {
-  TERMINAL_STATUSES, type BulkRequest, type OperationKind, type OperationStatus, type OperationView, type RunFilter,
+  PUBLIC_RUN_STATUSES, TERMINAL_STATUSES, type BulkRequest, type PublicRunStatus,
+  type OperationKind, type OperationStatus, type OperationView, type RunFilter,
 } from '../contract/index.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
@@ -47,6 +48,8 @@ const LEASE_MS = 10_000;
 const RETENTION_MS = 7 * 24 * 3600_000;
 /** Refusals that are Redis's state or the scope's submit rate, not the run's: the batch stops and is taken again later. */
 const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED', 'RATE_LIMITED', 'SCHEMA_CHECKS_BUSY']);
+/** The statuses (as runs show them) of runs that have not ended: what a cancel's filter means without a status. */
+const UNENDED: PublicRunStatus[] = PUBLIC_RUN_STATUSES.filter((st) => !(TERMINAL_STATUSES as readonly string[]).includes(st));
 /** After a transient refusal the operation waits this long. */
 const BACKOFF_MS = 1_000;
 
@@ -155,8 +158,9 @@ export class BulkOperations {
     const now = await redisNowMs(this.redis);
     const id = newOperationId();
     const filter = { ...body.filter };
-    // A re-run acts on ended runs only; the runs it makes are newer than the operation, so never its own.
-    if (kind === 'rerun' && !filter.status) filter.status = [...TERMINAL_STATUSES];
+    // A re-run acts on ended runs only (the runs it makes are newer than the operation, so never
+    // its own); a cancel on the others, found through their status indexes, not every run's.
+    if (!filter.status) filter.status = kind === 'rerun' ? [...TERMINAL_STATUSES] : UNENDED;
     const before = filter.createdBefore ? Math.min(Date.parse(filter.createdBefore), now) : now;
     const fields: Record<string, string> = {
       id, scope, kind, status: 'running', filter: JSON.stringify(filter), allowNonIdempotent: body.allowNonIdempotent ? '1' : '0',
