@@ -7,6 +7,7 @@ import {
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
+import { PollLoop } from '../poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { RunStatus, ShownRun } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
@@ -229,8 +230,7 @@ interface BatchResult {
 
 /** Advances the scopes' bulk operations; every API and worker process runs one. */
 export class BulkWorker {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
+  private readonly loop: PollLoop;
   private readonly token = randomBytes(8).toString('hex');
   /** Batches this process committed (tests and logs). */
   batches = 0;
@@ -242,30 +242,16 @@ export class BulkWorker {
     private readonly store: RunStore,
     private readonly limit: SubmitLimit | undefined,
     private readonly log: Logger,
-  ) {}
-
-  start(): void {
-    if (this.config.BULK_POLL_MS === 0) return;
-    this.timer = setTimeout(() => this.loop(), Math.floor(Math.random() * this.config.BULK_POLL_MS));
-    this.timer.unref();
+  ) {
+    this.loop = new PollLoop(config.BULK_POLL_MS, () => this.poll(), log, 'bulk operation poll');
   }
 
-  private loop(): void {
-    this.running = this.poll()
-      .catch((err) => this.log.warn({ err: (err as Error).message }, 'bulk operation poll failed'))
-      .finally(() => {
-        this.running = undefined;
-        if (this.timer) {
-          this.timer = setTimeout(() => this.loop(), this.config.BULK_POLL_MS);
-          this.timer.unref();
-        }
-      });
+  start(): void {
+    this.loop.start();
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    await this.running;
+    await this.loop.stop();
   }
 
   /** One pass: each scope with a running operation, its oldest one, one batch. */

@@ -2,6 +2,7 @@ import type { Config } from '../config.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
+import { PollLoop } from '../poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { RunStore, SubmitRequest } from '../engine/store.ts';
 import type { SubmitLimit } from '../engine/transitions.ts';
@@ -82,8 +83,7 @@ export function tickKey(scheduleId: string, tick: number): string {
  * `catchUpOne` the latest of them; the ticks after them fire as usual.
  */
 export class Scheduler {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
+  private readonly loop: PollLoop;
   private readonly crons = new Map<string, CompiledCron>();
   /** Ticks this process made runs of (tests and logs). */
   fired = 0;
@@ -95,30 +95,16 @@ export class Scheduler {
     private readonly store: RunStore,
     private readonly limit: SubmitLimit | undefined,
     private readonly log: Logger,
-  ) {}
-
-  start(): void {
-    if (this.config.SCHEDULE_POLL_MS === 0) return;
-    this.timer = setTimeout(() => this.loop(), Math.floor(Math.random() * this.config.SCHEDULE_POLL_MS));
-    this.timer.unref();
+  ) {
+    this.loop = new PollLoop(config.SCHEDULE_POLL_MS, () => this.poll(), log, 'schedule poll');
   }
 
-  private loop(): void {
-    this.running = this.poll()
-      .catch((err) => this.log.warn({ err: (err as Error).message }, 'schedule poll failed'))
-      .finally(() => {
-        this.running = undefined;
-        if (this.timer) {
-          this.timer = setTimeout(() => this.loop(), this.config.SCHEDULE_POLL_MS);
-          this.timer.unref();
-        }
-      });
+  start(): void {
+    this.loop.start();
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    await this.running;
+    await this.loop.stop();
   }
 
   /** One pass: every scope with schedules, its schedules due at Redis's now. */
