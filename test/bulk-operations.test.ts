@@ -1,8 +1,7 @@
-import { spawn } from 'node:child_process';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../src/client.ts';
-import { BIN, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
-import { track } from './helpers/resources.ts';
+import { runBaton, type CliResult } from './helpers/cli.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
  * Bulk operations (src/lib/engine/bulk-operations.ts): cancel or re-run every run a filter
@@ -261,14 +260,6 @@ describe('the client and the CLI', () => {
 });
 
 /** Runs `baton <args>` against this file's API as scope bulk-e's admin; resolves with its exit code and output. */
-async function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const env = { PATH: process.env.PATH ?? '', BATON_URL: apiUrl, BATON_API_KEY: await h.key('bulk-e', 'admin'), BATON_SCOPE: 'bulk-e' };
-  const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  track(child, async () => { if (child.exitCode === null) child.kill('SIGKILL'); });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b) => { stdout += b; });
-  child.stderr.on('data', (b) => { stderr += b; });
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  return { code, stdout, stderr };
+async function runCli(args: string[]): Promise<CliResult> {
+  return runBaton(args, { BATON_URL: apiUrl, BATON_API_KEY: await h.key('bulk-e', 'admin'), BATON_SCOPE: 'bulk-e' });
 }

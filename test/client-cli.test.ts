@@ -1,10 +1,9 @@
-import { spawn } from 'node:child_process';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { follow, type Sink } from '../src/cli/follow.ts';
 import { BatonClient } from '../src/client.ts';
 import { defineAgent, TransientError } from '../src/index.ts';
-import { BIN, useHarness, waitFor, type Harness } from './helpers/harness.ts';
-import { track } from './helpers/resources.ts';
+import { runBaton } from './helpers/cli.ts';
+import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /** Streams a draft and fails on its first attempt; streams the final answer on the second. */
 const redo = defineAgent({
@@ -49,19 +48,7 @@ beforeAll(async () => {
   key = await h.key('acme', 'client');
 });
 
-/** Runs `baton <args>` with the client environment; resolves with its exit code and output. */
-function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [BIN, ...args], {
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  track(child, async () => { if (child.exitCode === null) child.kill('SIGKILL'); });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b) => { stdout += b; });
-  child.stderr.on('data', (b) => { stderr += b; });
-  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
-}
+const runCli = runBaton;
 
 describe('baton submit / baton tail', () => {
   it('submit --tail prints the tokens then the final status; tail replays a finished run', async () => {

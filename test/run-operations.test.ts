@@ -1,11 +1,11 @@
-import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { PermanentError } from '../src/lib/sdk/errors.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { BatonClient } from '../src/client.ts';
-import { BIN, useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { runBaton, type CliResult } from './helpers/cli.ts';
+import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 
 /**
@@ -174,15 +174,8 @@ describe('fork a session', () => {
 });
 
 /** Runs `baton <args>` against this file's API as scope acme; resolves with its exit code and output. */
-async function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const env = { PATH: process.env.PATH ?? '', BATON_URL: apiUrl, BATON_API_KEY: await h.key('acme', 'client'), BATON_SCOPE: 'acme' };
-  const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  track(child, async () => { if (child.exitCode === null) child.kill('SIGKILL'); });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b) => { stdout += b; });
-  child.stderr.on('data', (b) => { stderr += b; });
-  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+async function runCli(args: string[]): Promise<CliResult> {
+  return runBaton(args, { BATON_URL: apiUrl, BATON_API_KEY: await h.key('acme', 'client'), BATON_SCOPE: 'acme' });
 }
 
 describe('the client and the CLI', () => {

@@ -1,8 +1,7 @@
-import { spawn } from 'node:child_process';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BatonApiError, BatonClient } from '../src/client.ts';
-import { BIN, useHarness, waitFor, type Harness } from './helpers/harness.ts';
-import { track } from './helpers/resources.ts';
+import { runBaton } from './helpers/cli.ts';
+import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /**
  * Cron schedules through the API (src/lib/schedules; docs/schedules.md): validation, the
@@ -121,16 +120,7 @@ describe('schedules', () => {
   });
 });
 
-/** Runs `baton <args>` with the client environment; resolves with its exit code and output. */
-function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [BIN, ...args], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  track(child, async () => { if (child.exitCode === null) child.kill('SIGKILL'); });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b) => { stdout += b; });
-  child.stderr.on('data', (b) => { stderr += b; });
-  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
-}
+const runCli = runBaton;
 
 describe('schedules from the client and the CLI', () => {
   it('the client makes, reads, pauses, resumes and deletes one, and a client key may read but not make', async () => {
