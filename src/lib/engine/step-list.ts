@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { Keys } from '../keys.ts';
+import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Step } from '../contract/runs.ts';
 
 /** A memoized step as read from the run's steps hash (times in epoch ms; the API shows them as ISO). */
@@ -33,20 +33,9 @@ export async function readStepsPage(
   redis: Redis, keys: Keys, scope: string, runId: string, o: StepsPageOptions,
 ): Promise<{ steps: StepView[]; nextCursor: string | null } | undefined> {
   const sk = keys.scope(scope);
-  // One MULTI (both keys share the scope's slot), so the steps belong to the run that exists.
-  const replies = await redis.multi().exists(sk.run(runId)).hkeys(sk.steps(runId)).exec();
-  for (const [err] of replies ?? []) if (err) throw err;
-  if (Number(replies?.[0]?.[1]) === 0) return undefined;
-  const fields = (replies?.[1]?.[1] ?? []) as string[];
-  const sizes = new Map<string, number>();
-  if (fields.length) {
-    const pipe = redis.pipeline();
-    for (const f of fields) pipe.hstrlen(sk.steps(runId), f);
-    ((await pipe.exec()) ?? []).forEach(([err, n], i) => {
-      if (err) throw err;
-      sizes.set(fields[i], n as number);
-    });
-  }
+  const measured = await stepFields(redis, sk, runId);
+  if (!measured) return undefined;
+  const { fields, sizes } = measured;
   const total = fields.reduce((n, f) => n + sizes.get(f)!, 0);
   const keepValues = total <= o.maxBytes;
   const read = new StepReader();
@@ -75,18 +64,14 @@ export async function readStepsPage(
   return { steps: page, nextCursor: to < ordered.length ? String(to) : null };
 }
 
-/** A step as a re-run plans with it: its place in the run, whether it ended, whether it was declared non-idempotent. */
-export interface StepMark { key: string; done: boolean; nonIdempotent: boolean }
-
 /**
- * Every step of a run in the order they started, without values (read in groups of at most
- * `maxBytes`, as readStepsPage reads them); undefined when the run does not exist. A step
- * with a start marker (`<key>#started`) was declared non-idempotent: only those get one.
+ * A run's step fields and each one's size in bytes (HSTRLEN reads no value); undefined when the
+ * run does not exist. One MULTI (both keys share the scope's slot), so the steps belong to the
+ * run that exists.
  */
-export async function readStepOrder(
-  redis: Redis, keys: Keys, scope: string, runId: string, maxBytes: number,
-): Promise<StepMark[] | undefined> {
-  const sk = keys.scope(scope);
+async function stepFields(
+  redis: Redis, sk: ScopeKeys, runId: string,
+): Promise<{ fields: string[]; sizes: Map<string, number> } | undefined> {
   const replies = await redis.multi().exists(sk.run(runId)).hkeys(sk.steps(runId)).exec();
   for (const [err] of replies ?? []) if (err) throw err;
   if (Number(replies?.[0]?.[1]) === 0) return undefined;
@@ -100,6 +85,24 @@ export async function readStepOrder(
       sizes.set(fields[i], n as number);
     });
   }
+  return { fields, sizes };
+}
+
+/** A step as a re-run plans with it: its place in the run, whether it ended, whether it was declared non-idempotent. */
+export interface StepMark { key: string; done: boolean; nonIdempotent: boolean }
+
+/**
+ * Every step of a run in the order they started, without values (read in groups of at most
+ * `maxBytes`, as readStepsPage reads them); undefined when the run does not exist. A step
+ * with a start marker (`<key>#started`) was declared non-idempotent: only those get one.
+ */
+export async function readStepOrder(
+  redis: Redis, keys: Keys, scope: string, runId: string, maxBytes: number,
+): Promise<StepMark[] | undefined> {
+  const sk = keys.scope(scope);
+  const measured = await stepFields(redis, sk, runId);
+  if (!measured) return undefined;
+  const { fields, sizes } = measured;
   const read = new StepReader();
   for (const group of groups(fields, sizes, maxBytes)) {
     const values = await redis.hmget(sk.steps(runId), ...group);
