@@ -428,10 +428,7 @@ describe('generated limit bodies from an operator key', () => {
           return;
         }
         refused++;
-        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
-        expect(error.code, what).toBe('VALIDATION_FAILED');
-        expect(error.details.length, what).toBeGreaterThan(0);
-        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectBodyRefusal(res.text, what);
         expectUnchanged(await snapshot(), baseline, what);
       }),
       { numRuns: Math.min(RUNS, 200), endOnFailure: true },
@@ -441,6 +438,14 @@ describe('generated limit bodies from an operator key', () => {
     expect(refused).toBeGreaterThan(0);
   });
 });
+
+/** A generated body's refusal: 400 VALIDATION_FAILED naming at least one field, each of the body. */
+function expectBodyRefusal(text: string, what: string): void {
+  const error = (JSON.parse(text) as { error: { code: string; details: { path: string }[] } }).error;
+  expect(error.code, what).toBe('VALIDATION_FAILED');
+  expect(error.details.length, what).toBeGreaterThan(0);
+  for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+}
 
 /** Mostly one of `good`, sometimes one of `bad`. */
 const mostlyOf = <T, U>(good: T[], bad: U[]) => mostly(fc.constantFrom(...good), fc.constantFrom(...bad), 6);
@@ -485,10 +490,7 @@ describe('generated bulk bodies from an admin key', () => {
           return;
         }
         refused++;
-        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
-        expect(error.code, what).toBe('VALIDATION_FAILED');
-        expect(error.details.length, what).toBeGreaterThan(0);
-        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectBodyRefusal(res.text, what);
         expectUnchanged(await snapshot(), baseline, what);
       }),
       { numRuns: Math.min(RUNS, 200), endOnFailure: true },
@@ -547,10 +549,7 @@ describe('generated schedule bodies from an admin key', () => {
           return;
         }
         refused++;
-        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
-        expect(error.code, what).toBe('VALIDATION_FAILED');
-        expect(error.details.length, what).toBeGreaterThan(0);
-        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectBodyRefusal(res.text, what);
         expectUnchanged(await snapshot(), baseline, what);
       }),
       { numRuns: Math.min(RUNS, 200), endOnFailure: true },
@@ -594,10 +593,7 @@ describe('generated pause bodies from an operator key', () => {
           return;
         }
         refused++;
-        const error = (JSON.parse(res.text) as { error: { code: string; details: { path: string }[] } }).error;
-        expect(error.code, what).toBe('VALIDATION_FAILED');
-        expect(error.details.length, what).toBeGreaterThan(0);
-        for (const d of error.details) expect(d.path, what).toMatch(/^body(\.|$)/);
+        expectBodyRefusal(res.text, what);
         expectUnchanged(await snapshot(), baseline, what);
       }),
       { numRuns: Math.min(RUNS, 200), endOnFailure: true },
