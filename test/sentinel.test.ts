@@ -219,7 +219,13 @@ async function failoverRound(h: Harness, s: SentinelSetup, client: BatonClient, 
       else if (isTerminal(run.status)) final.set(id, run);
     }
     return final.size === accepted.length;
-  }, 60_000, 'every accepted run to end');
+  }, 60_000, 'every accepted run to end').catch(async (err: Error) => {
+    // Which runs did not end, and where they stand, for the investigation.
+    const open = await Promise.all(accepted.filter((id) => !final.has(id)).map((id) => client.get(id).then(
+      (r) => `${id} ${r.status} attempt ${r.attempt}`, (e: Error) => `${id} ${e.message}`,
+    )));
+    throw new Error(`${err.message}; round ${round}, not ended: ${open.join('; ')}`);
+  });
   const lost = accepted.filter((id) => final.get(id) === undefined);
   const lostAfterFailover = submitter.accepted.filter((a) => a.at > promotedAt && lost.includes(a.id));
   expect(lostAfterFailover, 'runs accepted by the new primary are all there').toEqual([]);
