@@ -56,13 +56,18 @@ function rssOf(pid: number): number {
   return Number(kb) * 1024;
 }
 
-/** Connections the API holds open on its port (its side of each, ESTABLISHED), from /proc/net/tcp. */
-function establishedOn(port: number): number {
-  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+/**
+ * Connections the API holds open on its port (its side of each, ESTABLISHED), from /proc/net/tcp;
+ * with `from`, only those of these client sockets (a client of another test file that reconnects
+ * to a port its own API once had may land on this one).
+ */
+function establishedOn(port: number, from?: readonly Socket[]): number {
+  const hex = (n: number) => `:${n.toString(16).toUpperCase().padStart(4, '0')}`;
+  const peers = from && new Set(from.map((s) => s.localPort).filter((p) => p !== undefined).map(hex));
   return readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)
     .filter((line) => {
-      const [, local, , state] = line.trim().split(/\s+/);
-      return local?.endsWith(`:${hex}`) && state === '01';
+      const [, local, remote, state] = line.trim().split(/\s+/);
+      return local?.endsWith(hex(port)) && state === '01' && (!peers || peers.has(remote.slice(remote.indexOf(':'))));
     }).length;
 }
 
@@ -116,7 +121,7 @@ describe('readers that never read', () => {
       try {
         // Every one of them is an open stream until its connection closes.
         await waitFor(async () => (await sseGauge(port)) === 300, 30_000, 'baton_sse_clients to count all 300 streams');
-        expect(establishedOn(port)).toBe(300);
+        expect(establishedOn(port, sockets)).toBe(300);
         // All 300 stalled, their kernel buffers full: what the API holds for them.
         await sleep(1_000);
         heldStalled = await heldAfterGc(api);
@@ -126,7 +131,7 @@ describe('readers that never read', () => {
         let last = '';
         await waitFor(async () => {
           const gauge = await sseGauge(port);
-          const established = establishedOn(port);
+          const established = establishedOn(port, sockets);
           last = `gauge ${gauge}, established ${established}, closed on the client side ${closed}`;
           return gauge === 0 && established === 0;
         }, 120_000, 'every stalled stream to be cut').catch((err) => { throw new Error(`${(err as Error).message}; ${last}`); });
