@@ -58,7 +58,11 @@ beforeAll(async () => {
   // Leases of 5 s (the harness's are 2), as in upgrade.test.ts: a loaded machine that stalls a
   // worker for a moment must not have its runs taken over before the test stops it. A grace of
   // 1 s: the steady load's runs (half a second) mostly end within it, held `mid-answer` runs never do.
-  h = await useHarness({ LEASE_MS: '5000', SHUTDOWN_GRACE_MS: '1000' });
+  // The scope's slots well above the load's: the `mid-answer` runs fed before a stop that a
+  // hanging worker of the other release claims keep their slot until that worker stops, and at
+  // the default 8 (MAX_ACTIVE_PER_SCOPE) eight of them would park the sessions' turns behind
+  // them for good (CI once saw a turn wait there a minute).
+  h = await useHarness({ LEASE_MS: '5000', SHUTDOWN_GRACE_MS: '1000', MAX_ACTIVE_PER_SCOPE: '256' });
   console.log(`upgrade soak from release ${release.version} (${release.sha.slice(0, 7)}, dependencies ${old.dependencies})`);
 // An `npm ci` when the lock files differ takes longer than a hook's usual minute.
 }, 300_000);
@@ -149,7 +153,7 @@ class Load {
   readonly held: { worker: Worker; runs: Turn[] }[] = [];
   private readonly holdSessions: Turn[][] = [];
   /** The `mid-answer` turns, in the order they were fed. */
-  private readonly holds: Turn[] = [];
+  readonly holds: Turn[] = [];
   private readonly loops: Promise<void>[] = [];
   private stopping = false;
   /** Where the fleet is, for the messages of a failure. */
@@ -205,8 +209,15 @@ class Load {
   /** Waits until `t` is terminal (any terminal status: the checks say which it must be). */
   async ended(t: Turn): Promise<void> {
     await waitFor(async () => TERMINAL.has(await this.status(t)), 60_000, `${t.runId} (${t.key}) to end`).catch(async (err: Error) => {
-      const record = await h.redis.hgetall(h.keys.scope(SCOPE).run(t.runId));
-      throw new Error(`${err.message}; ${this.stage}; its record: ${JSON.stringify(record)}`);
+      const sk = h.keys.scope(SCOPE);
+      const record = await h.redis.hgetall(sk.run(t.runId));
+      // Where admission stands: the scope's counters, the session's head and queue, the parked line.
+      const [meta, session, queue, turns] = await Promise.all([
+        h.redis.hgetall(sk.meta), h.redis.hgetall(sk.session(t.sessionId)),
+        h.redis.lrange(sk.sessionQueue(t.sessionId), 0, -1), h.redis.zrange(sk.ready, 0, -1, 'WITHSCORES'),
+      ]);
+      throw new Error(`${err.message}; ${this.stage}; its record: ${JSON.stringify(record)}; scope meta ${JSON.stringify(meta)}; ` +
+        `session ${JSON.stringify(session)} queue ${JSON.stringify(queue)}; parked keys ${JSON.stringify(turns)}`);
     });
   }
 
@@ -384,7 +395,7 @@ it('an upgrade and its rollback under load, SIGTERM one process at a time: every
     `${new Set(turns.map((t) => t.sessionId)).size} sessions (${turns.filter((t) => t.via === 'old').length} accepted by old APIs, ` +
     `${turns.filter((t) => t.via === 'new').length} by the new one, submits sent again ${resent.length}, answered 200 ${turns.filter((t) => t.replayed).length}), ` +
     `all succeeded once; hand-overs at SIGTERM: ${heldAt('old')} runs held by 2 old workers, ${heldAt('new')} by 2 new ones, ` +
-    `${takeovers} takeovers in all; ${live.size} live streams whole (${resumed} resumed on another API); ` +
+    `${takeovers} takeovers in all (${load.holds.length} mid-answer runs fed); ${live.size} live streams whole (${resumed} resumed on another API); ` +
     `${Math.round((Date.now() - t0) / 1000)} s`,
   );
 }, 240_000);
