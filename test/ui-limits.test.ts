@@ -72,7 +72,7 @@ describe('the Limits view', () => {
     expect(answer.inUse).toMatchObject({ active: 1, parked: 2, streams: 0, tokensToday: 0 });
 
     const w = await loggedIn(await h.key('acme', 'admin'), '/ui/runs');
-    expect(await navLinks(w.page)).toEqual(['Runs', 'Runtimes', 'Limits']);
+    expect(await navLinks(w.page)).toEqual(['Runs', 'Runtimes', 'Schedules', 'Limits']);
     await w.page.getByRole('link', { name: 'Limits' }).click();
     expect(new URL(w.page.url()).pathname).toBe('/ui/limits');
     await untilText(w.page.getByRole('heading', { level: 1 }), 'Limits of scope acme');
@@ -212,10 +212,10 @@ describe('the Limits view', () => {
   it('has no Limits entry for a client key, and its address says why without asking the API', async () => {
     const w = await loggedIn(await h.key('acme', 'client'), '/ui/runs');
     await untilText(w.page.locator('.who'), 'scope acme · client key');
-    expect(await navLinks(w.page)).toEqual(['Runs', 'Runtimes']);
+    expect(await navLinks(w.page)).toEqual(['Runs', 'Runtimes', 'Schedules']);
     await w.page.goto(`${api.url}/ui/limits`);
     await untilText(w.page.locator('main p'), "A scope's limits are shown to its admin key and to operator keys; this is a client key.");
-    expect(await navLinks(w.page)).toEqual(['Runs', 'Runtimes']);
+    expect(await navLinks(w.page)).toEqual(['Runs', 'Runtimes', 'Schedules']);
     expect(w.responses.filter((r) => r.url.includes('/limits') && r.url.includes('/v1/'))).toEqual([]);
     expect(w.responses.filter((r) => r.status >= 400)).toEqual([]);
     expect(w.errors).toEqual([]);

@@ -9,6 +9,7 @@ import { OperatorLimits } from './views/operator-limits.tsx';
 import { RunView } from './views/run-view.tsx';
 import { RunsList } from './views/runs-list.tsx';
 import { RuntimesView } from './views/runtimes-view.tsx';
+import { SchedulesView } from './views/schedules-view.tsx';
 import { SessionView } from './views/session-view.tsx';
 
 /** A key with the identity the API gave it. */
@@ -172,6 +173,7 @@ function Inspector({ auth, onLogOut }: { auth: Extract<Auth, { phase: 'ready' }>
         <nav aria-label="Views">
           {api && <Link href={href('runs')} aria-current={current('runs')}>Runs</Link>}
           {api && <Link href={href('runtimes')} aria-current={current('runtimes')}>Runtimes</Link>}
+          {api && <Link href={href('schedules')} aria-current={current('schedules')}>Schedules</Link>}
           {who.role !== 'client' && <Link href={href('limits')} aria-current={current('limits')}>Limits</Link>}
         </nav>
         <p class="who">
@@ -191,13 +193,15 @@ function View({ route, search, api, who }: { route: Route; search: string; api: 
   const admin = who.role === 'admin';
   switch (route.view) {
     case 'runs':
-      return <RunsList api={api} search={search} />;
+      return <RunsList api={api} search={search} admin={admin} />;
     case 'run':
       return <RunView key={route.runId} api={api} runId={route.runId} admin={admin} />;
     case 'session':
       return <SessionView key={route.sessionId} api={api} sessionId={route.sessionId} />;
     case 'runtimes':
       return <RuntimesView api={api} admin={admin} />;
+    case 'schedules':
+      return <SchedulesView api={api} admin={admin} />;
     case 'limits':
       // A client key is refused the limits (403): it is told so, and nothing is asked.
       if (!admin) {

@@ -1,13 +1,21 @@
 import { BatonApiError, type Run as ClientRun } from '../../lib/client/client.ts';
 import type {
-  LimitField, RunUsage, RuntimeStats, RuntimeView, ScopeLimits, ScopeLimitsView, SessionMessage, Step, Wait, WhoAmI,
+  BulkRequest, CreateScheduleRequest, LimitField, OperationKind, OperationList, OperationView, RunUsage, RuntimeStats, RuntimeView,
+  ScheduleList, ScheduleView, ScopeLimits, ScopeLimitsView, SessionMessage, Step, Wait, WhoAmI,
 } from '../../lib/contract/index.ts';
 import { uiRoot } from './router.ts';
 
 export { BatonApiError };
 export { ID_PATTERN, ID_RULE } from '../../lib/contract/ids.ts';
 export { LIMIT_FIELDS } from '../../lib/contract/admin.ts';
-export type { LimitField, RunUsage, RuntimeStats, ScopeLimits, ScopeLimitsView, Step, Wait };
+export { TERMINAL_STATUSES } from '../../lib/contract/runs.ts';
+export { MISSED_TICK_POLICIES, type MissedTickPolicy } from '../../lib/contract/schedules.ts';
+export type {
+  BulkRequest, CreateScheduleRequest, LimitField, OperationKind, OperationView, RunUsage, RuntimeStats, ScheduleView, ScopeLimits,
+  ScopeLimitsView, Step, Wait,
+};
+/** The filter of a bulk operation (statuses as a list, creation times), as against the runs page's RunFilter. */
+export type { RunFilter as BulkFilter } from '../../lib/contract/operations.ts';
 /** What GET /v1/whoami says about the key the inspector holds: `scope` is null for an operator key. */
 export type Identity = WhoAmI;
 /** A PUT of a scope's limits: the operator's whole override set (a field absent: its default; null: none). */
@@ -106,6 +114,51 @@ export class Api {
 
   cancel(runId: string): Promise<Run> {
     return this.call('POST', `/runs/${encodeURIComponent(runId)}/cancel`, {});
+  }
+
+  /** A new run repeating an ended one from its start (RERUN_NON_IDEMPOTENT when that would run such a step again). */
+  rerun(runId: string): Promise<Run> {
+    return this.call('POST', `/runs/${encodeURIComponent(runId)}/rerun`, {});
+  }
+
+  /** Starts a bulk cancel or re-run of every run `body.filter` matches (an admin key): the operation, running. */
+  startOperation(kind: OperationKind, body: BulkRequest): Promise<OperationView> {
+    return this.call('POST', `/runs/${kind}`, body);
+  }
+
+  /** The scope's bulk operations, newest first. */
+  async operations(limit: number): Promise<OperationView[]> {
+    return (await this.call<OperationList>('GET', `/operations?limit=${limit}`)).operations;
+  }
+
+  operation(operationId: string): Promise<OperationView> {
+    return this.call('GET', `/operations/${encodeURIComponent(operationId)}`);
+  }
+
+  /** Stops a bulk operation (an admin key): no batch starts after this; what it did stays done. */
+  stopOperation(operationId: string): Promise<OperationView> {
+    return this.call('POST', `/operations/${encodeURIComponent(operationId)}/cancel`, {});
+  }
+
+  /** The scope's schedules, oldest first, each with its next five fire times. */
+  async schedules(): Promise<ScheduleView[]> {
+    return (await this.call<ScheduleList>('GET', '/schedules')).schedules;
+  }
+
+  createSchedule(body: CreateScheduleRequest): Promise<ScheduleView> {
+    return this.call('POST', '/schedules', body);
+  }
+
+  pauseSchedule(scheduleId: string): Promise<ScheduleView> {
+    return this.call('POST', `/schedules/${encodeURIComponent(scheduleId)}/pause`, {});
+  }
+
+  resumeSchedule(scheduleId: string): Promise<ScheduleView> {
+    return this.call('POST', `/schedules/${encodeURIComponent(scheduleId)}/resume`, {});
+  }
+
+  deleteSchedule(scheduleId: string): Promise<void> {
+    return this.call('DELETE', `/schedules/${encodeURIComponent(scheduleId)}`);
   }
 
   resolve(runId: string, stepKey: string, resolution: { value: unknown } | { rerun: true }): Promise<Run> {

@@ -6,6 +6,7 @@ export type Route =
   | { view: 'run'; runId: string }
   | { view: 'session'; sessionId: string }
   | { view: 'runtimes' }
+  | { view: 'schedules' }
   /** A scope's limits: the key's own scope, or (`/limits/<scope>`) the one an operator key picked. */
   | { view: 'limits'; scope?: string }
   | { view: 'missing'; path: string };
@@ -32,6 +33,7 @@ export function parseRoute(pathname: string, base = uiBase()): Route {
   if (parts.length === 2 && parts[0] === 'runs') return { view: 'run', runId: parts[1] };
   if (parts.length === 2 && parts[0] === 'sessions') return { view: 'session', sessionId: parts[1] };
   if (parts.length === 1 && parts[0] === 'runtimes') return { view: 'runtimes' };
+  if (parts.length === 1 && parts[0] === 'schedules') return { view: 'schedules' };
   if (parts.length === 1 && parts[0] === 'limits') return { view: 'limits' };
   if (parts.length === 2 && parts[0] === 'limits') return { view: 'limits', scope: parts[1] };
   return { view: 'missing', path: rest };

@@ -1,10 +1,12 @@
 import { useEffect, useState } from 'preact/hooks';
 import { isServed, WAITS_FOR_WORKER } from '../lib/agents.ts';
-import { ID_PATTERN, type Api, type Run, type RunFilter, type Runtime } from '../lib/api.ts';
+import { ID_PATTERN, type Api, type OperationView, type Run, type RunFilter, type Runtime } from '../lib/api.ts';
 import { formatAgo, formatTime } from '../lib/format.ts';
 import { useNow, usePolling } from '../lib/hooks.ts';
 import { href, navigate, uiBase } from '../lib/router.ts';
 import { Empty, ErrorNote, Link, StatusBadge } from './common.tsx';
+import { OperationProgress, RecentOperations } from './operations.tsx';
+import { RunActions } from './run-actions.tsx';
 
 /** The statuses a reader filters by; `queued` also covers the internal `dispatched`. */
 const STATUSES = ['scheduled', 'queued', 'running', 'retrying', 'waiting', 'blocked', 'succeeded', 'failed', 'cancelled', 'expired'];
@@ -27,12 +29,23 @@ function filterOf(search: string): RunFilter {
   return f;
 }
 
-/** The scope's runs, newest first, filtered, refreshed every 2 s. */
-export function RunsList({ api, search }: { api: Api; search: string }) {
+/**
+ * The scope's runs, newest first, filtered, refreshed every 2 s, and the scope's recent bulk
+ * operations. An admin key also selects runs to cancel or re-run, or acts on every run the
+ * filter matches.
+ */
+export function RunsList({ api, search, admin }: { api: Api; search: string; admin: boolean }) {
   const filter = filterOf(search);
   const [limit, setLimit] = useState(PAGE);
+  const [selected, setSelected] = useState<ReadonlySet<string>>(new Set());
+  // The operation this tab started, followed until it ends (its state keys the list below).
+  const [started, setStarted] = useState<OperationView>();
+  const [startedState, setStartedState] = useState<string>();
   const key = JSON.stringify(filter);
-  useEffect(() => setLimit(PAGE), [key]);
+  useEffect(() => {
+    setLimit(PAGE);
+    setSelected(new Set());
+  }, [key]);
   const query = { ...filter, status: filter.status === 'queued' ? 'queued,dispatched' : filter.status };
   const page = usePolling(() => loadPage(api, query, limit), POLL_MS, [key, limit, api]);
   const now = useNow();
@@ -46,12 +59,36 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
       <Filters filter={filter} />
       <ErrorNote error={page.error} prefix="Could not load the runs" />
       <ErrorNote error={page.data?.workers.error} prefix="Could not check which agents the runtimes' workers serve" />
+      {admin && page.data && (
+        <RunActions
+          api={api}
+          filter={filter}
+          runs={page.data.runs}
+          selected={selected}
+          onSelect={setSelected}
+          onActed={page.refresh}
+          onStarted={setStarted}
+        />
+      )}
+      {started && (
+        <OperationProgress
+          key={started.id}
+          api={api}
+          start={started}
+          admin={admin}
+          onChange={(op) => {
+            setStartedState(`${op.id}:${op.status}`);
+            page.refresh();
+          }}
+        />
+      )}
       {page.data && page.data.runs.length === 0 && <Empty>No runs match.</Empty>}
       {page.data && page.data.runs.length > 0 && (
         <table class="runs">
           <caption class="visually-hidden">Runs, newest first</caption>
           <thead>
             <tr>
+              {admin && <th scope="col"><span class="visually-hidden">Selected</span></th>}
               <th scope="col">Run</th>
               <th scope="col">Status</th>
               <th scope="col">Session</th>
@@ -63,7 +100,17 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
           </thead>
           <tbody>
             {page.data.runs.map((r) => (
-              <tr key={r.id}>
+              <tr key={r.id} data-run={r.id}>
+                {admin && (
+                  <td data-label="Select" class="select">
+                    <input
+                      type="checkbox"
+                      aria-label={`Select run ${r.id}`}
+                      checked={selected.has(r.id)}
+                      onChange={(e) => setSelected(toggled(selected, r.id, (e.currentTarget as HTMLInputElement).checked))}
+                    />
+                  </td>
+                )}
                 <td data-label="Run">
                   <Link href={href('runs', r.id)} class="mono">{r.id}</Link>
                 </td>
@@ -101,8 +148,16 @@ export function RunsList({ api, search }: { api: Api; search: string }) {
           Show older runs
         </button>
       )}
+      <RecentOperations api={api} refreshKey={startedState} />
     </>
   );
+}
+
+function toggled(set: ReadonlySet<string>, id: string, on: boolean): ReadonlySet<string> {
+  const next = new Set(set);
+  if (on) next.add(id);
+  else next.delete(id);
+  return next;
 }
 
 /**
