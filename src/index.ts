@@ -19,7 +19,7 @@ export {
 } from './lib/sdk/errors.ts';
 export { redisMemory } from './lib/sessions/memory-session.ts';
 export type {
-  AssembleRequest, BuiltinMemory, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
+  AssembleRequest, BuiltinMemory, ForkSource, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
 } from './lib/sessions/memory-session.ts';
 export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.ts';
 export { createChatAgent, defineTool, DEFAULT_MAX_STEPS } from './lib/agents/chat.ts';

@@ -24,13 +24,22 @@ class RecordingStore {
   /** Number of appends to fail after storing (the reply "lost" on the way back). */
   failAfterStoring = 0;
 
-  open(kind: 'plain' | 'assemble'): (s: { sessionId: string }) => MemorySession {
+  open(kind: 'plain' | 'assemble' | 'forkable'): (s: { sessionId: string }) => MemorySession {
     return ({ sessionId }) => {
       const get = () => this.sessions.get(sessionId) ?? [];
       const store: MemorySession = {
         load: async () => { this.calls.push({ session: sessionId, method: 'load' }); return get(); },
         save: async (all) => { this.calls.push({ session: sessionId, method: 'save', arg: all }); this.sessions.set(sessionId, [...all]); },
       };
+      if (kind === 'forkable') {
+        // The source's messages through the last one of that run's turn, replacing what this session held.
+        store.fork = async (from) => {
+          this.calls.push({ session: sessionId, method: 'fork', arg: from });
+          const source = this.sessions.get(from.sessionId) ?? [];
+          const end = source.map((m) => m.runId).lastIndexOf(from.throughRunId);
+          this.sessions.set(sessionId, source.slice(0, end + 1));
+        };
+      }
       if (kind === 'assemble') {
         store.assemble = async (req: AssembleRequest) => {
           this.calls.push({ session: sessionId, method: 'assemble', arg: req });
@@ -75,6 +84,7 @@ const answerWithHistory = (name: string, memory: Agent['memory']) =>
 const agents = [
   answerWithHistory('mem-plain', store.open('plain')),
   answerWithHistory('mem-assemble', store.open('assemble')),
+  answerWithHistory('mem-fork', store.open('forkable')),
   answerWithHistory('mem-window', redisMemory({ window: { maxMessages: 3 } })),
   probe,
 ];
@@ -98,6 +108,35 @@ async function turn(sessionId: string, agent: string, content: string, extra: Re
 const pairs = (msgs: HistoryMessage[]) => msgs.map((m) => [m.role, m.content]);
 
 describe('custom stores', () => {
+  it('a fork at a run whose turn a custom store holds: a store with fork() copies it at the fork\'s first run, once; one without starts empty', async () => {
+    const src: { id: string }[] = [];
+    for (const t of ['one', 'two', 'three']) src.push(await turn('fk-src', 'mem-fork', t));
+    // The built-in history holds none of these turns: a fork by turn finds none, one by run id is at that run.
+    expect((await acme.post('/sessions/fk-src/fork', { atTurn: 1 })).body.error.code).toBe('TURN_NOT_FOUND');
+    const forked = await acme.post('/sessions/fk-src/fork', { atRunId: src[1].id, sessionId: 'fk-dst' });
+    expect(forked.status).toBe(201);
+    expect(forked.body).toEqual({ sessionId: 'fk-dst', forkedFrom: 'fk-src', turns: 0, messages: 0, atRunId: src[1].id });
+    expect(store.methods('fk-dst')).toEqual([]);
+
+    const first = await turn('fk-dst', 'mem-fork', 'in the fork');
+    expect(pairs(views.get(first.id)!)).toEqual([['user', 'one'], ['assistant', 're: one'], ['user', 'two'], ['assistant', 're: two']]);
+    const second = await turn('fk-dst', 'mem-fork', 'again');
+    expect(pairs(views.get(second.id)!).map(([, c]) => c)).toEqual(['one', 're: one', 'two', 're: two', 'in the fork', 're: in the fork']);
+    expect(store.calls.filter((c) => c.session === 'fk-dst' && c.method === 'fork').map((c) => c.arg))
+      .toEqual([{ sessionId: 'fk-src', throughRunId: src[1].id }]);
+    // The source keeps its own turns only.
+    expect(store.sessions.get('fk-src')!.map((m) => m.content)).toEqual(['one', 're: one', 'two', 're: two', 'three', 're: three']);
+
+    // A store without fork(): the fork's first run finds it empty there.
+    const plain = [await turn('fk-plain', 'mem-plain', 'kept elsewhere')];
+    expect((await acme.post('/sessions/fk-plain/fork', { atRunId: plain[0].id, sessionId: 'fk-plain-dst' })).status).toBe(201);
+    const there = await turn('fk-plain-dst', 'mem-plain', 'hello');
+    expect(there.status).toBe('succeeded');
+    expect(views.get(there.id)).toEqual([]);
+    // A run of another session, or one not ended, is no place to fork at.
+    expect((await acme.post('/sessions/fk-plain/fork', { atRunId: src[0].id })).body.error.code).toBe('TURN_NOT_FOUND');
+  });
+
   it('load and save are used when the store has neither assemble nor append', async () => {
     const r1 = await turn('plain', 'mem-plain', 'first');
     const r2 = await turn('plain', 'mem-plain', 'second');

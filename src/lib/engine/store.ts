@@ -212,7 +212,12 @@ export class RunStore {
 
   /** Forks a session's committed history into a new session (session-fork.ts). */
   fork(scope: string, sessionId: string, body: ForkRequest): Promise<SessionFork> {
-    return forkSession(this.transitions, scope, sessionId, body, this.config.PAGE_MAX_BYTES);
+    const sk = this.keys.scope(scope);
+    const runOf = async (runId: string) => {
+      const [sid, status] = await this.redis.hmget(sk.run(runId), 'sessionId', 'status');
+      return status === null ? undefined : { sessionId: sid, status };
+    };
+    return forkSession(this.transitions, runOf, scope, sessionId, body, this.config.PAGE_MAX_BYTES);
   }
 
   /** Every step of a run in the order they started, no values (a re-run's plan); RUN_NOT_FOUND when the run does not exist. */

@@ -346,15 +346,16 @@ export class Transitions {
 
   /**
    * Copies the first `count` messages of a session's history into a new session's (lua/fork.lua),
-   * if the last of them still carries `lastRunId` and the new session has no history or runs.
+   * if the last of them still carries `lastRunId` and the new session has no history or runs;
+   * the new session records that it was forked from `from` at `forkedAt`.
    */
   async forkHistory(
-    scope: string, from: string, to: string, count: number, lastRunId: string,
+    scope: string, from: string, to: string, at: { count: number; lastRunId: string; forkedAt: string },
   ): Promise<'copied' | 'target-taken' | 'history-changed'> {
     const sk = this.keys.scope(scope);
     const reply = await this.call('fork', scope, {
       from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
-    }, { count, lastRunId });
+    }, { count: at.count, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt });
     if (reply.refused) throw scriptError(reply.refused, '');
     if (reply.code === Outcome.fork.TargetTaken) return 'target-taken';
     return reply.code === Outcome.fork.HistoryChanged ? 'history-changed' : 'copied';

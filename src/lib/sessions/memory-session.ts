@@ -33,6 +33,21 @@ export interface MemorySession {
   assemble?(request: AssembleRequest): Promise<HistoryMessage[]>;
   /** Stores one turn; must be idempotent per `turnId` (see above). */
   append?(newMessages: SessionMessage[], options: { turnId: string }): Promise<void>;
+  /**
+   * This session is a fork (POST …/sessions/{id}/fork): copy into it the turns the store holds
+   * for `from.sessionId` up to and including the one `from.throughRunId` committed. Called on
+   * the fork's store before its first turn reads anything, once per agent; called again if that
+   * attempt died before the runtime recorded the copy, so a second call must leave the same
+   * history as one (replace what the store holds for this session). A store without it copies
+   * nothing: the fork starts empty in it (the runtime logs so).
+   */
+  fork?(from: ForkSource): Promise<void>;
+}
+
+/** Where a forked session came from: the source session and the run the fork is at. */
+export interface ForkSource {
+  sessionId: string;
+  throughRunId: string;
 }
 
 /** A message of a session's history as agents and stores see it. */

@@ -53,6 +53,7 @@ export class RunMemory {
     if (typeof store?.load !== 'function' || typeof store.save !== 'function') {
       throw new TypeError(`the memory factory of agent "${agent.name}" must return { load(), save(all) }`);
     }
+    await copyFork(store, redis, keys.scope(run.scope).session(run.sessionId), agent.name, attempt.log);
     return new RunMemory(store, run, false);
   }
 
@@ -107,5 +108,24 @@ export class RunMemory {
       const earlier = (await this.store.load()).filter((m) => m.runId !== this.run.id);
       await this.store.save([...earlier, ...turn]);
     }
+  }
+}
+
+/**
+ * A forked session's first run of `agent` has its custom store copy the source's turns
+ * (MemorySession.fork), before anything reads the store; the session's hash then records it
+ * (`forked:<agent>`), so later runs skip this. The fork wrote `forkedFrom`/`forkedAt` there
+ * (lua/fork.lua): a session never forked costs this one read.
+ */
+async function copyFork(store: MemorySession, redis: Redis, sessionKey: string, agent: string, log: Logger): Promise<void> {
+  const done = `forked:${agent}`;
+  const [from, at, copied] = await redis.hmget(sessionKey, 'forkedFrom', 'forkedAt', done);
+  if (from === null || at === null || copied !== null) return;
+  if (typeof store.fork === 'function') {
+    await store.fork({ sessionId: from, throughRunId: at });
+    await redis.hset(sessionKey, done, 'copied');
+  } else {
+    log.warn({ agent, forkedFrom: from, forkedAt: at }, 'session is a fork, and the memory store of its agent has no fork(): it starts empty there');
+    await redis.hset(sessionKey, done, 'not-supported');
   }
 }
