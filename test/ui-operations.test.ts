@@ -165,7 +165,7 @@ describe('the runs page, for an admin key', () => {
     expect(w.errors).toEqual([]);
   });
 
-  it('stops an operation it started', async () => {
+  it('stops a running operation from another tab that follows it from the list; the tab that started it sees it stop', async () => {
     const held = [await queued(acme, 'stop-1', 'halt'), await queued(acme, 'stop-2', 'halt')];
     const w = await loggedIn(acme.key, '/ui/runs?agent=halt');
     await select(w.page, held[0]).waitFor();
@@ -175,16 +175,25 @@ describe('the runs page, for an admin key', () => {
     const progress = w.page.locator('section.operation');
     await untilText(progress.locator('h2'), 'Cancel all matching: running');
     const opId = (await progress.getAttribute('data-operation'))!;
-    await button(w.page, 'Stop this operation').click();
+    // Another tab follows it from the list of recent operations, and stops it.
+    const second = await loggedIn(acme.key, '/ui/runs');
+    await second.page.getByRole('button', { name: `Follow operation ${opId}` }).click();
+    const followed = second.page.locator('section.operation');
+    await untilText(followed.locator('h2'), 'Cancel all matching: running');
+    expect(await followed.getAttribute('data-operation')).toBe(opId);
+    await button(second.page, 'Stop this operation').click();
+    await untilText(followed.locator('h2'), 'Cancel all matching: cancelled');
+    await untilText(followed.locator('.note'), 'Stopped: no batch starts after this; what was done stays done.');
+    expect(await button(second.page, 'Stop this operation').count()).toBe(0);
+    // The tab that started it sees it stopped at its next read.
     await untilText(progress.locator('h2'), 'Cancel all matching: cancelled');
-    await untilText(progress.locator('.note'), 'Stopped: no batch starts after this; what was done stays done.');
     expect(await button(w.page, 'Stop this operation').count()).toBe(0);
     const op = (await acme.get(`/operations/${opId}`)).body;
     expect(op).toMatchObject({ kind: 'cancel', status: 'cancelled', filter: { agent: 'halt' } });
     // No process advanced it before it was stopped: its runs are as they were.
     expect(await statuses(acme, held)).toEqual(['queued', 'queued']);
     await untilText(w.page.locator(`table.operations tr[data-operation="${opId}"] [data-label="Status"]`), 'cancelled');
-    expect(w.errors).toEqual([]);
+    expect([...w.errors, ...second.errors]).toEqual([]);
   });
 
   it('cancels every run matching the filter in a background operation it follows to the end; other runs stay as they were', async () => {

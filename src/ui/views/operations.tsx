@@ -120,8 +120,12 @@ function LastError({ op }: { op: OperationView }) {
   );
 }
 
-/** The scope's recent bulk operations, newest first, as any key of the scope reads them. */
-export function RecentOperations({ api, refreshKey }: { api: Api; refreshKey: string | undefined }) {
+/**
+ * The scope's recent bulk operations, newest first, as any key of the scope reads them. An
+ * admin key can follow a running one (one started elsewhere, too) to see it move and stop it.
+ */
+export function RecentOperations(p: { api: Api; refreshKey: string | undefined; followed?: string; onFollow?(op: OperationView): void }) {
+  const { api, refreshKey } = p;
   const list = usePolling(() => api.operations(RECENT), LIST_MS, [api, refreshKey]);
   const now = useNow();
   return (
@@ -152,7 +156,14 @@ export function RecentOperations({ api, refreshKey }: { api: Api; refreshKey: st
                   </div>
                 </td>
                 <td data-label="Status">
-                  <StatusBadge status={op.status} />
+                  <div>
+                    <StatusBadge status={op.status} />
+                    {p.onFollow && op.status === 'running' && op.id !== p.followed && (
+                      <button type="button" class="quiet follow" onClick={() => p.onFollow!(op)}>
+                        Follow<span class="visually-hidden"> operation {op.id}</span>
+                      </button>
+                    )}
+                  </div>
                 </td>
                 <td data-label="Runs with">
                   <div>

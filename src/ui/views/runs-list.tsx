@@ -38,7 +38,7 @@ export function RunsList({ api, search, admin }: { api: Api; search: string; adm
   const filter = filterOf(search);
   const [limit, setLimit] = useState(PAGE);
   const [selected, setSelected] = useState<ReadonlySet<string>>(new Set());
-  // The operation this tab started, followed until it ends (its state keys the list below).
+  // The operation this tab started (or picked from the list), followed until it ends (its state keys the list below).
   const [started, setStarted] = useState<OperationView>();
   const [startedState, setStartedState] = useState<string>();
   const key = JSON.stringify(filter);
@@ -148,7 +148,7 @@ export function RunsList({ api, search, admin }: { api: Api; search: string; adm
           Show older runs
         </button>
       )}
-      <RecentOperations api={api} refreshKey={startedState} />
+      <RecentOperations api={api} refreshKey={startedState} followed={started?.id} onFollow={admin ? setStarted : undefined} />
     </>
   );
 }
