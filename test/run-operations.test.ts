@@ -5,7 +5,7 @@ import { PermanentError } from '../src/lib/sdk/errors.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { BatonClient } from '../src/client.ts';
 import { runBaton, type CliResult } from './helpers/cli.ts';
-import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 
 /**
@@ -49,6 +49,19 @@ const fourSteps = defineAgent({
   },
 });
 
+/** Charges (non-idempotent), then fails until fixed; input `early` fails before the charge. */
+let bulkFixed = false;
+let bulkCharges = 0;
+const chargesThenFails = defineAgent({
+  name: 'ops-bulk',
+  async run(ctx) {
+    if (ctx.input.content === 'early' && !bulkFixed) throw new PermanentError('fails before charging');
+    await ctx.tool('charge', { amount: 1 }, () => ++bulkCharges, { idempotent: false });
+    if (!bulkFixed) throw new PermanentError('fails after charging');
+    return { answer: 'charged' };
+  },
+});
+
 beforeAll(async () => {
   fake = await startFakeOpenAI();
   track(fake, () => fake.close());
@@ -57,7 +70,7 @@ beforeAll(async () => {
   const api = await h.startApi();
   apiUrl = api.url;
   acme = await h.client(api.url, 'acme');
-  await h.startWorker({ agents: [fourSteps] });
+  await h.startWorker({ agents: [fourSteps, chargesThenFails] });
 });
 
 describe('re-run from a step', () => {
@@ -135,6 +148,38 @@ describe('re-run from a step', () => {
     const queued = (await acme.submit('rerun-busy', 'a', { agent: 'echo', delayMs: 60_000 })).body.id as string;
     expect((await acme.post(`/runs/${queued}/rerun`, {})).body.error.code).toBe('RUN_NOT_FINISHED');
     expect((await acme.post('/runs/rnosuchrun/rerun', {})).status).toBe(404);
+  });
+});
+
+describe('bulk re-run of failed runs', () => {
+  const operationDone = (id: string) => waitFor(async () => {
+    const op = (await acme.get(`/operations/${id}`)).body;
+    return op.status === 'done' ? op : undefined;
+  }, 20_000, `operation ${id} done`);
+
+  it('re-runs the failed runs the filter matches; one across a completed non-idempotent step counts as failed, naming it, until allowed', async () => {
+    const early = (await acme.submit('bulk-early', 'early', { agent: 'ops-bulk' })).body.id as string;
+    const late = (await acme.submit('bulk-late', 'late', { agent: 'ops-bulk' })).body.id as string;
+    for (const id of [early, late]) expect((await acme.waitStatus(id, ['succeeded', 'failed'])).status).toBe('failed');
+    expect(bulkCharges).toBe(1);
+    bulkFixed = true;
+
+    const made = await acme.post('/runs/rerun', { filter: { agent: 'ops-bulk', status: ['failed'] } });
+    expect(made.status, JSON.stringify(made.body)).toBe(202);
+    const op = await operationDone(made.body.id);
+    expect(op).toMatchObject({ matched: 2, done: 1, failed: 1, lastError: { runId: late, code: 'RERUN_NON_IDEMPOTENT' } });
+    expect(op.lastError.message).toContain('tool:charge:1');
+    const [rerun] = (await acme.get(`/runs/${early}`)).body.reruns as string[];
+    expect((await acme.waitStatus(rerun, ['succeeded', 'failed'])).status).toBe('succeeded');
+    expect((await acme.get(`/runs/${late}`)).body.reruns ?? []).toEqual([]);
+    expect(bulkCharges).toBe(2);
+
+    // Allowed: the late run is re-run, and charges again.
+    const allowed = await acme.post('/runs/rerun', { filter: { sessionId: 'bulk-late', status: ['failed'] }, allowNonIdempotent: true });
+    expect(await operationDone(allowed.body.id)).toMatchObject({ matched: 1, done: 1, failed: 0 });
+    const [lateRerun] = (await acme.get(`/runs/${late}`)).body.reruns as string[];
+    expect((await acme.waitStatus(lateRerun, ['succeeded', 'failed'])).status).toBe('succeeded');
+    expect(bulkCharges).toBe(3);
   });
 });
 
