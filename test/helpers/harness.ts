@@ -169,7 +169,12 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       child.stderr!.on('data', (b) => { out += b; });
       const ready = command === 'api' ? /listening on (http:\/\/\S+)/ : /serving runtime/;
       const match = await new Promise<RegExpMatchArray>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`baton ${command} did not start:\n${out}`)), 20_000);
+        // Generous: a child compiles the sources through tsx, which takes long on a machine busy
+        // with other test files. One that never got ready is killed, not left behind.
+        const timer = setTimeout(() => {
+          child.kill('SIGKILL');
+          reject(new Error(`baton ${command} did not start within 45 s:\n${out}`));
+        }, 45_000);
         const check = () => {
           const m = ready.exec(out);
           if (m) { clearTimeout(timer); resolve(m); }
