@@ -111,6 +111,31 @@ describe('REDIS_MIN_REPLICAS_ACK=1', () => {
     expect(await onReplica.hget(h.keys.scope('acme').run(runId), 'status')).toBe('succeeded');
   }, 60_000);
 
+  it("a schedule's pause and a bulk operation no replica acknowledges are 503 REDIS_UNAVAILABLE; answered, the replica holds them", async () => {
+    const sk = h.keys.scope('acme');
+    const made = await acme.post('/schedules', { cron: '0 0 1 1 *', run: { sessionPerTick: true, input: { content: 'x' }, runtime: h.runtime } });
+    expect(made.status).toBe(201);
+    const bulk = { filter: { agent: 'fx-memo', sessionId: 'no-such-session' } };
+    stopReplica();
+    let pause;
+    let operation;
+    try {
+      pause = await acme.post(`/schedules/${made.body.id}/pause`, {});
+      operation = await acme.post('/runs/cancel', bulk);
+    } finally {
+      contReplica();
+    }
+    expect([pause.status, pause.body.error?.code]).toEqual([503, 'REDIS_UNAVAILABLE']);
+    expect([operation.status, operation.body.error?.code]).toEqual([503, 'REDIS_UNAVAILABLE']);
+    const paused = await acme.post(`/schedules/${made.body.id}/pause`, {});
+    expect(paused.body.status).toBe('paused');
+    // Read from the replica: the answer came once it held the write.
+    expect(await onReplica.hget(sk.schedule(made.body.id), 'status')).toBe('paused');
+    const again = await acme.post('/runs/cancel', bulk);
+    expect(again.status).toBe(202);
+    expect(await onReplica.hget(sk.operation(again.body.id), 'kind')).toBe('cancel');
+  }, 60_000);
+
   it('a primary that refuses writes for want of replicas (min-replicas-to-write) gives 503 REDIS_UNAVAILABLE, not a 500', async () => {
     await h.redis.config('SET', 'min-replicas-to-write', '2');
     let refused;

@@ -18,14 +18,15 @@ let schedules: ScheduleStore;
 
 beforeAll(async () => {
   h = await useHarness({ SCHEDULE_POLL_MS: '0' });
-  schedules = new ScheduleStore(h.redis, h.keys, h.config);
+  schedules = new ScheduleStore(h.redis, h.keys, h.config, h.transitions());
 });
 
 /** A scheduler that counts a tick missed once it is `graceMs` late (SCHEDULE_MISSED_AFTER_MS). */
 function scheduler(o: { limit?: SubmitLimit; graceMs?: number } = {}): Scheduler {
-  const store = new RunStore(h.redis, h.keys, h.config, h.transitions());
+  const transitions = h.transitions();
+  const store = new RunStore(h.redis, h.keys, h.config, transitions);
   const config = { SCHEDULE_POLL_MS: 0, SCHEDULE_MISSED_AFTER_MS: o.graceMs ?? 5_000 };
-  return new Scheduler(h.redis, h.keys, config, store, o.limit, createLogger('silent'));
+  return new Scheduler(h.redis, h.keys, config, transitions, store, o.limit, createLogger('silent'));
 }
 
 /**

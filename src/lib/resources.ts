@@ -126,13 +126,13 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   sweeper.start();
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE, events: metrics.schemaGuardEvents });
   // Schedules' runs go through the submit every run takes: the scope's rate limit, its session queues, its slots.
-  const scheduler = new Scheduler(redis, keys, c, new RunStore(redis, keys, c, transitions, {
+  const scheduler = new Scheduler(redis, keys, c, transitions, new RunStore(redis, keys, c, transitions, {
     submitted: (run) => metrics.runSubmitted(run),
     deadline: (scope, member, at) => sweeper.soon(scope, member, at),
   }, schemaGuard), submitLimit(c), log.child({ component: 'scheduler' }));
   scheduler.start();
   // Bulk cancels and re-runs take the transitions and the submit every single one takes.
-  const bulk = new BulkWorker(redis, keys, c, new RunStore(redis, keys, c, transitions, {
+  const bulk = new BulkWorker(redis, keys, c, transitions, new RunStore(redis, keys, c, transitions, {
     submitted: (run) => metrics.runSubmitted(run),
     cancelled: (run) => metrics.runFinished(run, 'cancelled'),
     deadline: (scope, member, at) => sweeper.soon(scope, member, at),

@@ -13,7 +13,7 @@ import type { RunStatus, ShownRun } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import { listRuns } from './run-listing.ts';
 import type { RunStore } from './store.ts';
-import type { SubmitLimit } from './transitions.ts';
+import type { SubmitLimit, Transitions } from './transitions.ts';
 
 /**
  * Bulk operations: cancel or re-run every run of a scope a filter matches, in the background.
@@ -25,12 +25,12 @@ import type { SubmitLimit } from './transitions.ts';
  * one, so an idle poll is one SSCAN.
  *
  * Every process runs a BulkWorker, and none leads. A batch is taken in two steps:
- * 1. claim (one script): the scope's oldest running operation, if no live lease holds it and
- *    its pace allows, gets this process's lease token, and the claim answers its cursor.
+ * 1. claim (lua/bulk-claim.lua): the scope's oldest running operation, if no live lease holds
+ *    it and its pace allows, gets this process's lease token, and the claim answers its cursor.
  * 2. act on the next runs of the listing from that cursor (the listing's own indexes: status,
  *    agent, runtime or session, newest first), one at a time through the normal transition (a
- *    cancel) or submit (a re-run), then commit (one script, fenced by the token): add the
- *    counts, move the cursor, set when the next batch may start.
+ *    cancel) or submit (a re-run), then commit (lua/bulk-commit.lua, fenced by the token): add
+ *    the counts, move the cursor, set when the next batch may start.
  * A process killed in between leaves its lease to run out; the next process does the batch
  * again from the same cursor. Both actions are safe to repeat: cancelling an ended run changes
  * nothing (counted as done), and a re-run's idempotency key `bulk:<operation>:<run>` answers
@@ -53,54 +53,6 @@ const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED', 'RA
 const UNENDED: PublicRunStatus[] = PUBLIC_RUN_STATUSES.filter((st) => !(TERMINAL_STATUSES as readonly string[]).includes(st));
 /** After a transient refusal the operation waits this long. */
 const BACKOFF_MS = 1_000;
-
-// KEYS: operation, operations, active. ARGV: id, fields (JSON), max active, now.
-const CREATE = `
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
-local fields = cjson.decode(ARGV[2])
-for k, v in pairs(fields) do redis.call('HSET', KEYS[1], k, v) end
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-return 1`;
-
-// KEYS: operation, active. ARGV: id, token, now, lease ms. Answers the cursor, or false.
-const CLAIM = `
-local o = KEYS[1]
-local status = redis.call('HGET', o, 'status')
-if status ~= 'running' then redis.call('ZREM', KEYS[2], ARGV[1]) return false end
-local now = tonumber(ARGV[3])
-if tonumber(redis.call('HGET', o, 'leaseUntil') or '0') > now then return false end
-if tonumber(redis.call('HGET', o, 'notBefore') or '0') > now then return false end
-redis.call('HSET', o, 'lease', ARGV[2], 'leaseUntil', now + tonumber(ARGV[4]))
-return redis.call('HGET', o, 'cursor')`;
-
-// KEYS: operation, active. ARGV: id, token, now, matched, done, failed, cursor, finished ('1'), notBefore, lastError, retention ms.
-const COMMIT = `
-local o = KEYS[1]
-if redis.call('HGET', o, 'lease') ~= ARGV[2] then return 0 end
-redis.call('HDEL', o, 'lease', 'leaseUntil')
-redis.call('HINCRBY', o, 'matched', ARGV[4])
-redis.call('HINCRBY', o, 'done', ARGV[5])
-redis.call('HINCRBY', o, 'failed', ARGV[6])
-redis.call('HSET', o, 'cursor', ARGV[7], 'notBefore', ARGV[9])
-if ARGV[10] ~= '' then redis.call('HSET', o, 'lastError', ARGV[10]) end
-if ARGV[8] == '1' and redis.call('HGET', o, 'status') == 'running' then
-  redis.call('HSET', o, 'status', 'done', 'finishedAt', ARGV[3])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('PEXPIRE', o, ARGV[11])
-end
-return 1`;
-
-// KEYS: operation, active. ARGV: id, now, retention ms. 0: no such operation.
-const CANCEL = `
-local o = KEYS[1]
-if redis.call('EXISTS', o) == 0 then return 0 end
-if redis.call('HGET', o, 'status') == 'running' then
-  redis.call('HSET', o, 'status', 'cancelled', 'finishedAt', ARGV[2])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('PEXPIRE', o, ARGV[3])
-end
-return 1`;
 
 interface OperationRecord {
   id: string;
@@ -152,10 +104,11 @@ export class BulkOperations {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'BULK_OPERATIONS_MAX_PER_SCOPE'>,
+    /** Making and stopping an operation are transitions (lua/bulk-create.lua, bulk-cancel.lua). */
+    private readonly transitions: Transitions,
   ) {}
 
   async create(scope: string, kind: OperationKind, body: BulkRequest): Promise<OperationView> {
-    const sk = this.keys.scope(scope);
     const now = await redisNowMs(this.redis);
     const id = newOperationId();
     const filter = { ...body.filter };
@@ -169,11 +122,8 @@ export class BulkOperations {
       // Newest first, strictly after this position: every run created before `before`.
       cursor: `${before - 1}_~`,
     };
-    const made = await this.redis.eval(
-      CREATE, 3, sk.operation(id), sk.operations, sk.operationsActive,
-      id, JSON.stringify(fields), this.config.BULK_OPERATIONS_MAX_PER_SCOPE, now,
-    );
-    if (!made) throw new BatonError('TOO_MANY_OPERATIONS');
+    const made = await this.transitions.createOperation(scope, id, fields, { maxRunning: this.config.BULK_OPERATIONS_MAX_PER_SCOPE, now });
+    if (made === 'at-cap') throw new BatonError('TOO_MANY_OPERATIONS');
     await this.redis.sadd(this.keys.operationScopes, scope);
     return present(parseOperation(fields)!);
   }
@@ -205,9 +155,8 @@ export class BulkOperations {
 
   /** Stops a running operation: no batch starts after this (a batch under way still counts what it did). */
   async cancel(scope: string, id: string): Promise<OperationView> {
-    const sk = this.keys.scope(scope);
     const now = await redisNowMs(this.redis);
-    if (!await this.redis.eval(CANCEL, 2, sk.operation(id), sk.operationsActive, id, now, RETENTION_MS)) {
+    if (await this.transitions.cancelOperation(scope, id, { now, retentionMs: RETENTION_MS }) === 'not-found') {
       throw new BatonError('OPERATION_NOT_FOUND');
     }
     return this.get(scope, id);
@@ -239,6 +188,8 @@ export class BulkWorker {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'BULK_POLL_MS' | 'BULK_RUNS_PER_SECOND'>,
+    /** A batch's claim and commit (lua/bulk-claim.lua, bulk-commit.lua). */
+    private readonly transitions: Transitions,
     private readonly store: RunStore,
     private readonly limit: SubmitLimit | undefined,
     private readonly log: Logger,
@@ -274,17 +225,17 @@ export class BulkWorker {
       return;
     }
     const now = await redisNowMs(this.redis);
-    const cursor = await this.redis.eval(CLAIM, 2, sk.operation(id), sk.operationsActive, id, this.token, now, LEASE_MS) as string | null;
-    if (cursor === null) return;
+    const cursor = await this.transitions.claimBatch(scope, id, { token: this.token, now, leaseMs: LEASE_MS });
+    if (cursor === undefined) return;
     const rec = parseOperation(await this.redis.hgetall(sk.operation(id)));
     if (!rec) return;
     const r = await this.batch(rec, cursor);
     const paced = Math.ceil((r.read * 1000) / this.config.BULK_RUNS_PER_SECOND);
     const notBefore = (await redisNowMs(this.redis)) + (r.stalled ? BACKOFF_MS : paced);
-    const committed = await this.redis.eval(
-      COMMIT, 2, sk.operation(id), sk.operationsActive, id, this.token, now, r.matched, r.done, r.failed, r.cursor,
-      r.finished ? '1' : '', notBefore, r.lastError ? JSON.stringify(r.lastError) : '', RETENTION_MS,
-    );
+    const committed = await this.transitions.commitBatch(scope, id, {
+      token: this.token, now, matched: r.matched, done: r.done, failed: r.failed, cursor: r.cursor,
+      finished: r.finished, notBefore, lastError: r.lastError, retentionMs: RETENTION_MS,
+    });
     if (committed) this.batches++;
   }
 

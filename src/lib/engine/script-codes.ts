@@ -40,6 +40,16 @@ export const Outcome = {
   claim: { Claimed: 0, Ended: 1 },
   heartbeat: { Renewed: 0, CancelRequested: 1 },
   wait: { Parked: 0, CancelRequested: 1 },
+  /** A cron schedule's tick: claimed by this call, or not (gone, paused, claimed by another). */
+  scheduleClaim: { Claimed: 0, NotClaimed: 1 },
+  /** A claimed tick's done mark: made now, or the tick was not pending (done already). */
+  scheduleDone: { Done: 0, NotPending: 1 },
+  /** A bulk operation made, or not: its scope runs its cap of them already. */
+  bulkCreate: { Created: 0, AtCap: 1 },
+  /** A bulk operation's batch: claimed, or not now (ended, leased, not yet due). */
+  bulkClaim: { Claimed: 0, NotNow: 1 },
+  /** A batch's commit: counted, or its lease had passed to another process. */
+  bulkCommit: { Committed: 0, NotHeld: 1 },
   /** expire, timeout and unserved: the run was left as it was, or ended now. */
   end: { Unchanged: 0, Ended: 1 },
 } as const;

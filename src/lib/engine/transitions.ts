@@ -178,6 +178,41 @@ export type RateBucketReply =
   /** The window as of `now` (Redis time); pausedUntil 0: not paused, -1: until resumed. */
   | { kind: 'state'; requests: number; tokens: number; reserved: number; pausedUntil: number; pausedBy: string; now: number };
 
+/** A cron schedule's due tick to claim (lua/schedule-claim.lua), as the scheduler worked it out. */
+export interface TickClaim {
+  /** The schedule's nextAt as the scheduler read it: the claim holds only while it still is. */
+  expected: number;
+  /** The schedule's nextAt after the claim (absent: its expression has no tick left). */
+  next?: number;
+  /** The tick to fire (absent: none, the missed ticks are skipped). */
+  fire?: number;
+  /** When a fired tick whose run is not confirmed made is looked at again. */
+  retryAt: number;
+}
+
+/** What became of a claimed tick: its run, or the submit's refusal (the scope's state, not Redis's). */
+export type TickOutcome = { runId: string } | { refused: { code: string; message: string } };
+
+/** A bulk operation's batch to count (lua/bulk-commit.lua), fenced by the lease token its claim took. */
+export interface BatchCommit {
+  token: string;
+  /** The claim's time (Redis time): the operation's finishedAt if this batch ends it. */
+  now: number;
+  matched: number;
+  done: number;
+  failed: number;
+  /** The listing position the batch reached. */
+  cursor: string;
+  /** The listing has no more runs for the operation: it ends `done`. */
+  finished: boolean;
+  /** When the operation's next batch may start (its pace, or a back-off). */
+  notBefore: number;
+  /** The batch's last failed run (absent: none failed). */
+  lastError?: { runId: string; code: string; message: string };
+  /** How long an ended operation stays readable. */
+  retentionMs: number;
+}
+
 // ---- replies ----
 // A script answers a positional list (the wire format). Each reply's shape below names its
 // positions once, in order (an object's fields keep the order they are written in), with how
@@ -241,6 +276,14 @@ const REPLY = {
   'rate-pause': { code: num, pausedUntil: num, moved: flag },
   'rate-resume': { code: num, lifted: flag },
   'rate-state': { code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num },
+  'schedule-pause': { code: num },
+  'schedule-resume': { code: num },
+  'schedule-claim': { code: num },
+  'schedule-done': { code: num },
+  'bulk-create': { code: num },
+  'bulk-cancel': { code: num },
+  'bulk-claim': { code: num, cursor: text },
+  'bulk-commit': { code: num },
 } satisfies Record<string, Shape>;
 
 type Replied = keyof typeof REPLY;
@@ -270,12 +313,24 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * The transitions whose loss in a failover would break a promise: an accepted run, a step's
  * result or its start marker (a non-idempotent step must not run again), a stream's events
  * (a reader must find again what it was sent), a turn's history, a wait's resolution, an
- * operator's resolution and a cancel. With REDIS_MIN_REPLICAS_ACK, each answers only once that
+ * operator's resolution and a cancel. Of the schedules' and bulk operations' own: a schedule's
+ * pause and resume and a bulk operation's creation and stop (what the API answered would be
+ * undone: a paused schedule would fire again, a stopped operation go on), and a tick's done
+ * mark, which says the tick is over: lost, the tick is pending again and submitted again, and
+ * only its idempotency key (kept a day) stands between that and a second run; a tick refused,
+ * and shown so, could still make one. With REDIS_MIN_REPLICAS_ACK, each answers only once that
  * many replicas hold it (replica-acks.ts). The others are repaired after a failover that lost
  * them: a lost heartbeat, park, retry or hand-over leaves a lease that runs out, and the run is
- * taken over from its memoized steps.
+ * taken over from its memoized steps; a lost tick claim lets the tick be
+ * claimed again, and its submit's idempotency key answers the run made the first time; a lost
+ * bulk claim or commit has the batch done again from the cursor it started at (a cancel of an
+ * ended run changes nothing, a re-run's key answers the re-run already made), and only a commit
+ * counts, so each run is still counted once.
  */
-const REPLICATED: ReadonlySet<ScriptName> = new Set(['submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork']);
+const REPLICATED: ReadonlySet<ScriptName> = new Set([
+  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork',
+  'schedule-pause', 'schedule-resume', 'schedule-done', 'bulk-create', 'bulk-cancel',
+]);
 
 export class Transitions {
   /** The limits every script shares, the first fields of its options (they never change). */
@@ -751,6 +806,73 @@ export class Transitions {
     }
   }
 
+  // ---- cron schedules (src/lib/schedules) ----
+
+  /** Pauses a schedule: out of the due index; a tick it claimed already still makes its run. */
+  async pauseSchedule(scope: string, id: string): Promise<'paused' | 'not-found'> {
+    const reply = await this.call('schedule-pause', scope, this.scheduleKeys(scope, id), { id });
+    return reply.refused ? notFound('schedule-pause', reply.refused) : 'paused';
+  }
+
+  /** Resumes a schedule from `nextAt`, its first tick after now (undefined: it has none left). */
+  async resumeSchedule(scope: string, id: string, nextAt: number | undefined): Promise<'active' | 'not-found'> {
+    const reply = await this.call('schedule-resume', scope, this.scheduleKeys(scope, id), { id, nextAt });
+    return reply.refused ? notFound('schedule-resume', reply.refused) : 'active';
+  }
+
+  /** Claims a schedule's due tick, once among racing processes. Returns whether this call claimed it. */
+  async claimTick(scope: string, id: string, t: TickClaim): Promise<boolean> {
+    const reply = await this.call('schedule-claim', scope, this.scheduleKeys(scope, id), { id, ...t });
+    if (reply.refused) throw new Error(`the schedule-claim script answered the unexpected code ${reply.refused.code}`);
+    return reply.code === Outcome.scheduleClaim.Claimed;
+  }
+
+  /** Marks a claimed tick done with its outcome, once. Returns whether this call did (the tick was pending). */
+  async tickDone(scope: string, id: string, tick: number, outcome: TickOutcome): Promise<boolean> {
+    const reply = await this.call('schedule-done', scope, this.scheduleKeys(scope, id), 'runId' in outcome
+      ? { id, tick, runId: outcome.runId }
+      : { id, tick, refusal: JSON.stringify({ tick, ...outcome.refused }) });
+    if (reply.refused) throw new Error(`the schedule-done script answered the unexpected code ${reply.refused.code}`);
+    return reply.code === Outcome.scheduleDone.Done;
+  }
+
+  // ---- bulk operations (bulk-operations.ts) ----
+
+  /** Makes an operation (its hash's fields as given) unless its scope runs `maxRunning` already. */
+  async createOperation(
+    scope: string, id: string, fields: Record<string, string>, o: { maxRunning: number; now: number },
+  ): Promise<'created' | 'at-cap'> {
+    const sk = this.keys.scope(scope);
+    const reply = await this.call('bulk-create', scope, {
+      operation: sk.operation(id), operations: sk.operations, active: sk.operationsActive,
+    }, { id, fields, ...o });
+    if (reply.refused) throw new Error(`the bulk-create script answered the unexpected code ${reply.refused.code}`);
+    return reply.code === Outcome.bulkCreate.Created ? 'created' : 'at-cap';
+  }
+
+  /** Stops a running operation (an ended one stays as it is); kept readable for `retentionMs`. */
+  async cancelOperation(scope: string, id: string, o: { now: number; retentionMs: number }): Promise<'stopped' | 'not-found'> {
+    const reply = await this.call('bulk-cancel', scope, this.operationKeys(scope, id), { id, ...o });
+    return reply.refused ? notFound('bulk-cancel', reply.refused) : 'stopped';
+  }
+
+  /** Takes an operation's next batch under the lease `token`; returns the cursor it starts after, undefined when not now. */
+  async claimBatch(scope: string, id: string, o: { token: string; now: number; leaseMs: number }): Promise<string | undefined> {
+    const reply = await this.call('bulk-claim', scope, this.operationKeys(scope, id), { id, ...o });
+    if (reply.refused) throw new Error(`the bulk-claim script answered the unexpected code ${reply.refused.code}`);
+    return reply.code === Outcome.bulkClaim.Claimed ? reply.cursor : undefined;
+  }
+
+  /** Counts a batch, if its lease is still the caller's. Returns whether it was. */
+  async commitBatch(scope: string, id: string, c: BatchCommit): Promise<boolean> {
+    const { lastError, ...counts } = c;
+    const reply = await this.call('bulk-commit', scope, this.operationKeys(scope, id), {
+      id, ...counts, lastError: lastError && JSON.stringify(lastError),
+    });
+    if (reply.refused) throw new Error(`the bulk-commit script answered the unexpected code ${reply.refused.code}`);
+    return reply.code === Outcome.bulkCommit.Committed;
+  }
+
   // ----
 
   /** The keys of a run and of its scope's slot bookkeeping, which most transitions touch. */
@@ -764,6 +886,16 @@ export class Transitions {
   private waitKeys(scope: string, runId: string): NamedKeys {
     const sk = this.keys.scope(scope);
     return { ...this.slotKeys(sk, runId), steps: sk.steps(runId), waits: sk.waits(runId) };
+  }
+
+  private scheduleKeys(scope: string, id: string): NamedKeys {
+    const sk = this.keys.scope(scope);
+    return { schedule: sk.schedule(id), due: sk.schedulesDue };
+  }
+
+  private operationKeys(scope: string, id: string): NamedKeys {
+    const sk = this.keys.scope(scope);
+    return { operation: sk.operation(id), active: sk.operationsActive };
   }
 
   private leaseKeys(a: Attempt): NamedKeys {
@@ -828,6 +960,12 @@ function heartbeatReply(code: number): HeartbeatReply {
   if (code === ScriptCode.NotRunnable) return { kind: 'closed' };
   if (code === ScriptCode.LeaseLost) return { kind: 'lost' };
   return { kind: 'renewed', cancelRequested: code === Outcome.heartbeat.CancelRequested };
+}
+
+/** The refusal of a script whose only one is NOT_FOUND (a schedule's or an operation's hash is gone). */
+function notFound(name: ScriptName, refusal: Refusal): 'not-found' {
+  if (refusal.code === ScriptCode.NotFound) return 'not-found';
+  throw new Error(`the ${name} script answered the unexpected code ${refusal.code}`);
 }
 
 /** A cancel's outcome code, by name. */

@@ -5,6 +5,7 @@ import type {
 } from '../contract/schedules.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
+import type { Transitions } from '../engine/transitions.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import { checkCron, compileCron, fireTimes, NEXT_FIRE_TIMES } from './cron.ts';
 
@@ -62,27 +63,13 @@ export function newScheduleId(): string {
   return `sch${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
 }
 
-// Pause: the schedule stays, out of the due index (a pending tick keeps its place: it finishes).
-const PAUSE = `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'paused')
-if redis.call('HEXISTS', KEYS[1], 'pending') == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
-return 1`;
-
-// Resume: the next tick is the first after now (ARGV[2]); ticks while paused are not made up.
-const RESUME = `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HGET', KEYS[1], 'status') == 'active' then return 1 end
-redis.call('HSET', KEYS[1], 'status', 'active')
-if ARGV[2] == '' then redis.call('HDEL', KEYS[1], 'nextAt') else redis.call('HSET', KEYS[1], 'nextAt', ARGV[2]) end
-if redis.call('HEXISTS', KEYS[1], 'pending') == 0 and ARGV[2] ~= '' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1]) end
-return 1`;
-
 export class ScheduleStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE'>,
+    /** Pause and resume are transitions (lua/schedule-pause.lua, schedule-resume.lua). */
+    private readonly transitions: Transitions,
   ) {}
 
   async create(scope: string, req: CreateScheduleRequest): Promise<ScheduleView> {
@@ -128,21 +115,19 @@ export class ScheduleStore {
     });
   }
 
+  /** Pauses the schedule: out of the due index (a tick already claimed still makes its run). */
   async pause(scope: string, id: string): Promise<ScheduleView> {
-    const sk = this.keys.scope(scope);
-    if (!await this.redis.eval(PAUSE, 2, sk.schedule(id), sk.schedulesDue, id)) throw new BatonError('SCHEDULE_NOT_FOUND');
+    if (await this.transitions.pauseSchedule(scope, id) === 'not-found') throw new BatonError('SCHEDULE_NOT_FOUND');
     return this.get(scope, id);
   }
 
+  /** Resumes the schedule from its first tick after now: ticks while it was paused are not made up. */
   async resume(scope: string, id: string): Promise<ScheduleView> {
-    const sk = this.keys.scope(scope);
-    const h = await this.redis.hmget(sk.schedule(id), 'cron', 'timezone');
+    const h = await this.redis.hmget(this.keys.scope(scope).schedule(id), 'cron', 'timezone');
     if (!h[0]) throw new BatonError('SCHEDULE_NOT_FOUND');
     const now = await redisNowMs(this.redis);
     const next = compileCron(h[0], h[1] ?? 'UTC').after(now);
-    if (!await this.redis.eval(RESUME, 2, sk.schedule(id), sk.schedulesDue, id, next === undefined ? '' : String(next))) {
-      throw new BatonError('SCHEDULE_NOT_FOUND');
-    }
+    if (await this.transitions.resumeSchedule(scope, id, next) === 'not-found') throw new BatonError('SCHEDULE_NOT_FOUND');
     return this.get(scope, id);
   }
 

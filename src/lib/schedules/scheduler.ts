@@ -5,7 +5,7 @@ import type { Logger } from '../logger.ts';
 import { PollLoop } from '../poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { RunStore, SubmitRequest } from '../engine/store.ts';
-import type { SubmitLimit } from '../engine/transitions.ts';
+import type { SubmitLimit, TickOutcome, Transitions } from '../engine/transitions.ts';
 import { compileCron, splitDue, type CompiledCron } from './cron.ts';
 import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 
@@ -23,42 +23,6 @@ const CRON_CACHE_MAX = 1_000;
 /** Submit refusals that are the tenant's state, not Redis's: the tick makes no run and says why. */
 const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED']);
 
-// Claim a tick (see Scheduler): only while nextAt is the one read and no tick is pending.
-// ARGV: id, expected nextAt, new nextAt ('' none left), tick to fire ('' none), its retry time.
-const CLAIM = `
-local s = KEYS[1]
-if redis.call('EXISTS', s) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) return 0 end
-if redis.call('HGET', s, 'nextAt') ~= ARGV[2] or redis.call('HEXISTS', s, 'pending') == 1 then return 0 end
-if redis.call('HGET', s, 'status') ~= 'active' then redis.call('ZREM', KEYS[2], ARGV[1]) return 0 end
-if ARGV[3] == '' then redis.call('HDEL', s, 'nextAt') else redis.call('HSET', s, 'nextAt', ARGV[3]) end
-if ARGV[4] ~= '' then
-  redis.call('HSET', s, 'pending', ARGV[4])
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-elseif ARGV[3] ~= '' then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-else
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-return 1`;
-
-// A pending tick is done: its run made (ARGV[3]) or refused (ARGV[4], JSON). Once per tick.
-const DONE = `
-local s = KEYS[1]
-if redis.call('HGET', s, 'pending') ~= ARGV[2] then return 0 end
-redis.call('HDEL', s, 'pending')
-if ARGV[3] ~= '' then
-  redis.call('HSET', s, 'lastTick', ARGV[2], 'lastRunId', ARGV[3])
-  redis.call('HINCRBY', s, 'fired', 1)
-end
-if ARGV[4] ~= '' then redis.call('HSET', s, 'lastError', ARGV[4]) end
-local nextAt = redis.call('HGET', s, 'nextAt')
-if redis.call('HGET', s, 'status') == 'active' and nextAt then
-  redis.call('ZADD', KEYS[2], nextAt, ARGV[1])
-else
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-return 1`;
-
 /** The idempotency key of a schedule's tick: the same tick submitted twice is one run. */
 export function tickKey(scheduleId: string, tick: number): string {
   return `schedule:${scheduleId}:${tick}`;
@@ -68,14 +32,15 @@ export function tickKey(scheduleId: string, tick: number): string {
  * Fires schedules' ticks; every API and worker process runs one, and none leads.
  *
  * A tick is made a run in two steps, each safe to repeat or to lose:
- * 1. claim (one script): if the schedule's nextAt is still the tick this process read, move
- *    nextAt to the tick after now and mark the tick to fire `pending`. Of processes racing on
- *    a tick, one claims it; the others read the new nextAt.
+ * 1. claim (lua/schedule-claim.lua): if the schedule's nextAt is still the tick this process
+ *    read, move nextAt to the tick after now and mark the tick to fire `pending`. Of processes
+ *    racing on a tick, one claims it; the others read the new nextAt.
  * 2. submit the tick's run through the normal submit (RunStore.create: the scope's rate
  *    limit, its session queue, its slots) with the idempotency key `schedule:<id>:<tick>`,
- *    then clear `pending`. A process killed (or Redis gone) in between leaves the tick
- *    pending; after PENDING_RETRY_MS any process submits it again, and the key makes it the
- *    same run. So each tick is at most one run, and a claimed tick is made one in the end.
+ *    then clear `pending` (lua/schedule-done.lua). A process killed (or Redis gone) in between
+ *    leaves the tick pending; after PENDING_RETRY_MS any process submits it again, and the key
+ *    makes it the same run. So each tick is at most one run, and a claimed tick is made one in
+ *    the end.
  *
  * Ticks are read in Redis time. A tick found at most SCHEDULE_MISSED_AFTER_MS after its time
  * fires, however many are due (a busy moment delays ticks; it does not drop them). Ticks found
@@ -92,6 +57,8 @@ export class Scheduler {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'SCHEDULE_POLL_MS' | 'SCHEDULE_MISSED_AFTER_MS'>,
+    /** The claim and the done mark (lua/schedule-claim.lua, schedule-done.lua). */
+    private readonly transitions: Transitions,
     private readonly store: RunStore,
     private readonly limit: SubmitLimit | undefined,
     private readonly log: Logger,
@@ -149,10 +116,7 @@ export class Scheduler {
     const missed = latestMissed !== undefined;
     const fire = !missed ? rec.nextAt : rec.missed === 'catchUpOne' ? latestMissed : undefined;
     const next = !missed ? cron.after(rec.nextAt) : first;
-    const claimed = await this.redis.eval(
-      CLAIM, 2, sk.schedule(id), sk.schedulesDue,
-      id, String(rec.nextAt), next === undefined ? '' : String(next), fire === undefined ? '' : String(fire), String(now + PENDING_RETRY_MS),
-    );
+    const claimed = await this.transitions.claimTick(scope, id, { expected: rec.nextAt, next, fire, retryAt: now + PENDING_RETRY_MS });
     if (!claimed) return false;
     if (missed) {
       this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latestMissed, missed: rec.missed }, 'schedule ticks missed');
@@ -163,22 +127,20 @@ export class Scheduler {
 
   /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done; false when left pending. */
   private async submit(rec: ScheduleRecord, tick: number): Promise<boolean> {
-    const sk = this.keys.scope(rec.scope);
-    let runId = '';
-    let refused = '';
+    let outcome: TickOutcome;
     try {
       const { run, created } = await this.store.create(tickRequest(rec, tick), { limit: this.limit });
-      runId = run.id;
+      outcome = { runId: run.id };
       if (created) this.fired++;
     } catch (err) {
       if (!(err instanceof BatonError) || TRANSIENT.has(err.code)) {
         this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, err: (err as Error).message }, 'schedule tick not submitted; tried again later');
         return false;
       }
-      refused = JSON.stringify({ tick, code: err.code, message: err.message });
+      outcome = { refused: { code: err.code, message: err.message } };
       this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, code: err.code }, 'schedule tick refused by the submit');
     }
-    return Boolean(await this.redis.eval(DONE, 2, sk.schedule(rec.id), sk.schedulesDue, rec.id, String(tick), runId, refused));
+    return this.transitions.tickDone(rec.scope, rec.id, tick, outcome);
   }
 
   private cron(rec: ScheduleRecord): CompiledCron {

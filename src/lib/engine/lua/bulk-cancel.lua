@@ -1,0 +1,15 @@
+--[[ Stop a bulk operation: a running one ends `cancelled` and leaves the scope's active index,
+  so no batch starts after this (a batch under way still commits what it did); it stays
+  readable for retentionMs. One that ended already is left as it is.
+  KEYS  operation (its hash), active (the scope's running ones)
+  O     id, now (epoch ms, Redis time as the caller read it), retentionMs
+  Returns: {0} stopped, or ended already | {-1} NOT_FOUND ]]
+-- @uses int
+local o = K.operation
+if redis.call('EXISTS', o) == 0 then return { -1 } end
+if redis.call('HGET', o, 'status') == 'running' then
+  redis.call('HSET', o, 'status', 'cancelled', 'finishedAt', int(O.now))
+  redis.call('ZREM', K.active, O.id)
+  redis.call('PEXPIRE', o, O.retentionMs)
+end
+return { 0 }
