@@ -82,7 +82,7 @@ function built(): Library {
   const parts = [`#!lua name=${name}`, ...helpers];
   const functions = new Map<string, string>();
   for (const [transition, body] of bodies) {
-    const fn = `baton_${transition.replace('-', '_')}_${tag}`;
+    const fn = `baton_${transition.replaceAll('-', '_')}_${tag}`;
     functions.set(transition, fn);
     // The body runs as a function of its own, so its reply passes withDeferred (core.lua) on the way out.
     parts.push(`redis.register_function('${fn}', function(keys, args)\nbegin(keys, args)\nreturn withDeferred((function()\n${body}\nend)())\nend)`);
