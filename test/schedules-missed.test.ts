@@ -48,6 +48,16 @@ async function behind(scope: string, missed: 'skip' | 'catchUpOne', secondsAgo: 
 /** For the per-minute schedules of `behind(…, 0)`: their tick, under a minute late, is not missed. */
 const ALONE = { graceMs: 120_000 };
 
+/** A submit rate of one token, refilled too slowly to matter. */
+const TIGHT: SubmitLimit = { rate: 0.001, burst: 1 };
+
+/** Another submit spends the scope's token under `limit`. */
+async function spendToken(scope: string, limit: SubmitLimit): Promise<void> {
+  await new RunStore(h.redis, h.keys, h.config, h.transitions()).create(
+    { scope, sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' }, { limit },
+  );
+}
+
 async function ticksOf(scope: string): Promise<number[]> {
   const sk = h.keys.scope(scope);
   const runs = await h.redis.zrange(sk.runs, 0, -1);
@@ -125,20 +135,38 @@ describe('a tick', () => {
     expect(await h.redis.hget(sk.run(runId!), 'idempotencyKey')).toBe(tickKey(id, from));
   });
 
-  it('refused by the scope’s submit rate limit makes no run and says why; the next tick fires as usual', async () => {
-    const limit = { rate: 0.001, burst: 1 };
-    const { id, from } = await behind('limited', 'skip', 0);
-    const sk = h.keys.scope('limited');
+  it('held back by the scope’s submit rate stays pending, and fires once the rate lets it within SCHEDULE_MISSED_AFTER_MS', async () => {
+    const { id, from } = await behind('held', 'skip', 0);
+    const sk = h.keys.scope('held');
     // Another submit spends the scope's one token first.
-    await new RunStore(h.redis, h.keys, h.config, h.transitions()).create(
-      { scope: 'limited', sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' }, { limit },
-    );
-    await scheduler({ ...ALONE, limit }).poll();
+    await spendToken('held', TIGHT);
+    await scheduler({ ...ALONE, limit: TIGHT }).poll();
+    expect(await h.redis.hgetall(sk.schedule(id))).toMatchObject({ pending: String(from), fired: '0' });
+    expect(await h.redis.hget(sk.schedule(id), 'lastError')).toBeNull();
+    // The scope's rate is raised, and the pending tick's retry time comes (PENDING_RETRY_MS): the next poll makes its run.
+    await h.redis.zadd(sk.schedulesDue, 0, id);
+    await scheduler({ ...ALONE, limit: { rate: 1_000, burst: 1_000 } }).poll();
     const rec = await h.redis.hgetall(sk.schedule(id));
-    expect(JSON.parse(rec.lastError!)).toMatchObject({ tick: from, code: 'RATE_LIMITED' });
-    expect(rec.fired).toBe('0');
+    expect(rec).toMatchObject({ fired: '1', lastTick: String(from) });
     expect(rec.pending).toBeUndefined();
-    expect(Number(rec.nextAt)).toBeGreaterThan(from);
+    expect(await h.redis.hget(sk.run(rec.lastRunId!), 'idempotencyKey')).toBe(tickKey(id, from));
+    expect(await h.redis.zcard(sk.runs)).toBe(2);
+  });
+
+  it('refused by the submit rate past SCHEDULE_MISSED_AFTER_MS makes no run and says why; the next tick is taken up as usual', async () => {
+    // Ticks 3 s back, missed after 1 s: catchUpOne fires the latest missed one, over a second late.
+    const { id, from } = await behind('limited', 'catchUpOne', 3);
+    const sk = h.keys.scope('limited');
+    await spendToken('limited', TIGHT);
+    await scheduler({ graceMs: 1_000, limit: TIGHT }).poll();
+    const rec = await h.redis.hgetall(sk.schedule(id));
+    const refused = JSON.parse(rec.lastError!);
+    expect(refused).toMatchObject({ code: 'RATE_LIMITED' });
+    expect(refused.tick).toBeGreaterThanOrEqual(from);
+    expect(rec.fired).toBe('0');
+    // The ticks after it are due within the window: the next is held back in its turn (pending), not refused.
+    expect(Number(rec.pending)).toBeGreaterThan(refused.tick);
+    expect(Number(rec.nextAt)).toBeGreaterThan(refused.tick);
     expect(await h.redis.zcard(sk.runs)).toBe(1);
   });
 });

@@ -20,8 +20,15 @@ const DUE_PER_POLL = 100;
 const TICKS_PER_VISIT = 20;
 /** Compiled expressions kept (dropped whole when it grows past this). */
 const CRON_CACHE_MAX = 1_000;
-/** Submit refusals that are the tenant's state, not Redis's: the tick makes no run and says why. */
+/** Submit failures that are Redis's or this process's, not the tenant's: the tick is tried again. */
 const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED']);
+/**
+ * Refusals by a limit that frees up with time (the scope's submit rate, its schema checks):
+ * the tick is tried again while it is not missed (SCHEDULE_MISSED_AFTER_MS), then refused.
+ * Any other refusal is the tenant's state (a full session history, a drained runtime...): the
+ * tick makes no run and says why.
+ */
+const WAIT_FOR = new Set(['RATE_LIMITED', 'SCHEMA_CHECKS_BUSY']);
 
 /** The idempotency key of a schedule's tick: the same tick submitted twice is one run. */
 export function tickKey(scheduleId: string, tick: number): string {
@@ -45,7 +52,9 @@ export function tickKey(scheduleId: string, tick: number): string {
  * Ticks are read in Redis time. A tick found at most SCHEDULE_MISSED_AFTER_MS after its time
  * fires, however many are due (a busy moment delays ticks; it does not drop them). Ticks found
  * later than that were missed (every process down, Redis down): `skip` fires none of them,
- * `catchUpOne` the latest of them; the ticks after them fire as usual.
+ * `catchUpOne` the latest of them; the ticks after them fire as usual. A tick the scope's
+ * submit rate holds back stays pending and is tried again for as long: a limit that frees up
+ * within the window delays the tick; one that does not refuses it (`lastError`).
  */
 export class Scheduler {
   private readonly loop: PollLoop;
@@ -107,7 +116,7 @@ export class Scheduler {
       await this.redis.zrem(sk.schedulesDue, id);
       return false;
     }
-    if (rec.pending !== undefined) return this.submit(rec, rec.pending);
+    if (rec.pending !== undefined) return this.submit(rec, rec.pending, now);
     if (rec.nextAt === undefined || rec.nextAt > now) return false;
     const cron = this.cron(rec);
     const { latestMissed, next: first } = splitDue(cron, rec.nextAt, now, this.config.SCHEDULE_MISSED_AFTER_MS);
@@ -121,12 +130,12 @@ export class Scheduler {
     if (missed) {
       this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latestMissed, missed: rec.missed }, 'schedule ticks missed');
     }
-    if (fire !== undefined && !await this.submit(rec, fire)) return false;
+    if (fire !== undefined && !await this.submit(rec, fire, now)) return false;
     return next !== undefined && next <= now;
   }
 
   /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done; false when left pending. */
-  private async submit(rec: ScheduleRecord, tick: number): Promise<boolean> {
+  private async submit(rec: ScheduleRecord, tick: number, now: number): Promise<boolean> {
     let outcome: TickOutcome;
     try {
       const { run, created } = await this.store.create(tickRequest(rec, tick), { limit: this.limit });
@@ -135,6 +144,10 @@ export class Scheduler {
     } catch (err) {
       if (!(err instanceof BatonError) || TRANSIENT.has(err.code)) {
         this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, err: (err as Error).message }, 'schedule tick not submitted; tried again later');
+        return false;
+      }
+      if (WAIT_FOR.has(err.code) && now - tick <= this.config.SCHEDULE_MISSED_AFTER_MS) {
+        this.log.info({ scope: rec.scope, scheduleId: rec.id, tick, code: err.code }, 'schedule tick held back by a limit; tried again');
         return false;
       }
       outcome = { refused: { code: err.code, message: err.message } };
