@@ -62,7 +62,7 @@ describe('the app at /ui', () => {
     expect(root.status).toBe(302);
     // Relative, like everything the app is served with: `ui` beside `/` is /ui.
     expect(root.headers.get('location')).toBe('ui');
-    const bases = { '/ui': 'ui/', '/ui/': './', '/ui/runs/r123': '../', '/ui/sessions/s1': '../', '/ui/runtimes': './', '/ui/index.html': './' };
+    const bases = { '/ui': 'ui/', '/ui/': './', '/ui/runs/r123': '../', '/ui/sessions/s1': '../', '/ui/runtimes': './', '/ui/schedules': './', '/ui/index.html': './' };
     for (const [path, href] of Object.entries(bases)) {
       const res = await fetch(base + path);
       expect(res.status, path).toBe(200);
