@@ -1,7 +1,7 @@
 import type { BrowserContext, Locator, Page } from 'playwright-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
-import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
+import { artifactPath, ensureUiBuilt, launchBrowser, openLoggedIn, untilText, type WatchedPage } from './helpers/browser.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 
@@ -37,17 +37,11 @@ const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 const limitsOf = async (scope: string) => (await call(api.url, 'GET', `/v1/scopes/${scope}/limits`, undefined, bearer(operator))).body;
 const putLimits = (scope: string, body: unknown) => call(api.url, 'PUT', `/v1/scopes/${scope}/limits`, body, bearer(operator));
 
-interface Answered { method: string; url: string; status: number }
-
-/** A tab logged in with `key` through the link fragment, at `path`; every response it gets is kept. */
-async function loggedIn(key: string, path = '/ui'): Promise<WatchedPage & { responses: Answered[] }> {
-  const w = await openPage(browser);
+/** A tab logged in with `key` at `path`, closed with the file's other tabs. */
+async function loggedIn(key: string, path = '/ui') {
+  const w = await openLoggedIn(browser, api.url, key, path);
   pages.push(w);
-  const responses: Answered[] = [];
-  w.page.on('response', (r) => responses.push({ method: r.request().method(), url: r.url(), status: r.status() }));
-  await w.page.goto(`${api.url}${path}#key=${encodeURIComponent(key)}`);
-  await w.page.getByRole('button', { name: 'Log out' }).waitFor();
-  return { ...w, responses };
+  return w;
 }
 
 /** The table row of one limit, and its cells by their label. */

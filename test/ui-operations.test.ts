@@ -2,7 +2,7 @@ import type { BrowserContext, Page } from 'playwright-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
-import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
+import { artifactPath, ensureUiBuilt, launchBrowser, openLoggedIn, untilText, type WatchedPage } from './helpers/browser.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -49,17 +49,11 @@ afterEach(async () => {
   pages = [];
 });
 
-interface Answered { method: string; url: string; status: number }
-
-/** A tab logged in with `key` through the link fragment, at `path`; every response it gets is kept. */
-async function loggedIn(key: string, path: string): Promise<WatchedPage & { responses: Answered[] }> {
-  const w = await openPage(browser);
+/** A tab logged in with `key` at `path`, closed with the file's other tabs. */
+async function loggedIn(key: string, path: string) {
+  const w = await openLoggedIn(browser, api.url, key, path);
   pages.push(w);
-  const responses: Answered[] = [];
-  w.page.on('response', (r) => responses.push({ method: r.request().method(), url: r.url(), status: r.status() }));
-  await w.page.goto(`${api.url}${path}#key=${encodeURIComponent(key)}`);
-  await w.page.getByRole('button', { name: 'Log out' }).waitFor();
-  return { ...w, responses };
+  return w;
 }
 
 /** Submits a run that stays queued: its runtime has no worker. */

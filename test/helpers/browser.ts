@@ -73,6 +73,21 @@ export async function openPage(context: BrowserContext): Promise<WatchedPage> {
   return { page, errors };
 }
 
+/** A response a page got. */
+export interface Answered { method: string; url: string; status: number }
+
+/** A new tab logged in with `key` through the link fragment, at `path` of the API at `apiUrl`; every response it gets is kept. */
+export async function openLoggedIn(
+  context: BrowserContext, apiUrl: string, key: string, path: string,
+): Promise<WatchedPage & { responses: Answered[] }> {
+  const w = await openPage(context);
+  const responses: Answered[] = [];
+  w.page.on('response', (r) => responses.push({ method: r.request().method(), url: r.url(), status: r.status() }));
+  await w.page.goto(`${apiUrl}${path}#key=${encodeURIComponent(key)}`);
+  await w.page.getByRole('button', { name: 'Log out' }).waitFor();
+  return { ...w, responses };
+}
+
 /** Waits until the locator's text, spaces collapsed, passes `check` (or equals the string). */
 export async function untilText(loc: Locator, check: string | ((text: string) => boolean), what = String(check)): Promise<string> {
   const ok = typeof check === 'string' ? (t: string) => t === check : check;

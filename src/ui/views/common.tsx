@@ -34,3 +34,29 @@ export function ErrorNote({ error, prefix }: { error: unknown; prefix?: string }
 export function Empty({ children }: { children: ComponentChildren }) {
   return <p class="empty">{children}</p>;
 }
+
+/** A form's refusal as the API gave it: its message, and the problems no field of the form shows. */
+export interface Refusal { message: string; other: string[] }
+
+/** Under a form: its refusal (announced) or its note of what the last save did. */
+export function FormOutcome({ refusal, note }: { refusal?: Refusal; note?: string }) {
+  return (
+    <>
+      {refusal && (
+        <div class="error" role="alert">
+          <p>{refusal.message}</p>
+          {refusal.other.length > 0 && (
+            <ul>
+              {refusal.other.map((o) => <li key={o}>{o}</li>)}
+            </ul>
+          )}
+        </div>
+      )}
+      {note && (
+        <p class="note" role="status">
+          {note}
+        </p>
+      )}
+    </>
+  );
+}

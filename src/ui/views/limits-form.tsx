@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { describeError, LIMIT_FIELDS, type Api, type LimitField, type ScopeLimitsView } from '../lib/api.ts';
 import { draftOf, formatLimit, NULLABLE, overridesOf, problemsOf, type Draft, type DraftField, type FieldProblems } from '../lib/limits.ts';
+import { FormOutcome, type Refusal } from './common.tsx';
 
 /**
  * For an operator key: the scope's overrides, one field per limit. Empty is the default, "none"
@@ -14,7 +15,7 @@ export function LimitsForm({ api, view, onSaved }: { api: Api; view: ScopeLimits
   const [dirty, setDirty] = useState(false);
   const [busy, setBusy] = useState(false);
   const [problems, setProblems] = useState<FieldProblems>({});
-  const [refusal, setRefusal] = useState<{ message: string; other: string[] }>();
+  const [refusal, setRefusal] = useState<Refusal>();
   const [note, setNote] = useState<string>();
   const setKey = JSON.stringify(view.set);
   useEffect(() => {
@@ -84,21 +85,7 @@ export function LimitsForm({ api, view, onSaved }: { api: Api; view: ScopeLimits
             />
           ))}
         </div>
-        {refusal && (
-          <div class="error" role="alert">
-            <p>{refusal.message}</p>
-            {refusal.other.length > 0 && (
-              <ul>
-                {refusal.other.map((o) => <li key={o}>{o}</li>)}
-              </ul>
-            )}
-          </div>
-        )}
-        {note && (
-          <p class="note" role="status">
-            {note}
-          </p>
-        )}
+        <FormOutcome refusal={refusal} note={note} />
         <div class="actions">
           <button type="submit" disabled={busy}>{busy ? 'Saving…' : 'Save limits'}</button>{' '}
           {dirty && (

@@ -4,6 +4,7 @@ import {
   BatonApiError, describeError, MISSED_TICK_POLICIES, type Api, type CreateScheduleRequest, type MissedTickPolicy, type ScheduleView,
 } from '../lib/api.ts';
 import { formatInZone, MISSED_ABOUT } from '../lib/schedules.ts';
+import { FormOutcome, type Refusal } from './common.tsx';
 
 /** The form's fields; each API error path leads to one of them (see FIELD_OF). */
 type Field = 'cron' | 'timezone' | 'missed' | 'sessionId' | 'input' | 'agent' | 'runtime';
@@ -64,7 +65,7 @@ export function ScheduleForm({ api, onCreated }: { api: Api; onCreated(s: Schedu
   const [draft, setDraft] = useState<Draft>(EMPTY);
   const [busy, setBusy] = useState(false);
   const [problems, setProblems] = useState<Partial<Record<Field, string>>>({});
-  const [refusal, setRefusal] = useState<{ message: string; other: string[] }>();
+  const [refusal, setRefusal] = useState<Refusal>();
   const [note, setNote] = useState<string>();
   const set = <K extends keyof Draft>(k: K, v: Draft[K]) => {
     setDraft((d) => ({ ...d, [k]: v }));
@@ -176,21 +177,7 @@ export function ScheduleForm({ api, onCreated }: { api: Api; onCreated(s: Schedu
             onInput={(e) => set('input', (e.currentTarget as HTMLTextAreaElement).value)}
           />
         </FieldBox>
-        {refusal && (
-          <div class="error" role="alert">
-            <p>{refusal.message}</p>
-            {refusal.other.length > 0 && (
-              <ul>
-                {refusal.other.map((o) => <li key={o}>{o}</li>)}
-              </ul>
-            )}
-          </div>
-        )}
-        {note && (
-          <p class="note" role="status">
-            {note}
-          </p>
-        )}
+        <FormOutcome refusal={refusal} note={note} />
         <button type="submit" disabled={busy}>{busy ? 'Making…' : 'Make schedule'}</button>
       </form>
     </section>
