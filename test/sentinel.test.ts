@@ -97,11 +97,12 @@ describe('REDIS_URL=redis+sentinel://', () => {
     const h = await useHarness({ REDIS_URL: s.url, LEASE_MS: '6000' });
     const api = await h.spawn('api');
     const worker = await h.spawn('worker', { agents: [AGENTS] });
+    const output = () => `${api.output()}\n${worker.output()}`;
     const acme = await h.client(api.url!, 'acme', 'client');
     const client = new BatonClient({ url: api.url!, apiKey: acme.key, scope: 'acme' });
 
     // 1. The primary is SIGKILLed.
-    const first = await failoverRound(h, s, client, 1, 'kill');
+    const first = await failoverRound(h, s, client, 1, 'kill', output);
     // It comes back, and Sentinel makes it a replica of the new primary.
     const rejoinStarted = Date.now();
     await s.restart(first.old);
@@ -112,19 +113,19 @@ describe('REDIS_URL=redis+sentinel://', () => {
     // calls there find it missing and load it.
     const primary = await s.primary();
     for (const node of s.nodes.filter((n) => n.running && n.port !== primary.port)) await dropLibrary(node.port);
-    const second = await failoverRound(h, s, client, 2, 'kill');
+    const second = await failoverRound(h, s, client, 2, 'kill', output);
     expect(await libraries(second.promoted.port), 'the library was loaded on the new primary').toHaveLength(1);
 
     // 3. A planned switch (SENTINEL FAILOVER): the old primary stays up, and takes writes until
     // the processes learn of the switch (the Sentinels' +switch-master), which its demotion
     // then drops: Redis 7's Sentinel does not stop writes on the old primary first.
-    const third = await failoverRound(h, s, client, 3, 'switch');
+    const third = await failoverRound(h, s, client, 3, 'switch', output);
     expect(third.old.running).toBe(true);
 
     // 4. The same switch with the primary's writes paused first (CLIENT PAUSE WRITE): the
     // promoted replica has every write, the processes' paused commands go to it after the
     // switch, and nothing is lost (docs/operations.md says how).
-    const fourth = await failoverRound(h, s, client, 4, 'paused switch');
+    const fourth = await failoverRound(h, s, client, 4, 'paused switch', output);
     expect(fourth.lost).toEqual([]);
     expect(fourth.unreplicatedEvents).toBe(0);
 
@@ -168,7 +169,9 @@ interface Reader { runId: string; content: string; events: (RunStreamEvent & { a
  * keeps submitting (retrying a refused submit with its idempotency key, as a client should);
  * then the primary fails over (`how`), and the round checks and prints what came through.
  */
-async function failoverRound(h: Harness, s: SentinelSetup, client: BatonClient, round: number, how: FailoverKind): Promise<RoundResult> {
+async function failoverRound(
+  h: Harness, s: SentinelSetup, client: BatonClient, round: number, how: FailoverKind, processOutput: () => string,
+): Promise<RoundResult> {
   const runtime = h.runtime;
   await s.waitSettled();
   // A run that parks on a wait before the failover and is resumed after it.
@@ -191,13 +194,23 @@ async function failoverRound(h: Harness, s: SentinelSetup, client: BatonClient, 
   const failedAt = Date.now();
   const promoted = await s.waitForFailover(old);
   const promotedAt = Date.now();
+  // From when no write of Baton's can land on the old primary: at once when it was killed; after
+  // a switch, once Baton's connections have left it (it stays a primary, taking what it is sent,
+  // until Sentinel turns it into a replica; what it took in between is lost unacknowledged).
+  if (how !== 'kill') await s.waitForClientsToLeave(old, 'baton:');
+  const servedFrom = Date.now();
   await waitFor(() => submitter.accepted.filter((a) => a.at > promotedAt).length >= 5, 60_000, 'five submits accepted after the failover');
 
   // The wait is resumed through the API once Redis answers again (unless the run was lost).
-  await waitFor(() => client.resume(asking.id, 'wait:approval:1', { approved: true }).then(() => true, (err) => {
+  let resumed = '';
+  await waitFor(() => client.resume(asking.id, 'wait:approval:1', { approved: true }).then((answer) => {
+    resumed = `accepted at ${Date.now()}: ${JSON.stringify(answer)}`;
+    return true;
+  }, (err) => {
     if (err instanceof BatonApiError && err.status >= 500) return false;
-    if (err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND') return true;
-    throw err;
+    if (!(err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND')) throw err;
+    resumed = `RUN_NOT_FOUND at ${Date.now()}`;
+    return true;
   }), 30_000, 'the resume to be accepted');
   submitter.stop();
   await submitter.stopped;
@@ -220,14 +233,23 @@ async function failoverRound(h: Harness, s: SentinelSetup, client: BatonClient, 
     }
     return final.size === accepted.length;
   }, 60_000, 'every accepted run to end').catch(async (err: Error) => {
-    // Which runs did not end, and where they stand, for the investigation.
-    const open = await Promise.all(accepted.filter((id) => !final.has(id)).map((id) => client.get(id).then(
-      (r) => `${id} ${r.status} attempt ${r.attempt}`, (e: Error) => `${id} ${e.message}`,
-    )));
-    throw new Error(`${err.message}; round ${round}, not ended: ${open.join('; ')}`);
+    // Which runs did not end, and where they stand (their event log's statuses and waits, their
+    // steps and waits), for the investigation.
+    const sk = h.keys.scope('acme');
+    const open = await Promise.all(accepted.filter((id) => !final.has(id)).map(async (id) => {
+      const where = await client.get(id).then((r) => `${r.status} attempt ${r.attempt}`, (e: Error) => e.message);
+      const log = (await fullLog(h, 'acme', id).catch(() => [])).filter((e) => e.type !== 'token').map((e) => `${e.id} ${e.type} ${JSON.stringify(e.data)}`);
+      const [steps, waits] = await Promise.all([sk.steps(id), sk.waits(id)].map((k) => h.redis.hgetall(k).catch(() => ({}))));
+      return `${id} ${where}\n  log: ${log.join('\n       ')}\n  steps: ${JSON.stringify(steps)}\n  waits: ${JSON.stringify(waits)}`;
+    }));
+    // Lines naming them, and every warning or error (a reconnection, a switch, a failed call).
+    const lines = processOutput().split('\n')
+      .filter((l) => accepted.some((id) => !final.has(id) && l.includes(id)) || /"level":[456]0/.test(l));
+    throw new Error(`${err.message}; round ${round}, not ended:\n${open.join('\n')}\nthe resume of ${asking.id}: ${resumed}\n` +
+      `the processes' lines naming them, and their warnings:\n${lines.join('\n')}\nthe Sentinel's log:\n${s.switches()}`);
   });
   const lost = accepted.filter((id) => final.get(id) === undefined);
-  const lostAfterFailover = submitter.accepted.filter((a) => a.at > promotedAt && lost.includes(a.id));
+  const lostAfterFailover = submitter.accepted.filter((a) => a.sentAt > servedFrom && lost.includes(a.id));
   expect(lostAfterFailover, 'runs accepted by the new primary are all there').toEqual([]);
   for (const run of final.values()) if (run) expect(run.status, `run ${run.id}`).toBe('succeeded');
   if (!lost.includes(asking.id)) expect(final.get(asking.id)?.result?.answer).toBe(`draft of round ${round}: approved`);
@@ -255,7 +277,8 @@ async function failoverRound(h: Harness, s: SentinelSetup, client: BatonClient, 
   const firstRead = Math.min(...written.map((e) => e.at));
   const attempts = [...final.values()].filter((run) => run && readers.some((r) => r.runId === run.id)).map((run) => run!.attempt);
   console.log([
-    `failover ${round}: ${how === 'kill' ? 'SIGKILL' : how} ${old.name}; ${promoted.name} promoted ${promotedAt - failedAt} ms after it`,
+    `failover ${round}: ${how === 'kill' ? 'SIGKILL' : how} ${old.name}; ${promoted.name} promoted ${promotedAt - failedAt} ms after it` +
+      (how === 'kill' ? '' : `; Baton's connections had left ${old.name} ${servedFrom - promotedAt} ms after that`),
     `  first submit accepted ${firstAccepted ? firstAccepted.at - failedAt : '-'} ms after it; running runs' first token written ${firstWritten - failedAt} ms after it, read ${firstRead - failedAt} ms after it`,
     `  submits: ${submitter.accepted.length} accepted (${submitter.refused} refused answers retried with the same idempotency key)`,
     `  streamed runs: ${readers.length}, ${resumedReaders} read on past the failover; attempts ${attempts.join(',')}; events seen but not replicated: ${unreplicatedEvents}`,
@@ -281,16 +304,18 @@ function read(client: BatonClient, runId: string, content: string): Reader {
 
 /** Submits a short run every 100 ms until stopped; a submit refused (503 while Redis is away) is sent again, same idempotency key. */
 function keepSubmitting(client: BatonClient, runtime: string, round: number) {
-  const accepted: { id: string; at: number }[] = [];
+  /** `sentAt`: when the request that was accepted was sent; `at`: when its answer came. */
+  const accepted: { id: string; sentAt: number; at: number }[] = [];
   let refused = 0;
   let running = true;
   const stopped = (async () => {
     for (let i = 0; running; i++) {
       const req = { sessionId: `submits-${round}-${i % 4}`, input: { content: words(5, `q${round}-${i}-`) }, runtime, idempotencyKey: `r${round}-${i}` };
       for (;;) {
+        const sentAt = Date.now();
         try {
           const run = await client.submit(req);
-          accepted.push({ id: run.id, at: Date.now() });
+          accepted.push({ id: run.id, sentAt, at: Date.now() });
           break;
         } catch (err) {
           if (!(err instanceof BatonApiError) || err.status < 500) throw err;

@@ -63,6 +63,13 @@ export interface SentinelSetup {
    * that may promote it, with none of what the current primary took since.
    */
   waitSettled(timeoutMs?: number): Promise<void>;
+  /**
+   * Waits until no client named `<prefix>…` is connected to `node` (after a planned switch:
+   * Baton's connections have left the old primary, so no later command of theirs lands there).
+   */
+  waitForClientsToLeave(node: DataNode, prefix: string, timeoutMs?: number): Promise<void>;
+  /** What the first Sentinel logged of nodes going down and primaries switching, for a failure message. */
+  switches(): string;
   /** Stops every process (SIGKILL) and removes the folder. Idempotent. */
   stop(): Promise<void>;
 }
@@ -273,6 +280,20 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
         return primary.port !== node.port && (await replicates(node, primary));
       }, () => tail(node.log()));
     },
+    async waitForClientsToLeave(node, prefix, timeoutMs = 30_000) {
+      await until(timeoutMs, `the ${prefix}* clients to leave ${node.name}`, async () => {
+        const r = connect(node.port, o.password);
+        r.on('error', () => {});
+        try {
+          await r.connect();
+          const list = (await r.call('CLIENT', 'LIST')) as string;
+          return !list.split('\n').some((line) => / name=(\S*)/.exec(line)?.[1].startsWith(prefix));
+        } finally {
+          r.disconnect();
+        }
+      });
+    },
+    switches: () => readOrEmpty(sentinels[0].logfile).split('\n').filter((l) => /[+-](sdown|odown|switch-master|failover-end)\b/.test(l)).join('\n'),
     async waitSettled(timeoutMs = 30_000) {
       await until(timeoutMs, 'every running node to replicate the primary', async () => {
         const primary = await setup.primary();
