@@ -143,7 +143,12 @@ describe('a tick', () => {
     await scheduler({ ...ALONE, limit: TIGHT }).poll();
     expect(await h.redis.hgetall(sk.schedule(id))).toMatchObject({ pending: String(from), fired: '0' });
     expect(await h.redis.hget(sk.schedule(id), 'lastError')).toBeNull();
-    // The scope's rate is raised, and the pending tick's retry time comes (PENDING_RETRY_MS): the next poll makes its run.
+    // It is looked at again when the rate allows a submit (here: past the window, capped there),
+    // not at the next poll.
+    const retryAt = Number(await h.redis.zscore(sk.schedulesDue, id));
+    expect(retryAt).toBeGreaterThan(await redisNowMs(h.redis));
+    expect(retryAt).toBe(from + ALONE.graceMs + 1);
+    // The scope's rate is raised, and that time comes: the next poll makes its run.
     await h.redis.zadd(sk.schedulesDue, 0, id);
     await scheduler({ ...ALONE, limit: { rate: 1_000, burst: 1_000 } }).poll();
     const rec = await h.redis.hgetall(sk.schedule(id));

@@ -147,13 +147,26 @@ export class Scheduler {
         return false;
       }
       if (WAIT_FOR.has(err.code) && now - tick <= this.config.SCHEDULE_MISSED_AFTER_MS) {
-        this.log.info({ scope: rec.scope, scheduleId: rec.id, tick, code: err.code }, 'schedule tick held back by a limit; tried again');
+        await this.holdBack(rec, tick, now, err.retryAfterMs);
         return false;
       }
       outcome = { refused: { code: err.code, message: err.message } };
       this.log.warn({ scope: rec.scope, scheduleId: rec.id, tick, code: err.code }, 'schedule tick refused by the submit');
     }
     return this.transitions.tickDone(rec.scope, rec.id, tick, outcome);
+  }
+
+  /**
+   * A tick a limit held back is looked at again when the limit says (its Retry-After), not at
+   * every poll of every process: the due index's score moves there, no later than just past
+   * the tick's window, where it is refused. Only ever later (GT), and only while the schedule
+   * is in the index (XX): a tick another process made meanwhile keeps the score it set.
+   */
+  private async holdBack(rec: ScheduleRecord, tick: number, now: number, retryAfterMs: number | undefined): Promise<void> {
+    const windowEnd = tick + this.config.SCHEDULE_MISSED_AFTER_MS + 1;
+    const retryAt = Math.min(now + Math.max(PENDING_RETRY_MS, retryAfterMs ?? 0), Math.max(windowEnd, now + PENDING_RETRY_MS));
+    await this.redis.zadd(this.keys.scope(rec.scope).schedulesDue, 'XX', 'GT', retryAt, rec.id);
+    this.log.info({ scope: rec.scope, scheduleId: rec.id, tick, retryAt }, 'schedule tick held back by a limit; tried again then');
   }
 
   private cron(rec: ScheduleRecord): CompiledCron {
