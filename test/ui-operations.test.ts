@@ -237,6 +237,37 @@ describe('the runs page, for an admin key', () => {
     expect(w.responses.filter((r) => r.status >= 400)).toEqual([]);
     expect(w.errors).toEqual([]);
   });
+
+  it('re-runs all matching ended runs, those with a non-idempotent step too when the reader allows it', async () => {
+    // A process that advances operations (the test before started one too; this one stands alone).
+    await h.startWorker({ env: { RUNTIME: `${h.runtime}-ops2` } });
+    const paid = [await ended(acme, 'nid-1', 'ui-pay'), await ended(acme, 'nid-2', 'ui-pay')];
+    const w = await loggedIn(acme.key, '/ui/runs?status=succeeded&sessionId=nid-2');
+    await select(w.page, paid[1]).waitFor();
+
+    // Not allowed: the run with the paid step counts as failed.
+    await button(w.page, 'Re-run all matching this filter').click();
+    await untilText(w.page.locator('#confirm-more'), (t) => t.includes('is not re-run, and counts as failed'), 'the warning');
+    await button(w.page, 'Yes, re-run all matching').click();
+    const progress = w.page.locator('section.operation');
+    await untilText(progress.locator('h2'), 'Re-run all matching: done');
+    await untilText(progress.locator('[data-count="failed"]'), '1');
+    expect((await acme.get(`/runs/${paid[1]}`)).body.reruns ?? []).toEqual([]);
+
+    // Allowed: it is re-run, once.
+    await button(w.page, 'Re-run all matching this filter').click();
+    await w.page.getByLabel('Also re-run runs whose non-idempotent steps would run again').check();
+    await untilText(w.page.locator('#confirm-more'), (t) => t.includes('run again in every re-run that reaches them'), 'the warning');
+    await button(w.page, 'Yes, re-run all matching').click();
+    await untilText(progress.locator('[data-count="done"]'), '1');
+    await untilText(progress.locator('h2'), 'Re-run all matching: done');
+    const opId = (await progress.getAttribute('data-operation'))!;
+    expect((await acme.get(`/operations/${opId}`)).body).toMatchObject({ kind: 'rerun', allowNonIdempotent: true, matched: 1, done: 1, failed: 0 });
+    expect((await acme.get(`/runs/${paid[1]}`)).body.reruns).toHaveLength(1);
+    expect((await acme.get(`/runs/${paid[0]}`)).body.reruns ?? []).toEqual([]);
+    expect(w.responses.filter((r) => r.status >= 400)).toEqual([]);
+    expect(w.errors).toEqual([]);
+  });
 });
 
 describe('the schedules page', () => {

@@ -60,12 +60,13 @@ export function RunActions(p: Props) {
     else setAsking({ kind, filter: made.filter });
   };
 
-  const start = async () => {
+  const start = async (allowNonIdempotent: boolean) => {
     if (!asking) return;
     setBusy(true);
     setError(undefined);
     try {
-      p.onStarted(await p.api.startOperation(asking.kind, { filter: asking.filter }));
+      const body = asking.kind === 'rerun' && allowNonIdempotent ? { filter: asking.filter, allowNonIdempotent } : { filter: asking.filter };
+      p.onStarted(await p.api.startOperation(asking.kind, body));
       setAsking(undefined);
     } catch (err) {
       setError(err);
@@ -121,8 +122,9 @@ export function RunActions(p: Props) {
   );
 }
 
-function Confirm(p: { kind: OperationKind; filter: BulkFilter; busy: boolean; onYes(): void; onNo(): void }) {
+function Confirm(p: { kind: OperationKind; filter: BulkFilter; busy: boolean; onYes(allowNonIdempotent: boolean): void; onNo(): void }) {
   const verb = VERB[p.kind].action;
+  const [allow, setAllow] = useState(false);
   return (
     <div class="panel warn confirm" role="alertdialog" aria-labelledby="confirm-q" aria-describedby="confirm-more">
       <p id="confirm-q">
@@ -132,10 +134,17 @@ function Confirm(p: { kind: OperationKind; filter: BulkFilter; busy: boolean; on
       </p>
       <p id="confirm-more">
         This starts a background operation: it goes on if you leave this page, and runs submitted from now on are not touched.
-        {p.kind === 'rerun' && ' A run whose re-run would run a non-idempotent step again is not re-run, and counts as failed.'}
+        {p.kind === 'rerun' && !allow && ' A run whose re-run would run a non-idempotent step again is not re-run, and counts as failed.'}
+        {p.kind === 'rerun' && allow && ' Non-idempotent steps (a payment, an email) run again in every re-run that reaches them.'}
       </p>
+      {p.kind === 'rerun' && (
+        <div class="field check">
+          <input id="confirm-allow" type="checkbox" checked={allow} onChange={(e) => setAllow((e.currentTarget as HTMLInputElement).checked)} />
+          <label for="confirm-allow">Also re-run runs whose non-idempotent steps would run again</label>
+        </div>
+      )}
       <div class="button-row">
-        <button type="button" class={p.kind === 'cancel' ? 'danger' : undefined} disabled={p.busy} onClick={p.onYes}>
+        <button type="button" class={p.kind === 'cancel' ? 'danger' : undefined} disabled={p.busy} onClick={() => p.onYes(allow)}>
           Yes, {verb.toLowerCase()} all matching
         </button>
         <button type="button" class="quiet" disabled={p.busy} onClick={p.onNo}>
