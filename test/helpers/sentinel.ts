@@ -250,6 +250,13 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
     },
     async switchPrimary({ pauseWritesMs } = {}) {
       const node = await setup.primary();
+      // The Sentinel asked picks from the replicas as it last saw them (it reads a replica's INFO
+      // every 10 s): after a switch, a replica it still sees with its link down is no candidate,
+      // and with none it refuses (NOGOODSLAVE). Ask once it sees one it can promote.
+      await until(30_000, 'the Sentinel to see a replica it can promote', () => askSentinel(sentinels[0].port, async (r) => {
+        const replicas = ((await r.call('SENTINEL', 'REPLICAS', masterName)) as string[][]).map(pairs);
+        return replicas.some((x) => x.flags === 'slave' && x['master-link-status'] === 'ok' && x['master-link-down-time'] === '0');
+      }).catch(() => false));
       if (pauseWritesMs) {
         const r = connect(node.port, o.password);
         try {
