@@ -7,6 +7,7 @@ import { Attempt } from '../src/lib/engine/attempt.ts';
 import { parseRunRecord, RUN_STATUSES, type RunRecord } from '../src/lib/engine/record.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { watchCommands } from './helpers/monitor.ts';
 import { track } from './helpers/resources.ts';
 
 /**
@@ -155,15 +156,13 @@ describe('listing by index', () => {
   });
 
   it('reads only the fields it shows: never memory, outputSchema or the lease', async () => {
-    const monitor = await h.redis.monitor();
-    track(monitor, async () => monitor.disconnect());
-    const seen: string[][] = [];
-    monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
+    const monitor = await watchCommands(h.redisUrl);
+    track(monitor, async () => monitor.stop());
     const res = await acme.get('/runs?status=queued,dispatched&limit=20&agent=echo');
     expect(res.body.runs).toHaveLength(20);
     await new Promise((r) => setTimeout(r, 200));
-    monitor.disconnect();
-    const onRuns = seen.filter((args) => /:run:/.test(args[1] ?? ''));
+    monitor.stop();
+    const onRuns = monitor.seen.filter((args) => /:run:/.test(args[1] ?? ''));
     expect(onRuns.length).toBeGreaterThan(0);
     for (const args of onRuns) {
       // HSTRLEN measures a field without reading it (a page's byte budget).
