@@ -174,6 +174,8 @@ async function failoverRound(
 ): Promise<RoundResult> {
   const runtime = h.runtime;
   await s.waitSettled();
+  // Before the runs start, so the switch is asked for while they stream (switchPrimary waits for this too).
+  if (how !== 'kill') await s.waitPromotable();
   // A run that parks on a wait before the failover and is resumed after it.
   const asking = await client.submit({ sessionId: `ask-${round}`, agent: 'failover-ask', input: { content: `round ${round}` }, runtime });
   await waitFor(async () => (await client.get(asking.id)).status === 'waiting', 20_000, 'the asking run to wait');

@@ -68,6 +68,11 @@ export interface SentinelSetup {
    * Baton's connections have left the old primary, so no later command of theirs lands there).
    */
   waitForClientsToLeave(node: DataNode, prefix: string, timeoutMs?: number): Promise<void>;
+  /**
+   * Waits until the Sentinel that switchPrimary asks sees a replica it can promote (it reads
+   * replicas' INFO every 10 s, so right after a switch it may see none, and refuse NOGOODSLAVE).
+   */
+  waitPromotable(timeoutMs?: number): Promise<void>;
   /** What the first Sentinel logged of nodes going down and primaries switching, for a failure message. */
   switches(): string;
   /** Stops every process (SIGKILL) and removes the folder. Idempotent. */
@@ -250,13 +255,7 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
     },
     async switchPrimary({ pauseWritesMs } = {}) {
       const node = await setup.primary();
-      // The Sentinel asked picks from the replicas as it last saw them (it reads a replica's INFO
-      // every 10 s): after a switch, a replica it still sees with its link down is no candidate,
-      // and with none it refuses (NOGOODSLAVE). Ask once it sees one it can promote.
-      await until(30_000, 'the Sentinel to see a replica it can promote', () => askSentinel(sentinels[0].port, async (r) => {
-        const replicas = ((await r.call('SENTINEL', 'REPLICAS', masterName)) as string[][]).map(pairs);
-        return replicas.some((x) => x.flags === 'slave' && x['master-link-status'] === 'ok' && x['master-link-down-time'] === '0');
-      }).catch(() => false));
+      await setup.waitPromotable();
       if (pauseWritesMs) {
         const r = connect(node.port, o.password);
         try {
@@ -299,6 +298,15 @@ export async function startSentinels(o: SentinelOptions = {}): Promise<SentinelS
           r.disconnect();
         }
       });
+    },
+    // The Sentinel asked picks from the replicas as it last saw them (it reads a replica's INFO
+    // every 10 s): after a switch, a replica it still sees with its link down is no candidate,
+    // and with none it refuses (NOGOODSLAVE).
+    async waitPromotable(timeoutMs = 30_000) {
+      await until(timeoutMs, 'the Sentinel to see a replica it can promote', () => askSentinel(sentinels[0].port, async (r) => {
+        const replicas = ((await r.call('SENTINEL', 'REPLICAS', masterName)) as string[][]).map(pairs);
+        return replicas.some((x) => x.flags === 'slave' && x['master-link-status'] === 'ok' && x['master-link-down-time'] === '0');
+      }).catch(() => false));
     },
     switches: () => readOrEmpty(sentinels[0].logfile).split('\n').filter((l) => /[+-](sdown|odown|switch-master|failover-end)\b/.test(l)).join('\n'),
     async waitSettled(timeoutMs = 30_000) {
