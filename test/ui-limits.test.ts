@@ -2,8 +2,12 @@ import type { BrowserContext, Locator, Page } from 'playwright-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
 import { artifactPath, ensureUiBuilt, launchBrowser, openLoggedIn, untilText, type WatchedPage } from './helpers/browser.ts';
+import { skipWithout } from './helpers/programs.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
+
+/** Without Chromium (a developer's machine that lacks it) these tests are skipped by name; CI=true fails instead. */
+const noChromium = skipWithout('chromium');
 
 /**
  * The run inspector's Limits view, in Debian's Chromium against a real API on a real Redis: a
@@ -56,7 +60,7 @@ async function screenshots(page: Page, name: string): Promise<void> {
   await page.setViewportSize({ width: 1280, height: 900 });
 }
 
-describe('the Limits view', () => {
+describe.skipIf(noChromium)('the Limits view', () => {
   it('shows an admin key its scope’s limits in force, where each comes from and what is in use, refreshed', async () => {
     expect((await putLimits('acme', { maxActive: 1, tokensPerDay: 50_000 })).status).toBe(200);
     const acme = await h.client(api.url, 'acme', 'client');

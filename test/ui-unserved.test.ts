@@ -2,7 +2,11 @@ import type { BrowserContext } from 'playwright-core';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
+import { skipWithout } from './helpers/programs.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
+
+/** Without Chromium (a developer's machine that lacks it) these tests are skipped by name; CI=true fails instead. */
+const noChromium = skipWithout('chromium');
 
 /**
  * The run inspector, in Debian's Chromium, on a run whose agent no live worker of its runtime
@@ -36,7 +40,7 @@ beforeAll(async () => {
   browser = await launchBrowser();
 });
 
-describe('the run inspector on a run whose agent no worker serves', () => {
+describe.skipIf(noChromium)('the run inspector on a run whose agent no worker serves', () => {
   it('says so in the run view, the runs list and the runtimes view, until a worker serves the agent', async () => {
     const api = await h.startApi();
     // One slot: while `hold` runs, an echo run waits for the slot, not for a worker of its agent.

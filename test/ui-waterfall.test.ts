@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url';
 import type { BrowserContext, Page } from 'playwright-core';
 import { beforeAll, expect, it } from 'vitest';
 import { artifactPath, ensureUiBuilt, launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
+import { skipWithout } from './helpers/programs.ts';
 import { fx, fxSet } from './helpers/engine.ts';
 import { useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
 
@@ -53,7 +54,10 @@ async function runPage(path: string, width: number): Promise<WatchedPage> {
 
 const STEP_KINDS = new Set(['step', 'infer', 'tool', 'wait']);
 
-it('draws a run with a retry, a takeover, memo hits, a tool and a resumed wait: one bar per attempt and step, in order', async () => {
+/** Without Chromium (a developer's machine that lacks it) this test is skipped by name; CI=true fails instead. */
+const noChromium = skipWithout('chromium');
+
+it.skipIf(noChromium)('draws a run with a retry, a takeover, memo hits, a tool and a resumed wait: one bar per attempt and step, in order', async () => {
   const run = (await acme.submit('wf-1', 'the draft', { agent: 'wf-tour' })).body;
   // Execution 2 (attempt 2, after the retry) ran the inference and holds on: the page follows it live.
   await waitFor(() => fx(h, run.id, 'reached'), 30_000, 'the second execution');

@@ -3,6 +3,7 @@ import { redisServerProblem, startLocalRedis, type LocalRedis } from '../../src/
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { missingPrograms } from './programs.ts';
 
 /**
  * Gives the whole test run one real Redis of its own: a redis-server on a free port when one
@@ -43,6 +44,13 @@ export async function setup(project: TestProject): Promise<void> {
 }
 
 export async function teardown(): Promise<void> {
+  // Last in the run's output, where a newcomer looks: which checks this machine skipped, and the
+  // one command that brings each back (with CI=true those tests failed instead).
+  const missing = missingPrograms();
+  if (missing.length) {
+    console.log(`\nSkipped on this machine: the checks that need ${missing.map((m) => m.program).join(', ')}:`);
+    for (const m of missing) console.log(`  ${m.what}: ${m.install}`);
+  }
   await local?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
   await container?.stop();
