@@ -144,7 +144,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
         params, query, body, headers, rawBody: req.body, key, http: { req, res }, signal: clientGone(res), opened: res.locals.opened,
       };
       const scope = spec.readCost ? (params as { scope: string }).scope : undefined;
-      if (scope !== undefined) d.reads.admit(scope);
+      if (scope !== undefined) await d.reads.admit(scope);
       const reply = await spec.handler(input, d);
       if (!reply || res.headersSent) return;
       res.status(reply.status ?? 200).set(reply.headers ?? {});

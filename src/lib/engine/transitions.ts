@@ -479,9 +479,10 @@ export class Transitions {
   }
 
   /**
-   * Charges `bytes` a costly read served to the scope's read budget (lua/read-cost.lua): `limit`
-   * is the configured default (rate 0: none), the scope's own limits override it. Answers what
-   * the bucket holds after it, and how long the scope's costly reads are refused (0: not).
+   * Charges `bytes` a costly read served to the scope's read budget (lua/read-cost.lua; 0: a
+   * look, nothing written): `limit` is the configured default (rate 0: none), the scope's own
+   * limits override it. Answers what the bucket holds after it, and how long the scope's costly
+   * reads are refused (0: not).
    */
   async chargeRead(scope: string, bytes: number, limit: SubmitLimit): Promise<{ left: number; retryAfterMs: number }> {
     const sk = this.keys.scope(scope);

@@ -1,6 +1,7 @@
 import type { Config } from '../config.ts';
 import type { Transitions } from '../engine/transitions.ts';
 import { BatonError } from '../errors.ts';
+import { LIMITS_CACHE_MS } from './limits.ts';
 
 /** Scopes in debt one process remembers at once; past it the memory starts over (a bounded working set). */
 const REMEMBERED_MAX = 10_000;
@@ -27,11 +28,13 @@ const REMEMBERED_MAX = 10_000;
  * the scope since the debt began finds it at its next costly read. Every byte served is
  * charged all the same, so over time the scope reads at its rate; in any window, what passes
  * beyond burst + rate × window is the reads in flight when the bucket ran dry, each at most
- * a page.
+ * a page. A process that refuses a scope looks at its bucket again (a look writes nothing)
+ * once its answer is LIMITS_CACHE_MS old: an operator's change of the scope's read limits
+ * applies to a scope being refused within it, as other limits' changes do.
  */
 export class ReadBudget {
-  /** Until when (this process's clock, epoch ms) each scope's costly reads are refused. */
-  private readonly refusedUntil = new Map<string, number>();
+  /** Until when (this process's clock, epoch ms) each scope's costly reads are refused, and when that was last read from Redis. */
+  private readonly refused = new Map<string, { until: number; readAt: number }>();
   private readonly limit: { rate: number; burst: number };
   private readonly free: number;
 
@@ -44,14 +47,21 @@ export class ReadBudget {
   }
 
   /** Before a costly read: refuses it (429 READ_RATE_LIMITED, nothing read) while the scope's budget is in debt. */
-  admit(scope: string): void {
-    const until = this.refusedUntil.get(scope);
-    if (until === undefined) return;
-    const waitMs = until - Date.now();
-    if (waitMs <= 0) {
-      this.refusedUntil.delete(scope);
+  async admit(scope: string): Promise<void> {
+    const entry = this.refused.get(scope);
+    if (!entry) return;
+    const now = Date.now();
+    if (entry.until <= now) {
+      this.refused.delete(scope);
       return;
     }
+    if (now - entry.readAt >= LIMITS_CACHE_MS) {
+      // One look a second, however many reads are refused meanwhile.
+      entry.readAt = now;
+      this.remember(scope, (await this.transitions.chargeRead(scope, 0, this.limit)).retryAfterMs);
+    }
+    const waitMs = (this.refused.get(scope)?.until ?? 0) - Date.now();
+    if (waitMs <= 0) return;
     throw new BatonError('READ_RATE_LIMITED', undefined, [
       { path: 'scope', message: `the scope's costly reads passed its read budget (readBytesPerSec, readBurstBytes); retry in ${waitMs} ms` },
     ], { retryAfterMs: waitMs });
@@ -61,12 +71,16 @@ export class ReadBudget {
   async charge(scope: string, bytes: number): Promise<void> {
     const over = bytes - this.free;
     if (over <= 0) return;
-    const { retryAfterMs } = await this.transitions.chargeRead(scope, over, this.limit);
+    this.remember(scope, (await this.transitions.chargeRead(scope, over, this.limit)).retryAfterMs);
+  }
+
+  private remember(scope: string, retryAfterMs: number): void {
     if (retryAfterMs <= 0) {
-      this.refusedUntil.delete(scope);
+      this.refused.delete(scope);
       return;
     }
-    if (this.refusedUntil.size >= REMEMBERED_MAX) this.refusedUntil.clear();
-    this.refusedUntil.set(scope, Date.now() + retryAfterMs);
+    if (this.refused.size >= REMEMBERED_MAX) this.refused.clear();
+    const now = Date.now();
+    this.refused.set(scope, { until: now + retryAfterMs, readAt: now });
   }
 }

@@ -5,8 +5,9 @@
   below 0, into debt, and the API refuses the scope's costly reads until it has refilled to 0.
   Every byte served past the free allowance is thus charged once, and the rate holds over time.
   A full bucket is the same as no key, so the key expires once it would have refilled.
+  `bytes` 0 is a look: what the bucket holds now, nothing written.
   KEYS  bucket, limits
-  O     bytes (the answer's bytes past READ_FREE_BYTES), rate, burst (the defaults; rate 0: no budget)
+  O     bytes (the answer's bytes past READ_FREE_BYTES, or 0), rate, burst (the defaults; rate 0: no budget)
   Returns {bytes the bucket holds after the charge (below 0: in debt), ms until it is out of debt (0: not in debt)} ]]
 -- @uses nowMs, readFields
 local l = readFields(K.limits, { 'readBytesPerSec', 'readBurstBytes' })
@@ -19,9 +20,11 @@ local tokens = burst
 if b.tokens then
   tokens = math.min(burst, tonumber(b.tokens) + math.max(0, now - tonumber(b.at)) * rate / 1000)
 end
-tokens = tokens - O.bytes
-redis.call('HSET', K.bucket, 'tokens', string.format('%.3f', tokens), 'at', now)
-redis.call('PEXPIRE', K.bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
+if O.bytes > 0 then
+  tokens = tokens - O.bytes
+  redis.call('HSET', K.bucket, 'tokens', string.format('%.3f', tokens), 'at', now)
+  redis.call('PEXPIRE', K.bucket, math.ceil((burst - tokens) * 1000 / rate) + 1000)
+end
 local waitMs = 0
 if tokens < 0 then waitMs = math.ceil(-tokens * 1000 / rate) end
 return { math.floor(tokens), waitMs }
