@@ -45,7 +45,9 @@ let runIds: string[] = [];
 const big = (i: number, what: string) => `${what} ${i} `.padEnd(ITEM, 'x');
 
 beforeAll(async () => {
-  h = await useHarness({ SUBMIT_BURST: '1000' });
+  // No read budget: this file is about what one page may hold; what a scope may read in a
+  // while is test/read-cost-limits.test.ts's (its listings here read about 90 MiB at once).
+  h = await useHarness({ SUBMIT_BURST: '1000', READ_BYTES_PER_SEC: '0' });
   api = await h.spawn('api');
   acme = await h.client(api.url!, 'acme', 'client');
   quiet = await h.client(api.url!, 'quiet', 'client');

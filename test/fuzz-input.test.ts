@@ -405,6 +405,7 @@ const limitsBody = fc.tuple(fc.record({
   maxActive: limitValue(1, 100_000), maxActivePerKey: limitValue(1, 100_000, { none: true }),
   submitRatePerSec: limitValue(0.001, 1_000_000, { integer: false }), submitBurst: limitValue(1, 1_000_000),
   weight: limitValue(1, 1_000), maxStreams: limitValue(1, 1_000_000), tokensPerDay: limitValue(1, 1e12, { none: true }),
+  readBytesPerSec: limitValue(1, 1024 ** 4), readBurstBytes: limitValue(1, 1024 ** 4),
 }, { requiredKeys: [] }), fc.nat(9)).map(([body, n]) => (n === 0 ? { ...body, priority: 5 } : body));
 
 describe('generated limit bodies from an operator key', () => {

@@ -2,6 +2,7 @@ import { parseBootstrapKeys, type Config } from '../lib/config.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { ScopeLimitStore } from '../lib/tenancy/limits.ts';
+import { ReadBudget } from '../lib/tenancy/read-budget.ts';
 import { submitLimit } from '../lib/tenancy/rate-limit.ts';
 import { StreamTokenStore } from '../lib/tenancy/stream-tokens.ts';
 import { UsageReader } from '../lib/tenancy/usage.ts';
@@ -46,6 +47,8 @@ export interface AppDeps {
   admin: RuntimeAdmin;
   /** A scope's operator-set limits (and the cached maxStreams each stream admission reads). */
   limits: ScopeLimitStore;
+  /** Each scope's budget of costly reads (history pages, listings): the routes of `readCost` go through it. */
+  reads: ReadBudget;
   /** Model providers' rate-limit buckets (RATE_LIMITS): what operators read, pause and resume. */
   rateLimits: RateLimiter;
   /** Model usage of a scope and of a run. */
@@ -114,6 +117,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
       fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
     }),
     usage: new UsageReader(redis, keys, c),
+    reads: new ReadBudget(transitions, c),
     rateLimits: res.rateLimits,
     checks: [redisCheck(redis), ...checks],
   };

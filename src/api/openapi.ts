@@ -42,6 +42,7 @@ function errorCodes(r: RouteSpec): ErrorCode[] {
   if (r.params || r.query || r.body || r.rawBody || r.headers) codes.push('VALIDATION_FAILED');
   if (r.body) codes.push('INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   if (r.rawBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
+  if (r.readCost) codes.push('READ_RATE_LIMITED');
   return [...new Set([...codes, ...(r.errors ?? [])])];
 }
 

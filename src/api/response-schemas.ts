@@ -210,6 +210,8 @@ const limitValues = z.object({
   weight: z.number().int(),
   maxStreams: z.number().int().describe('per API process'),
   tokensPerDay: z.number().int().nullable().describe('null: no daily token budget'),
+  readBytesPerSec: z.number().int().describe('bytes a second of costly reads past READ_FREE_BYTES each; 0: no read budget'),
+  readBurstBytes: z.number().int(),
 });
 
 export const limitsResponse = z.object({
@@ -223,6 +225,7 @@ export const limitsResponse = z.object({
     share: z.number().int().nullable().describe("the scope's fair share of the workers' slots while scopes contend for them (ceil(level × weight)); null when they do not"),
     streams: z.number().int().describe('event streams of the scope open on the API process that answered'),
     tokensToday: z.number().int().describe('model tokens the scope used today (UTC), what tokensPerDay is checked against'),
+    readBytesLeft: z.number().int().describe("bytes the scope's read bucket holds now; below 0 its costly reads are refused"),
   }),
 });
 

@@ -76,6 +76,12 @@ export interface RouteSpec<P extends z.ZodType = z.ZodType, Q extends z.ZodType 
   /** Error codes this route can answer besides the ones every route of its kind can. */
   errors?: ErrorCode[];
   /**
+   * A costly read (a scope's route whose answer may reach PAGE_MAX_BYTES: history pages,
+   * listings): refused with 429 READ_RATE_LIMITED while its scope's read budget is in debt, and
+   * its answer's bytes are charged to that budget before they are sent (src/lib/tenancy/read-budget.ts).
+   */
+  readCost?: true;
+  /**
    * Access `token`: looks up what the token in the path opens, after the params are parsed
    * and before the body is read, and throws when it opens nothing; so a made-up token costs
    * its headers only, as a request without a key does. The result is the handler's `opened`.
@@ -137,11 +143,22 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
       const input = {
         params, query, body, headers, rawBody: req.body, key, http: { req, res }, signal: clientGone(res), opened: res.locals.opened,
       };
+      const scope = spec.readCost ? (params as { scope: string }).scope : undefined;
+      if (scope !== undefined) await d.reads.admit(scope);
       const reply = await spec.handler(input, d);
       if (!reply || res.headersSent) return;
       res.status(reply.status ?? 200).set(reply.headers ?? {});
-      if (reply.body === undefined) res.end();
-      else res.json(reply.body);
+      if (reply.body === undefined) {
+        res.end();
+      } else if (scope !== undefined) {
+        // As res.json writes it, once: the bytes charged are the bytes sent.
+        const text = JSON.stringify(reply.body);
+        await d.reads.charge(scope, Buffer.byteLength(text));
+        if (!res.get('Content-Type')) res.type('json');
+        res.send(text);
+      } else {
+        res.json(reply.body);
+      }
     });
   }
   return r;

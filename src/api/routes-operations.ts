@@ -79,7 +79,7 @@ export const operationRoutes: RouteSpec[] = [
   bulkRoute('rerun'),
   route({
     method: 'get', path: `${SCOPE}/operations`, summary: "The scope's bulk operations, newest first (ended ones for 7 days).",
-    access: 'client', params: scopeParams, query: z.strictObject({ limit: listRunsQuery.shape.limit }),
+    access: 'client', params: scopeParams, query: z.strictObject({ limit: listRunsQuery.shape.limit }), readCost: true,
     ok: { 200: { description: 'the operations', schema: z.object({ operations: z.array(operationResponse) }) } },
     async handler({ params: { scope }, query }, d) {
       return { headers: noStore, body: { operations: await d.operations.list(scope, query.limit) } };

@@ -80,7 +80,7 @@ export const runRoutes: RouteSpec[] = [
   }),
   route({
     method: 'get', path: `${SCOPE}/runs`, summary: "List the scope's runs, newest first.", access: 'client',
-    params: scopeParams, query: listRunsQuery,
+    params: scopeParams, query: listRunsQuery, readCost: true,
     ok: { 200: { description: 'a page of runs', schema: res.runListResponse } },
     async handler({ params: { scope }, query }, d) {
       const page = await d.store.list(scope, query);
@@ -178,7 +178,7 @@ export const runRoutes: RouteSpec[] = [
   }),
   route({
     method: 'get', path: `${SCOPE}/sessions/:sessionId/messages`, summary: "A session's committed history, oldest first.",
-    access: 'client', params: sessionParams, query: messagesQuery,
+    access: 'client', params: sessionParams, query: messagesQuery, readCost: true,
     ok: { 200: { description: 'a page of messages', schema: res.messagesResponse } },
     async handler({ params: { scope, sessionId }, query }, d) {
       return { body: await d.store.messages(scope, sessionId, query) };
@@ -187,7 +187,7 @@ export const runRoutes: RouteSpec[] = [
   route({
     method: 'get', path: `${SCOPE}/runs/:runId/steps`,
     summary: "A run's memoized steps, with their values and times: a page of at most `limit` steps and PAGE_MAX_BYTES of values.",
-    access: 'client',
+    access: 'client', readCost: true,
     params: runParams, query: stepsQuery,
     ok: { 200: { description: 'the steps, in the order they started', schema: res.stepsResponse } }, errors: ['RUN_NOT_FOUND'],
     async handler({ params: { scope, runId }, query }, d) {

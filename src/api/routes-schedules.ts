@@ -75,7 +75,7 @@ export const scheduleRoutes: RouteSpec[] = [
   }),
   route({
     method: 'get', path: `${SCOPE}/schedules`, summary: "The scope's schedules, oldest first.",
-    access: 'client', params: scopeParams,
+    access: 'client', params: scopeParams, readCost: true,
     ok: { 200: { description: 'the schedules', schema: scheduleListResponse } },
     async handler({ params: { scope } }, d) {
       return { headers: noStore, body: { schedules: await d.schedules.list(scope) } };

@@ -10,7 +10,7 @@ import { runParams, scopeParams, usageQuery } from './schemas.ts';
 export const usageRoutes: RouteSpec[] = [
   route({
     method: 'get', path: `${SCOPE}/usage`, summary: "The scope's model token usage by day (UTC), agent and model.",
-    access: 'admin', params: scopeParams, query: usageQuery,
+    access: 'admin', params: scopeParams, query: usageQuery, readCost: true,
     ok: { 200: { description: 'usage', schema: res.usageResponse } },
     async handler({ params: { scope }, query: { from, to, limit, cursor } }, d) {
       return { body: await d.usage.scope(scope, from, to, { limit, cursor }) };

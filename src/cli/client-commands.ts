@@ -46,6 +46,7 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
                     (an operator key, or an admin key of the scope)
   limits set --maxActive <n> --maxActivePerKey <n|none> --submitRatePerSec <n>
              --submitBurst <n> --weight <n> --maxStreams <n> --tokensPerDay <n|none>
+             --readBytesPerSec <n> --readBurstBytes <n>
                     change the limits named (an operator key): the others keep their
                     overrides; a value \`default\` drops an override, --reset drops all first
     --json            print the answer as JSON
@@ -204,7 +205,8 @@ async function limits(argv: string[]): Promise<number> {
   console.log(`scope ${view.scope}\n${'limit'.padEnd(18)}${'in force'.padEnd(12)}${'set'.padEnd(12)}default`);
   for (const f of LIMIT_FIELDS) console.log(`${f.padEnd(18)}${shown(view.limits[f]).padEnd(12)}${shown(view.set[f]).padEnd(12)}${shown(view.defaults[f])}`);
   const u = view.inUse;
-  console.log(`in use: ${u.active} active, ${u.parked} parked, share ${shown(u.share)}, ${u.streams} streams open on the API process that answered`);
+  console.log(`in use: ${u.active} active, ${u.parked} parked, share ${shown(u.share)}, ${u.streams} streams open on the API process that answered, ` +
+    `${u.readBytesLeft} bytes left in the read bucket`);
   return 0;
 }
 

@@ -190,6 +190,23 @@ export const configSchema = z.object({
    * a dozen very long ones) in one request, and what one request can make an API process hold.
    */
   PAGE_MAX_BYTES: z.coerce.number().int().min(1024).max(512 * 1024 * 1024).default(4 * 1024 * 1024),
+  /**
+   * READ_FREE_BYTES / READ_BYTES_PER_SEC / READ_BURST_BYTES: the per-scope budget of costly reads
+   * (a session's history pages and the listings; src/lib/tenancy/read-budget.ts): each answer's
+   * bytes past READ_FREE_BYTES are taken from a token bucket of bytes in Redis, shared by every
+   * API process, and while it is in debt the scope's costly reads are 429 READ_RATE_LIMITED.
+   * Sized for a backend relaying hundreds of chats with one key, each opening a chat page that
+   * reads a page of its history: 256 KiB free is 50 to 100 messages of a few KB, so such a page
+   * is never charged; 2 MiB/s is a long session's full 4 MiB page every two seconds on top, and
+   * the 64 MiB burst (HISTORY_MAX_BYTES) reads the largest session whole at once, or lets
+   * hundreds of chats reopen pages of long sessions together after a deploy. Four readers
+   * paging a 21 MB session took 17 MB/s, and another scope's whoami p50 from 5 ms to 160 ms.
+   * READ_BYTES_PER_SEC 0 turns it off; the defaults of a scope's `readBytesPerSec` and
+   * `readBurstBytes` limits (an operator sets a scope's own: PUT /v1/scopes/{scope}/limits).
+   */
+  READ_FREE_BYTES: z.coerce.number().int().min(0).max(512 * 1024 * 1024).default(256 * 1024),
+  READ_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1024 ** 4).default(2 * 1024 * 1024),
+  READ_BURST_BYTES: z.coerce.number().int().min(1).max(1024 ** 4).default(64 * 1024 * 1024),
   /** RETENTION_MS: how long a finished run, its steps and its event log stay readable. 24 h. */
   RETENTION_MS: intMs(24 * 3600_000),
   /** EVENTS_MAX_LEN: cap of one run's event stream (token deltas are coalesced, so this is ample). */

@@ -92,6 +92,8 @@ export interface ScopeKeys {
   waiting(runtime: string): string;
   /** Token bucket of the scope's submit rate limit. */
   submitBucket: string;
+  /** Token bucket of the scope's costly reads, in bytes (src/lib/tenancy/read-budget.ts). */
+  readBucket: string;
   /**
    * The scope's limits an operator set (hash: field -> number as decimal text, named as the
    * API names them: maxActive, maxActivePerKey, submitRatePerSec, submitBurst, weight,
@@ -249,6 +251,7 @@ export function createKeys(prefix: string): Keys {
         held: (rt) => `${base}held:${checked('runtime', rt)}`,
         waiting: (rt) => `${base}waiting:${checked('runtime', rt)}`,
         submitBucket: `${base}ratelimit:submit`,
+        readBucket: `${base}ratelimit:reads`,
         limits: `${base}limits`,
         streamTokenMints: (minute) => {
           if (!Number.isSafeInteger(minute) || minute < 0) throw new Error(`invalid minute: ${minute}`);

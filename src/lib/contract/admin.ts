@@ -52,7 +52,10 @@ export interface ResumeResult { scope: string; runtimeId: string; draining: fals
 export interface WhoAmI { scope: string | null; role: Role; keyId: string }
 
 /** A scope's limits, named as Redis (the scope's `limits` hash) and the API name them. */
-export const LIMIT_FIELDS = ['maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay'] as const;
+export const LIMIT_FIELDS = [
+  'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay',
+  'readBytesPerSec', 'readBurstBytes',
+] as const;
 export type LimitField = (typeof LIMIT_FIELDS)[number];
 
 /**
@@ -73,6 +76,13 @@ export interface ScopeLimits {
   maxStreams: number;
   /** Model tokens the scope may use in a UTC day. */
   tokensPerDay: number | null;
+  /**
+   * The scope's read budget, a token bucket of bytes: its rate, and its size. Each costly read
+   * (history pages, listings) takes its answer's bytes past READ_FREE_BYTES; in debt, they are
+   * refused. readBytesPerSec 0 (only ever a configured default) is no read budget.
+   */
+  readBytesPerSec: number;
+  readBurstBytes: number;
 }
 
 /** `GET/PUT /v1/scopes/{scope}/limits`: a scope's limits, where each comes from, and how much is in use. */
@@ -95,6 +105,8 @@ export interface ScopeLimitsView {
     streams: number;
     /** Model tokens (input and output) the scope used today (UTC), what tokensPerDay is checked against. */
     tokensToday: number;
+    /** Bytes the scope's read bucket holds now: readBurstBytes when unused, below 0 while its costly reads are refused. */
+    readBytesLeft: number;
   };
 }
 

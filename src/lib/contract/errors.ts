@@ -32,6 +32,7 @@ export const ERROR_CODES = {
   TOO_MANY_SCHEDULES: { status: 429, message: 'This scope has as many schedules as it may (SCHEDULES_MAX_PER_SCOPE).' },
   STREAM_TOKEN_RATE_LIMITED: { status: 429, message: 'Too many stream tokens minted for this scope; retry later.' },
   ARTIFACT_RATE_LIMITED: { status: 429, message: 'Too many artifact bytes uploaded for this scope; retry later.' },
+  READ_RATE_LIMITED: { status: 429, message: "This scope's costly reads (history pages, listings) passed its read budget; retry later." },
   ARTIFACT_QUOTA_EXCEEDED: { status: 429, message: "This scope's stored artifacts would pass its quota; retry once some have expired." },
   SCHEMA_CHECKS_BUSY: { status: 429, message: 'Too many schema checks of this scope are waiting in this process; retry later.' },
   CLIENT_CLOSED: { status: 499, message: 'The client went away before the answer; the request was dropped and nothing was changed.' },

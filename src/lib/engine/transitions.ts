@@ -249,6 +249,7 @@ const REPLY = {
   'drain': { cancelled: num, left: num, orders },
   'undrain': { resumed: num, left: num, orders },
   'artifact': { code: num, held: num, retryAfterMs: num },
+  'read-cost': { left: num, retryAfterMs: num },
   'claim': {
     code: num, fence: num, attempt: num, recovered: flag, run: record, steps: strings, history: strings,
     deadline: time, now: num, historyCut: flag,
@@ -475,6 +476,18 @@ export class Transitions {
       case Outcome.artifact.OverQuota: return { kind: 'over-quota', held: reply.held, retryAfterMs: reply.retryAfterMs };
       default: throw new Error(`the artifact script answered the unexpected code ${reply.code}`);
     }
+  }
+
+  /**
+   * Charges `bytes` a costly read served to the scope's read budget (lua/read-cost.lua; 0: a
+   * look, nothing written): `limit` is the configured default (rate 0: none), the scope's own
+   * limits override it. Answers what the bucket holds after it, and how long the scope's costly
+   * reads are refused (0: not).
+   */
+  async chargeRead(scope: string, bytes: number, limit: SubmitLimit): Promise<{ left: number; retryAfterMs: number }> {
+    const sk = this.keys.scope(scope);
+    const reply = await this.call('read-cost', scope, { bucket: sk.readBucket, limits: sk.limits }, { bytes, ...limit });
+    return { left: reply.left, retryAfterMs: reply.retryAfterMs };
   }
 
   // ---- worker side ----

@@ -16,8 +16,9 @@ import { utcDay } from '../engine/budgets.ts';
  * configured defaults MAX_ACTIVE_PER_KEY and TOKENS_PER_DAY say it, and the API shows it as null.
  *
  * Who applies which: the submit transition reads submitRatePerSec and submitBurst, the
- * scheduler maxActive, maxActivePerKey and weight, the worker tokensPerDay, and each API
- * process maxStreams (through maxStreams() below, cached for LIMITS_CACHE_MS).
+ * scheduler maxActive, maxActivePerKey and weight, the worker tokensPerDay, each API
+ * process maxStreams (through maxStreams() below, cached for LIMITS_CACHE_MS), and the read
+ * charge (lua/read-cost.lua) readBytesPerSec and readBurstBytes.
  */
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -37,6 +38,8 @@ export const LIMIT_SCHEMAS = {
   weight: int(1, 1_000),
   maxStreams: int(1, 1_000_000),
   tokensPerDay: int(1, 1_000_000_000_000).nullable(),
+  readBytesPerSec: int(1, 1024 ** 4),
+  readBurstBytes: int(1, 1024 ** 4),
 } satisfies Record<LimitField, z.ZodType>;
 
 /** A PUT's body: the overrides, each field optional (absent: the default applies); unknown fields are refused. */
@@ -48,6 +51,8 @@ export const limitOverrides = z.strictObject({
   weight: LIMIT_SCHEMAS.weight.optional(),
   maxStreams: LIMIT_SCHEMAS.maxStreams.optional(),
   tokensPerDay: LIMIT_SCHEMAS.tokensPerDay.optional().describe('null: no daily token budget, whatever the default'),
+  readBytesPerSec: LIMIT_SCHEMAS.readBytesPerSec.optional(),
+  readBurstBytes: LIMIT_SCHEMAS.readBurstBytes.optional(),
 });
 export type LimitOverrides = z.infer<typeof limitOverrides>;
 
@@ -67,6 +72,7 @@ const CACHE_MAX = 10_000;
 /** The configured defaults, as limits. */
 export function limitDefaults(c: Pick<Config,
   'MAX_ACTIVE_PER_SCOPE' | 'MAX_ACTIVE_PER_KEY' | 'SUBMIT_RATE_PER_SEC' | 'SUBMIT_BURST' | 'SCOPE_WEIGHT' | 'SSE_MAX_PER_SCOPE' | 'TOKENS_PER_DAY'
+  | 'READ_BYTES_PER_SEC' | 'READ_BURST_BYTES'
 >): ScopeLimits {
   return {
     maxActive: c.MAX_ACTIVE_PER_SCOPE,
@@ -76,6 +82,8 @@ export function limitDefaults(c: Pick<Config,
     weight: c.SCOPE_WEIGHT,
     maxStreams: c.SSE_MAX_PER_SCOPE,
     tokensPerDay: c.TOKENS_PER_DAY === 0 ? null : c.TOKENS_PER_DAY,
+    readBytesPerSec: c.READ_BYTES_PER_SEC,
+    readBurstBytes: c.READ_BURST_BYTES,
   };
 }
 
@@ -102,20 +110,23 @@ export class ScopeLimitStore {
   /** The scope's limits, where each comes from, and how much of them is in use. */
   async view(scope: string): Promise<ScopeLimitsView> {
     const sk = this.keys.scope(scope);
-    const [stored, [active, parked], fair, tokens] = await Promise.all([
+    const [stored, [active, parked], fair, tokens, reads] = await Promise.all([
       this.redis.hgetall(sk.limits),
       this.redis.hmget(sk.meta, 'active', 'parked'),
       // The fair share's level while scopes contend for the workers (src/lib/engine/fair-share.ts).
       this.redis.get(this.keys.fairShare),
       // Today's model tokens, the total tokensPerDay is checked against (src/lib/engine/budgets.ts).
       this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
+      // The read bucket as its last charge left it (src/lib/tenancy/read-budget.ts).
+      this.redis.hmget(sk.readBucket, 'tokens', 'at'),
     ]);
     const set = this.decode(scope, stored);
     const level = fair === null ? undefined : (JSON.parse(fair) as FairLevel).level;
     const weight = set.weight ?? this.defaults.weight;
+    const limits = { ...this.defaults, ...set };
     return {
       scope,
-      limits: { ...this.defaults, ...set },
+      limits,
       set,
       defaults: { ...this.defaults },
       inUse: {
@@ -124,6 +135,7 @@ export class ScopeLimitStore {
         share: level === undefined ? null : shareAt(level, weight),
         streams: this.o.openStreams(scope),
         tokensToday: counter(scope, 'tokens', tokens) ?? 0,
+        readBytesLeft: bytesLeft(limits, counter(scope, 'read tokens', reads[0]), counter(scope, 'read time', reads[1])),
       },
     };
   }
@@ -198,6 +210,13 @@ function finite(scope: string, field: string, text: string): number {
   const n = Number(text);
   if (text.trim() === '' || !Number.isFinite(n)) throw new Error(`the counters of scope ${scope} hold an invalid ${field}: ${JSON.stringify(text)}`);
   return n;
+}
+
+/** What a read bucket holds now: what its last charge left, refilled since (no key: full). */
+function bytesLeft(l: ScopeLimits, tokens: number | undefined, at: number | undefined): number {
+  const burst = l.readBurstBytes;
+  if (tokens === undefined || at === undefined || l.readBytesPerSec === 0) return burst;
+  return Math.floor(Math.min(burst, tokens + Math.max(0, Date.now() - at) * l.readBytesPerSec / 1000));
 }
 
 function counter(scope: string, field: string, text: string | null): number | undefined {

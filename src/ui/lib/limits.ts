@@ -14,6 +14,8 @@ export const LIMIT_ABOUT: Record<LimitField, string> = {
   weight: "the scope's weight when scopes contend for the workers' slots",
   maxStreams: 'event streams of the scope open at once, on each API process',
   tokensPerDay: 'model tokens the scope may use in a UTC day',
+  readBytesPerSec: 'bytes a second of history pages and listings, past a free allowance per read (the read bucket refills at this rate)',
+  readBurstBytes: 'bytes of history pages and listings at once (the size of the read bucket)',
 };
 
 /** The limits an operator may set to "none" (the API takes null): no per-key cap, no daily budget. */
@@ -27,7 +29,7 @@ export function formatNumber(n: number): string {
 /** A limit's value: null is "none", and so is a submit rate of 0 (only ever a configured default). */
 export function formatLimit(field: LimitField, value: number | null | undefined): string {
   if (value === undefined) return '—';
-  if (value === null || (field === 'submitRatePerSec' && value === 0)) return 'none';
+  if (value === null || ((field === 'submitRatePerSec' || field === 'readBytesPerSec') && value === 0)) return 'none';
   return formatNumber(value);
 }
 

@@ -99,6 +99,11 @@ function InUse({ field, view }: { field: LimitField; view: ScopeLimitsView }) {
       return <Used used={inUse.streams} of={limits.maxStreams} what="open on the API process that answered" />;
     case 'tokensPerDay':
       return <Used used={inUse.tokensToday} of={limits.tokensPerDay} what="used today (UTC)" />;
+    case 'readBurstBytes':
+      if (typeof inUse.readBytesLeft !== 'number') return <>—</>;
+      return inUse.readBytesLeft < 0
+        ? <Line>in debt by {formatNumber(-inUse.readBytesLeft)} bytes: history pages and listings are refused until it refills</Line>
+        : <Line>{formatNumber(inUse.readBytesLeft)} bytes left in the read bucket</Line>;
     default:
       return <>—</>;
   }

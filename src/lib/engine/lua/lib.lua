@@ -543,12 +543,14 @@ end
 -- message that does not fit ends the read, except the first when `first` (a page always
 -- makes progress). `size`: the list's memory when the caller knows it (MEMORY USAGE, which is
 -- never less than its bytes): when it fits, one LRANGE reads what is asked. Otherwise the
--- list is read in chunks of at most 32 messages, each sized so the largest message seen so far
--- would still fit, so what Lua holds beyond maxBytes is about one chunk, never the list.
+-- list is read one message first, then in chunks of at most 32 messages, each sized so the
+-- largest message seen so far would still fit, so what Lua holds beyond maxBytes is about one
+-- chunk, never the list. (A first chunk of 8 read 8 messages of 700 KB for a 1 MiB page of one:
+-- 5.6 MB copied for 0.7 MB answered, 9 ms of Redis against 2.4 ms.)
 -- Returns the messages in read order, and why it stopped: 'bytes', 'count' or 'end'.
 local function historyWithin(key, from, step, limit, maxBytes, first, size)
   local out, bytes, at, biggest = {}, 0, from, 1
-  local chunk = 8
+  local chunk = 1
   if size and size <= maxBytes then chunk = limit >= 0 and limit or -1 end
   while limit < 0 or #out < limit do
     local n = chunk
