@@ -66,6 +66,15 @@ export const configSchema = z.object({
    * trace backend is seldom cleared to hold what tenants and their users wrote.
    */
   BATON_TRACE_CONTENT: bool(false),
+  /**
+   * BATON_TRACE_CALLER: what a client's `traceparent` header makes of a submit's span.
+   * `link` (default): the run starts a trace of its own, whose `baton.submit` links to the
+   * caller's span; `parent`: `baton.submit` is the caller's span's child, in the caller's trace.
+   * A link, because the header is a tenant's to write: as a parent it would put the run's spans
+   * into any trace id the tenant knows (another tenant's, the operator's own). `parent` suits a
+   * deployment whose callers are all its own services (docs/tracing.md).
+   */
+  BATON_TRACE_CALLER: z.enum(['link', 'parent']).default('link'),
   /** BATON_KEY_PREFIX: first segment of every Redis key, so Baton can share a Redis. */
   BATON_KEY_PREFIX: z
     .string()
