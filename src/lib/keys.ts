@@ -40,6 +40,8 @@ export interface ScopeKeys {
   sessionQueue(sessionId: string): string;
   messages(sessionId: string): string;
   sessionRuns(sessionId: string): string;
+  /** Every re-run of a run, by creation time (zset, written by lua/submit.lua; the run record names the newest few). */
+  reruns(runId: string): string;
   /**
    * Recall vectors of a session's committed turns (hash: runId -> float32 bytes), one hash per
    * embedding model, so vectors of two models are never compared. `space` is a hex digest.
@@ -224,6 +226,7 @@ export function createKeys(prefix: string): Keys {
         events: (id) => `${base}run:${checked('run', id)}:events`,
         steps: (id) => `${base}run:${checked('run', id)}:steps`,
         waits: (id) => `${base}run:${checked('run', id)}:waits`,
+        reruns: (id) => `${base}run:${checked('run', id)}:reruns`,
         live: `${base}live`,
         session: (id) => `${base}session:${checked('session', id)}`,
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,

@@ -4,7 +4,7 @@ import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
-import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
+import { flatToObject, parseRunRecord, RERUNS_KEPT, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, type Refusal } from './script-codes.ts';
 import { ReplicaAcks } from '../replica-acks.ts';
@@ -372,14 +372,16 @@ export class Transitions {
       sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
       bucket: sk.submitBucket, messages: sk.messages(r.sessionId),
-      ...(r.rerun ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId) } : {}),
+      ...(r.rerun
+        ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId), reruns: sk.reruns(r.rerun.of) }
+        : {}),
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash,
       // No limit given: none but what the scope's own limits set.
       limit: r.limit ?? { rate: 0, burst: 1 },
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
-      ...(r.rerun ? { copySteps: r.rerun.copySteps } : {}),
+      ...(r.rerun ? { copySteps: r.rerun.copySteps, rerunsKept: RERUNS_KEPT } : {}),
     }, payload);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
     await this.dispatch(r.scope, reply.orders);
