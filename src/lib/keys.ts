@@ -108,6 +108,8 @@ export interface ScopeKeys {
    * `in|out|calls:<agent>:<model>` -> count). The run's own totals are fields of its record.
    */
   usage(day: string): string;
+  /** Token-budget holds of the scope's model calls in flight that day (zset: `<call>:<tokens>` -> deadline; lua/budget-hold.lua). */
+  budgetHolds(day: string): string;
   idempotency(key: string): string;
   /**
    * Live notifications of the scope's runs' new events: one message per script call, with
@@ -260,6 +262,10 @@ export function createKeys(prefix: string): Keys {
         usage: (day) => {
           if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`invalid usage day: ${JSON.stringify(day)}`);
           return `${base}usage:${day}`;
+        },
+        budgetHolds: (day) => {
+          if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`invalid usage day: ${JSON.stringify(day)}`);
+          return `${base}usage:${day}:holds`;
         },
         // Caller-chosen idempotency keys may hold any printable text: hash-free but bounded
         // by the schema, and kept after the last colon so they cannot collide with suffixes.

@@ -213,6 +213,28 @@ export interface BatchCommit {
   retentionMs: number;
 }
 
+/** A model call's hold on its scope's daily token budget (lua/budget-hold.lua). */
+export interface BudgetHoldCall {
+  /** The UTC day whose usage and holds it counts against. */
+  day: string;
+  /** TOKENS_PER_DAY: the budget when the scope's limits set none (0: none). */
+  defaultLimit: number;
+  /** The call's tokens at most; undefined: not known. */
+  estimate?: number;
+  /** What a call with no estimate holds (at most what is left). */
+  unestimated: number;
+  /** Unique per call: the hold's name in the day's holds. */
+  member: string;
+  /** How long the hold lasts unless let go first. */
+  holdMs: number;
+}
+
+export type BudgetHoldReply =
+  | { kind: 'held'; used: number; held: number; limit: number; reserved: number }
+  | { kind: 'refused'; used: number; held: number; limit: number }
+  | { kind: 'malformed'; field: string }
+  | { kind: 'none' };
+
 // ---- replies ----
 // A script answers a positional list (the wire format). Each reply's shape below names its
 // positions once, in order (an object's fields keep the order they are written in), with how
@@ -276,6 +298,10 @@ const REPLY = {
   'rate-pause': { code: num, pausedUntil: num, moved: flag },
   'rate-resume': { code: num, lifted: flag },
   'rate-state': { code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num },
+  // lua/budget-hold.lua, by code
+  'budget-held': { code: num, used: num, held: num, limit: num, reserved: num },
+  'budget-refused': { code: num, used: num, held: num, limit: num },
+  'budget-malformed': { code: num, field: text },
   'schedule-pause': { code: num },
   'schedule-resume': { code: num },
   'schedule-claim': { code: num },
@@ -806,6 +832,35 @@ export class Transitions {
         return { kind: 'state', ...state };
       }
     }
+  }
+
+  // ---- token budgets (budgets.ts) ----
+
+  /** Checks a model call against its scope's daily token budget and, when it fits, holds its tokens until released. */
+  async budgetHold(scope: string, call: BudgetHoldCall): Promise<BudgetHoldReply> {
+    const sk = this.keys.scope(scope);
+    const { day, ...options } = call;
+    const keys = { limits: sk.limits, usage: sk.usage(day), holds: sk.budgetHolds(day) };
+    const raw = await this.callRaw('budget-hold', scope, keys, options);
+    const code = Array.isArray(raw) ? Number(raw[0]) : NaN;
+    switch (code) {
+      case 0: {
+        const { code: _held, ...held } = decodeAnswer('budget-held', raw);
+        return { kind: 'held', ...held };
+      }
+      case 1: {
+        const { code: _refused, ...refused } = decodeAnswer('budget-refused', raw);
+        return { kind: 'refused', ...refused };
+      }
+      case 2: return { kind: 'malformed', field: decodeAnswer('budget-malformed', raw).field };
+      case 3: return { kind: 'none' };
+      default: throw new Error(`the budget-hold script answered the unexpected code ${code}`);
+    }
+  }
+
+  /** Lets a hold go once its call's tokens are counted (or it made none). */
+  async budgetRelease(scope: string, day: string, hold: string): Promise<void> {
+    await this.redis.zrem(this.keys.scope(scope).budgetHolds(day), hold);
   }
 
   // ---- cron schedules (src/lib/schedules) ----
