@@ -18,7 +18,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   apiUrl = (await h.startApi()).url;
   await h.startWorker({
-    agents: [builtinChatAgent({ OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'test-key', OPENAI_MODEL: 'fake-model' })],
+    agents: [builtinChatAgent({ OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'test-key', OPENAI_MODEL: 'fake-model', CHAT_MAX_TOKENS: h.config.CHAT_MAX_TOKENS })],
   });
   acme = await h.client(apiUrl, 'acme', 'client');
 });
@@ -237,7 +237,7 @@ describe('createChatAgent configuration', () => {
       expect(() => createChatAgent({ name: 'local', model: 'm', baseURL: fake.baseURL })).not.toThrow();
       expect(() => createChatAgent({ name: 'lonely', model: 'm', apiKey: ' ', baseURL: '' })).toThrow(none);
       // The built-in agent is offered by every worker, configured or not: its runs say what is missing.
-      expect(() => builtinChatAgent({ OPENAI_MODEL: 'm' })).not.toThrow();
+      expect(() => builtinChatAgent({ OPENAI_MODEL: 'm', CHAT_MAX_TOKENS: 4096 })).not.toThrow();
     });
     withOpenAIEnv({ OPENAI_API_KEY: '', OPENAI_BASE_URL: '  ' }, () => {
       expect(() => createChatAgent({ name: 'lonely', model: 'm' })).toThrow(none);
@@ -257,7 +257,7 @@ describe('createChatAgent configuration', () => {
 
   it('the built-in chat agent without an endpoint: its runs fail with CHAT_NOT_CONFIGURED, saying what to set', async () => {
     const runtime = `${h.runtime}-bare`;
-    await h.startWorker({ env: { RUNTIME: runtime }, agents: [builtinChatAgent({ OPENAI_MODEL: 'm' })] });
+    await h.startWorker({ env: { RUNTIME: runtime }, agents: [builtinChatAgent({ OPENAI_MODEL: 'm', CHAT_MAX_TOKENS: 4096 })] });
     const sub = await acme.submit('bare', 'hi', { agent: 'chat', runtime });
     const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 30_000);
     expect([run.status, run.attempt, run.lastError.code]).toEqual(['failed', 1, 'CHAT_NOT_CONFIGURED']);

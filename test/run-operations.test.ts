@@ -73,6 +73,21 @@ beforeAll(async () => {
   await h.startWorker({ agents: [fourSteps, chargesThenFails] });
 });
 
+/** The ids of every run of a listing, page by page through its cursors; no id twice. */
+async function listAll(c: ScopeClient, path: string): Promise<string[]> {
+  const ids: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const page: { status: number; body: { runs: { id: string }[]; nextCursor: string | null } } =
+      await c.get(`${path}${cursor ? `&cursor=${cursor}` : ''}`);
+    expect(page.status).toBe(200);
+    ids.push(...page.body.runs.map((r) => r.id));
+    cursor = page.body.nextCursor;
+  } while (cursor);
+  expect(new Set(ids).size).toBe(ids.length);
+  return ids;
+}
+
 describe('re-run from a step', () => {
   it('a run whose third step failed succeeds re-run from it once the tool is fixed, without running the first two again', async () => {
     const first = (await acme.submit('rerun-1', 'buy it', { agent: 'ops-four-steps' })).body.id as string;
@@ -142,6 +157,63 @@ describe('re-run from a step', () => {
       .toBe('IDEMPOTENCY_MISMATCH');
     expect((await acme.waitStatus(first.body.id, ['succeeded'])).result.answer).toBe('hello');
     expect((await acme.get(`/runs/${id}`)).body.reruns).toEqual([first.body.id]);
+  });
+
+  it('a run names its newest 10 re-runs (its GET stops growing), counts them all, and the listing by rerunOf gives each once', async () => {
+    const initech = await h.client(apiUrl, 'initech');
+    const original = (await initech.submit('rerun-many', 'again and again', { agent: 'echo' })).body.id as string;
+    expect((await initech.waitStatus(original, ['succeeded'])).status).toBe('succeeded');
+    const made: string[] = [];
+    const sizes: number[] = [];
+    for (let i = 1; i <= 24; i++) {
+      const res = await initech.post(`/runs/${original}/rerun`, {});
+      expect(res.status).toBe(202);
+      made.push(res.body.id as string);
+      const got = (await initech.get(`/runs/${original}`)).body;
+      sizes.push(Buffer.byteLength(JSON.stringify(got)));
+      expect(got.reruns).toEqual(made.slice(-10));
+      expect(got.rerunCount).toBe(i);
+    }
+    // Past the 10th the GET is the same size however many more there are (run ids are of one length).
+    console.log(`a run's GET after 1, 10 and 24 re-runs: ${sizes[0]}, ${sizes[9]}, ${sizes[23]} bytes`);
+    expect(new Set(sizes.slice(9)).size).toBe(1);
+    expect(sizes[9]).toBeGreaterThan(sizes[0]);
+    // The record holds 10 ids; the index holds all 24.
+    const sk = h.keys.scope('initech');
+    expect((await h.redis.hget(sk.run(original), 'reruns'))!.split(' ')).toHaveLength(10);
+    expect(await h.redis.zcard(sk.reruns(original))).toBe(24);
+    // The index expires with the run's record.
+    expect(await h.redis.pttl(sk.reruns(original))).toBeGreaterThan(0);
+
+    // Every re-run once, newest first, over pages of 7; not the run itself.
+    const listed = await listAll(initech, `/runs?rerunOf=${original}&limit=7`);
+    expect(listed).toEqual([...made].reverse());
+    for (const id of made) expect((await initech.waitStatus(id, ['succeeded'])).status).toBe('succeeded');
+  });
+
+  it('a run an earlier version re-ran (every id in `reruns`, no count, no index) shows its newest 10, lists all, and is indexed at its next re-run', async () => {
+    const initech = await h.client(apiUrl, 'initech');
+    const original = (await initech.submit('rerun-old', 'from before', { agent: 'echo' })).body.id as string;
+    expect((await initech.waitStatus(original, ['succeeded'])).status).toBe('succeeded');
+    const made: string[] = [];
+    for (let i = 0; i < 13; i++) made.push((await initech.post(`/runs/${original}/rerun`, {})).body.id as string);
+    // As the earlier version left it: the whole list in the field, nothing else.
+    const sk = h.keys.scope('initech');
+    await h.redis.del(sk.reruns(original));
+    await h.redis.hdel(sk.run(original), 'rerunCount');
+    await h.redis.hset(sk.run(original), 'reruns', made.join(' '));
+    const shown = (await initech.get(`/runs/${original}`)).body;
+    expect([shown.reruns, shown.rerunCount]).toEqual([made.slice(-10), 13]);
+    expect(await listAll(initech, `/runs?rerunOf=${original}&limit=5`)).toEqual([...made].reverse());
+
+    // The next re-run (this version) moves the field's ids into the index and bounds the field.
+    made.push((await initech.post(`/runs/${original}/rerun`, {})).body.id as string);
+    expect(await h.redis.zcard(sk.reruns(original))).toBe(14);
+    expect((await h.redis.hget(sk.run(original), 'reruns'))!.split(' ')).toEqual(made.slice(-10));
+    const after = (await initech.get(`/runs/${original}`)).body;
+    expect([after.reruns, after.rerunCount]).toEqual([made.slice(-10), 14]);
+    expect(await listAll(initech, `/runs?rerunOf=${original}&limit=5`)).toEqual([...made].reverse());
+    for (const id of made) expect((await initech.waitStatus(id, ['succeeded'])).status).toBe('succeeded');
   });
 
   it('a run that has not ended is not re-run', async () => {

@@ -31,6 +31,10 @@ beforeAll(async () => {
   const blocked = await acme.submit('m2', 'x', { agent: 'charge' });
   const waiting = await acme.submit('m4', 'prod', { agent: 'approve' });
   await acme.waitStatus(done.body.id, ['succeeded']);
+  // A re-run of it, ended: the listing by rerunOf has one run on acme.
+  const rerun = await acme.post(`/runs/${done.body.id}/rerun`, {});
+  expect(rerun.status).toBe(202);
+  await acme.waitStatus(rerun.body.id, ['succeeded']);
   const b = await acme.waitStatus(blocked.body.id, ['blocked']);
   const w = await acme.waitStatus(waiting.body.id, ['waiting']);
   // globex has a waiting run of its own: its token must open nothing of acme's.
@@ -167,10 +171,13 @@ describe('a key of scope B on scope A', () => {
 });
 
 describe('the run listing filters of scope B', () => {
-  it('read only B’s indexes: A’s agent, runtime, session and status list nothing of A, and A is unchanged', async () => {
+  it('read only B’s indexes: A’s agent, runtime, session, status and re-runs list nothing of A, and A is unchanged', async () => {
     const before = await scopeState('acme');
     // acme has a `charge` run (blocked) and a run on a runtime nobody serves; globex has neither.
-    const filters = ['agent=charge', `runtime=${h.runtime}-none`, 'sessionId=m2', 'status=blocked', `agent=charge&runtime=${h.runtime}&status=blocked`];
+    const filters = [
+      'agent=charge', `runtime=${h.runtime}-none`, 'sessionId=m2', 'status=blocked', `agent=charge&runtime=${h.runtime}&status=blocked`,
+      `rerunOf=${ids.runId}`,
+    ];
     const own = await h.key('acme', 'client');
     for (const query of filters) {
       const mine = await send('GET', `/v1/scopes/acme/runs?${query}`, own);

@@ -57,6 +57,9 @@ async function workerWithLog(env: Record<string, string> = {}) {
   return { worker: w, lines };
 }
 
+/** An API whose callers are trusted: a caller's traceparent is the submit's parent, not only linked (BATON_TRACE_CALLER). */
+const TRUSTED = { BATON_TRACE_CALLER: 'parent' };
+
 const attr = (s: ReadableSpan, name: string): AttributeValue | undefined => s.attributes[name];
 const byStart = (a: ReadableSpan, b: ReadableSpan) => a.startTime[0] - b.startTime[0] || a.startTime[1] - b.startTime[1];
 const parentOf = (s: ReadableSpan) => s.parentSpanContext?.spanId;
@@ -91,9 +94,43 @@ async function tracedRun(apiUrl: string, resumeVia: string) {
 }
 
 describe('tracing with the in-memory exporter', () => {
-  it('one run is one trace: the caller\'s traceparent parents baton.submit, every attempt, step, wait and the finish join it', async () => {
+  it('by default a caller\'s traceparent is linked, not followed: the run is a trace of its own, and the caller\'s trace gets no span', async () => {
     const api = await h.startApi();
-    const otherApi = await h.startApi();
+    await workerWithLog();
+    const acme = await h.client(api.url, 'acme');
+    // A trace id the tenant knows (another tenant's, the operator's own).
+    const victim = { traceId: randomBytes(16).toString('hex'), spanId: randomBytes(8).toString('hex') };
+    const submitted = await acme.post('/runs', {
+      sessionId: `s-${Math.random().toString(36).slice(2)}`, input: { content: 'linked' }, runtime: h.runtime, agent: 'fx-traced',
+      metadata: { secretArg: SECRET_ARG },
+    }, { traceparent: `00-${victim.traceId}-${victim.spanId}-01` });
+    expect(submitted.status).toBe(202);
+    const runId = submitted.body.id as string;
+    await acme.waitStatus(runId, ['waiting']);
+    expect((await acme.post(`/runs/${runId}/waits/wait:approval:1`, { value: { approved: true } })).status).toBe(200);
+    expect((await acme.waitStatus(runId, ['succeeded', 'failed'])).status).toBe('succeeded');
+
+    const submit = await waitFor(
+      () => exporter.getFinishedSpans().find((s) => s.name === 'baton.submit' && attr(s, 'baton.run.id') === runId), 10_000, 'the submit span',
+    );
+    // A root of a new trace, linking to the caller's span; the run record keeps the new trace's context.
+    expect(parentOf(submit)).toBeUndefined();
+    expect(submit.spanContext().traceId).not.toBe(victim.traceId);
+    expect(submit.links.map((l) => [l.context.traceId, l.context.spanId, l.attributes?.['baton.link']]))
+      .toEqual([[victim.traceId, victim.spanId, 'caller']]);
+    expect(await h.redis.hget(h.keys.scope('acme').run(runId), 'traceparent'))
+      .toBe(`00-${submit.spanContext().traceId}-${submit.spanContext().spanId}-01`);
+    // The run's spans (three attempts, their steps, the wait, the finish) are in the run's own
+    // trace; the caller's trace id holds none of them.
+    const spans = await traceOf(submit.spanContext().traceId, 'succeeded');
+    expect(spans.filter((s) => s.name === 'baton.attempt')).toHaveLength(3);
+    expect(spans.filter((s) => s.name === 'baton.wait')).toHaveLength(1);
+    expect(exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === victim.traceId)).toHaveLength(0);
+  });
+
+  it('one run is one trace: the caller\'s traceparent parents baton.submit, every attempt, step, wait and the finish join it', async () => {
+    const api = await h.startApi(TRUSTED);
+    const otherApi = await h.startApi(TRUSTED);
     const { lines } = await workerWithLog();
     const { runId, caller, done } = await tracedRun(api.url, otherApi.url);
     expect(done.attempt).toBe(2);
@@ -166,7 +203,7 @@ describe('tracing with the in-memory exporter', () => {
   });
 
   it('BATON_TRACE_CONTENT=true: the input, the model\'s answer and the tool\'s arguments are attributes', async () => {
-    const api = await h.startApi({ BATON_TRACE_CONTENT: 'true' });
+    const api = await h.startApi({ ...TRUSTED, BATON_TRACE_CONTENT: 'true' });
     await workerWithLog({ BATON_TRACE_CONTENT: 'true' });
     const { caller } = await tracedRun(api.url, api.url);
     const spans = await traceOf(caller.traceId, 'succeeded');
@@ -243,7 +280,7 @@ describe('tracing across baton processes, exported over OTLP/HTTP', () => {
     const receiver = await startOtlpReceiver();
     const otel = (instance: string) => ({
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50',
-      OTEL_RESOURCE_ATTRIBUTES: `service.instance.id=${instance}`,
+      OTEL_RESOURCE_ATTRIBUTES: `service.instance.id=${instance}`, ...TRUSTED,
     });
     const api = await h.spawn('api', { env: otel('api-1') });
     const otherApi = await h.spawn('api', { env: otel('api-2') });

@@ -50,6 +50,7 @@ export function presentRun(run: ShownRun, basePath: string, tokens?: Pick<WaitTo
     rerunFrom: run.rerunFrom,
     rerunNonIdempotent: run.rerunNonIdempotent,
     reruns: run.reruns,
+    rerunCount: run.rerunCount,
     links: {
       self: `${basePath}/runs/${run.id}`,
       events: `${basePath}/runs/${run.id}/events`,

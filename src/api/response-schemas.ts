@@ -81,7 +81,8 @@ export const runResponse = z.object({
   rerunOf: z.string().optional().describe('a re-run: the run it repeats'),
   rerunFrom: z.string().optional().describe('a re-run: the step it was re-run from (absent: the start)'),
   rerunNonIdempotent: z.array(z.string()).optional().describe('a re-run: the non-idempotent steps it runs again'),
-  reruns: z.array(z.string()).optional().describe('the re-runs of this run, oldest first'),
+  reruns: z.array(z.string()).max(10).optional().describe('the newest re-runs of this run (at most 10), oldest first; GET …/runs?rerunOf=<id> lists every one'),
+  rerunCount: z.number().int().optional().describe('how many re-runs this run has had in all'),
   links: z.object({ self: z.string(), events: z.string() }),
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings: z.array(z.string()).optional(),

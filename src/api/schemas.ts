@@ -113,6 +113,8 @@ export const listRunsQuery = z.strictObject({
     .optional(),
   agent: idSchema.optional(),
   runtime: idSchema.optional(),
+  /** The re-runs of this run (its GET names the newest few). */
+  rerunOf: idSchema.optional(),
   limit: z.coerce.number().int().min(1).max(200).default(50),
   /** The previous page's nextCursor: `<creation ms>_<run id>` of its last run. */
   cursor: z.string().regex(/^\d{1,16}_[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be a nextCursor from an earlier page').optional(),

@@ -66,6 +66,15 @@ export const configSchema = z.object({
    * trace backend is seldom cleared to hold what tenants and their users wrote.
    */
   BATON_TRACE_CONTENT: bool(false),
+  /**
+   * BATON_TRACE_CALLER: what a client's `traceparent` header makes of a submit's span.
+   * `link` (default): the run starts a trace of its own, whose `baton.submit` links to the
+   * caller's span; `parent`: `baton.submit` is the caller's span's child, in the caller's trace.
+   * A link, because the header is a tenant's to write: as a parent it would put the run's spans
+   * into any trace id the tenant knows (another tenant's, the operator's own). `parent` suits a
+   * deployment whose callers are all its own services (docs/tracing.md).
+   */
+  BATON_TRACE_CALLER: z.enum(['link', 'parent']).default('link'),
   /** BATON_KEY_PREFIX: first segment of every Redis key, so Baton can share a Redis. */
   BATON_KEY_PREFIX: z
     .string()
@@ -146,6 +155,14 @@ export const configSchema = z.object({
    * customer's spend: an operator sets it per scope (PUT /v1/scopes/{scope}/limits).
    */
   TOKENS_PER_DAY: z.coerce.number().int().min(0).max(1_000_000_000_000).default(0),
+  /**
+   * TOKENS_UNESTIMATED: what a model call that gives no estimate (`ctx.infer` without
+   * `estimatedTokens`) holds of its scope's daily budget while it is made (at most what is
+   * left). 4096: what a call of the built-in `chat` agent may answer (CHAT_MAX_TOKENS), a
+   * generous size for one model call; a call that uses more than it held is what a budget can
+   * overshoot by (docs/tenancy.md#token-budgets), so agents that know better give an estimate.
+   */
+  TOKENS_UNESTIMATED: z.coerce.number().int().min(0).max(1_000_000_000).default(4096),
   /**
    * PRIORITY_STEP_MS: what one level of a submit's priority (0-9) is worth in waiting time. A
    * parked run goes before those of its key that became due less than this many ms per level
@@ -468,6 +485,15 @@ export const configSchema = z.object({
   OPENAI_API_KEY: z.string().optional(),
   /** OPENAI_MODEL: gpt-4o-mini, a cheap, fast model that streams: the right default for trying Baton out. */
   OPENAI_MODEL: z.string().default('gpt-4o-mini'),
+  /**
+   * CHAT_MAX_TOKENS: the most tokens one answer of the built-in `chat` agent may take (its
+   * `max_completion_tokens`). A call's estimate for the scope's token budget and its provider
+   * bucket's reservation is its prompt plus this, so both hold what the call can use; without
+   * it one call on a 1,000-token budget used 16,035. 4096: about 3,000 words, more than a chat
+   * answer takes, and within the output limit of the models an OpenAI-compatible endpoint
+   * commonly serves (a value past a model's own limit is refused by the provider).
+   */
+  CHAT_MAX_TOKENS: z.coerce.number().int().min(1).max(1_000_000).default(4096),
   /**
    * MODEL_PRICES: what each model costs, as JSON: `{"gpt-4o-mini": {"inputPerMTokens": 0.15,
    * "outputPerMTokens": 0.6}}`, USD per million tokens, model ids as the agents report them.

@@ -40,6 +40,8 @@ export interface ScopeKeys {
   sessionQueue(sessionId: string): string;
   messages(sessionId: string): string;
   sessionRuns(sessionId: string): string;
+  /** Every re-run of a run, by creation time (zset, written by lua/submit.lua; the run record names the newest few). */
+  reruns(runId: string): string;
   /**
    * Recall vectors of a session's committed turns (hash: runId -> float32 bytes), one hash per
    * embedding model, so vectors of two models are never compared. `space` is a hex digest.
@@ -108,6 +110,8 @@ export interface ScopeKeys {
    * `in|out|calls:<agent>:<model>` -> count). The run's own totals are fields of its record.
    */
   usage(day: string): string;
+  /** Token-budget holds of the scope's model calls in flight that day (zset: `<call>:<tokens>` -> deadline; lua/budget-hold.lua). */
+  budgetHolds(day: string): string;
   idempotency(key: string): string;
   /**
    * Live notifications of the scope's runs' new events: one message per script call, with
@@ -226,6 +230,7 @@ export function createKeys(prefix: string): Keys {
         events: (id) => `${base}run:${checked('run', id)}:events`,
         steps: (id) => `${base}run:${checked('run', id)}:steps`,
         waits: (id) => `${base}run:${checked('run', id)}:waits`,
+        reruns: (id) => `${base}run:${checked('run', id)}:reruns`,
         live: `${base}live`,
         session: (id) => `${base}session:${checked('session', id)}`,
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
@@ -260,6 +265,10 @@ export function createKeys(prefix: string): Keys {
         usage: (day) => {
           if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`invalid usage day: ${JSON.stringify(day)}`);
           return `${base}usage:${day}`;
+        },
+        budgetHolds: (day) => {
+          if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`invalid usage day: ${JSON.stringify(day)}`);
+          return `${base}usage:${day}:holds`;
         },
         // Caller-chosen idempotency keys may hold any printable text: hash-free but bounded
         // by the schema, and kept after the last colon so they cannot collide with suffixes.

@@ -51,7 +51,10 @@ export interface ChatAgentOptions {
   /**
    * The most tokens one answer may take (sent as `max_completion_tokens`). Also what a model
    * call reserves of its rate-limit bucket's tokens beyond the prompt: with it, a bucket's
-   * tpm holds for every call (docs/rate-limits.md). Absent: the provider's own limit.
+   * tpm holds for every call (docs/rate-limits.md), and what the scope's daily token budget
+   * holds for it beyond the prompt. Absent: the provider's own limit, and the call's estimate
+   * is its prompt alone (the answer can take the budget past its limit: docs/tenancy.md).
+   * The built-in `chat` agent sets CHAT_MAX_TOKENS.
    */
   maxTokens?: number;
   /**
@@ -276,11 +279,13 @@ function toChatMessage(m: HistoryMessage): ChatCompletionMessageParam {
 }
 
 /** The settings of the built-in `chat` agent, as the process's configuration holds them. */
-export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_KEY' | 'OPENAI_MODEL'>;
+export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_KEY' | 'OPENAI_MODEL' | 'CHAT_MAX_TOKENS'>;
 
 /**
- * The built-in `chat` agent: createChatAgent with no tools, its endpoint from OPENAI_*,
- * and `metadata.system` (a string) of a submit as its system message. Every worker offers
+ * The built-in `chat` agent: createChatAgent with no tools, its endpoint from OPENAI_*, its
+ * answers' length capped at CHAT_MAX_TOKENS (so a call's estimate, which the token budget
+ * holds and the provider bucket reserves, is what it can use), and `metadata.system` (a
+ * string) of a submit as its system message. Every worker offers
  * it, configured or not (`baton start` must come up without a model): unconfigured, each of
  * its runs fails with CHAT_NOT_CONFIGURED, saying what to set.
  */
@@ -289,6 +294,7 @@ export function builtinChatAgent(settings: BuiltinChatSettings): Agent {
   return chatAgent({
     name: 'chat',
     model: settings.OPENAI_MODEL,
+    maxTokens: settings.CHAT_MAX_TOKENS,
     system: (ctx) => (typeof ctx.metadata.system === 'string' ? ctx.metadata.system : undefined),
   }, () => {
     if (endpoint) return endpoint;

@@ -242,8 +242,10 @@ export interface Run {
   rerunFrom?: string;
   /** A re-run: its non-idempotent steps that run again (allowed by `allowNonIdempotent`). */
   rerunNonIdempotent?: string[];
-  /** The re-runs of this run, oldest first. */
+  /** The newest re-runs of this run (at most 10), oldest first; the run listing's `rerunOf` filter lists every one. */
   reruns?: string[];
+  /** How many re-runs this run has had in all. */
+  rerunCount?: number;
   links: { self: string; events: string };
   /** Submit only: e.g. that no live worker serves the runtime yet. */
   warnings?: string[];

@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config.ts';
 import type { Keys } from '../keys.ts';
 import { RUN_LIMIT_CODES, type TokenBudget } from '../contract/index.ts';
 import { PermanentError } from '../sdk/errors.ts';
+import type { Transitions } from './transitions.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -14,16 +16,29 @@ export const nextUtcMidnight = (ms: number): number => (Math.floor(ms / DAY_MS) 
 
 /**
  * The rule a model call is checked by: refused when the scope's tokens of today (input and
- * output, as providers reported them) plus the call's estimate would pass the budget. A call
- * with no estimate is refused only once the budget is used up (`usedToday >= tokensPerDay`).
+ * output, as providers reported them), plus the holds of its calls in flight, plus the call's
+ * estimate would pass the budget. A call with no estimate is refused only once nothing is left
+ * (`usedToday + held >= tokensPerDay`), and holds TOKENS_UNESTIMATED of what is. The check and
+ * the hold are one step of lua/budget-hold.lua; this is the same rule, for reading.
  */
-export function budgetRefuses(usedToday: number, tokensPerDay: number, estimate?: number): boolean {
-  return estimate === undefined ? usedToday >= tokensPerDay : usedToday + estimate > tokensPerDay;
+export function budgetRefuses(usedToday: number, tokensPerDay: number, estimate?: number, held = 0): boolean {
+  return estimate === undefined ? usedToday + held >= tokensPerDay : usedToday + held + estimate > tokensPerDay;
 }
+
+/**
+ * How long a call's hold lasts unless its call lets it go first: past the longest a model call
+ * runs (a stream of a long answer, its rate-limit wait before it), so a hold lapses on its own
+ * only when its worker died in the call. A call still running then counts when it ends, as a
+ * call with no hold would.
+ */
+export const BUDGET_HOLD_MS = 15 * 60_000;
+
+/** A model call's hold on its scope's budget, to let go once the call's tokens are counted. */
+export interface BudgetHold { scope: string; day: string; member: string; tokens: number }
 
 /** What a check found: the call may be made, or it would pass the budget (`never`: even a whole day's budget would not fit it). */
 export type BudgetCheck =
-  | { allowed: true }
+  | { allowed: true; hold?: BudgetHold }
   | { allowed: false; budget: TokenBudget; estimate?: number; never: boolean };
 
 /**
@@ -50,23 +65,31 @@ export class BudgetExceededError extends PermanentError {
  * hash an operator sets, else TOKENS_PER_DAY; 0 = none), checked by the worker before each
  * model call that is not answered from the memo (ContextState, before the call's body runs).
  *
- * One read per check: the limit field and today's total (the `tokens` field the step script
- * keeps in the scope's usage hash of the day), pipelined in one round trip to the scope's
- * slot. Nothing is reserved: calls of one scope checked at the same moment can each pass and
- * together overshoot the budget by at most what they use. A reservation would make the
- * check exact, at the price of a settle after every call and of reservations a crashed worker
- * leaves behind (to expire by some timeout); a daily budget is a spending cap, where an
- * overshoot bounded by the scope's calls in flight (at most its active runs' concurrent calls)
- * is the better trade.
+ * The check holds what the call may use (its estimate; without one, TOKENS_UNESTIMATED) in
+ * the same atomic step (lua/budget-hold.lua), until the call's tokens are counted by the step
+ * script; calls of one scope checked at the same moment see each other's holds, so calls
+ * whose estimates are right never take the scope past its budget together. What a budget can
+ * still be overshot by is what calls use beyond what they held: over the calls admitted
+ * before the budget ran out, the sum of (tokens used − tokens held); at most the scope's
+ * calls in flight (its active runs, `maxActive`, times the calls each makes at once) times
+ * the largest such excess (docs/tenancy.md#token-budgets). A hold a crashed worker left behind
+ * lapses after BUDGET_HOLD_MS, and only makes the budget stricter until then.
  */
 export class TokenBudgets {
+  private readonly now: () => number;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'TOKENS_PER_DAY'>,
-    /** The clock days are told by: the worker's, as the step script's usage days are. */
-    private readonly now: () => number = Date.now,
-  ) {}
+    private readonly config: Pick<Config, 'TOKENS_PER_DAY'> & Partial<Pick<Config, 'TOKENS_UNESTIMATED'>>,
+    /**
+     * The holds' gateway: without it (a reader of the budget, UsageReader) check() cannot be
+     * called. `now`: the clock days are told by: the worker's, as the step script's usage days are.
+     */
+    private readonly o: { transitions?: Transitions; now?: () => number } = {},
+  ) {
+    this.now = o.now ?? Date.now;
+  }
 
   /** The scope's budget and what is left of it today, or null when it has none. */
   async status(scope: string): Promise<TokenBudget | null> {
@@ -78,17 +101,43 @@ export class TokenBudgets {
     const tokensPerDay = limit === null || limit === undefined ? this.config.TOKENS_PER_DAY : wholeNumber(limit, scope);
     if (tokensPerDay === 0) return null;
     const usedToday = Number(used ?? 0);
-    return {
-      tokensPerDay, usedToday, left: Math.max(0, tokensPerDay - usedToday), resetsAt: new Date(nextUtcMidnight(now)).toISOString(),
-    };
+    return budgetOf(tokensPerDay, usedToday, now);
   }
 
-  /** Whether a model call of `estimate` tokens (undefined: not known) may be made now. */
-  async check(scope: string, estimate?: number): Promise<BudgetCheck> {
-    const budget = await this.status(scope);
-    if (!budget || !budgetRefuses(budget.usedToday, budget.tokensPerDay, estimate)) return { allowed: true };
-    return { allowed: false, budget, estimate, never: estimate !== undefined && estimate > budget.tokensPerDay };
+  /**
+   * Whether a model call of `estimate` tokens (undefined: not known) may be made now; when it
+   * may and the scope has a budget, what the call holds of it (release() once it is counted).
+   * `call`: names the hold (the run and the step), unique per call.
+   */
+  async check(scope: string, estimate: number | undefined, call: string): Promise<BudgetCheck> {
+    const transitions = this.o.transitions;
+    if (!transitions) throw new Error('TokenBudgets.check needs the transitions gateway');
+    const now = this.now();
+    const day = utcDay(now);
+    const member = `${call}:${randomBytes(4).toString('hex')}`;
+    const reply = await transitions.budgetHold(scope, {
+      day, defaultLimit: this.config.TOKENS_PER_DAY, estimate, unestimated: this.config.TOKENS_UNESTIMATED ?? 0,
+      member, holdMs: BUDGET_HOLD_MS,
+    });
+    switch (reply.kind) {
+      case 'none': return { allowed: true };
+      case 'malformed': throw malformed(reply.field, scope);
+      case 'held': return { allowed: true, hold: { scope, day, member: `${member}:${reply.reserved}`, tokens: reply.reserved } };
+      case 'refused': {
+        const budget = budgetOf(reply.limit, reply.used, now);
+        return { allowed: false, budget, estimate, never: estimate !== undefined && estimate > budget.tokensPerDay };
+      }
+    }
   }
+
+  /** Lets a call's hold go: its tokens are counted in today's usage now, or it made none. */
+  async release(hold: BudgetHold): Promise<void> {
+    await this.o.transitions?.budgetRelease(hold.scope, hold.day, hold.member);
+  }
+}
+
+function budgetOf(tokensPerDay: number, usedToday: number, now: number): TokenBudget {
+  return { tokensPerDay, usedToday, left: Math.max(0, tokensPerDay - usedToday), resetsAt: new Date(nextUtcMidnight(now)).toISOString() };
 }
 
 /**
@@ -97,11 +146,13 @@ export class TokenBudgets {
  * than reading it as no budget.
  */
 function wholeNumber(text: string, scope: string): number {
-  if (!/^\d{1,15}$/.test(text)) {
-    throw new PermanentError(
-      `the tokensPerDay limit of scope ${scope} is ${JSON.stringify(text)}, not a whole number of tokens: model calls are refused until it is`,
-      RUN_LIMIT_CODES.BUDGET_EXCEEDED,
-    );
-  }
+  if (!/^\d{1,15}$/.test(text)) throw malformed(text, scope);
   return Number(text);
+}
+
+function malformed(text: string, scope: string): PermanentError {
+  return new PermanentError(
+    `the tokensPerDay limit of scope ${scope} is ${JSON.stringify(text)}, not a whole number of tokens: model calls are refused until it is`,
+    RUN_LIMIT_CODES.BUDGET_EXCEEDED,
+  );
 }

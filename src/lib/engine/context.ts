@@ -19,7 +19,7 @@ import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import { ID_PATTERN } from '../keys.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
-import { BudgetExceededError, type BudgetCheck, type TokenBudgets } from './budgets.ts';
+import { BudgetExceededError, type BudgetCheck, type BudgetHold, type TokenBudgets } from './budgets.ts';
 import type { BucketRequest, RateLimiter } from './rate-limiter.ts';
 import type { AttemptTrace, StepTrace } from '../ops/tracing.ts';
 
@@ -445,12 +445,13 @@ export class ContextState {
     // attempt holding the run next performs again.
     if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
     this.d.memo?.miss(kind);
-    // A model call about to be made: the scope's daily token budget first (a memo hit above made none).
-    if (kind === 'infer') await this.withinBudget(key, estimateOf(key, infer));
-    // The provider's rate-limit bucket, taken right before the call itself (limitedCall below).
-    const bucket = kind === 'infer' ? this.bucketFor(key, infer) : undefined;
+    // A model call about to be made: the scope's daily token budget first (a memo hit above made
+    // none), which holds the call's tokens until the step's write below has counted them.
+    const hold = kind === 'infer' ? await this.withinBudget(key, estimateOf(key, infer)) : undefined;
     this.busy++;
     try {
+      // The provider's rate-limit bucket, taken right before the call itself (limitedCall below).
+      const bucket = kind === 'infer' ? this.bucketFor(key, infer) : undefined;
       if (!idempotent) {
         if (this.memo.has(`${key}#started`)) {
           this.blockedOn ??= key;
@@ -496,7 +497,20 @@ export class ContextState {
       if (usage && kept === json) this.counted(agent, calls);
       return (JSON.parse(kept) as { v: T }).v;
     } finally {
+      if (hold) await this.releaseHold(hold);
       this.settled();
+    }
+  }
+
+  /**
+   * Lets a budget hold go. One that cannot be (Redis out of reach) lapses by itself
+   * (BUDGET_HOLD_MS), only making the budget stricter until then: no failure of the step's.
+   */
+  private async releaseHold(hold: BudgetHold): Promise<void> {
+    try {
+      await this.d.budgets?.release(hold);
+    } catch (err) {
+      this.d.log.warn({ err: (err as Error)?.message, tokens: hold.tokens }, 'a token-budget hold could not be let go; it lapses by itself');
     }
   }
 
@@ -508,22 +522,25 @@ export class ContextState {
    * answered in the memo, so the loop checks again at once. A call no whole day's budget
    * could take, or one made inside a step's body (which cannot park), fails even then.
    */
-  private async withinBudget(stepKey: string, estimate: number | undefined): Promise<void> {
+  private async withinBudget(stepKey: string, estimate: number | undefined): Promise<BudgetHold | undefined> {
     const { budgets, run } = this.d;
-    if (!budgets) return;
+    if (!budgets) return undefined;
     for (;;) {
       let check: BudgetCheck;
       // Counted as a step in flight: the run must not park on other waits while the check is out.
       this.busy++;
       try {
-        check = await budgets.check(run.scope, estimate);
+        check = await budgets.check(run.scope, estimate, `${run.id}:${stepKey}`);
       } finally {
         this.settled();
       }
       if (check.allowed) {
         // The attempt may have ended while the check was out: no call is started for it then.
-        if (this.d.attempt.signal.aborted) throw this.d.attempt.signal.reason;
-        return;
+        if (this.d.attempt.signal.aborted) {
+          if (check.hold) await this.releaseHold(check.hold);
+          throw this.d.attempt.signal.reason;
+        }
+        return check.hold;
       }
       const inStep = stepBody.getStore();
       const why = run.onBudget !== 'wait'

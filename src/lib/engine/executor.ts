@@ -80,7 +80,7 @@ export class RunExecutor {
   readonly appender: Appender;
 
   constructor(private readonly d: ExecutorDeps) {
-    this.budgets = new TokenBudgets(d.redis, d.keys, d.config);
+    this.budgets = new TokenBudgets(d.redis, d.keys, d.config, { transitions: d.transitions });
     this.appender = new Appender(d.transitions);
     for (const [name, agent] of d.agents) {
       if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;

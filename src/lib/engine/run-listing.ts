@@ -14,12 +14,18 @@ import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type Sho
  * fields the API shows (SHOWN_FIELDS): never the caller memory, the output schema or the lease.
  * Runs created before the agent and runtime indexes existed are in neither: a listing that
  * walks one of those leaves them out (the other listings show them until they expire).
+ * `rerunOf` walks the run's index of its re-runs (`run:<id>:reruns`, lua/submit.lua); a run
+ * whose re-runs an earlier version made has no index until it is re-run again, and its
+ * re-runs are found in its session's index (a re-run stays in its run's session) by their
+ * `rerunOf` field.
  */
 export interface ListOptions {
   sessionId?: string;
   status?: RunStatus[];
   agent?: string;
   runtime?: string;
+  /** The re-runs of this run. */
+  rerunOf?: string;
   limit: number;
   cursor?: string;
   /**
@@ -42,11 +48,14 @@ const SIZED_FIELDS = ['input', 'result', 'metadata', 'lastError', 'blocked'] as 
 const RUN_OVERHEAD_BYTES = 2048;
 
 /** The fields the filters that no index answered are checked on. */
-const FILTER_FIELDS = ['status', 'sessionId', 'agent', 'runtime'] as const;
+const FILTER_FIELDS = ['status', 'sessionId', 'agent', 'runtime', 'rerunOf'] as const;
 type FilterField = (typeof FILTER_FIELDS)[number];
 
-/** A filter: the record field it checks, and its index (a status filter's: one per status, merged). */
-interface Choice { field: FilterField; keys: string[]; keep: (value: string) => boolean }
+/**
+ * A filter: the record field it checks, and its index (a status filter's: one per status,
+ * merged). `loose`: the index holds more than the filter keeps (checked even when walked).
+ */
+interface Choice { field: FilterField; keys: string[]; keep: (value: string) => boolean; loose?: boolean }
 
 /** The filter whose index holds the fewest entries (one pipeline of ZCARDs; none for one filter). */
 async function smallest(redis: Redis, choices: Choice[]): Promise<Choice | undefined> {
@@ -156,10 +165,14 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
   if (statuses) choices.push({ field: 'status', keys: statuses.map((st) => sk.runsByStatus(st)), keep: (v) => statuses.includes(v as RunStatus) });
   if (o.agent !== undefined) choices.push({ field: 'agent', keys: [sk.runsByAgent(o.agent)], keep: (v) => v === o.agent });
   if (o.runtime !== undefined) choices.push({ field: 'runtime', keys: [sk.runsByRuntime(o.runtime)], keep: (v) => v === o.runtime });
+  if (o.rerunOf !== undefined) {
+    const index = await rerunIndex(redis, keys, scope, o.rerunOf);
+    choices.push({ field: 'rerunOf', keys: [index.key], keep: (v) => v === o.rerunOf, loose: index.loose });
+  }
   const walked = await smallest(redis, choices);
   const indexes = walked ? walked.keys : [sk.runs];
   const filters: Partial<Record<FilterField, (v: string) => boolean>> = {};
-  for (const c of choices) if (c !== walked) filters[c.field] = c.keep;
+  for (const c of choices) if (c !== walked || c.loose) filters[c.field] = c.keep;
   const filtered = Object.keys(filters).length > 0;
   // Unfiltered, every entry is a run to return: read as many as the page needs (and one more
   // to tell whether there is a next page). Filtered, read ahead in larger batches.
@@ -231,6 +244,19 @@ export async function listRuns(redis: Redis, keys: Keys, scope: string, o: ListO
   }
   const more = full || (runs.length === o.limit && (leftover || (await walk.hasMore())));
   return { runs, nextCursor: more && last ? listCursor(last.score, last.id) : null };
+}
+
+/**
+ * The index the re-runs of `runId` are in: its own (written since re-runs were bounded), else,
+ * for a run whose re-runs an earlier version made, its session's (its re-runs are in its
+ * session); its own (empty) when the run is gone.
+ */
+async function rerunIndex(redis: Redis, keys: Keys, scope: string, runId: string): Promise<{ key: string; loose: boolean }> {
+  const sk = keys.scope(scope);
+  const [[e1, indexed], [e2, sessionId]] = (await redis.pipeline().exists(sk.reruns(runId)).hget(sk.run(runId), 'sessionId').exec()) ?? [];
+  if (e1) throw e1;
+  if (e2) throw e2;
+  return indexed === 0 && typeof sessionId === 'string' ? { key: sk.sessionRuns(sessionId), loose: true } : { key: sk.reruns(runId), loose: false };
 }
 
 /** What each run would add to a page: its sized fields' bytes (HSTRLEN, which reads none of them) and the rest's bound. */

@@ -50,7 +50,7 @@ export type ScriptName =
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
-  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'read-cost'
+  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'read-cost' | 'budget-hold'
   | 'schedule-pause' | 'schedule-resume' | 'schedule-claim' | 'schedule-done'
   | 'bulk-create' | 'bulk-cancel' | 'bulk-claim' | 'bulk-commit';
 

@@ -31,7 +31,7 @@ export interface SubmitOptions<A> {
   admit?(): A;
   /** Mint a stream token for the run, on behalf of this key (not counted against the mint rate). */
   streamTokenFor?: string;
-  /** The request's headers: a caller's `traceparent` there is the parent of the submit's span. */
+  /** The request's headers: a caller's `traceparent` there is linked from the submit's span, or its parent (BATON_TRACE_CALLER). */
   traceHeaders?: HeaderCarrier;
   /** A re-run: the run it repeats and the steps it starts with (reruns.ts). */
   rerun?: RerunPlan;
@@ -62,8 +62,9 @@ export class Submissions {
     // bad input, a refused submit or a replay spends no token (lua/submit.lua). The run keeps
     // the submit's trace context, which its attempts continue.
     const rerun = o.rerun ? { rerun: o.rerun } : {};
+    const tracing = { content: d.config.BATON_TRACE_CONTENT, caller: d.config.BATON_TRACE_CALLER };
     const { run, created } = await traceSubmit(
-      req, o.traceHeaders, d.config.BATON_TRACE_CONTENT, (traceparent) => d.store.create(req, { limit: d.limit, traceparent, ...rerun }),
+      req, o.traceHeaders, tracing, (traceparent) => d.store.create(req, { limit: d.limit, traceparent, ...rerun }),
     );
     // A page that shows the answer gets its token with the run: no second request before it can stream.
     const streamToken = o.streamTokenFor === undefined

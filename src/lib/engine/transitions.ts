@@ -4,7 +4,7 @@ import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
-import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
+import { flatToObject, parseRunRecord, RERUNS_KEPT, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, type Refusal } from './script-codes.ts';
 import { ReplicaAcks } from '../replica-acks.ts';
@@ -213,6 +213,28 @@ export interface BatchCommit {
   retentionMs: number;
 }
 
+/** A model call's hold on its scope's daily token budget (lua/budget-hold.lua). */
+export interface BudgetHoldCall {
+  /** The UTC day whose usage and holds it counts against. */
+  day: string;
+  /** TOKENS_PER_DAY: the budget when the scope's limits set none (0: none). */
+  defaultLimit: number;
+  /** The call's tokens at most; undefined: not known. */
+  estimate?: number;
+  /** What a call with no estimate holds (at most what is left). */
+  unestimated: number;
+  /** Unique per call: the hold's name in the day's holds. */
+  member: string;
+  /** How long the hold lasts unless let go first. */
+  holdMs: number;
+}
+
+export type BudgetHoldReply =
+  | { kind: 'held'; used: number; held: number; limit: number; reserved: number }
+  | { kind: 'refused'; used: number; held: number; limit: number }
+  | { kind: 'malformed'; field: string }
+  | { kind: 'none' };
+
 // ---- replies ----
 // A script answers a positional list (the wire format). Each reply's shape below names its
 // positions once, in order (an object's fields keep the order they are written in), with how
@@ -277,6 +299,10 @@ const REPLY = {
   'rate-pause': { code: num, pausedUntil: num, moved: flag },
   'rate-resume': { code: num, lifted: flag },
   'rate-state': { code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num },
+  // lua/budget-hold.lua, by code
+  'budget-held': { code: num, used: num, held: num, limit: num, reserved: num },
+  'budget-refused': { code: num, used: num, held: num, limit: num },
+  'budget-malformed': { code: num, field: text },
   'schedule-pause': { code: num },
   'schedule-resume': { code: num },
   'schedule-claim': { code: num },
@@ -373,14 +399,16 @@ export class Transitions {
       sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
       bucket: sk.submitBucket, messages: sk.messages(r.sessionId),
-      ...(r.rerun ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId) } : {}),
+      ...(r.rerun
+        ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId), reruns: sk.reruns(r.rerun.of) }
+        : {}),
     }, {
       runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
       runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash,
       // No limit given: none but what the scope's own limits set.
       limit: r.limit ?? { rate: 0, burst: 1 },
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
-      ...(r.rerun ? { copySteps: r.rerun.copySteps } : {}),
+      ...(r.rerun ? { copySteps: r.rerun.copySteps, rerunsKept: RERUNS_KEPT } : {}),
     }, payload);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
     await this.dispatch(r.scope, reply.orders);
@@ -817,6 +845,35 @@ export class Transitions {
         return { kind: 'state', ...state };
       }
     }
+  }
+
+  // ---- token budgets (budgets.ts) ----
+
+  /** Checks a model call against its scope's daily token budget and, when it fits, holds its tokens until released. */
+  async budgetHold(scope: string, call: BudgetHoldCall): Promise<BudgetHoldReply> {
+    const sk = this.keys.scope(scope);
+    const { day, ...options } = call;
+    const keys = { limits: sk.limits, usage: sk.usage(day), holds: sk.budgetHolds(day) };
+    const raw = await this.callRaw('budget-hold', scope, keys, options);
+    const code = Array.isArray(raw) ? Number(raw[0]) : NaN;
+    switch (code) {
+      case 0: {
+        const { code: _held, ...held } = decodeAnswer('budget-held', raw);
+        return { kind: 'held', ...held };
+      }
+      case 1: {
+        const { code: _refused, ...refused } = decodeAnswer('budget-refused', raw);
+        return { kind: 'refused', ...refused };
+      }
+      case 2: return { kind: 'malformed', field: decodeAnswer('budget-malformed', raw).field };
+      case 3: return { kind: 'none' };
+      default: throw new Error(`the budget-hold script answered the unexpected code ${code}`);
+    }
+  }
+
+  /** Lets a hold go once its call's tokens are counted (or it made none). */
+  async budgetRelease(scope: string, day: string, hold: string): Promise<void> {
+    await this.redis.zrem(this.keys.scope(scope).budgetHolds(day), hold);
   }
 
   // ---- cron schedules (src/lib/schedules) ----

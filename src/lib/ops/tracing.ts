@@ -9,14 +9,16 @@
  * field), and every attempt, on whichever worker, is a child of it, as is each wait, recorded
  * by the process that ended it. A child rather than a link: a trace backend shows one tree
  * per trace, so a run read as one trace shows its retries, recoveries and waits on one time
- * axis; linked traces are shown one at a time.
+ * axis; linked traces are shown one at a time. The caller's own trace is where the run's
+ * trace begins only when the operator trusts its callers (BATON_TRACE_CALLER=parent); by
+ * default the submit links to it, since a tenant writes its `traceparent` as it likes.
  *
  * No attribute holds the run's input, a model's output, a tool's arguments or a wait's value
  * unless `content` (BATON_TRACE_CONTENT) is on.
  */
 import {
   context, propagation, ProxyTracerProvider, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace,
-  type Attributes, type Context, type Span, type SpanContext,
+  type Attributes, type Context, type Link, type Span, type SpanContext,
 } from '@opentelemetry/api';
 import type { WaitKind } from '../contract/runs.ts';
 
@@ -92,15 +94,24 @@ export function recordError(span: Span, err: unknown): void {
 /** Request headers as Node gives them: the carrier a caller's `traceparent` comes in. */
 export type HeaderCarrier = Record<string, string | string[] | undefined>;
 
+/** What a caller's `traceparent` makes of a submit's span (BATON_TRACE_CALLER): a link from a trace of its own, or its parent. */
+export type TraceCaller = 'link' | 'parent';
+
 /**
- * The parent of a submit's span: the span active in the process (an embedding application's
- * HTTP server span), else the caller's `traceparent` header through the registered
- * propagator, else none (a new trace).
+ * Where a submit's span goes: under the span active in the process (an embedding
+ * application's HTTP server span: the application decided what to trust), else by the
+ * caller's `traceparent` header (through the registered propagator): as its parent when
+ * `caller` is `parent`; with `link`, in a new trace whose root links to the caller's span,
+ * so a tenant that names a trace id (another tenant's) adds nothing to that trace.
  */
-function submitParent(headers: HeaderCarrier | undefined): Context {
+function submitPlacement(headers: HeaderCarrier | undefined, caller: TraceCaller): { parent: Context; links?: Link[] } {
   const active = context.active();
-  if (trace.getSpan(active) !== undefined || headers === undefined) return active;
-  return propagation.extract(active, headers);
+  if (trace.getSpan(active) !== undefined || headers === undefined) return { parent: active };
+  const extracted = propagation.extract(active, headers);
+  if (caller === 'parent') return { parent: extracted };
+  const sc = trace.getSpanContext(extracted);
+  const links = sc && trace.isSpanContextValid(sc) ? [{ context: sc, attributes: { 'baton.link': 'caller' } }] : undefined;
+  return { parent: ROOT_CONTEXT, links };
 }
 
 export interface SubmitSpanOf {
@@ -111,18 +122,26 @@ export interface SubmitSpanOf {
   input: { content: string };
 }
 
+export interface SubmitTracing {
+  /** BATON_TRACE_CONTENT: the input's text as an attribute. */
+  content: boolean;
+  /** BATON_TRACE_CALLER. */
+  caller: TraceCaller;
+}
+
 /**
  * `baton.submit` around `fn`, which makes the run and is handed the `traceparent` to store
- * with it (undefined: nothing to store). `content`: the input's text as an attribute.
+ * with it (undefined: nothing to store).
  */
 export async function traceSubmit<T extends { run: { id: string; status: string }; created: boolean }>(
-  req: SubmitSpanOf, headers: HeaderCarrier | undefined, content: boolean, fn: (traceparent: string | undefined) => Promise<T>,
+  req: SubmitSpanOf, headers: HeaderCarrier | undefined, o: SubmitTracing, fn: (traceparent: string | undefined) => Promise<T>,
 ): Promise<T> {
   const attributes: Attributes = {
     'baton.scope': req.scope, 'baton.session.id': req.sessionId, 'baton.runtime': req.runtime, 'baton.agent': req.agent,
   };
-  if (content) attributes['baton.input.content'] = contentValue(req.input.content);
-  const span = tracer().startSpan('baton.submit', { kind: SpanKind.PRODUCER, attributes }, submitParent(headers));
+  if (o.content) attributes['baton.input.content'] = contentValue(req.input.content);
+  const { parent, links } = submitPlacement(headers, o.caller);
+  const span = tracer().startSpan('baton.submit', { kind: SpanKind.PRODUCER, attributes, ...(links ? { links } : {}) }, parent);
   try {
     const made = await fn(traceparentOf(span));
     span.setAttributes({ 'baton.run.id': made.run.id, 'baton.run.created': made.created, 'baton.run.status': made.run.status });

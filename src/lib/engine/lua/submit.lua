@@ -6,7 +6,8 @@
         agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
         idem (absent = no idempotency key), bucket (the scope's submit rate limit),
         messages (the session's history); a re-run also: rerunOf (the record of the run it
-        repeats), copyFrom (that run's steps), steps (the new run's steps)
+        repeats), copyFrom (that run's steps), steps (the new run's steps), reruns (that
+        run's index of its re-runs)
   O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
         requestHash (digest of the request, kept with the idempotency key: the same key with
@@ -16,6 +17,7 @@
         historyMax, turnBytes: a run whose message (turnBytes) would take the session's
         history (its MEMORY USAGE) past historyMax is refused
         copySteps (a re-run): the steps fields copied from copyFrom (src/lib/engine/reruns.ts)
+        rerunsKept (a re-run): how many re-runs the repeated run's record names (RERUNS_KEPT)
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
@@ -84,15 +86,31 @@ local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey o
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
 for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
--- A re-run holds the copied step results before any claim can read its steps, and the run it
--- repeats names it (`reruns`, space-separated ids).
+-- A re-run holds the copied step results before any claim can read its steps. The run it
+-- repeats names its newest rerunsKept re-runs (`reruns`, space-separated ids, oldest first)
+-- and counts them all (`rerunCount`); its index (K.reruns) holds every one, for the listing,
+-- and lives as long as its record. A record an earlier version wrote names every re-run and
+-- has no count or index: the ids it names go into the index here, once (an id the index holds
+-- is not added again), so the listing finds them too.
 if K.rerunOf then
   for _, f in ipairs(O.copySteps) do
     local v = redis.call('HGET', K.copyFrom, f)
     if v then redis.call('HSET', K.steps, f, v) end
   end
-  local prior = redis.call('HGET', K.rerunOf, 'reruns')
-  redis.call('HSET', K.rerunOf, 'reruns', prior and (prior .. ' ' .. runId) or runId)
+  local ids = {}
+  for id in string.gmatch(redis.call('HGET', K.rerunOf, 'reruns') or '', '%S+') do
+    ids[#ids + 1] = id
+    if not redis.call('ZSCORE', K.reruns, id) then
+      redis.call('ZADD', K.reruns, tonumber(redis.call('HGET', runKey(id), 'createdAt')) or now, id)
+    end
+  end
+  local count = tonumber(redis.call('HGET', K.rerunOf, 'rerunCount')) or #ids
+  ids[#ids + 1] = runId
+  redis.call('ZADD', K.reruns, now, runId)
+  local ttl = redis.call('PTTL', K.rerunOf)
+  if ttl > 0 then redis.call('PEXPIRE', K.reruns, ttl) end
+  local kept = table.concat(ids, ' ', math.max(1, #ids - O.rerunsKept + 1), #ids)
+  redis.call('HSET', K.rerunOf, 'reruns', kept, 'rerunCount', count + 1)
 end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A head's history changes only when it finishes: its claim needs not measure it again (claim.lua).
