@@ -68,7 +68,7 @@ export const scheduleRoutes: RouteSpec[] = [
     summary: 'Make a cron schedule: each tick submits one run from the template (an admin key).',
     access: 'admin', params: scopeParams, body: createScheduleBody,
     ok: { 201: { description: 'the schedule', schema: scheduleResponse } },
-    errors: ['TOO_MANY_SCHEDULES'],
+    errors: ['TOO_MANY_SCHEDULES', 'SCHEDULE_TEMPLATE_TOO_LARGE'],
     async handler({ params: { scope }, body }, d) {
       return { status: 201, headers: noStore, body: await d.schedules.create(scope, body) };
     },

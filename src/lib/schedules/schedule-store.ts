@@ -67,12 +67,22 @@ export class ScheduleStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE'>,
+    private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE' | 'SCHEDULE_TEMPLATE_MAX_BYTES'>,
     /** Pause and resume are transitions (lua/schedule-pause.lua, schedule-resume.lua). */
     private readonly transitions: Transitions,
   ) {}
 
   async create(scope: string, req: CreateScheduleRequest): Promise<ScheduleView> {
+    // Measured as it is stored, before anything is read or written: every listing page and
+    // every tick reads the template whole.
+    const template = JSON.stringify(req.run);
+    const templateBytes = Buffer.byteLength(template);
+    if (templateBytes > this.config.SCHEDULE_TEMPLATE_MAX_BYTES) {
+      throw new BatonError('SCHEDULE_TEMPLATE_TOO_LARGE', undefined, [{
+        path: 'body.run',
+        message: `the template is ${templateBytes} bytes as JSON; SCHEDULE_TEMPLATE_MAX_BYTES is ${this.config.SCHEDULE_TEMPLATE_MAX_BYTES}`,
+      }]);
+    }
     const timezone = req.timezone ?? 'UTC';
     const now = await redisNowMs(this.redis);
     const cron = checkCron(req.cron, timezone, now);
@@ -85,7 +95,7 @@ export class ScheduleStore {
     await this.redis.sadd(this.keys.scheduleScopes, scope);
     await this.redis.multi()
       .hset(sk.schedule(id), {
-        id, scope, cron: req.cron, timezone, missed: req.missed ?? 'skip', run: JSON.stringify(req.run),
+        id, scope, cron: req.cron, timezone, missed: req.missed ?? 'skip', run: template,
         status: 'active', createdAt: now, nextAt, fired: 0,
       })
       .zadd(sk.schedules, now, id)
