@@ -163,7 +163,7 @@ const queryString = fc.oneof(
     'limit=0', 'limit=abc', 'limit=1e9', 'limit=-1', 'cursor=%zz', 'status=running,nope', 'after=1-x', 'after=',
     'sessionId=a:b', 'limit=5&limit=6', 'unknown=1', 'cursor=' + '9'.repeat(40), 'status=',
     // The steps and usage pages' cursors: an offset, and `<day>.<row>`.
-    'limit=1&cursor=1', 'cursor=-1', 'limit=1001', 'from=2024-01-01&to=2024-01-02&cursor=2024-02-30.1',
+    'limit=1&cursor=1', 'cursor=-1', 'limit=1001', 'limit=1&cursor=1_sch0', 'cursor=1_', 'from=2024-01-01&to=2024-01-02&cursor=2024-02-30.1',
     'from=2024-01-01&to=2024-01-02&cursor=2024-01-01.x', 'from=2024-01-01&to=2024-01-02&limit=0',
   ),
 );

@@ -56,6 +56,9 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --agent <name>  --runtime <id>  --metadata <json>   as for submit
   schedules list | get <id> | pause <id> | resume <id> | delete <id>
                     list, read (next five fire times), pause, resume or delete (admin)
+    --limit <n>       list: schedules per page (default 50, at most 200; a page also stops
+                      at PAGE_MAX_BYTES)   --cursor <c>   list: the page after the one that
+                      printed it (\`more: --cursor <c>\` on stderr)
     --json            print the answer as JSON
 
   All need the API URL, an API key and its scope: --url/--key/--scope or
@@ -216,12 +219,13 @@ async function schedules(argv: string[]): Promise<number> {
     options: {
       ...COMMON, json: { type: 'boolean' }, cron: { type: 'string' }, timezone: { type: 'string' }, missed: { type: 'string' },
       session: { type: 'string' }, 'session-per-tick': { type: 'boolean' }, agent: { type: 'string' }, runtime: { type: 'string' },
-      metadata: { type: 'string' },
+      metadata: { type: 'string' }, limit: { type: 'string' }, cursor: { type: 'string' },
     },
   });
   if (values.help) return usage(0);
   const [sub, ...rest] = positionals;
   const client = () => clientFrom(values);
+  let nextCursor: string | null = null;
   const one = (what: string) => {
     if (rest.length !== 1) throw new UsageError(`schedules ${what} needs exactly one schedule id`);
     return rest[0]!;
@@ -246,10 +250,13 @@ async function schedules(argv: string[]): Promise<number> {
       shown = [await client().createSchedule(req)];
       break;
     }
-    case 'list':
+    case 'list': {
       if (rest.length) throw new UsageError('schedules list takes no argument');
-      shown = await client().listSchedules();
+      const limit = values.limit === undefined ? undefined : Number(values.limit);
+      if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1)) throw new UsageError('--limit is a whole number of at least 1');
+      ({ schedules: shown, nextCursor } = await client().listSchedules({ limit, cursor: values.cursor }));
       break;
+    }
     case 'get': shown = [await client().getSchedule(one('get'))]; break;
     case 'pause': shown = [await client().pauseSchedule(one('pause'))]; break;
     case 'resume': shown = [await client().resumeSchedule(one('resume'))]; break;
@@ -260,7 +267,7 @@ async function schedules(argv: string[]): Promise<number> {
     default: throw new UsageError('schedules create, list, get, pause, resume or delete');
   }
   if (values.json) {
-    console.log(JSON.stringify(sub === 'list' ? { schedules: shown } : shown[0]));
+    console.log(JSON.stringify(sub === 'list' ? { schedules: shown, nextCursor } : shown[0]));
     return 0;
   }
   for (const s of shown) {
@@ -269,6 +276,7 @@ async function schedules(argv: string[]): Promise<number> {
     console.log(`${s.id}  ${s.status}  "${s.cron}" ${s.timezone}  missed ${s.missed}  fired ${s.fired}${last}${refused}`);
     if (sub !== 'list') for (const t of s.nextFireTimes) console.log(`  next ${t}`);
   }
+  if (nextCursor) console.error(`more: --cursor ${nextCursor}`);
   return 0;
 }
 

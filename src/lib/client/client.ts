@@ -1,7 +1,7 @@
 import {
   ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type ScopeLimits,
   type ScopeLimitsView, type StreamToken, type SubmitRequest, type Wait,
-  type WaitResumed, type CreateScheduleRequest, type ScheduleList, type ScheduleView,
+  type WaitResumed, type CreateScheduleRequest, type ScheduleList, type ScheduleListOptions, type ScheduleView,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './transport.ts';
@@ -23,7 +23,7 @@ export type {
   ScopeLimits, ScopeLimitsView, ScopeUsage,
   SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
   UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
-  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
@@ -191,9 +191,15 @@ export class BatonClient {
     return this.json('POST', '/schedules', req);
   }
 
-  /** The scope's schedules, oldest first. */
-  async listSchedules(): Promise<ScheduleView[]> {
-    return (await this.json<ScheduleList>('GET', '/schedules')).schedules;
+  /**
+   * A page of the scope's schedules, oldest first: at most `limit` (default 50) and
+   * PAGE_MAX_BYTES of them. Pass a page's `nextCursor` as `cursor` for the next; null: no more.
+   */
+  listSchedules(opts: ScheduleListOptions = {}): Promise<ScheduleList> {
+    const q = new URLSearchParams();
+    if (opts.limit !== undefined) q.set('limit', String(opts.limit));
+    if (opts.cursor !== undefined) q.set('cursor', opts.cursor);
+    return this.json('GET', `/schedules${q.size ? `?${q}` : ''}`);
   }
 
   /** A schedule, with its next five fire times and its latest tick's run or refusal. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Config } from '../config.ts';
 import type {
-  CreateScheduleRequest, MissedTickPolicy, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
 } from '../contract/schedules.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
@@ -58,6 +58,17 @@ export function parseSchedule(h: Record<string, string>): ScheduleRecord | undef
   };
 }
 
+/** The fields of a schedule that may be large (JSON a tenant wrote): a page is measured by them. */
+const SIZED_FIELDS = ['run', 'lastError'] as const;
+/**
+ * What a shown schedule takes beyond its sized fields, as a generous bound: its id, scope,
+ * cron (at most 200 characters), time zone (64), five fire times, counts, times and the
+ * field names around them come to well under this.
+ */
+const SCHEDULE_OVERHEAD_BYTES = 1024;
+/** What a page takes beyond its schedules: `{"schedules":[…],"nextCursor":"…"}` and the commas between them. */
+const PAGE_OVERHEAD_BYTES = 512;
+
 /** Schedule ids: `sch<time36><hex12>`, short enough that `<id>-<tick ms>` is a session id. */
 export function newScheduleId(): string {
   return `sch${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
@@ -67,7 +78,7 @@ export class ScheduleStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE' | 'SCHEDULE_TEMPLATE_MAX_BYTES'>,
+    private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE' | 'SCHEDULE_TEMPLATE_MAX_BYTES' | 'PAGE_MAX_BYTES'>,
     /** Pause and resume are transitions (lua/schedule-pause.lua, schedule-resume.lua). */
     private readonly transitions: Transitions,
   ) {}
@@ -110,18 +121,77 @@ export class ScheduleStore {
     return view(rec);
   }
 
-  /** Every schedule of the scope (at most SCHEDULES_MAX_PER_SCOPE), oldest first. */
-  async list(scope: string): Promise<ScheduleView[]> {
+  /**
+   * A page of the scope's schedules, oldest first: at most `limit` of them and PAGE_MAX_BYTES
+   * (the first whatever its size). Bounded in Redis too: the page's ids (and one more, to tell
+   * whether another page follows) are read by position, their templates measured with HSTRLEN
+   * (which reads none of them), and only the schedules that fit are read whole. `nextCursor`
+   * is `<creation ms>_<id>` of the page's last schedule: a position, so schedules made or
+   * deleted meanwhile move no other's place.
+   */
+  async list(scope: string, o: ScheduleListOptions & { limit: number }): Promise<ScheduleList> {
     const sk = this.keys.scope(scope);
-    const ids = await this.redis.zrange(sk.schedules, 0, -1);
-    if (ids.length === 0) return [];
+    const entries = await this.idsAfter(sk.schedules, o.cursor, o.limit + 1);
+    const wanted = entries.slice(0, o.limit);
+    const sizes = await this.shownSizes(wanted.map((e) => sk.schedule(e.id)));
+    const maxBytes = this.config.PAGE_MAX_BYTES - PAGE_OVERHEAD_BYTES;
+    let fit = 0;
+    for (let bytes = 0; fit < wanted.length && (fit === 0 || bytes + sizes[fit] <= maxBytes); fit++) bytes += sizes[fit];
+    const page = wanted.slice(0, fit);
     const pipe = this.redis.pipeline();
-    for (const id of ids) pipe.hgetall(sk.schedule(id));
-    const rows = (await pipe.exec()) ?? [];
-    return rows.flatMap(([err, h]) => {
+    for (const e of page) pipe.hgetall(sk.schedule(e.id));
+    const rows = page.length ? (await pipe.exec()) ?? [] : [];
+    const schedules = rows.flatMap(([err, h]) => {
       if (err) throw err;
+      // Deleted since its id was read: left out (its place is still the cursor's).
       const rec = parseSchedule(h as Record<string, string>);
       return rec ? [view(rec)] : [];
+    });
+    const last = page[page.length - 1];
+    const more = fit < entries.length;
+    return { schedules, nextCursor: more && last ? `${last.score}_${last.id}` : null };
+  }
+
+  /** Up to `count` entries of a creation index, oldest first, strictly after the cursor's position. */
+  private async idsAfter(key: string, cursor: string | undefined, count: number): Promise<{ id: string; score: number }[]> {
+    let flat: string[];
+    if (cursor === undefined) {
+      flat = await this.redis.zrangebyscore(key, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, count);
+    } else {
+      const at = cursor.indexOf('_');
+      const score = Number(cursor.slice(0, at));
+      const id = cursor.slice(at + 1);
+      // The rest of the cursor's millisecond (ids after its own: the zset's order within a score), then later ones.
+      const [same, later] = (await this.redis.pipeline()
+        .zrangebyscore(key, score, score, 'WITHSCORES')
+        .zrangebyscore(key, `(${score}`, '+inf', 'WITHSCORES', 'LIMIT', 0, count)
+        .exec()) ?? [];
+      if (same?.[0]) throw same[0];
+      if (later?.[0]) throw later[0];
+      const sameMs = same?.[1] as string[];
+      flat = [];
+      for (let i = 0; i < sameMs.length; i += 2) if (sameMs[i] > id) flat.push(sameMs[i], sameMs[i + 1]);
+      flat.push(...(later?.[1] as string[]));
+    }
+    const out: { id: string; score: number }[] = [];
+    for (let i = 0; i < flat.length && out.length < count; i += 2) out.push({ id: flat[i], score: Number(flat[i + 1]) });
+    return out;
+  }
+
+  /** What each schedule would add to a page: its sized fields' bytes (HSTRLEN) and the rest's bound. */
+  private async shownSizes(keys: string[]): Promise<number[]> {
+    if (keys.length === 0) return [];
+    const pipe = this.redis.pipeline();
+    for (const k of keys) for (const f of SIZED_FIELDS) pipe.hstrlen(k, f);
+    const rows = (await pipe.exec()) ?? [];
+    return keys.map((_, i) => {
+      let n = SCHEDULE_OVERHEAD_BYTES;
+      for (let j = 0; j < SIZED_FIELDS.length; j++) {
+        const [err, len] = rows[i * SIZED_FIELDS.length + j] ?? [new Error('no reply'), 0];
+        if (err) throw err;
+        n += len as number;
+      }
+      return n;
     });
   }
 
