@@ -6,6 +6,7 @@ import type {
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Transitions } from '../engine/transitions.ts';
+import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../listing-page.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import { checkCron, compileCron, fireTimes, NEXT_FIRE_TIMES } from './cron.ts';
 
@@ -131,68 +132,19 @@ export class ScheduleStore {
    */
   async list(scope: string, o: ScheduleListOptions & { limit: number }): Promise<ScheduleList> {
     const sk = this.keys.scope(scope);
-    const entries = await this.idsAfter(sk.schedules, o.cursor, o.limit + 1);
+    const after = o.cursor === undefined ? undefined : parsePositionCursor(o.cursor);
+    const entries = await entriesAfter(this.redis, sk.schedules, after, o.limit + 1, 'oldest');
     const wanted = entries.slice(0, o.limit);
-    const sizes = await this.shownSizes(wanted.map((e) => sk.schedule(e.id)));
-    const maxBytes = this.config.PAGE_MAX_BYTES - PAGE_OVERHEAD_BYTES;
-    let fit = 0;
-    for (let bytes = 0; fit < wanted.length && (fit === 0 || bytes + sizes[fit] <= maxBytes); fit++) bytes += sizes[fit];
-    const page = wanted.slice(0, fit);
-    const pipe = this.redis.pipeline();
-    for (const e of page) pipe.hgetall(sk.schedule(e.id));
-    const rows = page.length ? (await pipe.exec()) ?? [] : [];
-    const schedules = rows.flatMap(([err, h]) => {
-      if (err) throw err;
-      // Deleted since its id was read: left out (its place is still the cursor's).
-      const rec = parseSchedule(h as Record<string, string>);
+    const sizes = await measure(this.redis, wanted.map((e) => sk.schedule(e.id)), SIZED_FIELDS, SCHEDULE_OVERHEAD_BYTES);
+    const page = wanted.slice(0, fitting(sizes, this.config.PAGE_MAX_BYTES - PAGE_OVERHEAD_BYTES));
+    const hashes = await readHashes(this.redis, page.map((e) => sk.schedule(e.id)));
+    // A schedule deleted since its id was read is left out (its place is still the cursor's).
+    const schedules = hashes.flatMap((h) => {
+      const rec = parseSchedule(h);
       return rec ? [view(rec)] : [];
     });
     const last = page[page.length - 1];
-    const more = fit < entries.length;
-    return { schedules, nextCursor: more && last ? `${last.score}_${last.id}` : null };
-  }
-
-  /** Up to `count` entries of a creation index, oldest first, strictly after the cursor's position. */
-  private async idsAfter(key: string, cursor: string | undefined, count: number): Promise<{ id: string; score: number }[]> {
-    let flat: string[];
-    if (cursor === undefined) {
-      flat = await this.redis.zrangebyscore(key, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, count);
-    } else {
-      const at = cursor.indexOf('_');
-      const score = Number(cursor.slice(0, at));
-      const id = cursor.slice(at + 1);
-      // The rest of the cursor's millisecond (ids after its own: the zset's order within a score), then later ones.
-      const [same, later] = (await this.redis.pipeline()
-        .zrangebyscore(key, score, score, 'WITHSCORES')
-        .zrangebyscore(key, `(${score}`, '+inf', 'WITHSCORES', 'LIMIT', 0, count)
-        .exec()) ?? [];
-      if (same?.[0]) throw same[0];
-      if (later?.[0]) throw later[0];
-      const sameMs = same?.[1] as string[];
-      flat = [];
-      for (let i = 0; i < sameMs.length; i += 2) if (sameMs[i] > id) flat.push(sameMs[i], sameMs[i + 1]);
-      flat.push(...(later?.[1] as string[]));
-    }
-    const out: { id: string; score: number }[] = [];
-    for (let i = 0; i < flat.length && out.length < count; i += 2) out.push({ id: flat[i], score: Number(flat[i + 1]) });
-    return out;
-  }
-
-  /** What each schedule would add to a page: its sized fields' bytes (HSTRLEN) and the rest's bound. */
-  private async shownSizes(keys: string[]): Promise<number[]> {
-    if (keys.length === 0) return [];
-    const pipe = this.redis.pipeline();
-    for (const k of keys) for (const f of SIZED_FIELDS) pipe.hstrlen(k, f);
-    const rows = (await pipe.exec()) ?? [];
-    return keys.map((_, i) => {
-      let n = SCHEDULE_OVERHEAD_BYTES;
-      for (let j = 0; j < SIZED_FIELDS.length; j++) {
-        const [err, len] = rows[i * SIZED_FIELDS.length + j] ?? [new Error('no reply'), 0];
-        if (err) throw err;
-        n += len as number;
-      }
-      return n;
-    });
+    return { schedules, nextCursor: page.length < entries.length && last ? positionCursor(last) : null };
   }
 
   /** Pauses the schedule: out of the due index (a tick already claimed still makes its run). */
