@@ -9,5 +9,5 @@ export type {
   RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream,
   TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
   CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
-  OperationView, RunFilter,
+  OperationList, OperationListOptions, OperationView, RunFilter,
 } from './lib/client/client.ts';

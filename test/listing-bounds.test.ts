@@ -186,3 +186,47 @@ describe('a schedule template over SCHEDULE_TEMPLATE_MAX_BYTES', () => {
     expect(Buffer.byteLength(JSON.stringify(at.body.run))).toBe(TEMPLATE_MAX_BYTES);
   });
 });
+
+describe('GET …/operations', () => {
+  it('pages newest first by a cursor, each operation once, a page of one reading one operation', async () => {
+    // Nothing advances them here (no bulk worker), so they all stay running: the cap is raised for them.
+    const opsUrl = (await h.startApi({ BULK_OPERATIONS_MAX_PER_SCOPE: '1000' })).url;
+    const admin = await h.client(opsUrl, 'ops', 'admin');
+    const ids: string[] = [];
+    for (let i = 0; i < 30; i++) {
+      const res = await admin.post('/runs/cancel', { filter: { agent: `nobody-${i}` } });
+      expect(res.status, JSON.stringify(res.body)).toBe(202);
+      ids.unshift(res.body.id);
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const path: string = `/operations?limit=7${cursor ? `&cursor=${cursor}` : ''}`;
+      const res = await admin.get<{ operations: { id: string }[]; nextCursor: string | null }>(path);
+      expect(res.status).toBe(200);
+      expect(res.body.operations.length).toBeLessThanOrEqual(7);
+      seen.push(...res.body.operations.map((o) => o.id));
+      cursor = res.body.nextCursor;
+      expect(++pages).toBeLessThanOrEqual(5);
+    } while (cursor);
+    expect(seen).toEqual(ids);
+
+    const monitor = await watchCommands(h.redisUrl);
+    track(monitor, async () => monitor.stop());
+    const one = await admin.get('/operations?limit=1');
+    await new Promise((r) => setTimeout(r, 200));
+    monitor.stop();
+    expect(one.body.operations.map((o: { id: string }) => o.id)).toEqual([ids[0]]);
+    const read = monitor.seen.filter((a) => a[0].toLowerCase() === 'hgetall' && a[1]?.startsWith(`${h.prefix}:`) && /:operation:/.test(a[1]));
+    expect(read).toHaveLength(1);
+
+    // An operation past its retention (its hash gone) is left out and its entry dropped; the
+    // page holds one fewer, and its cursor goes on from there.
+    await h.redis.del(h.keys.scope('ops').operation(ids[0]));
+    const after = (await admin.get('/operations?limit=2')).body;
+    expect(after.operations.map((o: { id: string }) => o.id)).toEqual([ids[1]]);
+    expect((await admin.get(`/operations?limit=2&cursor=${after.nextCursor}`)).body.operations.map((o: { id: string }) => o.id)).toEqual([ids[2], ids[3]]);
+    expect(await h.redis.zscore(h.keys.scope('ops').operations, ids[0])).toBeNull();
+  });
+});

@@ -39,6 +39,7 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --allow-non-idempotent   rerun: run non-idempotent steps again
   bulk list | get <id> | stop <id>
                     the scope's bulk operations, one with its progress, or stop one (admin)
+    --limit <n>  --cursor <c>   list: a page, as for \`schedules list\`
   fork <sessionId> (--at-turn <n> | --at-run <runId>) [--to <sessionId>]
                     a new session holding a copy of the history up to that turn; prints its id
 
@@ -252,9 +253,7 @@ async function schedules(argv: string[]): Promise<number> {
     }
     case 'list': {
       if (rest.length) throw new UsageError('schedules list takes no argument');
-      const limit = values.limit === undefined ? undefined : Number(values.limit);
-      if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1)) throw new UsageError('--limit is a whole number of at least 1');
-      ({ schedules: shown, nextCursor } = await client().listSchedules({ limit, cursor: values.cursor }));
+      ({ schedules: shown, nextCursor } = await client().listSchedules({ limit: pageLimit(values.limit), cursor: values.cursor }));
       break;
     }
     case 'get': shown = [await client().getSchedule(one('get'))]; break;
@@ -278,6 +277,14 @@ async function schedules(argv: string[]): Promise<number> {
   }
   if (nextCursor) console.error(`more: --cursor ${nextCursor}`);
   return 0;
+}
+
+/** A listing's --limit: a whole number of at least 1 (the API refuses more than its most). */
+function pageLimit(flag: string | undefined): number | undefined {
+  if (flag === undefined) return undefined;
+  const limit = Number(flag);
+  if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit is a whole number of at least 1');
+  return limit;
 }
 
 /** `rerun <runId>`: a new run of an ended one, from a step (docs/run-operations.md). */
@@ -313,6 +320,7 @@ async function bulk(argv: string[]): Promise<number> {
       ...COMMON, json: { type: 'boolean' }, follow: { type: 'boolean' }, 'allow-non-idempotent': { type: 'boolean' },
       status: { type: 'string' }, agent: { type: 'string' }, runtime: { type: 'string' }, session: { type: 'string' },
       'concurrency-key': { type: 'string' }, 'created-before': { type: 'string' }, 'created-after': { type: 'string' },
+      limit: { type: 'string' }, cursor: { type: 'string' },
     },
   });
   if (values.help) return usage(0);
@@ -348,9 +356,10 @@ async function bulk(argv: string[]): Promise<number> {
     }
     case 'list': {
       if (rest.length) throw new UsageError('bulk list takes no argument');
-      const ops = await client.listOperations();
-      if (values.json) console.log(JSON.stringify({ operations: ops }));
-      else for (const o of ops) console.log(progressLine(o));
+      const page = await client.listOperations({ limit: pageLimit(values.limit), cursor: values.cursor });
+      if (values.json) console.log(JSON.stringify(page));
+      else for (const o of page.operations) console.log(progressLine(o));
+      if (!values.json && page.nextCursor) console.error(`more: --cursor ${page.nextCursor}`);
       return 0;
     }
     case 'get': op = await client.getOperation(one('get')); break;

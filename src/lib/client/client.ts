@@ -5,9 +5,11 @@ import {
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './transport.ts';
-import type { ForkRequest, OperationList, OperationView, RerunRequest, RunFilter, SessionFork } from '../contract/index.ts';
+import type {
+  ForkRequest, OperationList, OperationListOptions, OperationView, RerunRequest, RunFilter, SessionFork,
+} from '../contract/index.ts';
 
-export type { ForkRequest, OperationList, OperationView, RerunRequest, RunFilter, SessionFork };
+export type { ForkRequest, OperationList, OperationListOptions, OperationView, RerunRequest, RunFilter, SessionFork };
 
 /**
  * Typed HTTP client for Baton's API, on Node's http module in Node and on fetch elsewhere
@@ -196,10 +198,7 @@ export class BatonClient {
    * PAGE_MAX_BYTES of them. Pass a page's `nextCursor` as `cursor` for the next; null: no more.
    */
   listSchedules(opts: ScheduleListOptions = {}): Promise<ScheduleList> {
-    const q = new URLSearchParams();
-    if (opts.limit !== undefined) q.set('limit', String(opts.limit));
-    if (opts.cursor !== undefined) q.set('cursor', opts.cursor);
-    return this.json('GET', `/schedules${q.size ? `?${q}` : ''}`);
+    return this.json('GET', `/schedules${pageQuery(opts)}`);
   }
 
   /** A schedule, with its next five fire times and its latest tick's run or refusal. */
@@ -241,9 +240,12 @@ export class BatonClient {
     return this.json('GET', `/operations/${encodeURIComponent(operationId)}`);
   }
 
-  /** The scope's bulk operations, newest first. */
-  async listOperations(): Promise<OperationView[]> {
-    return (await this.json<OperationList>('GET', '/operations')).operations;
+  /**
+   * A page of the scope's bulk operations, newest first: at most `limit` (default 50) and
+   * PAGE_MAX_BYTES of them. Pass a page's `nextCursor` as `cursor` for the next; null: no more.
+   */
+  listOperations(opts: OperationListOptions = {}): Promise<OperationList> {
+    return this.json('GET', `/operations${pageQuery(opts)}`);
   }
 
   /** Stops a bulk operation (an admin key): no batch starts after this. */
@@ -428,6 +430,14 @@ function defaultSend(f: typeof fetch | undefined): Send {
 const ok = (res: Answer) => res.status >= 200 && res.status < 300;
 
 /** A JSON request and its JSON answer; BatonApiError for anything but 2xx. */
+/** `?limit=…&cursor=…` of a listing page, or nothing when neither is given. */
+function pageQuery(opts: { limit?: number; cursor?: string }): string {
+  const q = new URLSearchParams();
+  if (opts.limit !== undefined) q.set('limit', String(opts.limit));
+  if (opts.cursor !== undefined) q.set('cursor', opts.cursor);
+  return q.size ? `?${q}` : '';
+}
+
 async function jsonRequest<T>(send: Send, url: string, method: string, headers: Record<string, string>, body?: unknown): Promise<T> {
   const res = await send(url, {
     method,
