@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import type { Api, ScheduleView } from '../lib/api.ts';
 import { formatAgo, formatTime } from '../lib/format.ts';
 import { useNow, usePolling } from '../lib/hooks.ts';
@@ -38,9 +38,10 @@ const EXCERPT = 120;
  * and its next five fire times. An admin key pauses, resumes and deletes them, and makes new ones.
  */
 export function SchedulesView({ api, admin }: { api: Api; admin: boolean }) {
-  // Pages shown: the poll reads these again (the first of them on every tick); "More schedules" adds one.
-  const [pages, setPages] = useState(1);
-  const list = usePolling(() => loadPages(api, pages), POLL_MS, [api, pages]);
+  // Pages shown: each poll reads them again; "More schedules" adds one and polls at once,
+  // keeping the cards shown until the longer list arrives (a change of the poll's inputs would clear them).
+  const pages = useRef(1);
+  const list = usePolling(() => loadPages(api, pages.current), POLL_MS, [api]);
   const now = useNow();
   useEffect(() => {
     document.title = 'Schedules · Baton';
@@ -68,7 +69,14 @@ export function SchedulesView({ api, admin }: { api: Api; admin: boolean }) {
         ))}
       </div>
       {nextCursor && (
-        <button type="button" class="quiet more-schedules" onClick={() => setPages(pages + 1)}>
+        <button
+          type="button"
+          class="quiet more-schedules"
+          onClick={() => {
+            pages.current += 1;
+            list.refresh();
+          }}
+        >
           More schedules
         </button>
       )}
