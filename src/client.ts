@@ -8,6 +8,6 @@ export type {
   AnswerTokensOptions, ApprovalDecision, AttemptEventData, BatonClientOptions, MessagesPage, PublicRunStatus, Run, RunError,
   RunInput, RunResult, RunStreamEvent, SessionMessage, StatusEventData, StreamOptions, SubmitRequest, SubmittedStream,
   TerminalStatus, Wait, WaitEventEntry, WaitKind, WaitResumed,
-  CreateScheduleRequest, MissedTickPolicy, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
-  OperationView, RunFilter,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
+  OperationList, OperationListOptions, OperationView, RunFilter,
 } from './lib/client/client.ts';

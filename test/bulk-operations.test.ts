@@ -245,7 +245,7 @@ describe('the client and the CLI', () => {
       return now.status === 'done' ? now : undefined;
     }, 20_000, 'the client\'s bulk cancel');
     expect(done).toMatchObject({ matched: 1, done: 1, failed: 0 });
-    expect((await baton.listOperations()).map((o) => o.id)).toEqual([op.id]);
+    expect((await baton.listOperations()).operations.map((o) => o.id)).toEqual([op.id]);
 
     const cli = await runCli(['bulk', 'cancel', '--runtime', idle, '--status', 'queued', '--follow']);
     expect(cli.code, cli.stderr).toBe(0);

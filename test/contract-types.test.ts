@@ -13,6 +13,8 @@ import type { ForkRequest, RerunRequest, SessionFork } from '../src/lib/contract
 import type * as client from '../src/lib/client/client.ts';
 import type * as schedules from '../src/api/routes-schedules.ts';
 import type { CreateScheduleRequest, ScheduleList, ScheduleView } from '../src/lib/contract/schedules.ts';
+import type * as operations from '../src/api/routes-operations.ts';
+import type { OperationList } from '../src/lib/contract/operations.ts';
 
 /**
  * The public shapes are written once (src/lib/contract). These checks run in `npm test`'s
@@ -48,6 +50,7 @@ describe('contract types', () => {
     expectTypeOf<z.infer<typeof res.rateLimitBucketResponse>>().toEqualTypeOf<RateLimitBucket>();
     expectTypeOf<z.infer<typeof schedules.scheduleResponse>>().toEqualTypeOf<ScheduleView>();
     expectTypeOf<z.infer<typeof schedules.scheduleListResponse>>().toEqualTypeOf<ScheduleList>();
+    expectTypeOf<z.infer<typeof operations.operationListResponse>>().toEqualTypeOf<OperationList>();
   });
 
   it('the presenter, the run record and the client use the contract', () => {

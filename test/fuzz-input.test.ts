@@ -163,7 +163,7 @@ const queryString = fc.oneof(
     'limit=0', 'limit=abc', 'limit=1e9', 'limit=-1', 'cursor=%zz', 'status=running,nope', 'after=1-x', 'after=',
     'sessionId=a:b', 'rerunOf=a{b}', 'rerunOf=', 'rerunOf=' + 'r'.repeat(65), 'limit=5&limit=6', 'unknown=1', 'cursor=' + '9'.repeat(40), 'status=',
     // The steps and usage pages' cursors: an offset, and `<day>.<row>`.
-    'limit=1&cursor=1', 'cursor=-1', 'limit=1001', 'from=2024-01-01&to=2024-01-02&cursor=2024-02-30.1',
+    'limit=1&cursor=1', 'cursor=-1', 'limit=1001', 'limit=1&cursor=1_sch0', 'cursor=1_', 'from=2024-01-01&to=2024-01-02&cursor=2024-02-30.1',
     'from=2024-01-01&to=2024-01-02&cursor=2024-01-01.x', 'from=2024-01-01&to=2024-01-02&limit=0',
   ),
 );
@@ -694,26 +694,30 @@ describe('generated output schemas on submit', () => {
   });
 });
 
-describe('generated uploads, stream-token mints and scheduled submits against small quotas', () => {
+describe('generated uploads, stream-token mints, scheduled submits and cron schedules against small quotas', () => {
   it('are accepted, or refused with their quota’s registered code and Retry-After where it gives one, and a refusal writes nothing', async () => {
     const small = await h.startApi({
       BODY_LIMIT_BYTES: '8192', ARTIFACT_MAX_BYTES: '64', ARTIFACT_SCOPE_MAX_BYTES: '128', ARTIFACT_UPLOAD_BYTES_PER_SEC: '64',
       ARTIFACT_UPLOAD_BURST_BYTES: '64', STREAM_TOKEN_MINT_PER_MIN: '5', SCHEDULED_MAX_PER_SCOPE: '3',
+      SCHEDULE_TEMPLATE_MAX_BYTES: '1024', SCHEDULES_MAX_PER_SCOPE: '3',
     });
     const u = new URL(small.url);
     const target = { host: u.hostname, port: Number(u.port) };
     const quotaKey = await h.key('quotas', 'client');
+    const quotaAdmin = await h.key('quotas', 'admin');
     // Buckets expire by themselves once full, which is no write of a request: left out of the comparison.
     const state = async () => [...(await snapshot()).entries()].filter(([k]) => !k.includes(':ratelimit:')).sort();
     const op = fc.oneof(
       fc.record({ kind: fc.constant('upload' as const), size: fc.integer({ min: 1, max: 64 }) }),
       fc.record({ kind: fc.constant('mint' as const), what: fc.constantFrom('/sessions/s1/stream-token', '/sessions/s2/stream-token', '/runs/rmissing0000000000/stream-token') }),
       fc.record({ kind: fc.constant('schedule' as const), delayMs: fc.integer({ min: 60_000, max: 86_400_000 }), at: fc.boolean() }),
+      fc.record({ kind: fc.constant('cron' as const), size: fc.integer({ min: 1, max: 2048 }) }),
     );
     const allowed: Record<string, string[]> = {
       upload: ['ARTIFACT_QUOTA_EXCEEDED', 'ARTIFACT_RATE_LIMITED'],
       mint: ['STREAM_TOKEN_RATE_LIMITED', 'RUN_NOT_FOUND'],
       schedule: ['TOO_MANY_SCHEDULED_RUNS'],
+      cron: ['SCHEDULE_TEMPLATE_TOO_LARGE', 'TOO_MANY_SCHEDULES'],
     };
     const upload = (body: Buffer) => post(target, quotaKey, '/v1/scopes/quotas/artifacts', body, 'application/pdf');
     // The upload rate, whatever order the generated operations come in: the burst (64 bytes)
@@ -731,11 +735,14 @@ describe('generated uploads, stream-token mints and scheduled submits against sm
       fc.asyncProperty(op, async (o) => {
         const [path, body, type] = o.kind === 'upload' ? ['/v1/scopes/quotas/artifacts', Buffer.alloc(o.size, 7), 'application/pdf']
           : o.kind === 'mint' ? [`/v1/scopes/quotas${o.what}`, '{}', 'application/json']
-            : ['/v1/scopes/quotas/runs', JSON.stringify({
-              sessionId: 's1', input: { content: 'later' }, runtime: h.runtime,
-              ...(o.at ? { runAt: new Date(Date.now() + o.delayMs).toISOString() } : { delayMs: o.delayMs }),
-            }), 'application/json'];
-        const res = await post(target, quotaKey, path, body, type);
+            : o.kind === 'cron' ? ['/v1/scopes/quotas/schedules', JSON.stringify({
+              cron: '0 0 1 1 *', run: { sessionId: 's1', input: { content: 'c'.repeat(o.size) }, runtime: h.runtime },
+            }), 'application/json']
+              : ['/v1/scopes/quotas/runs', JSON.stringify({
+                sessionId: 's1', input: { content: 'later' }, runtime: h.runtime,
+                ...(o.at ? { runAt: new Date(Date.now() + o.delayMs).toISOString() } : { delayMs: o.delayMs }),
+              }), 'application/json'];
+        const res = await post(target, o.kind === 'cron' ? quotaAdmin : quotaKey, path, body, type);
         const what = `${o.kind} ${JSON.stringify(o)} -> ${res.status} ${res.text.slice(0, 300)}`;
         if (res.status < 400) {
           baseline = await state();
@@ -746,13 +753,16 @@ describe('generated uploads, stream-token mints and scheduled submits against sm
         expect(ERROR_CODES[error.code].status, what).toBe(res.status);
         if (error.code.endsWith('RATE_LIMITED')) expect(Number(res.headers['retry-after']), what).toBeGreaterThanOrEqual(1);
         if (error.code === 'TOO_MANY_SCHEDULED_RUNS') expect(res.headers['retry-after'], what).toBeUndefined();
+        if (error.code === 'SCHEDULE_TEMPLATE_TOO_LARGE') expect((JSON.parse(res.text) as { error: { details: { path: string }[] } }).error.details.map((d) => d.path), what).toEqual(['body.run']);
         seen.set(error.code, (seen.get(error.code) ?? 0) + 1);
         expect(await state(), what).toEqual(baseline);
       }),
       { numRuns: Math.min(RUNS, 150), endOnFailure: true },
     );
     console.log('quota refusals by code:', Object.fromEntries(seen));
-    for (const code of ['ARTIFACT_QUOTA_EXCEEDED', 'STREAM_TOKEN_RATE_LIMITED', 'TOO_MANY_SCHEDULED_RUNS']) expect(seen.get(code), code).toBeGreaterThan(0);
+    for (const code of ['ARTIFACT_QUOTA_EXCEEDED', 'STREAM_TOKEN_RATE_LIMITED', 'TOO_MANY_SCHEDULED_RUNS', 'SCHEDULE_TEMPLATE_TOO_LARGE']) {
+      expect(seen.get(code), code).toBeGreaterThan(0);
+    }
     await small.close();
   });
 });

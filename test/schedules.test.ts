@@ -131,7 +131,8 @@ describe('schedules from the client and the CLI', () => {
     expect(s.nextFireTimes).toHaveLength(5);
     // Noon in Kathmandu (UTC+5:45) is 06:15 UTC.
     for (const t of s.nextFireTimes) expect(t).toMatch(/T06:15:00\.000Z$/);
-    expect((await baton.listSchedules()).map((x) => x.id)).toEqual([s.id]);
+    expect((await baton.listSchedules()).schedules.map((x) => x.id)).toEqual([s.id]);
+    expect(await baton.listSchedules({ limit: 1, cursor: `${Date.parse(s.createdAt)}_${s.id}` })).toEqual({ schedules: [], nextCursor: null });
     expect((await baton.pauseSchedule(s.id)).status).toBe('paused');
     expect((await baton.resumeSchedule(s.id)).status).toBe('active');
     const reader = new BatonClient({ url, apiKey: await h.key('typed', 'client'), scope: 'typed' });
@@ -152,6 +153,18 @@ describe('schedules from the client and the CLI', () => {
     expect(s).toMatchObject({ cron: '*/15 * * * *', missed: 'catchUpOne', run: { sessionPerTick: true, input: { content: 'the report' }, metadata: { team: 'ops' } } });
     const listed = await runCli(['schedules', 'list'], env);
     expect(listed.stdout).toContain(`${s.id}  active  "*/15 * * * *" Europe/Paris  missed catchUpOne  fired 0`);
+    // A page at a time: the next page's cursor on stderr, then that page.
+    const admin = await h.client(url, 'cli', 'admin');
+    const second = (await admin.post('/schedules', { cron: '0 0 1 1 *', run: { sessionId: 's', input: { content: 'x' }, runtime: h.runtime } })).body;
+    const first = await runCli(['schedules', 'list', '--limit', '1'], env);
+    expect(first.stdout.trim().split('\n')).toHaveLength(1);
+    expect(first.stdout).toContain(s.id);
+    const cursor = /more: --cursor (\S+)/.exec(first.stderr)?.[1];
+    expect(cursor, first.stderr).toBeDefined();
+    const rest = await runCli(['schedules', 'list', '--limit', '1', '--cursor', cursor!, '--json'], env);
+    expect(JSON.parse(rest.stdout)).toEqual({ schedules: [second], nextCursor: null });
+    expect((await runCli(['schedules', 'list', '--limit', '0'], env)).code).toBe(2);
+    expect((await admin.del(`/schedules/${second.id}`)).status).toBe(204);
     const got = await runCli(['schedules', 'get', s.id], env);
     expect(got.stdout.split('\n').filter((l) => l.startsWith('  next ')).length).toBe(5);
     expect((await runCli(['schedules', 'pause', s.id], env)).stdout).toContain(`${s.id}  paused`);

@@ -343,6 +343,40 @@ describe('the schedules page', () => {
   });
 });
 
+describe('the schedules page, paged', () => {
+  it('shows the first 20 schedules and reads the rest a page at a time with "More schedules"', async () => {
+    const paged = await h.client(api.url, 'paged', 'admin');
+    const ids: string[] = [];
+    for (let i = 0; i < 25; i++) {
+      const res = await paged.post('/schedules', { cron: `${i} 6 * * *`, run: { sessionId: 'morning', input: { content: `brief ${i}` }, runtime: idle } });
+      expect(res.status).toBe(201);
+      ids.push(res.body.id);
+    }
+    const w = await loggedIn(paged.key, '/ui/schedules');
+    const shown = () => w.page.locator('article.schedule').evaluateAll((as) => as.map((a) => a.getAttribute('data-schedule')));
+    await waitFor(async () => (await shown()).length === 20, 10_000, 'the first page');
+    expect(await shown()).toEqual(ids.slice(0, 20));
+    await button(w.page, 'More schedules').click();
+    // The first page's cards stay while the second is read.
+    let fewest = 20;
+    await waitFor(async () => {
+      const n = (await shown()).length;
+      fewest = Math.min(fewest, n);
+      return n === 25;
+    }, 10_000, 'the second page');
+    expect(fewest).toBe(20);
+    expect(await shown()).toEqual(ids);
+    expect(await button(w.page, 'More schedules').count()).toBe(0);
+    // Every read of the listing was a page: never the whole list in one answer.
+    const reads = w.responses.filter((r) => r.method === 'GET' && new URL(r.url).pathname === '/v1/scopes/paged/schedules');
+    expect(reads.length).toBeGreaterThanOrEqual(2);
+    for (const r of reads) expect(new URL(r.url).searchParams.get('limit'), r.url).toBe('20');
+    expect(reads.some((r) => new URL(r.url).searchParams.has('cursor'))).toBe(true);
+    expect(w.responses.filter((r) => r.status >= 400)).toEqual([]);
+    expect(w.errors).toEqual([]);
+  });
+});
+
 describe('a client key', () => {
   it('reads the runs, the operations and the schedules, with no selection, action or form', async () => {
     const made = await acme.post('/schedules', { cron: '0 6 * * *', run: { sessionId: 'morning', input: { content: 'wake up' }, runtime: idle } });

@@ -74,15 +74,28 @@ const bulkRoute = (kind: OperationKind) => route({
   },
 });
 
+/** GET …/operations: a page of at most `limit` operations after `cursor` (the runs listing's count range and cursor form). */
+export const listOperationsQuery = z.strictObject({
+  limit: listRunsQuery.shape.limit,
+  /** The previous page's nextCursor: `<creation ms>_<operation id>` of its last operation. */
+  cursor: listRunsQuery.shape.cursor,
+});
+
+export const operationListResponse = z.object({
+  operations: z.array(operationResponse),
+  nextCursor: z.string().nullable().describe('set when more operations follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`'),
+});
+
 export const operationRoutes: RouteSpec[] = [
   bulkRoute('cancel'),
   bulkRoute('rerun'),
   route({
-    method: 'get', path: `${SCOPE}/operations`, summary: "The scope's bulk operations, newest first (ended ones for 7 days).",
-    access: 'client', params: scopeParams, query: z.strictObject({ limit: listRunsQuery.shape.limit }), readCost: true,
-    ok: { 200: { description: 'the operations', schema: z.object({ operations: z.array(operationResponse) }) } },
+    method: 'get', path: `${SCOPE}/operations`,
+    summary: "The scope's bulk operations, newest first (ended ones for 7 days): a page of at most `limit` and PAGE_MAX_BYTES.",
+    access: 'client', params: scopeParams, query: listOperationsQuery, readCost: true,
+    ok: { 200: { description: 'a page of operations', schema: operationListResponse } },
     async handler({ params: { scope }, query }, d) {
-      return { headers: noStore, body: { operations: await d.operations.list(scope, query.limit) } };
+      return { headers: noStore, body: await d.operations.list(scope, query) };
     },
   }),
   route({

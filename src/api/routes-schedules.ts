@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { MISSED_TICK_POLICIES, SCHEDULE_STATUSES } from '../lib/contract/index.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';
-import { emptyBody, idSchema, scopeParams, submitBody } from './schemas.ts';
+import { emptyBody, idSchema, listRunsQuery, scopeParams, submitBody } from './schemas.ts';
 
 /**
  * Cron schedules (src/lib/schedules; docs/schedules.md). A schedule makes runs for as long as
@@ -58,7 +58,17 @@ export const scheduleResponse = z.object({
     .describe('the latest tick the submit refused (the scope’s rate limit, a full session history…)'),
 });
 
-export const scheduleListResponse = z.object({ schedules: z.array(scheduleResponse) });
+/** GET …/schedules: a page of at most `limit` schedules after `cursor` (the runs listing's count range and cursor form). */
+export const listSchedulesQuery = z.strictObject({
+  limit: listRunsQuery.shape.limit,
+  /** The previous page's nextCursor: `<creation ms>_<schedule id>` of its last schedule. */
+  cursor: listRunsQuery.shape.cursor,
+});
+
+export const scheduleListResponse = z.object({
+  schedules: z.array(scheduleResponse),
+  nextCursor: z.string().nullable().describe('set when more schedules follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`'),
+});
 
 const noStore = { 'cache-control': 'no-store' };
 
@@ -68,17 +78,18 @@ export const scheduleRoutes: RouteSpec[] = [
     summary: 'Make a cron schedule: each tick submits one run from the template (an admin key).',
     access: 'admin', params: scopeParams, body: createScheduleBody,
     ok: { 201: { description: 'the schedule', schema: scheduleResponse } },
-    errors: ['TOO_MANY_SCHEDULES'],
+    errors: ['TOO_MANY_SCHEDULES', 'SCHEDULE_TEMPLATE_TOO_LARGE'],
     async handler({ params: { scope }, body }, d) {
       return { status: 201, headers: noStore, body: await d.schedules.create(scope, body) };
     },
   }),
   route({
-    method: 'get', path: `${SCOPE}/schedules`, summary: "The scope's schedules, oldest first.",
-    access: 'client', params: scopeParams, readCost: true,
-    ok: { 200: { description: 'the schedules', schema: scheduleListResponse } },
-    async handler({ params: { scope } }, d) {
-      return { headers: noStore, body: { schedules: await d.schedules.list(scope) } };
+    method: 'get', path: `${SCOPE}/schedules`,
+    summary: "The scope's schedules, oldest first: a page of at most `limit` schedules and PAGE_MAX_BYTES.",
+    access: 'client', params: scopeParams, query: listSchedulesQuery, readCost: true,
+    ok: { 200: { description: 'a page of schedules', schema: scheduleListResponse } },
+    async handler({ params: { scope }, query }, d) {
+      return { headers: noStore, body: await d.schedules.list(scope, query) };
     },
   }),
   route({

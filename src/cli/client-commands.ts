@@ -39,6 +39,7 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --allow-non-idempotent   rerun: run non-idempotent steps again
   bulk list | get <id> | stop <id>
                     the scope's bulk operations, one with its progress, or stop one (admin)
+    --limit <n>  --cursor <c>   list: a page, as for \`schedules list\`
   fork <sessionId> (--at-turn <n> | --at-run <runId>) [--to <sessionId>]
                     a new session holding a copy of the history up to that turn; prints its id
 
@@ -57,6 +58,9 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --agent <name>  --runtime <id>  --metadata <json>   as for submit
   schedules list | get <id> | pause <id> | resume <id> | delete <id>
                     list, read (next five fire times), pause, resume or delete (admin)
+    --limit <n>       list: schedules per page (default 50, at most 200; a page also stops
+                      at PAGE_MAX_BYTES)   --cursor <c>   list: the page after the one that
+                      printed it (\`more: --cursor <c>\` on stderr)
     --json            print the answer as JSON
 
   All need the API URL, an API key and its scope: --url/--key/--scope or
@@ -218,12 +222,13 @@ async function schedules(argv: string[]): Promise<number> {
     options: {
       ...COMMON, json: { type: 'boolean' }, cron: { type: 'string' }, timezone: { type: 'string' }, missed: { type: 'string' },
       session: { type: 'string' }, 'session-per-tick': { type: 'boolean' }, agent: { type: 'string' }, runtime: { type: 'string' },
-      metadata: { type: 'string' },
+      metadata: { type: 'string' }, limit: { type: 'string' }, cursor: { type: 'string' },
     },
   });
   if (values.help) return usage(0);
   const [sub, ...rest] = positionals;
   const client = () => clientFrom(values);
+  let nextCursor: string | null = null;
   const one = (what: string) => {
     if (rest.length !== 1) throw new UsageError(`schedules ${what} needs exactly one schedule id`);
     return rest[0]!;
@@ -248,10 +253,11 @@ async function schedules(argv: string[]): Promise<number> {
       shown = [await client().createSchedule(req)];
       break;
     }
-    case 'list':
+    case 'list': {
       if (rest.length) throw new UsageError('schedules list takes no argument');
-      shown = await client().listSchedules();
+      ({ schedules: shown, nextCursor } = await client().listSchedules({ limit: pageLimit(values.limit), cursor: values.cursor }));
       break;
+    }
     case 'get': shown = [await client().getSchedule(one('get'))]; break;
     case 'pause': shown = [await client().pauseSchedule(one('pause'))]; break;
     case 'resume': shown = [await client().resumeSchedule(one('resume'))]; break;
@@ -262,7 +268,7 @@ async function schedules(argv: string[]): Promise<number> {
     default: throw new UsageError('schedules create, list, get, pause, resume or delete');
   }
   if (values.json) {
-    console.log(JSON.stringify(sub === 'list' ? { schedules: shown } : shown[0]));
+    console.log(JSON.stringify(sub === 'list' ? { schedules: shown, nextCursor } : shown[0]));
     return 0;
   }
   for (const s of shown) {
@@ -271,7 +277,16 @@ async function schedules(argv: string[]): Promise<number> {
     console.log(`${s.id}  ${s.status}  "${s.cron}" ${s.timezone}  missed ${s.missed}  fired ${s.fired}${last}${refused}`);
     if (sub !== 'list') for (const t of s.nextFireTimes) console.log(`  next ${t}`);
   }
+  if (nextCursor) console.error(`more: --cursor ${nextCursor}`);
   return 0;
+}
+
+/** A listing's --limit: a whole number of at least 1 (the API refuses more than its most). */
+function pageLimit(flag: string | undefined): number | undefined {
+  if (flag === undefined) return undefined;
+  const limit = Number(flag);
+  if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit is a whole number of at least 1');
+  return limit;
 }
 
 /** `rerun <runId>`: a new run of an ended one, from a step (docs/run-operations.md). */
@@ -307,6 +322,7 @@ async function bulk(argv: string[]): Promise<number> {
       ...COMMON, json: { type: 'boolean' }, follow: { type: 'boolean' }, 'allow-non-idempotent': { type: 'boolean' },
       status: { type: 'string' }, agent: { type: 'string' }, runtime: { type: 'string' }, session: { type: 'string' },
       'concurrency-key': { type: 'string' }, 'created-before': { type: 'string' }, 'created-after': { type: 'string' },
+      limit: { type: 'string' }, cursor: { type: 'string' },
     },
   });
   if (values.help) return usage(0);
@@ -342,9 +358,10 @@ async function bulk(argv: string[]): Promise<number> {
     }
     case 'list': {
       if (rest.length) throw new UsageError('bulk list takes no argument');
-      const ops = await client.listOperations();
-      if (values.json) console.log(JSON.stringify({ operations: ops }));
-      else for (const o of ops) console.log(progressLine(o));
+      const page = await client.listOperations({ limit: pageLimit(values.limit), cursor: values.cursor });
+      if (values.json) console.log(JSON.stringify(page));
+      else for (const o of page.operations) console.log(progressLine(o));
+      if (!values.json && page.nextCursor) console.error(`more: --cursor ${page.nextCursor}`);
       return 0;
     }
     case 'get': op = await client.getOperation(one('get')); break;

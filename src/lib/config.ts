@@ -331,6 +331,16 @@ export const configSchema = z.object({
    */
   SCHEDULES_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(100_000).default(100),
   /**
+   * SCHEDULE_TEMPLATE_MAX_BYTES: the most bytes one schedule's run template (its input,
+   * metadata, session, agent and runtime, as JSON) may take; a larger one is refused at create
+   * with 413 SCHEDULE_TEMPLATE_TOO_LARGE. A scheduled run's input is a prompt or instructions
+   * document (a report's brief, a digest's rules): a long one is a few KiB. 64 KiB holds a
+   * 48 KiB prompt (about 12,000 tokens) beside the 16 KiB of metadata a submit may carry, so
+   * ordinary use never meets it, while a scope's 100 schedules hold at most 6.4 MiB of
+   * templates, where a submit's 256 Ki-character input let them hold over 25 MiB.
+   */
+  SCHEDULE_TEMPLATE_MAX_BYTES: z.coerce.number().int().min(1024).max(16 * 1024 * 1024).default(64 * 1024),
+  /**
    * BULK_RUNS_PER_SECOND: runs one scope's bulk operation (cancel or re-run by filter) acts on
    * per second, whatever the number of processes. A cancel is one script of a few commands; 500
    * a second is a small share of one Redis core, so other scopes' submits and claims keep their

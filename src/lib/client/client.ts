@@ -1,13 +1,15 @@
 import {
   ID_PATTERN, RUN_EVENT_TYPES, type AttemptEventData, type MessagesPage, type Run, type RunStreamEvent, type ScopeLimits,
   type ScopeLimitsView, type StreamToken, type SubmitRequest, type Wait,
-  type WaitResumed, type CreateScheduleRequest, type ScheduleList, type ScheduleView,
+  type WaitResumed, type CreateScheduleRequest, type ScheduleList, type ScheduleListOptions, type ScheduleView,
 } from '../contract/index.ts';
 import { SseParser, type SseMessage } from './sse-parser.ts';
 import { sendWithFetch, sendWithNodeHttp, type Answer, type Send } from './transport.ts';
-import type { ForkRequest, OperationList, OperationView, RerunRequest, RunFilter, SessionFork } from '../contract/index.ts';
+import type {
+  ForkRequest, OperationList, OperationListOptions, OperationView, RerunRequest, RunFilter, SessionFork,
+} from '../contract/index.ts';
 
-export type { ForkRequest, OperationList, OperationView, RerunRequest, RunFilter, SessionFork };
+export type { ForkRequest, OperationList, OperationListOptions, OperationView, RerunRequest, RunFilter, SessionFork };
 
 /**
  * Typed HTTP client for Baton's API, on Node's http module in Node and on fetch elsewhere
@@ -23,7 +25,7 @@ export type {
   ScopeLimits, ScopeLimitsView, ScopeUsage,
   SessionMessage, StatusEventData, StreamToken, SubmitRequest, TerminalStatus, TextEventData, ToolCallEventData, ToolResultEventData,
   UsageRow, UsageTotals, Wait, WaitEventEntry, WaitKind, WaitResumed,
-  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
 } from '../contract/index.ts';
 
 export interface StreamOptions {
@@ -191,9 +193,12 @@ export class BatonClient {
     return this.json('POST', '/schedules', req);
   }
 
-  /** The scope's schedules, oldest first. */
-  async listSchedules(): Promise<ScheduleView[]> {
-    return (await this.json<ScheduleList>('GET', '/schedules')).schedules;
+  /**
+   * A page of the scope's schedules, oldest first: at most `limit` (default 50) and
+   * PAGE_MAX_BYTES of them. Pass a page's `nextCursor` as `cursor` for the next; null: no more.
+   */
+  listSchedules(opts: ScheduleListOptions = {}): Promise<ScheduleList> {
+    return this.json('GET', `/schedules${pageQuery(opts)}`);
   }
 
   /** A schedule, with its next five fire times and its latest tick's run or refusal. */
@@ -235,9 +240,12 @@ export class BatonClient {
     return this.json('GET', `/operations/${encodeURIComponent(operationId)}`);
   }
 
-  /** The scope's bulk operations, newest first. */
-  async listOperations(): Promise<OperationView[]> {
-    return (await this.json<OperationList>('GET', '/operations')).operations;
+  /**
+   * A page of the scope's bulk operations, newest first: at most `limit` (default 50) and
+   * PAGE_MAX_BYTES of them. Pass a page's `nextCursor` as `cursor` for the next; null: no more.
+   */
+  listOperations(opts: OperationListOptions = {}): Promise<OperationList> {
+    return this.json('GET', `/operations${pageQuery(opts)}`);
   }
 
   /** Stops a bulk operation (an admin key): no batch starts after this. */
@@ -422,6 +430,14 @@ function defaultSend(f: typeof fetch | undefined): Send {
 const ok = (res: Answer) => res.status >= 200 && res.status < 300;
 
 /** A JSON request and its JSON answer; BatonApiError for anything but 2xx. */
+/** `?limit=…&cursor=…` of a listing page, or nothing when neither is given. */
+function pageQuery(opts: { limit?: number; cursor?: string }): string {
+  const q = new URLSearchParams();
+  if (opts.limit !== undefined) q.set('limit', String(opts.limit));
+  if (opts.cursor !== undefined) q.set('cursor', opts.cursor);
+  return q.size ? `?${q}` : '';
+}
+
 async function jsonRequest<T>(send: Send, url: string, method: string, headers: Record<string, string>, body?: unknown): Promise<T> {
   const res = await send(url, {
     method,

@@ -25,6 +25,7 @@ export const ERROR_CODES = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },
   INLINE_ARTIFACTS_TOO_LARGE: { status: 413, message: 'The inline artifacts of this submit are too large together; attach some by reference.' },
+  SCHEDULE_TEMPLATE_TOO_LARGE: { status: 413, message: "The schedule's run template is too large (SCHEDULE_TEMPLATE_MAX_BYTES)." },
   RATE_LIMITED: { status: 429, message: 'Too many submits for this scope; retry later.' },
   TOO_MANY_STREAMS: { status: 429, message: 'Too many open event streams; retry later.' },
   TOO_MANY_SCHEDULED_RUNS: { status: 429, message: 'This scope has as many scheduled runs pending as it may.' },

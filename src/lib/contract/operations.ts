@@ -51,4 +51,17 @@ export interface OperationView {
   lastError?: { runId: string; code: string; message: string };
 }
 
-export interface OperationList { operations: OperationView[] }
+/** Query of `GET …/operations`: a page of at most `limit` operations, after `cursor`. */
+export interface OperationListOptions {
+  /** Default 50, at most 200. */
+  limit?: number;
+  /** The previous page's nextCursor. */
+  cursor?: string;
+}
+
+/** Answer of `GET …/operations`: a page, newest first, of at most `limit` operations and PAGE_MAX_BYTES. */
+export interface OperationList {
+  operations: OperationView[];
+  /** Set when more operations follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`. */
+  nextCursor: string | null;
+}

@@ -54,5 +54,20 @@ export interface ScheduleView {
   lastError?: { tick: string; code: string; message: string };
 }
 
-/** Answer of `GET /v1/scopes/{scope}/schedules`. */
-export interface ScheduleList { schedules: ScheduleView[] }
+/** Query of `GET /v1/scopes/{scope}/schedules`: a page of at most `limit` schedules, after `cursor`. */
+export interface ScheduleListOptions {
+  /** Default 50, at most 200. */
+  limit?: number;
+  /** The previous page's nextCursor. */
+  cursor?: string;
+}
+
+/**
+ * Answer of `GET /v1/scopes/{scope}/schedules`: a page of the scope's schedules, oldest first,
+ * of at most `limit` schedules and PAGE_MAX_BYTES (a schedule larger than that comes alone).
+ */
+export interface ScheduleList {
+  schedules: ScheduleView[];
+  /** Set when more schedules follow (the page stopped on `limit` or PAGE_MAX_BYTES): pass it as `cursor`. */
+  nextCursor: string | null;
+}

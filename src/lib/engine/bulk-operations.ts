@@ -2,11 +2,12 @@ import { randomBytes } from 'node:crypto';
 import type { Config } from '../config.ts';
 import {
   PUBLIC_RUN_STATUSES, TERMINAL_STATUSES, type BulkRequest, type PublicRunStatus,
-  type OperationKind, type OperationStatus, type OperationView, type RunFilter,
+  type OperationKind, type OperationList, type OperationListOptions, type OperationStatus, type OperationView, type RunFilter,
 } from '../contract/index.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
+import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../listing-page.ts';
 import { PollLoop } from '../poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { RunStatus, ShownRun } from './record.ts';
@@ -53,6 +54,12 @@ const TRANSIENT = new Set(['REDIS_UNAVAILABLE', 'INTERNAL', 'CLIENT_CLOSED', 'RA
 const UNENDED: PublicRunStatus[] = PUBLIC_RUN_STATUSES.filter((st) => !(TERMINAL_STATUSES as readonly string[]).includes(st));
 /** After a transient refusal the operation waits this long. */
 const BACKOFF_MS = 1_000;
+/** The fields of an operation that vary in size (its filter, its latest refusal): a listing page is measured by them. */
+const SIZED_FIELDS = ['filter', 'lastError'] as const;
+/** What a shown operation takes beyond them (ids, kind, status, counts, times, field names), as a generous bound. */
+const OPERATION_OVERHEAD_BYTES = 512;
+/** What a page takes beyond its operations: `{"operations":[…],"nextCursor":"…"}`. */
+const PAGE_OVERHEAD_BYTES = 512;
 
 interface OperationRecord {
   id: string;
@@ -103,7 +110,7 @@ export class BulkOperations {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'BULK_OPERATIONS_MAX_PER_SCOPE'>,
+    private readonly config: Pick<Config, 'BULK_OPERATIONS_MAX_PER_SCOPE' | 'PAGE_MAX_BYTES'>,
     /** Making and stopping an operation are transitions (lua/bulk-create.lua, bulk-cancel.lua). */
     private readonly transitions: Transitions,
   ) {}
@@ -134,23 +141,28 @@ export class BulkOperations {
     return present(rec);
   }
 
-  /** The scope's operations, newest first (ended ones while they are kept). */
-  async list(scope: string, limit = 50): Promise<OperationView[]> {
+  /**
+   * A page of the scope's operations, newest first (ended ones while they are kept): at most
+   * `limit` and PAGE_MAX_BYTES of them, read as the schedules' listing reads (listing-page.ts).
+   * Operations past their retention leave their index entries behind; a page drops those it meets.
+   */
+  async list(scope: string, o: OperationListOptions & { limit: number }): Promise<OperationList> {
     const sk = this.keys.scope(scope);
-    const ids = await this.redis.zrevrange(sk.operations, 0, limit - 1);
-    const pipe = this.redis.pipeline();
-    for (const id of ids) pipe.hgetall(sk.operation(id));
-    const rows = (await pipe.exec()) ?? [];
-    const out: OperationView[] = [];
+    const after = o.cursor === undefined ? undefined : parsePositionCursor(o.cursor);
+    const entries = await entriesAfter(this.redis, sk.operations, after, o.limit + 1, 'newest');
+    const wanted = entries.slice(0, o.limit);
+    const sizes = await measure(this.redis, wanted.map((e) => sk.operation(e.id)), SIZED_FIELDS, OPERATION_OVERHEAD_BYTES);
+    const page = wanted.slice(0, fitting(sizes, this.config.PAGE_MAX_BYTES - PAGE_OVERHEAD_BYTES));
+    const operations: OperationView[] = [];
     const gone: string[] = [];
-    rows.forEach(([err, h], i) => {
-      if (err) throw err;
-      const rec = parseOperation(h as Record<string, string>);
-      if (rec) out.push(present(rec));
-      else gone.push(ids[i]);
+    (await readHashes(this.redis, page.map((e) => sk.operation(e.id)))).forEach((h, i) => {
+      const rec = parseOperation(h);
+      if (rec) operations.push(present(rec));
+      else gone.push(page[i].id);
     });
     if (gone.length) await this.redis.zrem(sk.operations, ...gone);
-    return out;
+    const last = page[page.length - 1];
+    return { operations, nextCursor: page.length < entries.length && last ? positionCursor(last) : null };
   }
 
   /** Stops a running operation: no batch starts after this (a batch under way still counts what it did). */

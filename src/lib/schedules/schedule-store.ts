@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Config } from '../config.ts';
 import type {
-  CreateScheduleRequest, MissedTickPolicy, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
+  CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
 } from '../contract/schedules.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Transitions } from '../engine/transitions.ts';
+import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../listing-page.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
 import { checkCron, compileCron, fireTimes, NEXT_FIRE_TIMES } from './cron.ts';
 
@@ -58,6 +59,17 @@ export function parseSchedule(h: Record<string, string>): ScheduleRecord | undef
   };
 }
 
+/** The fields of a schedule that may be large (JSON a tenant wrote): a page is measured by them. */
+const SIZED_FIELDS = ['run', 'lastError'] as const;
+/**
+ * What a shown schedule takes beyond its sized fields, as a generous bound: its id, scope,
+ * cron (at most 200 characters), time zone (64), five fire times, counts, times and the
+ * field names around them come to well under this.
+ */
+const SCHEDULE_OVERHEAD_BYTES = 1024;
+/** What a page takes beyond its schedules: `{"schedules":[…],"nextCursor":"…"}` and the commas between them. */
+const PAGE_OVERHEAD_BYTES = 512;
+
 /** Schedule ids: `sch<time36><hex12>`, short enough that `<id>-<tick ms>` is a session id. */
 export function newScheduleId(): string {
   return `sch${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
@@ -67,12 +79,22 @@ export class ScheduleStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE'>,
+    private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE' | 'SCHEDULE_TEMPLATE_MAX_BYTES' | 'PAGE_MAX_BYTES'>,
     /** Pause and resume are transitions (lua/schedule-pause.lua, schedule-resume.lua). */
     private readonly transitions: Transitions,
   ) {}
 
   async create(scope: string, req: CreateScheduleRequest): Promise<ScheduleView> {
+    // Measured as it is stored, before anything is read or written: every listing page and
+    // every tick reads the template whole.
+    const template = JSON.stringify(req.run);
+    const templateBytes = Buffer.byteLength(template);
+    if (templateBytes > this.config.SCHEDULE_TEMPLATE_MAX_BYTES) {
+      throw new BatonError('SCHEDULE_TEMPLATE_TOO_LARGE', undefined, [{
+        path: 'body.run',
+        message: `the template is ${templateBytes} bytes as JSON; SCHEDULE_TEMPLATE_MAX_BYTES is ${this.config.SCHEDULE_TEMPLATE_MAX_BYTES}`,
+      }]);
+    }
     const timezone = req.timezone ?? 'UTC';
     const now = await redisNowMs(this.redis);
     const cron = checkCron(req.cron, timezone, now);
@@ -85,7 +107,7 @@ export class ScheduleStore {
     await this.redis.sadd(this.keys.scheduleScopes, scope);
     await this.redis.multi()
       .hset(sk.schedule(id), {
-        id, scope, cron: req.cron, timezone, missed: req.missed ?? 'skip', run: JSON.stringify(req.run),
+        id, scope, cron: req.cron, timezone, missed: req.missed ?? 'skip', run: template,
         status: 'active', createdAt: now, nextAt, fired: 0,
       })
       .zadd(sk.schedules, now, id)
@@ -100,19 +122,29 @@ export class ScheduleStore {
     return view(rec);
   }
 
-  /** Every schedule of the scope (at most SCHEDULES_MAX_PER_SCOPE), oldest first. */
-  async list(scope: string): Promise<ScheduleView[]> {
+  /**
+   * A page of the scope's schedules, oldest first: at most `limit` of them and PAGE_MAX_BYTES
+   * (the first whatever its size). Bounded in Redis too: the page's ids (and one more, to tell
+   * whether another page follows) are read by position, their templates measured with HSTRLEN
+   * (which reads none of them), and only the schedules that fit are read whole. `nextCursor`
+   * is `<creation ms>_<id>` of the page's last schedule: a position, so schedules made or
+   * deleted meanwhile move no other's place.
+   */
+  async list(scope: string, o: ScheduleListOptions & { limit: number }): Promise<ScheduleList> {
     const sk = this.keys.scope(scope);
-    const ids = await this.redis.zrange(sk.schedules, 0, -1);
-    if (ids.length === 0) return [];
-    const pipe = this.redis.pipeline();
-    for (const id of ids) pipe.hgetall(sk.schedule(id));
-    const rows = (await pipe.exec()) ?? [];
-    return rows.flatMap(([err, h]) => {
-      if (err) throw err;
-      const rec = parseSchedule(h as Record<string, string>);
+    const after = o.cursor === undefined ? undefined : parsePositionCursor(o.cursor);
+    const entries = await entriesAfter(this.redis, sk.schedules, after, o.limit + 1, 'oldest');
+    const wanted = entries.slice(0, o.limit);
+    const sizes = await measure(this.redis, wanted.map((e) => sk.schedule(e.id)), SIZED_FIELDS, SCHEDULE_OVERHEAD_BYTES);
+    const page = wanted.slice(0, fitting(sizes, this.config.PAGE_MAX_BYTES - PAGE_OVERHEAD_BYTES));
+    const hashes = await readHashes(this.redis, page.map((e) => sk.schedule(e.id)));
+    // A schedule deleted since its id was read is left out (its place is still the cursor's).
+    const schedules = hashes.flatMap((h) => {
+      const rec = parseSchedule(h);
       return rec ? [view(rec)] : [];
     });
+    const last = page[page.length - 1];
+    return { schedules, nextCursor: page.length < entries.length && last ? positionCursor(last) : null };
   }
 
   /** Pauses the schedule: out of the due index (a tick already claimed still makes its run). */

@@ -140,9 +140,11 @@ export class Api {
     return this.call('POST', `/operations/${encodeURIComponent(operationId)}/cancel`, {});
   }
 
-  /** The scope's schedules, oldest first, each with its next five fire times. */
-  async schedules(): Promise<ScheduleView[]> {
-    return (await this.call<ScheduleList>('GET', '/schedules')).schedules;
+  /** A page of the scope's schedules, oldest first, each with its next five fire times; `cursor` is a page's nextCursor. */
+  schedules(limit: number, cursor?: string): Promise<ScheduleList> {
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (cursor) q.set('cursor', cursor);
+    return this.call('GET', `/schedules?${q}`);
   }
 
   createSchedule(body: CreateScheduleRequest): Promise<ScheduleView> {

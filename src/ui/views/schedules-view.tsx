@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import type { Api, ScheduleView } from '../lib/api.ts';
 import { formatAgo, formatTime } from '../lib/format.ts';
 import { useNow, usePolling } from '../lib/hooks.ts';
@@ -9,6 +9,27 @@ import { ScheduleForm } from './schedule-form.tsx';
 
 /** As often as the other views: a tick's run, a pause made elsewhere, shows within 2 s. */
 const POLL_MS = 2000;
+/**
+ * Schedules per page: a screenful of cards. A page also stops at the API's PAGE_MAX_BYTES, so
+ * one with large templates may hold fewer; "More schedules" reads the next page.
+ */
+const PAGE = 20;
+
+/**
+ * The first `pages` pages of the listing, one bounded request after another (never the whole
+ * list in one answer), and where the next page starts (null: none).
+ */
+async function loadPages(api: Api, pages: number): Promise<{ schedules: ScheduleView[]; nextCursor: string | null }> {
+  const schedules: ScheduleView[] = [];
+  let nextCursor: string | null = null;
+  for (let i = 0; i < pages; i++) {
+    const page = await api.schedules(PAGE, nextCursor ?? undefined);
+    schedules.push(...page.schedules);
+    nextCursor = page.nextCursor;
+    if (!nextCursor) break;
+  }
+  return { schedules, nextCursor };
+}
 /** Enough of a template's input to recognise it; the whole is on each run's page. */
 const EXCERPT = 120;
 
@@ -17,15 +38,24 @@ const EXCERPT = 120;
  * and its next five fire times. An admin key pauses, resumes and deletes them, and makes new ones.
  */
 export function SchedulesView({ api, admin }: { api: Api; admin: boolean }) {
-  const list = usePolling(() => api.schedules(), POLL_MS, [api]);
+  // Pages shown: each poll reads them again; "More schedules" adds one and polls at once,
+  // keeping the cards shown until the longer list arrives (a change of the poll's inputs would clear them).
+  const pages = useRef(1);
+  const list = usePolling(() => loadPages(api, pages.current), POLL_MS, [api]);
   const now = useNow();
   useEffect(() => {
     document.title = 'Schedules · Baton';
   }, []);
-  const schedules = list.data;
+  const schedules = list.data?.schedules;
+  const nextCursor = list.data?.nextCursor ?? null;
   // An action's answer is newer than any poll: it shows at once.
-  const changed = (s: ScheduleView) => schedules && list.replace(schedules.map((x) => (x.id === s.id ? s : x)));
-  const deleted = (id: string) => schedules && list.replace(schedules.filter((x) => x.id !== id));
+  const changed = (s: ScheduleView) => schedules && list.replace({ nextCursor, schedules: schedules.map((x) => (x.id === s.id ? s : x)) });
+  const deleted = (id: string) => schedules && list.replace({ nextCursor, schedules: schedules.filter((x) => x.id !== id) });
+  // The newest schedule comes last: shown at once when the last page is shown, else on the page that reaches it.
+  const created = (s: ScheduleView) => {
+    if (schedules && !nextCursor) list.replace({ nextCursor, schedules: [...schedules, s] });
+    else list.refresh();
+  };
 
   return (
     <>
@@ -38,7 +68,19 @@ export function SchedulesView({ api, admin }: { api: Api; admin: boolean }) {
           <ScheduleCard key={s.id} api={api} schedule={s} admin={admin} now={now} onChange={changed} onDeleted={deleted} />
         ))}
       </div>
-      {admin && schedules && <ScheduleForm api={api} onCreated={(s) => list.replace([...schedules, s])} />}
+      {nextCursor && (
+        <button
+          type="button"
+          class="quiet more-schedules"
+          onClick={() => {
+            pages.current += 1;
+            list.refresh();
+          }}
+        >
+          More schedules
+        </button>
+      )}
+      {admin && schedules && <ScheduleForm api={api} onCreated={created} />}
     </>
   );
 }
