@@ -25,7 +25,8 @@ let acme: ScopeClient;
 const workers: Child[] = [];
 
 beforeAll(async () => {
-  h = await useHarness({ RATE_LIMITS: `${BUCKET}=rpm:${RPM},tpm:${TPM}`, MAX_ACTIVE_PER_SCOPE: '100' });
+  // burst:60: the minute's window alone, without the spread over it (test/rate-limits.test.ts has that).
+  h = await useHarness({ RATE_LIMITS: `${BUCKET}=rpm:${RPM},tpm:${TPM},burst:60`, MAX_ACTIVE_PER_SCOPE: '100' });
   fake = await startFakeOpenAI();
   fake.script('#limited', [answer('a short limited answer', { usage: USAGE, delayMs: 15 })]);
   const api = await h.startApi();
