@@ -26,7 +26,7 @@ import { call } from './helpers/http.ts';
 const BUCKETS = [
   'rpm3=rpm:3,burst:60', 'tpm1000=tpm:1000,burst:60', 'pausing=rpm:100', 'operated=rpm:100', 'racing=rpm:20,burst:60', 'abort=rpm:100',
   'spread=rpm:600', 'spread-tokens=tpm:6000', 'whole-minute=rpm:600,burst:60', 'shared=rpm:600', 'weighted=rpm:600',
-  'capped=rpm:100', 'openai:fake-day=rpm:100,tpm:100000',
+  'capped=rpm:100', 'runs-shared=rpm:600', 'openai:fake-day=rpm:100,tpm:100000',
   'memo=rpm:10,tpm:10000', 'held=rpm:1', 'unused=rpm:5', 'openai:fake-429=rpm:100,tpm:100000',
   'openai:fake-ai=rpm:100,tpm:100000', 'named:chat=rpm:100,tpm:100000', 'with/slash=rpm:5',
 ].join(';');
@@ -68,6 +68,24 @@ const heldAgent = defineAgent({
   },
 });
 
+/** Model calls of the fair-share runs, in the order they were asked for and made: the scope and which. */
+const fairCalls: { scope: string; kind: 'ask' | 'call' }[] = [];
+/** FAIR_CALLS model calls one after another, each under `runs-shared` (rpm 600: 10 a second). */
+const FAIR_CALLS = 12;
+const fairAgent = defineAgent({
+  name: 'rl-fair',
+  async run(ctx) {
+    for (let i = 0; i < FAIR_CALLS; i++) {
+      fairCalls.push({ scope: ctx.scope, kind: 'ask' });
+      await ctx.infer(`call-${i}`, () => {
+        fairCalls.push({ scope: ctx.scope, kind: 'call' });
+        return 'made';
+      }, { rateLimit: { key: 'runs-shared' } });
+    }
+    return 'done';
+  },
+});
+
 const unknownAgent = defineAgent({
   name: 'rl-unknown',
   async run(ctx) {
@@ -92,7 +110,7 @@ beforeAll(async () => {
   const chatNamed = createChatAgent({ name: 'rl-chat-named', model: 'fake-other', baseURL: fake.baseURL, apiKey: 'k', rateLimit: 'named:chat' });
   dayFake = await startFakeOpenAI();
   const chatDay = createChatAgent({ name: 'rl-chat-day', model: 'fake-day', baseURL: dayFake.baseURL, apiKey: 'k', maxTokens: 64 });
-  const worker = await h.startWorker({ agents: [memoAgent, heldAgent, unknownAgent, aiAgent, chat429, chatNamed, chatDay] });
+  const worker = await h.startWorker({ agents: [memoAgent, heldAgent, unknownAgent, fairAgent, aiAgent, chat429, chatNamed, chatDay] });
   metricsUrl = `${worker.opsUrl}/metrics`;
   acme = await h.client(api.url, 'acme', 'client');
   limiter = new RateLimiter(h.transitions(), h.config.RATE_LIMITS);
@@ -511,6 +529,37 @@ describe('ctx.infer under a bucket', () => {
     expect(Date.now() - cancelledAt).toBeLessThan(1_500);
     expect(calls.get(second)).toBeUndefined();
   }, 30_000);
+
+  it("the row: scope acme's runs flood a bucket, and beta's runs (weight 3) get three of every four calls from their first", async () => {
+    const operator = { authorization: `Bearer ${await h.operatorKey()}` };
+    expect((await call(apiUrl, 'PUT', '/v1/scopes/beta/limits', { weight: 3 }, operator)).status).toBe(200);
+    const beta = await h.client(apiUrl, 'beta', 'client');
+    // acme: eight runs (its maxActive) of 12 calls each, against 10 grants a second; alone first.
+    const acmeRuns = await Promise.all(Array.from({ length: 8 }, (_, i) => acme.submit(`fair-a${i}`, 'x', { agent: 'rl-fair' })));
+    await waitFor(() => fairCalls.filter((c) => c.kind === 'call').length >= 20, 20_000, "acme's first 20 calls");
+    const betaRuns = await Promise.all([1, 2].map((i) => beta.submit(`fair-b${i}`, 'x', { agent: 'rl-fair' })));
+    for (const r of [...betaRuns, ...acmeRuns]) {
+      const client = betaRuns.includes(r) ? beta : acme;
+      expect(await client.waitStatus(r.body.id, ['succeeded', 'failed'], 30_000)).toMatchObject({ status: 'succeeded' });
+    }
+    const firstAsk = fairCalls.findIndex((c) => c.scope === 'beta');
+    const firstCall = fairCalls.findIndex((c) => c.scope === 'beta' && c.kind === 'call');
+    const acmeAhead = fairCalls.slice(firstAsk, firstCall).filter((c) => c.scope === 'acme' && c.kind === 'call').length;
+    // The calls made from beta's first to its last: acme's runs asked all along (they made calls after).
+    const made = fairCalls.slice(firstCall).filter((c) => c.kind === 'call');
+    const lastBeta = made.map((c) => c.scope).lastIndexOf('beta');
+    const contended = made.slice(0, lastBeta + 1);
+    const betaPart = contended.filter((c) => c.scope === 'beta').length / contended.length;
+    const betaCalls = contended.filter((c) => c.scope === 'beta').length;
+    console.log(`[rate-limits] runs: acme's calls between beta's first ask and its first call: ${acmeAhead}; ` +
+      `beta's part of the ${contended.length} calls made while both asked: ${betaPart.toFixed(2)} (weight 3 of 4)`);
+    expect(acmeAhead).toBeLessThanOrEqual(10);
+    expect(betaCalls).toBe(2 * FAIR_CALLS);
+    // beta's calls came while acme's runs were still asking: its share, not leftovers.
+    expect(made.slice(lastBeta + 1).some((c) => c.scope === 'acme')).toBe(true);
+    expect(betaPart).toBeGreaterThanOrEqual(0.6);
+    expect(betaPart).toBeLessThanOrEqual(0.9);
+  }, 60_000);
 
   it('a bucket RATE_LIMITS does not define fails the run, naming it', async () => {
     const sub = await acme.submit('unknown', 'x', { agent: 'rl-unknown' });
