@@ -67,7 +67,7 @@ export interface ScopeLimits {
   /** The scope's submit token bucket: its rate, and its size. */
   submitRatePerSec: number;
   submitBurst: number;
-  /** The scope's weight when worker slots are shared among scopes with runnable work. */
+  /** The scope's weight when worker slots, and a provider rate-limit bucket's grants, are shared among scopes that want them. */
   weight: number;
   /** Event streams of the scope open at once, per API process. */
   maxStreams: number;
@@ -136,8 +136,8 @@ export interface TokenBudget {
 }
 
 /**
- * A model provider's rate-limit bucket (RATE_LIMITS), shared by every worker, as an operator
- * sees it (`GET /v1/rate-limits`, and the answer of a pause or a resume).
+ * A model provider's rate-limit bucket (RATE_LIMITS), shared by every worker and every scope,
+ * as an operator sees it (`GET /v1/rate-limits`, and the answer of a pause or a resume).
  */
 export interface RateLimitBucket {
   bucket: string;
