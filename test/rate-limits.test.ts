@@ -612,6 +612,7 @@ describe('metrics', () => {
     const body = await (await fetch(metricsUrl)).text();
     expect(body).toContain('baton_rate_limit_limit{bucket="tpm1000",unit="tokens"} 1000');
     expect(body).toContain('baton_rate_limit_used{bucket="rpm3",unit="requests"} 3');
+    expect(body).toContain('baton_rate_limit_waiting_scopes{bucket="rpm3"} 0');
     expect(body).toContain('baton_rate_limit_wait_seconds_count{bucket="unused"} 0');
     expect(body).toContain('baton_rate_limit_pauses_total{bucket="unused",by="provider"} 0');
     // This worker's one 429 pause, and the waits of its model calls (the 429's second call waited the pause out).
