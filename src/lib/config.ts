@@ -506,8 +506,9 @@ export const configSchema = z.object({
    * cut to this). 5 minutes: five of the minutes a provider's rpm and tpm are counted over, far
    * past any Retry-After a minute's limit gives, while a longer pause stops every scope's calls
    * on the word of one answer (a day's quota, a broken or hostile upstream: 86,400 s paused the
-   * shared bucket for a day). After the cap one call asks the provider again and, still
-   * refused, pauses the bucket again: one request per cap. An operator's pause is not capped by it.
+   * shared bucket for a day). After the cap the calls ask the provider again and the first 429
+   * pauses the bucket again: at most a second's share of calls per cap. An operator's pause is
+   * not capped by it.
    */
   RATE_LIMIT_PAUSE_MAX_MS: z.coerce.number().int().min(1_000).max(86_400_000).default(300_000),
 });
