@@ -11,6 +11,9 @@ import { parseMetrics, total } from './helpers/prom-text.ts';
  * one call each: the bucket binds on tokens within seconds, and the runs past it wait, holding
  * their leases, for a window that frees a minute later. The provider's 429 with Retry-After: 2
  * comes first, before the burst: every worker honours the one pause.
+ *
+ * Then a second bucket, `rpm:120` spread over the minute (2 grants a second), shared by two
+ * scopes' chat runs through three new worker processes: counted at the provider, by arrival.
  */
 const BUCKET = 'openai:fake-limited';
 const RPM = 60;
@@ -18,20 +21,26 @@ const TPM = 6000;
 const WINDOW_MS = 60_000;
 const USAGE = { prompt_tokens: 60, completion_tokens: 40 };
 const BURST = 70;
+/** Two grants a second (burst 1), for two scopes. */
+const SHARED = 'openai:fake-shared';
+const SHARED_RPM = 120;
 
 let h: Harness;
 let fake: FakeOpenAI;
 let acme: ScopeClient;
+let apiUrl: string;
 const workers: Child[] = [];
+const env = () => ({ FAKE_OPENAI_URL: fake.baseURL, WORKER_CONCURRENCY: '40', SHUTDOWN_GRACE_MS: '1000' });
 
 beforeAll(async () => {
-  h = await useHarness({ RATE_LIMITS: `${BUCKET}=rpm:${RPM},tpm:${TPM}`, MAX_ACTIVE_PER_SCOPE: '100' });
+  // burst:60: the minute's window alone, without the spread over it (test/rate-limits.test.ts has that).
+  h = await useHarness({ RATE_LIMITS: `${BUCKET}=rpm:${RPM},tpm:${TPM},burst:60;${SHARED}=rpm:${SHARED_RPM}`, MAX_ACTIVE_PER_SCOPE: '100' });
   fake = await startFakeOpenAI();
   fake.script('#limited', [answer('a short limited answer', { usage: USAGE, delayMs: 15 })]);
   const api = await h.startApi();
+  apiUrl = api.url;
   acme = await h.client(api.url, 'acme', 'client');
-  const env = { FAKE_OPENAI_URL: fake.baseURL, WORKER_CONCURRENCY: '40', SHUTDOWN_GRACE_MS: '1000' };
-  workers.push(...await Promise.all([1, 2, 3].map(() => h.spawn('worker', { env, agents: [`${ROOT}test/fixtures/rate-limit-agents.ts`] }))));
+  workers.push(...await Promise.all([1, 2, 3].map(() => h.spawn('worker', { env: env(), agents: [`${ROOT}test/fixtures/rate-limit-agents.ts`] }))));
 }, 60_000);
 
 const metricsUrl = (w: Child) => /\(metrics (http:\/\/\S+\/metrics)\)/.exec(w.output())![1];
@@ -140,6 +149,39 @@ it('three workers share one bucket: no 60 s window over it, one 429 for all, no 
   expect(statuses.get('cancelled')).toBe(1);
   expect(answered()).toHaveLength(served.length);
 }, 60_000);
+
+it("two scopes' chat runs share a bucket across three worker processes: the newcomer's calls reach the provider every other call", async () => {
+  // The first test stopped its workers: three new ones.
+  const fresh = await Promise.all([1, 2, 3].map(() => h.spawn('worker', { env: env(), agents: [`${ROOT}test/fixtures/rate-limit-agents.ts`] })));
+  fake.script('#shared', [answer('ok', { usage: { prompt_tokens: 5, completion_tokens: 1 } })]);
+  const beta = await h.client(apiUrl, 'beta', 'client');
+  const arrivals = () => fake.requestsFor('#shared').map((r) => (JSON.stringify(r.messages).includes('beta call') ? 'beta' : 'acme'));
+  // acme floods the bucket with 30 runs of one call each, and has it alone for a while.
+  const acmeRuns = await Promise.all(Array.from({ length: 30 }, (_, i) => acme.submit(`shared-a${i}`, `acme call ${i} #shared`, { agent: 'fx-shared' })));
+  await waitFor(() => arrivals().length >= 6, 30_000, "acme's first 6 calls");
+  const asked = arrivals().length;
+  const betaRuns = await Promise.all(Array.from({ length: 5 }, (_, i) => beta.submit(`shared-b${i}`, `beta call ${i} #shared`, { agent: 'fx-shared' })));
+  for (const r of betaRuns) expect(await beta.waitStatus(r.body.id, ['succeeded', 'failed'], 30_000)).toMatchObject({ status: 'succeeded' });
+  const seen = arrivals();
+  const firstBeta = seen.indexOf('beta');
+  const lastBeta = seen.lastIndexOf('beta');
+  const acmeAhead = seen.slice(asked, firstBeta).length;
+  const both = seen.slice(firstBeta, lastBeta + 1);
+  const betaPart = both.filter((s) => s === 'beta').length / both.length;
+  // The spread, over all three processes: the bucket's log by Redis time.
+  const log = (await h.redis.zrange(h.keys.rateGrants(SHARED), 0, -1, 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
+  const busiest = Math.max(...log.map((end) => log.filter((at) => at > end - 1000 && at <= end).length));
+  console.log(`[rate-limits] two scopes, three workers: acme's calls between beta's submit and its first call ${acmeAhead}; ` +
+    `beta's part of the ${both.length} calls from its first to its last ${betaPart.toFixed(2)}; busiest second of the log ${busiest} (2 a second)`);
+  // What beta's runs' way to a worker's acquire lets through (2 to 5 here), not a turn behind
+  // acme's 24 waiting runs: in no order, beta's 5 callers would have had about 5 of 29 calls.
+  expect(acmeAhead).toBeLessThanOrEqual(10);
+  expect(betaPart).toBeGreaterThanOrEqual(0.4);
+  // acme still had runs waiting when beta's last call was made: beta had its share, not leftovers.
+  expect(seen.length).toBeLessThan(acmeRuns.length + betaRuns.length);
+  expect(busiest).toBeLessThanOrEqual(2);
+  await Promise.all(fresh.map((w) => w.kill('SIGTERM')));
+}, 90_000);
 
 /** The most requests and tokens the provider saw in any 60 s window [t, t + 60 s) starting at an arrival. */
 function everyWindow(requests: RecordedRequest[]): { requests: number; tokens: number } {

@@ -5,7 +5,7 @@ import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { ConfigError, loadConfig } from '../src/lib/config.ts';
 import { BatonError } from '../src/lib/errors.ts';
 import { RATE_WINDOW_MS, RateLimiter } from '../src/lib/engine/rate-limiter.ts';
-import { parseRateLimits } from '../src/lib/rate-limit-config.ts';
+import { parseRateLimits, perSecond } from '../src/lib/rate-limit-config.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { durableModel } from '../src/lib/sdk/ai.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
@@ -15,18 +15,26 @@ import { call } from './helpers/http.ts';
 
 /**
  * Provider rate limits (RATE_LIMITS, src/lib/engine/rate-limiter.ts, lua/rate-bucket.lua): the
- * configuration, the bucket script's answers, and the engine's use of it in ctx.infer,
+ * configuration, the bucket script's answers, its spread over the minute, its fair order
+ * between scopes, the cap on a provider's pause, and the engine's use of it in ctx.infer,
  * createChatAgent and baton/ai, on real Redis with an in-process worker. The must-show with
  * three worker processes is test/rate-limits-processes.test.ts.
+ *
+ * The buckets that check the minute's window alone take `burst:60` (no spread), so that a
+ * minute's grants can be asked for at once.
  */
 const BUCKETS = [
-  'rpm3=rpm:3', 'tpm1000=tpm:1000', 'pausing=rpm:100', 'operated=rpm:100', 'racing=rpm:20', 'abort=rpm:100',
+  'rpm3=rpm:3,burst:60', 'tpm1000=tpm:1000,burst:60', 'pausing=rpm:100', 'operated=rpm:100', 'racing=rpm:20,burst:60', 'abort=rpm:100',
+  'spread=rpm:600', 'spread-tokens=tpm:6000', 'whole-minute=rpm:600,burst:60', 'shared=rpm:600', 'weighted=rpm:600',
+  'capped=rpm:100', 'runs-shared=rpm:600', 'openai:fake-day=rpm:100,tpm:100000',
   'memo=rpm:10,tpm:10000', 'held=rpm:1', 'unused=rpm:5', 'openai:fake-429=rpm:100,tpm:100000',
   'openai:fake-ai=rpm:100,tpm:100000', 'named:chat=rpm:100,tpm:100000', 'with/slash=rpm:5',
 ].join(';');
 
 let h: Harness;
 let fake: FakeOpenAI;
+/** A provider that answers 429 with a day's Retry-After. */
+let dayFake: FakeOpenAI;
 let acme: ScopeClient;
 let limiter: RateLimiter;
 let metricsUrl: string;
@@ -60,6 +68,24 @@ const heldAgent = defineAgent({
   },
 });
 
+/** Model calls of the fair-share runs, in the order they were asked for and made: the scope and which. */
+const fairCalls: { scope: string; kind: 'ask' | 'call' }[] = [];
+/** FAIR_CALLS model calls one after another, each under `runs-shared` (rpm 600: 10 a second). */
+const FAIR_CALLS = 12;
+const fairAgent = defineAgent({
+  name: 'rl-fair',
+  async run(ctx) {
+    for (let i = 0; i < FAIR_CALLS; i++) {
+      fairCalls.push({ scope: ctx.scope, kind: 'ask' });
+      await ctx.infer(`call-${i}`, () => {
+        fairCalls.push({ scope: ctx.scope, kind: 'call' });
+        return 'made';
+      }, { rateLimit: { key: 'runs-shared' } });
+    }
+    return 'done';
+  },
+});
+
 const unknownAgent = defineAgent({
   name: 'rl-unknown',
   async run(ctx) {
@@ -82,7 +108,9 @@ beforeAll(async () => {
   });
   const chat429 = createChatAgent({ name: 'rl-chat', model: 'fake-429', baseURL: fake.baseURL, apiKey: 'k', maxTokens: 64 });
   const chatNamed = createChatAgent({ name: 'rl-chat-named', model: 'fake-other', baseURL: fake.baseURL, apiKey: 'k', rateLimit: 'named:chat' });
-  const worker = await h.startWorker({ agents: [memoAgent, heldAgent, unknownAgent, aiAgent, chat429, chatNamed] });
+  dayFake = await startFakeOpenAI();
+  const chatDay = createChatAgent({ name: 'rl-chat-day', model: 'fake-day', baseURL: dayFake.baseURL, apiKey: 'k', maxTokens: 64 });
+  const worker = await h.startWorker({ agents: [memoAgent, heldAgent, unknownAgent, fairAgent, aiAgent, chat429, chatNamed, chatDay] });
   metricsUrl = `${worker.opsUrl}/metrics`;
   acme = await h.client(api.url, 'acme', 'client');
   limiter = new RateLimiter(h.transitions(), h.config.RATE_LIMITS);
@@ -100,23 +128,32 @@ async function grants(bucket: string): Promise<[number, number, string][]> {
 const never = new AbortController().signal;
 
 describe('RATE_LIMITS', () => {
-  it('parses buckets of rpm and tpm, either or both', () => {
-    const limits = parseRateLimits(' openai:gpt-4o-mini=rpm:500,tpm:200000 ; anthropic:claude-3/haiku=rpm:50;tokens.only=tpm:9;');
+  it('parses buckets of rpm and tpm, either or both, and a burst factor', () => {
+    const limits = parseRateLimits(' openai:gpt-4o-mini=rpm:500,tpm:200000 ; anthropic:claude-3/haiku=rpm:50,burst:2;tokens.only=tpm:9;');
     expect([...limits]).toEqual([
       ['openai:gpt-4o-mini', { rpm: 500, tpm: 200000 }],
-      ['anthropic:claude-3/haiku', { rpm: 50 }],
+      ['anthropic:claude-3/haiku', { rpm: 50, burst: 2 }],
       ['tokens.only', { tpm: 9 }],
     ]);
+    // A second's share of the minute, rounded up, times the burst; never more than the minute.
+    expect(perSecond({ rpm: 600, tpm: 200000 }, 1)).toEqual({ requests: 10, tokens: 3334 });
+    expect(perSecond({ rpm: 50 }, 2)).toEqual({ requests: 2, tokens: undefined });
+    expect(perSecond({ rpm: 3 }, 60)).toEqual({ requests: 3, tokens: undefined });
+    expect(loadConfig({}).RATE_LIMIT_BURST).toBe(1);
+    expect(loadConfig({}).RATE_LIMIT_PAUSE_MAX_MS).toBe(300_000);
     expect(parseRateLimits('').size).toBe(0);
     expect(loadConfig({}).RATE_LIMITS.size).toBe(0);
   });
 
   it.each([
     ['a=rpm:0', /rpm must be from 1/],
-    ['a=rpm:1.5', /not rpm:<n> or tpm:<n>/],
-    ['a=rps:3', /not rpm:<n> or tpm:<n>/],
+    ['a=rpm:1.5', /not rpm:<n>, tpm:<n> or burst:<n>/],
+    ['a=rps:3', /not rpm:<n>, tpm:<n> or burst:<n>/],
     ['a=rpm:3,rpm:4', /rpm is given twice/],
-    ['a=', /not rpm:<n> or tpm:<n>/],
+    ['a=', /not rpm:<n>, tpm:<n> or burst:<n>/],
+    ['a=burst:2', /give rpm:<n>, tpm:<n> or both/],
+    ['a=rpm:5,burst:0', /burst must be from 1 to 60/],
+    ['a=rpm:5,burst:61', /burst must be from 1 to 60/],
     ['a', /expected <bucket>=rpm/],
     ['a=rpm:1;a=tpm:2', /defined twice/],
     ['{x}=rpm:1', /bucket name must match/],
@@ -140,7 +177,7 @@ describe('RATE_LIMITS', () => {
 describe('the bucket script', () => {
   it('grants rpm requests in the window, then says when the oldest leaves it', async () => {
     for (let i = 0; i < 3; i++) await limiter.acquire('rpm3', 0, never);
-    const reply = await h.transitions().rateBucket('rpm3', RATE_WINDOW_MS, { op: 'acquire', rpm: 3, tokens: 0, pollMs: 250, pauseMs: 1000 });
+    const reply = await h.transitions().rateBucket('rpm3', RATE_WINDOW_MS, { op: 'acquire', rpm: 3, tokens: 0, pollMs: 250, pauseMs: 1000, askMs: 1000, graceMs: 500 });
     expect(reply).toMatchObject({ kind: 'wait', why: 'requests' });
     const waitMs = (reply as { waitMs: number }).waitMs;
     expect(waitMs).toBeGreaterThan(RATE_WINDOW_MS - 2_000);
@@ -156,7 +193,7 @@ describe('the bucket script', () => {
 
   it('counts reserved tokens until the settle, which gives back or takes the difference', async () => {
     const a = await limiter.acquire('tpm1000', 600, never);
-    const call = () => h.transitions().rateBucket('tpm1000', RATE_WINDOW_MS, { op: 'acquire', tpm: 1000, tokens: 600, pollMs: 250, pauseMs: 1000 });
+    const call = () => h.transitions().rateBucket('tpm1000', RATE_WINDOW_MS, { op: 'acquire', tpm: 1000, tokens: 600, pollMs: 250, pauseMs: 1000, askMs: 1000, graceMs: 500 });
     // 600 + 600 > 1000, but the first reservation may settle for less: look again soon.
     expect(await call()).toEqual({ kind: 'wait', why: 'tokens', waitMs: 250 });
     await limiter.settle(a, 100);
@@ -200,7 +237,7 @@ describe('the bucket script', () => {
   });
 
   it('an operator pauses until resumed, for a while or until a time; a resume lifts it at once', async () => {
-    expect((await limiter.pause('operated')).paused).toEqual({ by: 'operator', untilMs: null });
+    expect((await limiter.pause('operated')).paused).toEqual({ by: 'operator', untilMs: null, sinceMs: expect.any(Number), askedMs: null, capped: false });
     // Paused until resumed: the bucket's hash is kept however long that is.
     expect(await h.redis.pttl(h.keys.rateBucket('operated'))).toBe(-1);
     const got = limiter.acquire('operated', 0, never);
@@ -216,7 +253,7 @@ describe('the bucket script', () => {
     expect(Date.now() - resumedAt).toBeLessThan(1_200);
 
     const until = Date.now() + 60_000;
-    expect((await limiter.pause('operated', { untilMs: until })).paused).toEqual({ by: 'operator', untilMs: until });
+    expect((await limiter.pause('operated', { untilMs: until })).paused).toMatchObject({ by: 'operator', untilMs: until, askedMs: null, capped: false });
     // A provider's shorter pause does not shorten the operator's.
     expect(await limiter.providerPause('operated', 1_000)).toBe(false);
     const paused = (await limiter.pause('operated', { forMs: 5_000 })).paused!;
@@ -259,6 +296,221 @@ describe('the bucket script', () => {
   });
 });
 
+/** A bucket's log as granted: each grant's time (Redis time), tokens and number, oldest first. */
+async function grantLog(bucket: string): Promise<{ at: number; tokens: number; seq: number }[]> {
+  const raw = await h.redis.zrange(h.keys.rateGrants(bucket), 0, -1, 'WITHSCORES');
+  const log = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const [seq, tokens] = raw[i].split(':').map(Number);
+    log.push({ at: Number(raw[i + 1]), tokens, seq });
+  }
+  return log.sort((a, b) => a.at - b.at || a.seq - b.seq);
+}
+
+/** The most grants, and tokens, that any one second (t - 1000, t] of a log holds. */
+function busiestSecond(log: { at: number; tokens: number }[]): { requests: number; tokens: number } {
+  let most = { requests: 0, tokens: 0 };
+  for (const end of log) {
+    const inIt = log.filter((g) => g.at > end.at - 1000 && g.at <= end.at);
+    most = {
+      requests: Math.max(most.requests, inIt.length),
+      tokens: Math.max(most.tokens, inIt.reduce((n, g) => n + g.tokens, 0)),
+    };
+  }
+  return most;
+}
+
+/** Function calls this Redis has served (INFO commandstats): every script call of the library is one. */
+async function fcalls(): Promise<number> {
+  const stats = await h.redis.info('commandstats');
+  return Number(/cmdstat_fcall:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+}
+
+/** A grant's number in its bucket (the order the script made them in). */
+const seqOf = (g: { member: string }) => Number(g.member.split(':')[0]);
+
+/**
+ * `loops` callers of `scope` taking grants of `tokens` from `bucket` one after another until
+ * `signal` aborts, as the model calls of a scope's runs do; each grant is pushed to `seen`.
+ */
+function flood(
+  limiters: RateLimiter[], bucket: string, scope: string | undefined, loops: number, signal: AbortSignal,
+  seen: { scope?: string; seq: number }[], tokens = 0,
+): Promise<unknown> {
+  return Promise.all(Array.from({ length: loops }, async (_, i) => {
+    try {
+      for (;;) seen.push({ scope, seq: seqOf(await limiters[i % limiters.length].acquire(bucket, tokens, signal, scope)) });
+    } catch {
+      // aborted: the flood is over
+    }
+  }));
+}
+
+describe('the spread over the minute', () => {
+  it("a bucket of rpm 600 grants at most its second's share (10) in any second to callers racing on three limiters", async () => {
+    const limiters = [limiter, ...[1, 2].map(() => new RateLimiter(h.transitions(), h.config.RATE_LIMITS))];
+    const ac = new AbortController();
+    const seen: { seq: number }[] = [];
+    const flooding = flood(limiters, 'spread', undefined, 30, ac.signal, seen);
+    await waitFor(() => seen.length >= 35, 20_000, '35 grants');
+    ac.abort(new Error('done'));
+    await flooding;
+    const log = await grantLog('spread');
+    const busiest = busiestSecond(log);
+    console.log(`[rate-limits] spread rpm 600: ${log.length} grants, the busiest second held ${busiest.requests}`);
+    expect(busiest.requests).toBeLessThanOrEqual(10);
+    expect(log.length).toBeGreaterThanOrEqual(35);
+    expect(log.length).toBe(seen.length);
+    // The operator's view: the spread the bucket keeps.
+    expect(await limiter.state('spread')).toMatchObject({ rpm: 600, burst: 1, perSecond: { requests: 10, tokens: null } });
+  }, 30_000);
+
+  it('the row: a bucket of burst 60 (no spread) lets a whole minute through in one second, as before', async () => {
+    const ac = new AbortController();
+    const seen: { seq: number }[] = [];
+    const flooding = flood([limiter], 'whole-minute', undefined, 600, ac.signal, seen);
+    await waitFor(() => seen.length >= 600, 20_000, '600 grants');
+    ac.abort(new Error('done'));
+    await flooding;
+    const busiest = busiestSecond(await grantLog('whole-minute'));
+    console.log(`[rate-limits] no spread, rpm 600: the busiest second held ${busiest.requests} grants`);
+    expect(busiest.requests).toBeGreaterThan(10);
+  }, 30_000);
+
+  it('tokens spread the same way: at most ceil(tpm / 60) in any second, and a call larger than that only in a second that holds none', async () => {
+    const ac = new AbortController();
+    const seen: { seq: number }[] = [];
+    // 30 tokens a call against 100 a second (tpm 6,000): three calls a second.
+    const flooding = flood([limiter], 'spread-tokens', undefined, 10, ac.signal, seen, 30);
+    await waitFor(() => seen.length >= 6, 20_000, '6 grants');
+    // 250 tokens, more than a second's 100: the small calls hold off while it waits for an empty second.
+    const asked = Number(await h.redis.hget(h.keys.rateBucket('spread-tokens'), 'seq'));
+    const large = await limiter.acquire('spread-tokens', 250, never);
+    const smallBefore = seen.filter((g) => g.seq > asked && g.seq < seqOf(large)).length;
+    await waitFor(() => seen.length >= 12, 20_000, '12 grants');
+    ac.abort(new Error('done'));
+    await flooding;
+    const log = await grantLog('spread-tokens');
+    const big = log.find((g) => g.seq === seqOf(large))!;
+    expect(big.tokens).toBe(250);
+    // Alone in its second, before and after.
+    expect(log.filter((g) => g !== big && Math.abs(g.at - big.at) < 1000)).toEqual([]);
+    const busiest = busiestSecond(log.filter((g) => g !== big));
+    console.log(`[rate-limits] spread tpm 6,000: ${log.length} grants, the busiest second held ${busiest.tokens} tokens of the small calls; ` +
+      `${smallBefore} small calls granted between the large one's ask and its grant`);
+    expect(busiest.tokens).toBeLessThanOrEqual(100);
+    // At most the second going on when it asked (three calls of 30).
+    expect(smallBefore).toBeLessThanOrEqual(3);
+  }, 30_000);
+});
+
+describe('scopes share a bucket by weight', () => {
+  /** Three limiters (as three workers), with the scopes' weights given. */
+  const weighted = (weights: Record<string, number>) => [1, 2, 3].map(() => new RateLimiter(h.transitions(), h.config.RATE_LIMITS, {}, {
+    burst: 1, pauseMaxMs: 300_000, weightOf: async (scope) => weights[scope] ?? 1,
+  }));
+
+  /**
+   * The row: scope a floods the bucket (30 callers against 10 grants a second) and has it to
+   * itself; then scope b asks with 3 callers. Returns how many of a's grants came between b's
+   * first ask and b's first grant, and b's part of the next `count` grants.
+   */
+  async function contend(bucket: string, weights: Record<string, number>, count: number) {
+    const limiters = weighted(weights);
+    const ac = new AbortController();
+    const acB = new AbortController();
+    const seen: { scope?: string; seq: number }[] = [];
+    const aFlood = flood(limiters, bucket, 'a', 30, ac.signal, seen);
+    // a alone takes the whole bucket: a second's share every second.
+    await waitFor(() => seen.length >= 20, 20_000, "20 of a's grants");
+    const aloneBusiest = busiestSecond(await grantLog(bucket)).requests;
+    const before = Number(await h.redis.hget(h.keys.rateBucket(bucket), 'seq'));
+    const [callsBefore, grantsBefore] = [await fcalls(), seen.length];
+    const bFlood = flood(limiters, bucket, 'b', 3, AbortSignal.any([ac.signal, acB.signal]), seen);
+    await waitFor(() => seen.filter((g) => g.scope === 'b').length >= 1, 20_000, "b's first grant");
+    // Both wait for the bucket now, and operators see it.
+    const waiting = await waitFor(async () => {
+      const w = (await limiter.state(bucket)).waiting;
+      return w.count === 2 ? w : undefined;
+    }, 10_000, 'both scopes waiting');
+    const bFirst = Math.min(...seen.filter((g) => g.scope === 'b').map((g) => g.seq));
+    await waitFor(() => seen.filter((g) => g.seq > bFirst).length >= count, 30_000, `${count} grants after b's first`);
+    const next = seen.filter((g) => g.seq > bFirst).sort((x, y) => x.seq - y.seq).slice(0, count);
+    // What the waiting costs Redis: script calls per grant while 33 callers contend for 10 grants a second.
+    const callsPerGrant = (await fcalls() - callsBefore) / (seen.length - grantsBefore);
+    // b goes away: its place lapses, and a has the bucket again.
+    acB.abort(new Error('b is done'));
+    await bFlood;
+    const afterB = seen.length;
+    await waitFor(() => seen.length >= afterB + 10, 20_000, '10 more grants of a alone');
+    ac.abort(new Error('done'));
+    await aFlood;
+    const aAhead = seen.filter((g) => g.scope === 'a' && g.seq > before && g.seq < bFirst).length;
+    const bPart = next.filter((g) => g.scope === 'b').length / count;
+    return { aloneBusiest, aAhead, bPart, waiting, callsPerGrant };
+  }
+
+  it("equal weights: b's calls are granted within the second going on, then every other grant is b's", async () => {
+    const r = await contend('shared', { a: 1, b: 1 }, 40);
+    console.log(`[rate-limits] fair share 1:1 — a alone: ${r.aloneBusiest} grants in its busiest second; ` +
+      `a's grants between b's first ask and its first grant: ${r.aAhead}; b's part of the next 40: ${r.bPart}; ` +
+      `${r.callsPerGrant.toFixed(1)} script calls per grant (33 callers, other files' calls included when files run together)`);
+    expect(r.aloneBusiest).toBe(10);
+    expect(r.aAhead).toBeLessThanOrEqual(10);
+    expect(r.bPart).toBeGreaterThanOrEqual(0.4);
+    expect(r.bPart).toBeLessThanOrEqual(0.6);
+    // Operators see who waits.
+    expect(r.waiting.count).toBe(2);
+    expect([...r.waiting.scopes].sort()).toEqual(['a', 'b']);
+  }, 60_000);
+
+  it("weights 1:3: b's part is three grants of every four", async () => {
+    const r = await contend('weighted', { a: 1, b: 3 }, 40);
+    console.log(`[rate-limits] fair share 1:3 — a's grants between b's first ask and its first grant: ${r.aAhead}; b's part of the next 40: ${r.bPart}`);
+    expect(r.aAhead).toBeLessThanOrEqual(10);
+    expect(r.bPart).toBeGreaterThanOrEqual(0.65);
+    expect(r.bPart).toBeLessThanOrEqual(0.85);
+  }, 60_000);
+});
+
+describe("a provider's pause", () => {
+  it('a Retry-After of a day pauses the bucket for RATE_LIMIT_PAUSE_MAX_MS; operators see what it asked for', async () => {
+    expect(await limiter.providerPause('capped', 86_400_000)).toBe(true);
+    const [until, since, asked] = (await h.redis.hmget(h.keys.rateBucket('capped'), 'pausedUntil', 'pausedAt', 'pauseAsked')).map(Number);
+    expect(until - since).toBe(300_000);
+    expect(asked).toBe(86_400_000);
+    expect((await limiter.state('capped')).paused).toEqual({ by: 'provider', untilMs: until, sinceMs: since, askedMs: 86_400_000, capped: true });
+    // The bucket's hash is kept as long as the pause, no longer.
+    expect(await h.redis.pttl(h.keys.rateBucket('capped'))).toBeLessThanOrEqual(300_000 + 1_000);
+    await limiter.resume('capped');
+    // One within the cap is what the provider asked.
+    expect(await limiter.providerPause('capped', 2_000)).toBe(true);
+    expect((await limiter.state('capped')).paused).toMatchObject({ by: 'provider', askedMs: 2_000, capped: false });
+    await limiter.resume('capped');
+    expect(await h.redis.hmget(h.keys.rateBucket('capped'), 'pausedUntil', 'pausedAt', 'pauseAsked')).toEqual([null, null, null]);
+  });
+
+  it("the row: a chat run's 429 with Retry-After: 86400 pauses the shared bucket for the cap, not a day", async () => {
+    dayFake.overload(86_400);
+    const sub = await acme.submit('day', 'hello #day', { agent: 'rl-chat-day' });
+    const bucket = h.keys.rateBucket('openai:fake-day');
+    await waitFor(() => h.redis.hget(bucket, 'pausedUntil'), 20_000, 'the pause');
+    const [until, since, asked] = (await h.redis.hmget(bucket, 'pausedUntil', 'pausedAt', 'pauseAsked')).map(Number);
+    console.log(`[rate-limits] Retry-After 86400: the bucket is paused for ${until - since} ms (asked ${asked} ms)`);
+    expect(until - since).toBe(h.config.RATE_LIMIT_PAUSE_MAX_MS);
+    expect(asked).toBe(86_400_000);
+    const operator = { authorization: `Bearer ${await h.operatorKey()}` };
+    const list = await call(apiUrl, 'GET', '/v1/rate-limits', undefined, operator);
+    expect(list.body.buckets.find((b: { bucket: string }) => b.bucket === 'openai:fake-day').paused).toEqual({
+      by: 'provider', untilMs: until, sinceMs: since, askedMs: 86_400_000, capped: true,
+    });
+    // The call that got it goes to the retry policy (a pause over a minute is not waited out in the step).
+    await acme.waitStatus(sub.body.id, ['retrying'], 20_000);
+    expect((await acme.post(`/runs/${sub.body.id}/cancel`)).status).toBe(200);
+    await limiter.resume('openai:fake-day');
+  });
+});
+
 describe('ctx.infer under a bucket', () => {
   it('a memoized model call that replays takes no grant, and its grant is settled with its usage', async () => {
     const sub = await acme.submit('memo', 'x', { agent: 'rl-memo' });
@@ -287,6 +539,37 @@ describe('ctx.infer under a bucket', () => {
     expect(Date.now() - cancelledAt).toBeLessThan(1_500);
     expect(calls.get(second)).toBeUndefined();
   }, 30_000);
+
+  it("the row: scope acme's runs flood a bucket, and beta's runs (weight 3) get three of every four calls from their first", async () => {
+    const operator = { authorization: `Bearer ${await h.operatorKey()}` };
+    expect((await call(apiUrl, 'PUT', '/v1/scopes/beta/limits', { weight: 3 }, operator)).status).toBe(200);
+    const beta = await h.client(apiUrl, 'beta', 'client');
+    // acme: eight runs (its maxActive) of 12 calls each, against 10 grants a second; alone first.
+    const acmeRuns = await Promise.all(Array.from({ length: 8 }, (_, i) => acme.submit(`fair-a${i}`, 'x', { agent: 'rl-fair' })));
+    await waitFor(() => fairCalls.filter((c) => c.kind === 'call').length >= 20, 20_000, "acme's first 20 calls");
+    const betaRuns = await Promise.all([1, 2].map((i) => beta.submit(`fair-b${i}`, 'x', { agent: 'rl-fair' })));
+    for (const r of [...betaRuns, ...acmeRuns]) {
+      const client = betaRuns.includes(r) ? beta : acme;
+      expect(await client.waitStatus(r.body.id, ['succeeded', 'failed'], 30_000)).toMatchObject({ status: 'succeeded' });
+    }
+    const firstAsk = fairCalls.findIndex((c) => c.scope === 'beta');
+    const firstCall = fairCalls.findIndex((c) => c.scope === 'beta' && c.kind === 'call');
+    const acmeAhead = fairCalls.slice(firstAsk, firstCall).filter((c) => c.scope === 'acme' && c.kind === 'call').length;
+    // The calls made from beta's first to its last: acme's runs asked all along (they made calls after).
+    const made = fairCalls.slice(firstCall).filter((c) => c.kind === 'call');
+    const lastBeta = made.map((c) => c.scope).lastIndexOf('beta');
+    const contended = made.slice(0, lastBeta + 1);
+    const betaPart = contended.filter((c) => c.scope === 'beta').length / contended.length;
+    const betaCalls = contended.filter((c) => c.scope === 'beta').length;
+    console.log(`[rate-limits] runs: acme's calls between beta's first ask and its first call: ${acmeAhead}; ` +
+      `beta's part of the ${contended.length} calls made while both asked: ${betaPart.toFixed(2)} (weight 3 of 4)`);
+    expect(acmeAhead).toBeLessThanOrEqual(10);
+    expect(betaCalls).toBe(2 * FAIR_CALLS);
+    // beta's calls came while acme's runs were still asking: its share, not leftovers.
+    expect(made.slice(lastBeta + 1).some((c) => c.scope === 'acme')).toBe(true);
+    expect(betaPart).toBeGreaterThanOrEqual(0.6);
+    expect(betaPart).toBeLessThanOrEqual(0.9);
+  }, 60_000);
 
   it('a bucket RATE_LIMITS does not define fails the run, naming it', async () => {
     const sub = await acme.submit('unknown', 'x', { agent: 'rl-unknown' });
@@ -329,6 +612,7 @@ describe('metrics', () => {
     const body = await (await fetch(metricsUrl)).text();
     expect(body).toContain('baton_rate_limit_limit{bucket="tpm1000",unit="tokens"} 1000');
     expect(body).toContain('baton_rate_limit_used{bucket="rpm3",unit="requests"} 3');
+    expect(body).toContain('baton_rate_limit_waiting_scopes{bucket="rpm3"} 0');
     expect(body).toContain('baton_rate_limit_wait_seconds_count{bucket="unused"} 0');
     expect(body).toContain('baton_rate_limit_pauses_total{bucket="unused",by="provider"} 0');
     // This worker's one 429 pause, and the waits of its model calls (the 429's second call waited the pause out).
@@ -345,9 +629,15 @@ describe('the operator routes', () => {
     const list = await call(apiUrl, 'GET', '/v1/rate-limits', undefined, operator);
     expect(list.status).toBe(200);
     expect(list.body.windowMs).toBe(RATE_WINDOW_MS);
+    expect(list.body.providerPauseMaxMs).toBe(300_000);
     expect(list.body.buckets.map((b: { bucket: string }) => b.bucket)).toEqual([...h.config.RATE_LIMITS.keys()]);
     expect(list.body.buckets.find((b: { bucket: string }) => b.bucket === 'rpm3')).toEqual({
-      bucket: 'rpm3', rpm: 3, tpm: null, requests: 3, tokens: 0, reservedTokens: 0, paused: null,
+      bucket: 'rpm3', rpm: 3, tpm: null, burst: 60, perSecond: { requests: 3, tokens: null },
+      requests: 3, tokens: 0, reservedTokens: 0, lastSecond: { requests: 0, tokens: 0 },
+      waiting: { count: 0, scopes: [] }, paused: null,
+    });
+    expect(list.body.buckets.find((b: { bucket: string }) => b.bucket === 'spread-tokens')).toMatchObject({
+      burst: 1, perSecond: { requests: null, tokens: 100 },
     });
 
     const path = `/v1/rate-limits/${encodeURIComponent('named:chat')}/pause`;
@@ -367,7 +657,7 @@ describe('the operator routes', () => {
     expect((await call(apiUrl, 'POST', '/v1/rate-limits/with%2Fslash/pause', { forMs: 5_000 }, operator)).body)
       .toMatchObject({ bucket: 'with/slash', paused: { by: 'operator' } });
     const unpaused = await call(apiUrl, 'POST', '/v1/rate-limits/unused/pause', {}, operator);
-    expect(unpaused.body.paused).toEqual({ by: 'operator', untilMs: null });
+    expect(unpaused.body.paused).toMatchObject({ by: 'operator', untilMs: null, askedMs: null, capped: false });
     expect((await call(apiUrl, 'DELETE', '/v1/rate-limits/unused/pause', undefined, operator)).body.paused).toBeNull();
 
     expect(await call(apiUrl, 'POST', '/v1/rate-limits/unused/pause', { untilMs: Date.now() + 10_000, forMs: 5_000 }, operator))

@@ -263,13 +263,30 @@ export const rateLimitBucketResponse = z.object({
   requests: z.number().int().describe('grants in the window now'),
   tokens: z.number().int().describe('their tokens: as settled with the usage reported, or reserved by calls in flight'),
   reservedTokens: z.number().int().describe('the part of tokens still reserved by calls in flight'),
+  burst: z.number().int().describe("seconds' share of the minute granted in any one second (the bucket's burst:, else RATE_LIMIT_BURST)"),
+  perSecond: z.object({
+    requests: z.number().int().nullable().describe('ceil(rpm / 60) x burst; null: no rpm'),
+    tokens: z.number().int().nullable().describe('ceil(tpm / 60) x burst; null: no tpm'),
+  }).describe('the spread: the most the bucket grants in any one second'),
+  lastSecond: z.object({
+    requests: z.number().int(),
+    tokens: z.number().int(),
+  }).describe('grants of the last second and their tokens'),
+  waiting: z.object({
+    count: z.number().int().describe('scopes waiting for the bucket now'),
+    scopes: z.array(z.string()).describe('the first 20 of them, next served first (by weight, in start-time fair order)'),
+  }),
   paused: z.object({
     by: z.enum(['provider', 'operator']).describe("a provider's 429 with Retry-After, or an operator"),
     untilMs: z.number().int().nullable().describe('epoch ms; null: until an operator resumes it'),
+    sinceMs: z.number().int().nullable().describe('epoch ms the pause was set; null: not known (set by an earlier release)'),
+    askedMs: z.number().int().nullable().describe("what the provider's Retry-After asked for, in ms; null: an operator's pause"),
+    capped: z.boolean().describe('the provider asked for longer than RATE_LIMIT_PAUSE_MAX_MS, and the pause ends at the cap'),
   }).nullable().describe('null: not paused'),
 });
 
 export const rateLimitsResponse = z.object({
   windowMs: z.number().int().describe('how long a grant counts in its bucket: the minute, and a second for the request to reach the provider'),
+  providerPauseMaxMs: z.number().int().describe("the longest a provider's Retry-After pauses a bucket (RATE_LIMIT_PAUSE_MAX_MS)"),
   buckets: z.array(rateLimitBucketResponse),
 });

@@ -11,11 +11,12 @@ import { bucketParams, ratePauseBody } from './schemas.ts';
 export const rateLimitRoutes: RouteSpec[] = [
   route({
     method: 'get', path: '/v1/rate-limits',
-    summary: 'Every provider rate-limit bucket: its limits, what its window holds, and its pause (an operator key only).',
+    summary: 'Every provider rate-limit bucket: its limits and spread, what its window and last second hold, the scopes waiting, and its pause (an operator key only).',
     access: 'operator',
     ok: { 200: { description: 'the buckets', schema: res.rateLimitsResponse } },
     async handler(_input, d) {
-      return { headers: { 'cache-control': 'no-store' }, body: { windowMs: RATE_WINDOW_MS, buckets: await d.rateLimits.list() } };
+      const body = { windowMs: RATE_WINDOW_MS, providerPauseMaxMs: d.rateLimits.settings.pauseMaxMs, buckets: await d.rateLimits.list() };
+      return { headers: { 'cache-control': 'no-store' }, body };
     },
   }),
   route({

@@ -146,7 +146,8 @@ export const configSchema = z.object({
   MAX_ACTIVE_PER_KEY: z.coerce.number().int().min(0).max(100_000).default(0),
   /**
    * SCOPE_WEIGHT: the default of a scope's `weight`, its share of the workers' slots against
-   * the other scopes' while they contend for them (src/lib/engine/fair-share.ts).
+   * the other scopes' while they contend for them (src/lib/engine/fair-share.ts), and of each
+   * provider rate-limit bucket's grants while they wait for it (lua/rate-bucket.lua).
    */
   SCOPE_WEIGHT: z.coerce.number().int().min(1).max(1000).default(1),
   /**
@@ -528,8 +529,9 @@ export const configSchema = z.object({
   /**
    * RATE_LIMITS: model providers' rate limits, shared by every worker: buckets separated by
    * `;`, each `<bucket>=rpm:<n>,tpm:<n>` (either or both), e.g.
-   * `openai:gpt-4o-mini=rpm:500,tpm:200000`. A provider then sees at most rpm requests and tpm
-   * tokens in any 60 s window (docs/rate-limits.md). Unset: no buckets. Every process must be
+   * `openai:gpt-4o-mini=rpm:500,tpm:200000`, and optionally `burst:<n>` (RATE_LIMIT_BURST for
+   * that bucket). A provider then sees at most rpm requests and tpm tokens in any 60 s window,
+   * spread over the minute (docs/rate-limits.md). Unset: no buckets. Every process must be
    * given the same buckets (the limits travel with each call, not with the bucket).
    */
   RATE_LIMITS: z
@@ -543,6 +545,25 @@ export const configSchema = z.object({
         return z.NEVER;
       }
     }),
+  /**
+   * RATE_LIMIT_BURST: how many seconds' share of its minute a bucket grants in any one second,
+   * for buckets whose RATE_LIMITS entry sets no `burst`: at most ceil(rpm / 60) × this requests
+   * and ceil(tpm / 60) × this tokens a second. 1, because OpenAI documents its per-minute limits
+   * as enforced over shorter periods (60,000 requests a minute as 1,000 a second) and answers a
+   * burst within the minute's limit with 429; Anthropic refills its limits continuously (a
+   * token bucket), which a second's share also keeps within. 60: no spread (the whole minute at once).
+   */
+  RATE_LIMIT_BURST: z.coerce.number().int().min(1).max(60).default(1),
+  /**
+   * RATE_LIMIT_PAUSE_MAX_MS: the longest a provider's 429 may pause a bucket (its Retry-After is
+   * cut to this). 5 minutes: five of the minutes a provider's rpm and tpm are counted over, far
+   * past any Retry-After a minute's limit gives, while a longer pause stops every scope's calls
+   * on the word of one answer (a day's quota, a broken or hostile upstream: 86,400 s paused the
+   * shared bucket for a day). After the cap the calls ask the provider again and the first 429
+   * pauses the bucket again: at most a second's share of calls per cap. An operator's pause is
+   * not capped by it.
+   */
+  RATE_LIMIT_PAUSE_MAX_MS: z.coerce.number().int().min(1_000).max(86_400_000).default(300_000),
 });
 
 export type Config = Readonly<

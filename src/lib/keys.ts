@@ -181,6 +181,14 @@ export interface Keys {
    */
   rateBucket(name: string): string;
   rateGrants(name: string): string;
+  /**
+   * A bucket's fair order between scopes (lua/rate-bucket.lua): each scope's tag (zset: scope ->
+   * virtual finish of its last grant), the scopes waiting (zset: scope -> tag) and when each
+   * one's waiting lapses (zset: scope -> epoch ms). They live with the bucket's log.
+   */
+  rateTags(name: string): string;
+  rateWaiting(name: string): string;
+  rateLapses(name: string): string;
   /** Worker registry: runtime -> time of the newest heartbeat of any of its workers (zset). */
   runtimes: string;
   /** Worker registry: a runtime's workers, workerId -> JSON registration with its last heartbeat. */
@@ -210,9 +218,12 @@ export function createKeys(prefix: string): Keys {
     apiKeysOfScope: (scope) => `${prefix}:{${prefix}-apikeys}:scope:${checked('scope', scope)}`,
     apiKeyIds: `${prefix}:{${prefix}-apikeys}:ids`,
     operatorKeyIds: `${prefix}:{${prefix}-apikeys}:operators`,
-    // `bucket:` and `grants:` go before the name: a name may hold colons, and must not reach the other's keys.
+    // The kind (`bucket:`, `grants:`, ...) goes before the name: a name may hold colons, and must not reach another kind's keys.
     rateBucket: (name) => `${prefix}:{${prefix}-ratelimits}:bucket:${checkedBucket(name)}`,
     rateGrants: (name) => `${prefix}:{${prefix}-ratelimits}:grants:${checkedBucket(name)}`,
+    rateTags: (name) => `${prefix}:{${prefix}-ratelimits}:tags:${checkedBucket(name)}`,
+    rateWaiting: (name) => `${prefix}:{${prefix}-ratelimits}:waiting:${checkedBucket(name)}`,
+    rateLapses: (name) => `${prefix}:{${prefix}-ratelimits}:lapses:${checkedBucket(name)}`,
     // The registry is small and shares one hash tag, so a heartbeat is one MULTI on Cluster too.
     runtimes: `${prefix}:{${prefix}-registry}:runtimes`,
     runtimeWorkers: (rt) => `${prefix}:{${prefix}-registry}:workers:${checked('runtime', rt)}`,

@@ -2,11 +2,13 @@
  * RATE_LIMITS: the model providers' rate limits, as buckets that every worker shares
  * (src/lib/engine/rate-limiter.ts enforces them, lua/rate-bucket.lua keeps them).
  *
- *   RATE_LIMITS="openai:gpt-4o-mini=rpm:500,tpm:200000;anthropic:claude=rpm:50"
+ *   RATE_LIMITS="openai:gpt-4o-mini=rpm:500,tpm:200000;anthropic:claude=rpm:50,burst:2"
  *
  * Entries are separated by `;`, each `<bucket>=<limits>`; the limits are `rpm:<n>` (requests
- * a minute) and `tpm:<n>` (tokens a minute), either or both, separated by `,`. Nothing else is
- * accepted: a typo in a limit must stop the process at start, not leave a provider unguarded.
+ * a minute) and `tpm:<n>` (tokens a minute), either or both, and optionally `burst:<n>` (the
+ * bucket's spread: at most ceil(rpm / 60) × n requests and ceil(tpm / 60) × n tokens in any one
+ * second; default RATE_LIMIT_BURST), separated by `,`. Nothing else is accepted: a typo in a
+ * limit must stop the process at start, not leave a provider unguarded.
  */
 
 /**
@@ -22,10 +24,25 @@ export const MAX_BUCKETS = 100;
 /** The largest rpm or tpm accepted: far above any provider's tier, and exact in Lua's numbers. */
 export const MAX_LIMIT = 1_000_000_000;
 
-/** A bucket's limits: requests and tokens a provider may see in any 60-second window. */
+/** The largest burst factor: 60 seconds' share in one second is the whole minute, no spread at all. */
+export const MAX_BURST = 60;
+
+/** A bucket's limits: requests and tokens a provider may see in any 60-second window, and the bucket's own burst factor. */
 export interface BucketLimit {
   rpm?: number;
   tpm?: number;
+  /** Absent: RATE_LIMIT_BURST. */
+  burst?: number;
+}
+
+/**
+ * A bucket's spread: the requests and tokens it grants in any one second, a second's share of
+ * the minute (rounded up) times the burst factor. `burst` 60 grants the whole minute at once.
+ */
+export function perSecond(limit: Readonly<BucketLimit>, burst: number): { requests?: number; tokens?: number } {
+  const share = (perMinute: number | undefined) =>
+    (perMinute === undefined ? undefined : Math.min(perMinute, Math.ceil(perMinute / 60) * burst));
+  return { requests: share(limit.rpm), tokens: share(limit.tpm) };
 }
 
 export type RateLimits = ReadonlyMap<string, Readonly<BucketLimit>>;
@@ -40,7 +57,7 @@ export function parseRateLimits(text: string): RateLimits {
   for (const entry of entries) {
     const at = entry === '' ? 'an empty entry' : JSON.stringify(entry);
     const eq = entry.indexOf('=');
-    if (eq < 0) throw new Error(`${at}: expected <bucket>=rpm:<n>,tpm:<n>`);
+    if (eq < 0) throw new Error(`${at}: expected <bucket>=rpm:<n>,tpm:<n>,burst:<n>`);
     const name = entry.slice(0, eq).trim();
     if (!BUCKET_NAME.test(name)) {
       throw new Error(`${at}: the bucket name must match ${BUCKET_NAME.source} (letters, digits, . _ : / -, at most 128)`);
@@ -48,14 +65,16 @@ export function parseRateLimits(text: string): RateLimits {
     if (buckets.has(name)) throw new Error(`${at}: the bucket ${name} is defined twice`);
     const limit: BucketLimit = {};
     for (const part of entry.slice(eq + 1).split(',').map((p) => p.trim())) {
-      const m = /^(rpm|tpm):(\d+)$/.exec(part);
-      if (!m) throw new Error(`${at}: ${JSON.stringify(part)} is not rpm:<n> or tpm:<n> (n a whole number)`);
-      const [, field, digits] = m as unknown as [string, 'rpm' | 'tpm', string];
+      const m = /^(rpm|tpm|burst):(\d+)$/.exec(part);
+      if (!m) throw new Error(`${at}: ${JSON.stringify(part)} is not rpm:<n>, tpm:<n> or burst:<n> (n a whole number)`);
+      const [, field, digits] = m as unknown as [string, 'rpm' | 'tpm' | 'burst', string];
       const n = Number(digits);
-      if (n < 1 || n > MAX_LIMIT) throw new Error(`${at}: ${field} must be from 1 to ${MAX_LIMIT}`);
+      const max = field === 'burst' ? MAX_BURST : MAX_LIMIT;
+      if (n < 1 || n > max) throw new Error(`${at}: ${field} must be from 1 to ${max}`);
       if (limit[field] !== undefined) throw new Error(`${at}: ${field} is given twice`);
       limit[field] = n;
     }
+    if (limit.rpm === undefined && limit.tpm === undefined) throw new Error(`${at}: give rpm:<n>, tpm:<n> or both`);
     buckets.set(name, Object.freeze(limit));
   }
   if (buckets.size > MAX_BUCKETS) throw new Error(`${buckets.size} buckets: at most ${MAX_BUCKETS}`);

@@ -3,7 +3,7 @@ import { RedisArtifactStore } from './artifacts/redis-store.ts';
 import type { Config } from './config.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
 import { FairShare, heldBack } from './engine/fair-share.ts';
-import { RateLimiter } from './engine/rate-limiter.ts';
+import { RateLimiter, scopeWeights } from './engine/rate-limiter.ts';
 import { RunStore } from './engine/store.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
 import { Sweeper } from './engine/sweeper.ts';
@@ -140,7 +140,9 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   bulk.start();
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
-  const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents);
+  const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents, {
+    burst: c.RATE_LIMIT_BURST, pauseMaxMs: c.RATE_LIMIT_PAUSE_MAX_MS, weightOf: scopeWeights(redis, keys, c.SCOPE_WEIGHT),
+  });
   metrics.watchRateLimits(c.RATE_LIMITS, () => rateLimits.list());
   fairShare = new FairShare(redis, keys, c, registry, transitions, log);
   fairShare.start();

@@ -70,7 +70,7 @@ export interface ScopeLimits {
   /** The scope's submit token bucket: its rate, and its size. */
   submitRatePerSec: number;
   submitBurst: number;
-  /** The scope's weight when worker slots are shared among scopes with runnable work. */
+  /** The scope's weight when worker slots, and a provider rate-limit bucket's grants, are shared among scopes that want them. */
   weight: number;
   /** Event streams of the scope open at once, per API process. */
   maxStreams: number;
@@ -148,25 +148,37 @@ export interface TokenBudget {
 }
 
 /**
- * A model provider's rate-limit bucket (RATE_LIMITS), shared by every worker, as an operator
- * sees it (`GET /v1/rate-limits`, and the answer of a pause or a resume).
+ * A model provider's rate-limit bucket (RATE_LIMITS), shared by every worker and every scope,
+ * as an operator sees it (`GET /v1/rate-limits`, and the answer of a pause or a resume).
  */
 export interface RateLimitBucket {
   bucket: string;
   /** Requests and tokens a minute the provider may see (RATE_LIMITS); null: not limited that way. */
   rpm: number | null;
   tpm: number | null;
+  /** The bucket's burst factor (its `burst:`, else RATE_LIMIT_BURST) and the spread it makes: requests and tokens in any one second. */
+  burst: number;
+  perSecond: { requests: number | null; tokens: number | null };
   /** What the bucket's window holds now: grants, their tokens (as settled, or reserved by calls in flight), the part reserved. */
   requests: number;
   tokens: number;
   reservedTokens: number;
-  /** null: not paused. `untilMs` (epoch ms) null: paused until an operator resumes it. */
-  paused: { by: 'provider' | 'operator'; untilMs: number | null } | null;
+  /** What the last second holds: grants and their tokens. */
+  lastSecond: { requests: number; tokens: number };
+  /** Scopes waiting for the bucket now: how many, and the first 20 in the order they are served. */
+  waiting: { count: number; scopes: string[] };
+  /**
+   * null: not paused. `untilMs` (epoch ms) null: paused until an operator resumes it; `sinceMs`
+   * when it was set (null: not known); `askedMs` a provider's Retry-After (null: an operator's
+   * pause), and `capped` whether it asked for longer than RATE_LIMIT_PAUSE_MAX_MS, which is what it got.
+   */
+  paused: { by: 'provider' | 'operator'; untilMs: number | null; sinceMs: number | null; askedMs: number | null; capped: boolean } | null;
 }
 
-/** `GET /v1/rate-limits`: every bucket RATE_LIMITS defines, and the window their counts cover. */
+/** `GET /v1/rate-limits`: every bucket RATE_LIMITS defines, the window their counts cover, and the cap on a provider's pause. */
 export interface RateLimitsView {
   windowMs: number;
+  providerPauseMaxMs: number;
   buckets: RateLimitBucket[];
 }
 

@@ -584,7 +584,8 @@ export class ContextState {
   private limitedCall<T>(
     bucket: BucketRequest, call: () => Promise<T> | T, calls: CountedCall[], capture: { text: string } | undefined,
   ): Promise<T> {
-    return this.d.rateLimits!.call(bucket, this.d.attempt.signal, {
+    // The run's scope takes its place in the bucket's fair order.
+    return this.d.rateLimits!.call({ ...bucket, scope: this.d.run.scope }, this.d.attempt.signal, {
       run: async () => call(),
       reported: () => {
         const tokens = calls.reduce((n, c) => n + c.inputTokens + c.outputTokens, 0);

@@ -1,8 +1,10 @@
 import type { RateLimitBucket } from '../contract/admin.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import { BatonError } from '../errors.ts';
+import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import { BUCKET_NAME, type BucketLimit, type RateLimits } from '../rate-limit-config.ts';
+import type { Redis } from '../redis.ts';
+import { BUCKET_NAME, perSecond, type BucketLimit, type RateLimits } from '../rate-limit-config.ts';
 import type { RateLimitRequest } from '../sdk/agent.ts';
 import { PermanentError } from '../sdk/errors.ts';
 import { classify } from './retry-policy.ts';
@@ -19,6 +21,11 @@ import type { RateBucketReply, Transitions } from './transitions.ts';
  * The run's lease is kept meanwhile by the worker's lease keeper, which beats on its own, and
  * the run's signal ends the wait at once.
  *
+ * A bucket is shared by every scope: while scopes wait for it, it goes to them by their weight
+ * (the scope's `weight` limit) in start-time fair order, and a scope alone takes all of it. It
+ * is spread over its minute: at most a second's share (times the burst factor) in any second.
+ * Both are rules of the script, on the one log every worker shares.
+ *
  * The call site is `ctx.infer` (context.ts), which createChatAgent and baton/ai go through.
  */
 
@@ -34,6 +41,14 @@ const SETTLE_POLL_MS = 250;
 const PAUSE_POLL_MS = 1_000;
 /** Waiters that wake for the same free grant wake a little apart. */
 const JITTER_MS = 25;
+/**
+ * A waiting call asks again at least this often, however long the script said the wait is: its
+ * scope's place in the fair order lapses without an ask (ASK_GRACE_MS after the one due), so a
+ * scope whose runs went away holds the others back for about a second at most.
+ */
+const ASK_AGAIN_MS = 1_000;
+/** How late past its due ask a waiting scope may come (the jitter, a round trip, a busy event loop) before its place lapses. */
+const ASK_GRACE_MS = 500;
 /**
  * A provider's 429 with Retry-After up to this long is waited out inside the step (the run keeps
  * its worker); a longer one ends the attempt as the retry policy says (the run leaves the worker
@@ -53,6 +68,18 @@ export interface RateLimitEvents {
   /** `bucket` was paused: a provider's 429 (counted by the process whose call got it), or an operator. */
   paused?(bucket: string, by: 'provider' | 'operator'): void;
 }
+
+/** How the limiter spreads its buckets and caps providers' pauses (RATE_LIMIT_BURST, RATE_LIMIT_PAUSE_MAX_MS). */
+export interface RateLimiterSettings {
+  /** Seconds' share of its minute a bucket grants in one second, where RATE_LIMITS sets no `burst`. */
+  burst: number;
+  /** The longest pause a provider's Retry-After sets. */
+  pauseMaxMs: number;
+  /** A scope's weight (its `weight` limit); absent: every scope weighs 1. */
+  weightOf?(scope: string): Promise<number>;
+}
+
+export const DEFAULT_RATE_LIMITER_SETTINGS: RateLimiterSettings = { burst: 1, pauseMaxMs: 300_000 };
 
 /** A grant taken from a bucket, to settle once the call's usage is known. */
 export interface Grant {
@@ -78,14 +105,15 @@ export interface LimitedCall<T> {
   reset(): void;
 }
 
-/** A request checked against RATE_LIMITS: the bucket and the tokens to reserve. */
-export interface BucketRequest { bucket: string; tokens: number }
+/** A request checked against RATE_LIMITS: the bucket and the tokens to reserve, and the scope asking (absent: no share kept). */
+export interface BucketRequest { bucket: string; tokens: number; scope?: string }
 
 export class RateLimiter {
   constructor(
     private readonly transitions: Transitions,
     readonly limits: RateLimits,
     private readonly events: RateLimitEvents = {},
+    readonly settings: RateLimiterSettings = DEFAULT_RATE_LIMITER_SETTINGS,
   ) {}
 
   /**
@@ -125,7 +153,7 @@ export class RateLimiter {
    */
   async call<T>(req: BucketRequest, signal: AbortSignal, c: LimitedCall<T>, log: Logger): Promise<T> {
     for (let retried = 0; ; retried++) {
-      const grant = await this.acquire(req.bucket, req.tokens, signal);
+      const grant = await this.acquire(req.bucket, req.tokens, signal, req.scope);
       let value: T;
       try {
         value = await c.run();
@@ -149,20 +177,26 @@ export class RateLimiter {
     }
   }
 
-  /** Waits for a grant of `tokens` from `bucket` (a bucket RATE_LIMITS defines). Rejects with the signal's reason when it aborts. */
-  async acquire(bucket: string, tokens: number, signal: AbortSignal): Promise<Grant> {
+  /**
+   * Waits for a grant of `tokens` from `bucket` (a bucket RATE_LIMITS defines), for `scope`
+   * (absent: a call of no scope, which takes no place in the fair order). Rejects with the
+   * signal's reason when it aborts.
+   */
+  async acquire(bucket: string, tokens: number, signal: AbortSignal, scope?: string): Promise<Grant> {
     const limit = this.limitOf(bucket);
     const started = Date.now();
+    const who = scope === undefined ? {} : { scope, weight: (await this.settings.weightOf?.(scope)) ?? 1 };
     try {
       for (;;) {
         if (signal.aborted) throw signal.reason;
         const reply = await this.transitions.rateBucket(bucket, RATE_WINDOW_MS, {
           op: 'acquire', rpm: limit.rpm, tpm: limit.tpm, tokens, pollMs: SETTLE_POLL_MS, pauseMs: PAUSE_POLL_MS,
+          second: this.spreadOf(limit), askMs: ASK_AGAIN_MS, graceMs: ASK_GRACE_MS, ...who,
         });
         if (reply.kind === 'granted') return { bucket, member: reply.member, tokens };
         if (reply.kind === 'too-large') throw tooLarge(bucket, tokens, reply.tpm);
         if (reply.kind !== 'wait') throw new Error(`the rate-bucket script answered ${reply.kind} to an acquire`);
-        await sleep(reply.waitMs + Math.floor(Math.random() * JITTER_MS), signal);
+        await sleep(Math.min(reply.waitMs, ASK_AGAIN_MS) + Math.floor(Math.random() * JITTER_MS), signal);
       }
     } finally {
       this.events.waited?.(bucket, Date.now() - started);
@@ -174,10 +208,15 @@ export class RateLimiter {
     await this.transitions.rateBucket(grant.bucket, RATE_WINDOW_MS, { op: 'settle', member: grant.member, actual: Math.ceil(actual) });
   }
 
-  /** A provider said to come back in `ms`: the bucket is paused for everyone until then. Returns whether this call moved the pause. */
+  /**
+   * A provider said to come back in `ms`: the bucket is paused for everyone until then, or for
+   * RATE_LIMIT_PAUSE_MAX_MS when it asked for longer (what it asked is kept, for operators to
+   * see). Returns whether this call moved the pause.
+   */
   async providerPause(bucket: string, ms: number): Promise<boolean> {
+    const asked = Math.max(1, Math.ceil(ms));
     const reply = expect(await this.transitions.rateBucket(bucket, RATE_WINDOW_MS, {
-      op: 'pause', forMs: Math.max(1, Math.ceil(ms)), by: 'provider',
+      op: 'pause', forMs: Math.min(asked, this.settings.pauseMaxMs), by: 'provider', askedMs: asked,
     }), 'paused');
     if (reply.moved) this.events.paused?.(bucket, 'provider');
     return reply.moved;
@@ -193,12 +232,22 @@ export class RateLimiter {
   async state(bucket: string): Promise<BucketState> {
     const limit = this.limitOf(bucket);
     const s = expect(await this.transitions.rateBucket(bucket, RATE_WINDOW_MS, { op: 'read' }), 'state');
+    const second = this.spreadOf(limit);
+    const by = s.pausedBy === 'operator' ? 'operator' : 'provider';
+    const asked = by === 'provider' && s.pauseAsked > 0 ? s.pauseAsked : null;
     return {
-      bucket, rpm: limit.rpm ?? null, tpm: limit.tpm ?? null,
+      bucket, rpm: limit.rpm ?? null, tpm: limit.tpm ?? null, burst: this.burstOf(limit),
+      perSecond: { requests: second.requests ?? null, tokens: second.tokens ?? null },
       requests: s.requests, tokens: s.tokens, reservedTokens: s.reserved,
+      lastSecond: { requests: s.secondRequests, tokens: s.secondTokens },
+      waiting: { count: s.waitingCount, scopes: s.waiting },
       paused: s.pausedUntil === 0 ? null : {
-        by: s.pausedBy === 'operator' ? 'operator' : 'provider',
+        by,
         untilMs: s.pausedUntil < 0 ? null : s.pausedUntil,
+        sinceMs: s.pausedAt > 0 ? s.pausedAt : null,
+        askedMs: asked,
+        // The pause a provider's Retry-After asked for, cut to RATE_LIMIT_PAUSE_MAX_MS.
+        capped: asked !== null && s.pausedAt > 0 && s.pausedUntil > 0 && asked > s.pausedUntil - s.pausedAt,
       },
     };
   }
@@ -236,6 +285,15 @@ export class RateLimiter {
 
   // ----
 
+  private burstOf(limit: Readonly<BucketLimit>): number {
+    return limit.burst ?? this.settings.burst;
+  }
+
+  /** The bucket's spread: requests and tokens in any one second. */
+  private spreadOf(limit: Readonly<BucketLimit>): { requests?: number; tokens?: number } {
+    return perSecond(limit, this.burstOf(limit));
+  }
+
   private limitOf(bucket: string): Readonly<BucketLimit> {
     const limit = this.limits.get(bucket);
     if (!limit) {
@@ -258,6 +316,31 @@ export class RateLimiter {
       log.warn({ bucket: grant.bucket, err: (err as Error)?.message }, 'a rate-limit grant could not be settled; its reservation stays counted');
     }
   }
+}
+
+/** How long a scope's weight, once read, is used before it is read again: a changed weight counts within this. */
+const WEIGHT_TTL_MS = 5_000;
+/** Scopes whose weights are kept at most; past it the kept ones are dropped and read again. */
+const WEIGHTS_KEPT = 10_000;
+
+/**
+ * Scopes' weights for the buckets' fair order: the scope's `weight` limit, else `fallback`
+ * (SCOPE_WEIGHT), read from the scope's limits hash at most once per WEIGHT_TTL_MS per scope:
+ * the bucket's script cannot read it (another slot), so each acquire carries it.
+ */
+export function scopeWeights(redis: Redis, keys: Keys, fallback: number): (scope: string) => Promise<number> {
+  const kept = new Map<string, { weight: number; until: number }>();
+  return async (scope) => {
+    const now = Date.now();
+    const hit = kept.get(scope);
+    if (hit && hit.until > now) return hit.weight;
+    const raw = await redis.hget(keys.scope(scope).limits, 'weight');
+    const n = Number(raw);
+    const weight = raw !== null && Number.isSafeInteger(n) && n >= 1 ? n : fallback;
+    if (kept.size >= WEIGHTS_KEPT) kept.clear();
+    kept.set(scope, { weight, until: now + WEIGHT_TTL_MS });
+    return weight;
+  };
 }
 
 /**

@@ -160,23 +160,45 @@ export interface ResumedWait { kind: WaitKind; since: number; runtime: string; a
 
 /** One step on a provider's rate-limit bucket (lua/rate-bucket.lua), as RateLimiter (rate-limiter.ts) asks it. */
 export type RateBucketCall =
-  | { op: 'acquire'; rpm?: number; tpm?: number; tokens: number; pollMs: number; pauseMs: number }
+  | {
+    op: 'acquire'; rpm?: number; tpm?: number; tokens: number; pollMs: number; pauseMs: number;
+    /** The spread: grants and tokens in any one second (absent: not spread). */
+    second?: { requests?: number; tokens?: number };
+    /**
+     * A refused caller asks again within askMs; its place (in the fair order, or a large call's
+     * hold on the second) lasts till then and graceMs more.
+     */
+    askMs: number; graceMs: number;
+    /** The scope asking and its weight (absent: no place in the fair order). */
+    scope?: string; weight?: number;
+  }
   | { op: 'settle'; member: string; actual: number }
-  | { op: 'pause'; untilMs?: number; forMs?: number; by: 'provider' | 'operator' }
+  /** `askedMs`: what a provider's Retry-After asked for, before the cap. */
+  | { op: 'pause'; untilMs?: number; forMs?: number; by: 'provider' | 'operator'; askedMs?: number }
   | { op: 'resume' }
   | { op: 'read' };
 
 export type RateBucketReply =
   /** Granted at `at` (Redis time); `member` names the grant for its settle. */
   | { kind: 'granted'; member: string; at: number; requests: number; tokens: number }
-  | { kind: 'wait'; waitMs: number; why: 'paused' | 'requests' | 'tokens' }
+  | { kind: 'wait'; waitMs: number; why: RateWaitReason }
   | { kind: 'too-large'; tpm: number }
   | { kind: 'settled' }
   /** `moved`: this call set the pause or moved its end (a provider's pause only ever moves it later). */
   | { kind: 'paused'; pausedUntil: number; moved: boolean }
   | { kind: 'resumed'; lifted: boolean }
-  /** The window as of `now` (Redis time); pausedUntil 0: not paused, -1: until resumed. */
-  | { kind: 'state'; requests: number; tokens: number; reserved: number; pausedUntil: number; pausedBy: string; now: number };
+  /**
+   * The window as of `now` (Redis time); pausedUntil 0: not paused, -1: until resumed; pausedAt
+   * when it was set and pauseAsked a provider's Retry-After before the cap (0: not known, none);
+   * the last second's grants; the scopes waiting (the first 20, next served first) and their count.
+   */
+  | {
+    kind: 'state'; requests: number; tokens: number; reserved: number; pausedUntil: number; pausedBy: string; now: number;
+    pausedAt: number; pauseAsked: number; secondRequests: number; secondTokens: number; waiting: string[]; waitingCount: number;
+  };
+
+/** Why an acquire must wait: a pause, the minute's requests or tokens, the second's spread, or a scope ahead in the fair order. */
+export type RateWaitReason = 'paused' | 'requests' | 'tokens' | 'second' | 'share';
 
 /** A cron schedule's due tick to claim (lua/schedule-claim.lua), as the scheduler worked it out. */
 export interface TickClaim {
@@ -298,7 +320,10 @@ const REPLY = {
   'rate-too-large': { code: num, tpm: num },
   'rate-pause': { code: num, pausedUntil: num, moved: flag },
   'rate-resume': { code: num, lifted: flag },
-  'rate-state': { code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num },
+  'rate-state': {
+    code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num,
+    pausedAt: num, pauseAsked: num, secondRequests: num, secondTokens: num, waiting: strings, waitingCount: num,
+  },
   // lua/budget-hold.lua, by code
   'budget-held': { code: num, used: num, held: num, limit: num, reserved: num },
   'budget-refused': { code: num, used: num, held: num, limit: num },
@@ -818,7 +843,10 @@ export class Transitions {
 
   /** One atomic step on the rate-limit bucket `bucket` (RATE_LIMITS), over a window of `windowMs`. */
   async rateBucket(bucket: string, windowMs: number, call: RateBucketCall): Promise<RateBucketReply> {
-    const keys = { bucket: this.keys.rateBucket(bucket), grants: this.keys.rateGrants(bucket) };
+    const keys = {
+      bucket: this.keys.rateBucket(bucket), grants: this.keys.rateGrants(bucket),
+      tags: this.keys.rateTags(bucket), waiting: this.keys.rateWaiting(bucket), lapses: this.keys.rateLapses(bucket),
+    };
     const raw = await callScript(this.redis, 'rate-bucket', keys, { json: JSON.stringify({ base: '', windowMs, ...call }) });
     switch (call.op) {
       case 'acquire': {
@@ -829,7 +857,7 @@ export class Transitions {
         }
         if (code === 1) {
           const wait = decodeAnswer('rate-wait', raw);
-          return { kind: 'wait', waitMs: wait.waitMs, why: wait.why as 'paused' | 'requests' | 'tokens' };
+          return { kind: 'wait', waitMs: wait.waitMs, why: wait.why as RateWaitReason };
         }
         if (code === 2) return { kind: 'too-large', tpm: decodeAnswer('rate-too-large', raw).tpm };
         throw new Error(`the rate-bucket script answered the unexpected code ${code}`);

@@ -74,6 +74,8 @@ export class Metrics {
   private readonly collectTimeoutMs: number;
   /** Reads the provider rate-limit buckets' windows at scrape time (RateLimiter.list), once a process watches them. */
   private rateLimitReader: (() => Promise<readonly BucketState[]>) | undefined;
+  /** The buckets as one scrape read them: both bucket gauges collect from one read. */
+  private bucketsRead: { at: number; read: Promise<readonly BucketState[]> } | undefined;
 
   readonly submitted: Counter<string>;
   readonly started: Counter<string>;
@@ -265,12 +267,27 @@ export class Metrics {
         this.reset();
         if (!self.rateLimitReader) return;
         try {
-          for (const b of await answeredWithin(self.rateLimitReader(), self.collectTimeoutMs)) {
+          for (const b of await answeredWithin(self.bucketsOfScrape(), self.collectTimeoutMs)) {
             if (b.rpm !== null) this.set({ bucket: b.bucket, unit: 'requests' }, b.requests);
             if (b.tpm !== null) this.set({ bucket: b.bucket, unit: 'tokens' }, b.tokens);
           }
         } catch {
           self.collectErrors.inc({ collector: 'rate_limits' });
+        }
+      },
+    });
+    new Gauge({
+      name: 'baton_rate_limit_waiting_scopes',
+      help: 'Scopes waiting for a provider rate-limit bucket now (they share it by weight), read at scrape time.',
+      labelNames: ['bucket'], registers,
+      async collect() {
+        this.reset();
+        if (!self.rateLimitReader) return;
+        try {
+          const buckets = await answeredWithin(self.bucketsOfScrape(), self.collectTimeoutMs);
+          for (const b of buckets) this.set({ bucket: b.bucket }, b.waiting.count);
+        } catch {
+          // Counted once, by baton_rate_limit_used's collector, which read the same.
         }
       },
     });
@@ -436,6 +453,13 @@ export class Metrics {
       if (limit.rpm !== undefined) this.rateLimitLimit.set({ bucket, unit: 'requests' }, limit.rpm);
       if (limit.tpm !== undefined) this.rateLimitLimit.set({ bucket, unit: 'tokens' }, limit.tpm);
     }
+  }
+
+  /** The buckets for this scrape: one read, shared by the gauges that collect within a second of it. */
+  private bucketsOfScrape(): Promise<readonly BucketState[]> {
+    const now = Date.now();
+    if (!this.bucketsRead || now - this.bucketsRead.at > 1_000) this.bucketsRead = { at: now, read: this.rateLimitReader!() };
+    return this.bucketsRead.read;
   }
 
   /** Hooks for the process's RateLimiter. */

@@ -1,5 +1,6 @@
---[[ A model provider's rate-limit bucket, shared by every worker (src/lib/engine/rate-limiter.ts
-  calls it; RATE_LIMITS defines the buckets). One call is one atomic step on the bucket.
+--[[ A model provider's rate-limit bucket, shared by every worker and every scope
+  (src/lib/engine/rate-limiter.ts calls it; RATE_LIMITS defines the buckets). One call is one
+  atomic step on the bucket.
 
   The promise: the provider sees at most O.rpm requests, and at most O.tpm tokens, in any
   window of 60 s. A token bucket that starts full cannot keep it (its burst plus a window's
@@ -8,38 +9,74 @@
   the grants still in the window, plus it, stay within both limits. ARCHITECTURE.md ("Provider
   rate limits") has the argument and why the window is a little longer than a minute.
 
+  Two more rules only ever refuse a grant the window would allow, so the promise stands:
+  - The spread (O.second): at most O.second.requests grants, and O.second.tokens tokens, in any
+    second of the log, as providers that count a minute in shorter slices enforce it; a call
+    that reserves more than a second's tokens is granted only in a second that holds none, and
+    while one waits for such a second (`drainUntil`: its next ask and a margin) no smaller call
+    is granted, so a stream of small calls cannot keep it out.
+  - Fairness between scopes (O.scope, O.weight): while scopes wait for the bucket, it is shared
+    by weight in start-time fair order. Each scope has a tag (`tags`): the virtual time its last
+    grant finishes at, start + cost / weight, where start = max(its tag, vtime), cost is the
+    grant's dominant share of the minute (max(1 / rpm, tokens / tpm)), and vtime the start of
+    the latest grant. A scope refused a grant waits in `waiting` (scored by its tag) until it
+    asks again or its lapse (`lapses`) passes; a grant that the window allows is refused (`share`)
+    when a waiting scope's start is earlier than the asker's. So a newcomer starts at vtime
+    (no credit for an idle past, no debt for a busy one), scopes that contend get grants in the
+    ratio of their weights, and a scope alone (nobody waiting) takes the whole bucket.
+
   A grant's member is `<seq>:<tokens>:<r|s>`: its number, the tokens it counts for, and whether
   that is the caller's reservation (r, the estimate made before the call) or what the provider
   reported (s, settled). The bucket's hash keeps their sum (`tokens`) and the part of it still
   reserved (`reserved`), so no call sums the log: each call first trims the grants that left
   the window and takes their tokens off (each grant is added once and trimmed once, so a call
-  costs O(1) amortised, plus its ZADD).
+  costs O(1) amortised, plus its ZADD, plus the grants of the last second when O.second is set).
 
-  KEYS  bucket (hash: tokens, reserved, seq, pausedUntil, pausedBy), grants (zset: member -> grant time)
+  KEYS  bucket (hash: tokens, reserved, seq, vtime, drainUntil, pausedUntil, pausedBy, pausedAt, pauseAsked),
+        grants (zset: member -> grant time), tags (zset: scope -> virtual finish of its last grant),
+        waiting (zset: scope -> its tag, scopes refused lately), lapses (zset: scope -> when its waiting ends)
   O     op: acquire | settle | pause | resume | read, and windowMs (every op trims the log first)
-        acquire: rpm, tpm (absent: no such limit), tokens (to reserve), pollMs, pauseMs
+        acquire: rpm, tpm (absent: no such limit), tokens (to reserve), pollMs, pauseMs,
+                 second ({requests, tokens}, either absent: no such limit; absent: no spread),
+                 scope, weight (absent scope: no share kept), askMs, graceMs (a refused caller
+                 asks again within min(its wait, askMs): its place, a scope's in the fair order or
+                 a large call's hold on the second, lasts that long and graceMs more)
         settle:  member (as acquire answered it), actual (the tokens the provider reported)
         pause:   untilMs (epoch ms; -1: until resumed) or forMs (from now, Redis time), by
-                 (`provider`: only ever moves the pause later; `operator`: sets it)
+                 (`provider`: only ever moves the pause later; `operator`: sets it), askedMs
+                 (a provider's: what its Retry-After asked for, before the cap)
   Returns
     acquire: {0, member, grant time, requests in the window, tokens in the window}: granted
-             {1, ms to wait, why (paused | requests | tokens)}: not now; call again after that long
+             {1, ms to wait, why (paused | requests | tokens | second | share)}: not now; ask again
              {2, tpm}: the reservation is larger than tpm, so it can never be granted
     settle:  {0}
     pause:   {0, pausedUntil, 1 if this call set or moved the pause, else 0}
     resume:  {0, 1 if a pause was lifted, else 0}
-    read:    {0, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now} ]]
+    read:    {0, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now, pausedAt,
+              pauseAsked (0: none), requests and tokens of the last second, waiting scopes
+              (the first 20, next served first), how many wait} ]]
 -- @uses nowMs, readFields, int
 local now = nowMs()
+-- The spread's slice: OpenAI documents its per-minute limits as enforced per second.
+local SECOND_MS = 1000
+-- A second holding more grants than this is taken as full: one call reads no more of them.
+local SECOND_WALK = 1000
+-- Lapsed waiters dropped per call at most (the rest go at the next).
+local LAPSED_BATCH = 500
 
 local function parse(member)
   local seq, tokens, state = string.match(member, '^(%d+):(%d+):([rs])$')
   return seq, tonumber(tokens), state
 end
 
+-- A tag as text: the virtual times are fractions, and ZADD reads them back exactly.
+local function tagText(x) return string.format('%.17g', x) end
+
 -- Trims the grants that left the window, taking their tokens off the sums.
 local gone = redis.call('ZRANGEBYSCORE', K.grants, '-inf', now - O.windowMs)
-local fields = readFields(K.bucket, { 'tokens', 'reserved', 'pausedUntil', 'pausedBy' })
+local fields = readFields(K.bucket, {
+  'tokens', 'reserved', 'pausedUntil', 'pausedBy', 'pausedAt', 'pauseAsked', 'vtime', 'drainUntil',
+})
 local sum = tonumber(fields.tokens) or 0
 local reserved = tonumber(fields.reserved) or 0
 if #gone > 0 then
@@ -57,15 +94,27 @@ if sum ~= (tonumber(fields.tokens) or 0) or reserved ~= (tonumber(fields.reserve
   redis.call('HSET', K.bucket, 'tokens', int(sum), 'reserved', int(reserved))
 end
 
+local PAUSE_FIELDS = { 'pausedUntil', 'pausedBy', 'pausedAt', 'pauseAsked' }
 local pausedUntil = tonumber(fields.pausedUntil) or 0
 if pausedUntil > 0 and pausedUntil <= now then
-  redis.call('HDEL', K.bucket, 'pausedUntil', 'pausedBy')
+  redis.call('HDEL', K.bucket, unpack(PAUSE_FIELDS))
   pausedUntil = 0
 end
 
--- The hash lives while the log does, or while a pause lasts (an open-ended one: until resumed).
+-- Scopes whose waiting lapsed (they did not ask again in time) wait no more.
+local lapsed = redis.call('ZRANGEBYSCORE', K.lapses, '-inf', now, 'LIMIT', 0, LAPSED_BATCH)
+if #lapsed > 0 then
+  redis.call('ZREM', K.waiting, unpack(lapsed))
+  redis.call('ZREM', K.lapses, unpack(lapsed))
+end
+local vtime = tonumber(fields.vtime) or 0
+
+-- The hash lives while the log does, or while a pause lasts (an open-ended one: until resumed);
+-- the fairness keys live with the log.
 local function keep()
-  redis.call('PEXPIRE', K.grants, O.windowMs + 1000)
+  for _, key in ipairs({ K.grants, K.tags, K.waiting, K.lapses }) do
+    redis.call('PEXPIRE', key, O.windowMs + 1000)
+  end
   if pausedUntil < 0 then
     redis.call('PERSIST', K.bucket)
   else
@@ -73,8 +122,28 @@ local function keep()
   end
 end
 
+-- The grants of the last second, oldest first: {member, time, ...} (at most SECOND_WALK).
+local function lastSecond()
+  return redis.call('ZRANGEBYSCORE', K.grants, '(' .. int(now - SECOND_MS), '+inf', 'WITHSCORES', 'LIMIT', 0, SECOND_WALK)
+end
+
+local function tokensOf(log)
+  local total = 0
+  for i = 1, #log, 2 do
+    local _, tokens = parse(log[i])
+    total = total + tokens
+  end
+  return total
+end
+
 if O.op == 'read' then
-  return { 0, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now) }
+  local second = lastSecond()
+  local waiting = redis.call('ZRANGE', K.waiting, 0, 19)
+  return {
+    0, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now),
+    int(tonumber(fields.pausedAt) or 0), int(tonumber(fields.pauseAsked) or 0),
+    #second / 2, int(tokensOf(second)), waiting, redis.call('ZCARD', K.waiting),
+  }
 end
 
 if O.op == 'settle' then
@@ -95,7 +164,12 @@ if O.op == 'pause' then
   if O.by == 'operator' or (pausedUntil >= 0 and untilMs > pausedUntil) then
     moved = (untilMs ~= pausedUntil) and 1 or 0
     pausedUntil = untilMs
-    redis.call('HSET', K.bucket, 'pausedUntil', int(pausedUntil), 'pausedBy', O.by)
+    redis.call('HSET', K.bucket, 'pausedUntil', int(pausedUntil), 'pausedBy', O.by, 'pausedAt', int(now))
+    if O.askedMs then
+      redis.call('HSET', K.bucket, 'pauseAsked', int(O.askedMs))
+    else
+      redis.call('HDEL', K.bucket, 'pauseAsked')
+    end
     keep()
   end
   return { 0, int(pausedUntil), moved }
@@ -103,15 +177,29 @@ end
 
 if O.op == 'resume' then
   if pausedUntil == 0 then return { 0, 0 } end
-  redis.call('HDEL', K.bucket, 'pausedUntil', 'pausedBy')
+  redis.call('HDEL', K.bucket, unpack(PAUSE_FIELDS))
   return { 0, 1 }
 end
 
 -- acquire
+local me = O.scope
+-- Where the asking scope would start in the fair order (nil: no scope, no share kept).
+local start = me and math.max(tonumber(redis.call('ZSCORE', K.tags, me)) or 0, vtime)
+
+-- Not now: the scope waits, in line by its tag, until its next ask and a margin.
+local function refuse(waitMs, why)
+  waitMs = math.max(1, waitMs)
+  if me then
+    redis.call('ZADD', K.waiting, tagText(start), me)
+    redis.call('ZADD', K.lapses, int(now + math.min(waitMs, O.askMs) + O.graceMs), me)
+    keep()
+  end
+  return { 1, int(waitMs), why }
+end
+
 if pausedUntil ~= 0 then
   -- Looked at again at least every pauseMs, so a resume (or a shorter pause) is seen soon.
-  local left = pausedUntil < 0 and O.pauseMs or math.min(pausedUntil - now, O.pauseMs)
-  return { 1, int(left), 'paused' }
+  return refuse(pausedUntil < 0 and O.pauseMs or math.min(pausedUntil - now, O.pauseMs), 'paused')
 end
 if O.tpm and O.tokens > O.tpm then return { 2, O.tpm } end
 
@@ -139,12 +227,74 @@ if O.tpm and sum + O.tokens > O.tpm then
   if sum - reserved + O.tokens <= O.tpm then tokenWait = math.min(tokenWait, O.pollMs) end
   if tokenWait > waitMs then waitMs, why = tokenWait, 'tokens' end
 end
-if why then return { 1, int(math.max(1, waitMs)), why } end
+if O.second then
+  -- The spread: a grant leaves the second SECOND_MS after it was made.
+  local second = lastSecond()
+  local n = #second / 2
+  local secondWait = 0
+  if n >= SECOND_WALK then
+    secondWait = O.pollMs
+  else
+    if O.second.requests and n + 1 > O.second.requests then
+      secondWait = tonumber(second[2 * (n - O.second.requests + 1)]) + SECOND_MS - now
+    end
+    -- A call larger than a second's tokens fits only a second that holds none.
+    local large = O.second.tokens and O.tokens > O.second.tokens
+    local limit = O.second.tokens and math.max(O.second.tokens, O.tokens)
+    local need = limit and tokensOf(second) + O.tokens - limit or 0
+    if need > 0 then
+      local at = now
+      for i = 1, #second, 2 do
+        local _, tokens = parse(second[i])
+        need = need - tokens
+        at = tonumber(second[i + 1])
+        if need <= 0 then break end
+      end
+      secondWait = math.max(secondWait, at + SECOND_MS - now)
+    end
+    local drainUntil = tonumber(fields.drainUntil) or 0
+    if large and secondWait > 0 and waitMs == 0 then
+      -- Only the second is in its way: smaller calls hold off until its next ask, so that the
+      -- second empties for it (not while the minute is full for it: that is no second's doing).
+      redis.call('HSET', K.bucket, 'drainUntil', int(now + math.min(secondWait, O.askMs) + O.graceMs))
+    elseif large then
+      if drainUntil > 0 then redis.call('HDEL', K.bucket, 'drainUntil') end
+    elseif O.second.tokens and drainUntil > now then
+      secondWait = math.max(secondWait, math.min(drainUntil - now, O.pollMs))
+    end
+  end
+  if secondWait > waitMs then waitMs, why = secondWait, 'second' end
+end
+if why then return refuse(waitMs, why) end
+
+if me then
+  -- Room, but a scope waiting that starts earlier in the fair order comes first.
+  local head = redis.call('ZRANGE', K.waiting, 0, 1, 'WITHSCORES')
+  for i = 1, #head, 2 do
+    if head[i] ~= me then
+      if math.max(tonumber(head[i + 1]), vtime) < start then return refuse(O.pollMs, 'share') end
+      break
+    end
+  end
+end
 
 local seq = redis.call('HINCRBY', K.bucket, 'seq', 1)
 local member = int(seq) .. ':' .. int(O.tokens) .. ':r'
 redis.call('ZADD', K.grants, now, member)
 sum, reserved = sum + O.tokens, reserved + O.tokens
 redis.call('HSET', K.bucket, 'tokens', int(sum), 'reserved', int(reserved))
+if me then
+  -- The grant's dominant share of the minute (a call of no tokens costs one token's share).
+  local cost = 0
+  if O.rpm then cost = 1 / O.rpm end
+  if O.tpm then cost = math.max(cost, math.max(O.tokens, 1) / O.tpm) end
+  local tag = start + cost / O.weight
+  vtime = math.max(vtime, start)
+  redis.call('HSET', K.bucket, 'vtime', tagText(vtime))
+  redis.call('ZADD', K.tags, tagText(tag), me)
+  redis.call('ZADD', K.waiting, 'XX', tagText(tag), me)
+  -- A tag behind the virtual time says no more than none: such tags are dropped.
+  redis.call('ZREMRANGEBYSCORE', K.tags, '-inf', '(' .. tagText(vtime))
+end
 keep()
 return { 0, member, int(now), requests + 1, int(sum) }
