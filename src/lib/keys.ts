@@ -41,6 +41,13 @@ export interface ScopeKeys {
   messages(sessionId: string): string;
   sessionRuns(sessionId: string): string;
   /**
+   * A fork into the session while its copy goes on (lua/fork.lua, lua/fork-copy.lua): its state
+   * (hash: token, count, copied, ...) and the copy made so far (list), both expiring unless a
+   * chunk renews them; the copy becomes the session's `messages` at the last chunk.
+   */
+  forkState(sessionId: string): string;
+  forkCopy(sessionId: string): string;
+  /**
    * Recall vectors of a session's committed turns (hash: runId -> float32 bytes), one hash per
    * embedding model, so vectors of two models are never compared. `space` is a hex digest.
    */
@@ -229,6 +236,8 @@ export function createKeys(prefix: string): Keys {
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
         messages: (id) => `${base}session:${checked('session', id)}:messages`,
         sessionRuns: (id) => `${base}session:${checked('session', id)}:runs`,
+        forkState: (id) => `${base}session:${checked('session', id)}:fork`,
+        forkCopy: (id) => `${base}session:${checked('session', id)}:fork:messages`,
         turnVectors: (id, space) => `${base}session:${checked('session', id)}:vectors:${checked('vector space', space)}`,
         artifact: (id) => `${base}artifact:${checked('artifact', id)}`,
         artifactLedger: `${base}artifacts`,

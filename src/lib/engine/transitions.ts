@@ -58,6 +58,17 @@ export type AppendAnswer = 'applied' | 'duplicate';
  */
 export interface FairLevel { level?: number; capacity?: number }
 
+/** Where a fork ends (session-fork.ts): messages to copy, the runId the last must carry, the run it is at, and its token. */
+export interface ForkAt { count: number; lastRunId: string; forkedAt: string; token: string }
+export type ForkBegun = 'copying' | 'done' | 'target-taken' | 'history-changed';
+/** One chunk of a fork's copy; `gone`: the fork's lease passed (its state expired) or it is another's. */
+export type ForkChunk =
+  | { kind: 'copying' | 'done'; messages: number; bytes: number }
+  | { kind: 'target-taken' | 'history-changed' | 'gone' };
+
+/** What one script call may copy or read: messages and bytes (one item larger than `bytes` comes alone). */
+export interface CallBudget { messages: number; bytes: number }
+
 export type SubmitReply = { created: boolean; runId: string; run: RunRecord | undefined };
 
 export type ClaimReply =
@@ -243,7 +254,8 @@ type Shape = Record<string, (v: unknown) => unknown>;
 const REPLY = {
   'submit': { code: num, runId: text, created: flag, orders, run: record },
   'history-page': { messages: strings, next: num },
-  'fork': { code: num, copied: num },
+  'fork': { code: num, done: flag },
+  'fork-copy': { code: num, done: flag, messages: num, bytes: num },
   'cancel': { code: num, orders, run: record },
   'resolve': { code: num, orders },
   'drain': { cancelled: num, left: num, orders },
@@ -328,7 +340,7 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * counts, so each run is still counted once.
  */
 const REPLICATED: ReadonlySet<ScriptName> = new Set([
-  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork',
+  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
   'schedule-pause', 'schedule-resume', 'schedule-done', 'bulk-create', 'bulk-cancel',
 ]);
 
@@ -400,20 +412,38 @@ export class Transitions {
   }
 
   /**
-   * Copies the first `count` messages of a session's history into a new session's (lua/fork.lua),
-   * if the last of them still carries `lastRunId` and the new session has no history or runs;
-   * the new session records that it was forked from `from` at `forkedAt`.
+   * Begins a fork of the first `count` messages of a session's history into a new session
+   * (lua/fork.lua), if the last of them still carries `lastRunId` and the new session has no
+   * history, runs or fork under way; `token` names the fork for its chunks (forkCopy). A fork
+   * of nothing is whole at once ('done').
    */
-  async forkHistory(
-    scope: string, from: string, to: string, at: { count: number; lastRunId: string; forkedAt: string },
-  ): Promise<'copied' | 'target-taken' | 'history-changed'> {
-    const sk = this.keys.scope(scope);
-    const reply = await this.call('fork', scope, {
-      from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
-    }, { count: at.count, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt });
+  async forkBegin(scope: string, from: string, to: string, at: ForkAt): Promise<ForkBegun> {
+    const reply = await this.call('fork', scope, this.forkKeys(scope, from, to), {
+      count: at.count, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt, token: at.token, leaseMs: FORK_LEASE_MS,
+    });
     if (reply.refused) throw scriptError(reply.refused, '');
     if (reply.code === Outcome.fork.TargetTaken) return 'target-taken';
-    return reply.code === Outcome.fork.HistoryChanged ? 'history-changed' : 'copied';
+    if (reply.code === Outcome.fork.HistoryChanged) return 'history-changed';
+    return reply.done ? 'done' : 'copying';
+  }
+
+  /**
+   * Copies the next chunk of the fork `token` (lua/fork-copy.lua): at most `budget.messages`
+   * messages and `budget.bytes` bytes (one larger message alone). The chunk that copies the
+   * last message makes the copy the new session's history, in the same call.
+   */
+  async forkCopy(scope: string, from: string, to: string, token: string, budget: CallBudget): Promise<ForkChunk> {
+    const reply = await this.call('fork-copy', scope, this.forkKeys(scope, from, to), {
+      token, leaseMs: FORK_LEASE_MS, maxMessages: budget.messages, maxBytes: budget.bytes,
+    });
+    if (reply.refused) throw scriptError(reply.refused, '');
+    switch (reply.code) {
+      case Outcome.forkCopy.Copied: return { kind: reply.done ? 'done' : 'copying', messages: reply.messages, bytes: reply.bytes };
+      case Outcome.forkCopy.TargetTaken: return { kind: 'target-taken' };
+      case Outcome.forkCopy.HistoryChanged: return { kind: 'history-changed' };
+      case Outcome.forkCopy.Gone: return { kind: 'gone' };
+      default: throw new Error(`the fork-copy script answered the unexpected code ${reply.code}`);
+    }
   }
 
   async cancel(scope: string, runId: string): Promise<CancelReply> {
@@ -883,6 +913,15 @@ export class Transitions {
     };
   }
 
+  /** The keys of a fork from one session into another (lua/fork.lua, lua/fork-copy.lua). */
+  private forkKeys(scope: string, from: string, to: string): NamedKeys {
+    const sk = this.keys.scope(scope);
+    return {
+      from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
+      state: sk.forkState(to), staging: sk.forkCopy(to),
+    };
+  }
+
   private waitKeys(scope: string, runId: string): NamedKeys {
     const sk = this.keys.scope(scope);
     return { ...this.slotKeys(sk, runId), steps: sk.steps(runId), waits: sk.waits(runId) };
@@ -951,6 +990,13 @@ function deferredOf(raw: unknown): { reply: unknown; messages: string[] } {
 
 /** Keys rejoining the turns, and runs of an earlier version's list admitted, per fill call. */
 const FILL_BATCH = 500;
+
+/**
+ * How long a fork's state and partial copy outlive its last chunk (lua/fork.lua): chunks follow
+ * one another a round trip apart, so 15 s is past any pause of a live process, and a fork whose
+ * process died is gone (nothing of it readable, its target free again) that long after.
+ */
+export const FORK_LEASE_MS = 15_000;
 
 /** Runs renewed by one heartbeat script call: a few hundred record reads keep Redis busy well under a millisecond. */
 const HEARTBEAT_BATCH = 200;
