@@ -103,7 +103,7 @@ describe('a fork in chunks', () => {
     const source = await seed('mid', Array.from({ length: 6 }, (_, i) => [1_000, 200_000 + i]));
     const t: Transitions = h.transitions();
     const sk = h.keys.scope(SCOPE);
-    const at = (token: string) => ({ count: 12, lastRunId: 'r5', forkedAt: 'r5', token });
+    const at = (token: string) => ({ count: 12, bytes: source.reduce((n, m) => n + Buffer.byteLength(m), 0), lastRunId: 'r5', forkedAt: 'r5', token });
 
     const token = randomBytes(8).toString('hex');
     expect(await t.forkBegin(SCOPE, 'mid', 'mid-b', at(token))).toBe('copying');

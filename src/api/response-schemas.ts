@@ -210,6 +210,10 @@ const limitValues = z.object({
   weight: z.number().int(),
   maxStreams: z.number().int().describe('per API process'),
   tokensPerDay: z.number().int().nullable().describe('null: no daily token budget'),
+  maxQueuedRuns: z.number().int().nullable().describe('null: no cap on runs queued and not started'),
+  maxStoredBytes: z.number().int().nullable().describe('null: no cap on stored bytes'),
+  forksPerMinute: z.number().int().nullable().describe('null: no cap on forks a minute'),
+  forkBytesPerMinute: z.number().int().nullable().describe('null: no cap on bytes forked a minute'),
 });
 
 export const limitsResponse = z.object({
@@ -223,6 +227,8 @@ export const limitsResponse = z.object({
     share: z.number().int().nullable().describe("the scope's fair share of the workers' slots while scopes contend for them (ceil(level × weight)); null when they do not"),
     streams: z.number().int().describe('event streams of the scope open on the API process that answered'),
     tokensToday: z.number().int().describe('model tokens the scope used today (UTC), what tokensPerDay is checked against'),
+    queuedRuns: z.number().int().describe('runs queued or dispatched, not started: what maxQueuedRuns is checked against'),
+    storedBytes: z.number().int().describe('bytes the scope stores, what maxStoredBytes is checked against'),
   }),
 });
 

@@ -62,6 +62,14 @@ export interface ScopeKeys {
   artifactBytes: string;
   /** Token bucket of the scope's artifact upload rate, in bytes. */
   artifactBucket: string;
+  /**
+   * The scope's stored bytes (lua/lib.lua, storedBytes): the ledger of what holds them (zset:
+   * `<bytes> <key after base>` -> when to look at it again) and their count.
+   */
+  storageLedger: string;
+  storedBytes: string;
+  /** The scope's fork rate (hash: forks and bytes left, and when; lua/fork.lua). */
+  forkBucket: string;
   /** All runs of the scope by creation time (listing). */
   runs: string;
   /** The scope's runs in one status, by creation time (kept by setStatus in lua/lib.lua). */
@@ -243,6 +251,9 @@ export function createKeys(prefix: string): Keys {
         artifactLedger: `${base}artifacts`,
         artifactBytes: `${base}artifacts:bytes`,
         artifactBucket: `${base}ratelimit:artifacts`,
+        storageLedger: `${base}storage`,
+        storedBytes: `${base}storage:bytes`,
+        forkBucket: `${base}ratelimit:forks`,
         runs: `${base}runs`,
         runsByStatus: (status) => `${base}status:${checked('status', status)}`,
         runsByAgent: (agent) => `${base}agent:${checked('agent', agent)}:runs`,

@@ -52,7 +52,10 @@ export interface ResumeResult { scope: string; runtimeId: string; draining: fals
 export interface WhoAmI { scope: string | null; role: Role; keyId: string }
 
 /** A scope's limits, named as Redis (the scope's `limits` hash) and the API name them. */
-export const LIMIT_FIELDS = ['maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay'] as const;
+export const LIMIT_FIELDS = [
+  'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay',
+  'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute',
+] as const;
 export type LimitField = (typeof LIMIT_FIELDS)[number];
 
 /**
@@ -73,6 +76,13 @@ export interface ScopeLimits {
   maxStreams: number;
   /** Model tokens the scope may use in a UTC day. */
   tokensPerDay: number | null;
+  /** Runs of the scope accepted and not started (queued or dispatched) at once; null: none. */
+  maxQueuedRuns: number | null;
+  /** Bytes of its own input the scope stores: runs' records until they expire, forks' copies; null: none. */
+  maxStoredBytes: number | null;
+  /** Forks of the scope's sessions a minute, and the bytes of history they copy; null: none. */
+  forksPerMinute: number | null;
+  forkBytesPerMinute: number | null;
 }
 
 /** `GET/PUT /v1/scopes/{scope}/limits`: a scope's limits, where each comes from, and how much is in use. */
@@ -95,6 +105,10 @@ export interface ScopeLimitsView {
     streams: number;
     /** Model tokens (input and output) the scope used today (UTC), what tokensPerDay is checked against. */
     tokensToday: number;
+    /** Runs of the scope queued or dispatched now, what maxQueuedRuns is checked against. */
+    queuedRuns: number;
+    /** Bytes the scope stores, what maxStoredBytes is checked against (as of the last submit or fork that looked). */
+    storedBytes: number;
   };
 }
 

@@ -56,6 +56,7 @@ export async function forkSession(
   }
   const point = await findForkPoint(transitions, runOf, scope, sessionId, body, budget);
   const token = randomBytes(16).toString('hex');
+  // Past the scope's fork rate or storage cap, forkBegin throws FORK_RATE_LIMITED or STORAGE_LIMIT: nothing copied.
   let outcome: ForkChunk['kind'] = await transitions.forkBegin(scope, sessionId, to, { ...point, token });
   while (outcome === 'copying') {
     const chunk = await transitions.forkCopy(scope, sessionId, to, token, budget);

@@ -6,7 +6,8 @@ import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
-import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, type Refusal } from './script-codes.ts';
+import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, storageLimit, type Refusal } from './script-codes.ts';
+import { BatonError } from '../errors.ts';
 import { ReplicaAcks } from '../replica-acks.ts';
 
 /**
@@ -59,7 +60,7 @@ export type AppendAnswer = 'applied' | 'duplicate';
 export interface FairLevel { level?: number; capacity?: number }
 
 /** Where a fork ends (session-fork.ts): messages to copy, the runId the last must carry, the run it is at, and its token. */
-export interface ForkAt { count: number; lastRunId: string; forkedAt: string; token: string }
+export interface ForkAt { count: number; bytes: number; lastRunId: string; forkedAt: string; token: string }
 export type ForkBegun = 'copying' | 'done' | 'target-taken' | 'history-changed';
 /** One chunk of a fork's copy; `gone`: the fork's lease passed (its state expired) or it is another's. */
 export type ForkChunk =
@@ -254,7 +255,8 @@ type Shape = Record<string, (v: unknown) => unknown>;
 const REPLY = {
   'submit': { code: num, runId: text, created: flag, orders, run: record },
   'history-page': { messages: strings, next: num },
-  'fork': { code: num, done: flag },
+  /** `value`: 1 when the fork is whole at once; a refusal's bytes stored or ms to wait. */
+  'fork': { code: num, value: num, retryAfterMs: num },
   'fork-copy': { code: num, done: flag, messages: num, bytes: num },
   'cancel': { code: num, orders, run: record },
   'resolve': { code: num, orders },
@@ -310,7 +312,11 @@ function decode<N extends Replied>(name: N, raw: unknown): Reply<N> {
   if (!Array.isArray(raw)) throw new Error(`the ${name} script answered ${typeof raw}, not a list`);
   const shape: Shape = REPLY[name];
   const fields = Object.keys(shape);
-  if (fields[0] === 'code' && isRefusal(Number(raw[0]))) return { refused: { code: Number(raw[0]), value: Number(raw[1]) } } as Reply<N>;
+  if (fields[0] === 'code' && isRefusal(Number(raw[0]))) {
+    const refused: Refusal = { code: Number(raw[0]), value: Number(raw[1]) };
+    if (raw[2] !== undefined) refused.retryAfterMs = Number(raw[2]);
+    return { refused } as Reply<N>;
+  }
   return Object.fromEntries(fields.map((field, i) => [field, shape[field](raw[i])])) as Reply<N>;
 }
 
@@ -368,6 +374,10 @@ export class Transitions {
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
+      storage: {
+        queued: config.MAX_QUEUED_RUNS_PER_SCOPE, bytes: config.STORAGE_MAX_BYTES_PER_SCOPE,
+        forks: config.FORKS_PER_MINUTE, forkBytes: config.FORK_BYTES_PER_MINUTE,
+      },
     };
     if (config.REDIS_MIN_REPLICAS_ACK > 0) {
       this.acks = new ReplicaAcks(redis, config.REDIS_MIN_REPLICAS_ACK, config.REDIS_REPLICA_ACK_TIMEOUT_MS);
@@ -419,12 +429,20 @@ export class Transitions {
    */
   async forkBegin(scope: string, from: string, to: string, at: ForkAt): Promise<ForkBegun> {
     const reply = await this.call('fork', scope, this.forkKeys(scope, from, to), {
-      count: at.count, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt, token: at.token, leaseMs: FORK_LEASE_MS,
+      count: at.count, bytes: at.bytes, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt, token: at.token,
+      leaseMs: FORK_LEASE_MS,
     });
     if (reply.refused) throw scriptError(reply.refused, '');
-    if (reply.code === Outcome.fork.TargetTaken) return 'target-taken';
-    if (reply.code === Outcome.fork.HistoryChanged) return 'history-changed';
-    return reply.done ? 'done' : 'copying';
+    switch (reply.code) {
+      case Outcome.fork.TargetTaken: return 'target-taken';
+      case Outcome.fork.HistoryChanged: return 'history-changed';
+      case Outcome.fork.StorageLimit: throw storageLimit(reply.value, reply.retryAfterMs);
+      case Outcome.fork.RateLimited: {
+        const retryAfterMs = reply.value;
+        throw new BatonError('FORK_RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
+      }
+      default: return reply.value === 1 ? 'done' : 'copying';
+    }
   }
 
   /**
@@ -918,7 +936,7 @@ export class Transitions {
     const sk = this.keys.scope(scope);
     return {
       from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
-      state: sk.forkState(to), staging: sk.forkCopy(to),
+      state: sk.forkState(to), staging: sk.forkCopy(to), bucket: sk.forkBucket,
     };
   }
 

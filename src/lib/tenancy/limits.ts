@@ -37,6 +37,10 @@ export const LIMIT_SCHEMAS = {
   weight: int(1, 1_000),
   maxStreams: int(1, 1_000_000),
   tokensPerDay: int(1, 1_000_000_000_000).nullable(),
+  maxQueuedRuns: int(1, 10_000_000).nullable(),
+  maxStoredBytes: int(1, 1024 ** 4).nullable(),
+  forksPerMinute: int(1, 1_000_000).nullable(),
+  forkBytesPerMinute: int(1, 1024 ** 4).nullable(),
 } satisfies Record<LimitField, z.ZodType>;
 
 /** A PUT's body: the overrides, each field optional (absent: the default applies); unknown fields are refused. */
@@ -48,11 +52,17 @@ export const limitOverrides = z.strictObject({
   weight: LIMIT_SCHEMAS.weight.optional(),
   maxStreams: LIMIT_SCHEMAS.maxStreams.optional(),
   tokensPerDay: LIMIT_SCHEMAS.tokensPerDay.optional().describe('null: no daily token budget, whatever the default'),
+  maxQueuedRuns: LIMIT_SCHEMAS.maxQueuedRuns.optional().describe('null: no cap on runs queued and not started'),
+  maxStoredBytes: LIMIT_SCHEMAS.maxStoredBytes.optional().describe('null: no cap on stored bytes'),
+  forksPerMinute: LIMIT_SCHEMAS.forksPerMinute.optional().describe('null: no cap on forks a minute'),
+  forkBytesPerMinute: LIMIT_SCHEMAS.forkBytesPerMinute.optional().describe('null: no cap on bytes forked a minute'),
 });
 export type LimitOverrides = z.infer<typeof limitOverrides>;
 
 /** The limits whose "none" is stored as 0. */
-const NULLABLE: ReadonlySet<LimitField> = new Set(['maxActivePerKey', 'tokensPerDay']);
+const NULLABLE: ReadonlySet<LimitField> = new Set([
+  'maxActivePerKey', 'tokensPerDay', 'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute',
+]);
 
 /**
  * How long a process keeps a scope's limits before reading them again (maxStreams). One
@@ -67,7 +77,9 @@ const CACHE_MAX = 10_000;
 /** The configured defaults, as limits. */
 export function limitDefaults(c: Pick<Config,
   'MAX_ACTIVE_PER_SCOPE' | 'MAX_ACTIVE_PER_KEY' | 'SUBMIT_RATE_PER_SEC' | 'SUBMIT_BURST' | 'SCOPE_WEIGHT' | 'SSE_MAX_PER_SCOPE' | 'TOKENS_PER_DAY'
+  | 'MAX_QUEUED_RUNS_PER_SCOPE' | 'STORAGE_MAX_BYTES_PER_SCOPE' | 'FORKS_PER_MINUTE' | 'FORK_BYTES_PER_MINUTE'
 >): ScopeLimits {
+  const none = (n: number) => (n === 0 ? null : n);
   return {
     maxActive: c.MAX_ACTIVE_PER_SCOPE,
     maxActivePerKey: c.MAX_ACTIVE_PER_KEY === 0 ? null : c.MAX_ACTIVE_PER_KEY,
@@ -76,6 +88,10 @@ export function limitDefaults(c: Pick<Config,
     weight: c.SCOPE_WEIGHT,
     maxStreams: c.SSE_MAX_PER_SCOPE,
     tokensPerDay: c.TOKENS_PER_DAY === 0 ? null : c.TOKENS_PER_DAY,
+    maxQueuedRuns: none(c.MAX_QUEUED_RUNS_PER_SCOPE),
+    maxStoredBytes: none(c.STORAGE_MAX_BYTES_PER_SCOPE),
+    forksPerMinute: none(c.FORKS_PER_MINUTE),
+    forkBytesPerMinute: none(c.FORK_BYTES_PER_MINUTE),
   };
 }
 
@@ -102,13 +118,19 @@ export class ScopeLimitStore {
   /** The scope's limits, where each comes from, and how much of them is in use. */
   async view(scope: string): Promise<ScopeLimitsView> {
     const sk = this.keys.scope(scope);
-    const [stored, [active, parked], fair, tokens] = await Promise.all([
+    const [stored, [active, parked], fair, tokens, [queued, dispatched, bytes]] = await Promise.all([
       this.redis.hgetall(sk.limits),
       this.redis.hmget(sk.meta, 'active', 'parked'),
       // The fair share's level while scopes contend for the workers (src/lib/engine/fair-share.ts).
       this.redis.get(this.keys.fairShare),
       // Today's model tokens, the total tokensPerDay is checked against (src/lib/engine/budgets.ts).
       this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
+      // What maxQueuedRuns and maxStoredBytes are checked against (lua/submit.lua).
+      this.redis.multi().zcard(sk.runsByStatus('queued')).zcard(sk.runsByStatus('dispatched')).get(sk.storedBytes).exec()
+        .then((r) => (r ?? []).map(([err, v]) => {
+          if (err) throw err;
+          return v === null ? '0' : String(v);
+        })),
     ]);
     const set = this.decode(scope, stored);
     const level = fair === null ? undefined : (JSON.parse(fair) as FairLevel).level;
@@ -124,6 +146,8 @@ export class ScopeLimitStore {
         share: level === undefined ? null : shareAt(level, weight),
         streams: this.o.openStreams(scope),
         tokensToday: counter(scope, 'tokens', tokens) ?? 0,
+        queuedRuns: finite(scope, 'queued', queued) + finite(scope, 'dispatched', dispatched),
+        storedBytes: finite(scope, 'storage:bytes', bytes),
       },
     };
   }

@@ -14,10 +14,16 @@ export const LIMIT_ABOUT: Record<LimitField, string> = {
   weight: "the scope's weight when scopes contend for the workers' slots",
   maxStreams: 'event streams of the scope open at once, on each API process',
   tokensPerDay: 'model tokens the scope may use in a UTC day',
+  maxQueuedRuns: 'runs queued and not started at once',
+  maxStoredBytes: 'bytes the scope stores: run inputs until they expire, forked histories',
+  forksPerMinute: 'forks of sessions a minute',
+  forkBytesPerMinute: 'bytes of history forks copy a minute',
 };
 
 /** The limits an operator may set to "none" (the API takes null): no per-key cap, no daily budget. */
-export const NULLABLE: ReadonlySet<LimitField> = new Set(['maxActivePerKey', 'tokensPerDay']);
+export const NULLABLE: ReadonlySet<LimitField> = new Set([
+  'maxActivePerKey', 'tokensPerDay', 'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute',
+]);
 
 /** A number as the page writes it: digit groups, up to three decimals (a rate may be 0.5 a second). */
 export function formatNumber(n: number): string {

@@ -12,14 +12,16 @@
   Returns: {0, done 1|0, messages copied by this call, their bytes} | {1} the new session is
          not new any more (the fork dropped) | {2} the source no longer holds the prefix (the
          fork dropped) | {3} no such fork: its lease passed (or another token) ]]
--- @uses readFields, historyWithin
-local st = readFields(K.state, { 'token', 'count', 'copied', 'lastRunId', 'fromSession', 'forkedAt' })
+-- @uses readFields, historyWithin, nowMs, dischargeStorage, ledgerKey
+local st = readFields(K.state, { 'token', 'count', 'copied', 'lastRunId', 'fromSession', 'forkedAt', 'bytes' })
 if st.token ~= O.token then return { 3 } end
 local count, copied = tonumber(st.count), tonumber(st.copied)
 -- A fork that cannot end whole leaves nothing: UNLINK frees a large copy off the main thread.
+local staged = string.sub(K.staging, #BASE + 1)
 local function abandon(code)
   redis.call('DEL', K.state)
   redis.call('UNLINK', K.staging)
+  dischargeStorage(st.bytes, staged)
   return { code }
 end
 if redis.call('LLEN', K.from) < count then return abandon(2) end
@@ -32,6 +34,7 @@ if copied < count then
   redis.call('HSET', K.state, 'copied', copied)
   redis.call('PEXPIRE', K.state, O.leaseMs)
   redis.call('PEXPIRE', K.staging, O.leaseMs)
+  redis.call('ZADD', ledgerKey(), 'XX', nowMs() + O.leaseMs, st.bytes .. ' ' .. staged)
   return { 0, 0, #page, bytes }
 end
 local last = redis.call('LINDEX', K.from, count - 1)
@@ -41,4 +44,7 @@ redis.call('RENAME', K.staging, K.to)
 redis.call('PERSIST', K.to)
 redis.call('HSET', K.toSession, 'forkedFrom', st.fromSession, 'forkedAt', st.forkedAt)
 redis.call('DEL', K.state)
+-- The copy stays counted as long as the new history is kept (sessions are: never looked at again).
+redis.call('ZREM', ledgerKey(), st.bytes .. ' ' .. staged)
+redis.call('ZADD', ledgerKey(), '+inf', st.bytes .. ' ' .. string.sub(K.to, #BASE + 1))
 return { 0, 1, #page, bytes }
