@@ -54,7 +54,7 @@ describe('an operator key', () => {
       maxActive: c.MAX_ACTIVE_PER_SCOPE, maxActivePerKey: c.MAX_ACTIVE_PER_KEY || null, submitRatePerSec: c.SUBMIT_RATE_PER_SEC,
       submitBurst: c.SUBMIT_BURST, weight: c.SCOPE_WEIGHT, maxStreams: c.SSE_MAX_PER_SCOPE, tokensPerDay: c.TOKENS_PER_DAY || null,
       maxQueuedRuns: c.MAX_QUEUED_RUNS_PER_SCOPE || null, maxStoredBytes: c.STORAGE_MAX_BYTES_PER_SCOPE || null,
-      forksPerMinute: c.FORKS_PER_MINUTE || null, forkBytesPerMinute: c.FORK_BYTES_PER_MINUTE || null,
+      forksPerMinute: c.FORKS_PER_MINUTE || null, forkBytesPerMinute: c.FORK_BYTES_PER_MINUTE || null, retentionMs: c.RETENTION_MS,
     };
     expect(res.body).toEqual({
       scope: 'acme',

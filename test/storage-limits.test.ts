@@ -33,9 +33,16 @@ const setLimits = async (scope: string, body: Record<string, unknown>) => {
 };
 const inUse = async (scope: string) => (await call(url, 'GET', `/v1/scopes/${scope}/limits`, undefined, { authorization: `Bearer ${operator}` })).body.inUse;
 
-/** A digest of every key of the scope: what "changes nothing" compares. */
+/**
+ * A digest of every key of the scope: what "changes nothing" compares. Two keys change on
+ * their own and are left out: `leases`, where the sweeper moves a dispatched run's deadline
+ * every DISPATCH_GRACE_MS (no worker serves these runs), and the submit bucket, which expires
+ * once full (a refusal takes no token: the bucket's own tests hold that).
+ */
 async function scopeState(scope: string): Promise<string> {
-  const keys = (await h.allKeys()).filter((k) => k.startsWith(`${h.prefix}:{${scope}}:`)).sort();
+  const sk = h.keys.scope(scope);
+  const moving = new Set([sk.leases, sk.submitBucket]);
+  const keys = (await h.allKeys()).filter((k) => k.startsWith(`${h.prefix}:{${scope}}:`) && !moving.has(k)).sort();
   const hash = createHash('sha1');
   for (const k of keys) hash.update(k).update((await h.redis.dumpBuffer(k)) ?? 'gone');
   return `${keys.length} keys ${hash.digest('hex')}`;
@@ -177,5 +184,32 @@ describe('forks', () => {
     const refused = await c.post('/sessions/src/fork', { atTurn: 1, sessionId: 'b' });
     expect([refused.status, refused.body.error.code]).toEqual([429, 'STORAGE_LIMIT']);
     expect(await scopeState('fork-store')).toBe(before);
+  });
+});
+
+describe('retention', () => {
+  it('is a scope limit: a finished run, its log and steps expire after the scope’s retentionMs, and its bytes are listed to go then', async () => {
+    const kept = await h.client(url, 'kept');
+    const plain = await h.client(url, 'plain');
+    await setLimits('kept', { retentionMs: 60_000 });
+    const ended = async (c: typeof kept, scope: string) => {
+      const id = (await c.submit('r', 'hello', { runtime: idle() })).body.id as string;
+      expect((await c.post(`/runs/${id}/cancel`, {})).status).toBe(200);
+      const sk = h.keys.scope(scope);
+      const [record, events] = await Promise.all([h.redis.pttl(sk.run(id)), h.redis.pttl(sk.events(id))]);
+      const [, score] = await h.redis.zrange(sk.storageLedger, 0, 0, 'WITHSCORES');
+      return { record, events, listedFor: Number(score) - Date.now() };
+    };
+    const long = await ended(kept, 'kept');
+    expect(long.record).toBeGreaterThan(RETENTION_MS);
+    expect(long.record).toBeLessThanOrEqual(60_000);
+    expect(long.events).toBeGreaterThan(RETENTION_MS);
+    expect(long.listedFor).toBeGreaterThan(RETENTION_MS);
+    // Another scope keeps the default (RETENTION_MS of this file).
+    const short = await ended(plain, 'plain');
+    expect(short.record).toBeLessThanOrEqual(RETENTION_MS);
+    expect(short.listedFor).toBeLessThanOrEqual(RETENTION_MS + 100);
+    const limits = (await call(url, 'GET', '/v1/scopes/kept/limits', undefined, { authorization: `Bearer ${operator}` })).body;
+    expect([limits.limits.retentionMs, limits.defaults.retentionMs]).toEqual([60_000, RETENTION_MS]);
   });
 });

@@ -214,6 +214,7 @@ const limitValues = z.object({
   maxStoredBytes: z.number().int().nullable().describe('null: no cap on stored bytes'),
   forksPerMinute: z.number().int().nullable().describe('null: no cap on forks a minute'),
   forkBytesPerMinute: z.number().int().nullable().describe('null: no cap on bytes forked a minute'),
+  retentionMs: z.number().int().describe('ms a finished run stays readable'),
 });
 
 export const limitsResponse = z.object({

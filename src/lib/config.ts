@@ -190,7 +190,13 @@ export const configSchema = z.object({
    * a dozen very long ones) in one request, and what one request can make an API process hold.
    */
   PAGE_MAX_BYTES: z.coerce.number().int().min(1024).max(512 * 1024 * 1024).default(4 * 1024 * 1024),
-  /** RETENTION_MS: how long a finished run, its steps and its event log stay readable. 24 h. */
+  /**
+   * RETENTION_MS: how long a finished run, its steps and its event log stay readable, the
+   * default of a scope's `retentionMs` (an operator sets a scope's own; it applies to runs that
+   * end after the change). 24 h: a client that lost its connection reads the answer and its
+   * events the next day; a finished run's input counts in its scope's stored bytes that long.
+   * Also how long an unused artifact and a used resume token's record stay.
+   */
   RETENTION_MS: intMs(24 * 3600_000),
   /** EVENTS_MAX_LEN: cap of one run's event stream (token deltas are coalesced, so this is ample). */
   EVENTS_MAX_LEN: z.coerce.number().int().min(100).default(50_000),

@@ -54,7 +54,7 @@ export interface WhoAmI { scope: string | null; role: Role; keyId: string }
 /** A scope's limits, named as Redis (the scope's `limits` hash) and the API name them. */
 export const LIMIT_FIELDS = [
   'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay',
-  'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute',
+  'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute', 'retentionMs',
 ] as const;
 export type LimitField = (typeof LIMIT_FIELDS)[number];
 
@@ -83,6 +83,8 @@ export interface ScopeLimits {
   /** Forks of the scope's sessions a minute, and the bytes of history they copy; null: none. */
   forksPerMinute: number | null;
   forkBytesPerMinute: number | null;
+  /** Ms a finished run of the scope (its record, event log and steps) stays readable. */
+  retentionMs: number;
 }
 
 /** `GET/PUT /v1/scopes/{scope}/limits`: a scope's limits, where each comes from, and how much is in use. */

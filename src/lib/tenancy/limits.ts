@@ -41,6 +41,8 @@ export const LIMIT_SCHEMAS = {
   maxStoredBytes: int(1, 1024 ** 4).nullable(),
   forksPerMinute: int(1, 1_000_000).nullable(),
   forkBytesPerMinute: int(1, 1024 ** 4).nullable(),
+  // A second to a year: a finished run must stay long enough to be read once, and not for ever.
+  retentionMs: int(1_000, 366 * 86_400_000),
 } satisfies Record<LimitField, z.ZodType>;
 
 /** A PUT's body: the overrides, each field optional (absent: the default applies); unknown fields are refused. */
@@ -56,6 +58,7 @@ export const limitOverrides = z.strictObject({
   maxStoredBytes: LIMIT_SCHEMAS.maxStoredBytes.optional().describe('null: no cap on stored bytes'),
   forksPerMinute: LIMIT_SCHEMAS.forksPerMinute.optional().describe('null: no cap on forks a minute'),
   forkBytesPerMinute: LIMIT_SCHEMAS.forkBytesPerMinute.optional().describe('null: no cap on bytes forked a minute'),
+  retentionMs: LIMIT_SCHEMAS.retentionMs.optional().describe('ms a finished run stays readable; applies to runs that end after the change'),
 });
 export type LimitOverrides = z.infer<typeof limitOverrides>;
 
@@ -77,7 +80,7 @@ const CACHE_MAX = 10_000;
 /** The configured defaults, as limits. */
 export function limitDefaults(c: Pick<Config,
   'MAX_ACTIVE_PER_SCOPE' | 'MAX_ACTIVE_PER_KEY' | 'SUBMIT_RATE_PER_SEC' | 'SUBMIT_BURST' | 'SCOPE_WEIGHT' | 'SSE_MAX_PER_SCOPE' | 'TOKENS_PER_DAY'
-  | 'MAX_QUEUED_RUNS_PER_SCOPE' | 'STORAGE_MAX_BYTES_PER_SCOPE' | 'FORKS_PER_MINUTE' | 'FORK_BYTES_PER_MINUTE'
+  | 'MAX_QUEUED_RUNS_PER_SCOPE' | 'STORAGE_MAX_BYTES_PER_SCOPE' | 'FORKS_PER_MINUTE' | 'FORK_BYTES_PER_MINUTE' | 'RETENTION_MS'
 >): ScopeLimits {
   const none = (n: number) => (n === 0 ? null : n);
   return {
@@ -92,6 +95,7 @@ export function limitDefaults(c: Pick<Config,
     maxStoredBytes: none(c.STORAGE_MAX_BYTES_PER_SCOPE),
     forksPerMinute: none(c.FORKS_PER_MINUTE),
     forkBytesPerMinute: none(c.FORK_BYTES_PER_MINUTE),
+    retentionMs: c.RETENTION_MS,
   };
 }
 

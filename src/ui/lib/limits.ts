@@ -18,6 +18,7 @@ export const LIMIT_ABOUT: Record<LimitField, string> = {
   maxStoredBytes: 'bytes the scope stores: run inputs until they expire, forked histories',
   forksPerMinute: 'forks of sessions a minute',
   forkBytesPerMinute: 'bytes of history forks copy a minute',
+  retentionMs: 'ms a finished run stays readable (runs that end after a change)',
 };
 
 /** The limits an operator may set to "none" (the API takes null): no per-key cap, no daily budget. */

@@ -145,11 +145,11 @@ end
 -- (src/lib/engine/fair-share.ts);
 -- `perKey`, its maxActivePerKey (0: none); `rate` and `burst`, its submit rate (rate 0: none);
 -- `queued` and `stored`, its caps on runs not started and on stored bytes, and `forks` and
--- `forkBytes`, its fork rate a minute (each 0: none).
+-- `forkBytes`, its fork rate a minute (each 0: none); `retention`, how long its finished runs stay.
 local function scopeLimits()
   if LIMIT == nil then
     local l = readFields(BASE .. 'limits', { 'maxActive', 'maxActivePerKey', 'weight', 'submitRatePerSec', 'submitBurst',
-      'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute' })
+      'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute', 'retentionMs' })
     local slots = tonumber(l.maxActive) or O.maxActive
     -- More than the live workers' slots could only wait in BullMQ, ahead of other scopes' runs.
     if O.capacity and O.capacity < slots then slots = O.capacity end
@@ -167,6 +167,8 @@ local function scopeLimits()
       stored = tonumber(l.maxStoredBytes) or O.storage.bytes,
       forks = tonumber(l.forksPerMinute) or O.storage.forks,
       forkBytes = tonumber(l.forkBytesPerMinute) or O.storage.forkBytes,
+      -- How long the scope's finished runs are kept (RETENTION_MS unless an operator set it).
+      retention = tonumber(l.retentionMs) or O.retention,
     }
   end
   return LIMIT
@@ -506,11 +508,13 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   -- it is parked behind them if any may start (admit), so it takes its turn.
   advanceSession(rec.sessionId, runId, now, out, held, rec.behind)
   fillSlots(now, out)
-  redis.call('PEXPIRE', rk, O.retention)
-  redis.call('PEXPIRE', rk .. ':events', O.retention)
-  redis.call('PEXPIRE', rk .. ':steps', O.retention)
+  -- The record, its log and its steps stay for the scope's retention (its `retentionMs` limit).
+  local retention = scopeLimits().retention
+  redis.call('PEXPIRE', rk, retention)
+  redis.call('PEXPIRE', rk .. ':events', retention)
+  redis.call('PEXPIRE', rk .. ':steps', retention)
   -- Its input stays counted in the scope's storage until its record expires.
-  if rec.storedBytes then redis.call('ZADD', ledgerKey(), now + O.retention, rec.storedBytes .. ' run:' .. runId) end
+  if rec.storedBytes then redis.call('ZADD', ledgerKey(), now + retention, rec.storedBytes .. ' run:' .. runId) end
   unpinArtifacts(rk, rec.artifactsPinned and true or false)
   -- Whatever it still waited for or was timed by ends with it. A deadline entry exists only
   -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs. `waited` is 0 from
