@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FORK_CALL_BUDGET, forkSession } from '../src/lib/engine/session-fork.ts';
 import { FORK_LEASE_MS, type ForkChunk, type Transitions } from '../src/lib/engine/transitions.ts';
+import { call } from './helpers/http.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -19,7 +20,9 @@ let apiUrl: string;
 const SCOPE = 'fk';
 
 beforeAll(async () => {
-  h = await useHarness();
+  // No fork rate or storage cap here: this file forks far more than a minute's bytes (those
+  // limits are test/storage-limits.test.ts's).
+  h = await useHarness({ FORK_BYTES_PER_MINUTE: '0', STORAGE_MAX_BYTES_PER_SCOPE: '0' });
   const api = await h.startApi();
   apiUrl = api.url;
   acme = await h.client(apiUrl, SCOPE);
@@ -98,6 +101,33 @@ describe('a fork in chunks', () => {
     copies.sort((a, b) => a - b);
     console.log(`fork-copy calls in SLOWLOG: ${copies.length}, µs median ${copies[Math.floor(copies.length / 2)]}, max ${copies.at(-1)}`);
   });
+
+  it('a fork of a 64 MiB session beside another scope: its whoami latency is printed against its baseline (not asserted)', async () => {
+    // HISTORY_MAX_BYTES (64 MiB) of 512 KiB messages: a session as large as a session gets.
+    const turns = 64;
+    await seed('huge', Array.from({ length: turns }, () => [512 * 1024 - 200, 512 * 1024 - 200]));
+    const other = await h.client(apiUrl, 'fk-other', 'client');
+    const whoami = async () => {
+      const t0 = performance.now();
+      expect((await call(apiUrl, 'GET', '/v1/whoami', undefined, other.headers)).status).toBe(200);
+      return performance.now() - t0;
+    };
+    const sample = async (until: () => boolean, min: number) => {
+      const times: number[] = [];
+      while (!until() || times.length < min) times.push(await whoami());
+      return times.sort((a, b) => a - b);
+    };
+    const baseline = await sample(() => true, 50);
+    let done = false;
+    const fork = acme.post('/sessions/huge/fork', { atTurn: turns, sessionId: 'huge-b' }).finally(() => { done = true; });
+    const during = await sample(() => done, 1);
+    expect((await fork).status).toBe(201);
+    expect(await h.redis.llen(h.keys.scope(SCOPE).messages('huge-b'))).toBe(2 * turns);
+    const p = (xs: number[], q: number) => xs[Math.min(xs.length - 1, Math.floor(q * xs.length))].toFixed(1);
+    console.log(`64 MiB fork: another scope's whoami p50 ${p(during, 0.5)} ms, p95 ${p(during, 0.95)} ms, max ${p(during, 1)} ms ` +
+      `over ${during.length} calls; baseline p50 ${p(baseline, 0.5)} ms, max ${p(baseline, 1)} ms`);
+    await h.redis.unlink(h.keys.scope(SCOPE).messages('huge'), h.keys.scope(SCOPE).messages('huge-b'));
+  }, 120_000);
 
   it('mid-fork the new session is not there: nothing to read, a second fork into it is refused, a submit into it wins', async () => {
     const source = await seed('mid', Array.from({ length: 6 }, (_, i) => [1_000, 200_000 + i]));

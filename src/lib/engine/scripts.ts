@@ -43,7 +43,8 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  *   writes carries it), and an idempotency key must hold `<runId> <requestHash>` (the run id
  *   alone is no longer read);
  * - v9: a fork is begun (`fork`) and copied in chunks of a bounded size (`fork-copy`) into a
- *   staging list that its last chunk renames to the new session's history.
+ *   staging list that its last chunk renames to the new session's history; `fork-scan` reads
+ *   a page of history's runIds and sizes, for the fork's end.
  */
 const VERSION = 9;
 
@@ -52,7 +53,7 @@ export type ScriptName =
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
-  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy'
+  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan'
   | 'schedule-pause' | 'schedule-resume' | 'schedule-claim' | 'schedule-done'
   | 'bulk-create' | 'bulk-cancel' | 'bulk-claim' | 'bulk-commit';
 

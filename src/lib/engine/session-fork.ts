@@ -95,9 +95,11 @@ async function findForkPoint(
     return undefined;
   };
   while (start !== undefined) {
-    const page = await transitions.historyPage(scope, sessionId, start, budget.messages, budget.bytes);
-    for (const raw of page.messages) {
-      const runId = (JSON.parse(raw) as { runId?: string }).runId ?? '';
+    // Ids and sizes only: the API never holds the history (a 64 MiB session parsed here held
+    // the process's event loop from other requests).
+    const page = await transitions.forkScan(scope, sessionId, start, budget);
+    for (let i = 0; i < page.runIds.length; i++) {
+      const runId = page.runIds[i];
       if (runId !== current) {
         // The previous turn ended at the message before this one.
         const found = turnEnds();
@@ -107,7 +109,7 @@ async function findForkPoint(
         current = runId;
       }
       index++;
-      bytes += Buffer.byteLength(raw);
+      bytes += page.sizes[i];
     }
     start = page.next;
   }

@@ -258,6 +258,7 @@ const REPLY = {
   /** `value`: 1 when the fork is whole at once; a refusal's bytes stored or ms to wait. */
   'fork': { code: num, value: num, retryAfterMs: num },
   'fork-copy': { code: num, done: flag, messages: num, bytes: num },
+  'fork-scan': { runIds: strings, sizes: (v: unknown) => (Array.isArray(v) ? v.map(Number) : []), next: num },
   'cancel': { code: num, orders, run: record },
   'resolve': { code: num, orders },
   'drain': { cancelled: num, left: num, orders },
@@ -419,6 +420,20 @@ export class Transitions {
   ): Promise<{ messages: string[]; next?: number }> {
     const reply = await this.call('history-page', scope, { messages: this.keys.scope(scope).messages(sessionId) }, { start, limit, maxBytes });
     return { messages: reply.messages, ...(reply.next >= 0 ? { next: reply.next } : {}) };
+  }
+
+  /**
+   * A page of a session's history from index `start` as a fork looks for its end: each
+   * message's runId and size in bytes, not its text (lua/fork-scan.lua), within `budget`.
+   * `next` is the index the next page starts at, undefined after the last message.
+   */
+  async forkScan(
+    scope: string, sessionId: string, start: number, budget: CallBudget,
+  ): Promise<{ runIds: string[]; sizes: number[]; next?: number }> {
+    const reply = await this.call('fork-scan', scope, { messages: this.keys.scope(scope).messages(sessionId) }, {
+      start, maxMessages: budget.messages, maxBytes: budget.bytes,
+    });
+    return { runIds: reply.runIds, sizes: reply.sizes, ...(reply.next >= 0 ? { next: reply.next } : {}) };
   }
 
   /**
