@@ -44,7 +44,8 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  *   alone is no longer read);
  * - v9: a fork is begun (`fork`) and copied in chunks of a bounded size (`fork-copy`) into a
  *   staging list that its last chunk renames to the new session's history; `fork-scan` reads
- *   a page of history's runIds and sizes, for the fork's end.
+ *   a page of history's runIds and sizes, for the fork's end; submits count a scope's stored
+ *   bytes and `storage` lets the sweeper take expired runs' bytes off.
  */
 const VERSION = 9;
 
@@ -53,7 +54,7 @@ export type ScriptName =
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
-  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan'
+  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan' | 'storage'
   | 'schedule-pause' | 'schedule-resume' | 'schedule-claim' | 'schedule-done'
   | 'bulk-create' | 'bulk-cancel' | 'bulk-claim' | 'bulk-commit';
 

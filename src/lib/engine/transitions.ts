@@ -258,6 +258,7 @@ const REPLY = {
   /** `value`: 1 when the fork is whole at once; a refusal's bytes stored or ms to wait. */
   'fork': { code: num, value: num, retryAfterMs: num },
   'fork-copy': { code: num, done: flag, messages: num, bytes: num },
+  'storage': { stored: num, more: flag },
   'fork-scan': { runIds: strings, sizes: (v: unknown) => (Array.isArray(v) ? v.map(Number) : []), next: num },
   'cancel': { code: num, orders, run: record },
   'resolve': { code: num, orders },
@@ -792,6 +793,15 @@ export class Transitions {
     const reply = await this.call('fill', scope, this.slotKeys(this.keys.scope(scope)), { batch: FILL_BATCH });
     if (reply.refused) throw new Error(`the fill script answered the unexpected code ${reply.refused.code}`);
     return this.dispatch(scope, reply.orders);
+  }
+
+  /**
+   * Takes the bytes of expired runs and forks off the scope's stored bytes (lua/storage.lua), up
+   * to 100 ledger entries per call. Returns the count, and whether more entries may be due.
+   */
+  async trimStorage(scope: string): Promise<{ stored: number; more: boolean }> {
+    const reply = await this.call('storage', scope, { ledger: this.keys.scope(scope).storageLedger }, {});
+    return { stored: reply.stored, more: reply.more };
   }
 
   /** A run's ttlMs passed: ends it `expired` unless it started. Returns the run when it expired now. */

@@ -430,11 +430,13 @@ local STORAGE_PRUNE = 100
 
 local function ledgerKey() return BASE .. 'storage' end
 
--- The scope's stored bytes, once the entries due by `now` were looked at.
+-- The scope's stored bytes, once the entries due by `now` were looked at (up to STORAGE_PRUNE),
+-- and whether more may be due.
 local function storedBytes(now)
   local ledger, counter = ledgerKey(), ledgerKey() .. ':bytes'
   local freed = 0
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, STORAGE_PRUNE)) do
+  local due = redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, STORAGE_PRUNE)
+  for _, member in ipairs(due) do
     local size, key = string.match(member, '^(%d+) (%S+)$')
     local ttl = redis.call('PTTL', BASE .. key)
     if ttl == -2 then
@@ -451,7 +453,7 @@ local function storedBytes(now)
     held = math.max(0, held - freed)
     if held > 0 then redis.call('SET', counter, held) else redis.call('DEL', counter) end
   end
-  return held
+  return held, #due == STORAGE_PRUNE
 end
 
 -- Ms until the ledger's first entry is due (0: none is, ever): a refusal's Retry-After.
