@@ -59,8 +59,8 @@ export const LIMIT_FIELDS = [
 export type LimitField = (typeof LIMIT_FIELDS)[number];
 
 /**
- * One value of each limit. maxActivePerKey and tokensPerDay may be null: no per-key cap, no
- * daily token budget. submitRatePerSec 0 (only ever a configured default) is no submit rate limit.
+ * One value of each limit. maxActivePerKey, tokensPerDay and the storage caps and fork rates
+ * may be null: none. submitRatePerSec 0 (only ever a configured default) is no submit rate limit.
  */
 export interface ScopeLimits {
   /** Runs of the scope dispatched or running at once. */

@@ -15,9 +15,11 @@ import { utcDay } from '../engine/budgets.ts';
  * `0` in maxActivePerKey or tokensPerDay is "none" (no per-key cap, no daily budget), as the
  * configured defaults MAX_ACTIVE_PER_KEY and TOKENS_PER_DAY say it, and the API shows it as null.
  *
- * Who applies which: the submit transition reads submitRatePerSec and submitBurst, the
- * scheduler maxActive, maxActivePerKey and weight, the worker tokensPerDay, and each API
- * process maxStreams (through maxStreams() below, cached for LIMITS_CACHE_MS).
+ * Who applies which: the submit transition reads submitRatePerSec and submitBurst (and
+ * maxQueuedRuns, maxStoredBytes), the fork's forksPerMinute, forkBytesPerMinute and
+ * maxStoredBytes, a run's end retentionMs, the scheduler maxActive, maxActivePerKey and weight,
+ * the worker tokensPerDay, and each API process maxStreams (through maxStreams() below, cached
+ * for LIMITS_CACHE_MS).
  */
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
