@@ -620,10 +620,13 @@ end
 -- never less than its bytes): when it fits, one LRANGE reads what is asked. Otherwise the
 -- list is read in chunks of at most 32 messages, each sized so the largest message seen so far
 -- would still fit, so what Lua holds beyond maxBytes is about one chunk, never the list.
+-- `firstRead` (optional, 8 if absent): messages of the first read, before any size is known; a
+-- caller whose messages may each be larger than maxBytes (a fork's) reads one first, so a call
+-- never reads eight of them to keep one.
 -- Returns the messages in read order, and why it stopped: 'bytes', 'count' or 'end'.
-local function historyWithin(key, from, step, limit, maxBytes, first, size)
+local function historyWithin(key, from, step, limit, maxBytes, first, size, firstRead)
   local out, bytes, at, biggest = {}, 0, from, 1
-  local chunk = 8
+  local chunk = firstRead or 8
   if size and size <= maxBytes then chunk = limit >= 0 and limit or -1 end
   while limit < 0 or #out < limit do
     local n = chunk
