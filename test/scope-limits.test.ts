@@ -54,13 +54,17 @@ describe('an operator key', () => {
       maxActive: c.MAX_ACTIVE_PER_SCOPE, maxActivePerKey: c.MAX_ACTIVE_PER_KEY || null, submitRatePerSec: c.SUBMIT_RATE_PER_SEC,
       submitBurst: c.SUBMIT_BURST, weight: c.SCOPE_WEIGHT, maxStreams: c.SSE_MAX_PER_SCOPE, tokensPerDay: c.TOKENS_PER_DAY || null,
       readBytesPerSec: c.READ_BYTES_PER_SEC, readBurstBytes: c.READ_BURST_BYTES,
+      maxQueuedRuns: c.MAX_QUEUED_RUNS_PER_SCOPE || null, maxStoredBytes: c.STORAGE_MAX_BYTES_PER_SCOPE || null,
+      forksPerMinute: c.FORKS_PER_MINUTE || null, forkBytesPerMinute: c.FORK_BYTES_PER_MINUTE || null, retentionMs: c.RETENTION_MS,
     };
     expect(res.body).toEqual({
       scope: 'acme',
       limits: { ...defaults, maxActive: 2, maxActivePerKey: null, weight: 3, submitRatePerSec: 0.5, tokensPerDay: 1000 },
       set: { maxActive: 2, maxActivePerKey: null, weight: 3, submitRatePerSec: 0.5, tokensPerDay: 1000 },
       defaults,
-      inUse: { active: 0, parked: 0, share: null, streams: 0, tokensToday: 0, readBytesLeft: c.READ_BURST_BYTES },
+      inUse: {
+        active: 0, parked: 0, share: null, streams: 0, tokensToday: 0, readBytesLeft: c.READ_BURST_BYTES, queuedRuns: 0, storedBytes: 0,
+      },
     });
     // Decimal text, one field per limit; "none" is 0, as the configured defaults say it.
     expect(await stored('acme')).toEqual({ maxActive: '2', maxActivePerKey: '0', weight: '3', submitRatePerSec: '0.5', tokensPerDay: '1000' });
@@ -182,16 +186,19 @@ describe('what is in use', () => {
     expect(stream.status).toBe(200);
     try {
       let view = (await limitsOf('busy', operator)).body;
+      // Dispatched and not started: queued to the API, and what maxQueuedRuns counts; their records' bytes stored.
+      const storage = { queuedRuns: 3, storedBytes: expect.any(Number) };
       expect(view.inUse).toEqual({
-        active: 3, parked: 0, share: null, streams: 1, tokensToday: 0, readBytesLeft: h.config.READ_BURST_BYTES,
+        active: 3, parked: 0, share: null, streams: 1, tokensToday: 0, readBytesLeft: h.config.READ_BURST_BYTES, ...storage,
       });
+      expect(view.inUse.storedBytes).toBeGreaterThan(0);
       // The scheduler's count of parked runs, and a fair-share level as the pass that works it
       // out keeps it (src/lib/engine/fair-share.ts): 2.5 slots per unit of weight, weight 1.
       await h.redis.hset(h.keys.scope('busy').meta, { parked: '4' });
       await h.redis.set(h.keys.fairShare, JSON.stringify({ level: 2.5, capacity: 16 }), 'PX', 60_000);
       view = (await limitsOf('busy', operator)).body;
       expect(view.inUse).toEqual({
-        active: 3, parked: 4, share: 3, streams: 1, tokensToday: 0, readBytesLeft: h.config.READ_BURST_BYTES,
+        active: 3, parked: 4, share: 3, streams: 1, tokensToday: 0, readBytesLeft: h.config.READ_BURST_BYTES, ...storage,
       });
       await h.redis.del(h.keys.fairShare);
     } finally {

@@ -213,6 +213,11 @@ const limitValues = z.object({
   tokensPerDay: z.number().int().nullable().describe('null: no daily token budget'),
   readBytesPerSec: z.number().int().describe('bytes a second of costly reads past READ_FREE_BYTES each; 0: no read budget'),
   readBurstBytes: z.number().int(),
+  maxQueuedRuns: z.number().int().nullable().describe('null: no cap on runs queued and not started'),
+  maxStoredBytes: z.number().int().nullable().describe('null: no cap on stored bytes'),
+  forksPerMinute: z.number().int().nullable().describe('null: no cap on forks a minute'),
+  forkBytesPerMinute: z.number().int().nullable().describe('null: no cap on bytes forked a minute'),
+  retentionMs: z.number().int().describe('ms a finished run stays readable'),
 });
 
 export const limitsResponse = z.object({
@@ -227,6 +232,8 @@ export const limitsResponse = z.object({
     streams: z.number().int().describe('event streams of the scope open on the API process that answered'),
     tokensToday: z.number().int().describe('model tokens the scope used today (UTC), what tokensPerDay is checked against'),
     readBytesLeft: z.number().int().describe("bytes the scope's read bucket holds now; below 0 its costly reads are refused"),
+    queuedRuns: z.number().int().describe('runs queued or dispatched, not started: what maxQueuedRuns is checked against'),
+    storedBytes: z.number().int().describe('bytes the scope stores, what maxStoredBytes is checked against'),
   }),
 });
 

@@ -206,11 +206,11 @@ async function limits(argv: string[]): Promise<number> {
     return 0;
   }
   const shown = (v: number | null | undefined) => (v === undefined ? '-' : v === null ? 'none' : String(v));
-  console.log(`scope ${view.scope}\n${'limit'.padEnd(18)}${'in force'.padEnd(12)}${'set'.padEnd(12)}default`);
-  for (const f of LIMIT_FIELDS) console.log(`${f.padEnd(18)}${shown(view.limits[f]).padEnd(12)}${shown(view.set[f]).padEnd(12)}${shown(view.defaults[f])}`);
+  console.log(`scope ${view.scope}\n${'limit'.padEnd(20)}${'in force'.padEnd(12)}${'set'.padEnd(12)}default`);
+  for (const f of LIMIT_FIELDS) console.log(`${f.padEnd(20)}${shown(view.limits[f]).padEnd(12)}${shown(view.set[f]).padEnd(12)}${shown(view.defaults[f])}`);
   const u = view.inUse;
   console.log(`in use: ${u.active} active, ${u.parked} parked, share ${shown(u.share)}, ${u.streams} streams open on the API process that answered, ` +
-    `${u.readBytesLeft} bytes left in the read bucket`);
+    `${u.readBytesLeft} bytes left in the read bucket, ${u.queuedRuns} runs queued, ${u.storedBytes} bytes stored`);
   return 0;
 }
 

@@ -225,7 +225,13 @@ export const configSchema = z.object({
   READ_FREE_BYTES: z.coerce.number().int().min(0).max(512 * 1024 * 1024).default(256 * 1024),
   READ_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1024 ** 4).default(2 * 1024 * 1024),
   READ_BURST_BYTES: z.coerce.number().int().min(1).max(1024 ** 4).default(64 * 1024 * 1024),
-  /** RETENTION_MS: how long a finished run, its steps and its event log stay readable. 24 h. */
+  /**
+   * RETENTION_MS: how long a finished run, its steps and its event log stay readable, the
+   * default of a scope's `retentionMs` (an operator sets a scope's own; it applies to runs that
+   * end after the change). 24 h: a client that lost its connection reads the answer and its
+   * events the next day; a finished run's input counts in its scope's stored bytes that long.
+   * Also how long an unused artifact and a used resume token's record stay.
+   */
   RETENTION_MS: intMs(24 * 3600_000),
   /** EVENTS_MAX_LEN: cap of one run's event stream (token deltas are coalesced, so this is ample). */
   EVENTS_MAX_LEN: z.coerce.number().int().min(100).default(50_000),
@@ -324,6 +330,40 @@ export const configSchema = z.object({
    * until it is due (up to a year ahead).
    */
   SCHEDULED_MAX_PER_SCOPE: z.coerce.number().int().min(1).max(10_000_000).default(1_000),
+  /**
+   * MAX_QUEUED_RUNS_PER_SCOPE: runs of one scope accepted and not started (queued, or handed to
+   * a worker's queue and not claimed: both `queued` to the API), the default of a scope's
+   * `maxQueuedRuns`; a submit of one more is 429 QUEUED_RUNS_LIMIT. A backend relaying a few
+   * hundred chats with one key has a run per chat and at times one typed behind it, and at
+   * its pace of about ten runs a second it piles up some 1,800 while no worker takes any for
+   * three minutes (a deploy); 2,000 fits that, where 87 schedules with 256 KiB inputs piled up
+   * 3,853 in three minutes. Scheduled runs have their own cap; waiting and blocked runs started
+   * and hold no worker. 0: none.
+   */
+  MAX_QUEUED_RUNS_PER_SCOPE: z.coerce.number().int().min(0).max(10_000_000).default(2_000),
+  /**
+   * STORAGE_MAX_BYTES_PER_SCOPE: bytes of its own input one scope may keep in Redis, the
+   * default of a scope's `maxStoredBytes`: each run's record as its submit wrote it (input,
+   * memory, metadata, schema and the record's own fields), counted until the record expires
+   * (its retention after the run ends), and each fork's copy of a history, for as long as the
+   * fork is kept. A submit or a fork that would pass it is 429 STORAGE_LIMIT. Those chats'
+   * messages are a few KB: about 4 KB a run with its record, and some 200 turns a chat a day
+   * make 60,000 runs, 240 MiB within the 24 h they are kept; 256 MiB fits that (the same as
+   * the artifacts' quota), where 256 KiB inputs added 820 MB in three minutes. 0: none.
+   */
+  STORAGE_MAX_BYTES_PER_SCOPE: z.coerce.number().int().min(0).max(1024 ** 4).default(256 * 1024 * 1024),
+  /**
+   * FORKS_PER_MINUTE / FORK_BYTES_PER_MINUTE: forks of sessions one scope may make a minute,
+   * and bytes of history they may copy (each refilled over the minute; a fork larger than the
+   * bytes left passes while any are left and the next waits for the debt), the defaults of a
+   * scope's `forksPerMinute` and `forkBytesPerMinute`; beyond, 429 FORK_RATE_LIMITED with
+   * Retry-After. A chat product forks when a user edits an earlier message: a few a minute
+   * across hundreds of chats, each a prefix of ordinary turns (KBs to a few MB). 60 a minute
+   * and 64 MiB (HISTORY_MAX_BYTES: the largest session, once a minute) fit that, where ten forks
+   * of a 21 MB session in a row added 226 MB. 0: none.
+   */
+  FORKS_PER_MINUTE: z.coerce.number().int().min(0).max(1_000_000).default(60),
+  FORK_BYTES_PER_MINUTE: z.coerce.number().int().min(0).max(1024 ** 4).default(64 * 1024 * 1024),
   /**
    * SCHEDULES_MAX_PER_SCOPE: cron schedules one scope may hold (POST …/schedules; one more is
    * 429 TOO_MANY_SCHEDULES). Every active schedule is an entry each process's scheduler looks

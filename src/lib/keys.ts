@@ -43,6 +43,13 @@ export interface ScopeKeys {
   /** Every re-run of a run, by creation time (zset, written by lua/submit.lua; the run record names the newest few). */
   reruns(runId: string): string;
   /**
+   * A fork into the session while its copy goes on (lua/fork.lua, lua/fork-copy.lua): its state
+   * (hash: token, count, copied, ...) and the copy made so far (list), both expiring unless a
+   * chunk renews them; the copy becomes the session's `messages` at the last chunk.
+   */
+  forkState(sessionId: string): string;
+  forkCopy(sessionId: string): string;
+  /**
    * Recall vectors of a session's committed turns (hash: runId -> float32 bytes), one hash per
    * embedding model, so vectors of two models are never compared. `space` is a hex digest.
    */
@@ -57,6 +64,14 @@ export interface ScopeKeys {
   artifactBytes: string;
   /** Token bucket of the scope's artifact upload rate, in bytes. */
   artifactBucket: string;
+  /**
+   * The scope's stored bytes (lua/lib.lua, storedBytes): the ledger of what holds them (zset:
+   * `<bytes> <key after base>` -> when to look at it again) and their count.
+   */
+  storageLedger: string;
+  storedBytes: string;
+  /** The scope's fork rate (hash: forks and bytes left, and when; lua/fork.lua). */
+  forkBucket: string;
   /** All runs of the scope by creation time (listing). */
   runs: string;
   /** The scope's runs in one status, by creation time (kept by setStatus in lua/lib.lua). */
@@ -247,11 +262,16 @@ export function createKeys(prefix: string): Keys {
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
         messages: (id) => `${base}session:${checked('session', id)}:messages`,
         sessionRuns: (id) => `${base}session:${checked('session', id)}:runs`,
+        forkState: (id) => `${base}session:${checked('session', id)}:fork`,
+        forkCopy: (id) => `${base}session:${checked('session', id)}:fork:messages`,
         turnVectors: (id, space) => `${base}session:${checked('session', id)}:vectors:${checked('vector space', space)}`,
         artifact: (id) => `${base}artifact:${checked('artifact', id)}`,
         artifactLedger: `${base}artifacts`,
         artifactBytes: `${base}artifacts:bytes`,
         artifactBucket: `${base}ratelimit:artifacts`,
+        storageLedger: `${base}storage`,
+        storedBytes: `${base}storage:bytes`,
+        forkBucket: `${base}ratelimit:forks`,
         runs: `${base}runs`,
         runsByStatus: (status) => `${base}status:${checked('status', status)}`,
         runsByAgent: (agent) => `${base}agent:${checked('agent', agent)}:runs`,

@@ -55,12 +55,13 @@ export interface WhoAmI { scope: string | null; role: Role; keyId: string }
 export const LIMIT_FIELDS = [
   'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'submitBurst', 'weight', 'maxStreams', 'tokensPerDay',
   'readBytesPerSec', 'readBurstBytes',
+  'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute', 'retentionMs',
 ] as const;
 export type LimitField = (typeof LIMIT_FIELDS)[number];
 
 /**
- * One value of each limit. maxActivePerKey and tokensPerDay may be null: no per-key cap, no
- * daily token budget. submitRatePerSec 0 (only ever a configured default) is no submit rate limit.
+ * One value of each limit. maxActivePerKey, tokensPerDay and the storage caps and fork rates
+ * may be null: none. submitRatePerSec 0 (only ever a configured default) is no submit rate limit.
  */
 export interface ScopeLimits {
   /** Runs of the scope dispatched or running at once. */
@@ -83,6 +84,15 @@ export interface ScopeLimits {
    */
   readBytesPerSec: number;
   readBurstBytes: number;
+  /** Runs of the scope accepted and not started (queued or dispatched) at once; null: none. */
+  maxQueuedRuns: number | null;
+  /** Bytes of its own input the scope stores: runs' records until they expire, forks' copies; null: none. */
+  maxStoredBytes: number | null;
+  /** Forks of the scope's sessions a minute, and the bytes of history they copy; null: none. */
+  forksPerMinute: number | null;
+  forkBytesPerMinute: number | null;
+  /** Ms a finished run of the scope (its record, event log and steps) stays readable. */
+  retentionMs: number;
 }
 
 /** `GET/PUT /v1/scopes/{scope}/limits`: a scope's limits, where each comes from, and how much is in use. */
@@ -107,6 +117,10 @@ export interface ScopeLimitsView {
     tokensToday: number;
     /** Bytes the scope's read bucket holds now: readBurstBytes when unused, below 0 while its costly reads are refused. */
     readBytesLeft: number;
+    /** Runs of the scope queued or dispatched now, what maxQueuedRuns is checked against. */
+    queuedRuns: number;
+    /** Bytes the scope stores, what maxStoredBytes is checked against (as of the last submit or fork that looked). */
+    storedBytes: number;
   };
 }
 

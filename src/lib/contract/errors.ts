@@ -44,6 +44,9 @@ export const ERROR_CODES = {
   RERUN_NON_IDEMPOTENT: { status: 409, message: 'The re-run would run non-idempotent steps again; send allowNonIdempotent: true to allow it.' },
   TURN_NOT_FOUND: { status: 404, message: "The session's committed history has no such turn." },
   SESSION_EXISTS: { status: 409, message: 'A fork needs a new session: this one has history or runs.' },
+  QUEUED_RUNS_LIMIT: { status: 429, message: 'This scope has as many runs queued and not started as it may (its maxQueuedRuns).' },
+  STORAGE_LIMIT: { status: 429, message: 'This scope stores as many bytes as it may (its maxStoredBytes); retry once some runs have expired.' },
+  FORK_RATE_LIMITED: { status: 429, message: 'Too many forks, or bytes forked, for this scope; retry later.' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -17,6 +17,8 @@ export const ScriptCode = {
   IdempotencyMismatch: -12,
   RateLimited: -13,
   HistoryFull: -14,
+  QueuedRunsLimit: -15,
+  StorageLimit: -16,
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 
@@ -36,7 +38,8 @@ export const Outcome = {
   append: { Applied: 0, Duplicate: 1 },
   artifact: { Stored: 0, RateLimited: 1, OverQuota: 2 },
   cancel: { AlreadyFinished: 0, Cancelled: 1, Requested: 2 },
-  fork: { Copied: 0, TargetTaken: 1, HistoryChanged: 2 },
+  fork: { Begun: 0, TargetTaken: 1, HistoryChanged: 2, StorageLimit: 3, RateLimited: 4 },
+  forkCopy: { Copied: 0, TargetTaken: 1, HistoryChanged: 2, Gone: 3 },
   claim: { Claimed: 0, Ended: 1 },
   heartbeat: { Renewed: 0, CancelRequested: 1 },
   wait: { Parked: 0, CancelRequested: 1 },
@@ -54,8 +57,11 @@ export const Outcome = {
   end: { Unchanged: 0, Ended: 1 },
 } as const;
 
-/** A script's refusal: its (negative) code and the number a few carry (RateLimited, HistoryFull, LeaseHeld). */
-export interface Refusal { code: number; value: number }
+/**
+ * A script's refusal: its (negative) code and the number a few carry (RateLimited, HistoryFull,
+ * LeaseHeld, QueuedRunsLimit, StorageLimit), and StorageLimit's ms until some may expire (0: unknown).
+ */
+export interface Refusal { code: number; value: number; retryAfterMs?: number }
 
 /** Every refusal's code is negative. */
 export function isRefusal(code: number): boolean {
@@ -73,6 +79,11 @@ export function scriptError(refusal: Refusal, runId: string): Error {
       return new BatonError('SESSION_HISTORY_FULL', undefined, [
         { path: 'body.sessionId', message: `the session's history takes ${refusal.value} bytes; HISTORY_MAX_BYTES is the limit` },
       ]);
+    case ScriptCode.QueuedRunsLimit:
+      return new BatonError('QUEUED_RUNS_LIMIT', undefined, [
+        { path: 'scope', message: `the scope has ${refusal.value} runs queued and not started; maxQueuedRuns is the limit` },
+      ]);
+    case ScriptCode.StorageLimit: return storageLimit(refusal.value, refusal.retryAfterMs ?? 0);
     case ScriptCode.LeaseLost: return new LeaseLostError(runId);
     case ScriptCode.NotFound: return new BatonError('RUN_NOT_FOUND');
     case ScriptCode.SessionBusy: return new BatonError('SESSION_BUSY');
@@ -82,4 +93,11 @@ export function scriptError(refusal: Refusal, runId: string): Error {
     case ScriptCode.IdempotencyMismatch: return new BatonError('IDEMPOTENCY_MISMATCH');
     default: return new Error(`script for run ${runId} answered the unexpected code ${refusal.code}`);
   }
+}
+
+/** A submit or a fork past the scope's maxStoredBytes: `held` bytes stored, some may expire in `retryAfterMs` (0: unknown). */
+export function storageLimit(held: number, retryAfterMs: number): BatonError {
+  return new BatonError('STORAGE_LIMIT', undefined, [
+    { path: 'scope', message: `the scope stores ${held} bytes; maxStoredBytes is the limit` },
+  ], retryAfterMs > 0 ? { retryAfterMs } : {});
 }

@@ -41,16 +41,20 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  * - v8: scripts read a record's fields by name (readFields) and list the helpers they use
  *   (`-- @uses`), a run's finish looks for waits only when `waited` is 1 (every record the submit
  *   writes carries it), and an idempotency key must hold `<runId> <requestHash>` (the run id
- *   alone is no longer read).
+ *   alone is no longer read);
+ * - v9: a fork is begun (`fork`) and copied in chunks of a bounded size (`fork-copy`) into a
+ *   staging list that its last chunk renames to the new session's history; `fork-scan` reads
+ *   a page of history's runIds and sizes, for the fork's end; submits count a scope's stored
+ *   bytes and `storage` lets the sweeper take expired runs' bytes off.
  */
-const VERSION = 8;
+const VERSION = 9;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
-  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'read-cost' | 'budget-hold'
+  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan' | 'storage' | 'read-cost' | 'budget-hold'
   | 'schedule-pause' | 'schedule-resume' | 'schedule-claim' | 'schedule-done'
   | 'bulk-create' | 'bulk-cancel' | 'bulk-claim' | 'bulk-commit';
 

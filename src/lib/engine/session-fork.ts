@@ -1,17 +1,28 @@
 import { randomBytes } from 'node:crypto';
 import { BatonError } from '../errors.ts';
 import { TERMINAL_STATUSES, type ForkRequest, type SessionFork } from '../contract/runs.ts';
-import type { Transitions } from './transitions.ts';
+import type { CallBudget, ForkChunk, Transitions } from './transitions.ts';
 
-/** Messages read per page while looking for the fork's end: a page is also bounded in bytes. */
-const PAGE = 500;
+/**
+ * What one script call of a fork may read or copy: 64 messages and 256 KiB (a message larger
+ * than that alone). This is the engine's budget for a call that moves a tenant's data: Redis
+ * runs one call at a time, so every other scope waits while it runs. Copying 256 KiB
+ * (LRANGE and RPUSH in the function) took 0.4 to 0.7 ms of Redis time on a 2-core VM and
+ * 1 MiB 1.5 to 2 ms, while the whole 42 MB history of 60 messages of 700 KB in one call took
+ * 3.8 s (Lua's memory grows with the call, and its collector with it). A message larger than
+ * the budget costs its own size: at most BODY_LIMIT_BYTES for a user's message, an answer's
+ * length for the agent's (700 KB took about 1 ms).
+ */
+export const FORK_CALL_BUDGET: Readonly<CallBudget> = Object.freeze({ messages: 64, bytes: 256 * 1024 });
+
+/** Where a fork ends, and what it copies: `bytes` of its messages as stored. */
 
 /**
  * Where a fork ends: the messages it copies, its turns, the run of its last copied turn
  * (`lastRunId`, '' when none is) and the run it forks at (`forkedAt`, the same one unless the
  * run committed its turn to a custom store, see below).
  */
-interface ForkPoint { count: number; turns: number; lastRunId: string; forkedAt: string }
+interface ForkPoint { count: number; turns: number; lastRunId: string; forkedAt: string; bytes: number }
 
 /** A run's session and status, as the fork reads them (undefined: no such run). */
 export type RunOf = (runId: string) => Promise<{ sessionId: string | null; status: string | null } | undefined>;
@@ -22,9 +33,12 @@ const ENDED: readonly string[] = TERMINAL_STATUSES;
  * Forks a session: a new session whose history is a copy of the source's committed turns up
  * to `atTurn` (or through the turn `atRunId` committed). A turn is the messages one run
  * committed, together (lua/finish.lua), so the end of a turn is where the next message's runId
- * differs. The history is read in bounded pages to find that end, then copied in one call
- * (lua/fork.lua) that checks the source still ends the prefix with that run and the new
- * session is new: the two histories share nothing afterwards.
+ * differs. The history is read in pages of the per-call budget (FORK_CALL_BUDGET) to find that
+ * end, then copied in chunks of the same budget (lua/fork.lua begins, lua/fork-copy.lua copies)
+ * into a list of the fork's own that the last chunk makes the new session's history, once it
+ * checked that the source still ends the prefix with that run and the new session is still
+ * new: no call holds Redis for longer than one chunk, nothing of the new session is readable
+ * before the last chunk, and the two histories share nothing afterwards.
  *
  * An agent with a custom store commits its turns there, not to this history: `atRunId` may
  * then name an ended run of the session whose turn the history does not hold. The fork copies
@@ -33,44 +47,59 @@ const ENDED: readonly string[] = TERMINAL_STATUSES;
  * fork copies its own turns at the new session's first run (run-memory.ts).
  */
 export async function forkSession(
-  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, maxBytes: number,
+  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest,
+  budget: CallBudget = FORK_CALL_BUDGET, onChunk?: (chunk: ForkChunk) => void,
 ): Promise<SessionFork> {
   const to = body.sessionId ?? `s${Date.now().toString(36)}${randomBytes(8).toString('hex')}`;
   if (to === sessionId) {
     throw new BatonError('SESSION_EXISTS', undefined, [{ path: 'body.sessionId', message: 'a fork needs a session of its own' }]);
   }
-  const point = await findForkPoint(transitions, runOf, scope, sessionId, body, maxBytes);
-  const outcome = await transitions.forkHistory(scope, sessionId, to, point);
+  const point = await findForkPoint(transitions, runOf, scope, sessionId, body, budget);
+  const token = randomBytes(16).toString('hex');
+  // Past the scope's fork rate or storage cap, forkBegin throws FORK_RATE_LIMITED or STORAGE_LIMIT: nothing copied.
+  let outcome: ForkChunk['kind'] = await transitions.forkBegin(scope, sessionId, to, { ...point, token });
+  while (outcome === 'copying') {
+    const chunk = await transitions.forkCopy(scope, sessionId, to, token, budget);
+    onChunk?.(chunk);
+    // Each chunk copies at least one message (lua/fork-copy.lua): one that copied none would loop.
+    if (chunk.kind === 'copying' && chunk.messages === 0) throw new Error(`the fork into session ${to} copied nothing`);
+    outcome = chunk.kind;
+  }
   if (outcome === 'target-taken') {
     throw new BatonError('SESSION_EXISTS', undefined, [{ path: 'body.sessionId', message: `the session ${to} has history or runs` }]);
   }
   // The source history lost its prefix between the read and the copy (it was deleted).
   if (outcome === 'history-changed') throw turnNotFound(body);
+  // The fork's state expired between two chunks (this process paused past FORK_LEASE_MS): nothing of it is left.
+  if (outcome === 'gone') throw new Error(`the fork into session ${to} outlived its lease; nothing was kept`);
   return { sessionId: to, forkedFrom: sessionId, turns: point.turns, messages: point.count, atRunId: point.forkedAt };
 }
 
 async function findForkPoint(
-  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, maxBytes: number,
+  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, budget: CallBudget,
 ): Promise<ForkPoint> {
   let turns = 0;
+  let bytes = 0;
   let current: string | undefined;
   let index = 0;
   let start: number | undefined = 0;
   // For an atRunId the history may not hold: the prefix of turns of runs made before it, up to
   // the first turn of a later run (a run scheduled for later commits after runs made since).
   const at = body.atRunId;
-  let before: ForkPoint | undefined = at === undefined ? undefined : { count: 0, turns: 0, lastRunId: '', forkedAt: at };
+  let before: ForkPoint | undefined = at === undefined ? undefined : { count: 0, turns: 0, lastRunId: '', forkedAt: at, bytes: 0 };
   let passed = false;
   const turnEnds = (): ForkPoint | undefined => {
     if (current === undefined) return undefined;
-    if (isForkEnd(body, turns, current)) return { count: index, turns, lastRunId: current, forkedAt: current };
-    if (at !== undefined && !passed) before = { count: index, turns, lastRunId: current, forkedAt: at };
+    if (isForkEnd(body, turns, current)) return { count: index, turns, lastRunId: current, forkedAt: current, bytes };
+    if (at !== undefined && !passed) before = { count: index, turns, lastRunId: current, forkedAt: at, bytes };
     return undefined;
   };
   while (start !== undefined) {
-    const page = await transitions.historyPage(scope, sessionId, start, PAGE, maxBytes);
-    for (const raw of page.messages) {
-      const runId = (JSON.parse(raw) as { runId?: string }).runId ?? '';
+    // Ids and sizes only: the API never holds the history (a 64 MiB session parsed here held
+    // the process's event loop from other requests).
+    const page = await transitions.forkScan(scope, sessionId, start, budget);
+    for (let i = 0; i < page.runIds.length; i++) {
+      const runId = page.runIds[i];
       if (runId !== current) {
         // The previous turn ended at the message before this one.
         const found = turnEnds();
@@ -80,6 +109,7 @@ async function findForkPoint(
         current = runId;
       }
       index++;
+      bytes += page.sizes[i];
     }
     start = page.next;
   }

@@ -217,7 +217,7 @@ export class RunStore {
       const [sid, status] = await this.redis.hmget(sk.run(runId), 'sessionId', 'status');
       return status === null ? undefined : { sessionId: sid, status };
     };
-    return forkSession(this.transitions, runOf, scope, sessionId, body, this.config.PAGE_MAX_BYTES);
+    return forkSession(this.transitions, runOf, scope, sessionId, body);
   }
 
   /** Every step of a run in the order they started, no values (a re-run's plan); RUN_NOT_FOUND when the run does not exist. */

@@ -30,6 +30,9 @@ const MAX_SOON = 10_000;
  */
 const FILL_EVERY_SWEEPS = 60;
 
+/** Calls (of 100 ledger entries each) per scope and pass that take expired runs' bytes off its count. */
+const STORAGE_CALLS = 10;
+
 /** The agents a runtime's workers served: agent -> Redis time a live worker last offered it (WorkerPresence). */
 type ServedAgents = (runtime: string) => Promise<Map<string, number>>;
 
@@ -139,7 +142,10 @@ export class Sweeper {
       const [next, scopes] = await this.redis.sscan(this.keys.scopes, cursor, 'COUNT', 200);
       cursor = next;
       for (const scope of scopes) count += await this.sweepScope(scope, now, served);
-      if (fill) await this.fillSlots(scopes);
+      if (fill) {
+        await this.fillSlots(scopes);
+        await this.trimStorage(scopes);
+      }
     } while (cursor !== '0');
     this.repaired += count;
     return count;
@@ -163,6 +169,19 @@ export class Sweeper {
     const parked = new Set([...await this.scopesWith(scopes, (sk) => sk.ready), ...await this.scopesWith(scopes, (sk) => sk.legacyReady)]);
     for (const scope of parked) {
       if (await this.transitions.fill(scope)) this.log.info({ scope }, 'parked runs given free slots');
+    }
+  }
+
+  /**
+   * Takes expired runs' bytes off the stored bytes of those of `scopes` that keep any (submits
+   * and forks do it as they check; this keeps the limits answer true while a scope is idle), up
+   * to STORAGE_CALLS calls of 100 entries each per scope and pass.
+   */
+  private async trimStorage(scopes: readonly string[]): Promise<void> {
+    for (const scope of await this.scopesWith(scopes, (sk) => sk.storageLedger)) {
+      for (let i = 0; i < STORAGE_CALLS; i++) {
+        if (!(await this.transitions.trimStorage(scope)).more) break;
+      }
     }
   }
 

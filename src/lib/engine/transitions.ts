@@ -6,7 +6,8 @@ import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, RERUNS_KEPT, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
-import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, type Refusal } from './script-codes.ts';
+import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, storageLimit, type Refusal } from './script-codes.ts';
+import { BatonError } from '../errors.ts';
 import { ReplicaAcks } from '../replica-acks.ts';
 
 /**
@@ -57,6 +58,17 @@ export type AppendAnswer = 'applied' | 'duplicate';
  * the water level while scopes contend, and the live workers' slots.
  */
 export interface FairLevel { level?: number; capacity?: number }
+
+/** Where a fork ends (session-fork.ts): messages to copy, the runId the last must carry, the run it is at, and its token. */
+export interface ForkAt { count: number; bytes: number; lastRunId: string; forkedAt: string; token: string }
+export type ForkBegun = 'copying' | 'done' | 'target-taken' | 'history-changed';
+/** One chunk of a fork's copy; `gone`: the fork's lease passed (its state expired) or it is another's. */
+export type ForkChunk =
+  | { kind: 'copying' | 'done'; messages: number; bytes: number }
+  | { kind: 'target-taken' | 'history-changed' | 'gone' };
+
+/** What one script call may copy or read: messages and bytes (one item larger than `bytes` comes alone). */
+export interface CallBudget { messages: number; bytes: number }
 
 export type SubmitReply = { created: boolean; runId: string; run: RunRecord | undefined };
 
@@ -287,7 +299,11 @@ type Shape = Record<string, (v: unknown) => unknown>;
 const REPLY = {
   'submit': { code: num, runId: text, created: flag, orders, run: record },
   'history-page': { messages: strings, next: num },
-  'fork': { code: num, copied: num },
+  /** `value`: 1 when the fork is whole at once; a refusal's bytes stored or ms to wait. */
+  'fork': { code: num, value: num, retryAfterMs: num },
+  'fork-copy': { code: num, done: flag, messages: num, bytes: num },
+  'storage': { stored: num, more: flag },
+  'fork-scan': { runIds: strings, sizes: (v: unknown) => (Array.isArray(v) ? v.map(Number) : []), next: num },
   'cancel': { code: num, orders, run: record },
   'resolve': { code: num, orders },
   'drain': { cancelled: num, left: num, orders },
@@ -350,7 +366,11 @@ function decode<N extends Replied>(name: N, raw: unknown): Reply<N> {
   if (!Array.isArray(raw)) throw new Error(`the ${name} script answered ${typeof raw}, not a list`);
   const shape: Shape = REPLY[name];
   const fields = Object.keys(shape);
-  if (fields[0] === 'code' && isRefusal(Number(raw[0]))) return { refused: { code: Number(raw[0]), value: Number(raw[1]) } } as Reply<N>;
+  if (fields[0] === 'code' && isRefusal(Number(raw[0]))) {
+    const refused: Refusal = { code: Number(raw[0]), value: Number(raw[1]) };
+    if (raw[2] !== undefined) refused.retryAfterMs = Number(raw[2]);
+    return { refused } as Reply<N>;
+  }
   return Object.fromEntries(fields.map((field, i) => [field, shape[field](raw[i])])) as Reply<N>;
 }
 
@@ -380,7 +400,7 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * counts, so each run is still counted once.
  */
 const REPLICATED: ReadonlySet<ScriptName> = new Set([
-  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork',
+  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
   'schedule-pause', 'schedule-resume', 'schedule-done', 'bulk-create', 'bulk-cancel',
 ]);
 
@@ -408,6 +428,10 @@ export class Transitions {
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
+      storage: {
+        queued: config.MAX_QUEUED_RUNS_PER_SCOPE, bytes: config.STORAGE_MAX_BYTES_PER_SCOPE,
+        forks: config.FORKS_PER_MINUTE, forkBytes: config.FORK_BYTES_PER_MINUTE,
+      },
     };
     if (config.REDIS_MIN_REPLICAS_ACK > 0) {
       this.acks = new ReplicaAcks(redis, config.REDIS_MIN_REPLICAS_ACK, config.REDIS_REPLICA_ACK_TIMEOUT_MS);
@@ -454,20 +478,60 @@ export class Transitions {
   }
 
   /**
-   * Copies the first `count` messages of a session's history into a new session's (lua/fork.lua),
-   * if the last of them still carries `lastRunId` and the new session has no history or runs;
-   * the new session records that it was forked from `from` at `forkedAt`.
+   * A page of a session's history from index `start` as a fork looks for its end: each
+   * message's runId and size in bytes, not its text (lua/fork-scan.lua), within `budget`.
+   * `next` is the index the next page starts at, undefined after the last message.
    */
-  async forkHistory(
-    scope: string, from: string, to: string, at: { count: number; lastRunId: string; forkedAt: string },
-  ): Promise<'copied' | 'target-taken' | 'history-changed'> {
-    const sk = this.keys.scope(scope);
-    const reply = await this.call('fork', scope, {
-      from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
-    }, { count: at.count, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt });
+  async forkScan(
+    scope: string, sessionId: string, start: number, budget: CallBudget,
+  ): Promise<{ runIds: string[]; sizes: number[]; next?: number }> {
+    const reply = await this.call('fork-scan', scope, { messages: this.keys.scope(scope).messages(sessionId) }, {
+      start, maxMessages: budget.messages, maxBytes: budget.bytes,
+    });
+    return { runIds: reply.runIds, sizes: reply.sizes, ...(reply.next >= 0 ? { next: reply.next } : {}) };
+  }
+
+  /**
+   * Begins a fork of the first `count` messages of a session's history into a new session
+   * (lua/fork.lua), if the last of them still carries `lastRunId` and the new session has no
+   * history, runs or fork under way; `token` names the fork for its chunks (forkCopy). A fork
+   * of nothing is whole at once ('done').
+   */
+  async forkBegin(scope: string, from: string, to: string, at: ForkAt): Promise<ForkBegun> {
+    const reply = await this.call('fork', scope, this.forkKeys(scope, from, to), {
+      count: at.count, bytes: at.bytes, lastRunId: at.lastRunId, fromSession: from, forkedAt: at.forkedAt, token: at.token,
+      leaseMs: FORK_LEASE_MS,
+    });
     if (reply.refused) throw scriptError(reply.refused, '');
-    if (reply.code === Outcome.fork.TargetTaken) return 'target-taken';
-    return reply.code === Outcome.fork.HistoryChanged ? 'history-changed' : 'copied';
+    switch (reply.code) {
+      case Outcome.fork.TargetTaken: return 'target-taken';
+      case Outcome.fork.HistoryChanged: return 'history-changed';
+      case Outcome.fork.StorageLimit: throw storageLimit(reply.value, reply.retryAfterMs);
+      case Outcome.fork.RateLimited: {
+        const retryAfterMs = reply.value;
+        throw new BatonError('FORK_RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
+      }
+      default: return reply.value === 1 ? 'done' : 'copying';
+    }
+  }
+
+  /**
+   * Copies the next chunk of the fork `token` (lua/fork-copy.lua): at most `budget.messages`
+   * messages and `budget.bytes` bytes (one larger message alone). The chunk that copies the
+   * last message makes the copy the new session's history, in the same call.
+   */
+  async forkCopy(scope: string, from: string, to: string, token: string, budget: CallBudget): Promise<ForkChunk> {
+    const reply = await this.call('fork-copy', scope, this.forkKeys(scope, from, to), {
+      token, leaseMs: FORK_LEASE_MS, maxMessages: budget.messages, maxBytes: budget.bytes,
+    });
+    if (reply.refused) throw scriptError(reply.refused, '');
+    switch (reply.code) {
+      case Outcome.forkCopy.Copied: return { kind: reply.done ? 'done' : 'copying', messages: reply.messages, bytes: reply.bytes };
+      case Outcome.forkCopy.TargetTaken: return { kind: 'target-taken' };
+      case Outcome.forkCopy.HistoryChanged: return { kind: 'history-changed' };
+      case Outcome.forkCopy.Gone: return { kind: 'gone' };
+      default: throw new Error(`the fork-copy script answered the unexpected code ${reply.code}`);
+    }
   }
 
   async cancel(scope: string, runId: string): Promise<CancelReply> {
@@ -797,6 +861,15 @@ export class Transitions {
     return this.dispatch(scope, reply.orders);
   }
 
+  /**
+   * Takes the bytes of expired runs and forks off the scope's stored bytes (lua/storage.lua), up
+   * to 100 ledger entries per call. Returns the count, and whether more entries may be due.
+   */
+  async trimStorage(scope: string): Promise<{ stored: number; more: boolean }> {
+    const reply = await this.call('storage', scope, { ledger: this.keys.scope(scope).storageLedger }, {});
+    return { stored: reply.stored, more: reply.more };
+  }
+
   /** A run's ttlMs passed: ends it `expired` unless it started. Returns the run when it expired now. */
   async expire(scope: string, runId: string): Promise<RunRecord | undefined> {
     const reply = await this.call('expire', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
@@ -981,6 +1054,15 @@ export class Transitions {
     };
   }
 
+  /** The keys of a fork from one session into another (lua/fork.lua, lua/fork-copy.lua). */
+  private forkKeys(scope: string, from: string, to: string): NamedKeys {
+    const sk = this.keys.scope(scope);
+    return {
+      from: sk.messages(from), to: sk.messages(to), toSession: sk.session(to), toQueue: sk.sessionQueue(to), toRuns: sk.sessionRuns(to),
+      state: sk.forkState(to), staging: sk.forkCopy(to), bucket: sk.forkBucket,
+    };
+  }
+
   private waitKeys(scope: string, runId: string): NamedKeys {
     const sk = this.keys.scope(scope);
     return { ...this.slotKeys(sk, runId), steps: sk.steps(runId), waits: sk.waits(runId) };
@@ -1049,6 +1131,13 @@ function deferredOf(raw: unknown): { reply: unknown; messages: string[] } {
 
 /** Keys rejoining the turns, and runs of an earlier version's list admitted, per fill call. */
 const FILL_BATCH = 500;
+
+/**
+ * How long a fork's state and partial copy outlive its last chunk (lua/fork.lua): chunks follow
+ * one another a round trip apart, so 15 s is past any pause of a live process, and a fork whose
+ * process died is gone (nothing of it readable, its target free again) that long after.
+ */
+export const FORK_LEASE_MS = 15_000;
 
 /** Runs renewed by one heartbeat script call: a few hundred record reads keep Redis busy well under a millisecond. */
 const HEARTBEAT_BATCH = 200;

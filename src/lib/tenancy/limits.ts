@@ -15,10 +15,12 @@ import { utcDay } from '../engine/budgets.ts';
  * `0` in maxActivePerKey or tokensPerDay is "none" (no per-key cap, no daily budget), as the
  * configured defaults MAX_ACTIVE_PER_KEY and TOKENS_PER_DAY say it, and the API shows it as null.
  *
- * Who applies which: the submit transition reads submitRatePerSec and submitBurst, the
- * scheduler maxActive, maxActivePerKey and weight, the worker tokensPerDay, each API
- * process maxStreams (through maxStreams() below, cached for LIMITS_CACHE_MS), and the read
- * charge (lua/read-cost.lua) readBytesPerSec and readBurstBytes.
+ * Who applies which: the submit transition reads submitRatePerSec and submitBurst (and
+ * maxQueuedRuns, maxStoredBytes), the fork's forksPerMinute, forkBytesPerMinute and
+ * maxStoredBytes, a run's end retentionMs, the scheduler maxActive, maxActivePerKey and weight,
+ * the worker tokensPerDay, each API process maxStreams (through maxStreams() below, cached
+ * for LIMITS_CACHE_MS), and the read charge (lua/read-cost.lua) readBytesPerSec and
+ * readBurstBytes.
  */
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -40,6 +42,12 @@ export const LIMIT_SCHEMAS = {
   tokensPerDay: int(1, 1_000_000_000_000).nullable(),
   readBytesPerSec: int(1, 1024 ** 4),
   readBurstBytes: int(1, 1024 ** 4),
+  maxQueuedRuns: int(1, 10_000_000).nullable(),
+  maxStoredBytes: int(1, 1024 ** 4).nullable(),
+  forksPerMinute: int(1, 1_000_000).nullable(),
+  forkBytesPerMinute: int(1, 1024 ** 4).nullable(),
+  // A second to a year: a finished run must stay long enough to be read once, and not for ever.
+  retentionMs: int(1_000, 366 * 86_400_000),
 } satisfies Record<LimitField, z.ZodType>;
 
 /** A PUT's body: the overrides, each field optional (absent: the default applies); unknown fields are refused. */
@@ -53,11 +61,18 @@ export const limitOverrides = z.strictObject({
   tokensPerDay: LIMIT_SCHEMAS.tokensPerDay.optional().describe('null: no daily token budget, whatever the default'),
   readBytesPerSec: LIMIT_SCHEMAS.readBytesPerSec.optional(),
   readBurstBytes: LIMIT_SCHEMAS.readBurstBytes.optional(),
+  maxQueuedRuns: LIMIT_SCHEMAS.maxQueuedRuns.optional().describe('null: no cap on runs queued and not started'),
+  maxStoredBytes: LIMIT_SCHEMAS.maxStoredBytes.optional().describe('null: no cap on stored bytes'),
+  forksPerMinute: LIMIT_SCHEMAS.forksPerMinute.optional().describe('null: no cap on forks a minute'),
+  forkBytesPerMinute: LIMIT_SCHEMAS.forkBytesPerMinute.optional().describe('null: no cap on bytes forked a minute'),
+  retentionMs: LIMIT_SCHEMAS.retentionMs.optional().describe('ms a finished run stays readable; applies to runs that end after the change'),
 });
 export type LimitOverrides = z.infer<typeof limitOverrides>;
 
 /** The limits whose "none" is stored as 0. */
-const NULLABLE: ReadonlySet<LimitField> = new Set(['maxActivePerKey', 'tokensPerDay']);
+const NULLABLE: ReadonlySet<LimitField> = new Set([
+  'maxActivePerKey', 'tokensPerDay', 'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute',
+]);
 
 /**
  * How long a process keeps a scope's limits before reading them again (maxStreams). One
@@ -73,7 +88,9 @@ const CACHE_MAX = 10_000;
 export function limitDefaults(c: Pick<Config,
   'MAX_ACTIVE_PER_SCOPE' | 'MAX_ACTIVE_PER_KEY' | 'SUBMIT_RATE_PER_SEC' | 'SUBMIT_BURST' | 'SCOPE_WEIGHT' | 'SSE_MAX_PER_SCOPE' | 'TOKENS_PER_DAY'
   | 'READ_BYTES_PER_SEC' | 'READ_BURST_BYTES'
+  | 'MAX_QUEUED_RUNS_PER_SCOPE' | 'STORAGE_MAX_BYTES_PER_SCOPE' | 'FORKS_PER_MINUTE' | 'FORK_BYTES_PER_MINUTE' | 'RETENTION_MS'
 >): ScopeLimits {
+  const none = (n: number) => (n === 0 ? null : n);
   return {
     maxActive: c.MAX_ACTIVE_PER_SCOPE,
     maxActivePerKey: c.MAX_ACTIVE_PER_KEY === 0 ? null : c.MAX_ACTIVE_PER_KEY,
@@ -84,6 +101,11 @@ export function limitDefaults(c: Pick<Config,
     tokensPerDay: c.TOKENS_PER_DAY === 0 ? null : c.TOKENS_PER_DAY,
     readBytesPerSec: c.READ_BYTES_PER_SEC,
     readBurstBytes: c.READ_BURST_BYTES,
+    maxQueuedRuns: none(c.MAX_QUEUED_RUNS_PER_SCOPE),
+    maxStoredBytes: none(c.STORAGE_MAX_BYTES_PER_SCOPE),
+    forksPerMinute: none(c.FORKS_PER_MINUTE),
+    forkBytesPerMinute: none(c.FORK_BYTES_PER_MINUTE),
+    retentionMs: c.RETENTION_MS,
   };
 }
 
@@ -110,7 +132,7 @@ export class ScopeLimitStore {
   /** The scope's limits, where each comes from, and how much of them is in use. */
   async view(scope: string): Promise<ScopeLimitsView> {
     const sk = this.keys.scope(scope);
-    const [stored, [active, parked], fair, tokens, reads] = await Promise.all([
+    const [stored, [active, parked], fair, tokens, reads, [queued, dispatched, bytes]] = await Promise.all([
       this.redis.hgetall(sk.limits),
       this.redis.hmget(sk.meta, 'active', 'parked'),
       // The fair share's level while scopes contend for the workers (src/lib/engine/fair-share.ts).
@@ -119,6 +141,12 @@ export class ScopeLimitStore {
       this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
       // The read bucket as its last charge left it (src/lib/tenancy/read-budget.ts).
       this.redis.hmget(sk.readBucket, 'tokens', 'at'),
+      // What maxQueuedRuns and maxStoredBytes are checked against (lua/submit.lua).
+      this.redis.multi().zcard(sk.runsByStatus('queued')).zcard(sk.runsByStatus('dispatched')).get(sk.storedBytes).exec()
+        .then((r) => (r ?? []).map(([err, v]) => {
+          if (err) throw err;
+          return v === null ? '0' : String(v);
+        })),
     ]);
     const set = this.decode(scope, stored);
     const level = fair === null ? undefined : (JSON.parse(fair) as FairLevel).level;
@@ -136,6 +164,8 @@ export class ScopeLimitStore {
         streams: this.o.openStreams(scope),
         tokensToday: counter(scope, 'tokens', tokens) ?? 0,
         readBytesLeft: bytesLeft(limits, counter(scope, 'read tokens', reads[0]), counter(scope, 'read time', reads[1])),
+        queuedRuns: finite(scope, 'queued', queued) + finite(scope, 'dispatched', dispatched),
+        storedBytes: finite(scope, 'storage:bytes', bytes),
       },
     };
   }

@@ -16,10 +16,17 @@ export const LIMIT_ABOUT: Record<LimitField, string> = {
   tokensPerDay: 'model tokens the scope may use in a UTC day',
   readBytesPerSec: 'bytes a second of history pages and listings, past a free allowance per read (the read bucket refills at this rate)',
   readBurstBytes: 'bytes of history pages and listings at once (the size of the read bucket)',
+  maxQueuedRuns: 'runs queued and not started at once',
+  maxStoredBytes: 'bytes the scope stores: run inputs until they expire, forked histories',
+  forksPerMinute: 'forks of sessions a minute',
+  forkBytesPerMinute: 'bytes of history forks copy a minute',
+  retentionMs: 'ms a finished run stays readable (runs that end after a change)',
 };
 
 /** The limits an operator may set to "none" (the API takes null): no per-key cap, no daily budget. */
-export const NULLABLE: ReadonlySet<LimitField> = new Set(['maxActivePerKey', 'tokensPerDay']);
+export const NULLABLE: ReadonlySet<LimitField> = new Set([
+  'maxActivePerKey', 'tokensPerDay', 'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute',
+]);
 
 /** A number as the page writes it: digit groups, up to three decimals (a rate may be 0.5 a second). */
 export function formatNumber(n: number): string {

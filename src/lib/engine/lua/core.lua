@@ -15,7 +15,8 @@
             O.maxActivePerKey (the defaults of a scope's slot limits), O.priorityStepMs,
             O.level (absent: no contention), O.capacity (live workers' slots; absent: none
             known), O.graceMs (dispatch grace), O.retention (ms a
-            finished run stays), O.cancelChannel. Each script's header lists the rest.
+            finished run stays), O.cancelChannel, O.storage (the defaults of a scope's
+            storage caps and fork rate: queued, bytes, forks, forkBytes). Each script's header lists the rest.
     ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
 
   Keys: everything a script touches lives in the scope's Cluster slot. The scope's own keys
@@ -37,7 +38,7 @@
   Error codes (the ScriptCode enum in src/lib/engine/script-codes.ts):
     -1 NOT_FOUND  -2 LEASE_LOST  -3 NOT_RUNNABLE  -4 LEASE_HELD  -5 SESSION_BUSY
     -6 DRAINING   -8 STEP_NOT_BLOCKED  -9 WAIT_NOT_PENDING  -12 IDEMPOTENCY_MISMATCH
-    -13 RATE_LIMITED  -14 SESSION_HISTORY_FULL ]]
+    -13 RATE_LIMITED  -14 SESSION_HISTORY_FULL  -15 QUEUED_RUNS_LIMIT  -16 STORAGE_LIMIT ]]
 
 -- Per-call state: begin() sets it at the start of every call, since the library's locals
 -- outlive a call. ARGV is the call's arguments, as a script has them (its keys are K's);

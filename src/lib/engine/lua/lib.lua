@@ -143,10 +143,13 @@ end
 -- `slots`, its maxActive, at most the live workers' slots (O.capacity) and lowered to its fair
 -- share of them, O.level × its weight (never below 1), while scopes contend for them
 -- (src/lib/engine/fair-share.ts);
--- `perKey`, its maxActivePerKey (0: none); `rate` and `burst`, its submit rate (rate 0: none).
+-- `perKey`, its maxActivePerKey (0: none); `rate` and `burst`, its submit rate (rate 0: none);
+-- `queued` and `stored`, its caps on runs not started and on stored bytes, and `forks` and
+-- `forkBytes`, its fork rate a minute (each 0: none); `retention`, how long its finished runs stay.
 local function scopeLimits()
   if LIMIT == nil then
-    local l = readFields(BASE .. 'limits', { 'maxActive', 'maxActivePerKey', 'weight', 'submitRatePerSec', 'submitBurst' })
+    local l = readFields(BASE .. 'limits', { 'maxActive', 'maxActivePerKey', 'weight', 'submitRatePerSec', 'submitBurst',
+      'maxQueuedRuns', 'maxStoredBytes', 'forksPerMinute', 'forkBytesPerMinute', 'retentionMs' })
     local slots = tonumber(l.maxActive) or O.maxActive
     -- More than the live workers' slots could only wait in BullMQ, ahead of other scopes' runs.
     if O.capacity and O.capacity < slots then slots = O.capacity end
@@ -159,6 +162,13 @@ local function scopeLimits()
       perKey = tonumber(l.maxActivePerKey) or O.maxActivePerKey,
       rate = tonumber(l.submitRatePerSec) or O.limit.rate,
       burst = tonumber(l.submitBurst) or O.limit.burst,
+      -- Storage (src/lib/tenancy/limits.ts): 0 in a default is none.
+      queued = tonumber(l.maxQueuedRuns) or O.storage.queued,
+      stored = tonumber(l.maxStoredBytes) or O.storage.bytes,
+      forks = tonumber(l.forksPerMinute) or O.storage.forks,
+      forkBytes = tonumber(l.forkBytesPerMinute) or O.storage.forkBytes,
+      -- How long the scope's finished runs are kept (RETENTION_MS unless an operator set it).
+      retention = tonumber(l.retentionMs) or O.retention,
     }
   end
   return LIMIT
@@ -405,12 +415,73 @@ local function expireWaits(runId, now)
   return done, nextAt
 end
 
+-- ---- a scope's stored bytes ----
+-- `storage:bytes` counts what the scope stores of its own input: each run's record fields as
+-- its submit wrote them (the record's `storedBytes`), each fork's copy of a history. The
+-- ledger `storage` (zset) lists what holds them, `<bytes> <key>` (the key after BASE whose
+-- existence says the bytes are still stored), scored by when to look at it again: a finished
+-- run at the end of its retention (finishRun), a fork's partial copy at the end of its lease,
+-- a forked history never (+inf: sessions are kept). An unfinished run is not listed: it ends
+-- through finishRun, which lists it. Keys expire by themselves and a counter cannot see an
+-- EXPIRE, so each call that checks the count first looks at up to STORAGE_PRUNE entries
+-- whose time came: one whose key is gone leaves the ledger and its bytes the count; one still
+-- there (a retention an operator raised) is looked at again when its key expires.
+local STORAGE_PRUNE = 100
+
+local function ledgerKey() return BASE .. 'storage' end
+
+-- The scope's stored bytes, once the entries due by `now` were looked at (up to STORAGE_PRUNE),
+-- and whether more may be due.
+local function storedBytes(now)
+  local ledger, counter = ledgerKey(), ledgerKey() .. ':bytes'
+  local freed = 0
+  local due = redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, STORAGE_PRUNE)
+  for _, member in ipairs(due) do
+    local size, key = string.match(member, '^(%d+) (%S+)$')
+    local ttl = redis.call('PTTL', BASE .. key)
+    if ttl == -2 then
+      redis.call('ZREM', ledger, member)
+      freed = freed + tonumber(size)
+    elseif ttl == -1 then
+      redis.call('ZADD', ledger, now + O.retention, member)
+    else
+      redis.call('ZADD', ledger, now + ttl, member)
+    end
+  end
+  local held = tonumber(redis.call('GET', counter) or '0')
+  if freed > 0 then
+    held = math.max(0, held - freed)
+    if held > 0 then redis.call('SET', counter, held) else redis.call('DEL', counter) end
+  end
+  return held, #due == STORAGE_PRUNE
+end
+
+-- Ms until the ledger's first entry is due (0: none is, ever): a refusal's Retry-After.
+local function storageRetryMs(now)
+  local first = redis.call('ZRANGE', ledgerKey(), 0, 0, 'WITHSCORES')
+  local at = first[2] and tonumber(first[2])
+  if not at or at == math.huge then return 0 end
+  return math.max(1, at - now)
+end
+
+-- Counts `bytes` stored under `key` (after BASE); `at` (optional): list them to look at then.
+local function chargeStorage(bytes, key, at)
+  redis.call('INCRBY', ledgerKey() .. ':bytes', bytes)
+  if at then redis.call('ZADD', ledgerKey(), at, bytes .. ' ' .. key) end
+end
+
+-- Takes back a charge whose bytes were dropped at once (a fork that could not end whole).
+local function dischargeStorage(bytes, key)
+  redis.call('ZREM', ledgerKey(), bytes .. ' ' .. key)
+  if redis.call('DECRBY', ledgerKey() .. ':bytes', bytes) <= 0 then redis.call('DEL', ledgerKey() .. ':bytes') end
+end
+
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
 -- retention set. `w`: the record's other writes (result, lastError, ...; newWrite in core.lua).
 -- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind',
-  'concurrencyKey' }
+  'concurrencyKey', 'storedBytes' }
 -- Fields a finished run keeps no more.
 local FINISH_GONE = { 'retryAt', 'deadlineAt', 'budgetLeft' }
 -- Fields whose presence means the run may have a deadline entry in `timers`.
@@ -439,9 +510,13 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   -- it is parked behind them if any may start (admit), so it takes its turn.
   advanceSession(rec.sessionId, runId, now, out, held, rec.behind)
   fillSlots(now, out)
-  redis.call('PEXPIRE', rk, O.retention)
-  redis.call('PEXPIRE', rk .. ':events', O.retention)
-  redis.call('PEXPIRE', rk .. ':steps', O.retention)
+  -- The record, its log and its steps stay for the scope's retention (its `retentionMs` limit).
+  local retention = scopeLimits().retention
+  redis.call('PEXPIRE', rk, retention)
+  redis.call('PEXPIRE', rk .. ':events', retention)
+  redis.call('PEXPIRE', rk .. ':steps', retention)
+  -- Its input stays counted in the scope's storage until its record expires.
+  if rec.storedBytes then redis.call('ZADD', ledgerKey(), now + retention, rec.storedBytes .. ' run:' .. runId) end
   unpinArtifacts(rk, rec.artifactsPinned and true or false)
   -- Whatever it still waited for or was timed by ends with it. A deadline entry exists only
   -- for a run that had waits, a ttlMs (startBy), a runAt or a timeoutMs. `waited` is 0 from
@@ -543,14 +618,15 @@ end
 -- message that does not fit ends the read, except the first when `first` (a page always
 -- makes progress). `size`: the list's memory when the caller knows it (MEMORY USAGE, which is
 -- never less than its bytes): when it fits, one LRANGE reads what is asked. Otherwise the
--- list is read one message first, then in chunks of at most 32 messages, each sized so the
--- largest message seen so far would still fit, so what Lua holds beyond maxBytes is about one
--- chunk, never the list. (A first chunk of 8 read 8 messages of 700 KB for a 1 MiB page of one:
--- 5.6 MB copied for 0.7 MB answered, 9 ms of Redis against 2.4 ms.)
+-- list is read `firstRead` messages first (one if absent), then in chunks of at most 32
+-- messages, each sized so the largest message seen so far would still fit, so what Lua holds
+-- beyond maxBytes is about one chunk, never the list. (A first chunk of 8 read 8 messages of
+-- 700 KB for a 1 MiB page of one: 5.6 MB copied for 0.7 MB answered, 9 ms of Redis against
+-- 2.4 ms.)
 -- Returns the messages in read order, and why it stopped: 'bytes', 'count' or 'end'.
-local function historyWithin(key, from, step, limit, maxBytes, first, size)
+local function historyWithin(key, from, step, limit, maxBytes, first, size, firstRead)
   local out, bytes, at, biggest = {}, 0, from, 1
-  local chunk = 1
+  local chunk = firstRead or 1
   if size and size <= maxBytes then chunk = limit >= 0 and limit or -1 end
   while limit < 0 or #out < limit do
     local n = chunk

@@ -21,11 +21,14 @@
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
-         | {-14, the history's size} SESSION_HISTORY_FULL ]]
+         | {-14, the history's size} SESSION_HISTORY_FULL | {-15, runs not started} QUEUED_RUNS_LIMIT
+         | {-16, bytes stored, ms until some may expire (0: unknown)} STORAGE_LIMIT
+  The scope's caps (scopeLimits in lib.lua: its `limits` hash, else O.storage's defaults): runs
+  queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in lib.lua). ]]
 -- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, lineWaiting, newWrite, put, knownTail
 -- @uses unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
--- @uses admit, joinQueue, cancelRun
+-- @uses admit, joinQueue, cancelRun, storedBytes, storageRetryMs, chargeStorage
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
@@ -50,6 +53,21 @@ if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { -14, h
 local due = O.runAt
 if O.delayMs then due = now + O.delayMs end
 local scheduled = due ~= nil and due > now
+local limits = scopeLimits()
+-- The scope's runs accepted and not started, queued or dispatched (both `queued` to the API),
+-- are capped: one more is refused here, before anything is written. Scheduled runs have their
+-- own cap (SCHEDULED_MAX_PER_SCOPE); waiting, blocked, running and retrying ones started.
+if not scheduled and limits.queued > 0 then
+  local queued = redis.call('ZCARD', BASE .. 'status:queued') + redis.call('ZCARD', BASE .. 'status:dispatched')
+  if queued >= limits.queued then return { -15, queued } end
+end
+-- So are the bytes the scope stores: this run's are its record's fields as written below.
+local runBytes = 0
+for i = 2, #ARGV do runBytes = runBytes + #ARGV[i] end
+if limits.stored > 0 then
+  local held = storedBytes(now)
+  if held + runBytes > limits.stored then return { -16, held, storageRetryMs(now) } end
+end
 -- A run due now becomes its session's head if the session has none, in the same command
 -- that looks (a scheduled run joins its session when due, lua/due.lua). `head`: it did.
 local head = false
@@ -59,7 +77,6 @@ if not scheduled then
 end
 -- Last of the refusals, so only a run that is made spends a token; a refused run gives the
 -- session back.
-local limits = scopeLimits()
 if limits.rate > 0 then
   local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
   if not ok then
@@ -86,6 +103,9 @@ local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey o
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
 for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
+-- Counted now, listed with its expiry when it ends (finishRun).
+put(w, 'storedBytes', runBytes)
+chargeStorage(runBytes)
 -- A re-run holds the copied step results before any claim can read its steps. The run it
 -- repeats names its newest rerunsKept re-runs (`reruns`, space-separated ids, oldest first)
 -- and counts them all (`rerunCount`); its index (K.reruns) holds every one, for the listing,
