@@ -13,8 +13,8 @@ import { parseMetrics, total, type Sample } from './helpers/prom-text.ts';
  * bounded by a slice and one event, counted by the API itself (baton_sse_buffered_bytes),
  * whatever the log's length. Before, 200 sockets that never read a finished run's 6 MB log
  * (events of 64 KiB) raised the API's RSS by 84 to 118 MB within 5 s, and each held its
- * page besides the slice the socket had not taken (133 KB after a full collection, where the
- * docs said 43 KB).
+ * page besides the slice the socket had not taken, that slice twice (a string and the copy
+ * for the kernel): 167 KB after a full collection, where the docs said 43 KB.
  */
 let h: Harness;
 
