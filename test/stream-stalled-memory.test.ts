@@ -121,7 +121,7 @@ describe('readers that never read a large replay', () => {
         last = read;
         if (!settled) await sleep(500);
         return settled;
-      }, 60_000, `all ${READERS} readers to stall`);
+      }, 180_000, `all ${READERS} readers to stall`);
       const held = total(m, 'baton_sse_buffered_bytes');
       const most = total(m, 'baton_sse_buffered_bytes_max');
       const read = total(m, 'baton_sse_log_read_bytes_total') - readBefore;
@@ -158,5 +158,5 @@ describe('readers that never read a large replay', () => {
     await waitFor(async () => total(await scrape(port), 'baton_sse_clients') === 0, 30_000, 'every stream to close');
     const after = await scrape(port);
     expect(total(after, 'baton_sse_buffered_bytes')).toBe(0);
-  }, 240_000);
+  }, 360_000);
 });

@@ -49,21 +49,22 @@ export async function serveEvents(
   // In pieces: Node counts a write as pending until all of it left, so progress through one
   // event of megabytes would only show at its end, and a reader taking it slowly but surely
   // would look stalled. A chunk of more than one piece is encoded once and its pieces are
-  // views of that buffer: a string piece the socket could not take at once is held twice
-  // (the string, kept by the write request, and the copy Node hands the kernel), which for a
-  // reader that stopped reading was its whole last slice twice over.
-  const write = (chunk: string) => {
-    if (chunk.length <= WRITE_PIECE) {
-      sent += Buffer.byteLength(chunk);
-      res.write(chunk);
-      return;
-    }
-    const bytes = Buffer.from(chunk);
+  // views of that buffer (as are those of data read from the log as bytes): a string piece
+  // the socket could not take at once is held twice (the string, kept by the write request,
+  // and the copy Node hands the kernel), which for a reader that stopped reading was its
+  // whole last slice twice over.
+  const writeBytes = (bytes: Buffer) => {
     for (let at = 0; at < bytes.length; at += WRITE_PIECE) {
-      const piece = bytes.subarray(at, at + WRITE_PIECE);
+      const piece = bytes.length <= WRITE_PIECE ? bytes : bytes.subarray(at, at + WRITE_PIECE);
       sent += piece.length;
       res.write(piece);
     }
+  };
+  const write = (chunk: string) => {
+    if (chunk === '') return;
+    if (chunk.length > WRITE_PIECE) return writeBytes(Buffer.from(chunk));
+    sent += Buffer.byteLength(chunk);
+    res.write(chunk);
   };
   // A connection dropped on purpose is reset, not closed: a close would leave the unsent tail
   // in the kernel's buffers for as long as the peer does not read (minutes of retransmits).
@@ -92,8 +93,19 @@ export async function serveEvents(
       // Still more than the limit unsent when the next batch comes: the reader is not keeping
       // up. (Checked before writing, so one large batch alone never cuts a healthy reader.)
       if (res.writableLength > o.maxBufferBytes) return finish('destroy');
+      // Text is gathered into one chunk; data read as bytes (large) goes out as it is, uncopied.
       let chunk = '';
-      for (const e of events) chunk += `id: ${e.id}\nevent: ${e.type}\ndata: ${e.data}\n\n`;
+      for (const e of events) {
+        chunk += `id: ${e.id}\nevent: ${e.type}\ndata: `;
+        if (typeof e.data === 'string') {
+          chunk += e.data;
+        } else {
+          write(chunk);
+          chunk = '';
+          writeBytes(e.data);
+        }
+        chunk += '\n\n';
+      }
       write(chunk);
     },
     writable() {
