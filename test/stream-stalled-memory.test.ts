@@ -3,10 +3,16 @@ import { connect, type Socket } from 'node:net';
 import { getDefaultHighWaterMark } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../src/lib/logger.ts';
+import { createRedis } from '../src/lib/redis.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { EventFollower } from '../src/lib/streams/follower.ts';
+import { EventHub } from '../src/lib/streams/hub.ts';
+import type { RunEvent } from '../src/lib/streams/log.ts';
 import { MAX_TOKEN_EVENT_CHARS } from '../src/lib/streams/writer.ts';
 import { sleep, useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
 import { parseMetrics, total, type Sample } from './helpers/prom-text.ts';
+import { track } from './helpers/resources.ts';
 
 /**
  * Invariant 12 for readers that never read a large replay: what the API holds for each is
@@ -159,4 +165,49 @@ describe('readers that never read a large replay', () => {
     const after = await scrape(port);
     expect(total(after, 'baton_sse_buffered_bytes')).toBe(0);
   }, 360_000);
+});
+
+describe('a follower whose reader does not take a slice', () => {
+  it('lets the rest of its page go while it waits, then reads it again: every event once, in order', async () => {
+    const redis = createRedis({ url: h.redisUrl, name: 'test-stalled-follower' });
+    const sub = createRedis({ url: h.redisUrl, name: 'test-stalled-follower-sub', blocking: true });
+    track(redis, () => redis.quit());
+    track(sub, () => sub.quit());
+    // 40 events of 6,000 characters and an end: the first page (4 events) is 24 KB, its first
+    // slice the 3 events that pass 16 KiB.
+    const key = h.keys.scope('acme').events('stalled-page');
+    const ids: string[] = [];
+    for (let i = 0; i < 40; i++) ids.push((await redis.xadd(key, '*', 'type', 'token', 'data', JSON.stringify({ text: String(i % 10).repeat(6000) })))!);
+    ids.push((await redis.xadd(key, '*', 'type', 'end', 'data', '{}'))!);
+    const logBytes = (await redis.xrange(key, '-', '+')).reduce((n, [id, f]) => n + id.length + f[1].length + f[3].length, 0);
+
+    const got: RunEvent[] = [];
+    let release!: () => void;
+    const taken = new Promise<void>((r) => { release = r; });
+    let asked = 0;
+    let read = 0;
+    let ended = false;
+    const follower = new EventFollower({
+      redis, keys: h.keys, hub: new EventHub(sub, createLogger('silent')), scope: 'acme', runId: 'stalled-page', afterId: '0',
+      deliver: (events) => got.push(...events),
+      // The first slice is not taken until the test says so; the reader takes every other at once.
+      writable: () => (++asked === 1 ? taken : undefined),
+      onRead: (bytes) => { read += bytes; },
+      onEnd: () => { ended = true; },
+      onError: (err) => { throw err; },
+    });
+    const replay = follower.start();
+    await waitFor(() => asked === 1, 10_000, 'the first slice to be delivered');
+    // Waiting: one slice delivered, nothing of the page kept.
+    expect(got.map((e) => e.id)).toEqual(ids.slice(0, 3));
+    expect(follower.heldBytes).toBe(0);
+    release();
+    await replay;
+    expect(ended).toBe(true);
+    expect(got.map((e) => e.id)).toEqual(ids);
+    // The page's rest was read twice, nothing else: the log and one event of 6 KB more.
+    expect(read).toBeGreaterThan(logBytes);
+    expect(read).toBeLessThan(logBytes + 7_000);
+    await follower.stop();
+  });
 });
