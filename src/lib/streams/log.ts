@@ -52,16 +52,6 @@ function owned(b: Buffer): Buffer {
   return b.byteOffset === 0 && b.length === b.buffer.byteLength ? b : Buffer.from(b);
 }
 
-function toEvent(id: string, fields: string[]): RunEvent {
-  let type = '';
-  let data = '';
-  for (let i = 0; i < fields.length; i += 2) {
-    if (fields[i] === 'type') type = fields[i + 1];
-    else if (fields[i] === 'data') data = fields[i + 1];
-  }
-  return { id, type, data };
-}
-
 /** The events one script call appended to a run's log, and the id of the entry before them. */
 export interface LiveBatch { prev: string; events: RunEvent[] }
 
@@ -81,10 +71,4 @@ export function parseNotification(message: string): Map<string, LiveBatch> {
     out.set(run[0], { prev: run[1], events: (run[2] as [string, string, string][]).map(([id, type, data]) => ({ id, type, data })) });
   }
   return out;
-}
-
-/** The newest event of a run's log; undefined when the run is unknown or its log expired. */
-export async function lastEvent(redis: Redis, keys: Keys, scope: string, runId: string): Promise<RunEvent | undefined> {
-  const rows = await redis.xrevrange(keys.scope(scope).events(runId), '+', '-', 'COUNT', 1);
-  return rows.length ? toEvent(rows[0][0], rows[0][1]) : undefined;
 }

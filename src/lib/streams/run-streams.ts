@@ -3,7 +3,7 @@ import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import { EventFollower, type FollowOptions } from './follower.ts';
 import type { EventHub } from './hub.ts';
-import { compareIds, lastEvent } from './log.ts';
+import { TERMINAL_STATUSES } from '../contract/runs.ts';
 
 /** Where a reader's events go: the SSE response, or any other consumer. */
 export type StreamSink = Pick<FollowOptions, 'deliver' | 'writable' | 'onEnd' | 'onError'> & {
@@ -49,10 +49,8 @@ export class RunStreams {
       // A reader from the start streams whatever the log holds: whether the log is there is
       // all it asks (not its last event, which is the whole answer once the run ended).
       if (!(await this.redis.exists(this.keys.scope(scope).events(runId)))) throw new BatonError('RUN_NOT_FOUND');
-    } else if (!o.fresh) {
-      const newest = await lastEvent(this.redis, this.keys, scope, runId);
-      if (!newest) throw new BatonError('RUN_NOT_FOUND');
-      if (newest.type === 'end' && compareIds(newest.id, afterId) <= 0) return 'ended';
+    } else if (!o.fresh && (await this.caughtUp(scope, runId, afterId))) {
+      return 'ended';
     }
     const follower: EventFollower = new EventFollower({
       redis: this.redis, keys: this.keys, hub: this.hub, scope, runId, afterId, ...sink,
@@ -61,6 +59,28 @@ export class RunStreams {
     });
     this.readers.set(follower, sink);
     return follower;
+  }
+
+  /**
+   * Whether a reader that has every event up to `afterId` has the run's `end`: no event
+   * follows its id, and the run ended (the `end` is its log's last event, written with the
+   * terminal status in one call). One transaction, so a finish between the two reads cannot
+   * pass unseen. Asking for the event after the id (COUNT 1) costs that event, which the
+   * reader is about to read anyway; the log's last event, asked for before, is the whole
+   * answer once the run ended, read again by every reader that resumed.
+   */
+  private async caughtUp(scope: string, runId: string, afterId: string): Promise<boolean> {
+    const sk = this.keys.scope(scope);
+    const replies = await this.redis.multi()
+      .exists(sk.events(runId))
+      .xrangeBuffer(sk.events(runId), `(${afterId}`, '+', 'COUNT', 1)
+      .hget(sk.run(runId), 'status')
+      .exec();
+    if (!replies) throw new Error('the stream check was aborted');
+    for (const [err] of replies) if (err) throw err;
+    const [[, exists], [, next], [, status]] = replies as [[null, number], [null, unknown[]], [null, string | null]];
+    if (!exists) throw new BatonError('RUN_NOT_FOUND');
+    return next.length === 0 && status !== null && (TERMINAL_STATUSES as readonly string[]).includes(status);
   }
 
   /** What the open readers hold now, and what was read for readers so far. */
