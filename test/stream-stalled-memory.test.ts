@@ -20,7 +20,7 @@ import { track } from './helpers/resources.ts';
  * whatever the log's length. Before, 200 sockets that never read a finished run's 6 MB log
  * (events of 64 KiB) raised the API's RSS by 84 to 118 MB within 5 s, and each held its
  * page besides the slice the socket had not taken, that slice twice (a string and the copy
- * for the kernel): 167 KB after a full collection, where the docs said 43 KB.
+ * for the kernel): 167 KB after a full collection, where the docs said 43 KB (now 99 to 125 KB: one event).
  */
 let h: Harness;
 
