@@ -57,7 +57,8 @@ function goTime(file: string): Promise<number> {
  * reader has seen its run running), then until that time plus `phaseMs`. A file, not
  * Redis, so the bench's figures of Redis's work count nothing of the coordination. Then
  * `latency` (default): `tokens` tokens, one every `intervalMs`, each the emit time followed
- * by `|`; `fast`: `tokens` tokens of 4 characters as fast as the agent can emit them.
+ * by `|`; `fast`: `tokens` tokens of 4 characters as fast as the agent can emit them;
+ * `large`: `tokens` tokens of `chars` characters, 2 ms apart.
  */
 export const streamer = defineAgent({
   name: 'bench-streamer',
@@ -67,6 +68,16 @@ export const streamer = defineAgent({
     if (typeof ctx.metadata.goFile === 'string') {
       const due = (await goTime(ctx.metadata.goFile)) + Number(ctx.metadata.phaseMs ?? 0);
       if (due > clockMs()) await sleep(due - clockMs(), ctx.signal);
+    }
+    if (ctx.metadata.mode === 'large') {
+      // `tokens` emits of `chars` characters each: a log of large events (64 Ki characters is
+      // the largest a token event gets), for what readers of a large replay cost.
+      const piece = 'z'.repeat(Number(ctx.metadata.chars ?? 65_536));
+      for (let i = 0; i < tokens; i++) {
+        ctx.emit(piece);
+        await sleep(2);
+      }
+      return 'done';
     }
     if (ctx.metadata.mode === 'fast') {
       for (let i = 0; i < tokens; i++) {

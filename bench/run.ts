@@ -8,7 +8,7 @@ import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
 import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
 import { benchLlmStreams, printLlmGoals, printLlmStreams } from './llm-streams.ts';
 import { benchSessionLength, printSessionLength, type SessionLengthRow } from './session-length.ts';
-import { SMALL_YOUNG_GENERATION, SSE_CLIENTS, SSE_HOLD_MS, benchSseMemory, printSseMemory, sseMemoryUnavailable, type SseMemoryBench } from './sse-memory.ts';
+import { SMALL_YOUNG_GENERATION, SSE_CLIENTS, SSE_HOLD_MS, STALLED_READERS, benchSseMemory, printSseMemory, sseMemoryUnavailable, type SseMemoryBench } from './sse-memory.ts';
 import { STREAM_RUNS, benchStreams, printStreams, type StreamBench } from './streams.ts';
 import { num, printTable, ratio, type Cell } from './table.ts';
 import { benchTransitions, printTransitions, type TransitionCosts } from './transitions.ts';
@@ -219,6 +219,14 @@ function goals(
       raw: num(v[api].idleMiB, 0), baton: num(v[api].connectedMiB, 0), ratio: ratio(v[api].connectedMiB, v[api].idleMiB),
     }));
   }
+  add(`API memory per reader, ${STALLED_READERS} readers that never read a finished 6 MB log (64 KiB events), compiled API`, sm, 'print', (v) => {
+    const kib = (n: number) => `${(n / 1024).toFixed(0)} KiB`;
+    const st = v.stalled;
+    return {
+      baton: `${kib(st.heldPerReader)} held as counted (most ${kib(st.mostHeld)}); heap ${kib(st.heapPerReader)} + external ${kib(st.externalPerReader)}; ` +
+        `RSS +${st.rssAt5sMiB.toFixed(0)} MiB at 5 s, +${st.rssPeakMiB.toFixed(0)} MiB peak; ${kib(st.readPerReader)} read from Redis each`,
+    };
+  });
   add('worker SIGKILLed → runs recovered, s, default settings', rc, `≤ ${GOALS.recoverySeconds} s`, (v) => {
     const worst = Math.max(...v.seconds);
     return { baton: `${v.seconds.map((s) => s.toFixed(1)).join(', ')} (worst ${worst.toFixed(1)})`, met: atMost(worst, GOALS.recoverySeconds) };

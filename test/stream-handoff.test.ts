@@ -26,7 +26,7 @@ async function follow(redis: Redis, hub: EventHub, runId: string) {
   followed.follower = new EventFollower({
     redis, keys: h.keys, hub, scope: 'acme', runId, afterId: '0',
     deliver: (events: RunEvent[]) =>
-      followed.got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data) }))),
+      followed.got.push(...events.map((e) => ({ id: e.id, type: e.type, data: JSON.parse(e.data.toString()) }))),
     onEnd: () => { followed.ended = true; },
     onError: (err) => { throw err; },
   });

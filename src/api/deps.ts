@@ -102,6 +102,8 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     stillValid: (ids) => apiKeys.existing(ids),
     onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
   });
+  const streams = new RunStreams(redis, keys, new EventHub(res.subscriber, log));
+  metrics.watchStreamBuffers(() => streams.buffers());
   return {
     config: c, store, log, metrics, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts, streamTokens,
     submissions: new Submissions({
@@ -110,7 +112,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     waits, waitTokens: res.waitTokens,
     schedules: new ScheduleStore(redis, keys, c, transitions),
     operations: new BulkOperations(redis, keys, c, transitions),
-    streams: new RunStreams(redis, keys, new EventHub(res.subscriber, log)),
+    streams,
     openStreams,
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     limits: new ScopeLimitStore(redis, keys, c, {

@@ -28,8 +28,9 @@ const WRITE_PIECE = 16 * 1024;
  * `end` event; a reader that already has it gets 204 (an EventSource then stops
  * reconnecting). Closing the response never touches the run.
  *
- * Memory per reader is bounded: replay pages are bounded in bytes and each waits until the
- * socket took the one before; a reader more than `maxBufferBytes` behind on live events is
+ * Memory per reader is bounded: replay pages are bounded in bytes and go out in slices, each
+ * once the socket took the one before (a reader that stops reading holds the slice it did not
+ * take, not the rest of its page: see EventFollower); a reader more than `maxBufferBytes` behind on live events is
  * disconnected; and a reader that takes no byte for `stallMs` while bytes wait for it is
  * disconnected, also after the response ended (a reader that never reads would otherwise
  * hold its unsent tail forever). Each resumes from its Last-Event-ID. The stream counts as
@@ -47,13 +48,23 @@ export async function serveEvents(
   let progressAt = Date.now();
   // In pieces: Node counts a write as pending until all of it left, so progress through one
   // event of megabytes would only show at its end, and a reader taking it slowly but surely
-  // would look stalled.
-  const write = (chunk: string) => {
-    for (let at = 0; at < chunk.length; at += WRITE_PIECE) {
-      const piece = chunk.length <= WRITE_PIECE ? chunk : chunk.slice(at, at + WRITE_PIECE);
-      sent += Buffer.byteLength(piece);
+  // would look stalled. A chunk of more than one piece is encoded once and its pieces are
+  // views of that buffer (as are those of data read from the log as bytes): a string piece
+  // the socket could not take at once is held twice (the string, kept by the write request,
+  // and the copy Node hands the kernel), which for a reader that stopped reading was its
+  // whole last slice twice over.
+  const writeBytes = (bytes: Buffer) => {
+    for (let at = 0; at < bytes.length; at += WRITE_PIECE) {
+      const piece = bytes.length <= WRITE_PIECE ? bytes : bytes.subarray(at, at + WRITE_PIECE);
+      sent += piece.length;
       res.write(piece);
     }
+  };
+  const write = (chunk: string) => {
+    if (chunk === '') return;
+    if (chunk.length > WRITE_PIECE) return writeBytes(Buffer.from(chunk));
+    sent += Buffer.byteLength(chunk);
+    res.write(chunk);
   };
   // A connection dropped on purpose is reset, not closed: a close would leave the unsent tail
   // in the kernel's buffers for as long as the peer does not read (minutes of retransmits).
@@ -82,16 +93,28 @@ export async function serveEvents(
       // Still more than the limit unsent when the next batch comes: the reader is not keeping
       // up. (Checked before writing, so one large batch alone never cuts a healthy reader.)
       if (res.writableLength > o.maxBufferBytes) return finish('destroy');
+      // Text is gathered into one chunk; data read as bytes (large) goes out as it is, uncopied.
       let chunk = '';
-      for (const e of events) chunk += `id: ${e.id}\nevent: ${e.type}\ndata: ${e.data}\n\n`;
+      for (const e of events) {
+        chunk += `id: ${e.id}\nevent: ${e.type}\ndata: `;
+        if (typeof e.data === 'string') {
+          chunk += e.data;
+        } else {
+          write(chunk);
+          chunk = '';
+          writeBytes(e.data);
+        }
+        chunk += '\n\n';
+      }
       write(chunk);
     },
-    async writable() {
+    writable() {
       // Only a write that went past the response's high-water mark gets a 'drain' (the mark
       // is 16 KiB on Node 20 and 64 KiB from Node 22 on): waiting on a fixed size instead
       // waited for ever on Node 22 once between the two.
-      if (writing && res.writableNeedDrain) await drainedOrClosed(res);
+      return writing && res.writableNeedDrain ? drainedOrClosed(res) : undefined;
     },
+    pending: () => (writing ? res.writableLength : 0),
     onEnd: () => finish('end'),
     // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
     onError: () => finish('destroy'),

@@ -461,9 +461,12 @@ export const configSchema = z.object({
    * its cap leaves half of its scope's streams to its other keys and their pages. 10,000 per
    * process is the memory budget across scopes: an open stream holds 21 KB of the API's
    * memory when its reader reads (1,000 readers of one run held 20.6 MB after a full GC,
-   * test/stream-readers.test.ts) and 43 KB while stalled (300 readers that never read a 5 MB
-   * log, test/stream-limits.test.ts) until SSE_STALL_MS cuts it: 210 to 430 MB, whatever
-   * number of scopes opened them.
+   * test/stream-readers.test.ts); while stalled, until SSE_STALL_MS cuts it, it holds the
+   * slice its socket did not take besides: 42 to 71 KB in all with events of a few KB (300
+   * readers that never read a 5 MB log, test/stream-limits.test.ts), 99 to 125 KB with 64 KiB
+   * token events (200 readers of a 6 MB log, test/stream-stalled-memory.test.ts). 210 MB while
+   * they read, up to 0.7 and 1.25 GB while they all stall, whatever number of scopes opened them (the kernel's
+   * socket buffers of each connection come on top: docs/streams.md).
    */
   SSE_MAX_PER_KEY: z.coerce.number().int().min(1).max(1_000_000).default(2_000),
   SSE_MAX_PER_TOKEN: z.coerce.number().int().min(1).max(1_000_000).default(8),

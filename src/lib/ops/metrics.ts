@@ -76,6 +76,8 @@ export class Metrics {
   private rateLimitReader: (() => Promise<readonly BucketState[]>) | undefined;
   /** The buckets as one scrape read them: both bucket gauges collect from one read. */
   private bucketsRead: { at: number; read: Promise<readonly BucketState[]> } | undefined;
+  /** Reads what event-stream readers hold at scrape time (watchStreamBuffers). */
+  private streamBuffers: (() => { held: number; most: number; read: number }) | undefined;
 
   readonly submitted: Counter<string>;
   readonly started: Counter<string>;
@@ -481,6 +483,36 @@ export class Metrics {
       const i = this.inFlightSources.indexOf(source);
       if (i >= 0) this.inFlightSources.splice(i, 1);
     };
+  }
+
+  /**
+   * Exports what this process's event-stream readers hold (`read()` at every scrape): bytes of
+   * events read from logs and not yet taken by their sockets, in all and the most of one
+   * reader, and the bytes read from logs for readers so far.
+   */
+  watchStreamBuffers(read: () => { held: number; most: number; read: number }): void {
+    if (this.streamBuffers) return;
+    this.streamBuffers = read;
+    const registers = [this.registry];
+    new Gauge({
+      name: 'baton_sse_buffered_bytes',
+      help: "Bytes this API process holds for its event-stream readers: events read from logs that their sockets have not taken (a replay page in hand, a response's unsent buffer).",
+      registers,
+      collect() { this.set(read().held); },
+    });
+    new Gauge({
+      name: 'baton_sse_buffered_bytes_max', help: 'The most bytes one event-stream reader of this API process holds (as baton_sse_buffered_bytes).',
+      registers,
+      collect() { this.set(read().most); },
+    });
+    new Counter({
+      name: 'baton_sse_log_read_bytes_total', help: 'Bytes of events this API process read from run event logs for its readers (replay pages).',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(read().read);
+      },
+    });
   }
 
   sseOpened(scope: string): void {

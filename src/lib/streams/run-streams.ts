@@ -3,10 +3,25 @@ import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import { EventFollower, type FollowOptions } from './follower.ts';
 import type { EventHub } from './hub.ts';
-import { compareIds, lastEvent } from './log.ts';
+import { TERMINAL_STATUSES } from '../contract/runs.ts';
 
 /** Where a reader's events go: the SSE response, or any other consumer. */
-export type StreamSink = Pick<FollowOptions, 'deliver' | 'writable' | 'onEnd' | 'onError'>;
+export type StreamSink = Pick<FollowOptions, 'deliver' | 'writable' | 'onEnd' | 'onError'> & {
+  /** Bytes the sink holds that its reader has not taken yet (a response's unsent buffer). */
+  pending?(): number;
+};
+
+/** What this process's readers hold and have read (the /metrics of the API). */
+export interface StreamBuffers {
+  /** Open followers. */
+  readers: number;
+  /** Bytes they hold now: events read from logs and not yet delivered, and what their sinks hold unsent. */
+  held: number;
+  /** The most one of them holds now. */
+  most: number;
+  /** Bytes of events read from logs for readers since the process started. */
+  read: number;
+}
 
 /**
  * Readers of run event logs in this process: the API's one domain entry for streams.
@@ -16,6 +31,9 @@ export type StreamSink = Pick<FollowOptions, 'deliver' | 'writable' | 'onEnd' | 
  * to receive.
  */
 export class RunStreams {
+  private readonly readers = new Map<EventFollower, StreamSink>();
+  private bytesRead = 0;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
@@ -27,11 +45,53 @@ export class RunStreams {
    * exists and has not ended: its log is not looked at before the follower reads it.
    */
   async open(scope: string, runId: string, afterId: string, sink: StreamSink, o: { fresh?: boolean } = {}): Promise<EventFollower | 'ended'> {
-    if (!o.fresh) {
-      const newest = await lastEvent(this.redis, this.keys, scope, runId);
-      if (!newest) throw new BatonError('RUN_NOT_FOUND');
-      if (newest.type === 'end' && afterId !== '0' && compareIds(newest.id, afterId) <= 0) return 'ended';
+    if (!o.fresh && afterId === '0') {
+      // A reader from the start streams whatever the log holds: whether the log is there is
+      // all it asks (not its last event, which is the whole answer once the run ended).
+      if (!(await this.redis.exists(this.keys.scope(scope).events(runId)))) throw new BatonError('RUN_NOT_FOUND');
+    } else if (!o.fresh && (await this.caughtUp(scope, runId, afterId))) {
+      return 'ended';
     }
-    return new EventFollower({ redis: this.redis, keys: this.keys, hub: this.hub, scope, runId, afterId, ...sink });
+    const follower: EventFollower = new EventFollower({
+      redis: this.redis, keys: this.keys, hub: this.hub, scope, runId, afterId, ...sink,
+      onRead: (bytes) => { this.bytesRead += bytes; },
+      onStopped: () => this.readers.delete(follower),
+    });
+    this.readers.set(follower, sink);
+    return follower;
+  }
+
+  /**
+   * Whether a reader that has every event up to `afterId` has the run's `end`: no event
+   * follows its id, and the run ended (the `end` is its log's last event, written with the
+   * terminal status in one call). One transaction, so a finish between the two reads cannot
+   * pass unseen. Asking for the event after the id (COUNT 1) costs that event, which the
+   * reader is about to read anyway; the log's last event, asked for before, is the whole
+   * answer once the run ended, read again by every reader that resumed.
+   */
+  private async caughtUp(scope: string, runId: string, afterId: string): Promise<boolean> {
+    const sk = this.keys.scope(scope);
+    const replies = await this.redis.multi()
+      .exists(sk.events(runId))
+      .xrangeBuffer(sk.events(runId), `(${afterId}`, '+', 'COUNT', 1)
+      .hget(sk.run(runId), 'status')
+      .exec();
+    if (!replies) throw new Error('the stream check was aborted');
+    for (const [err] of replies) if (err) throw err;
+    const [[, exists], [, next], [, status]] = replies as [[null, number], [null, unknown[]], [null, string | null]];
+    if (!exists) throw new BatonError('RUN_NOT_FOUND');
+    return next.length === 0 && status !== null && (TERMINAL_STATUSES as readonly string[]).includes(status);
+  }
+
+  /** What the open readers hold now, and what was read for readers so far. */
+  buffers(): StreamBuffers {
+    let held = 0;
+    let most = 0;
+    for (const [follower, sink] of this.readers) {
+      const bytes = follower.heldBytes + (sink.pending?.() ?? 0);
+      held += bytes;
+      most = Math.max(most, bytes);
+    }
+    return { readers: this.readers.size, held, most, read: this.bytesRead };
   }
 }
