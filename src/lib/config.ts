@@ -215,16 +215,18 @@ export const configSchema = z.object({
    * API process, and while it is in debt the scope's costly reads are 429 READ_RATE_LIMITED.
    * Sized for a backend relaying hundreds of chats with one key, each opening a chat page that
    * reads a page of its history: 256 KiB free is 50 to 100 messages of a few KB, so such a page
-   * is never charged; 2 MiB/s is a long session's full 4 MiB page every two seconds on top, and
-   * the 64 MiB burst (HISTORY_MAX_BYTES) reads the largest session whole at once, or lets
-   * hundreds of chats reopen pages of long sessions together after a deploy. Four readers
-   * paging a 21 MB session took 17 MB/s, and another scope's whoami p50 from 5 ms to 160 ms.
+   * is never charged; 1 MiB/s is a long session's full 4 MiB page every four seconds on top,
+   * the 16 MiB burst four such pages at once, and the largest session (HISTORY_MAX_BYTES) is
+   * read whole in under a minute. Four readers paging a 21 MB session took 17 MB/s, and another
+   * scope's whoami p50 from 5 ms to 160 ms; with 2 MiB/s and a 64 MiB burst an 8-second attack
+   * still read 65 MB (the burst), and the other scope's whoami p50 was 200 times its own
+   * (`npm run bench`, hostile section, on a loaded 2-core machine).
    * READ_BYTES_PER_SEC 0 turns it off; the defaults of a scope's `readBytesPerSec` and
    * `readBurstBytes` limits (an operator sets a scope's own: PUT /v1/scopes/{scope}/limits).
    */
   READ_FREE_BYTES: z.coerce.number().int().min(0).max(512 * 1024 * 1024).default(256 * 1024),
-  READ_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1024 ** 4).default(2 * 1024 * 1024),
-  READ_BURST_BYTES: z.coerce.number().int().min(1).max(1024 ** 4).default(64 * 1024 * 1024),
+  READ_BYTES_PER_SEC: z.coerce.number().int().min(0).max(1024 ** 4).default(1024 * 1024),
+  READ_BURST_BYTES: z.coerce.number().int().min(1).max(1024 ** 4).default(16 * 1024 * 1024),
   /**
    * RETENTION_MS: how long a finished run, its steps and its event log stay readable, the
    * default of a scope's `retentionMs` (an operator sets a scope's own; it applies to runs that
