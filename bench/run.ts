@@ -5,6 +5,7 @@ import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts'
 import { benchReplicaAcks, printReplicaAcks } from './replica-acks.ts';
 import { benchTracingCost, printTracingCost } from './tracing-cost.ts';
 import { sharedRedisNote, withBenchRedis } from './redis-stats.ts';
+import { benchHostile, printHostile } from './hostile.ts';
 import { benchLibraryCost, printLibraryCost } from './library-cost.ts';
 import { benchLlmStreams, printLlmGoals, printLlmStreams } from './llm-streams.ts';
 import { benchSessionLength, printSessionLength, type SessionLengthRow } from './session-length.ts';
@@ -47,7 +48,7 @@ const GOALS = {
 
 const SECTIONS = [
   'throughput', 'transitions', 'library', 'session-length', 'streams', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
-  'replica-acks', 'tracing',
+  'replica-acks', 'tracing', 'hostile',
 ] as const;
 type Section = (typeof SECTIONS)[number];
 const only = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean);
@@ -258,6 +259,7 @@ async function main(redisUrl: string): Promise<void> {
   // Its own primary and replica: what replication costs, whatever Redis the rest used.
   await section('replica-acks', benchReplicaAcks, printReplicaAcks);
   await section('tracing', () => benchTracingCost(redisUrl), printTracingCost);
+  await section('hostile', () => benchHostile(redisUrl), printHostile);
 
   console.log('\nissue 18 goals, each next to its baseline measured in this run');
   const rows = goals(tp, tr, sl, st, ft, sm, rc);
