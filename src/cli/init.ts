@@ -199,6 +199,7 @@ Agents served by [Baton](https://www.npmjs.com/package/baton-agents): \`agents.m
 
 \`\`\`sh
 npm start         # baton start --agents ./agents.mjs: API on http://127.0.0.1:3000, a worker, a local redis-server
+PORT=3100 npm start   # the same on another port (then PORT=3100 in the second terminal too)
 npm run worker    # a worker alone, for a Baton elsewhere: REDIS_URL=redis://... npm run worker
 \`\`\`
 
@@ -206,7 +207,7 @@ In a second terminal, a key and a run:
 
 \`\`\`sh
 KEY=$(npx baton keys create --scope dev --role admin --json | jq -r .key)
-API=http://127.0.0.1:3000/v1/scopes/dev
+API=http://127.0.0.1:\${PORT:-3000}/v1/scopes/dev
 RUN=$(curl -s -X POST $API/runs -H "authorization: Bearer $KEY" -H 'content-type: application/json' \\
   -d '{"sessionId":"s1","agent":"hello","input":{"content":"world"}}' | jq -r .id)
 curl -sN $API/runs/$RUN/events -H "authorization: Bearer $KEY"
