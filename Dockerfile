@@ -21,6 +21,10 @@ RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 COPY bin ./bin
 COPY --from=build /app/dist ./dist
+# An agent module mounted outside /app (docker-compose.agents.yml mounts one at /agents) imports
+# baton-agents: Node looks for it in a node_modules above the module, so this one, at the root,
+# is the image's Baton for every folder below /.
+RUN mkdir -p /node_modules && ln -s /app /node_modules/baton-agents
 
 USER node
 # 3000: the API (PORT). 9464: a worker's /metrics, /healthz, /readyz (METRICS_PORT).

@@ -2,9 +2,10 @@
 // The package as a user gets it from npm: one `npm pack`, one `npm install <tarball>` into a
 // new project with no TypeScript tooling, then per Node version (`--node <binary>`, repeatable;
 // default: the Node running this script):
-//   - the README's quickstart runs verbatim (its `<!-- quickstart -->` blocks): `npx
-//     baton-agents init my-agents` (the package installed globally, the tarball as the new
-//     folder's dependency), `npm start` there, a key, a streamed run, an approved wait;
+//   - the README's quickstart runs verbatim (its `<!-- quickstart -->` blocks): `init
+//     my-agents` from the package installed globally from the tarball (BATON names that copy;
+//     init packs it into the new folder, the registry not having this version), `npm start`
+//     there, a key, a streamed run, an approved wait;
 //   - plain Node imports `baton-agents` and `baton-agents/client` (consumer.mjs);
 //   - `npx baton start` comes up on its own redis-server, and the installed client submits a
 //     run and streams it to its end;
@@ -152,13 +153,14 @@ async function main() {
       cpSync(FIXTURES, consumer, { recursive: true });
     });
 
-    await step('npm install -g <tarball> (the quickstart\'s `npx baton-agents` finds it there)', async () => {
+    await step('npm install -g <tarball> (the quickstart\'s BATON names that copy)', async () => {
       await run('npm', ['install', '-g', '--prefix', join(work, 'global'), '--no-audit', '--no-fund', '--prefer-offline', tarball],
         { cwd: work, timeoutMs: 300_000 });
       check(existsSync(join(work, 'global/bin/baton-agents')), 'the global install has no baton-agents command');
+      check(existsSync(join(work, 'global/lib/node_modules/baton-agents/bin/baton.js')), 'the global install is not where BATON names it');
     });
 
-    for (const node of nodes) await scenario(node, consumer, work, tarball);
+    for (const node of nodes) await scenario(node, consumer, work);
   } catch (err) {
     failed = true;
     if (!(err instanceof SmokeError)) console.error(err);
@@ -176,7 +178,7 @@ async function main() {
   console.log(`smoke: ${passedSteps} passed, 0 failed`);
 }
 
-async function scenario(node, consumer, work, tarball) {
+async function scenario(node, consumer, work) {
   const version = spawnSync(node, ['--version'], { encoding: 'utf8' }).stdout.trim();
   check(/^v\d+\./.test(version), `${node} is not a Node binary`);
   console.log(`node ${version} (${node})`);
@@ -199,16 +201,20 @@ async function scenario(node, consumer, work, tarball) {
     const { terminal1, terminal2 } = quickstartBlocks();
     const home = join(work, `quickstart-${version}`);
     mkdirSync(home);
-    // As a user with baton-agents installed globally: `npx baton-agents` takes it from there,
-    // and `init` installs this tarball (the registry does not have this version).
+    // As a user with baton-agents installed globally from the tarball: BATON names that copy,
+    // and `init` makes the new folder depend on it (packed into the folder while the registry
+    // does not have this version).
     const qsEnv = {
       ...cleanEnv(), PATH: `${dirname(node)}${delimiter}${join(work, 'global/bin')}${delimiter}${process.env.PATH}`,
-      npm_config_prefix: join(work, 'global'), BATON_INIT_PACKAGE: tarball, LOG_LEVEL: 'warn',
+      npm_config_prefix: join(work, 'global'), BATON: join(work, 'global/lib/node_modules/baton-agents'), LOG_LEVEL: 'warn',
     };
     const start = await serve('quickstart terminal 1', 'bash', ['-ec', terminal1], {
       cwd: home, env: qsEnv, ready: /baton is up: API (\S+)/, timeoutMs: 300_000,
     });
     check(existsSync(join(home, 'my-agents/node_modules/baton-agents/package.json')), 'init did not install baton-agents into my-agents');
+    const own = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).version;
+    const dep = JSON.parse(readFileSync(join(home, 'my-agents/package.json'), 'utf8')).dependencies['baton-agents'];
+    check(dep === `file:baton-agents-${own}.tgz` || dep === `^${own}`, `init named baton-agents ${dep}`, start.output());
     check(!existsSync(join(home, 'node_modules')), 'the quickstart installed into the folder above my-agents');
     // Terminal 2: every block in one shell, in order, as a person pastes them.
     const { stdout } = await run('bash', ['-ec', terminal2], { cwd: home, env: qsEnv, timeoutMs: 120_000 });

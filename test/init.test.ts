@@ -1,5 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -11,13 +13,18 @@ import { track } from './helpers/resources.ts';
 /**
  * `baton init <dir>` makes a folder for agent modules outside this package. Its agents.mjs
  * must work as the README's quickstart uses it: `hello` streams word by word, `publish` waits
- * on `wait:approval:1` and publishes its memoized draft. The folder's `baton-agents` here is a
- * stand-in package whose entry re-exports this checkout's src/index.ts (the real package's
- * entry is dist/index.js, built from the same sources; the package smoke test installs the
- * packed tarball instead). `npm install` puts it in place from a local folder, offline.
+ * on `wait:approval:1` and publishes its memoized draft. The folder's `baton-agents` depends
+ * on the copy init runs from: this checkout (linked), or an installed copy (by version when a
+ * registry, here a server of the test's own, has it, else packed into the folder). Some tests
+ * use a stand-in package whose entry re-exports this checkout's src/index.ts (the real
+ * package's entry is dist/index.js, built from the same sources; the package smoke test
+ * installs the packed tarball instead). The README's quickstart runs as written, from a
+ * folder outside the checkout, through this checkout's bin/baton.js.
  */
 
 const VERSION = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).version as string;
+/** This checkout, as init names it in a file: dependency (no trailing slash). */
+const CHECKOUT = ROOT.replace(/\/$/, '');
 let h: Harness;
 
 beforeAll(async () => {
@@ -57,11 +64,13 @@ describe('baton init', () => {
       private: true,
       type: 'module',
       scripts: { start: 'baton start --agents ./agents.mjs', worker: 'baton worker --agents ./agents.mjs' },
-      dependencies: { 'baton-agents': `^${VERSION}` },
+      // Run from this checkout: a link to it, whatever the registry holds.
+      dependencies: { 'baton-agents': `file:${CHECKOUT}` },
     });
     expect(readFileSync(join(folder, '.gitignore'), 'utf8')).toBe('node_modules/\n.baton/\n');
     expect(readFileSync(join(folder, 'agents.mjs'), 'utf8')).toBe(readFileSync(join(ROOT, 'templates/init/agents.mjs'), 'utf8'));
     expect(readFileSync(join(folder, 'README.md'), 'utf8')).toMatch(/^# my-agents\n/);
+    expect(r.stdout).toContain(`baton-agents: file:${CHECKOUT}, linked to this checkout of Baton`);
     expect(r.stdout).toContain('next:\n  cd My Agents\n  npm install\n  npm start\n');
   });
 
@@ -137,4 +146,152 @@ describe('baton init', () => {
     child.kill('SIGTERM');
     expect(await exited, out).toBe(0);
   });
+
+  it('from an installed copy: ^<version> when the registry has that version, else the copy packed into the folder, which installs it', async () => {
+    const dir = tempDir();
+    // An installed copy: no src/, its own templates; its entry is the stand-in's.
+    const installed = join(dir, 'installed');
+    cpSync(standInPackage(dir), installed, { recursive: true });
+    cpSync(join(ROOT, 'templates'), join(installed, 'templates'), { recursive: true });
+
+    // A registry of the test's own: it has baton-agents at the versions in `published`.
+    let published: string[] = [];
+    let asked = 0;
+    const registry = createHttpServer((req, res) => {
+      asked += 1;
+      if (req.url !== '/baton-agents' || published.length === 0) {
+        res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":"Not found"}');
+        return;
+      }
+      const versions = Object.fromEntries(published.map((v) => [v, { name: 'baton-agents', version: v, dist: { tarball: `http://127.0.0.1/baton-agents-${v}.tgz` } }]));
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ name: 'baton-agents', 'dist-tags': { latest: published.at(-1) }, versions }));
+    });
+    await new Promise<void>((res) => registry.listen(0, '127.0.0.1', res));
+    track(registry, () => new Promise((res) => registry.close(res)));
+    const env = {
+      ...cleanEnv(), INIT_FROM: installed,
+      npm_config_registry: `http://127.0.0.1:${(registry.address() as AddressInfo).port}/`, npm_config_cache: join(dir, 'npm-cache'),
+    };
+    const initFrom = (args: string[]) => runAsync(process.execPath, [join(ROOT, 'test/helpers/init-from.mjs'), ...args], { cwd: dir, env });
+    const dep = (name: string) => JSON.parse(readFileSync(join(dir, name, 'package.json'), 'utf8')).dependencies['baton-agents'];
+
+    // Not on the registry (a tarball's install): packed into the folder, named relative to it.
+    const tarball = `baton-agents-${VERSION}.tgz`;
+    const packed = await initFrom(['packed']);
+    expect(packed.code, packed.stdout + packed.stderr).toBe(0);
+    expect(asked).toBeGreaterThanOrEqual(1);
+    expect(packed.stdout).toContain(`baton-agents: file:${tarball}, this installed copy packed into the folder (the npm registry does not have this version)`);
+    expect(dep('packed')).toBe(`file:${tarball}`);
+    expect(readdirSync(join(dir, 'packed')).sort()).toEqual(['.gitignore', 'README.md', 'agents.mjs', tarball, 'node_modules', 'package-lock.json', 'package.json']);
+    // Installed from the folder's own tarball: a copy, not a link, so the folder stands alone.
+    expect(lstatSync(join(dir, 'packed/node_modules/baton-agents')).isDirectory()).toBe(true);
+    expect(readFileSync(join(dir, 'packed/node_modules/baton-agents/index.js'), 'utf8')).toBe(readFileSync(join(installed, 'index.js'), 'utf8'));
+
+    // Another version on the registry: still packed. This one: by version.
+    published = ['0.0.1'];
+    expect(await initFrom(['other', '--no-install']).then((r) => r.code)).toBe(0);
+    expect(dep('other')).toBe(`file:${tarball}`);
+    published = ['0.0.1', VERSION];
+    const fromRegistry = await initFrom(['registry', '--no-install']);
+    expect(fromRegistry.code, fromRegistry.stderr).toBe(0);
+    expect(fromRegistry.stdout).toContain(`baton-agents: ^${VERSION}, from the npm registry`);
+    expect(dep('registry')).toBe(`^${VERSION}`);
+    expect(readdirSync(join(dir, 'registry')).sort()).toEqual(['.gitignore', 'README.md', 'agents.mjs', 'package.json']);
+  }, 120_000);
+
+  it('the README\'s quickstart, as written, in a folder outside the checkout: init from this checkout, npm start, a key, hello streamed, an approval', async () => {
+    const { terminal1, terminal2 } = quickstartBlocks();
+    const home = tempDir();
+    expect(home.startsWith(CHECKOUT)).toBe(false);
+    // BATON names the checkout, as the README asks; PORT a free port, as it shows (never 3000 here).
+    const env = { ...cleanEnv(), BATON: CHECKOUT, PORT: String(await freePort()), LOG_LEVEL: 'warn' };
+    const start = spawn('bash', ['-ec', terminal1], { cwd: home, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const exited = new Promise<number | null>((res) => start.once('exit', (code) => res(code)));
+    // Ctrl-C reaches the whole group (bash, npm, baton start); baton start then stops its redis-server.
+    const stop = async () => {
+      if (groupAlive(start.pid!)) process.kill(-start.pid!, 'SIGINT');
+      await exited;
+      await waitFor(() => !groupAlive(start.pid!), 30_000, 'the quickstart\'s npm start to stop');
+    };
+    track(start, stop);
+    let out = '';
+    start.stdout.on('data', (b) => { out += b; });
+    start.stderr.on('data', (b) => { out += b; });
+    // The first command may build this checkout's dist/ (bin/baton.js builds it when stale).
+    await waitFor(() => /baton is up: API \S+/.test(out) || start.exitCode !== null, 180_000, 'the quickstart\'s npm start to come up');
+    expect(out, out).toMatch(new RegExp(`baton is up: API http://127\\.0\\.0\\.1:${env.PORT} `));
+    expect(out).toContain(`baton-agents: file:${CHECKOUT}, linked to this checkout of Baton`);
+    const folder = join(home, 'my-agents');
+    expect(JSON.parse(readFileSync(join(folder, 'package.json'), 'utf8')).dependencies['baton-agents']).toBe(`file:${CHECKOUT}`);
+    expect(realpathSync(join(folder, 'node_modules/baton-agents'))).toBe(realpathSync(CHECKOUT));
+    expect(existsSync(join(home, 'node_modules'))).toBe(false);
+
+    // Terminal 2: every block in one shell, in order, as a person pastes them.
+    const t2 = await runAsync('bash', ['-ec', terminal2], { cwd: home, env, timeoutMs: 120_000 });
+    expect(t2.code, t2.stdout + t2.stderr).toBe(0);
+    // The hello run's stream: its tokens word by word, then the end event.
+    const tokens = [...t2.stdout.matchAll(/^event: token\ndata: (.*)$/gm)].map((m) => JSON.parse(m[1]).text as string);
+    expect(tokens.length).toBeGreaterThanOrEqual(3);
+    expect(tokens.join('')).toBe('Hello, world! Nice to meet you.');
+    expect(t2.stdout).toMatch(/^event: end\n/m);
+    expect(t2.stdout).toContain('"content": "Hello, world! Nice to meet you."');
+    expect(t2.stdout).toContain('"key": "wait:approval:1"');
+    expect(t2.stdout).toContain('"Published: Release notes (draft)"');
+
+    await stop();
+    expect(existsSync(join(folder, '.baton/lock')), out).toBe(false);
+  }, 300_000);
 });
+
+/** The README's quickstart shell blocks (each after a `<!-- quickstart: terminal N -->` line), joined per terminal in order. */
+function quickstartBlocks(): { terminal1: string; terminal2: string } {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const blocks: Record<string, string[]> = { terminal1: [], terminal2: [] };
+  for (const m of readme.matchAll(/<!-- quickstart: terminal ([12]) -->\n```sh\n([\s\S]*?)```/g)) blocks[`terminal${m[1]}`].push(m[2]);
+  expect(blocks.terminal1.length).toBe(1);
+  expect(blocks.terminal2.length).toBeGreaterThanOrEqual(4);
+  return { terminal1: blocks.terminal1.join('\n'), terminal2: blocks.terminal2.join('\n') };
+}
+
+/** The environment without what a developer's shell or the test run may have set for Baton. */
+function cleanEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v !== undefined && !/^(REDIS_URL|BATON_|RUNTIME$|PORT$|HOST$|METRICS_PORT$|NODE_OPTIONS$)/.test(k)) env[k] = v;
+  }
+  return env;
+}
+
+function runAsync(cmd: string, args: string[], opts: { cwd: string; env: Record<string, string>; timeoutMs?: number }) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (b) => { stdout += b; });
+    child.stderr.on('data', (b) => { stderr += b; });
+    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Whether a process of the group led by `pid` is still there. */
+function groupAlive(pid: number): boolean {
+  try {
+    process.kill(-pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((res) => srv.listen(0, '127.0.0.1', res));
+  const { port } = srv.address() as AddressInfo;
+  await new Promise((res) => srv.close(res));
+  return port;
+}
