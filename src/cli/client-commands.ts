@@ -18,6 +18,8 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --session <id>    session (default: a new one per submit)
     --agent <name>    agent (default: echo)       --runtime <id>   runtime (default: default)
     --metadata <json> metadata object             --tail           then follow it like \`tail\`
+    --await-agent     queue it even if no worker of the runtime has the agent yet
+                      (else an agent the runtime never offered is refused: UNKNOWN_AGENT)
   tail <runId>      follow the run: on a terminal its answer as it streams, else (a pipe,
                     a file) its final answer only; notices and the final status on stderr
     --after <id>      resume after this event id
@@ -131,7 +133,7 @@ async function submit(argv: string[]): Promise<number> {
     options: {
       ...COMMON,
       session: { type: 'string' }, agent: { type: 'string' }, runtime: { type: 'string' },
-      metadata: { type: 'string' }, tail: { type: 'boolean' },
+      metadata: { type: 'string' }, tail: { type: 'boolean' }, 'await-agent': { type: 'boolean' },
     },
   });
   if (values.help) return usage(0);
@@ -145,6 +147,7 @@ async function submit(argv: string[]): Promise<number> {
   if (values.agent) req.agent = values.agent;
   if (values.runtime) req.runtime = values.runtime;
   if (values.metadata) req.metadata = parseJsonObject('--metadata', values.metadata);
+  if (values['await-agent']) req.awaitAgent = true;
   if (!values.tail) {
     console.log((await client.submit(req)).id);
     return 0;

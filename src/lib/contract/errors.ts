@@ -44,6 +44,10 @@ export const ERROR_CODES = {
   RERUN_NON_IDEMPOTENT: { status: 409, message: 'The re-run would run non-idempotent steps again; send allowNonIdempotent: true to allow it.' },
   TURN_NOT_FOUND: { status: 404, message: "The session's committed history has no such turn." },
   SESSION_EXISTS: { status: 409, message: 'A fork needs a new session: this one has history or runs.' },
+  UNKNOWN_AGENT: {
+    status: 422,
+    message: 'No worker of this runtime offered that agent in the last day; send awaitAgent: true to queue the run until one does.',
+  },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
