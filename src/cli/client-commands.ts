@@ -33,6 +33,7 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --from <stepKey>  keep the results of the steps before this one (default: run all again)
     --allow-non-idempotent   run its non-idempotent steps again (an admin key; else refused, naming them)
     --input <text>    another input      --tail   then follow it like \`tail\`
+    --await-agent     as for submit
   bulk cancel|rerun --status <s,s> --agent <name> --runtime <id> --session <id>
              --concurrency-key <key> --created-before <iso> --created-after <iso>
                     cancel or re-run every run the filter matches, in the background (an
@@ -297,7 +298,10 @@ async function rerun(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { ...COMMON, from: { type: 'string' }, 'allow-non-idempotent': { type: 'boolean' }, input: { type: 'string' }, tail: { type: 'boolean' } },
+    options: {
+      ...COMMON, from: { type: 'string' }, 'allow-non-idempotent': { type: 'boolean' }, input: { type: 'string' }, tail: { type: 'boolean' },
+      'await-agent': { type: 'boolean' },
+    },
   });
   if (values.help) return usage(0);
   if (positionals.length !== 1) throw new UsageError('rerun needs exactly one run id');
@@ -306,6 +310,7 @@ async function rerun(argv: string[]): Promise<number> {
   if (values.from !== undefined) req.fromStep = values.from;
   if (values['allow-non-idempotent']) req.allowNonIdempotent = true;
   if (values.input !== undefined) req.input = { content: values.input };
+  if (values['await-agent']) req.awaitAgent = true;
   const run = await client.rerun(positionals[0], req);
   if (run.rerunNonIdempotent?.length) console.error(`runs again: ${run.rerunNonIdempotent.join(', ')}`);
   if (!values.tail) {
