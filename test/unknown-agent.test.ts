@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { runBaton } from './helpers/cli.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 
 /**
@@ -29,7 +30,8 @@ async function scopeState(scope: string): Promise<Record<string, string>> {
 
 describe('a submit for an agent its runtime does not have', () => {
   it('is refused 422 UNKNOWN_AGENT naming the runtime\'s agents, with no run stored and no key written', async () => {
-    const api = await h.startApi();
+    // No submit rate-limit bucket: it expires by itself once full, which would look like a change.
+    const api = await h.startApi({ SUBMIT_RATE_PER_SEC: '0' });
     const client = await h.client(api.url, 'typo', 'client');
     await h.startWorker({ agents: [hello] });
     // A run of the scope first, so its keys exist and "nothing written" means something.
@@ -71,6 +73,17 @@ describe('a submit for an agent its runtime does not have', () => {
     expect(after).toEqual(before);
     const runs = (await client.get('/runs')).body.runs;
     expect(runs.map((r: { id: string }) => r.id)).toEqual([ok.body.id]);
+    await api.close();
+  });
+
+  it('spends no submit rate-limit token: after ten refusals the scope\'s burst of two is whole', async () => {
+    const api = await h.startApi({ SUBMIT_RATE_PER_SEC: '0.001', SUBMIT_BURST: '2' });
+    const client = await h.client(api.url, 'tokens', 'client');
+    await h.startWorker({ agents: [hello] });
+    for (let i = 0; i < 10; i++) expect((await client.submit(`s-${i}`, 'x', { agent: 'helo' })).status).toBe(422);
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await client.submit(`t-${i}`, 'x', { agent: 'hello' })).status);
+    expect(statuses).toEqual([202, 202, 429]);
     await api.close();
   });
 
@@ -133,6 +146,22 @@ describe('a submit for an agent its runtime does not have', () => {
     await client.post(`/runs/${first.body.id}/cancel`);
     await api.close();
   });
+
+  it('baton submit says the refusal and exits 1, and queues the run with --await-agent', async () => {
+    const api = await h.startApi();
+    await h.startWorker({ agents: [hello] });
+    const env = { BATON_URL: api.url, BATON_API_KEY: await h.key('cli', 'client'), BATON_SCOPE: 'cli' };
+    const base = ['submit', '--runtime', h.runtime, '--agent', 'helo', '--session', 's-1'];
+    // One process at a time: each is a tsx start, slow on a loaded machine.
+    const refused = await runBaton([...base, 'hi'], env);
+    expect(refused.code, refused.stderr).toBe(1);
+    expect(refused.stderr).toContain('422 UNKNOWN_AGENT');
+    const queued = await runBaton([...base, '--await-agent', 'hi'], env);
+    expect(queued.code, queued.stderr).toBe(0);
+    const run = (await (await h.client(api.url, 'cli', 'client')).get(`/runs/${queued.stdout.trim()}`)).body;
+    expect(run).toMatchObject({ agent: 'helo', status: 'queued' });
+    await api.close();
+  }, 120_000);
 
   it('queues with a warning when the operator sets UNKNOWN_AGENT_SUBMIT=queue', async () => {
     const api = await h.startApi({ UNKNOWN_AGENT_SUBMIT: 'queue' });
