@@ -94,7 +94,7 @@ describe('a submit for an agent its runtime does not have', () => {
     const r = await client.submit('s-1', 'soon', { agent: 'greeter', awaitAgent: true });
     expect(r.status).toBe(202);
     const warning = `no worker of runtime "${h.runtime}" offered agent "greeter" in the last day (its agents: "chat", "echo", "hello"); ` +
-      'the run stays queued until one does, as asked (it fails UNKNOWN_AGENT if none starts within 10 min)';
+      'the run stays queued until one does (it fails UNKNOWN_AGENT if none starts within 10 min)';
     expect(r.body.warnings).toEqual([warning]);
     expect(r.body.status).toBe('queued');
 

@@ -48,7 +48,7 @@ export interface Submission<A> extends SubmitResult {
 /**
  * A client's submit as the API takes it, in one call: the output schema checked (once, off
  * the event loop), the attached artifacts found, the agent looked up in the registry (refused
- * when the runtime never offered it: assertKnownAgent), then the run made (RunStore.create,
+ * when the runtime never offered it: assertAwaited), then the run made (RunStore.create,
  * with the scope's rate limit, its first status event carrying the registry's warnings) and,
  * when asked, a stream token minted for it.
  */

@@ -162,7 +162,7 @@ export class WorkerRegistry {
         unknown: agents,
         warnings: [
           `no worker of runtime "${runtime}" offered agent "${agent}" in the last day (its agents: ${quoteList(agents)}); ` +
-          `the run stays queued until one does, as asked (${grace})`,
+          `the run stays queued until one does (${grace})`,
         ],
       };
     }
