@@ -9,7 +9,8 @@ import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/h
  * Runs are routed by agent: each runtime has a queue per agent, and a worker takes only from
  * the queues of the agents it serves. Two workers of one runtime with different agents each
  * run only their own; a run of an agent no worker serves waits queued until one starts, and
- * fails UNKNOWN_AGENT only after AGENT_GRACE_MS without one.
+ * fails UNKNOWN_AGENT only after AGENT_GRACE_MS without one. (Agents the runtime never offered
+ * are submitted with awaitAgent: without it they are refused at once, test/unknown-agent.test.ts.)
  */
 let h: Harness;
 
@@ -51,11 +52,11 @@ describe('routing by agent', () => {
       expect(run.result.answer).toBe(`${s.agent}:${s.n} on ${s.agent === 'alpha' ? 'A' : 'B'}`);
     }
 
-    // No live worker serves gamma: the submit is accepted with a warning and the run waits.
-    const r = await acme.submit('gamma-1', 'late', { agent: 'gamma' });
+    // No worker offered gamma yet: the submit that says it will come is accepted with a warning and the run waits.
+    const r = await acme.submit('gamma-1', 'late', { agent: 'gamma', awaitAgent: true });
     expect(r.status).toBe(202);
     expect(r.body.warnings).toHaveLength(1);
-    expect(r.body.warnings[0]).toContain('no live worker of runtime');
+    expect(r.body.warnings[0]).toContain(`no worker of runtime "${h.runtime}" offered agent "gamma" in the last day`);
     expect(r.body.warnings[0]).toContain('"gamma"');
     // Past the dispatch grace, a few sweeps and a submit of each other agent: still queued.
     await new Promise((res) => setTimeout(res, Number(h.config.DISPATCH_GRACE_MS) + 4 * Number(h.config.SWEEP_INTERVAL_MS)));
@@ -95,7 +96,7 @@ describe('routing by agent', () => {
   it('fails a run UNKNOWN_AGENT once no worker served its agent for AGENT_GRACE_MS, and drops its job', async () => {
     const api = await h.startApi({ AGENT_GRACE_MS: '2500' });
     const client = await h.client(api.url, 'acme', 'client');
-    const r = await client.submit('nobody-1', 'hello?', { agent: 'nobody' });
+    const r = await client.submit('nobody-1', 'hello?', { agent: 'nobody', awaitAgent: true });
     expect(r.status).toBe(202);
     expect(r.body.warnings[0]).toContain('fails UNKNOWN_AGENT if none starts within 3 s');
     const submittedAt = Date.now();

@@ -205,7 +205,7 @@ const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
     field: fc.constantFrom('sessionId', 'input', 'runtime', 'agent', 'metadata', 'memory', 'maxAttempts', 'idempotencyKey',
       'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs',
       'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'weight', 'tokensPerDay', 'priority', 'concurrencyKey', 'onBudget',
-      'fromStep', 'allowNonIdempotent', 'atTurn', 'atRunId'),
+      'fromStep', 'allowNonIdempotent', 'atTurn', 'atRunId', 'awaitAgent'),
     value: fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(null), fc.string({ minLength: 300_000, maxLength: 300_001 })),
   }).map(({ field, value }) => JSON.stringify({ ...validSubmit, [field]: value })),
   fc.constantFrom(

@@ -51,7 +51,8 @@ describe.skipIf(noChromium)('the run inspector on a run whose agent no worker se
     const held = (await client.submit('s-hold', 'wait', { agent: 'hold' })).body.id;
     await waitFor(() => holds.has(held), 20_000, 'the hold run to start');
     const slotted = (await client.submit('s-echo', 'later', { agent: 'echo' })).body.id;
-    const r = await client.submit('s-ghost', 'hello', { agent: 'ghost' });
+    // An agent the runtime never offered: queued only when the submit says it will come.
+    const r = await client.submit('s-ghost', 'hello', { agent: 'ghost', awaitAgent: true });
     expect(r.status).toBe(202);
     expect(r.body.warnings).toEqual([expect.stringContaining('"ghost"')]);
     const run = r.body.id as string;

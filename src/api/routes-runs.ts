@@ -48,7 +48,7 @@ export const runRoutes: RouteSpec[] = [
     },
     errors: [
       'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH',
-      'RATE_LIMITED', 'TOO_MANY_STREAMS', 'SCHEMA_CHECKS_BUSY', 'INLINE_ARTIFACTS_TOO_LARGE', 'TOO_MANY_SCHEDULED_RUNS',
+      'RATE_LIMITED', 'TOO_MANY_STREAMS', 'SCHEMA_CHECKS_BUSY', 'INLINE_ARTIFACTS_TOO_LARGE', 'TOO_MANY_SCHEDULED_RUNS', 'UNKNOWN_AGENT',
     ],
     async handler({ params: { scope }, body: { streamToken, ...body }, rawBody, key, http, signal }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {
@@ -126,7 +126,7 @@ export const runRoutes: RouteSpec[] = [
     },
     errors: [
       'FORBIDDEN', 'RUN_NOT_FOUND', 'RUN_NOT_FINISHED', 'STEP_NOT_FOUND', 'RERUN_NON_IDEMPOTENT', 'CALLER_MEMORY_INVALID', 'ARTIFACT_NOT_FOUND',
-      'DRAINING', 'IDEMPOTENCY_MISMATCH', 'RATE_LIMITED', 'SESSION_HISTORY_FULL', 'SCHEMA_CHECKS_BUSY',
+      'DRAINING', 'IDEMPOTENCY_MISMATCH', 'RATE_LIMITED', 'SESSION_HISTORY_FULL', 'SCHEMA_CHECKS_BUSY', 'UNKNOWN_AGENT',
     ],
     async handler({ params: { scope, runId }, body, rawBody, key, http, signal }, d) {
       if ('memory' in (rawBody as object) && (body.memory === null || body.memory === undefined)) {

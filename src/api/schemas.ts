@@ -69,6 +69,8 @@ export const submitBody = z.strictObject({
   concurrencyKey: z.string().regex(CONCURRENCY_KEY_PATTERN, 'letters, digits and _ . : @ + -, 1-128 chars').optional(),
   /** No default here: a request without it hashes (idempotency) as before it existed. */
   onBudget: z.enum(ON_BUDGET).optional(),
+  awaitAgent: z.boolean().optional()
+    .describe('queue the run even if no worker of the runtime offered its agent in the last day (else 422 UNKNOWN_AGENT)'),
 }).superRefine((b, ctx) => {
   if (b.runAt !== undefined && b.delayMs !== undefined) {
     ctx.addIssue({ code: 'custom', path: ['delayMs'], message: 'give runAt or delayMs, not both' });
@@ -95,6 +97,7 @@ export const rerunBody = z.strictObject({
   timeoutMs: durationMs(1).optional(),
   priority: z.number().int().min(0).max(9).optional(),
   idempotencyKey: z.string().regex(/^[\x21-\x7e]{1,128}$/, 'printable ASCII, 1-128 chars').optional(),
+  awaitAgent: submitBody.shape.awaitAgent,
 });
 
 /** POST …/sessions/{sessionId}/fork: atTurn or atRunId, and the new session's id. */

@@ -18,6 +18,8 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --session <id>    session (default: a new one per submit)
     --agent <name>    agent (default: echo)       --runtime <id>   runtime (default: default)
     --metadata <json> metadata object             --tail           then follow it like \`tail\`
+    --await-agent     queue it even if no worker of the runtime has the agent yet
+                      (else an agent the runtime never offered is refused: UNKNOWN_AGENT)
   tail <runId>      follow the run: on a terminal its answer as it streams, else (a pipe,
                     a file) its final answer only; notices and the final status on stderr
     --after <id>      resume after this event id
@@ -31,6 +33,7 @@ export const CLIENT_USAGE = `Client commands (talk to a running API):
     --from <stepKey>  keep the results of the steps before this one (default: run all again)
     --allow-non-idempotent   run its non-idempotent steps again (an admin key; else refused, naming them)
     --input <text>    another input      --tail   then follow it like \`tail\`
+    --await-agent     as for submit
   bulk cancel|rerun --status <s,s> --agent <name> --runtime <id> --session <id>
              --concurrency-key <key> --created-before <iso> --created-after <iso>
                     cancel or re-run every run the filter matches, in the background (an
@@ -131,7 +134,7 @@ async function submit(argv: string[]): Promise<number> {
     options: {
       ...COMMON,
       session: { type: 'string' }, agent: { type: 'string' }, runtime: { type: 'string' },
-      metadata: { type: 'string' }, tail: { type: 'boolean' },
+      metadata: { type: 'string' }, tail: { type: 'boolean' }, 'await-agent': { type: 'boolean' },
     },
   });
   if (values.help) return usage(0);
@@ -145,6 +148,7 @@ async function submit(argv: string[]): Promise<number> {
   if (values.agent) req.agent = values.agent;
   if (values.runtime) req.runtime = values.runtime;
   if (values.metadata) req.metadata = parseJsonObject('--metadata', values.metadata);
+  if (values['await-agent']) req.awaitAgent = true;
   if (!values.tail) {
     console.log((await client.submit(req)).id);
     return 0;
@@ -294,7 +298,10 @@ async function rerun(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { ...COMMON, from: { type: 'string' }, 'allow-non-idempotent': { type: 'boolean' }, input: { type: 'string' }, tail: { type: 'boolean' } },
+    options: {
+      ...COMMON, from: { type: 'string' }, 'allow-non-idempotent': { type: 'boolean' }, input: { type: 'string' }, tail: { type: 'boolean' },
+      'await-agent': { type: 'boolean' },
+    },
   });
   if (values.help) return usage(0);
   if (positionals.length !== 1) throw new UsageError('rerun needs exactly one run id');
@@ -303,6 +310,7 @@ async function rerun(argv: string[]): Promise<number> {
   if (values.from !== undefined) req.fromStep = values.from;
   if (values['allow-non-idempotent']) req.allowNonIdempotent = true;
   if (values.input !== undefined) req.input = { content: values.input };
+  if (values['await-agent']) req.awaitAgent = true;
   const run = await client.rerun(positionals[0], req);
   if (run.rerunNonIdempotent?.length) console.error(`runs again: ${run.rerunNonIdempotent.join(', ')}`);
   if (!values.tail) {

@@ -109,6 +109,17 @@ export const configSchema = z.object({
    * replaces every worker of a runtime, with room to spare.
    */
   AGENT_GRACE_MS: intMs(600_000),
+  /**
+   * UNKNOWN_AGENT_SUBMIT: a submit for an agent that no worker of its runtime offered in the
+   * last day, while workers of that runtime were seen in that day (the typo: `"agent": "helo"`),
+   * is `refuse`d at once with 422 UNKNOWN_AGENT naming the agents the runtime has, or
+   * `queue`d with a warning to wait for AGENT_GRACE_MS as any unserved run. `refuse` by
+   * default: a client (a chat page) learns of the typo in its answer instead of ten minutes
+   * later. A deployment that submits agents before any worker offers them (agents rolled out
+   * after their callers) sets `queue`, or its callers send `awaitAgent: true`. A runtime no
+   * worker was seen in for a day accepts every agent either way (workers started after the API).
+   */
+  UNKNOWN_AGENT_SUBMIT: z.enum(['refuse', 'queue']).default('refuse'),
   /** MAX_ATTEMPTS: default attempts per run (an agent or a submit may override). */
   MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(3),
   /**

@@ -47,6 +47,10 @@ export const ERROR_CODES = {
   QUEUED_RUNS_LIMIT: { status: 429, message: 'This scope has as many runs queued and not started as it may (its maxQueuedRuns).' },
   STORAGE_LIMIT: { status: 429, message: 'This scope stores as many bytes as it may (its maxStoredBytes); retry once some runs have expired.' },
   FORK_RATE_LIMITED: { status: 429, message: 'Too many forks, or bytes forked, for this scope; retry later.' },
+  UNKNOWN_AGENT: {
+    status: 422,
+    message: 'No worker of this runtime offered that agent in the last day; send awaitAgent: true to queue the run until one does.',
+  },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

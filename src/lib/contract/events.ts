@@ -68,6 +68,11 @@ export interface StatusEventData {
   wait?: { key: string; outcome: 'resumed' | 'timed-out' | 'slept' };
   /** `scheduled`: when the run is due (epoch ms). */
   runAt?: number;
+  /**
+   * The run's first event (`queued` or `scheduled`): what its submit's caller was told, e.g.
+   * that no live worker of its runtime serves its agent yet, so the run waits for one.
+   */
+  warnings?: string[];
 }
 
 /** A pending wait as a `status: waiting` event carries it. */

@@ -153,6 +153,13 @@ export interface SubmitRequest {
   streamToken?: boolean;
   /** A model call past the scope's daily token budget: fail the run (default) or wait for the next day. */
   onBudget?: OnBudget;
+  /**
+   * Queue the run even if no worker of its runtime offered its agent in the last day (the agent
+   * is deployed later): without it such a submit is refused with 422 UNKNOWN_AGENT, which names
+   * the agents the runtime has (a typo fails at once). Either way the run fails UNKNOWN_AGENT
+   * if no live worker serves its agent for AGENT_GRACE_MS.
+   */
+  awaitAgent?: boolean;
 }
 
 /**
@@ -269,6 +276,8 @@ export interface RerunRequest {
   timeoutMs?: number;
   priority?: number;
   idempotencyKey?: string;
+  /** As the submit's: queue the re-run even if no worker of the runtime offered its agent in the last day. */
+  awaitAgent?: boolean;
 }
 
 /** Body of `POST …/sessions/{sessionId}/fork`: where the fork branches (one of the two), and its session id. */

@@ -57,6 +57,7 @@ export function rerunSubmit(scope: string, run: RunRecord, body: RerunRequest): 
     metadata: body.metadata ?? run.metadata, memory, outputSchema: run.outputSchema, maxAttempts,
     timeoutMs: body.timeoutMs ?? run.timeoutMs, ttlMs: run.ttlMs, priority: body.priority ?? run.priority,
     concurrencyKey: run.concurrencyKey, onBudget: run.onBudget, idempotencyKey: body.idempotencyKey,
+    awaitAgent: body.awaitAgent,
   };
   for (const [k, v] of Object.entries(optional)) if (v !== undefined) (req as Record<string, unknown>)[k] = v;
   return req;

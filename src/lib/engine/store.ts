@@ -23,9 +23,11 @@ export interface SubmitResult { run: RunRecord; created: boolean }
 
 /**
  * `limit`: the scope's submit rate limit; `traceparent`: the submit span's context, stored with
- * the run; `rerun`: the run is a re-run of another, starting with these of its steps (reruns.ts).
+ * the run; `rerun`: the run is a re-run of another, starting with these of its steps (reruns.ts);
+ * `warnings`: what the submit's caller was told (submissions.ts), carried by the run's first
+ * status event so a reader of its stream is told too.
  */
-export interface CreateOptions { limit?: SubmitLimit; traceparent?: string; rerun?: RerunPlan }
+export interface CreateOptions { limit?: SubmitLimit; traceparent?: string; rerun?: RerunPlan; warnings?: string[] }
 
 /** What a re-run starts with and what it will repeat (planned by reruns.ts): the `rerun` of create's options. */
 export interface RerunPlan {
@@ -130,6 +132,7 @@ export class RunStore {
       runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs, ttlMs: req.ttlMs,
       limit: o.limit,
       turnBytes: userMessageBytes(req.input.content),
+      ...(o.warnings?.length ? { warnings: o.warnings } : {}),
       ...(o.rerun ? { rerun: { of: o.rerun.of, copySteps: o.rerun.copySteps } } : {}),
     });
     // An idempotent repeat whose run has passed its retention returns no record.
@@ -140,6 +143,11 @@ export class RunStore {
       if (run.startBy !== undefined) this.events.deadline?.(req.scope, `ttl:${run.id}`, run.startBy);
     }
     return { run, created };
+  }
+
+  /** Whether a submit with this idempotency key made a run in the scope within the key's 24 h. */
+  async idempotencyKeyUsed(scope: string, idempotencyKey: string): Promise<boolean> {
+    return (await this.redis.exists(this.keys.scope(scope).idempotency(idempotencyKey))) === 1;
   }
 
   /**
@@ -155,7 +163,7 @@ export class RunStore {
     const max = this.config.SCHEDULED_MAX_PER_SCOPE;
     const pending = await this.redis.zcard(sk.runsByStatus('scheduled'));
     if (pending < max) return;
-    if (req.idempotencyKey !== undefined && (await this.redis.exists(sk.idempotency(req.idempotencyKey))) === 1) return;
+    if (req.idempotencyKey !== undefined && await this.idempotencyKeyUsed(req.scope, req.idempotencyKey)) return;
     throw new BatonError('TOO_MANY_SCHEDULED_RUNS', undefined, [{
       path: req.runAt !== undefined ? 'body.runAt' : 'body.delayMs',
       message: `the scope has ${pending} runs scheduled and not yet due (SCHEDULED_MAX_PER_SCOPE ${max}); one comes due or is cancelled first`,
@@ -260,11 +268,13 @@ function withWaits(record: Record<string, string> | undefined, waits: Record<str
 
 /**
  * What makes two submits the same request: every field (defaults applied, so `agent: "echo"`
- * and no agent are alike) but the idempotency key itself, as JSON with its object keys sorted
- * (a client may serialize the same object in another order), hashed.
+ * and no agent are alike) but the idempotency key itself and awaitAgent, as JSON with its
+ * object keys sorted (a client may serialize the same object in another order), hashed.
  */
 function requestHash(req: SubmitRequest, rerun?: RerunPlan): string {
-  const { idempotencyKey: _key, ...request } = req;
+  // awaitAgent says how to admit the submit, not what to run: a retry that adds it after a
+  // 422 UNKNOWN_AGENT (which made nothing) or drops it is the same request.
+  const { idempotencyKey: _key, awaitAgent: _await, ...request } = req;
   // A re-run's key stands for the re-run it made: of that run, from that step.
   const hashed = rerun ? { ...request, rerun: { of: rerun.of, fromStep: rerun.fromStep } } : request;
   return createHash('sha256').update(canonicalJson(hashed)).digest('base64url');

@@ -2,7 +2,8 @@ import type { ArtifactStore } from '../artifacts/artifact-store.ts';
 import { assertAttachmentsExist } from '../artifacts/resolve.ts';
 import type { Config } from '../config.ts';
 import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
-import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
+import { quoteList, type WorkerRegistry } from '../tenancy/worker-registry.ts';
+import { BatonError } from '../errors.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import type { RerunPlan, RunStore, SubmitRequest, SubmitResult } from './store.ts';
@@ -46,8 +47,10 @@ export interface Submission<A> extends SubmitResult {
 
 /**
  * A client's submit as the API takes it, in one call: the output schema checked (once, off
- * the event loop), the attached artifacts found, the registry's warnings, then the run made
- * (RunStore.create, with the scope's rate limit) and, when asked, a stream token minted for it.
+ * the event loop), the attached artifacts found, the agent looked up in the registry (refused
+ * when the runtime never offered it: assertAwaited), then the run made (RunStore.create,
+ * with the scope's rate limit, its first status event carrying the registry's warnings) and,
+ * when asked, a stream token minted for it.
  */
 export class Submissions {
   constructor(private readonly d: SubmissionDeps) {}
@@ -56,7 +59,8 @@ export class Submissions {
     const { d } = this;
     if (req.outputSchema !== undefined) await assertValidOutputSchema(req.outputSchema, d.schemaGuard, req.scope, o.signal);
     await assertAttachmentsExist(d.artifacts, req.scope, req.input.artifacts, d.config.ARTIFACT_INLINE_MAX_BYTES);
-    const warnings = await d.registry.admissionWarnings(req.runtime, req.agent, d.config.AGENT_GRACE_MS);
+    const { warnings, unknown } = await d.registry.admission(req.runtime, req.agent, d.config.AGENT_GRACE_MS);
+    if (unknown) await this.assertAwaited(req, unknown);
     const admitted = o.admit?.();
     // The rate limit is taken in the submit itself, after every check that can refuse it:
     // bad input, a refused submit or a replay spends no token (lua/submit.lua). The run keeps
@@ -64,12 +68,32 @@ export class Submissions {
     const rerun = o.rerun ? { rerun: o.rerun } : {};
     const tracing = { content: d.config.BATON_TRACE_CONTENT, caller: d.config.BATON_TRACE_CALLER };
     const { run, created } = await traceSubmit(
-      req, o.traceHeaders, tracing, (traceparent) => d.store.create(req, { limit: d.limit, traceparent, ...rerun }),
+      req, o.traceHeaders, tracing, (traceparent) => d.store.create(req, { limit: d.limit, traceparent, warnings, ...rerun }),
     );
     // A page that shows the answer gets its token with the run: no second request before it can stream.
     const streamToken = o.streamTokenFor === undefined
       ? undefined
       : await d.streamTokens.mint(req.scope, { runId: run.id }, o.streamTokenFor, { limited: false });
     return { run, created, warnings, ...(streamToken ? { streamToken } : {}), ...(admitted ? { admitted } : {}) };
+  }
+
+  /**
+   * A submit for an agent its runtime's workers never offered in the last day is a typo more
+   * often than an agent on its way: refused at once with 422 UNKNOWN_AGENT (nothing written,
+   * no rate-limit token spent), so a chat page shows the mistake instead of waiting
+   * AGENT_GRACE_MS for the run to fail. It queues when the caller says it will deploy the
+   * agent (`awaitAgent: true`), when the operator set UNKNOWN_AGENT_SUBMIT=queue, and for a
+   * retry of a submit whose idempotency key made a run already (it answers that run, as before).
+   */
+  private async assertAwaited(req: SubmitRequest, known: string[]): Promise<void> {
+    const { d } = this;
+    if (req.awaitAgent === true || d.config.UNKNOWN_AGENT_SUBMIT === 'queue') return;
+    if (req.idempotencyKey !== undefined && await d.store.idempotencyKeyUsed(req.scope, req.idempotencyKey)) return;
+    throw new BatonError(
+      'UNKNOWN_AGENT',
+      `No worker of runtime "${req.runtime}" offered agent "${req.agent}" in the last day; its agents: ${quoteList(known)}. ` +
+        'Send "awaitAgent": true to queue the run until a worker with it starts.',
+      [{ path: 'body.agent', message: `runtime "${req.runtime}" has no agent "${req.agent}"; it has ${quoteList(known)}` }],
+    );
   }
 }

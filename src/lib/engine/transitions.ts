@@ -44,6 +44,8 @@ export interface NewRun {
   turnBytes: number;
   /** A re-run: the run it repeats and the fields of that run's steps hash it starts with (reruns.ts). */
   rerun?: { of: string; copySteps: string[] };
+  /** What the submit's caller was told (submissions.ts), put on the run's first status event. */
+  warnings?: string[];
 }
 
 /** A token bucket: `rate` tokens a second, at most `burst` at once. */
@@ -458,6 +460,7 @@ export class Transitions {
       limit: r.limit ?? { rate: 0, burst: 1 },
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
       ...(r.rerun ? { copySteps: r.rerun.copySteps, rerunsKept: RERUNS_KEPT } : {}),
+      ...(r.warnings?.length ? { warnings: r.warnings } : {}),
     }, payload);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
     await this.dispatch(r.scope, reply.orders);

@@ -7,8 +7,9 @@ import type { Logger } from '../logger.ts';
 /**
  * Which runtimes exist and what their live workers offer. Each worker keeps a registration
  * (runtime, agents, concurrency) and the time it last offered each of its agents fresh with
- * a heartbeat; the API reads them to list runtimes and to warn a submit for an agent no live
- * worker of the runtime has, and the sweeper to fail runs no worker served for AGENT_GRACE_MS.
+ * a heartbeat; the API reads them to list runtimes, to warn a submit for an agent no live
+ * worker of the runtime has (and refuse one for an agent none offered in a day), and the
+ * sweeper to fail runs no worker served for AGENT_GRACE_MS.
  *
  * Liveness: a worker beats every HEARTBEAT_MS and counts as live for LEASE_MS after its last
  * beat, the same three-missed-beats rule as run leases, so "live" here means what the sweeper
@@ -129,28 +130,72 @@ export class WorkerRegistry {
 
   /**
    * What a submit of `agent` to `runtime` should be told. Runs are routed by agent, so a run
-   * whose agent no live worker serves is accepted and waits queued (a deploy may be adding
-   * the agent, or starting the runtime's workers); the warning says so, and that it fails
-   * UNKNOWN_AGENT after AGENT_GRACE_MS without such a worker.
+   * whose agent no live worker serves waits queued (a deploy may be adding the agent, or
+   * starting the runtime's workers); the warning says so, and that it fails UNKNOWN_AGENT
+   * after AGENT_GRACE_MS without such a worker.
+   *
+   * `unknown` is set when the runtime's workers were seen in the last day (its agents hash:
+   * the last time any worker offered each agent, kept a day) and none of them ever offered
+   * this agent in that day: the typo case, which the submit refuses unless told to queue
+   * (submissions.ts). A day, not AGENT_GRACE_MS: a worker restarting, a rolling deploy, a
+   * pool scaled to zero overnight all leave their agents in the hash, so their runs still
+   * queue, while a name never served is unknown whether the workers are up this minute or not.
+   * A runtime with no worker seen in a day (the API started before its workers, or a runtime
+   * nobody serves yet) knows no agent and leaves every one to wait.
    */
-  async admissionWarnings(runtime: string, agent: string, graceMs: number): Promise<string[]> {
+  async admission(runtime: string, agent: string, graceMs: number): Promise<AgentAdmission> {
     const cacheKey = `${runtime}\n${agent}`;
-    if ((this.offered.get(cacheKey) ?? 0) > Date.now()) return [];
-    const live = await this.liveWorkers(runtime);
+    if ((this.offered.get(cacheKey) ?? 0) > Date.now()) return { warnings: [] };
+    const [live, served] = await Promise.all([this.liveWorkers(runtime), this.agentsServed(runtime)]);
     if (live.some((w) => w.agents.includes(agent))) {
       this.offered.set(cacheKey, Date.now() + OFFERED_CACHE_MS);
-      return [];
+      return { warnings: [] };
     }
+    // The hash is pruned only when a worker of the runtime beats: read it by its times.
+    const known = new Set(live.flatMap((w) => w.agents));
+    for (const [a, at] of served.lastServed) if (at > served.now - FORGET_RUNTIME_AFTER_MS) known.add(a);
     const grace = `it fails UNKNOWN_AGENT if none starts within ${formatMs(graceMs)}`;
-    if (live.length === 0) {
-      return [`no live worker serves runtime "${runtime}"; the run stays queued until one with agent "${agent}" starts (${grace})`];
-    }
     const offered = [...new Set(live.flatMap((w) => w.agents))].sort();
-    return [
-      `no live worker of runtime "${runtime}" serves agent "${agent}" (they offer ${offered.map((a) => `"${a}"`).join(', ')}); ` +
-      `the run stays queued until one does (${grace})`,
-    ];
+    if (known.size > 0 && !known.has(agent)) {
+      const agents = [...known].sort();
+      return {
+        unknown: agents,
+        warnings: [
+          `no worker of runtime "${runtime}" offered agent "${agent}" in the last day (its agents: ${quoteList(agents)}); ` +
+          `the run stays queued until one does (${grace})`,
+        ],
+      };
+    }
+    if (live.length === 0) {
+      return { warnings: [`no live worker serves runtime "${runtime}"; the run stays queued until one with agent "${agent}" starts (${grace})`] };
+    }
+    return {
+      warnings: [
+        `no live worker of runtime "${runtime}" serves agent "${agent}" (they offer ${quoteList(offered)}); ` +
+        `the run stays queued until one does (${grace})`,
+      ],
+    };
   }
+}
+
+/** What the registry says of a submit's agent (WorkerRegistry.admission). */
+export interface AgentAdmission {
+  /** For the caller: no live worker serves the agent yet, so the run waits (empty: one does). */
+  warnings: string[];
+  /**
+   * Set when workers of the runtime were seen in the last day and none offered the agent in
+   * it: the agents they did offer, sorted.
+   */
+  unknown?: string[];
+}
+
+/** At most this many agent names in a message; the rest are counted. */
+const NAMES_SHOWN = 20;
+
+/** `["a", "b"]` -> `"a", "b"`, the first NAMES_SHOWN and how many more. */
+export function quoteList(names: readonly string[]): string {
+  const shown = names.slice(0, NAMES_SHOWN).map((a) => `"${a}"`).join(', ');
+  return names.length > NAMES_SHOWN ? `${shown} and ${names.length - NAMES_SHOWN} more` : shown;
 }
 
 /** `600000` -> "10 min", `90000` -> "90 s". */

@@ -18,6 +18,8 @@
         history (its MEMORY USAGE) past historyMax is refused
         copySteps (a re-run): the steps fields copied from copyFrom (src/lib/engine/reruns.ts)
         rerunsKept (a re-run): how many re-runs the repeated run's record names (RERUNS_KEPT)
+        warnings (absent = none): what the submit's caller was told (no worker serves the
+        agent yet), carried by the run's first status event for readers of its stream
   ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
@@ -140,10 +142,10 @@ knownTail(runId, '0')
 unheard(runId)
 if scheduled then
   put(w, 'runAt', due)
-  statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due })
+  statusEvent(runId, { status = 'scheduled', attempt = 0, runAt = due, warnings = O.warnings })
 else
   -- Dispatched is internal: the API shows it as queued, and so does the stream.
-  statusEvent(runId, { status = 'queued', attempt = 0 })
+  statusEvent(runId, { status = 'queued', attempt = 0, warnings = O.warnings })
 end
 tailInto(runId, w)
 -- A scheduled run gets its startBy when it is due (lua/due.lua).
