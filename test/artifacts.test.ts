@@ -274,7 +274,8 @@ describe('quotas of a scope', () => {
     expect(accepted).toBeLessThan(30);
     expect(Number(await h.redis.get(h.keys.scope('bulk').artifactBytes))).toBe(accepted * max);
     console.log(`[artifacts] ${accepted} uploads of 10 MiB in ${seconds.toFixed(1)} s (refill ${rate} B/s) before ARTIFACT_RATE_LIMITED (Retry-After ${refused?.retryAfter} s)`);
-  });
+    // Up to 30 uploads of 10 MiB, one after another: a loaded machine took 63 s.
+  }, 180_000);
 
   it('past ARTIFACT_SCOPE_MAX_BYTES an upload is 429 ARTIFACT_QUOTA_EXCEEDED and stores nothing; artifacts runs keep count, expired ones free their place', async () => {
     const api = await h.startApi({ ARTIFACT_SCOPE_MAX_BYTES: String(1024 * 1024), ARTIFACT_UPLOAD_BYTES_PER_SEC: '0', RETENTION_MS: '2000' });
