@@ -1,4 +1,7 @@
 import { defineConfig } from 'vitest/config';
+import { SlowestFiles, slowestFilesCount } from './test/helpers/slowest-files.ts';
+
+const slowest = slowestFilesCount();
 
 export default defineConfig({
   test: {
@@ -13,5 +16,7 @@ export default defineConfig({
     hookTimeout: 60_000,
     // Fault tests kill and restart processes; a flake there is a bug to fix, not to retry.
     retry: 0,
+    // CI's log names the slowest files after the usual output (SLOWEST_FILES=N, or CI=true: 10).
+    reporters: slowest ? ['default', new SlowestFiles(slowest)] : ['default'],
   },
 });

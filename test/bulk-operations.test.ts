@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../src/client.ts';
-import { runBaton, type CliResult } from './helpers/cli.ts';
+import { CLI_TEST_TIMEOUT_MS, runBaton, type CliResult } from './helpers/cli.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -256,7 +256,7 @@ describe('the client and the CLI', () => {
     expect(bad.stderr).toContain('--status: nope');
     const listed = await runCli(['bulk', 'list', '--json']);
     expect(JSON.parse(listed.stdout).operations).toHaveLength(2);
-  }, 60_000);
+  }, CLI_TEST_TIMEOUT_MS);
 });
 
 /** Runs `baton <args>` against this file's API as scope bulk-e's admin; resolves with its exit code and output. */

@@ -86,9 +86,10 @@ describe('chat agent', () => {
     expect(retrying.data).toMatchObject({ attempt: 1, lastError: { code: 'HTTP_429' } });
     // The provider's Retry-After (1 s) set the delay, not the backoff (at most RETRY_BASE_MS, 100 ms,
     // here): retryAt is 1000 ms after the script's clock, and the event's id is stamped by XADD in
-    // the same script, the same millisecond or a few later.
+    // the same script, at that clock or later (by how long the script ran, which a loaded machine
+    // may stretch: the lower bound only tells a second from the backoff's tenth).
     const delay = retrying.data.retryAt - Number(retrying.id.split('-')[0]);
-    expect(delay).toBeGreaterThan(990);
+    expect(delay).toBeGreaterThan(500);
     expect(delay).toBeLessThanOrEqual(1000);
     expect(events.filter((e) => e.event === 'ephemeral').map((e) => e.data.text)).toEqual(['[model error: HTTP 429]']);
     expect(clientAnswer(events)).toBe('after the wait');

@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { CLI_PROCESS_TIMEOUT_MS, CLI_TEST_TIMEOUT_MS } from './helpers/cli.ts';
 import { BIN, useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 
@@ -15,7 +16,7 @@ beforeAll(async () => {
 });
 
 function baton(args: string[]) {
-  const r = spawnSync(process.execPath, [BIN, ...args], { env: { ...process.env, ...h.env }, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(process.execPath, [BIN, ...args], { env: { ...process.env, ...h.env }, encoding: 'utf8', timeout: CLI_PROCESS_TIMEOUT_MS });
   return { status: r.status, out: r.stdout, err: r.stderr };
 }
 
@@ -26,7 +27,7 @@ describe('baton command-line flags', () => {
     for (const line of ['--runtime <id>', 'RUNTIME', '--concurrency <n>', 'WORKER_CONCURRENCY', '--port <n>', 'PORT', '--host <addr>', 'HOST']) {
       expect(r.out).toContain(line);
     }
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 
   it('answers an unknown flag, a flag of another command or a stray argument with the usage and exit 2', () => {
     for (const args of [['worker', '--bogus'], ['api', '--runtime', 'x'], ['worker', 'extra'], ['frobnicate']]) {
@@ -34,13 +35,13 @@ describe('baton command-line flags', () => {
       expect(r.status, args.join(' ')).toBe(2);
       expect(r.err, args.join(' ')).toContain('Usage: baton <command>');
     }
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 
   it('checks a flag value like its variable', () => {
     const r = baton(['worker', '--concurrency', 'lots']);
     expect(r.status).toBe(2);
     expect(r.err).toContain('WORKER_CONCURRENCY');
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 
   it('serves the runtime and concurrency the flags name, over the environment', async () => {
     const runtime = `flag-${h.prefix}`;
@@ -59,5 +60,5 @@ describe('baton command-line flags', () => {
     const sub = await call(api.url!, 'POST', '/v1/scopes/acme/runs', { sessionId: 'f1', input: { content: 'via flags' }, runtime }, auth);
     expect(sub.status).toBe(202);
     await waitFor(async () => (await call(api.url!, 'GET', `/v1/scopes/acme/runs/${sub.body.id}`, undefined, auth)).body.status === 'succeeded', 15_000, 'the run');
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 });

@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { follow, type Sink } from '../src/cli/follow.ts';
 import { BatonClient } from '../src/client.ts';
 import { defineAgent, TransientError } from '../src/index.ts';
-import { runBaton } from './helpers/cli.ts';
+import { CLI_TEST_TIMEOUT_MS, runBaton } from './helpers/cli.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /** Streams a draft and fails on its first attempt; streams the final answer on the second. */
@@ -70,7 +70,7 @@ describe('baton submit / baton tail', () => {
     expect(tail.stderr.trim()).toBe('[succeeded]');
     expect(plain.code).toBe(0);
     expect(plain.stdout.trim()).toMatch(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/);
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 
   it('says what is missing and exits 2 without URL, key or scope; 1 with the API error for an unknown run', async () => {
     const [missing, unknown] = await Promise.all([
@@ -81,7 +81,7 @@ describe('baton submit / baton tail', () => {
     expect(missing.stderr).toContain('missing --url/BATON_URL, --key/BATON_API_KEY, --scope/BATON_SCOPE');
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain('404 RUN_NOT_FOUND');
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 });
 
 /** An output that records what is written to it; `isTTY` makes it a terminal. */
@@ -103,7 +103,7 @@ describe('what submit --tail writes', () => {
     expect(retried.stderr).toContain('[succeeded]');
     expect(quiet.code).toBe(0);
     expect(quiet.stdout).toBe('HELLO\n');
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 
   it('to a terminal: a retry restarts the answer, said on stderr; the answer streamed is the final one', async () => {
     const c = new BatonClient({ url: apiUrl, apiKey: key, scope: 'acme' });

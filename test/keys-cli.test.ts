@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { runKeysCommand } from '../src/cli/keys-command.ts';
+import { CLI_PROCESS_TIMEOUT_MS, CLI_TEST_TIMEOUT_MS } from './helpers/cli.ts';
 import { BIN, useHarness, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
@@ -25,7 +26,8 @@ beforeAll(async () => {
 
 function baton(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { env: { ...process.env, ...h.env, ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
+    const options = { env: { ...process.env, ...h.env, ...env }, timeout: CLI_PROCESS_TIMEOUT_MS };
+    execFile(process.execPath, [BIN, ...args], options, (err, stdout, stderr) => {
       resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
     });
   });
@@ -82,7 +84,7 @@ describe('baton keys', () => {
     expect(after.body.error.code).toBe('UNAUTHENTICATED');
     expect((await keysInProcess(['revoke', k.id])).code).toBe(1);
     expect(JSON.parse((await keysInProcess(['list', '--scope', 'acme', '--json'])).stdout)).not.toContainEqual(expect.objectContaining({ id: k.id }));
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 
   it('prints the key once in plain form, and refuses bad arguments before touching Redis', async () => {
     const created = await keysInProcess(['create', '--scope', 'acme', '--role', 'admin']);

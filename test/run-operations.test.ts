@@ -4,7 +4,7 @@ import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { PermanentError } from '../src/lib/sdk/errors.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { BatonClient } from '../src/client.ts';
-import { runBaton, type CliResult } from './helpers/cli.ts';
+import { CLI_TEST_TIMEOUT_MS, runBaton, type CliResult } from './helpers/cli.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 
@@ -322,5 +322,5 @@ describe('the client and the CLI', () => {
     expect((await acme.get('/sessions/cli-ops-fork-2/messages')).body.messages.map((m: any) => m.content)).toEqual(
       (await acme.get('/sessions/cli-ops/messages')).body.messages.slice(0, 2).map((m: any) => m.content),
     );
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 });

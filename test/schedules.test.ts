@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BatonApiError, BatonClient } from '../src/client.ts';
-import { runBaton } from './helpers/cli.ts';
+import { CLI_TEST_TIMEOUT_MS, runBaton } from './helpers/cli.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /**
@@ -176,5 +176,5 @@ describe('schedules from the client and the CLI', () => {
     const wrong = await runCli(['schedules', 'create', '--cron', '* * * * *', 'x'], env);
     expect(wrong.code).toBe(2);
     expect(wrong.stderr).toContain('give --session <id> or --session-per-tick');
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 });

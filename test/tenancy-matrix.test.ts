@@ -1,9 +1,13 @@
 import { createHash } from 'node:crypto';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ScopeRole } from '../src/lib/tenancy/api-keys.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { tenancyAgents } from './helpers/tenancy-agents.ts';
+
+// Each test walks every route for several keys, one request after another: on a 2-core machine
+// running other suites beside this one the matrix ran past the 60 s default.
+vi.setConfig({ testTimeout: 180_000 });
 
 /**
  * Invariant 9, route by route. The routes come from /openapi.json (which test/openapi.test.ts

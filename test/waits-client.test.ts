@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BatonApiError, BatonClient, resumeWithToken } from '../src/client.ts';
 import { closeWaitFixtureRedis, waitAgents } from './fixtures/wait-agents.ts';
+import { CLI_TEST_TIMEOUT_MS } from './helpers/cli.ts';
 import { BIN, useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 
@@ -118,5 +119,5 @@ describe('baton resume / approve / decline', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('not valid JSON');
     expect((await runCli(['approve', d.run.id])).code).toBe(2);
-  });
+  }, CLI_TEST_TIMEOUT_MS);
 });

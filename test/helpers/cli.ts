@@ -21,3 +21,14 @@ export function runBaton(args: string[], env: Record<string, string>): Promise<C
   child.stderr.on('data', (b) => { stderr += b; });
   return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
 }
+
+/**
+ * The timeout of a test that spawns the CLI (`baton ...` through tsx, which compiles the sources
+ * at each start: 1 to 3 s on an idle machine, ten times that on a 2-core one running other
+ * suites beside this one). A test spawning several ran past the 60 s default under load
+ * (schedules' "create, list, get, pause, resume and delete": 11 commands); this leaves room for it.
+ */
+export const CLI_TEST_TIMEOUT_MS = 180_000;
+
+/** How long one spawned CLI command may run before it is killed, for the same reason. */
+export const CLI_PROCESS_TIMEOUT_MS = 120_000;
