@@ -171,7 +171,9 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     const w = await startWorker({ resources, agents });
     opened(() => w.close());
     const a = await startApi({ resources, checks: w.checks });
-    opened(() => a.close());
+    // The API stops taking requests and the worker drains at once; the streams of the runs it
+    // finishes meanwhile end with their `end` event, the others are handed to a reconnect.
+    opened(() => a.close({ streamsUntil: w.close() }));
     const devKey = await ensureDevKey(a.redis, config);
     // Shown only to a person at a terminal; any other stdout may be a log that others read.
     const show = devKey !== undefined && process.stdout.isTTY === true;
