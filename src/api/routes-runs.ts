@@ -28,7 +28,7 @@ function admitStream(
   if (gone.aborted) lease.release();
   return {
     keepAliveMs: c.SSE_KEEPALIVE_MS, retryMs: c.SSE_RETRY_MS, maxBufferBytes: c.SSE_MAX_BUFFER_BYTES,
-    stallMs: c.SSE_STALL_MS, signal: lease.signal,
+    stallMs: c.SSE_STALL_MS, signal: lease.signal, handOver: lease.handOver,
     onOpen: () => d.metrics.sseOpened(scope), onClose: () => d.metrics.sseClosed(scope),
   };
 }

@@ -6,8 +6,9 @@ import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
 import type { Redis } from '../lib/redis.ts';
 import { openResources, type Resources } from '../lib/resources.ts';
+import { withTimeout } from '../lib/timeout.ts';
 import { createApp } from './app.ts';
-import { apiDeps } from './deps.ts';
+import { apiDeps, type AppDeps } from './deps.ts';
 
 export interface ApiHandle {
   url: string;
@@ -15,8 +16,21 @@ export interface ApiHandle {
   server: Server;
   redis: Redis;
   metrics: Metrics;
-  close(): Promise<void>;
+  /**
+   * Stops taking connections, then hands its open event streams over to a reconnect (each
+   * ends with `retry:` and no `end`; its reader resumes from Last-Event-ID), then closes.
+   * `streamsUntil`: keeps the open streams until it settles first (`baton start`: its worker
+   * draining), so those whose run ends by then end with their `end` event. Idempotent.
+   */
+  close(o?: CloseOptions): Promise<void>;
 }
+
+export interface CloseOptions {
+  streamsUntil?: Promise<unknown>;
+}
+
+/** After the hand-over, how long the streams' last bytes may take to leave before their connections are cut. */
+const HANDOVER_FLUSH_MS = 1_000;
 
 export type ApiOptions = (
   /** The process's composition root (`baton start` shares one with its worker). */
@@ -34,8 +48,9 @@ export async function startApi(o: ApiOptions): Promise<ApiHandle> {
   const owned = !('resources' in o);
   const c = res.config;
   let server: Server;
+  let deps: AppDeps;
   try {
-    const deps = await apiDeps(res, o.checks);
+    deps = await apiDeps(res, o.checks);
     server = createServer({
       // Chosen for an API rather than Node's defaults (60 s for headers, 300 s for a request):
       // a client that trickles its headers or its body holds a socket for that long.
@@ -61,11 +76,18 @@ export async function startApi(o: ApiOptions): Promise<ApiHandle> {
   let closing: Promise<void> | undefined;
   return {
     url, port, server, redis: res.redis, metrics: res.metrics,
-    close() {
+    close(c: CloseOptions = {}) {
       closing ??= (async () => {
-        // Open SSE streams would keep close() waiting forever; clients resume elsewhere by id.
+        // No new connection from here; idle keep-alive ones close now.
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        if (c.streamsUntil) await Promise.race([c.streamsUntil.catch(() => {}), deps.openStreams.whenNone()]);
+        // Open streams would keep close() waiting for ever: each ends with a reconnect hint,
+        // and its reader resumes by id elsewhere (or here, once started again).
+        deps.openStreams.handOver();
+        await withTimeout(deps.openStreams.whenNone(), HANDOVER_FLUSH_MS);
         server.closeAllConnections();
-        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await closed;
         if (owned) await res.close();
       })();
       return closing;

@@ -11,6 +11,12 @@ export interface SseOptions {
   stallMs: number;
   /** Ends the stream when it aborts (its key was revoked). */
   signal?: AbortSignal;
+  /**
+   * Ends the stream for a reconnect when it aborts (the API process is shutting down): a
+   * comment and `retry:`, then the end of the response, with no `end` event, so the reader
+   * resumes from its Last-Event-ID (an EventSource after `retry` ms, the typed client at once).
+   */
+  handOver?: AbortSignal;
   /** The stream's status (200) and more headers: a submit that streams answers 202 and names its run. */
   status?: number;
   headers?: Record<string, string>;
@@ -26,7 +32,9 @@ const WRITE_PIECE = 16 * 1024;
  * Serves a run's events as Server-Sent Events: replay after `afterId`, then live, each
  * event once and in order (see EventFollower for the hand-off). The response ends after the
  * `end` event; a reader that already has it gets 204 (an EventSource then stops
- * reconnecting). Closing the response never touches the run.
+ * reconnecting). When the API process shuts down, the response ends without `end`, after a
+ * comment and `retry:` (handOver): the reader resumes from its Last-Event-ID. Closing the
+ * response never touches the run.
  *
  * Memory per reader is bounded: replay pages are bounded in bytes and go out in slices, each
  * once the socket took the one before (a reader that stops reading holds the slice it did not
@@ -85,6 +93,11 @@ export async function serveEvents(
     else drop();
   };
   const revoked = () => finish('destroy');
+  const handedOver = () => {
+    if (!writing) return;
+    write(`: this API process is stopping; resume with Last-Event-ID\nretry: ${o.retryMs}\n\n`);
+    finish('end');
+  };
 
   // `fresh`: a submit streaming the run it just made (RunStreams.open).
   const follower = await streams.open(target.scope, target.runId, target.afterId, {
@@ -148,13 +161,16 @@ export async function serveEvents(
   res.once('close', () => {
     clearInterval(watch);
     o.signal?.removeEventListener('abort', revoked);
+    o.handOver?.removeEventListener('abort', handedOver);
     finish('end');
     o.onClose?.();
   });
   o.signal?.addEventListener('abort', revoked, { once: true });
+  o.handOver?.addEventListener('abort', handedOver, { once: true });
   // The connection went before 'close' was listened for. (Not req.destroyed: a request whose
   // body was read, a submit's, is destroyed once read, with its connection still open.)
   if (!res.socket || res.socket.destroyed || o.signal?.aborted) return finish('destroy');
+  if (o.handOver?.aborted) return handedOver();
   await follower.start();
 }
 

@@ -41,6 +41,8 @@ export interface LocalRedisOptions {
    * draining. Then it is also sent SIGTERM when this process exits without stopping it.
    */
   ownProcessGroup?: boolean;
+  /** The port to listen on (a restart keeps its predecessor's, which every connection reconnects to); default a free one. */
+  port?: number;
 }
 
 /**
@@ -52,7 +54,7 @@ export async function startLocalRedis(dir: string, extraArgs: string[] = [], o: 
   if (problem) throw new Error(problem);
   const abs = resolve(dir);
   mkdirSync(abs, { recursive: true });
-  const port = await freePort();
+  const port = o.port ?? await freePort();
   const child = spawn('redis-server', [
     '--port', String(port), '--bind', '127.0.0.1', '--dir', abs, '--appendonly', 'yes',
     '--save', '', '--protected-mode', 'yes', ...extraArgs,

@@ -4,7 +4,8 @@ import { createLogger, type Logger } from '../lib/logger.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
 import { INIT_USAGE, runInit } from './init.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
-import { lockBatonDir, startLocalRedis, type BatonDirLock } from './local-redis.ts';
+import { lockBatonDir, type BatonDirLock } from './local-redis.ts';
+import { superviseLocalRedis } from './redis-supervisor.ts';
 import { onShutdown } from './shutdown.ts';
 import { startTracing } from './tracing.ts';
 
@@ -170,7 +171,9 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     const w = await startWorker({ resources, agents });
     opened(() => w.close());
     const a = await startApi({ resources, checks: w.checks });
-    opened(() => a.close());
+    // The API stops taking requests and the worker drains at once; the streams of the runs it
+    // finishes meanwhile end with their `end` event, the others are handed to a reconnect.
+    opened(() => a.close({ streamsUntil: w.close() }));
     const devKey = await ensureDevKey(a.redis, config);
     // Shown only to a person at a terminal; any other stdout may be a log that others read.
     const show = devKey !== undefined && process.stdout.isTTY === true;
@@ -208,8 +211,8 @@ function startFailure(err: unknown, config: Config): string {
 /**
  * `baton start` without REDIS_URL: takes the `.baton/` lock (or says where the Baton that
  * holds it runs, and exits 1), spawns redis-server on `.baton/redis` in a process group of its
- * own (a terminal's Ctrl-C reaches Baton, which stops it after draining), and notes its URL for
- * `baton keys`.
+ * own (a terminal's Ctrl-C reaches Baton, which stops it after draining) and starts it again
+ * should it die, and notes its URL for `baton keys`.
  */
 async function startOwnRedis(log: Logger, opened: (close: () => Promise<void>) => void): Promise<{ url: string; lock: BatonDirLock }> {
   const lock = await lockBatonDir(BATON_DIR, LOCAL_REDIS_DIR);
@@ -220,12 +223,17 @@ async function startOwnRedis(log: Logger, opened: (close: () => Promise<void>) =
     process.exit(1);
   }
   opened(async () => lock.release());
-  const local = await startLocalRedis(LOCAL_REDIS_DIR, [], { ownProcessGroup: true });
-  opened(async () => {
-    await local.stop();
-    log.info('local redis-server stopped');
+  // Every write on disk before it is acknowledged: a redis-server killed under `baton start`
+  // comes back (redis-supervisor.ts) with everything Baton was told was stored.
+  const local = await superviseLocalRedis(LOCAL_REDIS_DIR, ['--appendfsync', 'always'], {
+    log, onRestart: (redisPid) => lock.note({ redisPid }),
   });
-  lock.note({ redis: local.url, redisPid: local.process.pid });
+  opened(async () => {
+    // Only a server of its own: one that died and was not started again is not said to be stopped.
+    const redisPid = local.pid;
+    if (await local.stop()) log.info({ redisPid }, 'local redis-server stopped');
+  });
+  lock.note({ redis: local.url, redisPid: local.pid });
   // `baton keys` run next to this process finds the spawned Redis through this file.
   const forget = recordLocalRedisUrl(local.url);
   opened(async () => forget());

@@ -1,4 +1,5 @@
 import type { Logger } from './logger.ts';
+import { isConnectionLoss } from './redis.ts';
 
 /**
  * A pass repeated every `intervalMs` in the background, one at a time, by a process that does
@@ -37,7 +38,8 @@ export class PollLoop {
 
   private run(): void {
     this.running = this.pass()
-      .catch((err) => this.log.warn({ err: (err as Error).message }, `${this.what} failed`))
+      // Redis away: its connection says so once (redis.ts), not each pass.
+      .catch((err) => { if (!isConnectionLoss(err)) this.log.warn({ err: (err as Error).message }, `${this.what} failed`); })
       .finally(() => {
         this.running = undefined;
         if (this.timer) this.schedule(this.intervalMs);

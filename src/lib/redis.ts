@@ -1,3 +1,4 @@
+import { isNotConnectionError } from 'bullmq';
 import { Cluster, Redis, type RedisOptions as IORedisOptions } from 'ioredis';
 import type { Logger } from './logger.ts';
 import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
@@ -64,19 +65,51 @@ export function createRedis({ url, name, logger, blocking = false, events, tune 
     redis = new Redis(url, options);
   }
   events?.opened(name);
-  let wasUp = false;
-  redis.on('ready', () => {
-    if (wasUp) {
-      logger?.warn({ connection: name }, 'redis reconnected');
-      events?.reconnected(name);
-    }
-    wasUp = true;
-  });
-  redis.on('error', (err) => {
-    events?.error(name);
-    logger?.debug({ connection: name, err: err.message }, 'redis error');
-  });
+  watchConnection(redis, name, name, logger, events);
   return redis;
+}
+
+/**
+ * Logs a connection's state changes, one JSON line each: `redis connection lost` when it
+ * drops (or `redis connection failed` when it never came up), with the error when one is
+ * known, and `redis reconnected` when it is ready again. Retries in between say nothing: a
+ * Redis down for a minute costs each connection two lines, never one per attempt (ioredis
+ * retries every 2 s at most), and errors reach the metrics (baton_redis_errors_total) only.
+ *
+ * Its copies are watched too, as `<name>:<n>`: BullMQ duplicates the connection it is given
+ * for each worker (a command and a blocking connection), and those are the ones that wait
+ * on Redis longest. Their errors also reach BullMQ's 'error' events, which the worker keeps
+ * out of its log for that reason (worker.ts).
+ */
+function watchConnection(
+  redis: Redis, name: string, metricsName: string, logger: Logger | undefined, events: ConnectionEvents | undefined,
+): void {
+  let state: 'connecting' | 'up' | 'down' = 'connecting';
+  const down = (err?: Error) => {
+    if (state === 'down') return;
+    logger?.warn({ connection: name, err: err?.message }, state === 'up' ? 'redis connection lost' : 'redis connection failed');
+    state = 'down';
+  };
+  redis.on('ready', () => {
+    if (state === 'down') {
+      logger?.warn({ connection: name }, 'redis reconnected');
+      events?.reconnected(metricsName);
+    }
+    state = 'up';
+  });
+  // Emitted only when ioredis reconnects on its own (the connection dropped), never after quit().
+  redis.on('reconnecting', () => down());
+  redis.on('error', (err) => {
+    events?.error(metricsName);
+    down(err);
+  });
+  let copies = 0;
+  const duplicate = redis.duplicate.bind(redis) as (...args: unknown[]) => Redis;
+  redis.duplicate = ((...args: unknown[]) => {
+    const copy = duplicate(...args);
+    watchConnection(copy, `${name}:${++copies}`, metricsName, logger, events);
+    return copy;
+  }) as Redis['duplicate'];
 }
 
 /**
@@ -136,4 +169,20 @@ export function isRedisUnavailable(err: unknown): boolean {
   // A primary with min-replicas-to-write and too few replicas refuses writes; Redis names that
   // refusal by the first word of its error, as it does every error kind.
   return name === 'ReplyError' && /^NOREPLICAS\b/.test((err as Error).message);
+}
+
+/** Socket errors of a connection to Redis that could not be made or was cut. */
+const SOCKET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'ECONNABORTED']);
+
+/**
+ * Whether an error only says that Redis cannot be reached right now: a socket error (by its
+ * code), a command that gave up on an unreachable Redis (isRedisUnavailable), or a command
+ * cut by a closing connection (as BullMQ tells its own). The connections log these once per
+ * state change (watchConnection), so the loops that meet them every second do not log them again.
+ */
+export function isConnectionLoss(err: unknown): boolean {
+  if (isRedisUnavailable(err)) return true;
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && SOCKET_ERRORS.has(code)) return true;
+  return err instanceof Error && !isNotConnectionError(err);
 }

@@ -114,7 +114,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
     await quit();
     throw err;
   }
-  const dispatcher = new Dispatcher(bull, keys);
+  const dispatcher = new Dispatcher(bull, keys, (err, queue) => log.warn({ err: err.message, queue }, 'bullmq queue error'));
   // The fair share needs the registry, made below; the transitions read its level at each call.
   let fairShare: FairShare | undefined;
   const transitions = new Transitions(redis, keys, c, dispatcher, () => fairShare?.level() ?? {});

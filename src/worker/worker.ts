@@ -8,7 +8,7 @@ import { LeaseKeeper } from '../lib/engine/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
 import { composeHooks } from '../lib/hooks.ts';
-import type { Redis } from '../lib/redis.ts';
+import { isConnectionLoss, type Redis } from '../lib/redis.ts';
 import { openResources, type Resources } from '../lib/resources.ts';
 import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
 import { withTimeout } from '../lib/timeout.ts';
@@ -119,7 +119,11 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
         autorun: false,
       },
     );
-    worker.on('error', (err) => log.warn({ err: err.message, agent }, 'bullmq worker error'));
+    // A Redis that went away shows here once per retry of each of the worker's connections
+    // (hundreds a minute): the connections log it once when lost and once when back (redis.ts).
+    worker.on('error', (err) => {
+      if (!isConnectionLoss(err)) log.warn({ err: err.message, agent }, 'bullmq worker error');
+    });
     worker.on('failed', (job, err) => log.error({ jobId: job?.id, agent, err: err.message }, 'run delivery failed'));
     bullWorkers.set(agent, worker);
     slots.add(agent);

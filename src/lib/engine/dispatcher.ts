@@ -1,6 +1,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
+import { isConnectionLoss } from '../redis.ts';
 
 /** What a transition asks to hand to BullMQ: [runId, runtime, dispatch number, delay ms, agent]. */
 export type DispatchOrder = [string, string, number, number, string];
@@ -27,7 +28,12 @@ export const jobId = (runId: string, dispatch: number) => `${runId}-${dispatch}`
 export class Dispatcher {
   private readonly queues = new Map<string, Queue<JobData>>();
 
-  constructor(private readonly connection: Redis, private readonly keys: Keys) {}
+  /** `onError`: a queue's errors but the connection's own (those its connection logs, redis.ts). */
+  constructor(
+    private readonly connection: Redis,
+    private readonly keys: Keys,
+    private readonly onError?: (err: Error, queue: string) => void,
+  ) {}
 
   /** The queue of `agent`'s runs on `runtime`. */
   queue(runtime: string, agent: string): Queue<JobData> {
@@ -35,6 +41,8 @@ export class Dispatcher {
     let q = this.queues.get(id);
     if (!q) {
       q = new Queue<JobData>(agent, { connection: this.connection, prefix: this.keys.queuePrefix(runtime) });
+      // Without a listener, BullMQ prints each error of the shared connection as a multi-line dump.
+      q.on('error', (err) => { if (!isConnectionLoss(err)) this.onError?.(err, agent); });
       this.queues.set(id, q);
     }
     return q;

@@ -1,7 +1,7 @@
 import type { Config } from '../config.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import type { Redis } from '../redis.ts';
+import { isConnectionLoss, type Redis } from '../redis.ts';
 import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
 import type { FairLevel, Transitions } from './transitions.ts';
 
@@ -95,7 +95,8 @@ export class FairShare {
 
   private loop(): void {
     this.running = this.tick()
-      .catch((err) => this.log.warn({ err: (err as Error).message }, 'fair share pass failed'))
+      // Redis away: its connection says so once (redis.ts), not each pass.
+      .catch((err) => { if (!isConnectionLoss(err)) this.log.warn({ err: (err as Error).message }, 'fair share pass failed'); })
       .finally(() => {
         this.running = undefined;
         if (this.timer) {

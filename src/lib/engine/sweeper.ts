@@ -1,4 +1,4 @@
-import { redisNowMs, type Redis } from '../redis.ts';
+import { isConnectionLoss, redisNowMs, type Redis } from '../redis.ts';
 import type { Config } from '../config.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
@@ -101,7 +101,8 @@ export class Sweeper {
   private loop(): void {
     this.running = this.sweep()
       .then(() => undefined)
-      .catch((err) => this.log.warn({ err: (err as Error).message }, 'sweep failed'))
+      // Redis away: its connection says so once (redis.ts), not each sweep.
+      .catch((err) => { if (!isConnectionLoss(err)) this.log.warn({ err: (err as Error).message }, 'sweep failed'); })
       .finally(() => {
         this.running = undefined;
         if (this.timer) {

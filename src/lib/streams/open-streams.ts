@@ -34,6 +34,8 @@ export interface OpenStreamsOptions {
 /** One admitted stream: its signal aborts when its key is revoked; release() when it ends. */
 export interface StreamLease {
   readonly signal: AbortSignal;
+  /** Aborts when this process stops serving streams (handOver): the stream ends for its reader to resume elsewhere. */
+  readonly handOver: AbortSignal;
   release(): void;
 }
 
@@ -54,12 +56,28 @@ export class OpenStreams {
   private total = 0;
   private timer: NodeJS.Timeout | undefined;
   private checking = false;
+  private readonly stopping = new AbortController();
+  private none: (() => void)[] = [];
 
   constructor(private readonly o: OpenStreamsOptions) {}
 
   /** Streams open in this process, of every scope. */
   get size(): number {
     return this.total;
+  }
+
+  /**
+   * The process stops serving streams (its API is shutting down): every open stream, and any
+   * admitted after, ends at once with a reconnect hint (sse.ts), so its reader resumes from its
+   * Last-Event-ID on another API process, or on this one started again.
+   */
+  handOver(): void {
+    this.stopping.abort();
+  }
+
+  /** Resolves once no stream is open in this process. */
+  whenNone(): Promise<void> {
+    return this.total === 0 ? Promise.resolve() : new Promise((resolve) => this.none.push(resolve));
   }
 
   /** Streams of `scope` open in this process. */
@@ -92,6 +110,7 @@ export class OpenStreams {
     let released = false;
     return {
       signal: held.controller.signal,
+      handOver: this.stopping.signal,
       release: () => {
         if (released) return;
         released = true;
@@ -113,6 +132,7 @@ export class OpenStreams {
       clearInterval(this.timer);
       this.timer = undefined;
     }
+    if (this.total === 0) for (const resolve of this.none.splice(0)) resolve();
   }
 
   private schedule(): void {

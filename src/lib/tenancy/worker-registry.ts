@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
-import { redisNowMs } from '../redis.ts';
+import { isConnectionLoss, redisNowMs } from '../redis.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 
@@ -222,7 +222,8 @@ export class WorkerPresence {
     await this.beat();
     this.timer = setInterval(() => {
       this.beating ??= this.beat()
-        .catch((err) => this.o.log.warn({ err: (err as Error).message }, 'worker heartbeat failed'))
+        // Redis away: its connection says so once (redis.ts), not each beat.
+        .catch((err) => { if (!isConnectionLoss(err)) this.o.log.warn({ err: (err as Error).message }, 'worker heartbeat failed'); })
         .finally(() => { this.beating = undefined; });
     }, this.o.beatMs);
     this.timer.unref();
