@@ -33,7 +33,8 @@ const template = (i: number) => ({ sessionPerTick: true, input: { content: `brie
 
 beforeAll(async () => {
   // No scheduler and no bulk worker: the schedules (yearly) never fire, and only the listings read them.
-  h = await useHarness({ SCHEDULE_POLL_MS: '0', BULK_POLL_MS: '0' });
+  // No read budget: this file is about what one page holds, and walks 27 MB of schedules many times over.
+  h = await useHarness({ SCHEDULE_POLL_MS: '0', BULK_POLL_MS: '0', READ_BYTES_PER_SEC: '0' });
   const before = (await h.startApi({ SCHEDULE_TEMPLATE_MAX_BYTES: String(1024 * 1024) })).url;
   url = (await h.startApi()).url;
   const maker = await h.client(before, 'acme', 'admin');
