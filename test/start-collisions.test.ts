@@ -1,13 +1,14 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CLI_TEST_TIMEOUT_MS } from './helpers/cli.ts';
-import { BIN, sleep, waitFor } from './helpers/harness.ts';
+import { BIN, sleep } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
+import { spawnStart, startedApi } from './helpers/start.ts';
 
 /**
  * `baton start` without REDIS_URL spawns a redis-server on `.baton/redis` in the folder it
@@ -17,36 +18,6 @@ import { track } from './helpers/resources.ts';
  * behind (the next start stops an orphan); and Ctrl-C to the terminal's process group stops
  * it cleanly, its redis-server last.
  */
-
-interface Start {
-  child: ChildProcess;
-  out(): string;
-  /** Resolves with the exit code (null when a signal ended it). */
-  exited: Promise<number | null>;
-}
-
-/** `baton start` in `cwd` without REDIS_URL, in a process group of its own (as a terminal's foreground job is). */
-function spawnStart(cwd: string, env: Record<string, string> = {}, args: string[] = []): Start {
-  const e: Record<string, string | undefined> = { ...process.env, PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'warn', SHUTDOWN_GRACE_MS: '2000', ...env };
-  delete e.REDIS_URL;
-  const child = spawn(process.execPath, [BIN, 'start', ...args], { cwd, env: e, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  let out = '';
-  child.stdout!.on('data', (b) => { out += b; });
-  child.stderr!.on('data', (b) => { out += b; });
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  track(child, async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await exited;
-  });
-  return { child, out: () => out, exited };
-}
-
-async function up(s: Start): Promise<string> {
-  await waitFor(() => /baton is up: API (\S+)/.test(s.out()) || s.child.exitCode !== null, 30_000, `baton start to come up:\n${s.out()}`);
-  const m = /baton is up: API (\S+)/.exec(s.out());
-  if (!m) throw new Error(`baton start exited ${s.child.exitCode}:\n${s.out()}`);
-  return m[1];
-}
 
 function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'baton-collide-'));
@@ -97,7 +68,7 @@ describe('baton start', () => {
     const dir = tempDir();
     reapRedisIn(dir);
     const s = spawnStart(dir, { METRICS_PORT: String(port) });
-    const api = await up(s);
+    const api = await startedApi(s);
     const metrics = await fetch(`${api}/metrics`);
     expect(metrics.status).toBe(200);
     expect(await metrics.text()).toContain('baton_');
@@ -109,7 +80,7 @@ describe('baton start', () => {
     const dir = tempDir();
     reapRedisIn(dir);
     const first = spawnStart(dir);
-    const api = await up(first);
+    const api = await startedApi(first);
     const lock = lockOf(dir);
     expect(lock).toMatchObject({ pid: first.child.pid, api, redis: expect.stringMatching(/^redis:\/\/127\.0\.0\.1:\d+$/) });
     const urlFile = join(dir, '.baton', 'redis.url');
@@ -145,7 +116,7 @@ describe('baton start', () => {
     const dir = tempDir();
     reapRedisIn(dir);
     const s = spawnStart(dir, { LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '10000' });
-    const api = await up(s);
+    const api = await startedApi(s);
     const { redisPid } = lockOf(dir);
     // The redis-server is in a group of its own: the terminal's signal does not reach it.
     expect(readFileSync(`/proc/${redisPid}/stat`, 'utf8').split(') ')[1].split(' ')[2]).toBe(String(redisPid));
@@ -174,7 +145,7 @@ describe('baton start', () => {
     const dir = tempDir();
     reapRedisIn(dir);
     const s = spawnStart(dir);
-    await up(s);
+    await startedApi(s);
     process.kill(-s.child.pid!, 'SIGHUP');
     expect(await s.exited, s.out()).toBe(0);
     expect(redisServersIn(join(dir, '.baton', 'redis'))).toEqual([]);
@@ -202,7 +173,7 @@ describe('baton start', () => {
     const dir = tempDir();
     reapRedisIn(dir);
     const killed = spawnStart(dir);
-    await up(killed);
+    await startedApi(killed);
     const old = lockOf(dir);
     // SIGKILL: no shutdown runs, the redis-server lives on alone.
     killed.child.kill('SIGKILL');
@@ -210,7 +181,7 @@ describe('baton start', () => {
     expect(redisServersIn(join(dir, '.baton', 'redis'))).toEqual([old.redisPid]);
 
     const next = spawnStart(dir);
-    const api = await up(next);
+    const api = await startedApi(next);
     expect(lockOf(dir)).toMatchObject({ pid: next.child.pid, api });
     const running = redisServersIn(join(dir, '.baton', 'redis'));
     expect(running).toHaveLength(1);
@@ -223,7 +194,7 @@ describe('baton start', () => {
     track(other, async () => { other.kill('SIGKILL'); });
     writeFileSync(join(dir, '.baton', 'lock'), JSON.stringify({ pid: other.pid, startedAt: new Date().toISOString() }));
     const third = spawnStart(dir);
-    await up(third);
+    await startedApi(third);
     expect(lockOf(dir).pid).toBe(third.child.pid);
     third.child.kill('SIGTERM');
     expect(await third.exited).toBe(0);
@@ -234,7 +205,7 @@ describe('baton start', () => {
     reapRedisIn(dir);
     const [a, b] = [spawnStart(dir), spawnStart(dir)];
     const codes = await Promise.race([
-      Promise.all([up(a).then(() => 'up', () => 'failed'), up(b).then(() => 'up', () => 'failed')]),
+      Promise.all([startedApi(a).then(() => 'up', () => 'failed'), startedApi(b).then(() => 'up', () => 'failed')]),
       sleep(40_000).then(() => ['timeout']),
     ]);
     expect(codes.sort(), a.out() + b.out()).toEqual(['failed', 'up']);

@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -6,9 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BatonClient } from '../src/lib/client/client.ts';
-import { BIN, waitFor } from './helpers/harness.ts';
+import { waitFor } from './helpers/harness.ts';
 import { call, readSse, tokenText, type SseEvent } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
+import { spawnStart as spawnBatonStart, startedApi } from './helpers/start.ts';
 
 /**
  * `baton start` keeps the redis-server it spawned: killed, it is started again on the same
@@ -22,37 +22,9 @@ import { track } from './helpers/resources.ts';
 const KEY = `bk_supervision-${randomBytes(12).toString('hex')}`;
 const AUTH = { authorization: `Bearer ${KEY}` };
 
-interface Start {
-  child: ChildProcess;
-  out(): string;
-  exited: Promise<number | null>;
-}
-
-/** `baton start` in `cwd`, in a process group of its own (a terminal's foreground job), its log at info. */
-function spawnStart(cwd: string, env: Record<string, string> = {}): Start {
-  const e: Record<string, string | undefined> = {
-    ...process.env, PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '3000',
-    BATON_BOOTSTRAP_KEYS: `acme:client:${KEY}`, ...env,
-  };
-  if (!env.REDIS_URL) delete e.REDIS_URL;
-  const child = spawn(process.execPath, [BIN, 'start'], { cwd, env: e, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  let out = '';
-  child.stdout!.on('data', (b) => { out += b; });
-  child.stderr!.on('data', (b) => { out += b; });
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  track(child, async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await exited;
-  });
-  return { child, out: () => out, exited };
-}
-
-async function up(s: Start): Promise<string> {
-  await waitFor(() => /baton is up: API (\S+)/.test(s.out()) || s.child.exitCode !== null, 30_000, `baton start to come up:\n${s.out()}`);
-  const m = /baton is up: API (\S+)/.exec(s.out());
-  if (!m) throw new Error(`baton start exited ${s.child.exitCode}:\n${s.out()}`);
-  return m[1];
-}
+/** `baton start` at info, with the file's key, a 3 s grace unless `env` says otherwise. */
+const spawnStart = (cwd: string, env: Record<string, string> = {}) =>
+  spawnBatonStart(cwd, { LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '3000', BATON_BOOTSTRAP_KEYS: `acme:client:${KEY}`, ...env });
 
 function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'baton-supervise-'));
@@ -133,7 +105,7 @@ describe('baton start supervises its redis-server', () => {
   it('SIGKILLed, it is back on the same data within seconds; runs before and after succeed; every log line is JSON', async () => {
     const dir = tempDir();
     const s = spawnStart(dir);
-    const api = await up(s);
+    const api = await startedApi(s);
     const before = lockOf(dir);
 
     // Running when Redis dies (20 tokens 100 ms apart), and queued behind them in their sessions.
@@ -184,7 +156,7 @@ describe('baton start supervises its redis-server', () => {
   it('Ctrl-C: a run the worker finishes ends its stream with `end`; a longer one is handed to a reconnect and resumes on the next start', async () => {
     const dir = tempDir();
     const s = spawnStart(dir);
-    const api = await up(s);
+    const api = await startedApi(s);
     // 10 tokens 100 ms apart end within the 3 s grace; 30 tokens 200 ms apart do not.
     const short = await submit(api, 'short', words(10, 's'), 100);
     const long = await submit(api, 'long', words(30, 'l'), 200);
@@ -203,7 +175,7 @@ describe('baton start supervises its redis-server', () => {
     logLines(s.out());
 
     const next = spawnStart(dir);
-    const api2 = await up(next);
+    const api2 = await startedApi(next);
     const client = new BatonClient({ url: api2, apiKey: KEY, scope: 'acme' });
     const resumed: { id: string; type: string }[] = [];
     let last: unknown;
@@ -224,7 +196,7 @@ describe('baton start supervises its redis-server', () => {
   it('a restart that cannot bind (another program took the port) is logged and retried; Ctrl-C then stops nothing it did not start', async () => {
     const dir = tempDir();
     const s = spawnStart(dir, { SHUTDOWN_GRACE_MS: '1000' });
-    await up(s);
+    await startedApi(s);
     const { redis, redisPid } = lockOf(dir);
     const port = Number(/:(\d+)$/.exec(redis)![1]);
     // Frozen, Baton cannot start the server again before the port is someone else's.
