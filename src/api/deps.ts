@@ -103,6 +103,9 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
   });
   const streams = new RunStreams(redis, keys, new EventHub(res.subscriber, log));
+  const limits = new ScopeLimitStore(redis, keys, c, {
+    fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
+  });
   metrics.watchStreamBuffers(() => streams.buffers());
   return {
     config: c, store, log, metrics, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts, streamTokens,
@@ -115,11 +118,9 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     streams,
     openStreams,
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
-    limits: new ScopeLimitStore(redis, keys, c, {
-      fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
-    }),
+    limits,
     usage: new UsageReader(redis, keys, c),
-    reads: new ReadBudget(transitions, c),
+    reads: new ReadBudget(transitions, c, async (scope) => (await limits.limits(scope)).readBytesPerSec),
     rateLimits: res.rateLimits,
     checks: [redisCheck(redis), ...checks],
   };

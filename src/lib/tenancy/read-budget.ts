@@ -16,7 +16,7 @@ const REMEMBERED_MAX = 10_000;
  * The budget is a token bucket of bytes in Redis (lua/read-cost.lua), so every API process
  * shares it: the scope's `readBytesPerSec` and `readBurstBytes` limits, else READ_BYTES_PER_SEC
  * and READ_BURST_BYTES. A read's cost is known only once it is made, so it is charged after:
- * the bytes of its answer past READ_FREE_BYTES, before the answer is sent, and the bucket may
+ * the bytes of its answer past READ_FREE_BYTES, as the answer is sent, and the bucket may
  * go into debt. While it is in debt, the scope's costly reads are refused with 429
  * READ_RATE_LIMITED (Retry-After: when it is out of debt) before they read anything.
  *
@@ -41,6 +41,8 @@ export class ReadBudget {
   constructor(
     private readonly transitions: Transitions,
     config: Pick<Config, 'READ_FREE_BYTES' | 'READ_BYTES_PER_SEC' | 'READ_BURST_BYTES'>,
+    /** The scope's readBytesPerSec in force, as this process last read its limits (ScopeLimitStore.limits). */
+    private readonly rateOf: (scope: string) => Promise<number>,
   ) {
     this.limit = { rate: config.READ_BYTES_PER_SEC, burst: config.READ_BURST_BYTES };
     this.free = config.READ_FREE_BYTES;
@@ -67,10 +69,14 @@ export class ReadBudget {
     ], { retryAfterMs: waitMs });
   }
 
-  /** After a costly read, before its answer is sent: charges the answer's `bytes` past the free allowance. */
+  /** After a costly read, as its answer is sent: charges the answer's `bytes` past the free allowance. */
   async charge(scope: string, bytes: number): Promise<void> {
     const over = bytes - this.free;
     if (over <= 0) return;
+    // No budget (READ_BYTES_PER_SEC 0 and no override of the scope's): nothing to charge, and no
+    // round trip. A charge awaited after each large answer raised an API process's peak RSS by
+    // about 100 MiB under test/bytes-limits.test.ts's aborted listings, which run without a budget.
+    if ((await this.rateOf(scope)) === 0) return;
     this.remember(scope, (await this.transitions.chargeRead(scope, over, this.limit)).retryAfterMs);
   }
 
