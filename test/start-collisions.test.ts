@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,7 +8,7 @@ import { CLI_TEST_TIMEOUT_MS } from './helpers/cli.ts';
 import { BIN, sleep } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
-import { spawnStart, startedApi } from './helpers/start.ts';
+import { redisServersIn, spawnStart, startedApi } from './helpers/start.ts';
 
 /**
  * `baton start` without REDIS_URL spawns a redis-server on `.baton/redis` in the folder it
@@ -24,19 +24,6 @@ function tempDir(): string {
   // Last: after the redis-servers below are stopped.
   track(dir, async () => rmSync(dir, { recursive: true, force: true }));
   return dir;
-}
-
-/** The redis-servers working in `dir` (redis-server runs in its --dir), by pid. */
-function redisServersIn(dir: string): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
-      if (comm === 'redis-server' && readlinkSync(`/proc/${entry}/cwd`) === dir) pids.push(Number(entry));
-    } catch { /* gone meanwhile */ }
-  }
-  return pids;
 }
 
 /** Kills whatever redis-server is still working in `dir` when the test ends (a failing test must not leak one). */

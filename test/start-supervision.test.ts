@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,7 +8,7 @@ import { BatonClient } from '../src/lib/client/client.ts';
 import { waitFor } from './helpers/harness.ts';
 import { call, readSse, tokenText, type SseEvent } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
-import { spawnStart as spawnBatonStart, startedApi } from './helpers/start.ts';
+import { redisServersIn, spawnStart as spawnBatonStart, startedApi } from './helpers/start.ts';
 
 /**
  * `baton start` keeps the redis-server it spawned: killed, it is started again on the same
@@ -36,19 +36,6 @@ function tempDir(): string {
     rmSync(dir, { recursive: true, force: true });
   });
   return dir;
-}
-
-/** The redis-servers working in `dir` (redis-server runs in its --dir), by pid. */
-function redisServersIn(dir: string): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
-      if (comm === 'redis-server' && readlinkSync(`/proc/${entry}/cwd`) === dir) pids.push(Number(entry));
-    } catch { /* gone meanwhile */ }
-  }
-  return pids;
 }
 
 const lockOf = (dir: string): { redis: string; redisPid: number } => JSON.parse(readFileSync(join(dir, '.baton', 'lock'), 'utf8'));

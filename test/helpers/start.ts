@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { BIN, waitFor } from './harness.ts';
 import { track } from './resources.ts';
 
@@ -36,4 +37,17 @@ export async function startedApi(s: Start): Promise<string> {
   const m = /baton is up: API (\S+)/.exec(s.out());
   if (!m) throw new Error(`baton start exited ${s.child.exitCode}:\n${s.out()}`);
   return m[1];
+}
+
+/** The redis-servers working in `dir` (redis-server runs in its --dir), by pid: what a start left running. */
+export function redisServersIn(dir: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
+      if (comm === 'redis-server' && readlinkSync(`/proc/${entry}/cwd`) === dir) pids.push(Number(entry));
+    } catch { /* gone meanwhile */ }
+  }
+  return pids;
 }
