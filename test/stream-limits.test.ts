@@ -73,12 +73,17 @@ function establishedOn(port: number, from?: readonly Socket[]): number {
 
 /** baton_sse_clients, read on a connection of its own that is closed after the answer. */
 function sseGauge(port: number): Promise<number> {
+  return metricOf(port, 'baton_sse_clients');
+}
+
+/** One unlabelled metric of the API's /metrics, read on a connection of its own that is closed after the answer. */
+function metricOf(port: number, name: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = connect(port, '127.0.0.1');
     let text = '';
     s.setEncoding('utf8');
     s.on('data', (c) => { text += c; });
-    s.on('end', () => resolve(Number(/^baton_sse_clients (\S+)$/m.exec(text)?.[1] ?? NaN)));
+    s.on('end', () => resolve(Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN)));
     s.on('error', reject);
     s.write('GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n');
   });
@@ -122,8 +127,20 @@ describe('readers that never read', () => {
         // Every one of them is an open stream until its connection closes.
         await waitFor(async () => (await sseGauge(port)) === 300, 30_000, 'baton_sse_clients to count all 300 streams');
         expect(establishedOn(port, sockets)).toBe(300);
-        // All 300 stalled, their kernel buffers full: what the API holds for them.
-        await sleep(1_000);
+        // All 300 stalled, their kernel buffers full: what the API holds for them, once no
+        // stream reads from the log any more (a stream still between a page read and its
+        // slices holds the page: with both cores loaded, some were, and the probe counted them).
+        let readBytes = -1;
+        await waitFor(async () => {
+          const now = await metricOf(port, 'baton_sse_log_read_bytes_total');
+          const settled = now === readBytes;
+          readBytes = now;
+          if (!settled) await sleep(1_000);
+          return settled;
+        }, 60_000, 'the streams to stop reading the log');
+        console.log(`[stream-limits] settled: ${readBytes} bytes read from the log, ` +
+          `${await metricOf(port, 'baton_sse_buffered_bytes')} held for the readers, ` +
+          `${await metricOf(port, 'baton_sse_buffered_bytes_max')} by the one holding most`);
         heldStalled = await heldAfterGc(api);
         // None reads, so each is cut at SSE_STALL_MS and its buffers freed: the API holds no
         // connection any more, while the clients still have not read a byte.
