@@ -3,9 +3,25 @@ import { SlowestFiles, slowestFilesCount } from './test/helpers/slowest-files.ts
 
 const slowest = slowestFilesCount();
 
+/**
+ * The long drills: soaks, failovers, memory under hundreds of stalled readers, and the CLI's
+ * whole-process runs (npm installs, a supervised redis-server killed and restarted). Each
+ * takes a minute or more of a worker; together they were a quarter of the suite's time in CI
+ * (531 of 2,315 s). `npm test` runs the others (project `quick`); `npm run test:long` runs
+ * these (project `long`), and CI runs both. `npx vitest run test/<file>.test.ts` runs any one.
+ */
+export const LONG_FILES = [
+  'test/soak.test.ts', 'test/upgrade-soak.test.ts', 'test/sentinel.test.ts',
+  'test/init.test.ts', 'test/start-collisions.test.ts', 'test/start-supervision.test.ts',
+  'test/stream-limits.test.ts', 'test/stream-stalled-memory.test.ts', 'test/bytes-limits.test.ts',
+];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
+    projects: [
+      { extends: true, test: { name: 'quick', include: ['test/**/*.test.ts'], exclude: LONG_FILES } },
+      { extends: true, test: { name: 'long', include: LONG_FILES } },
+    ],
     globalSetup: ['test/helpers/global-setup.ts'],
     setupFiles: ['test/helpers/leak-check.ts'],
     pool: 'forks',
