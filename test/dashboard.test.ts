@@ -21,10 +21,10 @@ const promConfig = parseYaml(read('grafana/prometheus.yml'));
 
 interface Panel {
   id: number; type: string; title: string; datasource?: { uid: string };
-  targets?: { expr: string; datasource?: { uid: string } }[]; gridPos: { x: number; w: number };
+  targets?: { expr: string; legendFormat?: string; datasource?: { uid: string } }[]; gridPos: { x: number; w: number };
 }
 const panels: Panel[] = dashboard.panels;
-const exprs = panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
+const exprs = panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr, legend: t.legendFormat ?? '' })));
 
 /**
  * What Grafana does before it sends a query: its interval variable becomes a duration long
@@ -34,6 +34,20 @@ function promql(expr: string): string {
   const q = expr.replaceAll('$__rate_interval', '30s').replaceAll('$runtime', '.*');
   if (q.includes('$')) throw new Error(`unresolved Grafana variable in: ${expr}`);
   return q;
+}
+
+/**
+ * A series' name in the legend, as Grafana renders a legend format: a label the series lacks
+ * prints as the label's own name (renderLegendFormat in Grafana's Prometheus datasource).
+ */
+function legendOf(format: string, metric: Record<string, string>): { text: string; missing: string[] } {
+  const missing: string[] = [];
+  const text = format.replace(/\{\{\s*(.+?)\s*\}\}/g, (_, label: string) => {
+    if (metric[label]) return metric[label];
+    missing.push(label);
+    return label;
+  });
+  return { text, missing };
 }
 
 /** `./x` volume sources of a service, resolved against the repository. */
@@ -53,21 +67,70 @@ const ZERO_ON_HEALTHY = [
   'Redis errors and reconnects', 'Model calls refused by token budget', 'Rate-limit pauses',
 ];
 
+/** Panels that read something other than 0 on a stack that has run nothing yet: processes, scrapes, the workers' slots. */
+const NONZERO_WHEN_IDLE = ['CPU', 'Resident memory', 'Event loop lag p99', 'HTTP p95 by route', 'Scope slots and fair share'];
+
+/** The provider rate-limit panels: on a deployment without RATE_LIMITS each draws one 0 line saying so. */
+const RATE_LIMIT_PANELS = ['Rate-limit wait by bucket', 'Rate-limit bucket fill', 'Rate-limit pauses'];
+
+/** A provider rate-limit bucket, as a deployment that calls a model has: its series exist from the start. */
+const WITH_BUCKET = { RATE_LIMITS: 'dashboard:bucket=rpm:60,tpm:6000' };
+
 /**
- * An API and a worker serving `agents`, scraped every second by a real Prometheus. A provider
- * rate-limit bucket is defined, as a deployment that calls a model has: its series exist from
- * the start (no model call takes from it here).
+ * An API and a worker serving `agents`, scraped every second by a real Prometheus. The worker
+ * gets `workerEnv` (by default a provider bucket no model call takes from here; `{}`: the defaults).
  */
-async function scrapedStack(agents: Agent[] = []) {
+async function scrapedStack(agents: Agent[] = [], workerEnv: Record<string, string> = WITH_BUCKET) {
   const h = await useHarness();
   const api = await h.startApi();
-  const worker = await h.startWorker({ agents, env: { RATE_LIMITS: 'dashboard:bucket=rpm:60,tpm:6000' } });
+  const worker = await h.startWorker({ agents, env: workerEnv });
   const acme = await h.client(api.url, 'acme', 'client');
   const hostPort = (url: string) => new URL(url).host;
   const prom = await startPrometheus({ 'baton-api': [hostPort(api.url)], 'baton-worker': [hostPort(worker.opsUrl!)] });
   const targets = await waitForTargets(prom.get, 2);
   console.log(`prometheus ${prom.url} scraping ${targets.join(', ')}`);
   return { h, api, acme, prom };
+}
+
+/**
+ * Evaluates every expression of the dashboard until each returns a series (counters first seen
+ * in a scrape need a second sample before rate() sees them) or 40 s pass; returns those that
+ * returned none, and the series whose legend would print a label's name for a label they lack.
+ */
+async function evaluateAll(prom: RunningPrometheus): Promise<{ empty: string[]; unnamed: string[] }> {
+  const started = Date.now();
+  for (;;) {
+    const empty: string[] = [];
+    const unnamed: string[] = [];
+    for (const { panel, expr, legend } of exprs) {
+      const series = await prom.query(promql(expr));
+      if (series.length === 0) empty.push(`${panel}: ${expr}`);
+      for (const s of series) {
+        const { missing } = legendOf(legend, s.metric);
+        if (missing.length > 0) unnamed.push(`${panel}: ${legend} lacks ${missing.join(', ')} in ${JSON.stringify(s.metric)}`);
+      }
+    }
+    if (empty.length === 0 || Date.now() - started > 40_000) {
+      console.log(`${exprs.length} dashboard expressions evaluated, ${empty.length} without a series, after ${Date.now() - started} ms`);
+      return { empty, unnamed };
+    }
+    await sleep(1_000);
+  }
+}
+
+/** Series of the `titles` panels that do not read 0. */
+async function notZero(prom: RunningPrometheus, titles: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const title of titles) {
+    const targets = exprs.filter((e) => e.panel === title);
+    expect(targets.length, `a panel titled ${title}`).toBeGreaterThan(0);
+    for (const { expr } of targets) {
+      for (const s of await prom.query(promql(expr))) {
+        if (Number(s.value[1]) !== 0) out.push(`${title}: ${JSON.stringify(s)}`);
+      }
+    }
+  }
+  return out;
 }
 
 /** The (first) expression of a panel, by its title. */
@@ -93,35 +156,19 @@ describe.skipIf(noPrometheus)('the Grafana dashboard against a real Prometheus',
     expect(sse.ended).toBe(true);
     for (const id of ids) await acme.waitStatus(id, ['succeeded']);
 
-    // Counters first seen in this scrape need a second sample before rate() sees them: poll.
-    const started = Date.now();
-    let empty: string[];
-    for (;;) {
-      empty = [];
-      for (const { panel, expr } of exprs) {
-        const series = await prom.query(promql(expr));
-        if (series.length === 0) empty.push(`${panel}: ${expr}`);
-      }
-      if (empty.length === 0 || Date.now() - started > 40_000) break;
-      await sleep(1_000);
-    }
-    console.log(`${exprs.length} dashboard expressions evaluated, ${empty.length} without a series, after ${Date.now() - started} ms`);
+    const { empty, unnamed } = await evaluateAll(prom);
     expect(empty, `expressions without a series:\n${empty.join('\n')}`).toEqual([]);
+    expect(unnamed, 'series whose legend names a label they lack').toEqual([]);
 
     // Every series of the panels counting what went wrong reads 0.
-    const nonZero: string[] = [];
-    for (const title of ZERO_ON_HEALTHY) {
-      const targets = exprs.filter((e) => e.panel === title);
-      expect(targets.length, `a panel titled ${title}`).toBeGreaterThan(0);
-      for (const { expr } of targets) {
-        for (const s of await prom.query(promql(expr))) {
-          if (Number(s.value[1]) !== 0) nonZero.push(`${title}: ${JSON.stringify(s)}`);
-        }
-      }
+    expect(await notZero(prom, ZERO_ON_HEALTHY), 'error panels that do not read 0 on healthy traffic').toEqual([]);
+    // No route has an error series yet: the HTTP errors panel draws its one 0 line, named "none (any route)".
+    const httpErrors = await prom.query(promql(panel('HTTP errors / s').expr));
+    expect(httpErrors.map((s) => legendOf(panel('HTTP errors / s').legend, s.metric).text)).toEqual(['none (any route)']);
+    // The bucket is configured: its panels draw it, not the line saying none is.
+    for (const { expr } of exprs.filter((e) => RATE_LIMIT_PANELS.includes(e.panel))) {
+      expect((await prom.query(promql(expr))).map((s) => s.metric.bucket)).toContain('dashboard:bucket');
     }
-    expect(nonZero, 'error panels that do not read 0 on healthy traffic').toEqual([]);
-    // No route has an error series yet: the HTTP errors panel draws its one 0 line, named "none".
-    expect((await prom.query(promql(panel('HTTP errors / s').expr))).map((s) => s.metric)).toEqual([{ status: 'none' }]);
 
     // The numbers went through Prometheus intact, and the runtime variable offers this runtime.
     expect(await total(prom, `sum(baton_runs_submitted_total{runtime="${h.runtime}"})`)).toBe(3);
@@ -129,6 +176,38 @@ describe.skipIf(noPrometheus)('the Grafana dashboard against a real Prometheus',
     expect(await total(prom, promql(panel('Success ratio (1h)').expr))).toBe(1);
     const values = await prom.get<string[]>('/api/v1/label/runtime/values?match[]=baton_runs_started_total');
     expect(values).toContain(h.runtime);
+    await prom.stop();
+  });
+
+  it('on a fresh deployment (the defaults: no provider bucket, no run yet) every expression returns a series, reading 0 where it counts', async () => {
+    const { prom } = await scrapedStack([], {});
+    const { empty, unnamed } = await evaluateAll(prom);
+    expect(empty, `expressions without a series:\n${empty.join('\n')}`).toEqual([]);
+    expect(unnamed, 'series whose legend names a label they lack').toEqual([]);
+
+    // Nothing has run: every panel but those of processes and slots reads 0, or NaN where it is
+    // a ratio or percentile of no runs (Grafana lists the series and draws no line).
+    const idle = panels.filter((p) => p.targets && !NONZERO_WHEN_IDLE.includes(p.title)).map((p) => p.title);
+    const notIdle: string[] = [];
+    for (const { panel: title, expr } of exprs.filter((e) => idle.includes(e.panel))) {
+      for (const s of await prom.query(promql(expr))) {
+        if (s.value[1] !== '0' && s.value[1] !== 'NaN') notIdle.push(`${title}: ${JSON.stringify(s)}`);
+      }
+    }
+    expect(notIdle, 'series that do not read 0 (or NaN) before any run').toEqual([]);
+    expect(await notZero(prom, [...ZERO_ON_HEALTHY, ...RATE_LIMIT_PANELS])).toEqual([]);
+
+    // No bucket: each rate-limit query draws one 0 line saying so, as its legend renders it.
+    const lines: string[] = [];
+    for (const { expr, legend } of exprs.filter((e) => RATE_LIMIT_PANELS.includes(e.panel))) {
+      for (const s of await prom.query(promql(expr))) lines.push(legendOf(legend, s.metric).text);
+    }
+    console.log('rate-limit panels without a bucket:', JSON.stringify(lines));
+    expect(lines).toEqual([
+      'p50 none configured (RATE_LIMITS)', 'p95 none configured (RATE_LIMITS)',
+      'none configured (RATE_LIMITS)', 'none configured (RATE_LIMITS)',
+    ]);
+    expect(await total(prom, 'max(baton_rate_limit_buckets)')).toBe(0);
     await prom.stop();
   });
 

@@ -107,6 +107,7 @@ export class Metrics {
   readonly rateLimitWait: Histogram<string>;
   readonly rateLimitPauses: Counter<string>;
   readonly rateLimitLimit: Gauge<string>;
+  readonly rateLimitBuckets: Gauge;
 
   constructor(o: MetricsOptions) {
     this.scopeLabel = o.scopeLabel;
@@ -186,6 +187,10 @@ export class Metrics {
     this.rateLimitLimit = new Gauge({
       name: 'baton_rate_limit_limit', help: "A provider rate-limit bucket's limits (RATE_LIMITS), by unit: requests and tokens per 60 s window.",
       labelNames: ['bucket', 'unit'], registers,
+    });
+    // Unlabelled, so it reads 0 from the start: by it the dashboard tells a deployment without buckets apart from a failed scrape.
+    this.rateLimitBuckets = new Gauge({
+      name: 'baton_rate_limit_buckets', help: 'Provider rate-limit buckets RATE_LIMITS defines (0: model calls take no grant).', registers,
     });
 
     // prom-client calls collect() with `this` bound to the gauge.
@@ -336,7 +341,9 @@ export class Metrics {
 
   /**
    * Creates the series of a worker's runtime and agents at zero, so rate() sees the first
-   * increment and a fresh dashboard shows 0 instead of "No data". Not possible per scope.
+   * increment and a fresh dashboard shows 0 instead of "No data" (a percentile of no runs is
+   * NaN: Grafana draws no line but lists the series). Not possible per scope. Submits are
+   * counted here too: this process's schedules and bulk re-runs submit.
    */
   initRuntime(runtime: string, agents: Iterable<string>): void {
     const names = [...agents];
@@ -345,9 +352,15 @@ export class Metrics {
     const rt = this.runtimes.get(runtime);
     for (const name of names) {
       const l = { runtime: rt, agent: this.agents.get(name) };
-      const counters = [this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents];
+      const counters = [
+        this.submitted, this.started, this.retries, this.recoveries, this.blocked, this.tokens, this.appends, this.appendedEvents,
+      ];
       for (const c of counters) c.inc(l, 0);
-      for (const status of TERMINAL_STATUSES) this.finished.inc({ ...l, status }, 0);
+      for (const status of TERMINAL_STATUSES) {
+        this.finished.inc({ ...l, status }, 0);
+        this.duration.zero({ ...l, status });
+      }
+      this.queueWait.zero(l);
       for (const kind of ['input', 'output']) this.modelTokens.inc({ kind, agent: l.agent }, 0);
       for (const action of ['failed', 'waiting']) this.budgetRefusals.inc({ ...l, action }, 0);
     }
@@ -446,6 +459,7 @@ export class Metrics {
    * windows hold (`read` at every scrape), and their wait and pause series from zero.
    */
   watchRateLimits(limits: RateLimits, read: () => Promise<readonly BucketState[]>): void {
+    this.rateLimitBuckets.set(limits.size);
     if (limits.size === 0) return;
     this.rateLimitReader = read;
     this.collectErrors.inc({ collector: 'rate_limits' }, 0);
