@@ -1,10 +1,11 @@
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ROOT, waitFor } from './helpers/harness.ts';
+import { BIN, ROOT, waitFor } from './helpers/harness.ts';
 import { call, readSse, tokenText } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
 import { redisServersIn, spawnStart, startedApi } from './helpers/start.ts';
@@ -155,4 +156,10 @@ describe('baton start --watch', () => {
     expect(lines('worker exited; starting another')).toEqual([]);
     console.log(`--watch: 2 reloads and 1 failed load over ${executions.length} runs, each executed once; workers ${workerPids.join(', ')}`);
   }, 300_000);
+
+  it('--watch without --agents has nothing to watch: exit 2, saying so', () => {
+    const r = spawnSync(process.execPath, [BIN, 'start', '--watch'], { encoding: 'utf8', timeout: 60_000 });
+    expect(r.status, r.stderr).toBe(2);
+    expect(r.stderr).toContain('baton start --watch reloads the modules of --agents: name at least one');
+  });
 });

@@ -91,8 +91,9 @@ async function main(argv: string[]): Promise<void> {
     if (!(allowed as readonly string[]).includes(flag)) usageError(`baton ${command} takes no --${flag}`);
     if (flag in FLAG_ENV) env[FLAG_ENV[flag as keyof typeof FLAG_ENV]] = String(value);
   }
-  const config = loadConfigOrExit(env);
   const agentPaths = parsed.values.agents ?? [];
+  if (parsed.values.watch && agentPaths.length === 0) usageError('baton start --watch reloads the modules of --agents: name at least one');
+  const config = loadConfigOrExit(env);
   switch (command as ServerCommand) {
     case 'start': return start(config, agentPaths, parsed.values.watch ? env : undefined);
     case 'api': return api(config);
