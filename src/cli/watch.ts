@@ -87,6 +87,14 @@ type Spawned = { ok: true; generation: Generation } | { ok: false; error: string
  */
 export async function startWatchedWorkers(o: WatchOptions): Promise<WatchedWorkers> {
   const children = new Map<ChildProcess, Promise<void>>();
+  // Each worker gets one SIGTERM: a second one, a second apart, would make it exit at once
+  // (shutdown.ts) and drop the runs it is finishing.
+  const stopped = new WeakSet<ChildProcess>();
+  const stop = (child: ChildProcess) => {
+    if (stopped.has(child)) return;
+    stopped.add(child);
+    child.kill('SIGTERM');
+  };
   let count = 0;
   let current: Generation | undefined;
   let closing: Promise<void> | undefined;
@@ -120,7 +128,7 @@ export async function startWatchedWorkers(o: WatchOptions): Promise<WatchedWorke
     current = next.generation;
     follow(next.generation);
     if (previous) {
-      previous.child.kill('SIGTERM');
+      stop(previous.child);
       await previous.draining;
     }
     files.watch(next.generation.modules);
@@ -171,7 +179,7 @@ export async function startWatchedWorkers(o: WatchOptions): Promise<WatchedWorke
     close() {
       closing ??= (async () => {
         files.close();
-        for (const child of children.keys()) child.kill('SIGTERM');
+        for (const child of children.keys()) stop(child);
         await Promise.all(children.values());
       })();
       return closing;
