@@ -217,6 +217,14 @@ describe('baton start --watch', () => {
     expect(lines('agent modules reloaded')).toHaveLength(1);
   }, 300_000);
 
+  it('a worker whose `baton start` was SIGKILLed drains and exits by itself', async () => {
+    const { s, logs } = await watchedStart(120_000);
+    const workerPid = logs().find((l) => l.msg === 'worker started')!.pid as number;
+    s.child.kill('SIGKILL');
+    await waitFor(() => logs().some((l) => l.msg === 'worker stopped' && l.pid === workerPid), 60_000, `the orphaned worker to stop:\n${s.out()}`);
+    await waitFor(() => { try { process.kill(workerPid, 0); return false; } catch { return true; } }, 30_000, `worker ${workerPid} to exit`);
+  }, 120_000);
+
   it('--watch without --agents has nothing to watch: exit 2, saying so', () => {
     const r = spawnSync(process.execPath, [BIN, 'start', '--watch'], { encoding: 'utf8', timeout: 60_000 });
     expect(r.status, r.stderr).toBe(2);

@@ -178,6 +178,7 @@ async function start(config: Config, agentPaths: string[], watchEnv?: Record<str
     const inProcess = watchEnv ? undefined : await loadInProcess(config, agentPaths);
     // One composition root for both halves: one set of connections, one sweeper, one metrics
     // registry (the API's /metrics and /readyz cover the worker too; the worker opens no port).
+    // Under --watch the worker processes have their own (/readyz still asks for one serving).
     const resources = await openResources({ config, redisUrl, log, role: 'start' });
     opened(() => resources.close());
     const w = inProcess ? await inProcess(resources) : await startWatchedWorkers({
@@ -291,14 +292,14 @@ async function worker(config: Config, agentPaths: string[]): Promise<void> {
   const log = channel ? base.child({ generation: channel.generation }) : base;
   const stopTracing = await startTracing('worker', process.env, log);
   const { startWorker, builtinAgents, loadAgents, trackLocalModules, describeLoadError } = await workerSide();
-  const modules = channel && trackLocalModules(agentPaths);
+  const watched = channel && { channel, modules: trackLocalModules(agentPaths) };
   let agents: Awaited<ReturnType<typeof loadAgents>>;
   try {
     agents = await loadAgents(agentPaths, builtinAgents(config));
   } catch (err) {
-    if (!channel || !modules) throw err;
-    const files = await modules.files();
-    await channel.send({ kind: 'failed', error: describeLoadError(err, files), modules: files });
+    if (!watched) throw err;
+    const files = await watched.modules.files();
+    await watched.channel.send({ kind: 'failed', error: describeLoadError(err, files), modules: files });
     process.exit(1);
   }
   const w = await startWorker({ config, redisUrl: requireRedisUrl(config), log, agents });
@@ -306,11 +307,11 @@ async function worker(config: Config, agentPaths: string[]): Promise<void> {
   onShutdown(log, [() => {
     const closed = w.close();
     // Said once close() has begun: from here this worker claims nothing (worker.ts).
-    void channel?.send({ kind: 'draining' });
+    void watched?.channel.send({ kind: 'draining' });
     return closed;
   }, ...(stopTracing ? [stopTracing] : [])], config.SHUTDOWN_GRACE_MS);
-  if (channel && modules) {
-    await channel.send({ kind: 'ready', workerId: w.workerId, agents: [...agents.keys()], modules: await modules.files() });
+  if (watched) {
+    await watched.channel.send({ kind: 'ready', workerId: w.workerId, agents: [...agents.keys()], modules: await watched.modules.files() });
   } else {
     console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
   }

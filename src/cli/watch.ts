@@ -22,7 +22,7 @@ const READY_TIMEOUT_MS = 120_000;
 const RESPAWN_DELAY_MS = 1_000;
 
 /** The child's environment variable that carries its generation; set, the child talks to its parent over IPC. */
-export const GENERATION_ENV = 'BATON_WATCH_GENERATION';
+const GENERATION_ENV = 'BATON_WATCH_GENERATION';
 
 /** What a worker of `baton start --watch` tells its parent, over the IPC channel. */
 export type GenerationMessage =
@@ -138,14 +138,18 @@ export async function startWatchedWorkers(o: WatchOptions): Promise<WatchedWorke
     }, changed.length ? 'agent modules reloaded' : 'worker started again');
   };
 
-  function enqueue(changed?: string[]) {
+  /** One replacement at a time: the saves made meanwhile are the next one's. `respawn`: after a worker died. */
+  function enqueue(respawn = false) {
     queue = queue.then(async () => {
       if (closing) return;
-      if (changed) return replace(changed);
+      // A reload under way when the worker died has replaced it already.
+      if (respawn) return current ? undefined : replace([]);
       if (pending.size === 0) return;
       const saved = [...pending];
       pending.clear();
       return replace(saved);
+    }).catch((err: unknown) => {
+      o.log.error({ err: (err as Error).message }, 'agent reload failed; the next save tries again');
     });
   }
 
@@ -155,7 +159,7 @@ export async function startWatchedWorkers(o: WatchOptions): Promise<WatchedWorke
       if (current !== g || closing) return;
       current = undefined;
       o.log.error({ generation: g.n, workerPid: g.child.pid, code, signal }, 'worker exited; starting another');
-      setTimeout(() => enqueue([]), RESPAWN_DELAY_MS).unref();
+      setTimeout(() => enqueue(true), RESPAWN_DELAY_MS).unref();
     });
   }
 
