@@ -63,7 +63,7 @@ describe('baton init', () => {
       version: '0.1.0',
       private: true,
       type: 'module',
-      scripts: { start: 'baton start --agents ./agents.mjs', worker: 'baton worker --agents ./agents.mjs' },
+      scripts: { start: 'baton start --watch --agents ./agents.mjs', worker: 'baton worker --agents ./agents.mjs' },
       // Run from this checkout: a link to it, whatever the registry holds.
       dependencies: { 'baton-agents': `file:${CHECKOUT}` },
     });
@@ -105,8 +105,8 @@ describe('baton init', () => {
     // npm install put the dependency in place (a local folder is linked).
     expect(lstatSync(join(folder, 'node_modules', 'baton-agents')).isSymbolicLink()).toBe(true);
 
-    // `npm start` is `baton start --agents ./agents.mjs`; here against the test Redis, in the folder.
-    const child = spawn(process.execPath, [BIN, 'start', '--agents', './agents.mjs'], { cwd: folder, env: { ...process.env, ...h.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    // `npm start` is `baton start --watch --agents ./agents.mjs`; here against the test Redis, in the folder.
+    const child = spawn(process.execPath, [BIN, 'start', '--watch', '--agents', './agents.mjs'], { cwd: folder, env: { ...process.env, ...h.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
     track(child, async () => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');

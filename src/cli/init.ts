@@ -78,8 +78,9 @@ export function runInit(argv: string[], env: Record<string, string | undefined> 
     }
   }
   console.log(`\nnext:\n${[...steps, 'npm start'].map((s) => `  ${s}`).join('\n')}\n` +
-    '\n`npm start` runs `baton start --agents ./agents.mjs`: the API on http://127.0.0.1:3000 (PORT=3100 npm start\n' +
-    'for another port) and a worker serving hello and publish, with a redis-server of its own (on PATH)\n' +
+    '\n`npm start` runs `baton start --watch --agents ./agents.mjs`: the API on http://127.0.0.1:3000 (PORT=3100\n' +
+    'npm start for another port) and a worker serving hello and publish, reloaded when agents.mjs is saved, with a\n' +
+    'redis-server of its own (on PATH)\n' +
     'keeping its data in .baton/. Then, in a second terminal in the folder: npx baton keys create --scope dev --role admin');
   return 0;
 }
@@ -175,7 +176,8 @@ function makeFolder(dir: string, dep: Dependency, root: string): void {
     version: '0.1.0',
     private: true,
     type: 'module',
-    scripts: { start: 'baton start --agents ./agents.mjs', worker: 'baton worker --agents ./agents.mjs' },
+    // --watch: a save of agents.mjs (or of a file it imports) reloads the agents, runs in flight kept.
+    scripts: { start: 'baton start --watch --agents ./agents.mjs', worker: 'baton worker --agents ./agents.mjs' },
     dependencies: { 'baton-agents': dep.spec },
   };
   writeFileSync(join(dir, 'package.json'), `${JSON.stringify(pkg, null, 2)}\n`);
@@ -198,7 +200,7 @@ Agents served by [Baton](https://www.npmjs.com/package/baton-agents): \`agents.m
 (\`hello\` streams a greeting; \`publish\` drafts, then waits for an approval).
 
 \`\`\`sh
-npm start         # baton start --agents ./agents.mjs: API on http://127.0.0.1:3000, a worker, a local redis-server
+npm start         # baton start --watch --agents ./agents.mjs: API on http://127.0.0.1:3000, a worker, a local redis-server
 PORT=3100 npm start   # the same on another port (then PORT=3100 in the second terminal too)
 npm run worker    # a worker alone, for a Baton elsewhere: REDIS_URL=redis://... npm run worker
 \`\`\`
@@ -215,6 +217,12 @@ curl -sN $API/runs/$RUN/events -H "authorization: Bearer $KEY"
 
 A \`publish\` run waits for \`wait:approval:1\`; resume it with
 \`curl -X POST $API/runs/$RUN/waits/wait:approval:1 -H "authorization: Bearer $KEY" -H 'content-type: application/json' -d '{"value":{"approved":true}}'\`.
-The run inspector is at http://127.0.0.1:3000/ui. After editing \`agents.mjs\`, restart \`npm start\`.
+The run inspector is at http://127.0.0.1:3000/ui.
+
+\`npm start\` reloads the agents when \`agents.mjs\`, or a file it imports by a relative path, is
+saved: a new worker process starts with the new code, and the previous one finishes the runs it
+holds (runs still going after \`SHUTDOWN_GRACE_MS\`, 10 s by default, are handed to the new one).
+A save that does not load is logged (\`agent modules failed to load\`, with the file and line) and
+the previous worker keeps serving until the next save. \`npm run worker\` does not reload.
 `;
 }

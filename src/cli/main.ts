@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
+import type { Resources } from '../lib/resources.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
 import { INIT_USAGE, runInit } from './init.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
@@ -8,6 +9,7 @@ import { lockBatonDir, type BatonDirLock } from './local-redis.ts';
 import { superviseLocalRedis } from './redis-supervisor.ts';
 import { onShutdown } from './shutdown.ts';
 import { startTracing } from './tracing.ts';
+import { generationChannel, startWatchedWorkers } from './watch.ts';
 
 const USAGE = `Usage: baton <command> [options]
 
@@ -24,6 +26,8 @@ Options (each is the same as the environment variable named; the flag wins):
   --concurrency <n>      start, worker: runs executed at once (WORKER_CONCURRENCY, default 16)
   --port <n>             start, api: port to listen on, 0 = any free one (PORT, default 3000)
   --host <addr>          start, api: address to bind (HOST, default 127.0.0.1)
+  --watch                start: reload the --agents modules (and the files they import) on save;
+                         the worker runs in a child process, replaced by a new one on each save
   -h, --help             this text
 
 Everything else is configured through the environment; see docs/configuration.md.
@@ -36,7 +40,7 @@ ${INIT_USAGE}`;
 
 /** Flags each server command takes, and the environment variable each one sets. */
 const FLAGS = {
-  start: ['agents', 'runtime', 'concurrency', 'port', 'host'],
+  start: ['agents', 'runtime', 'concurrency', 'port', 'host', 'watch'],
   api: ['port', 'host'],
   worker: ['agents', 'runtime', 'concurrency'],
 } as const;
@@ -87,10 +91,11 @@ async function main(argv: string[]): Promise<void> {
     if (!(allowed as readonly string[]).includes(flag)) usageError(`baton ${command} takes no --${flag}`);
     if (flag in FLAG_ENV) env[FLAG_ENV[flag as keyof typeof FLAG_ENV]] = String(value);
   }
-  const config = loadConfigOrExit(env);
   const agentPaths = parsed.values.agents ?? [];
+  if (parsed.values.watch && agentPaths.length === 0) usageError('baton start --watch reloads the modules of --agents: name at least one');
+  const config = loadConfigOrExit(env);
   switch (command as ServerCommand) {
-    case 'start': return start(config, agentPaths);
+    case 'start': return start(config, agentPaths, parsed.values.watch ? env : undefined);
     case 'api': return api(config);
     case 'worker': return worker(config, agentPaths);
   }
@@ -107,6 +112,7 @@ function parseServerFlags(args: string[]) {
       concurrency: { type: 'string' },
       port: { type: 'string' },
       host: { type: 'string' },
+      watch: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -136,17 +142,23 @@ function requireRedisUrl(config: Config): string {
 // agents or their model clients (about 9 MiB of its memory), and a client command neither.
 const apiSide = () => import('../api/server.ts');
 async function workerSide() {
-  const [{ startWorker }, { builtinAgents, loadAgents }] = await Promise.all([import('../worker/worker.ts'), import('../worker/agents-loader.ts')]);
-  return { startWorker, builtinAgents, loadAgents };
+  const [{ startWorker }, { builtinAgents, loadAgents }, { trackLocalModules, describeLoadError }] = await Promise.all([
+    import('../worker/worker.ts'), import('../worker/agents-loader.ts'), import('../worker/local-modules.ts'),
+  ]);
+  return { startWorker, builtinAgents, loadAgents, trackLocalModules, describeLoadError };
 }
 
 /** Where `baton start` without REDIS_URL keeps its redis-server's data, under a lock (local-redis.ts). */
 const BATON_DIR = '.baton';
 const LOCAL_REDIS_DIR = '.baton/redis';
 
-async function start(config: Config, agentPaths: string[]): Promise<void> {
-  const [{ startApi }, { startWorker, builtinAgents, loadAgents }, { openResources }] =
-    await Promise.all([apiSide(), workerSide(), import('../lib/resources.ts')]);
+/**
+ * `baton start`: the API and a worker on one composition root. `watchEnv` (--watch): the
+ * worker runs in child processes with this environment instead, replaced on each save (watch.ts);
+ * this process then loads no agent module.
+ */
+async function start(config: Config, agentPaths: string[], watchEnv?: Record<string, string | undefined>): Promise<void> {
+  const [{ startApi }, { openResources }] = await Promise.all([apiSide(), import('../lib/resources.ts')]);
   const log = createLogger(config.LOG_LEVEL);
   // What is open so far, the last opened first: a shutdown closes it in this order (the API
   // drains, then the worker, then the connections, the local redis-server, the lock), and so
@@ -163,12 +175,16 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     if (stopTracing) opened(stopTracing);
     const own = config.REDIS_URL ? undefined : await startOwnRedis(log, opened);
     const redisUrl = config.REDIS_URL ?? own!.url;
-    const agents = await loadAgents(agentPaths, builtinAgents(config));
+    const inProcess = watchEnv ? undefined : await loadInProcess(config, agentPaths);
     // One composition root for both halves: one set of connections, one sweeper, one metrics
     // registry (the API's /metrics and /readyz cover the worker too; the worker opens no port).
+    // Under --watch the worker processes have their own (/readyz still asks for one serving).
     const resources = await openResources({ config, redisUrl, log, role: 'start' });
     opened(() => resources.close());
-    const w = await startWorker({ resources, agents });
+    const w = inProcess ? await inProcess(resources) : await startWatchedWorkers({
+      agentPaths, env: { ...watchEnv, REDIS_URL: redisUrl }, log,
+      registered: async (workerId) => (await resources.registry.liveWorkers(config.RUNTIME)).some((r) => r.workerId === workerId),
+    });
     opened(() => w.close());
     const a = await startApi({ resources, checks: w.checks });
     // The API stops taking requests and the worker drains at once; the streams of the runs it
@@ -188,7 +204,7 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     }
     // The key rides in the fragment, which the browser never sends: the inspector takes it from there.
     console.log(`run inspector: ${a.url}/ui${show ? `#key=${devKey}  (opens logged in with the development key)` : ''}`);
-    console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${[...agents.keys()].join(', ')})`);
+    console.log(`baton is up: API ${a.url}  (runtime "${config.RUNTIME}", agents: ${w.agents.join(', ')})`);
     // A second start in this folder names this API.
     own?.lock.note({ api: a.url });
   } catch (err) {
@@ -197,6 +213,20 @@ async function start(config: Config, agentPaths: string[]): Promise<void> {
     for (const close of closers.splice(0)) await close().catch(() => {});
     throw new Error(`baton start: ${startFailure(err, config)}`, { cause: err });
   }
+}
+
+/**
+ * A start without --watch loads its agents into this process (before any connection is
+ * opened, so a module that fails to load fails the start at once), and serves them with a
+ * worker on the start's composition root.
+ */
+async function loadInProcess(config: Config, agentPaths: string[]) {
+  const { startWorker, builtinAgents, loadAgents } = await workerSide();
+  const agents = await loadAgents(agentPaths, builtinAgents(config));
+  return async (resources: Resources) => {
+    const w = await startWorker({ resources, agents });
+    return { agents: [...agents.keys()], checks: w.checks, close: () => w.close() };
+  };
 }
 
 /** What stopped a start, in one line. */
@@ -251,15 +281,40 @@ async function api(config: Config): Promise<void> {
   onShutdown(log, [() => a.close(), ...(stopTracing ? [stopTracing] : [])], config.SHUTDOWN_GRACE_MS);
 }
 
+/**
+ * `baton worker`. Spawned by `baton start --watch` (generationChannel), it reports to that
+ * process instead of printing: the local files its agent modules loaded, then that it serves
+ * (or why they did not load), and that it drains once told to stop.
+ */
 async function worker(config: Config, agentPaths: string[]): Promise<void> {
-  const log = createLogger(config.LOG_LEVEL);
+  const channel = generationChannel(process.env);
+  const base = createLogger(config.LOG_LEVEL);
+  const log = channel ? base.child({ generation: channel.generation }) : base;
   const stopTracing = await startTracing('worker', process.env, log);
-  const { startWorker, builtinAgents, loadAgents } = await workerSide();
-  const agents = await loadAgents(agentPaths, builtinAgents(config));
+  const { startWorker, builtinAgents, loadAgents, trackLocalModules, describeLoadError } = await workerSide();
+  const watched = channel && { channel, modules: trackLocalModules(agentPaths) };
+  let agents: Awaited<ReturnType<typeof loadAgents>>;
+  try {
+    agents = await loadAgents(agentPaths, builtinAgents(config));
+  } catch (err) {
+    if (!watched) throw err;
+    const files = await watched.modules.files();
+    await watched.channel.send({ kind: 'failed', error: describeLoadError(err, files), modules: files });
+    process.exit(1);
+  }
   const w = await startWorker({ config, redisUrl: requireRedisUrl(config), log, agents });
-  console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
   // The SDK last: the spans of the runs handed over at shutdown are exported before the process exits.
-  onShutdown(log, [() => w.close(), ...(stopTracing ? [stopTracing] : [])], config.SHUTDOWN_GRACE_MS);
+  onShutdown(log, [() => {
+    const closed = w.close();
+    // Said once close() has begun: from here this worker claims nothing (worker.ts).
+    void watched?.channel.send({ kind: 'draining' });
+    return closed;
+  }, ...(stopTracing ? [stopTracing] : [])], config.SHUTDOWN_GRACE_MS);
+  if (watched) {
+    await watched.channel.send({ kind: 'ready', workerId: w.workerId, agents: [...agents.keys()], modules: await watched.modules.files() });
+  } else {
+    console.log(`baton worker ${w.workerId} serving runtime "${w.runtime}" (metrics ${w.opsUrl}/metrics)`);
+  }
 }
 
 main(process.argv.slice(2)).catch((err) => {

@@ -89,6 +89,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   );
   await presence.start();
 
+  let closing: Promise<void> | undefined;
   // One BullMQ worker per agent served: runs are routed by agent (see Dispatcher), and the
   // process's WORKER_CONCURRENCY is shared by them (Slots).
   const bullWorkers = new Map<string, Worker<JobData>>();
@@ -100,6 +101,13 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
     const worker = new Worker<JobData>(
       agent,
       (job: Job<JobData>, token?: string) => slots.run(agent, async () => {
+        // BullMQ may hand over a job it fetched just as close() was called: it goes back to the
+        // queue unclaimed, for a worker that stays, so nothing starts here once closing began
+        // (a reload under `baton start --watch` promises the runs after it the new code).
+        if (closing) {
+          await job.moveToDelayed(Date.now(), token);
+          throw new DelayedError();
+        }
         const outcome = await executor.execute(job.data);
         if (outcome.kind === 'later') {
           // Come back when the current lease or retry delay ends; BullMQ keeps the job.
@@ -130,7 +138,6 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   }
   for (const worker of bullWorkers.values()) void worker.run();
 
-  let closing: Promise<void> | undefined;
   let ops: OpsServer | undefined;
   const checks = [redisCheck(redis), workerCheck({
     // Any of its queues: the worker's BullMQ workers are all named after it.

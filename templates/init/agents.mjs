@@ -1,6 +1,7 @@
-// The agents of this folder: `npm start` (baton start --agents ./agents.mjs) and `npm run worker`
-// serve every agent this module exports. After an edit, restart them: a worker reads the module
-// when it starts. More in node_modules/baton-agents/README.md.
+// The agents of this folder: `npm start` (baton start --watch --agents ./agents.mjs) and `npm run worker`
+// serve every agent this module exports. `npm start` reloads them when this file (or a file it
+// imports by a relative path) is saved; `npm run worker` reads it once, at its start.
+// More in node_modules/baton-agents/README.md.
 import { defineAgent } from 'baton-agents';
 
 // Streams a greeting word by word: each ctx.emit reaches every reader of the run at once.
