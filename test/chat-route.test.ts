@@ -312,3 +312,32 @@ describe('CORS', () => {
     expect(refused.headers.get('access-control-allow-origin')).toBe(ORIGIN);
   });
 });
+
+describe('a worker SIGKILLed mid-answer', () => {
+  it('another attempt answers again: the page that reads on, and one that resumes after, end with the whole answer once, in one part', async () => {
+    // Its own runtime, served by worker processes only (the file's in-process worker is not killed).
+    const runtime = `${h.runtime}-kill`;
+    const a = await h.spawn('worker', { env: { RUNTIME: runtime } });
+    // 200 tokens 40 ms apart: the kill comes well before the end, however slow a worker starts.
+    const content = words(200, 'kill');
+    const reading = send('c-kill', [userMessage(content)], { runtime, metadata: { delayMs: 40 } }).then((s) => read(s));
+    const runId = await waitFor(async () => (await acme.get('/runs?sessionId=c-kill')).body.runs[0]?.id as string | undefined);
+    await waitFor(async () => (await h.redis.xlen(h.keys.scope('acme').events(runId))) > 10 || undefined, 20_000, 'tokens before the kill');
+    const b = await h.spawn('worker', { env: { RUNTIME: runtime } });
+    await a.kill('SIGKILL');
+    const resumed = read((await transport().reconnectToStream({ chatId: 'c-kill' }))!);
+    expect(textOf((await resumed).message)).toBe(content);
+    expect(textParts((await resumed).message)).toHaveLength(1);
+    const { chunks, message } = await reading;
+    expect(textOf(message)).toBe(content);
+    expect(textParts(message)).toHaveLength(1);
+    expect(chunks.at(-1)).toMatchObject({ type: 'finish', finishReason: 'stop' });
+    const run = (await acme.get(`/runs/${runId}`)).body;
+    expect(run, JSON.stringify(run)).toMatchObject({ status: 'succeeded', recoveries: 1 });
+    // The log holds the answer twice over (the lost attempt's part, then the new attempt's whole).
+    const log = await h.redis.xrange(h.keys.scope('acme').events(runId), '-', '+');
+    expect(log.filter(([, f]) => f[1] === 'attempt')).toHaveLength(2);
+    expect((await acme.get('/chat/c-kill/messages')).body.messages.map((m: UIMessage) => textOf(m))).toEqual([content, content]);
+    await b.close();
+  });
+});
