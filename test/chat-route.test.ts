@@ -193,7 +193,8 @@ describe('GET …/chat/{chatId}/stream and …/messages', () => {
     const { text } = await rawUntil('c-last', content, (t) => deltas(t) >= 4, { metadata: { delayMs: 25 } });
     // What was read up to the last complete frame that carried an id.
     const frames = text.split('\n\n');
-    const lastWithId = frames.findLastIndex((f, i) => i < frames.length - 1 && /^id: /m.test(f));
+    let lastWithId = frames.length - 2;
+    while (!/^id: /m.test(frames[lastWithId])) lastWithId--;
     const head = `${frames.slice(0, lastWithId + 1).join('\n\n')}\n\n`;
     const lastId = /^id: (\S+)$/m.exec(frames[lastWithId])![1];
     const res = await fetch(`${chatApi()}/c-last/stream`, { headers: { ...acme.headers, 'last-event-id': lastId } });
