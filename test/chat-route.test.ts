@@ -214,8 +214,10 @@ describe('ctx.emitData', () => {
     ]);
     expect(chunks).toContainEqual({ type: 'data-typing', data: { who: 'reporter' }, transient: true });
     expect(textOf(message)).toBe('Looking. Found it.');
-    // Streamed, never stored: the history holds the text.
-    expect(((await acme.get('/chat/c-data/messages')).body.messages as UIMessage[]).map(textOf)).toEqual(['report', 'Looking. Found it.']);
+    // Streamed, not committed: the history shows them from the run's event log while it is retained.
+    const history = (await acme.get('/chat/c-data/messages')).body.messages as UIMessage[];
+    expect(history.map(textOf)).toEqual(['report', 'Looking. Found it.']);
+    expect(JSON.parse(JSON.stringify(history[1].parts))).toEqual(JSON.parse(JSON.stringify(message.parts)));
   });
 });
 
@@ -330,6 +332,12 @@ describe('tools and approvals', () => {
     const run = await acme.get(`/runs/${asked.message.id}`);
     expect(after.chunks.at(-1)).toMatchObject({ type: 'finish', messageMetadata: { usage: run.body.result.usage } });
     expect(refunds.get('B-7')).toBe(1);
+    // The history shows the answer as the stream did: the tool part with its output, then the text.
+    const history = (await acme.get('/chat/c-approve/messages')).body.messages as UIMessage[];
+    expect(history[1].parts.filter((x) => x.type !== 'step-start')).toMatchObject([
+      { type: 'dynamic-tool', toolCallId: 'call-r1', toolName: 'refund', state: 'output-available', input: { order: 'B-7' }, output: { refunded: 'B-7' } },
+      { type: 'text', text: 'Refunded B-7.', state: 'done' },
+    ]);
     // The same answer again (a page that sends it twice): the wait took it once.
     const twice = await acme.post('/chat', { id: 'c-approve', messages: [question, answered], trigger: 'submit-message', runtime: h.runtime, agent: 'cashier' });
     expect(twice.status, JSON.stringify(twice.body)).toBe(409);

@@ -88,15 +88,28 @@ export class ChatEncoder implements EventEncoder {
 
   encode(events: RunEvent[]): { text: string; done: boolean } {
     let text = '';
+    const done = this.each(events, (out, id) => { text += frame(out, id); });
+    return { text, done };
+  }
+
+  /** The chunks of a run's whole log (a finished turn's message, as its stream showed it). */
+  chunks(events: RunEvent[]): UIMessageChunk[] {
+    const all: UIMessageChunk[] = [];
+    this.each(events, (out) => { for (const c of out) if (c !== DONE) all.push(c); });
+    return all;
+  }
+
+  /** Each event's chunks the reader does not have yet, in order; true when the response ends. */
+  private each(events: RunEvent[], emit: (out: Out, id: string) => void): boolean {
     let done = false;
     for (let i = 0; i < events.length && !done; i++) {
       const e = events[i];
       if (this.quiet && compareIds(e.id, this.o.quietThrough!) > 0) this.wake();
       const out: Out = [];
       done = this.event(e, out, i === events.length - 1);
-      if (!this.quiet) text += frame(out, e.id);
+      if (!this.quiet) emit(out, e.id);
     }
-    return { text, done };
+    return done;
   }
 
   /** The first event the reader does not have: a new response starts with its parts closed. */

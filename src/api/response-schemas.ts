@@ -310,7 +310,8 @@ export const chatMessagesResponse = z.object({
     id: z.string(),
     role: z.enum(['user', 'assistant']),
     metadata: z.object({ runId: z.string(), createdAt: z.number(), incomplete: z.literal(true).optional() }),
-    parts: z.array(z.object({ type: z.literal('text'), text: z.string(), state: z.literal('done') })),
+    parts: z.array(z.looseObject({ type: z.string() }))
+      .describe("the SDK's UIMessage parts: text, and while the answer's events are retained, step-start, dynamic-tool and data-<name>"),
   })),
   nextCursor: z.string().nullable(),
 });

@@ -75,8 +75,8 @@ export const chatRoutes: RouteSpec[] = [
     params: chatParams, query: chatMessagesQuery,
     ok: { 200: { description: 'a page of messages', schema: res.chatMessagesResponse } },
     async handler({ params: { scope, chatId }, query: { limit, cursor } }, d) {
-      const history = await d.chats.history(scope, chatId, { limit, cursor });
-      return { body: { messages: chatMessages(history), nextCursor: history.nextCursor } };
+      const history = await d.chats.history(scope, chatId, { limit, cursor }, d.config.PAGE_MAX_BYTES);
+      return { body: { messages: await chatMessages(history), nextCursor: history.nextCursor } };
     },
   }),
   route({

@@ -1,5 +1,6 @@
 import { isValidId } from '../contract/ids.ts';
 import { BatonError } from '../errors.ts';
+import type { RunEvent } from '../streams/log.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
 import type { RunRecord, SessionMessage } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
@@ -14,6 +15,8 @@ export interface ChatHistory {
   messages: SessionMessage[];
   /** The turn that runs now (its user message is committed with its answer, at its end). */
   running?: RunRecord;
+  /** The event logs of the page's answers still retained, by run id, within the page's byte budget. */
+  logs: Map<string, RunEvent[]>;
   nextCursor: string | null;
 }
 
@@ -91,10 +94,23 @@ export class ChatTurns {
     return run ? this.store.cancel(scope, run.id) : undefined;
   }
 
-  /** A page of the chat's committed history, and the running turn on the last page. */
-  async history(scope: string, chatId: string, query: { limit: number; cursor?: number }): Promise<ChatHistory> {
+  /**
+   * A page of the chat's committed history, the running turn on the last page, and the logs of
+   * its answers (their tool calls and data are streamed, never committed) while retained: read
+   * one after another until `maxBytes` of them were read; the rest show their text alone.
+   */
+  async history(scope: string, chatId: string, query: { limit: number; cursor?: number }, maxBytes: number): Promise<ChatHistory> {
     const page = await this.store.messages(scope, chatId, query);
     const running = page.nextCursor === null ? await this.store.activeRun(scope, chatId) : undefined;
-    return { ...page, ...(running ? { running } : {}) };
+    const logs = new Map<string, RunEvent[]>();
+    let left = maxBytes;
+    for (const m of page.messages) {
+      if (m.role !== 'assistant' || left <= 0) continue;
+      const log = await this.streams.readLog(scope, m.runId, left);
+      if (!log) continue;
+      logs.set(m.runId, log);
+      left -= log.reduce((n, e) => n + e.data.length, 0);
+    }
+    return { ...page, ...(running ? { running } : {}), logs };
   }
 }
