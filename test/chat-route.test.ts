@@ -304,6 +304,30 @@ describe('POST …/chat/{chatId}/stop', () => {
   });
 });
 
+describe('POST …/chat/{chatId}/stop with a model answering', () => {
+  it('aborts the model call: the answer stops growing, no other call is made, the partial text is kept', async () => {
+    fake.script('#stop-model', [answer(words(300, 'm'), { delayMs: 15 })]);
+    const reading = send('c-stop-model', [userMessage('Talk a lot #stop-model')], { agent: 'cashier' }).then((s) => read(s));
+    await waitFor(async () => {
+      const runs = (await acme.get('/runs?sessionId=c-stop-model')).body.runs;
+      return runs[0] && (await h.redis.xlen(h.keys.scope('acme').events(runs[0].id))) > 10 ? true : undefined;
+    }, 20_000, 'the model to stream');
+    expect((await acme.post('/chat/c-stop-model/stop')).body.stopped).toBe(true);
+    const { chunks, message } = await reading;
+    expect(chunks.at(-1)).toEqual({ type: 'abort', reason: 'cancelled' });
+    const shown = textOf(message);
+    expect(words(300, 'm').startsWith(shown) && shown.length < words(300, 'm').length).toBe(true);
+    const runId = message.id;
+    const run = await acme.waitStatus(runId, ['cancelled']);
+    // Nothing streamed after the cancel: the log ends with the end event, the text shown is all there is.
+    const history = (await acme.get('/chat/c-stop-model/messages')).body.messages as UIMessage[];
+    expect(textOf(history[1])).toBe(shown);
+    expect(history[1].metadata).toMatchObject({ incomplete: true });
+    expect(fake.requestsFor('#stop-model')).toHaveLength(1);
+    expect(run.status).toBe('cancelled');
+  });
+});
+
 describe('tools and approvals', () => {
   it('a call waiting for approval shows as the SDK\'s tool part; the answer on the next POST runs the tool once and the answer streams on', async () => {
     fake.script('#refund-chat', [callTools([{ id: 'call-r1', name: 'refund', arguments: { order: 'B-7' } }]), answer('Refunded B-7.')]);
