@@ -35,11 +35,11 @@ export const chatRoutes: RouteSpec[] = [
       'SCHEMA_CHECKS_BUSY', 'UNKNOWN_AGENT', 'SESSION_HISTORY_FULL',
     ],
     async handler(input, d) {
-      const { params: { scope }, body, http } = input;
+      const { params: { scope }, http } = input;
       const turn = await startTurn(input, d);
       const encoder = new ChatEncoder({ messageId: turn.messageId, runId: turn.runId, quietThrough: turn.quietThrough });
       await serveEvents(http.req, http.res, d.streams, { scope, runId: turn.runId, afterId: '0', fresh: turn.fresh }, {
-        ...turn.sse, encoder, headers: { ...UI_MESSAGE_STREAM_HEADERS, 'Baton-Run-Id': turn.runId, 'Baton-Chat-Id': body.id },
+        ...turn.sse, encoder, headers: { ...UI_MESSAGE_STREAM_HEADERS, 'Baton-Run-Id': turn.runId },
       });
     },
   }),
