@@ -370,6 +370,23 @@ describe('tools and approvals', () => {
   });
 });
 
+describe('a declined approval', () => {
+  it('shows as the SDK\'s denied tool part; the tool never runs and the model answers on', async () => {
+    fake.script('#deny-chat', [callTools([{ id: 'call-d1', name: 'refund', arguments: { order: 'D-1' } }]), answer('No refund, then.')]);
+    const question = userMessage('Refund D-1 #deny-chat');
+    const asked = await read(await send('c-deny', [question], { agent: 'cashier' }));
+    const answered = structuredClone(asked.message);
+    const p = answered.parts.find((x) => x.type === 'dynamic-tool') as { state: string; approval: { id: string; approved?: boolean; reason?: string } };
+    p.state = 'approval-responded';
+    p.approval = { ...p.approval, approved: false, reason: 'not this one' };
+    const after = await read(await send('c-deny', [question, answered], { agent: 'cashier' }), structuredClone(answered));
+    expect(after.chunks).toContainEqual({ type: 'tool-output-denied', toolCallId: 'call-d1' });
+    expect(after.message.parts.find((x) => x.type === 'dynamic-tool')).toMatchObject({ state: 'output-denied' });
+    expect(textOf(after.message)).toBe('No refund, then.');
+    expect(refunds.get('D-1')).toBeUndefined();
+  });
+});
+
 describe('CORS', () => {
   it('answers a page\'s preflight for POST with JSON and Authorization, and for the GET routes with Last-Event-ID', async () => {
     const pre = (path: string, method: string, headers: string) => fetch(`${apiUrl}/v1/scopes/acme${path}`, {

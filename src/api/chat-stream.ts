@@ -13,7 +13,7 @@ import type { EventEncoder } from './sse.ts';
  * | (stream opens)                            | `start` {messageId, messageMetadata: {runId}}             |
  * | `token`                                   | `start-step` (first in a step), `text-start`, `text-delta` |
  * | `tool-call`                               | `text-end` of open text, `tool-input-available`           |
- * | `tool-result` ok / not ok                 | `tool-output-available` / `tool-output-error`             |
+ * | `tool-result` ok / declined / not ok      | `tool-output-available` / `-denied` / `tool-output-error` |
  * | text or a call after tool results         | `finish-step`, `start-step` (one model call per step)     |
  * | `ephemeral`                               | `data-notice` {text}, transient (never in the message)    |
  * | `data` (ctx.emitData)                     | `data-<name>` {id?, data, transient?}                     |
@@ -214,7 +214,9 @@ export class ChatEncoder implements EventEncoder {
     this.openStep(out);
     out.push(r.ok
       ? { type: 'tool-output-available', toolCallId: r.callId, output: r.result, dynamic: true }
-      : { type: 'tool-output-error', toolCallId: r.callId, errorText: r.error, dynamic: true });
+      : r.declined
+        ? { type: 'tool-output-denied', toolCallId: r.callId }
+        : { type: 'tool-output-error', toolCallId: r.callId, errorText: r.error, dynamic: true });
     this.afterResults = true;
   }
 

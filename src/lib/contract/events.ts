@@ -43,8 +43,8 @@ export interface ToolCallEventData extends Speaker {
 
 export type ToolResultEventData = Speaker & { callId: string; name: string; truncated?: true } & (
   | { ok: true; result: unknown }
-  /** The tool was not run (bad arguments, unknown tool) or it failed. */
-  | { ok: false; error: string }
+  /** The tool was not run (bad arguments, unknown tool, `declined` by a person) or it failed. */
+  | { ok: false; error: string; declined?: true }
 );
 
 export interface DataEventData extends Speaker {
