@@ -157,6 +157,20 @@ describe('POST …/chat', () => {
     expect(page.messages.map((m: UIMessage) => [m.role, textOf(m)])).toEqual([['user', 'the real question'], ['assistant', 'the real question']]);
   });
 
+  it('takes a body of the last message alone (prepareSendMessagesRequest), as a long chat may send it', async () => {
+    const t = new DefaultChatTransport<UIMessage>({
+      api: chatApi(), headers: { authorization: acme.headers.authorization }, body: { runtime: h.runtime },
+      prepareSendMessagesRequest: ({ id, messages, trigger, messageId, body }) => ({
+        body: { ...body, id, messages: messages.slice(-1), trigger, messageId },
+      }),
+    });
+    const long = Array.from({ length: 40 }, (_, i) => userMessage(`earlier ${i} ${'x'.repeat(30_000)}`));
+    const { message } = await read(await t.sendMessages({
+      chatId: 'c-last-only', messages: [...long, userMessage('only this')], trigger: 'submit-message', messageId: undefined, abortSignal: undefined,
+    }));
+    expect(textOf(message)).toBe('only this');
+  });
+
   it('refuses what DefaultChatTransport never sends, naming the field, and makes no run', async () => {
     const bad = [
       [{ id: 'c-bad', messages: [], trigger: 'submit-message' }, 'body.messages'],
