@@ -174,7 +174,7 @@ export const resumeResponse = z.object({
 export const healthResponse = z.object({ ok: z.boolean() }).catchall(z.unknown());
 
 export const sseStream = z.string().describe(
-  'text/event-stream: `id`, `event` (status | attempt | token | ephemeral | tool-call | tool-result | end), `data` (JSON)',
+  'text/event-stream: `id`, `event` (status | attempt | token | ephemeral | tool-call | tool-result | data | end), `data` (JSON)',
 );
 
 export const stepsResponse = z.object({
@@ -296,4 +296,28 @@ export const rateLimitsResponse = z.object({
   windowMs: z.number().int().describe('how long a grant counts in its bucket: the minute, and a second for the request to reach the provider'),
   providerPauseMaxMs: z.number().int().describe("the longest a provider's Retry-After pauses a bucket (RATE_LIMIT_PAUSE_MAX_MS)"),
   buckets: z.array(rateLimitBucketResponse),
+});
+
+/** POST …/chat and GET …/chat/{chatId}/stream: the AI SDK's UI message stream. */
+export const uiMessageStream = z.string().describe(
+  'text/event-stream in the AI SDK\'s UI message stream protocol (header x-vercel-ai-ui-message-stream: v1): ' +
+  '`id` (the Baton event id), `data` (a UIMessageChunk as JSON), ending with `data: [DONE]` (docs/chat-pages.md)',
+);
+
+/** GET …/chat/{chatId}/messages: the AI SDK's UIMessage[]. */
+export const chatMessagesResponse = z.object({
+  messages: z.array(z.object({
+    id: z.string(),
+    role: z.enum(['user', 'assistant']),
+    metadata: z.object({ runId: z.string(), createdAt: z.number(), incomplete: z.literal(true).optional() }),
+    parts: z.array(z.looseObject({ type: z.string() }))
+      .describe("the SDK's UIMessage parts: text, and while the answer's events are retained, step-start, dynamic-tool and data-<name>"),
+  })),
+  nextCursor: z.string().nullable(),
+});
+
+/** POST …/chat/{chatId}/stop. */
+export const chatStopResponse = z.object({
+  stopped: z.boolean().describe('a turn was running and is cancelled (or was already ending)'),
+  run: runResponse.optional(),
 });

@@ -229,7 +229,7 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
   } catch (err) {
     // A person said no: the model hears it as the tool's answer and decides what to do next.
     if (isToolDeclinedError(err)) {
-      reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false });
+      reportToolResult(ctx, { callId: call.id, name: call.name, ok: false, error: err.message, replayed: false, declined: true });
       return toolDeclinedContent(call.name, err.reason);
     }
     // The attempt ends as the error says (a TransientError retries it); readers see why first.

@@ -39,7 +39,11 @@ export interface ToolCallNotice {
 export type ToolResultNotice =
   | { callId: string; name: string; ok: true; result: unknown; replayed: boolean }
   /** The tool was not run (bad arguments, unknown tool), threw, or failed in a way that ends the attempt. */
-  | { callId: string; name: string; ok: false; error: string; replayed: boolean };
+  | {
+    callId: string; name: string; ok: false; error: string; replayed: boolean;
+    /** A person declined the call: it never ran. */
+    declined?: true;
+  };
 
 /** Where a run context's tool events go: the engine attaches one to every context it makes. */
 export interface RunEventSink {
@@ -89,7 +93,13 @@ export function reportToolResult(ctx: RunContext, notice: ToolResultNotice): voi
   const who = { agent: ctx.agent, role: 'tool' as const, callId: notice.callId, name: notice.name };
   if (!notice.ok) {
     const error = notice.error.slice(0, TOOL_EVENT_MAX_CHARS);
-    sink.publish({ type: 'tool-result', data: { ...who, ok: false, error, ...(error.length < notice.error.length && { truncated: true }) } });
+    sink.publish({
+      type: 'tool-result',
+      data: {
+        ...who, ok: false, error, ...(error.length < notice.error.length && { truncated: true }),
+        ...(notice.declined && { declined: true }),
+      },
+    });
     return;
   }
   const { value, truncated } = bounded(notice.result);

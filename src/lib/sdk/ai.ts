@@ -155,7 +155,7 @@ export function durableTools<T extends ToolSet>(
         }, { idempotent: opts.idempotent ?? true, approval }).catch((err: unknown) => {
           // Declined: the tool did not run; the AI SDK gives the model this error as the tool's answer.
           if (isToolDeclinedError(err)) {
-            reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false });
+            reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: err.message, replayed: false, declined: true });
           }
           throw err;
         });

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import { EventFollower, type FollowOptions } from './follower.ts';
+import { readEvents, type RunEvent } from './log.ts';
 import type { EventHub } from './hub.ts';
 import { TERMINAL_STATUSES } from '../contract/runs.ts';
 
@@ -81,6 +82,31 @@ export class RunStreams {
     const [[, exists], [, next], [, status]] = replies as [[null, number], [null, unknown[]], [null, string | null]];
     if (!exists) throw new BatonError('RUN_NOT_FOUND');
     return next.length === 0 && status !== null && (TERMINAL_STATUSES as readonly string[]).includes(status);
+  }
+
+  /**
+   * A run's whole log, read in pages, or undefined when it is gone (past its retention) or
+   * holds more than `maxBytes` of data: a caller that can do without it is never handed more.
+   */
+  async readLog(scope: string, runId: string, maxBytes: number): Promise<RunEvent[] | undefined> {
+    const events: RunEvent[] = [];
+    let bytes = 0;
+    for (let after = '0'; ;) {
+      const page = await readEvents(this.redis, this.keys, scope, runId, after);
+      const pageBytes = page.reduce((n, e) => n + e.data.length, 0);
+      this.bytesRead += pageBytes;
+      bytes += pageBytes;
+      if (bytes > maxBytes) return undefined;
+      events.push(...page);
+      if (page.length < 1000) return events.length ? events : undefined;
+      after = page[page.length - 1].id;
+    }
+  }
+
+  /** The id of the last event in a run's log ('0' when it has none). */
+  async lastId(scope: string, runId: string): Promise<string> {
+    const rows = await this.redis.xrevrange(this.keys.scope(scope).events(runId), '+', '-', 'COUNT', 1);
+    return rows[0]?.[0] ?? '0';
   }
 
   /** What the open readers hold now, and what was read for readers so far. */
