@@ -1,75 +1,217 @@
-import { createServer, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
 import type { BrowserContext } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { launchBrowser } from './helpers/browser.ts';
-import { openChatPage, SDKS, serveChatPage, type ChatPage } from './helpers/chat-page.ts';
+import { openChatPage, SDKS, serveChatPage, type ChatPage, type Sdk, type ShownMessage } from './helpers/chat-page.ts';
+import { answer, callTools, startFakeOpenAI, type FakeGate, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { skipWithout } from './helpers/programs.ts';
-import { track } from './helpers/resources.ts';
+import { useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { refundKey } from './fixtures/chat-page-agents.ts';
 
 /** Without Chromium (a developer's machine that lacks it) these tests are skipped by name; CI=true fails instead. */
 const noChromium = skipWithout('chromium');
 
-interface Seen { method: string; url: string; headers: IncomingMessage['headers']; body: any }
+/**
+ * A chat page written with the AI SDK's `useChat` and `DefaultChatTransport`, and nothing of
+ * Baton's, is a client of Baton's chat route: built against the current `ai` major and the one
+ * before, loaded from another origin (CORS_ORIGINS) in Chromium, talking to real `baton api` and
+ * `baton worker` processes whose model is the fake OpenAI server. The model holds each answer
+ * halfway until the test opens its gate, so "mid-answer" is a moment the test sees on the page
+ * (the first half shown), never a guess at timing.
+ */
 
-/** A server standing in for the chat route, answering one short UI message stream to every POST. */
-async function captureServer(): Promise<{ url: string; seen: Seen[] }> {
-  const seen: Seen[] = [];
-  const server = createServer(async (req, res) => {
-    let raw = '';
-    for await (const chunk of req) raw += chunk;
-    res.setHeader('access-control-allow-origin', '*');
-    res.setHeader('access-control-allow-headers', 'authorization, content-type');
-    if (req.method === 'OPTIONS') return void res.writeHead(204).end();
-    seen.push({ method: req.method!, url: req.url!, headers: req.headers, body: raw ? JSON.parse(raw) : undefined });
-    if (req.method === 'GET' && req.url!.endsWith('/messages')) return void res.writeHead(200, { 'content-type': 'application/json' }).end('[]');
-    if (req.method === 'GET') return void res.writeHead(204).end();
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'x-vercel-ai-ui-message-stream': 'v1' });
-    for (const chunk of [
-      { type: 'start', messageId: 'm-1' }, { type: 'text-start', id: 't-1' }, { type: 'text-delta', id: 't-1', delta: 'Hello' },
-      { type: 'text-delta', id: 't-1', delta: ' there.' }, { type: 'text-end', id: 't-1' }, { type: 'finish' },
-    ]) res.write(`data: ${JSON.stringify(chunk)}\n\n`);
-    res.end('data: [DONE]\n\n');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  track(server, () => new Promise<void>((resolve) => {
-    server.closeAllConnections();
-    server.close(() => resolve());
-  }));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
-}
+const AGENTS = fileURLToPath(new URL('./fixtures/chat-page-agents.ts', import.meta.url));
+const ANSWER = 'Baton keeps the answer whole when the page reloads, a tab joins, or a worker dies.';
+const TOKENS = ANSWER.match(/\s*\S+/g)!;
+const HALF = 6;
+const PARTIAL = TOKENS.slice(0, HALF).join('');
 
+let h: Harness;
+let fake: FakeOpenAI;
+let api: Child;
+let workers: Child[] = [];
+let acme: ScopeClient;
 let browser: BrowserContext;
-const opened: ChatPage[] = [];
+const origins = new Map<string, string>();
+let pages: ChatPage[] = [];
+
+const workerEnv = () => ({ OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'test-key', OPENAI_MODEL: 'fake-model', FAKE_OPENAI_URL: fake.baseURL });
 
 beforeAll(async () => {
-  if (!noChromium) browser = await launchBrowser();
+  if (noChromium) return;
+  h = await useHarness();
+  fake = await startFakeOpenAI();
+  for (const sdk of SDKS) origins.set(sdk.id, (await serveChatPage(sdk)).origin);
+  api = await h.spawn('api', { env: { CORS_ORIGINS: [...origins.values()].join(',') } });
+  workers = [await h.spawn('worker', { env: workerEnv(), agents: [AGENTS] })];
+  acme = await h.client(api.url!, 'acme', 'client');
+  browser = await launchBrowser();
+}, 120_000);
+
+afterEach(async () => {
+  for (const p of pages) await p.page.close();
+  pages = [];
 });
 
 afterAll(async () => {
-  for (const p of opened) await p.page.close();
+  await browser?.close();
 });
 
+/** A gate the model's answer waits at after `after` tokens, and the hand that opens it. */
+function gate(after = HALF): { gate: FakeGate; open: () => void } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => { open = resolve; });
+  return { gate: { after, open: opened }, open };
+}
+
+async function chatPage(sdk: Sdk, chat: string, agent = 'chat'): Promise<ChatPage> {
+  const p = await openChatPage(browser, origins.get(sdk.id)!, { baton: api.url!, scope: 'acme', key: acme.key, chat, agent });
+  pages.push(p);
+  return p;
+}
+
+const assistants = (shown: ShownMessage[]) => shown.filter((m) => m.role === 'assistant');
+/** The page shows the user's message and one answer whose text passes `text`. */
+const answered = (text: (t: string) => boolean) => (shown: ShownMessage[]) =>
+  shown.length === 2 && shown[0].role === 'user' && shown[1].role === 'assistant' && text(shown[1].text);
+const shows = (text: string) => answered((t) => t === text);
+
+/** The one run of session `chat`. */
+async function runOf(chat: string): Promise<any> {
+  const r = await acme.get(`/runs?sessionId=${chat}`);
+  expect(r.status).toBe(200);
+  expect(r.body.runs).toHaveLength(1);
+  return r.body.runs[0];
+}
+
+/** The page ends with the user's message once and the whole answer once, and no errors. */
+async function expectWhole(p: ChatPage, question: string): Promise<void> {
+  const shown = await p.until(shows(ANSWER), 'the whole answer');
+  await waitFor(async () => (await p.status()) === 'ready', 20_000, 'the page to be ready');
+  expect(shown.map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', ANSWER]]);
+  expect(new Set(shown.map((m) => m.id)).size).toBe(2);
+  expect(p.errors).toEqual([]);
+}
+
 describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) => {
-  let origin: string;
-  beforeAll(async () => {
-    ({ origin } = await serveChatPage(sdk));
+  it('streams a message into the page', async () => {
+    const chat = `stream-${sdk.id}`;
+    const g = gate();
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
+    const p = await chatPage(sdk, chat);
+    const question = `Tell me #${chat}`;
+    await p.send(question);
+    await p.until(shows(PARTIAL), 'the first half');
+    expect(await p.status()).toBe('streaming');
+    g.open();
+    await expectWhole(p, question);
+    expect((await acme.waitStatus((await runOf(chat)).id, ['succeeded'])).status).toBe('succeeded');
+    expect(fake.requestsFor(`#${chat}`)).toHaveLength(1);
   });
 
-  it('loads the history, asks to resume, POSTs the SDK body with the key and shows the answer', async () => {
-    const server = await captureServer();
-    const page = await openChatPage(browser, origin, { baton: server.url, scope: 'acme', key: 'k-1', chat: 'chat-1', agent: 'fx-chat' });
-    opened.push(page);
-    await page.send('Hi');
-    const shown = await page.until((m) => m[1]?.text === 'Hello there.', 'the answer');
-    expect(shown.map((m) => m.role)).toEqual(['user', 'assistant']);
-    expect(server.seen.map((s) => `${s.method} ${s.url}`)).toEqual([
-      'GET /v1/scopes/acme/chat/chat-1/messages',
-      'GET /v1/scopes/acme/chat/chat-1/stream',
-      'POST /v1/scopes/acme/chat',
-    ]);
-    expect(server.seen.every((s) => s.headers.authorization === 'Bearer k-1')).toBe(true);
-    expect(server.seen[2].body).toMatchObject({ id: 'chat-1', trigger: 'submit-message', agent: 'fx-chat', messages: [{ role: 'user', parts: [{ type: 'text', text: 'Hi' }] }] });
-    expect(page.errors).toEqual([]);
+  it('reloaded mid-answer, loads the history, resumes and ends with the whole answer once', async () => {
+    const chat = `reload-${sdk.id}`;
+    const g = gate();
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
+    const p = await chatPage(sdk, chat);
+    const question = `Tell me #${chat}`;
+    await p.send(question);
+    await p.until(shows(PARTIAL), 'the first half');
+    await p.reload();
+    // History first (the question), then `resume: true` replays the answer from its start.
+    await p.until(shows(PARTIAL), 'the first half again after the reload');
+    g.open();
+    await expectWhole(p, question);
+    expect(fake.requestsFor(`#${chat}`)).toHaveLength(1);
+  });
+
+  it('a second tab opened mid-answer follows it to its end', async () => {
+    const chat = `tabs-${sdk.id}`;
+    const g = gate();
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
+    const first = await chatPage(sdk, chat);
+    const question = `Tell me #${chat}`;
+    await first.send(question);
+    await first.until(shows(PARTIAL), 'the first half');
+    const second = await chatPage(sdk, chat);
+    await second.until(shows(PARTIAL), 'the first half in the second tab');
+    expect(await second.status()).toBe('streaming');
+    g.open();
+    await expectWhole(first, question);
+    await expectWhole(second, question);
+  });
+
+  it('stop cancels the run, the text stops growing and the history keeps the partial answer marked incomplete', async () => {
+    const chat = `stop-${sdk.id}`;
+    const g = gate();
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
+    const p = await chatPage(sdk, chat);
+    const question = `Tell me #${chat}`;
+    await p.send(question);
+    await p.until(shows(PARTIAL), 'the first half');
+    await p.stop();
+    const run = await acme.waitStatus((await runOf(chat)).id, ['cancelled', 'succeeded', 'failed']);
+    expect(run.status).toBe('cancelled');
+    // The model is let go on: the cancelled run had hung up on it, so nothing more is said.
+    g.open();
+    const [model] = fake.requestsFor(`#${chat}`);
+    await waitFor(() => model.ended, 20_000, 'the model call to end');
+    expect(model).toMatchObject({ ended: 'client-gone', tokensSent: HALF });
+    expect((await p.messages()).map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', PARTIAL]]);
+    expect(await p.status()).toBe('ready');
+
+    const history = await acme.get(`/chat/${chat}/messages`);
+    expect(history.status).toBe(200);
+    expect(history.body.map((m: any) => m.role)).toEqual(['user', 'assistant']);
+    const kept = history.body[1];
+    expect(kept.parts.filter((part: any) => part.type === 'text').map((part: any) => part.text).join('')).toBe(PARTIAL);
+    expect(kept.metadata).toMatchObject({ incomplete: true });
+    // A reload shows the same: the question and the partial answer, once each, nothing running.
+    await p.reload();
+    await p.until(shows(PARTIAL), 'the partial answer after a reload');
+    expect(await p.status()).toBe('ready');
+    expect(p.errors).toEqual([]);
+  });
+
+  it('every worker SIGKILLed mid-answer: the page ends with the whole answer once', async () => {
+    const chat = `kill-${sdk.id}`;
+    const g = gate();
+    // The first attempt's model call is lost with its worker; the next attempt asks again.
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate }), answer(ANSWER)]);
+    const p = await chatPage(sdk, chat);
+    const question = `Tell me #${chat}`;
+    await p.send(question);
+    await p.until(shows(PARTIAL), 'the first half');
+    for (const w of workers) await w.kill('SIGKILL');
+    workers = [await h.spawn('worker', { env: workerEnv(), agents: [AGENTS] })];
+    await expectWhole(p, question);
+    g.open();
+    expect(fake.requestsFor(`#${chat}`)).toHaveLength(2);
+    const run = await acme.waitStatus((await runOf(chat)).id, ['succeeded']);
+    expect(run.attempt).toBeGreaterThanOrEqual(2);
+  }, 120_000);
+
+  it('a tool call waiting for approval shows as the SDK\'s parts, is approved on the page, and the tool runs once', async () => {
+    const chat = `approve-${sdk.id}`;
+    const order = `o-${sdk.id}`;
+    fake.script(`#${chat}`, [callTools([{ name: 'refund', arguments: { order } }]), answer(`Order ${order} is refunded.`)]);
+    const p = await chatPage(sdk, chat, 'fx-refunds');
+    const question = `Refund my order please #${chat}`;
+    await p.send(question);
+    const asking = await p.until((shown) => assistants(shown).some((m) => m.parts.some((part) => part.state === 'approval-requested')), 'the approval request');
+    const tool = assistants(asking).flatMap((m) => m.parts).find((part) => part.type === 'tool-refund');
+    expect(tool).toMatchObject({ state: 'approval-requested' });
+    expect(JSON.parse(tool!.input!)).toEqual({ order });
+    await p.approve();
+    const done = await p.until((shown) => assistants(shown).some((m) => m.text === `Order ${order} is refunded.`), 'the answer after the approval');
+    const parts = assistants(done).flatMap((m) => m.parts).filter((part) => part.type === 'tool-refund');
+    expect(parts).toHaveLength(1);
+    expect(parts[0]).toMatchObject({ state: 'output-available', call: tool!.call });
+    expect(JSON.parse(parts[0].output!)).toMatchObject({ order, refunded: true, times: 1 });
+    expect(done.filter((m) => m.role === 'user').map((m) => m.text)).toEqual([question]);
+    expect(await h.redis.get(refundKey(h.prefix, order))).toBe('1');
+    expect(fake.requestsFor(`#${chat}`)).toHaveLength(2);
+    expect((await acme.waitStatus((await runOf(chat)).id, ['succeeded'])).status).toBe('succeeded');
+    expect(p.errors).toEqual([]);
   });
 });

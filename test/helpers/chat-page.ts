@@ -23,11 +23,13 @@ const modules = join(ROOT, 'node_modules');
  */
 export const SDKS = [
   {
+    id: 'ai7',
     name: 'ai 7 + @ai-sdk/react 4',
     alias: { 'ai': join(modules, '@ai-sdk/react/node_modules/ai'), '@ai-sdk/react': join(modules, '@ai-sdk/react') },
     copies: ['@ai-sdk/react', '@ai-sdk/react/node_modules/ai'],
   },
   {
+    id: 'ai6',
     name: 'ai 6 + @ai-sdk/react 3',
     alias: { 'ai': join(modules, 'ai'), '@ai-sdk/react': join(modules, 'ai-sdk-react-v3') },
     copies: ['ai', 'ai-sdk-react-v3'],
