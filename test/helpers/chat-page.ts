@@ -115,7 +115,15 @@ export async function openChatPage(context: BrowserContext, origin: string, sett
   const { page } = w;
   const url = `${origin}/#${new URLSearchParams({ ...settings })}`;
   const byId = (id: string): Locator => page.getByTestId(id);
-  const loaded = () => byId('status').filter({ hasNotText: 'loading' }).waitFor({ timeout: 20_000 });
+  /** The history came (or its failure, thrown with what the page said). */
+  const loaded = async () => {
+    const state = await waitFor(() => page.evaluate(() => {
+      const error = document.querySelector('[data-testid="error"]')?.textContent;
+      const status = document.querySelector('[data-testid="status"]')?.textContent;
+      return error ? { error } : status && status !== 'loading' ? { status } : undefined;
+    }), 20_000, 'the page to load its history');
+    if ('error' in state) throw new Error(`the page failed: ${state.error}${w.errors.length ? `; ${w.errors.join(' | ')}` : ''}`);
+  };
   await page.goto(url);
   await loaded();
   const messages = (): Promise<ShownMessage[]> => page.evaluate(() =>
