@@ -6,7 +6,7 @@ import { authenticate } from './auth.ts';
 import { refuseRepeatedHeaders } from './request-guards.ts';
 import { errorHandler } from './error-handler.ts';
 import { mountTemplate, observeRequests } from './http-metrics.ts';
-import { mountRoutes, OPERATOR_ACCESS, SCOPE } from './route.ts';
+import { mountCors, mountRoutes, OPERATOR_ACCESS, SCOPE } from './route.ts';
 import { ROUTES } from './routes.ts';
 
 /** Builds the HTTP API from the route catalogue: public routes at the root, a scope's routes behind its key. */
@@ -46,6 +46,8 @@ export function createApp(deps: AppDeps): Express {
   app.use(SCOPE, mountTemplate(SCOPE), mountRoutes(operatorScoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // The key first, then the body: each scope route reads its own body after authenticate().
   const scoped = ROUTES.filter((r) => r.access === 'client' || r.access === 'admin');
+  // A page's preflight carries no key: the CORS answers of the scope's routes pages call come first.
+  app.use(SCOPE, mountCors(scoped, SCOPE, deps));
   app.use(
     SCOPE, mountTemplate(SCOPE), authenticate(deps.apiKeys),
     mountRoutes(scoped, SCOPE, deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }),

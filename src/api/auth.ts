@@ -48,7 +48,7 @@ export function authenticateOperator(store: ApiKeyStore, o: { scopeAdmins: boole
 /**
  * A route a stream token opens (access `stream`, a run's events): a key of the path's scope,
  * exactly as authenticate() checks it, or, when no key is presented, `?access_token=` holding
- * a token for the path's run or its session. A token is never taken from Authorization, so
+ * a token for the path's run or its session (a chat's routes: for the chat's session). A token is never taken from Authorization, so
  * it cannot pass for a key anywhere. Every token that does not open this run (unknown,
  * expired, of another run, session or scope, minted by a revoked key) gets the answer a
  * request without credentials gets: nothing tells a refused token from a missing one.
@@ -58,8 +58,11 @@ export function authenticateKeyOrStreamToken(keys: ApiKeyStore, tokens: StreamTo
   return async (req: Request, res: Response, next: NextFunction) => {
     if (req.headers.authorization !== undefined) return byKey(req, res, next);
     const token = req.query.access_token;
-    const { scope, runId } = req.params as { scope?: string; runId?: string };
-    const keyId = typeof token === 'string' && scope !== undefined && runId !== undefined ? await tokens.openerOf(scope, runId, token) : undefined;
+    const { scope, runId, chatId } = req.params as { scope?: string; runId?: string; chatId?: string };
+    // A chat's routes name its session (chatId): a token for that session opens them.
+    const keyId = typeof token !== 'string' || scope === undefined ? undefined
+      : runId !== undefined ? await tokens.openerOf(scope, runId, token)
+        : chatId !== undefined ? await tokens.sessionOpenerOf(scope, chatId, token) : undefined;
     // The stream counts as the token's (its cap) and ends with its key's streams (revocation).
     if (keyId) res.locals.streamCredential = { credential: `token:${createHash('sha256').update(token as string).digest('hex')}`, keyId };
     next(keyId ? undefined : new BatonError('UNAUTHENTICATED', 'An API key of this scope, or a stream token for this run, is required.'));

@@ -12,10 +12,11 @@ const PREFLIGHT_MAX_AGE_S = 600;
  * gets `Access-Control-Allow-Origin` on every answer, errors included, so the page can read
  * a 401 as a 401; any other origin gets no CORS header at all, and its browser keeps the
  * answer from the page. `OPTIONS` is the preflight: 204, with the method and the one header
- * a reconnecting EventSource adds (Last-Event-ID) allowed for a listed origin. Credentials
+ * a reconnecting EventSource adds (Last-Event-ID) allowed for a listed origin, or the `headers`
+ * the route names (a chat page's fetch sends Authorization and Content-Type). Credentials
  * (cookies) are never allowed: a token travels in the URL. Helmet's headers are left as set.
  */
-export function corsFor(origins: readonly string[], method: string): RequestHandler {
+export function corsFor(origins: readonly string[], method: string, headers: readonly string[] = ['Last-Event-ID']): RequestHandler {
   const allowed = new Set(origins);
   return (req, res, next) => {
     res.vary('Origin');
@@ -27,7 +28,7 @@ export function corsFor(origins: readonly string[], method: string): RequestHand
     if (listed && req.headers['access-control-request-method'] !== undefined) {
       res.set({
         'Access-Control-Allow-Methods': method.toUpperCase(),
-        'Access-Control-Allow-Headers': 'Last-Event-ID',
+        'Access-Control-Allow-Headers': headers.join(', '),
         'Access-Control-Max-Age': String(PREFLIGHT_MAX_AGE_S),
       });
     }

@@ -22,6 +22,7 @@ import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
 import type { RateLimiter } from '../lib/engine/rate-limiter.ts';
 import { ScheduleStore } from '../lib/schedules/schedule-store.ts';
 import { BulkOperations } from '../lib/engine/bulk-operations.ts';
+import { ChatTurns } from '../lib/engine/chat-turns.ts';
 
 /**
  * What the HTTP layer needs from the process that hosts it: the domain objects routes call
@@ -65,6 +66,7 @@ export interface AppDeps {
   schedules: ScheduleStore;
   /** The scopes' bulk cancels and re-runs (advanced by every process's BulkWorker). */
   operations: BulkOperations;
+  chats: ChatTurns;
 }
 
 /**
@@ -116,6 +118,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     schedules: new ScheduleStore(redis, keys, c, transitions),
     operations: new BulkOperations(redis, keys, c, transitions),
     streams,
+    chats: new ChatTurns(store, waits, streams),
     openStreams,
     admin: new RuntimeAdmin(redis, keys, transitions, registry),
     limits,

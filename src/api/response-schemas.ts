@@ -297,3 +297,26 @@ export const rateLimitsResponse = z.object({
   providerPauseMaxMs: z.number().int().describe("the longest a provider's Retry-After pauses a bucket (RATE_LIMIT_PAUSE_MAX_MS)"),
   buckets: z.array(rateLimitBucketResponse),
 });
+
+/** POST …/chat and GET …/chat/{chatId}/stream: the AI SDK's UI message stream. */
+export const uiMessageStream = z.string().describe(
+  'text/event-stream in the AI SDK\'s UI message stream protocol (header x-vercel-ai-ui-message-stream: v1): ' +
+  '`id` (the Baton event id), `data` (a UIMessageChunk as JSON), ending with `data: [DONE]` (docs/chat-pages.md)',
+);
+
+/** GET …/chat/{chatId}/messages: the AI SDK's UIMessage[]. */
+export const chatMessagesResponse = z.object({
+  messages: z.array(z.object({
+    id: z.string(),
+    role: z.enum(['user', 'assistant']),
+    metadata: z.object({ runId: z.string(), createdAt: z.number(), incomplete: z.literal(true).optional() }),
+    parts: z.array(z.object({ type: z.literal('text'), text: z.string(), state: z.literal('done') })),
+  })),
+  nextCursor: z.string().nullable(),
+});
+
+/** POST …/chat/{chatId}/stop. */
+export const chatStopResponse = z.object({
+  stopped: z.boolean().describe('a turn was running and is cancelled (or was already ending)'),
+  run: runResponse.optional(),
+});

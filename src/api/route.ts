@@ -69,6 +69,11 @@ export interface RouteSpec<P extends z.ZodType = z.ZodType, Q extends z.ZodType 
   body?: B;
   /** A raw body of any media type (instead of a JSON `body`), read by the handler itself. */
   rawBody?: { description: string };
+  /**
+   * A page of another origin (CORS_ORIGINS) may call it, sending these request headers (a
+   * preflight allows them): answered before authentication, as a `stream` route's CORS is.
+   */
+  cors?: { headers: readonly string[] };
   /** Headers the route reads besides Authorization, with their schemas. */
   headers?: Record<string, z.ZodType<string>>;
   /** Success answers: status -> description and schema (JSON unless contentType says otherwise). */
@@ -120,7 +125,7 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
     const path = spec.path.slice(prefix.length) || '/';
     // A page of another origin calls it: its CORS answer comes first, for every method and
     // errors included (`all` routes are middleware of the path, not routes of the document).
-    if (spec.access === 'stream') r.all(path, corsFor(d.config.CORS_ORIGINS, spec.method));
+    if (spec.access === 'stream') r.all(path, corsFor(d.config.CORS_ORIGINS, spec.method, spec.cors?.headers));
     const guards: RequestHandler[] = [
       ...(spec.access === 'key' ? [identify(d.apiKeys)] : []),
       ...(spec.access === 'stream' ? [authenticateKeyOrStreamToken(d.apiKeys, d.streamTokens)] : []),
@@ -164,6 +169,20 @@ export function mountRoutes(routes: readonly RouteSpec[], prefix: string, d: App
         res.json(reply.body);
       }
     });
+  }
+  return r;
+}
+
+/**
+ * The CORS answers of `routes` whose paths start with `prefix` and that are not `stream` routes
+ * (those answer their own): mounted before the scope's key check, so a browser's preflight,
+ * which carries no key, is answered, and every answer to a listed origin says so.
+ */
+export function mountCors(routes: readonly RouteSpec[], prefix: string, d: AppDeps): Router {
+  const r = Router({ mergeParams: true });
+  for (const spec of routes) {
+    if (!spec.cors || spec.access === 'stream') continue;
+    r.all(spec.path.slice(prefix.length) || '/', corsFor(d.config.CORS_ORIGINS, spec.method, spec.cors.headers));
   }
   return r;
 }

@@ -6,6 +6,7 @@ import { limitsRoutes } from './routes-limits.ts';
 import { operationRoutes } from './routes-operations.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { rateLimitRoutes } from './routes-rate-limits.ts';
+import { chatRoutes } from './routes-chat.ts';
 import { runRoutes } from './routes-runs.ts';
 import { scheduleRoutes } from './routes-schedules.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
@@ -28,6 +29,7 @@ export const ROUTES: readonly RouteSpec[] = [
   ...uiRoutes(),
   ...whoamiRoutes,
   ...runRoutes,
+  ...chatRoutes,
   ...operationRoutes,
   ...streamTokenRoutes,
   ...waitRoutes,

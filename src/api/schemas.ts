@@ -225,3 +225,41 @@ export const authorizationHeader = z.string().regex(/^Bearer [\x21-\x7e]{16,256}
 
 /** For routes that take no path parameters. */
 export const emptyParams = z.strictObject({});
+
+/** …/chat/{chatId}/…: a chat is a session, `chatId` its id. */
+export const chatParams = z.strictObject({ scope: idSchema, chatId: idSchema });
+
+/**
+ * A part of a UIMessage the page sends (the AI SDK's `UIMessage.parts`): only text parts and
+ * tool parts carrying an approval answer are read; any other part is passed over, bounded.
+ */
+const chatPart = z.looseObject({
+  type: z.string().max(128),
+  text: z.string().max(MAX_CONTENT_CHARS).optional(),
+  state: z.string().max(64).optional(),
+  approval: z.looseObject({ id: z.string().max(256), approved: z.boolean().optional(), reason: z.string().max(4096).optional() }).optional(),
+});
+
+/** A UIMessage as `DefaultChatTransport` sends it. */
+const chatMessage = z.looseObject({
+  id: z.string().max(256),
+  role: z.enum(['system', 'user', 'assistant']),
+  parts: z.array(chatPart).max(1000),
+});
+
+/**
+ * POST …/chat: the body `DefaultChatTransport` (package `ai`, HttpChatTransport.sendMessages)
+ * sends, plus the `body` fields a page adds: which agent and runtime, and the run's metadata.
+ * Only the last message is read (the session's history is Baton's, not the page's).
+ */
+export const chatBody = z.strictObject({
+  id: idSchema,
+  messages: z.array(chatMessage).min(1).max(10_000),
+  trigger: z.enum(['submit-message', 'regenerate-message']),
+  messageId: z.string().max(256).optional(),
+  runtime: idSchema.default('default'),
+  agent: idSchema.default('echo'),
+  metadata: metadataSchema.optional(),
+  maxAttempts: z.number().int().min(1).max(100).optional(),
+});
+export type ChatBody = z.infer<typeof chatBody>;

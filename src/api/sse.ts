@@ -20,9 +20,22 @@ export interface SseOptions {
   /** The stream's status (200) and more headers: a submit that streams answers 202 and names its run. */
   status?: number;
   headers?: Record<string, string>;
+  /**
+   * Writes events in another protocol than Baton's own SSE (the AI SDK's UI message stream,
+   * chat-stream.ts): its head once the stream opened, then each batch as it encodes it.
+   */
+  encoder?: EventEncoder;
   /** The stream opened. onClose follows once, when its connection has closed. */
   onOpen?(): void;
   onClose?(): void;
+}
+
+/** A protocol's framing of a run's events; see SseOptions.encoder. */
+export interface EventEncoder {
+  /** Written once the stream opened, before the first event. */
+  head(): string;
+  /** The text for a batch of events, and whether the response ends after it (before the run's `end`). */
+  encode(events: RunEvent[]): { text: string; done: boolean };
 }
 
 /** Largest single write, in characters (see write()). */
@@ -106,6 +119,12 @@ export async function serveEvents(
       // Still more than the limit unsent when the next batch comes: the reader is not keeping
       // up. (Checked before writing, so one large batch alone never cuts a healthy reader.)
       if (res.writableLength > o.maxBufferBytes) return finish('destroy');
+      if (o.encoder) {
+        const { text, done } = o.encoder.encode(events);
+        write(text);
+        if (done) finish('end');
+        return;
+      }
       // Text is gathered into one chunk; data read as bytes (large) goes out as it is, uncopied.
       let chunk = '';
       for (const e of events) {
@@ -143,6 +162,7 @@ export async function serveEvents(
   });
   res.flushHeaders();
   write(`retry: ${o.retryMs}\n\n`);
+  if (o.encoder) write(o.encoder.head());
   o.onOpen?.();
   keepAlive = setInterval(() => write(': keep-alive\n\n'), o.keepAliveMs);
   // Progress is bytes leaving Node's buffers for the socket. Chunk framing makes the pending

@@ -179,6 +179,15 @@ export class RunStore {
     return withWaits(replies?.[0]?.[1] as Record<string, string>, replies?.[1]?.[1] as Record<string, string>);
   }
 
+  /**
+   * The run at the head of a session: the one running, retrying, waiting or dispatched (the
+   * session's `active` field, set by lua/submit.lua and moved on by the finish that ends it).
+   */
+  async activeRun(scope: string, sessionId: string): Promise<RunRecord | undefined> {
+    const runId = await this.redis.hget(this.keys.scope(scope).session(sessionId), 'active');
+    return runId ? this.get(scope, runId) : undefined;
+  }
+
   /** Cancels a run; returns its state afterwards (a finished run is returned unchanged). */
   async cancel(scope: string, runId: string): Promise<RunRecord> {
     // The state the cancel produced, not a later read: a running run answers `running` with

@@ -83,6 +83,12 @@ export class RunStreams {
     return next.length === 0 && status !== null && (TERMINAL_STATUSES as readonly string[]).includes(status);
   }
 
+  /** The id of the last event in a run's log ('0' when it has none). */
+  async lastId(scope: string, runId: string): Promise<string> {
+    const rows = await this.redis.xrevrange(this.keys.scope(scope).events(runId), '+', '-', 'COUNT', 1);
+    return rows[0]?.[0] ?? '0';
+  }
+
   /** What the open readers hold now, and what was read for readers so far. */
   buffers(): StreamBuffers {
     let held = 0;

@@ -110,4 +110,12 @@ export class StreamTokenStore {
     const matches = grant.kind === 'run' ? grant.id === runId : grant.kind === 'session' && grant.id === sessionId;
     return matches && (await this.apiKeys.isIssued(grant.keyId)) ? grant.keyId : undefined;
   }
+
+  /** openerOf for a session's own routes (a chat's): a token of this scope minted for session `sessionId`. */
+  async sessionOpenerOf(scope: string, sessionId: string, token: string): Promise<string | undefined> {
+    if (!TOKEN_PATTERN.test(token) || !isValidId(scope) || !isValidId(sessionId)) return undefined;
+    const grant = await this.redis.hgetall(this.keys.scope(scope).capability(sha256(token)));
+    if (!grant.keyId || grant.action !== ACTION || grant.kind !== 'session' || grant.id !== sessionId) return undefined;
+    return (await this.apiKeys.isIssued(grant.keyId)) ? grant.keyId : undefined;
+  }
 }
