@@ -84,7 +84,7 @@ export async function serveChatPage(sdk: Sdk): Promise<{ origin: string }> {
 }
 
 /** What the page gets in its fragment. */
-export interface ChatSettings { baton: string; scope: string; key: string; chat: string; agent: string }
+export interface ChatSettings { baton: string; scope: string; key: string; chat: string; agent: string; runtime: string }
 
 /** A message as the page renders it. */
 export interface ShownMessage {
@@ -93,7 +93,8 @@ export interface ShownMessage {
   metadata: unknown;
   /** Its text parts, joined. */
   text: string;
-  parts: { type: string; state: string | null; call: string | null; input: string | null; output: string | null }[];
+  /** `tool`: a tool part's tool name; `input` and `output`: a tool part's, as JSON. */
+  parts: { type: string; state: string | null; tool: string | null; call: string | null; input: string | null; output: string | null }[];
 }
 
 export interface ChatPage extends WatchedPage {
@@ -131,6 +132,7 @@ export async function openChatPage(context: BrowserContext, origin: string, sett
       const parts = [...m.querySelectorAll('[data-testid="part"]')].map((p) => ({
         type: p.getAttribute('data-type') ?? '',
         state: p.getAttribute('data-state'),
+        tool: p.getAttribute('data-tool'),
         call: p.getAttribute('data-call'),
         input: p.querySelector('[data-testid="tool-input"]')?.textContent ?? null,
         output: p.querySelector('[data-testid="tool-output"]')?.textContent ?? null,
