@@ -29,13 +29,18 @@ const PARTIAL = TOKENS.slice(0, HALF).join('');
 let h: Harness;
 let fake: FakeOpenAI;
 let api: Child;
-let workers: Child[] = [];
+/** The file's worker; the SIGKILL tests, last in the file, kill it. */
+let worker: Child;
 let acme: ScopeClient;
 let browser: BrowserContext;
 const origins = new Map<string, string>();
 let pages: ChatPage[] = [];
 
-const workerEnv = () => ({ OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'test-key', OPENAI_MODEL: 'fake-model', FAKE_OPENAI_URL: fake.baseURL });
+/** A `baton worker` child whose model is the fake server, serving the built-in `chat` and the fixture's agents. */
+const startWorker = () => h.spawn('worker', {
+  env: { OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'test-key', OPENAI_MODEL: 'fake-model', FAKE_OPENAI_URL: fake.baseURL },
+  agents: [AGENTS],
+});
 
 beforeAll(async () => {
   if (noChromium) return;
@@ -43,7 +48,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   for (const sdk of SDKS) origins.set(sdk.id, (await serveChatPage(sdk)).origin);
   api = await h.spawn('api', { env: { CORS_ORIGINS: [...origins.values()].join(',') } });
-  workers = [await h.spawn('worker', { env: workerEnv(), agents: [AGENTS] })];
+  worker = await startWorker();
   acme = await h.client(api.url!, 'acme', 'client');
   browser = await launchBrowser();
 }, 120_000);
@@ -173,24 +178,6 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     expect(p.errors).toEqual([]);
   });
 
-  it('every worker SIGKILLed mid-answer: the page ends with the whole answer once', async () => {
-    const chat = `kill-${sdk.id}`;
-    const g = gate();
-    // The first attempt's model call is lost with its worker; the next attempt asks again.
-    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate }), answer(ANSWER)]);
-    const p = await chatPage(sdk, chat);
-    const question = `Tell me #${chat}`;
-    await p.send(question);
-    await p.until(shows(PARTIAL), 'the first half');
-    for (const w of workers) await w.kill('SIGKILL');
-    workers = [await h.spawn('worker', { env: workerEnv(), agents: [AGENTS] })];
-    await expectWhole(p, question);
-    g.open();
-    expect(fake.requestsFor(`#${chat}`)).toHaveLength(2);
-    const run = await acme.waitStatus((await runOf(chat)).id, ['succeeded']);
-    expect(run.recoveries).toBe(1);
-  }, 120_000);
-
   it('a tool call waiting for approval shows as the SDK\'s parts, is approved on the page, and the tool runs once', async () => {
     const chat = `approve-${sdk.id}`;
     const order = `o-${sdk.id}`;
@@ -214,4 +201,29 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     expect((await acme.waitStatus((await runOf(chat)).id, ['succeeded'])).status).toBe('succeeded');
     expect(p.errors).toEqual([]);
   });
+});
+
+// Last in the file: these kill the file's worker and end with only the ones they started, which
+// close with the test.
+describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name, its workers killed', (sdk) => {
+  it('every worker SIGKILLed mid-answer: the page ends with the whole answer once', async () => {
+    const chat = `kill-${sdk.id}`;
+    const g = gate();
+    // The first attempt's model call is lost with its worker; the next attempt asks again.
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate }), answer(ANSWER)]);
+    // The file's worker may be gone already (the other major's run of this test killed it).
+    const first = await startWorker();
+    const p = await chatPage(sdk, chat);
+    const question = `Tell me #${chat}`;
+    await p.send(question);
+    await p.until(shows(PARTIAL), 'the first half');
+    for (const w of [worker, first]) await w.kill('SIGKILL');
+    // Closed when the test ends, as everything a test starts; no test of the file comes after.
+    await startWorker();
+    await expectWhole(p, question);
+    g.open();
+    expect(fake.requestsFor(`#${chat}`)).toHaveLength(2);
+    const run = await acme.waitStatus((await runOf(chat)).id, ['succeeded']);
+    expect(run.recoveries).toBe(1);
+  }, 120_000);
 });
