@@ -127,6 +127,10 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     await p.until(shows(PARTIAL), 'the first half again after the reload');
     g.open();
     await expectWhole(p, question);
+    expect(p.responses).toEqual([
+      `GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 204`, 'POST /chat 200',
+      `GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 200`,
+    ]);
     expect(fake.requestsFor(`#${chat}`)).toHaveLength(1);
   });
 
@@ -144,9 +148,11 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     g.open();
     await expectWhole(first, question);
     await expectWhole(second, question);
+    expect(second.responses).toEqual([`GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 200`]);
+    expect(fake.requestsFor(`#${chat}`)).toHaveLength(1);
   });
 
-  it('stop cancels the run, the text stops growing and the history keeps the partial answer marked incomplete', async () => {
+  it('stop cancels the run, the text stops growing in every tab and the history keeps the partial answer marked incomplete', async () => {
     const chat = `stop-${sdk.id}`;
     const g = gate();
     fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
@@ -154,7 +160,11 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     const question = `Tell me #${chat}`;
     await p.send(question);
     await p.until(shows(PARTIAL), 'the first half');
+    // A second tab follows the answer; the first one's stop ends it there too.
+    const other = await chatPage(sdk, chat);
+    await other.until(shows(PARTIAL), 'the first half in the other tab');
     await p.stop();
+    await waitFor(async () => (await other.status()) === 'ready', 20_000, 'the other tab\'s stream to end');
     const run = await acme.waitStatus((await runOf(chat)).id, ['cancelled', 'succeeded', 'failed']);
     expect(run.status).toBe('cancelled');
     // The model is let go on: the cancelled run had hung up on it, so nothing more is said.
@@ -162,8 +172,11 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     const [model] = fake.requestsFor(`#${chat}`);
     await waitFor(() => model.ended, 20_000, 'the model call to end');
     expect(model).toMatchObject({ ended: 'client-gone', tokensSent: HALF });
-    expect((await p.messages()).map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', PARTIAL]]);
-    expect(await p.status()).toBe('ready');
+    for (const tab of [p, other]) {
+      expect((await tab.messages()).map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', PARTIAL]]);
+      expect(await tab.status()).toBe('ready');
+    }
+    expect(p.responses).toContain(`POST /chat/${chat}/stop 200`);
 
     const history = await acme.get(`/chat/${chat}/messages`);
     expect(history.status).toBe(200);

@@ -98,6 +98,8 @@ export interface ShownMessage {
 }
 
 export interface ChatPage extends WatchedPage {
+  /** Every response of the API the page got, in order, as `METHOD path status` (path without the scope's prefix). */
+  responses: string[];
   messages(): Promise<ShownMessage[]>;
   /** useChat's status: `ready`, `submitted`, `streaming`, `error` (or `loading` before the history came). */
   status(): Promise<string>;
@@ -114,6 +116,14 @@ export interface ChatPage extends WatchedPage {
 export async function openChatPage(context: BrowserContext, origin: string, settings: ChatSettings): Promise<ChatPage> {
   const w = await openPage(context);
   const { page } = w;
+  const responses: string[] = [];
+  const scopePath = `/v1/scopes/${settings.scope}`;
+  page.on('response', (r) => {
+    const url = new URL(r.url());
+    if (url.origin === settings.baton && r.request().method() !== 'OPTIONS') {
+      responses.push(`${r.request().method()} ${url.pathname.replace(scopePath, '')} ${r.status()}`);
+    }
+  });
   const url = `${origin}/#${new URLSearchParams({ ...settings })}`;
   const byId = (id: string): Locator => page.getByTestId(id);
   /** The history came (or its failure, thrown with what the page said). */
@@ -143,6 +153,7 @@ export async function openChatPage(context: BrowserContext, origin: string, sett
   let last: ShownMessage[] = [];
   return {
     ...w,
+    responses,
     messages,
     status: async () => (await byId('status').textContent()) ?? '',
     async send(text) {
