@@ -146,8 +146,9 @@ function post(
 const VALID: Record<string, string> = {
   scope: 'acme', runId: 'rmissing0000000000', sessionId: 's1', runtimeId: 'default', stepKey: 'step:charge:1',
   waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`, bucket: 'fuzz:bucket', scheduleId: 'schmissing0000',
+  chatId: 'c1',
 };
-const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket', 'scheduleId'];
+const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket', 'scheduleId', 'chatId'];
 
 /** A path segment: mostly hostile, sometimes valid, already safe to put in a request line. */
 const segment = (name: string) =>
@@ -454,6 +455,67 @@ function expectBodyRefusal(text: string, what: string): void {
 
 /** Mostly one of `good`, sometimes one of `bad`. */
 const mostlyOf = <T, U>(good: T[], bad: U[]) => mostly(fc.constantFrom(...good), fc.constantFrom(...bad), 6);
+
+/** A chat part: a text part mostly, an approval answer, or parts of the wrong shape. */
+const chatPart = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ type: fc.constant('text'), text: mostlyOf(['hello', 'a b c'], ['', 7, null]) }) },
+  { weight: 1, arbitrary: fc.record({
+    type: fc.constant('dynamic-tool'), state: mostlyOf(['approval-responded'], ['x'.repeat(65)]),
+    approval: mostlyOf([{ id: 'rmissing0000000000/wait:approve:1', approved: true }, { id: 'x', approved: false, reason: 'no' }], [{ approved: true }, null]),
+  }) },
+  { weight: 1, arbitrary: fc.constantFrom({}, null, 'text', { type: 1 }, { type: 'text', text: 't'.repeat(300_000) }) },
+);
+
+/** POST …/chat bodies as DefaultChatTransport sends them, with fields missing, of the wrong type, or unknown. */
+const chatBody = fc.record({
+  id: mostlyOf(['fz-chat', 'c-1'], ['', '{x}', 'a:b', 7]),
+  messages: mostly(fc.array(fc.record({
+    id: mostlyOf(['m1', 'm2'], [3, 'x'.repeat(300)]),
+    role: mostlyOf(['user', 'assistant'], ['tool', 'robot']),
+    parts: mostly(fc.array(chatPart, { maxLength: 3 }), fc.constantFrom(null, 'text', [[]]), 6),
+  }, { requiredKeys: ['id', 'role', 'parts'] }), { maxLength: 3 }), fc.constantFrom(null, {}, 'hi'), 6),
+  trigger: mostlyOf(['submit-message', 'regenerate-message'], ['resume-stream', '', null]),
+  messageId: mostlyOf(['rmissing0000000000', 'm1'], [5, 'x'.repeat(300)]),
+  agent: mostlyOf(['echo'], ['{x}', 3]),
+  runtime: mostlyOf(['fz-none'], ['../x']),
+  metadata: mostlyOf([{ a: 1 }], [[], 'm']),
+  extra: mostlyOf([undefined], ['a field DefaultChatTransport does not send']),
+}, { requiredKeys: ['id', 'messages', 'trigger'] });
+
+const VALID_CHAT = { id: 'fz-chat', messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text: 'hello' }] }], trigger: 'submit-message' };
+
+describe('generated chat bodies', () => {
+  it('stream a turn, or are refused 4xx with a registered code (400 naming a body field), and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    const refused = new Map<string, number>();
+    await fc.assert(
+      fc.asyncProperty(fc.oneof({ weight: 1, arbitrary: fc.constant(VALID_CHAT) }, { weight: 4, arbitrary: chatBody }), async (body) => {
+        const text = JSON.stringify(body);
+        const res = await send('POST', '/v1/scopes/acme/chat', {
+          authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
+        }, text);
+        const what = `${text.slice(0, 400)} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 200) {
+          accepted++;
+          expect(res.headers['x-vercel-ai-ui-message-stream'], what).toBe('v1');
+          baseline = await snapshot();
+          return;
+        }
+        const error = (JSON.parse(res.text) as { error: { code: keyof typeof ERROR_CODES } }).error;
+        refused.set(error.code, (refused.get(error.code) ?? 0) + 1);
+        expect(ERROR_CODES[error.code].status, what).toBe(res.status);
+        if (error.code === 'VALIDATION_FAILED') expectBodyRefusal(res.text, what);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated chat bodies: ${accepted} streamed; refusals by code:`, Object.fromEntries(refused));
+    expect(accepted).toBeGreaterThan(0);
+    expect(refused.get('VALIDATION_FAILED')).toBeGreaterThan(0);
+  });
+});
 
 /** POST …/runs/cancel and …/runs/rerun bodies: filters mostly whole, some empty, of unknown fields or bad values. */
 const bulkBody = fc.record({

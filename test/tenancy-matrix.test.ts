@@ -20,7 +20,7 @@ vi.setConfig({ testTimeout: 180_000 });
 let h: Harness;
 let url: string;
 let routes: { method: string; path: string; access: string }[];
-const ids: Record<string, string> = { scope: 'acme', sessionId: 'm1', bucket: 'matrix:bucket' };
+const ids: Record<string, string> = { scope: 'acme', sessionId: 'm1', chatId: 'm1', bucket: 'matrix:bucket' };
 
 beforeAll(async () => {
   // No rate-limit bucket either: it expires by itself once full, which would look like a change.
@@ -98,6 +98,11 @@ function bodyFor(method: string, path: string): unknown {
   if (path.endsWith('/limits') && method === 'PUT') return { maxActive: 100_000, submitBurst: 1_000_000 };
   if (path.endsWith('/runs') && method === 'POST') return { sessionId: 'm1', input: { content: 'hijack' }, runtime: h.runtime };
   if (path.endsWith('/resolve')) return { value: 'forged' };
+  // A regenerate of acme's finished turn: on B's own scope it names no run of B's (an answer
+  // that streamed would wait for a worker this matrix does not run).
+  if (path.endsWith('/chat')) {
+    return { id: 'm1', messages: [{ id: 'u', role: 'user', parts: [{ type: 'text', text: 'hijack' }] }], trigger: 'regenerate-message', messageId: ids.runId };
+  }
   if (path.includes('/waits/')) return { value: { approved: true } };
   if (path.endsWith('/drain') && method === 'POST') return { cancelQueued: true };
   if (path.endsWith('/schedules') && method === 'POST') return SCHEDULE_BODY;
@@ -107,6 +112,14 @@ function bodyFor(method: string, path: string): unknown {
   if (path.endsWith('/fork')) return { atTurn: 1, sessionId: 'm1-fork' };
   if (method === 'POST') return {};
   return undefined;
+}
+
+/** A GET's status and headers, its body left unread. */
+async function head(path: string, key: string) {
+  const stop = new AbortController();
+  const res = await fetch(`${url}${path}`, { headers: { authorization: `Bearer ${key}` }, signal: stop.signal });
+  stop.abort();
+  return { status: res.status, headers: res.headers, body: {} as Record<string, any> };
 }
 
 const send = async (method: string, path: string, key: string | undefined) =>
@@ -150,14 +163,22 @@ describe('a key of scope B on scope A', () => {
   it('on its own scope with A’s ids finds nothing of A, and A is unchanged', async () => {
     const before = await scopeState('acme');
     for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
-      const res = await send(r.method, urlFor(r.path, 'globex', ids), await h.key('globex', 'admin'));
+      // B's chat m1 runs B's turn made above (a submit on m1, for a worker this matrix does not
+      // run): its answer would stream for ever, so its head is what is read.
+      const res = r.path.endsWith('/chat/{chatId}/stream')
+        ? await head(urlFor(r.path, 'globex', ids), await h.key('globex', 'admin'))
+        : await send(r.method, urlFor(r.path, 'globex', ids), await h.key('globex', 'admin'));
       const what = `${r.method} ${r.path} on globex with acme's ids -> ${res.status} ${JSON.stringify(res.body).slice(0, 200)}`;
       expect(res.status, what).toBeLessThan(500);
       if (r.path.includes('{runId}')) {
         expect(res.status, what).toBe(404);
         expect(res.body.error.code, what).toBe('RUN_NOT_FOUND');
       }
-      if (r.path.endsWith('/messages')) expect(res.body.messages, what).toEqual([]);
+      if (r.path.endsWith('/sessions/{sessionId}/messages')) expect(res.body.messages, what).toEqual([]);
+      // B's own chat m1 holds at most B's turn made above (a submit on m1), nothing of A's.
+      if (r.path.endsWith('/chat/{chatId}/messages')) expect(JSON.stringify(res.body), what).not.toContain('of acme');
+      if (r.path.endsWith('/chat/{chatId}/stop')) expect(res.body.run?.scope ?? 'globex', what).toBe('globex');
+      if (r.path.endsWith('/chat')) expect(res.body.error?.code, what).toBe('RUN_NOT_FOUND');
       if (r.path.includes('{scheduleId}')) expect(res.body.error?.code, what).toBe('SCHEDULE_NOT_FOUND');
       if (r.path.includes('{operationId}')) expect(res.body.error?.code, what).toBe('OPERATION_NOT_FOUND');
       if (r.path.endsWith('/sessions/{sessionId}/fork')) expect(res.body.error?.code, what).toBe('TURN_NOT_FOUND');
@@ -167,6 +188,12 @@ describe('a key of scope B on scope A', () => {
         const foreign = await send('GET', `/v1/scopes/acme/runs/${ids.runId}/events?access_token=${res.body.token}`, undefined);
         expect(foreign, what).toMatchObject(await send('GET', `/v1/scopes/acme/runs/${ids.runId}/events`, undefined));
         expect(foreign.status, what).toBe(401);
+        // Nor anything of acme's chat m1.
+        for (const chatPath of ['/chat/m1/messages', '/chat/m1/stream']) {
+          const chat = await send('GET', `/v1/scopes/acme${chatPath}?access_token=${res.body.token}`, undefined);
+          expect(chat, what).toMatchObject(await send('GET', `/v1/scopes/acme${chatPath}`, undefined));
+          expect(chat.status, what).toBe(401);
+        }
       }
       if (r.path.endsWith('/stats')) expect(res.body.counts, what).toMatchObject({ succeeded: 0, blocked: 0 });
     }
@@ -355,6 +382,7 @@ describe('a stream token of scope A', () => {
     const before = await scopeState('acme');
     const withToken = (path: string, token: string) => `${path}${path.includes('?') ? '&' : '?'}access_token=${encodeURIComponent(token)}`;
     let opened = 0;
+    let chats = 0;
     for (const token of [runToken, sessionToken]) {
       for (const r of routes.filter((x) => x.path.includes('{scope}'))) {
         for (const [scope, values] of [['acme', ids], ['globex', ids], ['acme', { ...ids, runId: ids.blockedRunId }]] as const) {
@@ -364,7 +392,13 @@ describe('a stream token of scope A', () => {
           const inQuery = await send(r.method, withToken(path, token), undefined);
           const asKey = await send(r.method, path, token);
           expect(asKey.status, `${what} (as a key)`).toBe(401);
-          if (r.access === 'stream' && scope === 'acme' && values.runId === ids.runId) {
+          // A chat's routes name its session: the session's token opens them (no turn runs in m1: 204 for its stream).
+          if (r.access === 'stream' && r.path.includes('{chatId}') && token === sessionToken && scope === 'acme') {
+            expect(inQuery.status, what).toBe(r.path.endsWith('/stream') ? 204 : 200);
+            chats++;
+            continue;
+          }
+          if (r.access === 'stream' && !r.path.includes('{chatId}') && scope === 'acme' && values.runId === ids.runId) {
             expect(inQuery.status, what).toBe(200);
             expect(inQuery.headers.get('content-type'), what).toMatch(/^text\/event-stream/);
             opened++;
@@ -377,6 +411,8 @@ describe('a stream token of scope A', () => {
       }
     }
     expect(opened).toBe(2);
+    // GET …/chat/m1/stream and …/messages, each with acme's two run ids.
+    expect(chats).toBe(4);
     expect(await scopeState('acme')).toEqual(before);
   });
 });

@@ -209,11 +209,15 @@ export class ChatEncoder implements EventEncoder {
     if (s.status !== 'waiting') return false;
     const approvals = (s.waits ?? []).filter((w) => w.kind === 'approval');
     for (const w of approvals) {
-      const call = this.calls.find((c) => (w.name === c.name || w.name.endsWith(`.${c.name}`)) && !this.resultsShown.has(c.callId));
-      if (!call) continue;
       const approvalId = approvalIdOf(this.o.runId, w.key);
       if (this.approvalsShown.has(approvalId)) continue;
       this.approvalsShown.add(approvalId);
+      // The call the model asked for; an agent's own ctx.tool reports none, so the wait is the call.
+      let call = this.calls.find((c) => (w.name === c.name || w.name.endsWith(`.${c.name}`)) && !this.resultsShown.has(c.callId));
+      if (!call) {
+        call = { callId: approvalId, name: w.name, args: w.prompt ?? {}, agent: '', role: 'assistant' };
+        this.toolCall(call, out);
+      }
       this.calls = this.calls.filter((c) => c !== call);
       out.push({ type: 'tool-approval-request', approvalId, toolCallId: call.callId });
     }

@@ -6,7 +6,9 @@ import { presentRun } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteInput, type RouteSpec } from './route.ts';
 import { admitStream } from './routes-runs.ts';
-import { chatBody, chatParams, emptyBody, lastEventIdHeader, messagesQuery, scopeParams, type ChatBody } from './schemas.ts';
+import {
+  chatBody, chatMessagesQuery, chatParams, chatStreamQuery, emptyBody, lastEventIdHeader, scopeParams, type ChatBody,
+} from './schemas.ts';
 import type { AppDeps } from './deps.ts';
 import { serveEvents } from './sse.ts';
 
@@ -46,7 +48,7 @@ export const chatRoutes: RouteSpec[] = [
     summary: "The running turn's answer of a chat, replayed from the message's start (the SDK's reconnectToStream, " +
       'resumeStreamIsReplay), or after Last-Event-ID; 204 when no turn runs. A key, or a stream token for the session.',
     access: 'stream', cors: GET_HEADERS,
-    params: chatParams, headers: { 'Last-Event-ID': lastEventIdHeader },
+    params: chatParams, query: chatStreamQuery, headers: { 'Last-Event-ID': lastEventIdHeader },
     ok: {
       200: { description: 'the answer, then live until it ends', schema: res.uiMessageStream, contentType: 'text/event-stream' },
       204: { description: 'no turn runs in this chat' },
@@ -70,10 +72,10 @@ export const chatRoutes: RouteSpec[] = [
     summary: "A chat's history as the AI SDK's UIMessage[], oldest first (the running turn's question last): " +
       'what useChat starts from before it resumes. A key, or a stream token for the session.',
     access: 'stream', cors: GET_HEADERS, readCost: true,
-    params: chatParams, query: messagesQuery,
+    params: chatParams, query: chatMessagesQuery,
     ok: { 200: { description: 'a page of messages', schema: res.chatMessagesResponse } },
-    async handler({ params: { scope, chatId }, query }, d) {
-      const history = await d.chats.history(scope, chatId, query);
+    async handler({ params: { scope, chatId }, query: { limit, cursor } }, d) {
+      const history = await d.chats.history(scope, chatId, { limit, cursor });
       return { body: { messages: chatMessages(history), nextCursor: history.nextCursor } };
     },
   }),

@@ -237,8 +237,19 @@ const chatPart = z.looseObject({
   type: z.string().max(128),
   text: z.string().max(MAX_CONTENT_CHARS).optional(),
   state: z.string().max(64).optional(),
-  approval: z.looseObject({ id: z.string().max(256), approved: z.boolean().optional(), reason: z.string().max(4096).optional() }).optional(),
+  approval: z.looseObject({
+    id: z.string().max(256), approved: z.boolean().optional(), reason: z.string().max(4096).optional(),
+  }).optional(),
 });
+
+/** GET …/chat/{chatId}/stream: a stream token instead of a key. */
+export const chatStreamQuery = z.strictObject({
+  access_token: z.string()
+    .describe('a stream token of the chat\'s session (POST …/sessions/{sessionId}/stream-token), instead of an API key').optional(),
+});
+
+/** GET …/chat/{chatId}/messages: a page of messages, and a stream token instead of a key. */
+export const chatMessagesQuery = messagesQuery.extend({ access_token: chatStreamQuery.shape.access_token });
 
 /** A UIMessage as `DefaultChatTransport` sends it. */
 const chatMessage = z.looseObject({

@@ -1,0 +1,73 @@
+import { DefaultChatTransport, readUIMessageStream, type UIMessage, type UIMessageChunk } from 'ai';
+import { describe, expect, it } from 'vitest';
+import { ChatEncoder } from '../src/api/chat-stream.ts';
+import type { RunEvent } from '../src/lib/streams/log.ts';
+
+/**
+ * The encoder alone, on logs written by hand: what a page holds after a later attempt (a worker
+ * died, a wait was answered) runs the turn again. Parsed by the SDK's transport, built by its
+ * readUIMessageStream.
+ */
+let seq = 0;
+const ev = (type: string, data: unknown): RunEvent => ({ id: `1-${++seq}`, type, data: JSON.stringify(data) });
+const token = (text: string) => ev('token', { text, agent: 'a', role: 'assistant' });
+const attempt = (n: number, extra: Record<string, unknown> = {}) => ev('attempt', { attempt: n, maxAttempts: 3, ...extra });
+const end = (answer: string) => ev('end', { status: 'succeeded', result: { answer, finishReason: 'stop', toolCallsSeen: 0 } });
+
+async function page(events: RunEvent[], batches = 1): Promise<{ chunks: UIMessageChunk[]; message: UIMessage }> {
+  const encoder = new ChatEncoder({ messageId: 'r1', runId: 'r1' });
+  let text = encoder.head();
+  const size = Math.ceil(events.length / batches);
+  for (let i = 0; i < events.length; i += size) text += encoder.encode(events.slice(i, i + size)).text;
+  const t = new DefaultChatTransport<UIMessage>({ api: 'http://unused.test', fetch: async () => new Response(text) });
+  const stream = await t.sendMessages({ chatId: 'x', messages: [], trigger: 'submit-message', messageId: undefined, abortSignal: undefined });
+  const [mine, sdk] = stream.tee();
+  const chunks: UIMessageChunk[] = [];
+  const collect = (async () => { for await (const c of mine) chunks.push(c); })();
+  let message: UIMessage | undefined;
+  for await (const m of readUIMessageStream({ stream: sdk })) message = m;
+  await collect;
+  return { chunks, message: message! };
+}
+
+const texts = (m: UIMessage) => m.parts.flatMap((p) => (p.type === 'text' ? [[p.text, p.state]] : []));
+
+describe('a later attempt', () => {
+  it('that says the same again sends nothing twice and grows the open part: the whole answer once, in one part', async () => {
+    const { message } = await page([
+      attempt(1), token('The answer '), token('is'),
+      attempt(2, { recovered: true }), token('The '), token('answer is'), token(' forty-two.'), end('The answer is forty-two.'),
+    ], 3);
+    expect(texts(message)).toEqual([['The answer is forty-two.', 'done']]);
+  });
+
+  it('that says something else closes the partial part as it stands and streams its text as a new part, never glued', async () => {
+    const { chunks, message } = await page([
+      attempt(1), token('Paris is '), token('sunny'),
+      attempt(2, { recovered: true }), token('Paris is '), token('rainy today.'), end('Paris is rainy today.'),
+    ]);
+    expect(texts(message)).toEqual([['Paris is sunny', 'done'], ['Paris is rainy today.', 'done']]);
+    const ids = chunks.flatMap((c) => (c.type === 'text-start' ? [c.id] : []));
+    expect(new Set(ids).size).toBe(2);
+    // The first part was closed before the second started.
+    expect(chunks.findIndex((c) => c.type === 'text-end' && c.id === ids[0])).toBeLessThan(chunks.findIndex((c) => c.type === 'text-start' && c.id === ids[1]));
+  });
+
+  it('after a wait replays the memoized call and its tool call silently, then streams the rest as the next step', async () => {
+    const call = { callId: 'c1', name: 'refund', args: { order: 'A' }, agent: 'a', role: 'assistant' };
+    const { chunks, message } = await page([
+      attempt(1), token('Let me check.'), ev('tool-call', call),
+      ev('status', { status: 'waiting', waits: [{ key: 'wait:refund:1', kind: 'approval', name: 'refund', prompt: { order: 'A' }, since: 1 }] }),
+      ev('status', { status: 'queued', wait: { key: 'wait:refund:1', outcome: 'resumed' } }),
+      attempt(1, { resumed: true }), token('Let me check.'), ev('tool-call', call),
+      ev('tool-result', { ...call, role: 'tool', ok: true, result: { refunded: 'A' } }), token('Done.'), end('Let me check.\n\nDone.'),
+    ]);
+    expect(message.parts.filter((p) => p.type !== 'step-start').map((p) => p.type)).toEqual(['text', 'dynamic-tool', 'text']);
+    expect(texts(message)).toEqual([['Let me check.', 'done'], ['Done.', 'done']]);
+    expect(message.parts.find((p) => p.type === 'dynamic-tool')).toMatchObject({ toolCallId: 'c1', state: 'output-available', output: { refunded: 'A' } });
+    // One model call per step: the text after the tool's result is the second.
+    expect(chunks.filter((c) => c.type === 'start-step')).toHaveLength(2);
+    // The approval was asked for on its call (the replay read it with the resumption behind it: the stream went on).
+    expect(chunks.find((c) => c.type === 'tool-approval-request')).toEqual({ type: 'tool-approval-request', approvalId: 'r1/wait:refund:1', toolCallId: 'c1' });
+  });
+});
