@@ -167,10 +167,10 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     await waitFor(async () => (await other.status()) === 'ready', 20_000, 'the other tab\'s stream to end');
     const run = await acme.waitStatus((await runOf(chat)).id, ['cancelled', 'succeeded', 'failed']);
     expect(run.status).toBe('cancelled');
-    // The model is let go on: the cancelled run had hung up on it, so nothing more is said.
-    g.open();
+    // The cancelled run hangs up on the model, which then says nothing more when let go on.
     const [model] = fake.requestsFor(`#${chat}`);
     await waitFor(() => model.ended, 20_000, 'the model call to end');
+    g.open();
     expect(model).toMatchObject({ ended: 'client-gone', tokensSent: HALF });
     for (const tab of [p, other]) {
       expect((await tab.messages()).map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', PARTIAL]]);

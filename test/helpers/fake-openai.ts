@@ -78,8 +78,11 @@ export interface RecordedRequest {
   at: number;
   /** Text tokens written to the stream so far (the client gone, none are written any more). */
   tokensSent: number;
-  /** How a streamed answer ended: whole, or with the client gone before its end. */
-  ended?: 'answered' | 'client-gone';
+  /**
+   * How the answer ended: `answered` (written whole), `cut` (dropped by the server, as the reply
+   * said) or `client-gone` (the client hung up first); unset while it is being written.
+   */
+  ended?: 'answered' | 'cut' | 'client-gone';
 }
 
 export interface EmbeddingRequest {
@@ -233,6 +236,7 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization, at, tokensSent: 0,
     };
     requests.push(rec);
+    res.once('close', () => { rec.ended ??= res.writableFinished ? 'answered' : 'client-gone'; });
 
     if (reply.kind === 'status') {
       const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -256,6 +260,7 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     if (!rec.stream) {
       if (reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
       if (reply.kind === 'cut') {
+        rec.ended = 'cut';
         res.destroy();
         return;
       }
@@ -279,13 +284,14 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       if (reply.kind === 'stream' && reply.gate?.after === i) await reply.gate.open;
       await pause();
       // The client went away (a cancelled run aborts its request): stop talking to nobody.
-      if (res.destroyed) return void (rec.ended = 'client-gone');
+      if (res.destroyed) return;
       res.write(chunk({ content: t }, null));
       rec.tokensSent++;
     }
     if (reply.kind === 'cut') {
       // Let the tokens reach the client before the connection drops, as a real cut would.
       await new Promise((r) => setTimeout(r, 20));
+      rec.ended = 'cut';
       res.destroy();
       return;
     }
@@ -304,7 +310,6 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       res.write(`data: ${JSON.stringify({ ...meta, object: 'chat.completion.chunk', choices: [], usage: reported })}\n\n`);
     }
     res.end('data: [DONE]\n\n');
-    rec.ended = 'answered';
   }
 
   function embeddings(
