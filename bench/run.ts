@@ -1,4 +1,5 @@
 import { cpus } from 'node:os';
+import { benchChatStream, printChatStream } from './chat-stream.ts';
 import { benchBaton, benchRawBullmq, httpFleet, type Throughput } from './e2e.ts';
 import { BURST, benchFirstToken, printFirstToken, type FirstTokenBench } from './first-token.ts';
 import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts';
@@ -47,7 +48,7 @@ const GOALS = {
 };
 
 const SECTIONS = [
-  'throughput', 'transitions', 'library', 'session-length', 'streams', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
+  'throughput', 'transitions', 'library', 'session-length', 'streams', 'chat-stream', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
   'replica-acks', 'tracing', 'hostile',
 ] as const;
 type Section = (typeof SECTIONS)[number];
@@ -252,6 +253,7 @@ async function main(redisUrl: string): Promise<void> {
   await section('library', () => benchLibraryCost(redisUrl), printLibraryCost);
   const sl = await section('session-length', () => benchSessionLength(redisUrl), printSessionLength);
   const st = await section('streams', () => benchStreams(redisUrl), printStreams);
+  await section('chat-stream', () => benchChatStream(redisUrl), printChatStream);
   const llm = await section('llm-streams', () => benchLlmStreams(redisUrl), printLlmStreams);
   const ft = await section('first-token', () => benchFirstToken(redisUrl), printFirstToken);
   const sm = await section('sse-memory', () => benchSseMemory(redisUrl), printSseMemory, sseMemoryUnavailable());

@@ -2,6 +2,7 @@ import { DefaultChatTransport, readUIMessageStream, type UIMessage, type UIMessa
 import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createChatAgent, defineTool } from '../src/lib/agents/chat.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { answer, callTools, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { words } from './helpers/stream-check.ts';
@@ -25,7 +26,18 @@ beforeAll(async () => {
   apiUrl = (await h.startApi({ CORS_ORIGINS: ORIGIN })).url;
   const common = { model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key' };
   await h.startWorker({
-    agents: [createChatAgent({
+    agents: [defineAgent({
+      name: 'reporter',
+      async run(ctx) {
+        ctx.emitData('progress', { done: 0 }, { id: 'p' });
+        ctx.emit('Looking. ');
+        ctx.emitData('progress', { done: 1 }, { id: 'p' });
+        ctx.emitData('source', { url: 'https://example.com/a' });
+        ctx.emitData('typing', { who: 'reporter' }, { transient: true });
+        ctx.emit('Found it.');
+        return 'Looking. Found it.';
+      },
+    }), createChatAgent({
       ...common, name: 'cashier', tools: {
         refund: defineTool({
           description: 'Refunds an order; a person approves each call first.',
@@ -168,6 +180,19 @@ describe('POST …/chat', () => {
     expect(page.messages.map((m: UIMessage) => [m.role, m.id])).toEqual([
       ['user', `${first.message.id}-user`], ['assistant', first.message.id], ['user', `${again.message.id}-user`], ['assistant', again.message.id],
     ]);
+  });
+});
+
+describe('ctx.emitData', () => {
+  it('reaches the page as data-<name> parts: one per id (the last replaces the first), transient data in no part', async () => {
+    const { chunks, message } = await read(await send('c-data', [userMessage('report')], { agent: 'reporter' }));
+    expect(message.parts.filter((p) => p.type.startsWith('data-'))).toEqual([
+      { type: 'data-progress', id: 'p', data: { done: 1 } }, { type: 'data-source', data: { url: 'https://example.com/a' } },
+    ]);
+    expect(chunks).toContainEqual({ type: 'data-typing', data: { who: 'reporter' }, transient: true });
+    expect(textOf(message)).toBe('Looking. Found it.');
+    // Streamed, never stored: the history holds the text.
+    expect(((await acme.get('/chat/c-data/messages')).body.messages as UIMessage[]).map(textOf)).toEqual(['report', 'Looking. Found it.']);
   });
 });
 

@@ -1,5 +1,5 @@
 import type { UIMessageChunk } from 'ai';
-import type { EndEventData, StatusEventData, TextEventData, ToolCallEventData, ToolResultEventData } from '../lib/contract/events.ts';
+import type { DataEventData, EndEventData, StatusEventData, TextEventData, ToolCallEventData, ToolResultEventData } from '../lib/contract/events.ts';
 import { compareIds, type RunEvent } from '../lib/streams/log.ts';
 import type { EventEncoder } from './sse.ts';
 
@@ -16,6 +16,7 @@ import type { EventEncoder } from './sse.ts';
  * | `tool-result` ok / not ok                 | `tool-output-available` / `tool-output-error`             |
  * | text or a call after tool results         | `finish-step`, `start-step` (one model call per step)     |
  * | `ephemeral`                               | `data-notice` {text}, transient (never in the message)    |
+ * | `data` (ctx.emitData)                     | `data-<name>` {id?, data, transient?}                     |
  * | `status` waiting on an approval           | `tool-approval-request` per call, `finish-step`, `finish` (tool-calls): the response ends |
  * | `attempt` (a later one)                   | nothing at once; see "A later attempt" below              |
  * | `end` succeeded                           | `text-end`, `finish-step`, `finish` {finishReason, messageMetadata: usage} |
@@ -128,6 +129,11 @@ export class ChatEncoder implements EventEncoder {
       case 'ephemeral':
         out.push({ type: 'data-notice', data: { text: (data as TextEventData).text }, transient: true });
         return false;
+      case 'data': {
+        const d = data as DataEventData;
+        out.push({ type: `data-${d.name}`, data: d.data, ...(d.dataId ? { id: d.dataId } : {}), ...(d.transient ? { transient: true } : {}) });
+        return false;
+      }
       case 'status':
         return this.status(data as StatusEventData, out, lastOfBatch);
       case 'end':

@@ -174,7 +174,7 @@ export const resumeResponse = z.object({
 export const healthResponse = z.object({ ok: z.boolean() }).catchall(z.unknown());
 
 export const sseStream = z.string().describe(
-  'text/event-stream: `id`, `event` (status | attempt | token | ephemeral | tool-call | tool-result | end), `data` (JSON)',
+  'text/event-stream: `id`, `event` (status | attempt | token | ephemeral | tool-call | tool-result | data | end), `data` (JSON)',
 );
 
 export const stepsResponse = z.object({

@@ -513,9 +513,9 @@ export const configSchema = z.object({
   STREAM_TOKEN_MINT_PER_MIN: z.coerce.number().int().min(0).max(1_000_000).default(600),
   /**
    * CORS_ORIGINS: origins (`https://app.example.com`, comma separated) whose pages may read the
-   * routes a stream token opens. Empty: no cross-origin page may, which is right until a
-   * deployment names its own front end; `*` is not offered, since a token page is always a
-   * known site of the tenant.
+   * routes a stream token opens, and call the chat routes (docs/chat-pages.md). Empty: no
+   * cross-origin page may, which is right until a deployment names its own front end; `*` is not
+   * offered, since a token page is always a known site of the tenant.
    */
   CORS_ORIGINS: z
     .string()

@@ -12,6 +12,8 @@ export type RunStreamEvent =
   | { id: string; type: 'tool-call'; data: ToolCallEventData }
   /** What a tool call gave back (or why it did not run); streamed when selected, never in the history. */
   | { id: string; type: 'tool-result'; data: ToolResultEventData }
+  /** Named data the agent streamed (`ctx.emitData`), never part of the answer or the history. */
+  | { id: string; type: 'data'; data: DataEventData }
   /** The last event of every run: its final status and result. */
   | { id: string; type: 'end'; data: EndEventData }
   /** An event type this client version does not know (`name` is its SSE event name). */
@@ -44,6 +46,16 @@ export type ToolResultEventData = Speaker & { callId: string; name: string; trun
   /** The tool was not run (bad arguments, unknown tool) or it failed. */
   | { ok: false; error: string }
 );
+
+export interface DataEventData extends Speaker {
+  /** What the data is (`weather`): a chat page sees it as a `data-<name>` part. */
+  name: string;
+  data: unknown;
+  /** Data of one name and id replaces the earlier one (a progress bar, say) instead of adding one. */
+  dataId?: string;
+  /** For the live reader only: a chat page gets it in `onData`, not as a part of the message. */
+  transient?: true;
+}
 
 export interface StatusEventData {
   status: PublicRunStatus | 'recovered';
@@ -91,4 +103,4 @@ export interface AttemptEventData { attempt: number; maxAttempts: number; recove
 export interface EndEventData { status: TerminalStatus; result: RunResult; error?: RunError }
 
 /** SSE event names a run's stream carries. */
-export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'tool-call', 'tool-result', 'end'] as const;
+export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'tool-call', 'tool-result', 'data', 'end'] as const;

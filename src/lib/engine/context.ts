@@ -49,6 +49,11 @@ export class RunWaiting extends Error {
 /** What ContextState.ended resolves with: the run parks or blocks (ContextState.stopped says which). */
 export const STOPPED: unique symbol = Symbol('stopped');
 
+/** ctx.emitData's names: a chat page's part type is `data-<name>`. */
+const DATA_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+/** ctx.emitData's most, as JSON: data is streamed, and every reader's API parses and frames it whole. */
+const MAX_DATA_BYTES = 64 * 1024;
+
 /** The value an approval takes; the API checks a resume against it like any wait's schema. */
 export const APPROVAL_SCHEMA: Record<string, unknown> = {
   type: 'object',
@@ -182,6 +187,7 @@ export class ContextState {
       signal: d.attempt.signal,
       log: prefix ? d.log.child({ subagent: agent }) : d.log,
       emit: (text, options) => this.emit(agent, text, options),
+      emitData: (name, data, options) => this.emitData(agent, name, data, options),
       step: (key, fn, options) => this.memoized(agent, 'step', prefix + key, fn, options?.idempotent ?? true),
       infer: (name, fn, options) => this.memoized(agent, 'infer', prefix + name, fn, true, options),
       tool: (name, args, fn, options) => {
@@ -365,6 +371,22 @@ export class ContextState {
     this.emitted += text;
     for (const c of this.captures) if (c.agent === agent) c.text += text;
     this.d.writer.token(text, { agent, role: 'assistant' });
+  }
+
+  private emitData(agent: string, name: string, data: unknown, options?: { id?: string; transient?: boolean }): void {
+    if (typeof name !== 'string' || !DATA_NAME.test(name)) throw new TypeError(`ctx.emitData: name ${JSON.stringify(name)} must match ${DATA_NAME}`);
+    if (options?.id !== undefined && (typeof options.id !== 'string' || options.id.length > 128)) {
+      throw new TypeError('ctx.emitData: id must be a string of at most 128 characters');
+    }
+    const json = JSON.stringify(data ?? null);
+    if (Buffer.byteLength(json) > MAX_DATA_BYTES) throw new TypeError(`ctx.emitData(${name}): the data is more than ${MAX_DATA_BYTES} bytes of JSON`);
+    this.publish({
+      type: 'data',
+      data: {
+        name, data: JSON.parse(json) as unknown, agent, role: 'assistant',
+        ...(options?.id !== undefined ? { dataId: options.id } : {}), ...(options?.transient ? { transient: true as const } : {}),
+      },
+    });
   }
 
   /** Writes a non-text event to the log if the agent selects it. */

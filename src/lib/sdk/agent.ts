@@ -124,6 +124,13 @@ export interface RunContext {
   readonly log: Logger;
   /** Streams a token delta; never blocks on Redis. */
   emit(text: string, options?: EmitOptions): void;
+  /**
+   * Streams named JSON data to the run's readers (a chat page gets a `data-<name>` part): never
+   * part of the answer or the history, and not replayed by a memo hit. `id`: data of the same
+   * name and id replaces the earlier one on a chat page; `transient`: live readers only (a chat
+   * page's onData), no part of the message. At most 64 KiB of JSON.
+   */
+  emitData(name: string, data: unknown, options?: { id?: string; transient?: boolean }): void;
   /** A memoized unit of work: its result is stored and returned by later attempts without calling fn. */
   step<T>(key: string, fn: (call: StepCall) => Promise<T> | T, options?: StepOptions): Promise<T>;
   /**

@@ -1,4 +1,4 @@
-import type { EventRole, TextEventData, ToolCallEventData, ToolResultEventData } from '../contract/events.ts';
+import type { DataEventData, EventRole, TextEventData, ToolCallEventData, ToolResultEventData } from '../contract/events.ts';
 
 /**
  * What an agent's run says besides its status: text, notices, tool calls and tool results,
@@ -9,7 +9,8 @@ export type AgentEvent =
   | { type: 'token'; data: TextEventData }
   | { type: 'ephemeral'; data: TextEventData }
   | { type: 'tool-call'; data: ToolCallEventData }
-  | { type: 'tool-result'; data: ToolResultEventData };
+  | { type: 'tool-result'; data: ToolResultEventData }
+  | { type: 'data'; data: DataEventData };
 
 /** true: the event is streamed (and, for text, committed); false: it is left out. */
 export type EventPredicate = (event: AgentEvent) => boolean;

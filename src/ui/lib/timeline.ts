@@ -102,6 +102,9 @@ function apply(t: Timeline, e: RunStreamEvent): void {
     case 'status':
       push(t, e, statusSummary(e.data as unknown as Record<string, unknown>));
       return;
+    case 'data':
+      push(t, e, `${e.data.name}${e.data.dataId ? ` #${e.data.dataId}` : ''}: ${short(json(e.data.data), 120)}`, e.type, speaker(e.data));
+      return;
     case 'ephemeral':
       t.notices.push({ id: e.id, text: e.data.text });
       push(t, e, e.data.text, e.type, speaker(e.data));
