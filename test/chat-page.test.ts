@@ -6,6 +6,7 @@ import { openChatPage, SDKS, serveChatPage, type ChatPage, type Sdk, type ShownM
 import { answer, callTools, startFakeOpenAI, type FakeGate, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { skipWithout } from './helpers/programs.ts';
 import { useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { batonChat } from '../src/server.ts';
 import { refundKey } from './fixtures/chat-page-agents.ts';
 
 /** Without Chromium (a developer's machine that lacks it) these tests are skipped by name; CI=true fails instead. */
@@ -34,6 +35,8 @@ let worker: Child;
 let acme: ScopeClient;
 let browser: BrowserContext;
 const origins = new Map<string, string>();
+/** The same pages served by an app whose own route (`batonChat`) holds the key. */
+const appOrigins = new Map<string, string>();
 let pages: ChatPage[] = [];
 
 /** A `baton worker` child whose model is the fake server, serving the built-in `chat` and the fixture's agents. */
@@ -50,6 +53,9 @@ beforeAll(async () => {
   api = await h.spawn('api', { env: { CORS_ORIGINS: [...origins.values()].join(',') } });
   worker = await startWorker();
   acme = await h.client(api.url!, 'acme', 'client');
+  // The app sets the agent and runtime; a page cannot choose others.
+  const app = batonChat({ url: api.url!, scope: 'acme', apiKey: acme.key, agent: 'chat', runtime: h.runtime });
+  for (const sdk of SDKS) appOrigins.set(sdk.id, (await serveChatPage(sdk, app.node)).origin);
   browser = await launchBrowser();
 }, 120_000);
 
@@ -160,6 +166,7 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     const other = await chatPage(sdk, chat);
     await other.until(shows(PARTIAL), 'the first half in the other tab');
     await p.stop();
+    await waitFor(() => p.responses.includes(`POST /chat/${chat}/stop 200`), 20_000, 'the stop to be answered');
     await waitFor(async () => (await other.status()) === 'ready', 20_000, 'the other tab\'s stream to end');
     const run = await acme.waitStatus((await runOf(chat)).id, ['cancelled', 'succeeded', 'failed']);
     expect(run.status).toBe('cancelled');
@@ -172,7 +179,6 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
       expect((await tab.messages()).map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', PARTIAL]]);
       expect(await tab.status()).toBe('ready');
     }
-    expect(p.responses).toContain(`POST /chat/${chat}/stop 200`);
 
     const history = await acme.get(`/chat/${chat}/messages`);
     expect(history.status).toBe(200);
@@ -210,6 +216,45 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     expect(await h.redis.get(refundKey(h.prefix, order))).toBe('1');
     expect(fake.requestsFor(`#${chat}`)).toHaveLength(2);
     expect((await acme.waitStatus((await runOf(chat)).id, ['succeeded'])).status).toBe('succeeded');
+    expect(p.errors).toEqual([]);
+  });
+});
+
+describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name, with no key, through the app\'s own route', (sdk) => {
+  it('streams, resumes after a reload and stops through batonChat', async () => {
+    const chat = `app-${sdk.id}`;
+    const g = gate();
+    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate }), answer(ANSWER, { gate: gate(HALF).gate })]);
+    // The page asks for `echo`; the app's route runs `chat`, whose answer is the model's.
+    const p = await openChatPage(browser, appOrigins.get(sdk.id)!, { chat, agent: 'echo', runtime: 'elsewhere' });
+    pages.push(p);
+    const question = `Tell me #${chat}`;
+    await p.send(question);
+    await p.until(shows(PARTIAL), 'the first half');
+    await p.reload();
+    await p.until(shows(PARTIAL), 'the first half again after the reload');
+    g.open();
+    await expectWhole(p, question);
+    expect(p.responses).toEqual([
+      `GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 204`, 'POST /chat 200',
+      `GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 200`,
+    ]);
+
+    // A second turn, stopped halfway: the app's route forwards the stop too.
+    const again = `Once more #${chat}`;
+    await p.send(again);
+    await p.until((shown) => shown.length === 4 && shown[3].text === PARTIAL, 'the second answer\'s first half');
+    await p.stop();
+    await waitFor(() => p.responses.includes(`POST /chat/${chat}/stop 200`), 20_000, 'the stop to be answered');
+    const runs = (await acme.get(`/runs?sessionId=${chat}`)).body.runs;
+    expect(runs.map((r: any) => [r.agent, r.runtime])).toEqual([['chat', h.runtime], ['chat', h.runtime]]);
+    expect((await acme.waitStatus(runs[0].id, ['cancelled', 'succeeded', 'failed'])).status).toBe('cancelled');
+    expect(p.responses.slice(5)).toEqual(['POST /chat 200', `POST /chat/${chat}/stop 200`]);
+    expect(await p.status()).toBe('ready');
+    const history = (await acme.get(`/chat/${chat}/messages`)).body.messages;
+    expect(history.map((m: any) => [m.role, m.metadata?.incomplete ?? false])).toEqual([
+      ['user', false], ['assistant', false], ['user', false], ['assistant', true],
+    ]);
     expect(p.errors).toEqual([]);
   });
 });

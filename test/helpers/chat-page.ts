@@ -1,4 +1,4 @@
-import { createServer } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { build } from 'esbuild';
@@ -67,10 +67,14 @@ const INDEX = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Chat</title><link rel="icon" href="data:,"></head>
 <body><div id="root"></div><script type="module" src="page.js"></script></body></html>`;
 
-/** A static server for the page built against `sdk`, on a port of its own: another origin than the API's. */
-export async function serveChatPage(sdk: Sdk): Promise<{ origin: string }> {
+/**
+ * A server for the page built against `sdk`, on a port of its own: another origin than the
+ * API's. `app`, when given, is the app's own chat route, mounted at `/api/chat`.
+ */
+export async function serveChatPage(sdk: Sdk, app?: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ origin: string }> {
   const script = await bundleChatPage(sdk);
   const server = createServer((req, res) => {
+    if (app && /^\/api\/chat(\/|$)/.test(req.url ?? '')) return app(req, res);
     const [type, body] = req.url === '/' ? ['text/html', INDEX] : req.url === '/page.js' ? ['text/javascript', script] : [];
     if (!body) return void res.writeHead(404).end();
     res.writeHead(200, { 'content-type': `${type}; charset=utf-8`, 'cache-control': 'no-store' }).end(body);
@@ -83,8 +87,11 @@ export async function serveChatPage(sdk: Sdk): Promise<{ origin: string }> {
   return { origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
-/** What the page gets in its fragment. */
-export interface ChatSettings { baton: string; scope: string; key: string; chat: string; agent: string; runtime: string }
+/**
+ * What the page gets in its fragment: Baton's origin, a scope and a key to call Baton itself;
+ * without them it calls the app's route of its own origin.
+ */
+export interface ChatSettings { baton?: string; scope?: string; key?: string; chat: string; agent: string; runtime: string }
 
 /** A message as the page renders it. */
 export interface ShownMessage {
@@ -98,7 +105,7 @@ export interface ShownMessage {
 }
 
 export interface ChatPage extends WatchedPage {
-  /** Every response of the API the page got, in order, as `METHOD path status` (path without the scope's prefix). */
+  /** Every response of a chat route the page got, in order, as `METHOD path status` (the path from its `/chat`). */
   responses: string[];
   messages(): Promise<ShownMessage[]>;
   /** useChat's status: `ready`, `submitted`, `streaming`, `error` (or `loading` before the history came). */
@@ -117,14 +124,12 @@ export async function openChatPage(context: BrowserContext, origin: string, sett
   const w = await openPage(context);
   const { page } = w;
   const responses: string[] = [];
-  const scopePath = `/v1/scopes/${settings.scope}`;
   page.on('response', (r) => {
-    const url = new URL(r.url());
-    if (url.origin === settings.baton && r.request().method() !== 'OPTIONS') {
-      responses.push(`${r.request().method()} ${url.pathname.replace(scopePath, '')} ${r.status()}`);
-    }
+    const chatPath = /\/chat(\/.*)?$/.exec(new URL(r.url()).pathname);
+    if (chatPath && r.request().method() !== 'OPTIONS') responses.push(`${r.request().method()} ${chatPath[0]} ${r.status()}`);
   });
-  const url = `${origin}/#${new URLSearchParams({ ...settings })}`;
+  const given = Object.entries(settings).filter((e): e is [string, string] => e[1] !== undefined);
+  const url = `${origin}/#${new URLSearchParams(given)}`;
   const byId = (id: string): Locator => page.getByTestId(id);
   /** The history came (or its failure, thrown with what the page said). */
   const loaded = async () => {
