@@ -37,6 +37,12 @@ beforeAll(async () => {
         ctx.emit('Found it.');
         return 'Looking. Found it.';
       },
+    }), defineAgent({
+      name: 'failing',
+      run(ctx) {
+        ctx.emit('Half an answer');
+        throw new Error('the ledger is closed');
+      },
     }), createChatAgent({
       ...common, name: 'cashier', tools: {
         refund: defineTool({
@@ -179,6 +185,23 @@ describe('POST …/chat', () => {
     const page = (await acme.get('/chat/c-regen/messages')).body;
     expect(page.messages.map((m: UIMessage) => [m.role, m.id])).toEqual([
       ['user', `${first.message.id}-user`], ['assistant', first.message.id], ['user', `${again.message.id}-user`], ['assistant', again.message.id],
+    ]);
+  });
+});
+
+describe('a turn that fails', () => {
+  it('ends with the SDK\'s error chunk, its message the run\'s error, and the history keeps the partial answer incomplete', async () => {
+    const t = transport({ agent: 'failing' });
+    const stream = await t.sendMessages({ chatId: 'c-fail', messages: [userMessage('try')], trigger: 'submit-message', messageId: undefined, abortSignal: undefined });
+    const chunks: UIMessageChunk[] = [];
+    for await (const c of stream) chunks.push(c);
+    const run = (await acme.get(`/runs/${(chunks[0] as { messageId: string }).messageId}`)).body;
+    expect(run.status).toBe('failed');
+    expect(chunks.at(-1)).toEqual({ type: 'error', errorText: `${run.lastError.code}: ${run.lastError.message}` });
+    expect(chunks.at(-2)).toMatchObject({ type: 'message-metadata', messageMetadata: { status: 'failed', incomplete: true } });
+    const history = (await acme.get('/chat/c-fail/messages')).body.messages as UIMessage[];
+    expect(history.map((m) => [m.role, textOf(m), (m.metadata as { incomplete?: boolean }).incomplete])).toEqual([
+      ['user', 'try', undefined], ['assistant', 'Half an answer', true],
     ]);
   });
 });

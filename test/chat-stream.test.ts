@@ -1,4 +1,7 @@
-import { DefaultChatTransport, readUIMessageStream, type UIMessage, type UIMessageChunk } from 'ai';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import * as ai6 from 'ai';
+import type { UIMessage, UIMessageChunk } from 'ai';
 import { describe, expect, it } from 'vitest';
 import { ChatEncoder } from '../src/api/chat-stream.ts';
 import type { RunEvent } from '../src/lib/streams/log.ts';
@@ -6,35 +9,37 @@ import type { RunEvent } from '../src/lib/streams/log.ts';
 /**
  * The encoder alone, on logs written by hand: what a page holds after a later attempt (a worker
  * died, a wait was answered) runs the turn again. Parsed by the SDK's transport, built by its
- * readUIMessageStream.
+ * readUIMessageStream: `ai` 6 (the server's) and `ai` 7 (the one @ai-sdk/react 4 uses).
  */
+const ai7 = (await import(pathToFileURL(createRequire(import.meta.resolve('@ai-sdk/react')).resolve('ai')).href)) as typeof ai6;
+const SDKS = [['ai 6', ai6], ['ai 7', ai7]] as const;
 let seq = 0;
 const ev = (type: string, data: unknown): RunEvent => ({ id: `1-${++seq}`, type, data: JSON.stringify(data) });
 const token = (text: string) => ev('token', { text, agent: 'a', role: 'assistant' });
 const attempt = (n: number, extra: Record<string, unknown> = {}) => ev('attempt', { attempt: n, maxAttempts: 3, ...extra });
 const end = (answer: string) => ev('end', { status: 'succeeded', result: { answer, finishReason: 'stop', toolCallsSeen: 0 } });
 
-async function page(events: RunEvent[], batches = 1): Promise<{ chunks: UIMessageChunk[]; message: UIMessage }> {
+async function page(sdk: typeof ai6, events: RunEvent[], batches = 1): Promise<{ chunks: UIMessageChunk[]; message: UIMessage }> {
   const encoder = new ChatEncoder({ messageId: 'r1', runId: 'r1' });
   let text = encoder.head();
   const size = Math.ceil(events.length / batches);
   for (let i = 0; i < events.length; i += size) text += encoder.encode(events.slice(i, i + size)).text;
-  const t = new DefaultChatTransport<UIMessage>({ api: 'http://unused.test', fetch: async () => new Response(text) });
+  const t = new sdk.DefaultChatTransport<UIMessage>({ api: 'http://unused.test', fetch: async () => new Response(text) });
   const stream = await t.sendMessages({ chatId: 'x', messages: [], trigger: 'submit-message', messageId: undefined, abortSignal: undefined });
-  const [mine, sdk] = stream.tee();
+  const [mine, theirs] = stream.tee();
   const chunks: UIMessageChunk[] = [];
   const collect = (async () => { for await (const c of mine) chunks.push(c); })();
   let message: UIMessage | undefined;
-  for await (const m of readUIMessageStream({ stream: sdk })) message = m;
+  for await (const m of sdk.readUIMessageStream({ stream: theirs })) message = m;
   await collect;
   return { chunks, message: message! };
 }
 
 const texts = (m: UIMessage) => m.parts.flatMap((p) => (p.type === 'text' ? [[p.text, p.state]] : []));
 
-describe('a later attempt', () => {
+describe.each(SDKS)('a later attempt, read by %s', (_, sdk) => {
   it('that says the same again sends nothing twice and grows the open part: the whole answer once, in one part', async () => {
-    const { message } = await page([
+    const { message } = await page(sdk, [
       attempt(1), token('The answer '), token('is'),
       attempt(2, { recovered: true }), token('The '), token('answer is'), token(' forty-two.'), end('The answer is forty-two.'),
     ], 3);
@@ -42,7 +47,7 @@ describe('a later attempt', () => {
   });
 
   it('that says something else closes the partial part as it stands and streams its text as a new part, never glued', async () => {
-    const { chunks, message } = await page([
+    const { chunks, message } = await page(sdk, [
       attempt(1), token('Paris is '), token('sunny'),
       attempt(2, { recovered: true }), token('Paris is '), token('rainy today.'), end('Paris is rainy today.'),
     ]);
@@ -55,7 +60,7 @@ describe('a later attempt', () => {
 
   it('after a wait replays the memoized call and its tool call silently, then streams the rest as the next step', async () => {
     const call = { callId: 'c1', name: 'refund', args: { order: 'A' }, agent: 'a', role: 'assistant' };
-    const { chunks, message } = await page([
+    const { chunks, message } = await page(sdk, [
       attempt(1), token('Let me check.'), ev('tool-call', call),
       ev('status', { status: 'waiting', waits: [{ key: 'wait:refund:1', kind: 'approval', name: 'refund', prompt: { order: 'A' }, since: 1 }] }),
       ev('status', { status: 'queued', wait: { key: 'wait:refund:1', outcome: 'resumed' } }),
