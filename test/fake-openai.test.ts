@@ -49,6 +49,38 @@ describe('fake OpenAI server', () => {
     expect(fake.requestsFor('#quiet')[0].usage).toBeUndefined();
   });
 
+  it('holds a stream at its gate until the test opens it, and records what it sent and how it ended', async () => {
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => { open = resolve; });
+    fake.script('#gate', [answer('one two three four', { gate: { after: 2, open: opened } })]);
+    const chunks = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: '#gate' }], stream: true });
+    const read = chunks[Symbol.asyncIterator]();
+    let text = '';
+    while (text !== 'one two') text += (await read.next()).value?.choices[0]?.delta?.content ?? '';
+    const [held] = fake.requestsFor('#gate');
+    expect([held.tokensSent, held.ended]).toEqual([2, undefined]);
+    open();
+    for (let r = await read.next(); !r.done; r = await read.next()) text += r.value.choices[0]?.delta?.content ?? '';
+    expect(text).toBe('one two three four');
+    expect(held).toMatchObject({ tokensSent: 4, ended: 'answered' });
+
+    // A client that hangs up while the stream is held gets nothing more.
+    let openLate!: () => void;
+    const late = new Promise<void>((resolve) => { openLate = resolve; });
+    fake.script('#gate-gone', [answer('one two three four', { gate: { after: 1, open: late } })]);
+    const abort = new AbortController();
+    const gone = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: '#gate-gone' }], stream: true }, { signal: abort.signal });
+    await gone[Symbol.asyncIterator]().next();
+    const [cut] = fake.requestsFor('#gate-gone');
+    await expect.poll(() => cut.tokensSent).toBe(1);
+    abort.abort();
+    await expect.poll(() => cut.ended).toBe('client-gone');
+    openLate();
+    // The handler goes on in microtasks once the gate opens: let them all run.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(cut.tokensSent).toBe(1);
+  });
+
   it('answers a request without stream as one JSON body, tool calls and usage included', async () => {
     fake.script('#json', [
       answer('Let me look.', { toolCalls: [{ id: 'c1', name: 'lookup', arguments: '{"q": "x"' }], usage: { prompt_tokens: 7, completion_tokens: 3 } }),

@@ -13,8 +13,9 @@ import { track } from './resources.ts';
  *   calls in one response, each call's arguments split over several chunks) and usage (the
  *   last chunk of a stream when the request set `stream_options.include_usage`; always on a
  *   JSON body). On request it answers 429 with Retry-After, 500, 400, or cuts the stream
- *   mid-answer by destroying the socket; `overload()` makes it answer 429 to every request for
- *   a while, as a provider over its limit does.
+ *   mid-answer by destroying the socket, or holds a stream halfway until the test lets it go on
+ *   (`gate`); `overload()` makes it answer 429 to every request for a while, as a provider over
+ *   its limit does.
  * - `POST /v1/embeddings`: a deterministic vector per input (see `fakeEmbedding`), float
  *   arrays or base64 as `encoding_format` asks, unless a test pinned one with `embedding()`.
  *
@@ -29,7 +30,7 @@ export type FakeReply =
    */
   | {
     kind: 'stream'; tokens: string[]; toolCalls?: FakeToolCall[];
-    finish?: 'stop' | 'length' | 'tool_calls'; usage?: FakeUsage; delayMs?: number;
+    finish?: 'stop' | 'length' | 'tool_calls'; usage?: FakeUsage; delayMs?: number; gate?: FakeGate;
   }
   /** Streams `tokens`, then drops the connection without a finish chunk (a JSON request gets no answer at all). */
   | { kind: 'cut'; tokens: string[]; delayMs?: number }
@@ -46,6 +47,12 @@ export interface FakeToolCall {
 }
 
 export interface FakeUsage { prompt_tokens: number; completion_tokens: number }
+
+/**
+ * A stream that stops after its first `after` tokens until `open` settles, so "mid-answer" is
+ * a moment the test chooses rather than a guess at timing.
+ */
+export interface FakeGate { after: number; open: Promise<unknown> }
 
 /** A chat message as the server received it (content may be null or parts, as clients send it). */
 export interface FakeMessage {
@@ -69,6 +76,13 @@ export interface RecordedRequest {
   usage?: FakeUsage & { total_tokens: number };
   /** When the request arrived (this process's clock, epoch ms), before its body was read. */
   at: number;
+  /** Text tokens written to the stream so far (the client gone, none are written any more). */
+  tokensSent: number;
+  /**
+   * How the answer ended: `answered` (written whole), `cut` (dropped by the server, as the reply
+   * said) or `client-gone` (the client hung up first); unset while it is being written.
+   */
+  ended?: 'answered' | 'cut' | 'client-gone';
 }
 
 export interface EmbeddingRequest {
@@ -219,9 +233,10 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       ? { kind: 'status', status: 429, retryAfter: String(Math.ceil((overloadedUntil - at) / 1000)), message: 'rate limit reached' }
       : choose(lastUser(messages));
     const rec: RecordedRequest = {
-      model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization, at,
+      model: body.model, stream: body.stream === true, messages, body, reply, authorization: req.headers.authorization, at, tokensSent: 0,
     };
     requests.push(rec);
+    res.once('close', () => { rec.ended ??= res.writableFinished ? 'answered' : 'client-gone'; });
 
     if (reply.kind === 'status') {
       const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -245,6 +260,7 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     if (!rec.stream) {
       if (reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
       if (reply.kind === 'cut') {
+        rec.ended = 'cut';
         res.destroy();
         return;
       }
@@ -264,15 +280,18 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       `data: ${JSON.stringify({ ...meta, object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`;
     const pause = () => (reply.delayMs ? new Promise((r) => setTimeout(r, reply.delayMs)) : undefined);
     res.write(chunk({ role: 'assistant', content: '' }, null));
-    for (const t of reply.tokens) {
+    for (const [i, t] of reply.tokens.entries()) {
+      if (reply.kind === 'stream' && reply.gate?.after === i) await reply.gate.open;
       await pause();
       // The client went away (a cancelled run aborts its request): stop talking to nobody.
       if (res.destroyed) return;
       res.write(chunk({ content: t }, null));
+      rec.tokensSent++;
     }
     if (reply.kind === 'cut') {
       // Let the tokens reach the client before the connection drops, as a real cut would.
       await new Promise((r) => setTimeout(r, 20));
+      rec.ended = 'cut';
       res.destroy();
       return;
     }

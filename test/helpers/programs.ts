@@ -14,7 +14,7 @@ export const PROGRAMS = {
     present: () => onPath('luacheck'),
   },
   chromium: {
-    what: 'Chromium (the run inspector\'s and stream tokens\' browser tests)',
+    what: 'Chromium (the browser tests of the run inspector, the stream tokens and a useChat chat page)',
     install: 'apt-get install -y chromium',
     present: () => existsSync(chromiumPath()),
   },
