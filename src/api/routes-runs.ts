@@ -18,7 +18,7 @@ const basePath = (scope: string) => `/v1/scopes/${scope}`;
  * maxStreams limit) and the options that serve it: counted until its connection closes,
  * whatever it answered, and ended when its key is revoked.
  */
-function admitStream(
+export function admitStream(
   d: AppDeps, out: Response, gone: AbortSignal, scope: string, who: { credential: string; keyId: string }, scopeCap: number,
 ): SseOptions {
   const c = d.config;

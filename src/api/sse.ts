@@ -20,6 +20,13 @@ export interface SseOptions {
   /** The stream's status (200) and more headers: a submit that streams answers 202 and names its run. */
   status?: number;
   headers?: Record<string, string>;
+  /**
+   * Frames a batch of events for the wire in another protocol (OpenAI's events: routes-openai.ts);
+   * default Baton's own `id:`, `event:` and `data:` lines.
+   */
+  encode?(events: RunEvent[]): string;
+  /** Written after the run's last event, before the response ends (`data: [DONE]`). */
+  trailer?: string;
   /** The stream opened. onClose follows once, when its connection has closed. */
   onOpen?(): void;
   onClose?(): void;
@@ -106,6 +113,7 @@ export async function serveEvents(
       // Still more than the limit unsent when the next batch comes: the reader is not keeping
       // up. (Checked before writing, so one large batch alone never cuts a healthy reader.)
       if (res.writableLength > o.maxBufferBytes) return finish('destroy');
+      if (o.encode) return write(o.encode(events));
       // Text is gathered into one chunk; data read as bytes (large) goes out as it is, uncopied.
       let chunk = '';
       for (const e of events) {
@@ -128,7 +136,10 @@ export async function serveEvents(
       return writing && res.writableNeedDrain ? drainedOrClosed(res) : undefined;
     },
     pending: () => (writing ? res.writableLength : 0),
-    onEnd: () => finish('end'),
+    onEnd: () => {
+      if (writing && o.trailer) write(o.trailer);
+      finish('end');
+    },
     // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
     onError: () => finish('destroy'),
   }, { fresh: target.fresh });

@@ -129,8 +129,11 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
+/** A lower limit than maxTokens for one run (the built-in agent's `metadata.maxTokens`), or undefined. */
+type RunMaxTokens = (ctx: RunContext) => number | undefined;
+
 /** createChatAgent with its endpoint from `endpoint()`, asked when the agent first runs (it may throw). */
-function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Agent {
+function chatAgent(options: ChatAgentOptions & { runMaxTokens?: RunMaxTokens }, endpoint: () => ChatEndpoint): Agent {
   const { name, model } = options;
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
@@ -160,7 +163,9 @@ function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Age
       const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
       const messages = chatMessages(ctx, system);
       const definitions = tools.length ? { tools: tools.map((t) => t.definition) } : {};
-      const limits = maxTokens === undefined ? {} : { max_completion_tokens: maxTokens };
+      const asked = options.runMaxTokens?.(ctx);
+      const limit = asked !== undefined && maxTokens !== undefined ? Math.min(asked, maxTokens) : asked ?? maxTokens;
+      const limits = limit === undefined ? {} : { max_completion_tokens: limit };
       let answer = '';
       for (let step = 1; ; step++) {
         const turn = await modelTurn(ctx, openai, { model, messages, ...definitions, ...limits }, {
@@ -285,7 +290,8 @@ export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_K
  * The built-in `chat` agent: createChatAgent with no tools, its endpoint from OPENAI_*, its
  * answers' length capped at CHAT_MAX_TOKENS (so a call's estimate, which the token budget
  * holds and the provider bucket reserves, is what it can use), and `metadata.system` (a
- * string) of a submit as its system message. Every worker offers
+ * string) of a submit as its system message and `metadata.maxTokens` (a positive integer) as a
+ * lower limit for that run's answers (the OpenAI-compatible API's `max_output_tokens`). Every worker offers
  * it, configured or not (`baton start` must come up without a model): unconfigured, each of
  * its runs fails with CHAT_NOT_CONFIGURED, saying what to set.
  */
@@ -296,6 +302,10 @@ export function builtinChatAgent(settings: BuiltinChatSettings): Agent {
     model: settings.OPENAI_MODEL,
     maxTokens: settings.CHAT_MAX_TOKENS,
     system: (ctx) => (typeof ctx.metadata.system === 'string' ? ctx.metadata.system : undefined),
+    runMaxTokens: (ctx) => {
+      const asked = ctx.metadata.maxTokens;
+      return typeof asked === 'number' && Number.isInteger(asked) && asked >= 1 ? asked : undefined;
+    },
   }, () => {
     if (endpoint) return endpoint;
     throw new PermanentError(

@@ -3,6 +3,7 @@ import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import { EventFollower, type FollowOptions } from './follower.ts';
 import type { EventHub } from './hub.ts';
+import { readEvents, type RunEvent } from './log.ts';
 import { TERMINAL_STATUSES } from '../contract/runs.ts';
 
 /** Where a reader's events go: the SSE response, or any other consumer. */
@@ -81,6 +82,20 @@ export class RunStreams {
     const [[, exists], [, next], [, status]] = replies as [[null, number], [null, unknown[]], [null, string | null]];
     if (!exists) throw new BatonError('RUN_NOT_FOUND');
     return next.length === 0 && status !== null && (TERMINAL_STATUSES as readonly string[]).includes(status);
+  }
+
+  /**
+   * Every event the run's log holds now, oldest first (none once it expired): what a reader
+   * that folds the whole log at once needs (an OpenAI response object), page by page.
+   */
+  async logged(scope: string, runId: string): Promise<RunEvent[]> {
+    const events: RunEvent[] = [];
+    for (let after = '0'; ;) {
+      const page = await readEvents(this.redis, this.keys, scope, runId, after);
+      events.push(...page);
+      if (page.length < 1000) return events;
+      after = page[page.length - 1].id;
+    }
   }
 
   /** What the open readers hold now, and what was read for readers so far. */

@@ -1,0 +1,206 @@
+import type { Response, ResponseInputItem } from 'openai/resources/responses/responses';
+import { ID_PATTERN } from '../contract/ids.ts';
+import { BatonError } from '../errors.ts';
+import { newRunId } from '../ids.ts';
+import type { RunRecord } from '../engine/record.ts';
+import type { RunStore, SubmitRequest } from '../engine/store.ts';
+import type { Submission, Submissions, SubmitOptions } from '../engine/submissions.ts';
+import type { RunStreams } from '../streams/run-streams.ts';
+import { ResponseProjection, type ResponseHead } from './response-events.ts';
+
+/**
+ * OpenAI's Responses API on Baton's runs: a response is a run, its id `resp_<runId>`, its
+ * conversation the run's session. A request becomes a submit (model → agent, instructions →
+ * the agent's system message, max_output_tokens → its answer limit, the rest kept on the
+ * run's metadata under `openai`); the response object and its events are folded from the
+ * run's event log (response-events.ts).
+ */
+
+/** What POST /v1/responses may carry (the API's schema parses it); every other field is refused by name there. */
+export interface ResponseRequest {
+  model: string;
+  input: string | InputMessage[];
+  instructions?: string | null;
+  previous_response_id?: string | null;
+  metadata?: Record<string, string> | null;
+  max_output_tokens?: number | null;
+  store?: boolean | null;
+  background?: boolean | null;
+  stream?: boolean | null;
+}
+
+/** An input message: the user's text, or a system or developer message (joined to the instructions). */
+export interface InputMessage {
+  type?: 'message';
+  role: 'user' | 'system' | 'developer';
+  content: string | { type: 'input_text'; text: string }[];
+}
+
+/** Keys of a run's metadata the OpenAI-compatible API writes itself, so a request's metadata may not use them. */
+export const RESERVED_METADATA = ['openai', 'system', 'maxTokens'] as const;
+
+/** The request as the run keeps it (metadata.openai): what its response shows besides its events. */
+interface KeptRequest {
+  model: string;
+  instructions: string | null;
+  background: boolean;
+  previousResponseId: string | null;
+  maxOutputTokens: number | null;
+  /** The input items as given, for input_items (a string is the run's input, not kept twice). */
+  input?: InputMessage[];
+}
+
+export const responseIdOf = (runId: string) => `resp_${runId}`;
+
+/** The run a response id names, or undefined when it names none (answered 404 like an unknown one). */
+export function runIdOf(responseId: string): string | undefined {
+  const runId = responseId.startsWith('resp_') ? responseId.slice('resp_'.length) : undefined;
+  return runId !== undefined && ID_PATTERN.test(runId) ? runId : undefined;
+}
+
+export interface OpenAiResponsesDeps {
+  store: RunStore;
+  submissions: Submissions;
+  streams: RunStreams;
+  /** OPENAI_COMPAT_MODELS: upstream model names → the agent that runs them. */
+  models: Record<string, string>;
+  /** The runtime whose workers run these responses (RUNTIME). */
+  runtime: string;
+}
+
+export class OpenAiResponses {
+  constructor(private readonly d: OpenAiResponsesDeps) {}
+
+  /**
+   * Submits the run of a response request. The run is Baton's like any other: it goes on,
+   * and is stored, whatever becomes of the request that made it.
+   */
+  async create<A>(scope: string, req: ResponseRequest, o: SubmitOptions<A>): Promise<Submission<A> & { head: ResponseHead }> {
+    const sessionId = req.previous_response_id ? (await this.previous(scope, req.previous_response_id)).sessionId : `oai-${newRunId()}`;
+    const system = systemText(req);
+    const kept: KeptRequest = {
+      model: req.model, instructions: req.instructions ?? null, background: req.background === true,
+      previousResponseId: req.previous_response_id ?? null, maxOutputTokens: req.max_output_tokens ?? null,
+      ...(typeof req.input === 'string' ? {} : { input: req.input }),
+    };
+    const submit: SubmitRequest = {
+      scope, sessionId, runtime: this.d.runtime, agent: this.d.models[req.model] ?? req.model,
+      input: { content: userText(req.input) },
+      metadata: {
+        ...req.metadata, openai: kept,
+        ...(system ? { system } : {}), ...(req.max_output_tokens ? { maxTokens: req.max_output_tokens } : {}),
+      },
+    };
+    const made = await this.d.submissions.submit(submit, o);
+    return { ...made, head: headOf(made.run) };
+  }
+
+  /** The run of a response of the scope; 404 for every id that names none of its runs. */
+  async run(scope: string, responseId: string): Promise<RunRecord> {
+    const runId = runIdOf(responseId);
+    const run = runId === undefined ? undefined : await this.d.store.get(scope, runId);
+    if (!run) throw new BatonError('RUN_NOT_FOUND', `No response with id '${responseId}' found.`);
+    return run;
+  }
+
+  /** The response object as its run's event log makes it now. */
+  async response(scope: string, responseId: string): Promise<Response> {
+    const run = await this.run(scope, responseId);
+    const projection = new ResponseProjection(headOf(run));
+    projection.apply(await this.d.streams.logged(scope, run.id));
+    return projection.response();
+  }
+
+  /**
+   * The response once its run ended, its events followed from the start (replay, then live).
+   * Rejects when `signal` aborts: the client left, and the run goes on without it.
+   */
+  async settled(scope: string, run: RunRecord, o: { fresh: boolean; signal: AbortSignal }): Promise<Response> {
+    const projection = new ResponseProjection(headOf(run));
+    let settle!: { resolve(): void; reject(err: unknown): void };
+    const ended = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
+    // Awaited below, once the replay started: a rejection before then is not unhandled.
+    ended.catch(() => undefined);
+    const follower = await this.d.streams.open(scope, run.id, '0', {
+      deliver: (events) => void projection.apply(events),
+      onEnd: () => settle.resolve(),
+      onError: (err) => settle.reject(err),
+    }, { fresh: o.fresh });
+    if (follower === 'ended') return projection.response();
+    const gone = () => {
+      void follower.stop();
+      settle.reject(o.signal.reason);
+    };
+    if (o.signal.aborted) gone();
+    else o.signal.addEventListener('abort', gone, { once: true });
+    try {
+      await follower.start();
+      await ended;
+    } finally {
+      o.signal.removeEventListener('abort', gone);
+    }
+    return projection.response();
+  }
+
+  /** Cancels the response's run (a running one stops at once); answers the response as it then is. */
+  async cancel(scope: string, responseId: string): Promise<Response> {
+    const run = await this.run(scope, responseId);
+    await this.d.store.cancel(scope, run.id);
+    return this.response(scope, responseId);
+  }
+
+  /** The input items of a response, as its request gave them (a string as one user message). */
+  async inputItems(scope: string, responseId: string): Promise<ResponseInputItem.Message[]> {
+    const run = await this.run(scope, responseId);
+    const kept = keptOf(run);
+    const given: InputMessage[] = kept?.input ?? [{ role: 'user', content: run.input.content }];
+    return given.map((m) => ({
+      type: 'message', role: m.role, status: 'completed',
+      content: typeof m.content === 'string' ? [{ type: 'input_text', text: m.content }] : m.content.map((p) => ({ type: 'input_text', text: p.text })),
+    }));
+  }
+
+  /** The run previous_response_id names: of this scope, or the request is refused naming the field. */
+  private async previous(scope: string, responseId: string): Promise<RunRecord> {
+    const runId = runIdOf(responseId);
+    const run = runId === undefined ? undefined : await this.d.store.get(scope, runId);
+    if (!run) {
+      throw new BatonError('RUN_NOT_FOUND', `Previous response with id '${responseId}' not found.`, [
+        { path: 'body.previous_response_id', message: 'no response of this scope has this id' },
+      ]);
+    }
+    return run;
+  }
+}
+
+/** What a response shows of the request that made its run (a run made by Baton's own API: its agent as the model). */
+export function headOf(run: RunRecord): ResponseHead {
+  const kept = keptOf(run);
+  const metadata: Record<string, string> = {};
+  for (const [k, v] of Object.entries(run.metadata ?? {})) {
+    if (!(RESERVED_METADATA as readonly string[]).includes(k) && typeof v === 'string') metadata[k] = v;
+  }
+  return {
+    id: responseIdOf(run.id), createdAt: Math.floor(run.createdAt / 1000), model: kept?.model ?? run.agent,
+    instructions: kept?.instructions ?? null, metadata, background: kept?.background ?? false,
+    previousResponseId: kept?.previousResponseId ?? null, maxOutputTokens: kept?.maxOutputTokens ?? null,
+  };
+}
+
+function keptOf(run: RunRecord): KeptRequest | undefined {
+  const kept = run.metadata?.openai;
+  return kept && typeof kept === 'object' ? kept as KeptRequest : undefined;
+}
+
+const textOf = (m: InputMessage) => (typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''));
+
+/** The run's input: the user messages' text, one after another (a blank line between two). */
+function userText(input: ResponseRequest['input']): string {
+  return typeof input === 'string' ? input : input.filter((m) => m.role === 'user').map(textOf).join('\n\n');
+}
+
+/** The agent's system message: the instructions, then the input's system and developer messages. */
+function systemText(req: ResponseRequest): string {
+  const parts = [req.instructions ?? '', ...(typeof req.input === 'string' ? [] : req.input.filter((m) => m.role !== 'user').map(textOf))];
+  return parts.filter(Boolean).join('\n\n');
+}
