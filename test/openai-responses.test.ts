@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { builtinChatAgent } from '../src/lib/agents/chat.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
-import { useHarness, type Harness } from './helpers/harness.ts';
+import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /**
  * The OpenAI-compatible Responses API (docs/openai-api.md) through the official `openai`
@@ -22,6 +22,20 @@ beforeAll(async () => {
   });
   client = new OpenAI({ baseURL: `${url}/v1`, apiKey: await h.key('acme', 'client'), maxRetries: 0 });
 });
+
+/** Each item's text and whether the deltas sent for it add up to exactly that text. */
+function itemsOf(events: OpenAI.Responses.ResponseStreamEvent[]) {
+  const deltas = new Map<string, string>();
+  const done = new Map<string, { text: string; status: string }>();
+  for (const e of events) {
+    if (e.type === 'response.output_text.delta') deltas.set(e.item_id, (deltas.get(e.item_id) ?? '') + e.delta);
+    if (e.type === 'response.output_item.done' && e.item.type === 'message') {
+      const part = e.item.content[0];
+      done.set(e.item.id, { text: part?.type === 'output_text' ? part.text : '', status: e.item.status });
+    }
+  }
+  return [...done].map(([id, item]) => ({ id, ...item, deltas: deltas.get(id) }));
+}
 
 describe('responses', () => {
   it('answers synchronously, and a conversation goes on with previous_response_id', async () => {
@@ -57,5 +71,80 @@ describe('responses', () => {
     expect(events.at(-1)!.type).toBe('response.completed');
     const deltas = events.flatMap((e) => (e.type === 'response.output_text.delta' ? [e.delta] : [])).join('');
     expect(deltas).toBe('one two three four');
+  });
+
+  it('a background stream dropped after a dozen events resumes with starting_after: contiguous, deltas adding up', async () => {
+    fake.script('#bg', [answer('a b c d e f g h i j k l m n o p q r s t u v w x y z', { delayMs: 20 })]);
+    const first = await client.responses.create({ model: 'chat', input: 'letters #bg', background: true, stream: true });
+    const seen: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const e of first) {
+      seen.push(e);
+      if (seen.length === 12) break;
+    }
+    const id = (seen[0] as OpenAI.Responses.ResponseCreatedEvent).response.id;
+    expect((seen[0] as OpenAI.Responses.ResponseCreatedEvent).response.background).toBe(true);
+    const rest = await client.responses.retrieve(id, { stream: true, starting_after: seen.at(-1)!.sequence_number });
+    for await (const e of rest) seen.push(e);
+    expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
+    expect(seen.at(-1)!.type).toBe('response.completed');
+    const items = itemsOf(seen);
+    expect(items).toEqual([{ id: expect.any(String), status: 'completed', text: 'a b c d e f g h i j k l m n o p q r s t u v w x y z', deltas: 'a b c d e f g h i j k l m n o p q r s t u v w x y z' }]);
+    const final = await client.responses.retrieve(id);
+    expect(final.output_text).toBe(items[0].text);
+  });
+
+  it('cancels a background response: its stream ends with response.incomplete, status cancelled', async () => {
+    fake.script('#cancel', [answer('this answer takes a long while to come out word by word', { delayMs: 300 })]);
+    const made = await client.responses.create({ model: 'chat', input: 'slow #cancel', background: true });
+    expect(made.status).toBe('queued');
+    await waitFor(async () => (await client.responses.retrieve(made.id)).output.length > 0, 20_000, 'the first words');
+    const cancelled = await client.responses.cancel(made.id);
+    expect(['cancelled', 'in_progress']).toContain(cancelled.status);
+    const after = await waitFor(async () => {
+      const r = await client.responses.retrieve(made.id);
+      return r.status === 'cancelled' ? r : undefined;
+    }, 20_000, 'the cancel');
+    expect(after.output[0]).toMatchObject({ type: 'message', status: 'incomplete' });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const e of await client.responses.retrieve(made.id, { stream: true })) events.push(e);
+    expect(events.at(-1)).toMatchObject({ type: 'response.incomplete', response: { status: 'cancelled' } });
+    const items = itemsOf(events);
+    expect(items[0].deltas).toBe(items[0].text);
+  });
+
+  it('lists the input items of a response', async () => {
+    const made = await client.responses.create({
+      model: 'chat', input: [{ role: 'developer', content: 'Answer in French.' }, { role: 'user', content: [{ type: 'input_text', text: 'hello #items' }] }],
+    });
+    const page = await client.responses.inputItems.list(made.id);
+    expect(page.data.map((i) => (i.type === 'message' ? [i.role, i.content] : i.type))).toEqual([
+      ['developer', [{ type: 'input_text', text: 'Answer in French.' }]], ['user', [{ type: 'input_text', text: 'hello #items' }]],
+    ]);
+    expect(fake.requestsFor('#items')[0].messages[0]).toEqual({ role: 'system', content: 'Answer in French.' });
+  });
+
+  it("raises the SDK's own errors: a bad key, an unknown id, a bad body, an unknown model", async () => {
+    const bad = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'bk_not-a-key', maxRetries: 0 });
+    await expect(bad.responses.create({ model: 'chat', input: 'hi' })).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+    await expect(client.responses.retrieve('resp_nothing')).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    const refused = await client.responses.create({ model: 'chat', input: 'hi', temperature: 0.2 }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(refused).toMatchObject({ status: 400, param: 'temperature', code: 'unsupported_parameter', type: 'invalid_request_error' });
+    const empty = await client.responses.create({ model: 'chat', input: '' }).catch((e: unknown) => e);
+    expect(empty).toMatchObject({ status: 400, param: 'input' });
+    const model = await client.responses.create({ model: 'gpt-9-unlisted', input: 'hi' }).catch((e: unknown) => e);
+    expect(model).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(model).toMatchObject({ code: 'model_not_found', param: 'model' });
+  });
+
+  it("another tenant's key reads nothing of a response: 404 on every route", async () => {
+    const made = await client.responses.create({ model: 'chat', input: 'private #tenant' });
+    const other = new OpenAI({ baseURL: `${url}/v1`, apiKey: await h.key('globex', 'admin'), maxRetries: 0 });
+    await expect(other.responses.retrieve(made.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(other.responses.retrieve(made.id, { stream: true })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(other.responses.cancel(made.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(other.responses.inputItems.list(made.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(other.responses.create({ model: 'chat', input: 'x', previous_response_id: made.id })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    expect((await client.responses.retrieve(made.id)).status).toBe('completed');
   });
 });
