@@ -41,8 +41,10 @@ const metadata = z.record(z.string().max(64), z.string().max(512))
     }
   });
 
+const model = z.string().min(1).max(128).describe('an agent, or an upstream model name OPENAI_COMPAT_MODELS maps to one');
+
 export const responsesBody = supportedOnly({
-  model: z.string().min(1).max(128).describe('an agent, or an upstream model name OPENAI_COMPAT_MODELS maps to one'),
+  model,
   input: z.union([text, z.array(inputMessage).min(1).max(64)]),
   instructions: z.string().max(MAX_CONTENT_CHARS).nullish(),
   previous_response_id: z.string().max(128).nullish(),
@@ -62,4 +64,30 @@ export const responseParams = z.strictObject({ responseId: z.string().min(1).max
 export const retrieveQuery = supportedOnly({
   stream: z.enum(['true', 'false']).optional(),
   starting_after: z.coerce.number().int().min(-1).optional().describe('with stream=true: the sequence number of the last event the reader has'),
+}, 'is not supported by Baton');
+
+/** A sampling setting Baton does not pass on, accepted only at OpenAI's default (which changes nothing). */
+const atDefault = (value: number) => z.number().nullish().refine((v) => v === null || v === undefined || v === value, {
+  message: `${UNSUPPORTED}: Baton sends no sampling settings to the model; only ${value} (the default) is accepted`,
+});
+
+const chatMessage = supportedOnly({
+  role: z.enum(['system', 'developer', 'user', 'assistant']).describe('tool turns are not supported'),
+  content: z.union([z.string().max(MAX_CONTENT_CHARS), z.array(supportedOnly({ type: z.literal('text'), text: z.string().max(MAX_CONTENT_CHARS) }, 'in a text part')).max(64)]),
+  name: z.string().max(64).optional(),
+}, 'in a chat message');
+
+/** POST /v1/chat/completions (https://platform.openai.com/docs/api-reference/chat/create), what Baton supports of it. */
+export const chatBody = supportedOnly({
+  model,
+  messages: z.array(chatMessage).min(1).max(256),
+  stream: z.boolean().nullish(),
+  stream_options: supportedOnly({ include_usage: z.boolean().nullish() }, 'in stream_options').nullish(),
+  max_tokens: z.number().int().min(1).max(1_000_000).nullish(),
+  max_completion_tokens: z.number().int().min(1).max(1_000_000).nullish(),
+  metadata: metadata.nullish(),
+  n: atDefault(1),
+  top_p: atDefault(1),
+  frequency_penalty: atDefault(0),
+  presence_penalty: atDefault(0),
 }, 'is not supported by Baton');

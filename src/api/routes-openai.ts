@@ -3,9 +3,11 @@ import type { ResponseStreamEvent } from 'openai/resources/responses/responses';
 import { BatonError } from '../lib/errors.ts';
 import { ResponseProjection } from '../lib/openai-compat/response-events.ts';
 import { headOf, OpenAiResponses, type ResponseRequest } from '../lib/openai-compat/responses.ts';
+import { ChatCompletionProjection } from '../lib/openai-compat/chat-completion-events.ts';
+import { OpenAiChatCompletions, type ChatRequest } from '../lib/openai-compat/chat-completions.ts';
 import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
 import type { AppDeps } from './deps.ts';
-import { OPENAI_PATHS, responseParams, responsesBody, retrieveQuery } from './openai-schemas.ts';
+import { chatBody, OPENAI_PATHS, responseParams, responsesBody, retrieveQuery } from './openai-schemas.ts';
 import { route, type RouteSpec } from './route.ts';
 import { admitStream } from './routes-runs.ts';
 import { emptyBody } from './schemas.ts';
@@ -26,18 +28,18 @@ export const isOpenAiRoute = (r: RouteSpec) => OPENAI_PATHS.some((p) => r.path =
 
 const responseObject = z.object({ id: z.string(), object: z.literal('response'), status: z.string(), output: z.array(z.unknown()) }).loose();
 
-const responses = new WeakMap<AppDeps, OpenAiResponses>();
-/** The process's one OpenAiResponses, on its deps. */
-function responsesOf(d: AppDeps): OpenAiResponses {
-  let r = responses.get(d);
-  if (!r) {
-    r = new OpenAiResponses({
-      store: d.store, submissions: d.submissions, streams: d.streams, models: d.config.OPENAI_COMPAT_MODELS, runtime: d.config.RUNTIME,
-    });
-    responses.set(d, r);
+const apis = new WeakMap<AppDeps, { responses: OpenAiResponses; chat: OpenAiChatCompletions }>();
+/** The process's OpenAI-compatible APIs, on its deps. */
+function apisOf(d: AppDeps) {
+  let a = apis.get(d);
+  if (!a) {
+    const common = { submissions: d.submissions, streams: d.streams, models: d.config.OPENAI_COMPAT_MODELS, runtime: d.config.RUNTIME };
+    a = { responses: new OpenAiResponses({ ...common, store: d.store }), chat: new OpenAiChatCompletions(common) };
+    apis.set(d, a);
   }
-  return r;
+  return a;
 }
+const responsesOf = (d: AppDeps) => apisOf(d).responses;
 
 /** The scope a key of the OpenAI-compatible API acts in: its own. An operator key has none. */
 function scopeOf(key: ApiKeyInfo | undefined): { scope: string; keyId: string } {
@@ -121,6 +123,32 @@ export const openAiRoutes: RouteSpec[] = [
       const items = await responsesOf(d).inputItems(scopeOf(key).scope, responseId);
       const data = items.map((item, i) => ({ id: `${responseId.replace(/^resp_/, 'msg_')}_in${i}`, ...item }));
       return { body: { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: false } };
+    },
+  }),
+  route({
+    method: 'post', path: '/v1/chat/completions',
+    summary: "OpenAI's Chat Completions: a run of the agent `model` names, in a session of its own, the earlier messages its conversation. " +
+      'Streamed (`data:` chunks, then `data: [DONE]`; `stream_options.include_usage`) or not.',
+    access: 'key', body: chatBody,
+    ok: { 200: { description: 'the chat completion; with `stream: true`, text/event-stream of its chunks', schema: z.object({ id: z.string() }).loose() } },
+    errors: [...ERRORS, 'UNKNOWN_AGENT', 'DRAINING', 'RATE_LIMITED', 'TOO_MANY_STREAMS'],
+    async handler({ body, key, http, signal }, d) {
+      const { scope, keyId } = scopeOf(key);
+      const req = body as ChatRequest;
+      const streaming = req.stream === true;
+      const scopeCap = streaming ? await d.limits.maxStreams(scope) : 0;
+      const made = await apisOf(d).chat.create(scope, req, {
+        signal, traceHeaders: http.req.headers,
+        admit: streaming ? () => admitStream(d, http.res, signal, scope, { credential: keyId, keyId }, scopeCap) : undefined,
+      });
+      if (!made.admitted) return { body: await apisOf(d).chat.settled(scope, made.run, made.head, { fresh: made.created, signal }) };
+      const projection = new ChatCompletionProjection(made.head, req.stream_options?.include_usage === true);
+      const encode = (events: Parameters<ChatCompletionProjection['apply']>[0]) =>
+        projection.apply(events).map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`).join('');
+      await serveEvents(http.req, http.res, d.streams, { scope, runId: made.run.id, afterId: '0', fresh: made.created }, {
+        ...made.admitted, encode, trailer: 'data: [DONE]\n\n',
+      });
+      return undefined;
     },
   }),
 ];

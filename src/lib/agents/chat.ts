@@ -129,11 +129,16 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
-/** A lower limit than maxTokens for one run (the built-in agent's `metadata.maxTokens`), or undefined. */
-type RunMaxTokens = (ctx: RunContext) => number | undefined;
+/** What the built-in agent takes from a submit's metadata (builtinChatAgent). */
+interface PerRun {
+  /** A lower limit than maxTokens for one run, or undefined. */
+  runMaxTokens?(ctx: RunContext): number | undefined;
+  /** Turns the caller holds, sent before the session's history. */
+  callerTurns?(ctx: RunContext): ChatCompletionMessageParam[];
+}
 
 /** createChatAgent with its endpoint from `endpoint()`, asked when the agent first runs (it may throw). */
-function chatAgent(options: ChatAgentOptions & { runMaxTokens?: RunMaxTokens }, endpoint: () => ChatEndpoint): Agent {
+function chatAgent(options: ChatAgentOptions & PerRun, endpoint: () => ChatEndpoint): Agent {
   const { name, model } = options;
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
@@ -161,7 +166,7 @@ function chatAgent(options: ChatAgentOptions & { runMaxTokens?: RunMaxTokens }, 
     async run(ctx) {
       const openai = clientFor();
       const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
-      const messages = chatMessages(ctx, system);
+      const messages = chatMessages(ctx, system, options.callerTurns?.(ctx));
       const definitions = tools.length ? { tools: tools.map((t) => t.definition) } : {};
       const asked = options.runMaxTokens?.(ctx);
       const limit = asked !== undefined && maxTokens !== undefined ? Math.min(asked, maxTokens) : asked ?? maxTokens;
@@ -255,7 +260,9 @@ function assistantMessage(turn: ModelTurn): ChatCompletionMessageParam {
   };
 }
 
-function chatMessages(ctx: RunContext, system: string | undefined): ChatCompletionMessageParam[] {
+function chatMessages(
+  ctx: RunContext, system: string | undefined, earlier: ChatCompletionMessageParam[] = [],
+): ChatCompletionMessageParam[] {
   const out: ChatCompletionMessageParam[] = [];
   if (system) out.push({ role: 'system', content: system });
   if (ctx.memory !== undefined) {
@@ -263,9 +270,25 @@ function chatMessages(ctx: RunContext, system: string | undefined): ChatCompleti
   }
   const recalled = recalledTurnsPrompt(ctx.memoryBlocks);
   if (recalled) out.push({ role: 'system', content: recalled });
+  for (const m of earlier) out.push(m);
   for (const m of ctx.history) out.push(toChatMessage(m));
   out.push({ role: 'user', content: ctx.input.content });
   return out;
+}
+
+/**
+ * The built-in agent's `metadata.messages` of a submit: earlier turns the caller holds (the OpenAI-compatible API's
+ * chat completions, which carry the whole conversation in each request), user and assistant
+ * text only, before the session's own history. Anything else there is no turn and is skipped.
+ */
+function callerTurns(ctx: RunContext): ChatCompletionMessageParam[] {
+  const messages = ctx.metadata.messages;
+  if (!Array.isArray(messages)) return [];
+  return messages.flatMap((m: unknown): ChatCompletionMessageParam[] => {
+    const { role, content } = (m ?? {}) as { role?: unknown; content?: unknown };
+    if (typeof content !== 'string') return [];
+    return role === 'user' ? [{ role, content }] : role === 'assistant' ? [{ role, content }] : [];
+  });
 }
 
 function toChatMessage(m: HistoryMessage): ChatCompletionMessageParam {
@@ -291,7 +314,8 @@ export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_K
  * answers' length capped at CHAT_MAX_TOKENS (so a call's estimate, which the token budget
  * holds and the provider bucket reserves, is what it can use), and `metadata.system` (a
  * string) of a submit as its system message and `metadata.maxTokens` (a positive integer) as a
- * lower limit for that run's answers (the OpenAI-compatible API's `max_output_tokens`). Every worker offers
+ * lower limit for that run's answers (the OpenAI-compatible API's `max_output_tokens`), and
+ * `metadata.messages` (user and assistant turns) before the session's history. Every worker offers
  * it, configured or not (`baton start` must come up without a model): unconfigured, each of
  * its runs fails with CHAT_NOT_CONFIGURED, saying what to set.
  */
@@ -306,6 +330,7 @@ export function builtinChatAgent(settings: BuiltinChatSettings): Agent {
       const asked = ctx.metadata.maxTokens;
       return typeof asked === 'number' && Number.isInteger(asked) && asked >= 1 ? asked : undefined;
     },
+    callerTurns,
   }, () => {
     if (endpoint) return endpoint;
     throw new PermanentError(

@@ -6,6 +6,7 @@ import type { RunRecord } from '../engine/record.ts';
 import type { RunStore, SubmitRequest } from '../engine/store.ts';
 import type { Submission, Submissions, SubmitOptions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
+import { followToEnd } from './follow.ts';
 import { ResponseProjection, type ResponseHead } from './response-events.ts';
 
 /**
@@ -37,7 +38,7 @@ export interface InputMessage {
 }
 
 /** Keys of a run's metadata the OpenAI-compatible API writes itself, so a request's metadata may not use them. */
-export const RESERVED_METADATA = ['openai', 'system', 'maxTokens'] as const;
+export const RESERVED_METADATA = ['openai', 'system', 'maxTokens', 'messages'] as const;
 
 /** The request as the run keeps it (metadata.openai): what its response shows besides its events. */
 interface KeptRequest {
@@ -117,28 +118,7 @@ export class OpenAiResponses {
    */
   async settled(scope: string, run: RunRecord, o: { fresh: boolean; signal: AbortSignal }): Promise<Response> {
     const projection = new ResponseProjection(headOf(run));
-    let settle!: { resolve(): void; reject(err: unknown): void };
-    const ended = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
-    // Awaited below, once the replay started: a rejection before then is not unhandled.
-    ended.catch(() => undefined);
-    const follower = await this.d.streams.open(scope, run.id, '0', {
-      deliver: (events) => void projection.apply(events),
-      onEnd: () => settle.resolve(),
-      onError: (err) => settle.reject(err),
-    }, { fresh: o.fresh });
-    if (follower === 'ended') return projection.response();
-    const gone = () => {
-      void follower.stop();
-      settle.reject(o.signal.reason);
-    };
-    if (o.signal.aborted) gone();
-    else o.signal.addEventListener('abort', gone, { once: true });
-    try {
-      await follower.start();
-      await ended;
-    } finally {
-      o.signal.removeEventListener('abort', gone);
-    }
+    await followToEnd(this.d.streams, scope, run.id, o, (events) => void projection.apply(events));
     return projection.response();
   }
 
