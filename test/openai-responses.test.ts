@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { builtinChatAgent } from '../src/lib/agents/chat.ts';
-import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
+import { answer, reportedUsage, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /**
@@ -40,11 +40,20 @@ function itemsOf(events: OpenAI.Responses.ResponseStreamEvent[]) {
 describe('responses', () => {
   it('answers synchronously, and a conversation goes on with previous_response_id', async () => {
     fake.script('#one', [answer('Hello, Ada.')]);
-    const one = await client.responses.create({ model: 'chat', input: 'I am Ada #one', instructions: 'Be brief.', metadata: { ticket: 't-1' } });
+    const one = await client.responses.create({
+      model: 'chat', input: 'I am Ada #one', instructions: 'Be brief.', metadata: { ticket: 't-1' }, max_output_tokens: 64,
+    });
     expect(one.status).toBe('completed');
     expect(one.output_text).toBe('Hello, Ada.');
     expect(one.metadata).toEqual({ ticket: 't-1' });
     expect(one.usage?.output_tokens).toBeGreaterThan(0);
+    expect(one.max_output_tokens).toBe(64);
+    expect(fake.requestsFor('#one')[0].body.max_completion_tokens).toBe(64);
+    expect(one.usage).toEqual({
+      input_tokens: reportedUsage(fake.requestsFor('#one')).inputTokens, input_tokens_details: { cached_tokens: 0 },
+      output_tokens: reportedUsage(fake.requestsFor('#one')).outputTokens, output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: reportedUsage(fake.requestsFor('#one')).totalTokens,
+    });
     expect(fake.requestsFor('#one')[0].messages).toEqual([
       { role: 'system', content: 'Be brief.' }, { role: 'user', content: 'I am Ada #one' },
     ]);

@@ -4,7 +4,7 @@ import type { BatonError } from '../lib/errors.ts';
 import type { Logger } from '../lib/logger.ts';
 import { toBatonError } from './error-handler.ts';
 import { loggablePath } from './http-metrics.ts';
-import { OPENAI_PATHS, UNSUPPORTED } from './openai-schemas.ts';
+import { isOpenAiPath, UNSUPPORTED } from './openai-schemas.ts';
 
 /**
  * Errors of the OpenAI-compatible routes in OpenAI's shape, `{ error: { message, type, param,
@@ -56,7 +56,7 @@ export function openAiError(e: BatonError): OpenAiError {
 /** The error handler of the OpenAI-compatible paths (others' errors pass on): as errorHandler logs, in OpenAI's shape. */
 export function openAiErrorHandler(log: Logger): ErrorRequestHandler {
   return (err, req, res, next) => {
-    if (!OPENAI_PATHS.some((p) => req.path === p || req.path.startsWith(`${p}/`))) return next(err);
+    if (!isOpenAiPath(req.path)) return next(err);
     const e = toBatonError(err);
     const { status, headers, body } = openAiError(e);
     const line = { method: req.method, path: loggablePath(req.path), code: e.code, status };

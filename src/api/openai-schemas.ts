@@ -12,6 +12,14 @@ import { MAX_CONTENT_CHARS } from './schemas.ts';
 /** Paths of the OpenAI-compatible API: app.ts mounts them with OpenAI's error shape. */
 export const OPENAI_PATHS = ['/v1/responses', '/v1/chat/completions'];
 
+/** Whether `path` (Express syntax) is one of the OpenAI-compatible API's. */
+export const isOpenAiPath = (path: string) => OPENAI_PATHS.some((p) => path === p || path.startsWith(`${p}/`));
+
+/** OpenAI's error answer. */
+export const openAiErrorResponse = z.object({
+  error: z.object({ message: z.string(), type: z.string(), param: z.string().nullable(), code: z.string().nullable() }),
+});
+
 /** The start of the message of every refusal of a field Baton does not support (openai-errors.ts gives it its code). */
 export const UNSUPPORTED = 'Unsupported parameter';
 

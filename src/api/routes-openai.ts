@@ -7,7 +7,7 @@ import { ChatCompletionProjection } from '../lib/openai-compat/chat-completion-e
 import { OpenAiChatCompletions, type ChatRequest } from '../lib/openai-compat/chat-completions.ts';
 import type { ApiKeyInfo } from '../lib/tenancy/api-keys.ts';
 import type { AppDeps } from './deps.ts';
-import { chatBody, OPENAI_PATHS, responseParams, responsesBody, retrieveQuery } from './openai-schemas.ts';
+import { chatBody, isOpenAiPath, OPENAI_PATHS, responseParams, responsesBody, retrieveQuery } from './openai-schemas.ts';
 import { route, type RouteSpec } from './route.ts';
 import { admitStream } from './routes-runs.ts';
 import { emptyBody } from './schemas.ts';
@@ -24,7 +24,7 @@ import { serveEvents } from './sse.ts';
 export { OPENAI_PATHS };
 
 /** A route of the OpenAI-compatible API. */
-export const isOpenAiRoute = (r: RouteSpec) => OPENAI_PATHS.some((p) => r.path === p || r.path.startsWith(`${p}/`));
+export const isOpenAiRoute = (r: RouteSpec) => isOpenAiPath(r.path);
 
 const responseObject = z.object({ id: z.string(), object: z.literal('response'), status: z.string(), output: z.array(z.unknown()) }).loose();
 
