@@ -156,4 +156,18 @@ describe('responses', () => {
     await expect(other.responses.create({ model: 'chat', input: 'x', previous_response_id: made.id })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
     expect((await client.responses.retrieve(made.id)).status).toBe('completed');
   });
+
+  it("a scope past its submit rate gets the SDK's RateLimitError, with Retry-After", async () => {
+    // A scope's limits apply as to any run: here an API whose scopes may submit 2 runs, then one an hour.
+    const limited = await h.startApi({ SUBMIT_RATE_PER_SEC: '0.0003', SUBMIT_BURST: '2' });
+    const c = new OpenAI({ baseURL: `${limited.url}/v1`, apiKey: await h.key('ratelimited', 'client'), maxRetries: 0 });
+    const refusals: unknown[] = [];
+    for (let i = 0; i < 3; i++) {
+      await c.responses.create({ model: 'chat', input: `hi ${i}`, background: true }).catch((e: unknown) => refusals.push(e));
+    }
+    expect(refusals).toHaveLength(1);
+    expect(refusals[0]).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(refusals[0]).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type: 'rate_limit_error' });
+    expect(Number((refusals[0] as InstanceType<typeof OpenAI.RateLimitError>).headers.get('retry-after'))).toBeGreaterThan(0);
+  });
 });
