@@ -170,4 +170,19 @@ describe('responses', () => {
     expect(refusals[0]).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type: 'rate_limit_error' });
     expect(Number((refusals[0] as InstanceType<typeof OpenAI.RateLimitError>).headers.get('retry-after'))).toBeGreaterThan(0);
   });
+
+  it('a client that drops its stream leaves the run going: the response completes and is stored', async () => {
+    fake.script('#dropped', [answer('the run goes on without its reader', { delayMs: 20 })]);
+    const stream = await client.responses.create({ model: 'chat', input: 'go on #dropped', stream: true });
+    let id = '';
+    for await (const e of stream) {
+      if (e.type === 'response.created') id = e.response.id;
+      if (e.type === 'response.output_text.delta') break;
+    }
+    const done = await waitFor(async () => {
+      const r = await client.responses.retrieve(id);
+      return r.status === 'completed' ? r : undefined;
+    }, 20_000, 'the dropped response to complete');
+    expect(done.output_text).toBe('the run goes on without its reader');
+  });
 });
