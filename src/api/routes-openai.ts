@@ -14,8 +14,8 @@ import { emptyBody } from './schemas.ts';
 import { serveEvents } from './sse.ts';
 
 /**
- * OpenAI's Responses API under /v1 (docs/openai-api.md): an OpenAI SDK with Baton's URL and
- * a key of a scope as its base URL and API key is a Baton client. The key's scope is the
+ * OpenAI's Responses API and Chat Completions under /v1 (docs/openai-api.md): an OpenAI SDK
+ * with Baton's URL and a key of a scope as its base URL and API key is a Baton client. The key's scope is the
  * tenant: a response of another scope is 404 like one that never was. Errors are in
  * OpenAI's shape (openai-errors.ts); events are OpenAI's, folded from the run's event log
  * (lib/openai-compat/response-events.ts) and served by the same SSE machinery as Baton's own.

@@ -58,11 +58,6 @@ export class ResponseProjection {
 
   constructor(private readonly head: ResponseHead) {}
 
-  /** The sequence number of the last event made so far (-1: none). */
-  get lastSequence(): number {
-    return this.seq;
-  }
-
   /** Whether the response reached its end (completed, incomplete, failed or cancelled). */
   get ended(): boolean {
     return this.completedAt !== null;
