@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { builtinChatAgent } from '../src/lib/agents/chat.ts';
-import { answer, reportedUsage, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
+import { answer, callTools, reportedUsage, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
 /**
@@ -184,5 +184,44 @@ describe('responses', () => {
       return r.status === 'completed' ? r : undefined;
     }, 20_000, 'the dropped response to complete');
     expect(done.output_text).toBe('the run goes on without its reader');
+  });
+
+  it('function tools run by the client: the response ends with function_call items, and the outputs continue it', async () => {
+    fake.script('#weather', [callTools([{ id: 'call_w1', name: 'get_weather', arguments: { city: 'Oslo' } }]), answer('It is 3 degrees in Oslo.')]);
+    const tools: OpenAI.Responses.FunctionTool[] = [{
+      type: 'function', name: 'get_weather', description: 'The weather in a city', strict: null,
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    }];
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const e of await client.responses.create({ model: 'chat', input: 'Weather in Oslo? #weather', tools, stream: true })) events.push(e);
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    const asked = (events.at(-1) as OpenAI.Responses.ResponseCompletedEvent).response;
+    expect(asked.status).toBe('completed');
+    expect(asked.output).toEqual([expect.objectContaining({
+      type: 'function_call', call_id: 'call_w1', name: 'get_weather', arguments: '{"city":"Oslo"}', status: 'completed',
+    })]);
+    expect(asked.tools).toEqual([expect.objectContaining({ type: 'function', name: 'get_weather' })]);
+    expect(events.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => (e as { delta: string }).delta).join('')).toBe('{"city":"Oslo"}');
+    expect(fake.requestsFor('#weather')[0].body.tools).toEqual([{
+      type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: tools[0].parameters },
+    }]);
+
+    const refused = await client.responses.create({
+      model: 'chat', previous_response_id: asked.id, tools, input: [{ type: 'function_call_output', call_id: 'call_other', output: '{}' }],
+    }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ status: 400, param: 'input[0].call_id' });
+
+    const answered = await client.responses.create({
+      model: 'chat', previous_response_id: asked.id, tools,
+      input: [{ type: 'function_call_output', call_id: 'call_w1', output: '{"celsius":3}' }],
+    });
+    expect(answered.output_text).toBe('It is 3 degrees in Oslo.');
+    expect(fake.requestsFor('#weather')[1].messages).toEqual([
+      { role: 'user', content: 'Weather in Oslo? #weather' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_w1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'call_w1', content: '{"celsius":3}' },
+    ]);
+    const items = await client.responses.inputItems.list(answered.id);
+    expect(items.data).toEqual([expect.objectContaining({ type: 'function_call_output', call_id: 'call_w1', output: '{"celsius":3}' })]);
   });
 });

@@ -51,9 +51,27 @@ const metadata = z.record(z.string().max(64), z.string().max(512))
 
 const model = z.string().min(1).max(128).describe('an agent, or an upstream model name OPENAI_COMPAT_MODELS maps to one');
 
+/** The output of a function call the previous response asked for (with previous_response_id). */
+const functionCallOutput = supportedOnly({
+  type: z.literal('function_call_output'),
+  call_id: z.string().min(1).max(128),
+  output: z.string().max(MAX_CONTENT_CHARS),
+}, 'in a function_call_output');
+
+/** A function tool the client runs itself: the response ends with its calls. */
+const functionTool = supportedOnly({
+  type: z.literal('function'),
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'letters, digits, _ and -, 1-64 characters'),
+  description: z.string().max(4096).nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+}, 'in a function tool');
+
 export const responsesBody = supportedOnly({
   model,
-  input: z.union([text, z.array(inputMessage).min(1).max(64)]),
+  input: z.union([text, z.array(z.union([inputMessage, functionCallOutput])).min(1).max(64)]),
+  tools: z.array(functionTool).max(64).nullish().describe('function tools only: the client runs them'),
+  tool_choice: z.literal('auto').nullish().describe('only auto'),
   instructions: z.string().max(MAX_CONTENT_CHARS).nullish(),
   previous_response_id: z.string().max(128).nullish(),
   metadata: metadata.nullish(),
@@ -62,8 +80,14 @@ export const responsesBody = supportedOnly({
   background: z.boolean().nullish(),
   stream: z.boolean().nullish(),
 }, 'is not supported by Baton').superRefine((b, ctx) => {
-  if (typeof b.input !== 'string' && !b.input.some((m) => m.role === 'user')) {
-    ctx.addIssue({ code: 'custom', path: ['input'], message: 'the input needs a user message' });
+  if (typeof b.input === 'string') return;
+  const users = b.input.some((m) => 'role' in m && m.role === 'user');
+  const outputs = b.input.some((m) => m.type === 'function_call_output');
+  if (!users && !outputs) ctx.addIssue({ code: 'custom', path: ['input'], message: 'the input needs a user message or function call outputs' });
+  // The outputs answer the previous response's calls; a question of the user's comes in the next response.
+  if (users && outputs) ctx.addIssue({ code: 'custom', path: ['input'], message: 'send function call outputs without a user message' });
+  if (outputs && !b.previous_response_id) {
+    ctx.addIssue({ code: 'custom', path: ['previous_response_id'], message: 'function call outputs answer the calls of a previous response' });
   }
 });
 

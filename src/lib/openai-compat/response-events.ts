@@ -1,5 +1,6 @@
 import type {
-  Response, ResponseOutputMessage, ResponseOutputText, ResponseStatus, ResponseStreamEvent, ResponseUsage,
+  FunctionTool, Response, ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText, ResponseStatus, ResponseStreamEvent,
+  ResponseUsage,
 } from 'openai/resources/responses/responses';
 import type { EndEventData, StatusEventData, TextEventData } from '../contract/events.ts';
 import type { RunResult } from '../contract/runs.ts';
@@ -20,6 +21,7 @@ import type { RunEvent } from '../streams/log.ts';
  * | `token`                                  | response.output_text.delta                                      |
  * | `attempt` after text of a lost attempt   | the item closed `incomplete` (text.done, content_part.done, output_item.done) |
  * | `end`                                    | the open item closed, then response.completed / .incomplete / .failed |
+ * | `end` with calls of the client's tools   | before that, a function_call item per call (added, arguments delta and done, done) |
  * | `ephemeral`, `tool-call`, `tool-result`, other `status` | nothing (not part of the answer)                 |
  *
  * A lost attempt's text was sent to the reader and is never taken back: its item ends
@@ -39,6 +41,8 @@ export interface ResponseHead {
   background: boolean;
   previousResponseId: string | null;
   maxOutputTokens: number | null;
+  /** Function tools the client runs. */
+  tools: { name: string; description?: string | null; parameters?: Record<string, unknown> | null; strict?: boolean | null }[];
 }
 
 /** The output item id of the `n`th item (from 0) of response `id`: stable across reads of the log. */
@@ -48,7 +52,7 @@ export class ResponseProjection {
   private seq = -1;
   private status: ResponseStatus = 'queued';
   private created = false;
-  private readonly output: ResponseOutputMessage[] = [];
+  private readonly output: (ResponseOutputMessage | ResponseFunctionToolCall)[] = [];
   /** The message item receiving text, and its text so far. */
   private open: { item: ResponseOutputMessage; index: number; text: string } | undefined;
   private usage: ResponseUsage | undefined;
@@ -79,7 +83,7 @@ export class ResponseProjection {
       background: h.background, completed_at: this.completedAt, error: this.error, incomplete_details: this.incomplete,
       instructions: h.instructions, max_output_tokens: h.maxOutputTokens, metadata: h.metadata, model: h.model,
       output, output_text: outputText(output), parallel_tool_calls: false, previous_response_id: h.previousResponseId,
-      temperature: null, tool_choice: 'auto', tools: [], top_p: null, truncation: 'disabled', text: { format: { type: 'text' } },
+      temperature: null, tool_choice: 'auto', tools: h.tools.map(functionTool), top_p: null, truncation: 'disabled', text: { format: { type: 'text' } },
       ...(this.usage ? { usage: this.usage } : {}),
     };
   }
@@ -139,6 +143,21 @@ export class ResponseProjection {
     });
   }
 
+  /** A call of a client's function tool: an item of its own, its arguments in one delta. */
+  private addCall(call: { callId: string; name: string; arguments: string }, out: ResponseStreamEvent[]): void {
+    const index = this.output.length;
+    const id = `fc_${this.head.id.replace(/^resp_/, '')}_${index}`;
+    const item: ResponseFunctionToolCall = { type: 'function_call', id, call_id: call.callId, name: call.name, arguments: '', status: 'in_progress' };
+    out.push({ type: 'response.output_item.added', sequence_number: ++this.seq, output_index: index, item: { ...item } });
+    out.push({ type: 'response.function_call_arguments.delta', sequence_number: ++this.seq, item_id: id, output_index: index, delta: call.arguments });
+    out.push({
+      type: 'response.function_call_arguments.done', sequence_number: ++this.seq, item_id: id, output_index: index, name: call.name, arguments: call.arguments,
+    });
+    const done: ResponseFunctionToolCall = { ...item, arguments: call.arguments, status: 'completed' };
+    this.output.push(done);
+    out.push({ type: 'response.output_item.done', sequence_number: ++this.seq, output_index: index, item: { ...done } });
+  }
+
   /** Ends the open item with `status`: its text, its part and the item itself are done. */
   private close(status: ResponseOutputMessage['status'], out: ResponseStreamEvent[]): void {
     const open = this.open!;
@@ -155,6 +174,7 @@ export class ResponseProjection {
     const finish = data.result?.finishReason;
     const completed = data.status === 'succeeded' && finish === 'stop';
     if (this.open) this.close(completed ? 'completed' : 'incomplete', out);
+    for (const call of functionCalls(data)) this.addCall(call, out);
     if (data.result?.usage) this.usage = usageOf(data.result);
     this.completedAt = at;
     if (completed) {
@@ -174,13 +194,24 @@ export class ResponseProjection {
   }
 }
 
+/** The calls of the client's function tools a run ended with (the built-in chat agent's payload). */
+function functionCalls(data: EndEventData): { callId: string; name: string; arguments: string }[] {
+  if (data.status !== 'succeeded') return [];
+  const calls = (data.result.payload as { functionCalls?: unknown } | undefined)?.functionCalls;
+  return Array.isArray(calls) ? calls as { callId: string; name: string; arguments: string }[] : [];
+}
+
+function functionTool(t: ResponseHead['tools'][number]): FunctionTool {
+  return { type: 'function', name: t.name, description: t.description ?? null, parameters: t.parameters ?? null, strict: t.strict ?? null };
+}
+
 function parse<T>(e: RunEvent): T {
   return JSON.parse(typeof e.data === 'string' ? e.data : e.data.toString('utf8')) as T;
 }
 
 /** The text of the output's message items, joined as the SDKs' `output_text` joins it. */
-function outputText(output: readonly ResponseOutputMessage[]): string {
-  return output.flatMap((m) => m.content.map((c) => (c.type === 'output_text' ? c.text : ''))).join('');
+function outputText(output: readonly (ResponseOutputMessage | ResponseFunctionToolCall)[]): string {
+  return output.flatMap((m) => (m.type === 'message' ? m.content.map((c) => (c.type === 'output_text' ? c.text : '')) : [])).join('');
 }
 
 /** Usage as OpenAI reports it, from what the run's model calls reported (summed over every attempt). */

@@ -20,7 +20,8 @@ import { ResponseProjection, type ResponseHead } from './response-events.ts';
 /** What POST /v1/responses may carry (the API's schema parses it); every other field is refused by name there. */
 export interface ResponseRequest {
   model: string;
-  input: string | InputMessage[];
+  input: string | InputItem[];
+  tools?: FunctionToolRequest[] | null;
   instructions?: string | null;
   previous_response_id?: string | null;
   metadata?: Record<string, string> | null;
@@ -37,8 +38,19 @@ export interface InputMessage {
   content: string | { type: 'input_text'; text: string }[];
 }
 
+/** The output of a call the previous response asked for. */
+export interface FunctionCallOutput { type: 'function_call_output'; call_id: string; output: string }
+
+export type InputItem = InputMessage | FunctionCallOutput;
+
+/** A function tool the client runs. */
+export interface FunctionToolRequest { type: 'function'; name: string; description?: string | null; parameters?: Record<string, unknown> | null; strict?: boolean | null }
+
+/** A call of a client's function tool, as the built-in chat agent ends a run with it (result.payload.functionCalls). */
+export interface FunctionCall { callId: string; name: string; arguments: string }
+
 /** Keys of a run's metadata the OpenAI-compatible API writes itself, so a request's metadata may not use them. */
-export const RESERVED_METADATA = ['openai', 'system', 'maxTokens', 'messages'] as const;
+export const RESERVED_METADATA = ['openai', 'system', 'maxTokens', 'messages', 'tools', 'toolTurn'] as const;
 
 /** The request as the run keeps it (metadata.openai): what its response shows besides its events. */
 interface KeptRequest {
@@ -48,7 +60,8 @@ interface KeptRequest {
   previousResponseId: string | null;
   maxOutputTokens: number | null;
   /** The input items as given, for input_items (a string is the run's input, not kept twice). */
-  input?: InputMessage[];
+  input?: InputItem[];
+  tools?: FunctionToolRequest[];
 }
 
 export const responseIdOf = (runId: string) => `resp_${runId}`;
@@ -77,19 +90,25 @@ export class OpenAiResponses {
    * and is stored, whatever becomes of the request that made it.
    */
   async create<A>(scope: string, req: ResponseRequest, o: SubmitOptions<A>): Promise<Submission<A> & { head: ResponseHead }> {
-    const sessionId = req.previous_response_id ? (await this.previous(scope, req.previous_response_id)).sessionId : `oai-${newRunId()}`;
+    const previous = req.previous_response_id ? await this.previous(scope, req.previous_response_id) : undefined;
+    const sessionId = previous?.sessionId ?? `oai-${newRunId()}`;
+    const toolTurn = previous ? answeredCalls(previous, req.input) : undefined;
     const system = systemText(req);
+    const tools = req.tools?.length ? req.tools : undefined;
     const kept: KeptRequest = {
       model: req.model, instructions: req.instructions ?? null, background: req.background === true,
       previousResponseId: req.previous_response_id ?? null, maxOutputTokens: req.max_output_tokens ?? null,
-      ...(typeof req.input === 'string' ? {} : { input: req.input }),
+      ...(typeof req.input === 'string' ? {} : { input: req.input }), ...(tools ? { tools } : {}),
     };
     const submit: SubmitRequest = {
       scope, sessionId, runtime: this.d.runtime, agent: this.d.models[req.model] ?? req.model,
-      input: { content: userText(req.input) },
+      // Outputs alone answer the previous response's calls: its question is asked again, now with them.
+      input: { content: toolTurn ? previous!.input.content : userText(req.input) },
       metadata: {
         ...req.metadata, openai: kept,
         ...(system ? { system } : {}), ...(req.max_output_tokens ? { maxTokens: req.max_output_tokens } : {}),
+        ...(tools ? { tools: tools.map(({ name, description, parameters }) => ({ name, description, parameters })) } : {}),
+        ...(toolTurn ? { toolTurn } : {}),
       },
     };
     const made = await this.d.submissions.submit(submit, o);
@@ -130,14 +149,16 @@ export class OpenAiResponses {
   }
 
   /** The input items of a response, as its request gave them (a string as one user message). */
-  async inputItems(scope: string, responseId: string): Promise<ResponseInputItem.Message[]> {
+  async inputItems(scope: string, responseId: string): Promise<(ResponseInputItem.Message | ResponseInputItem.FunctionCallOutput)[]> {
     const run = await this.run(scope, responseId);
     const kept = keptOf(run);
-    const given: InputMessage[] = kept?.input ?? [{ role: 'user', content: run.input.content }];
-    return given.map((m) => ({
-      type: 'message', role: m.role, status: 'completed',
-      content: typeof m.content === 'string' ? [{ type: 'input_text', text: m.content }] : m.content.map((p) => ({ type: 'input_text', text: p.text })),
-    }));
+    const given: InputItem[] = kept?.input ?? [{ role: 'user', content: run.input.content }];
+    return given.map((m) => (m.type === 'function_call_output'
+      ? { type: 'function_call_output', call_id: m.call_id, output: m.output, status: 'completed' }
+      : {
+        type: 'message', role: m.role, status: 'completed',
+        content: typeof m.content === 'string' ? [{ type: 'input_text', text: m.content }] : m.content.map((p) => ({ type: 'input_text', text: p.text })),
+      }));
   }
 
   /** The run previous_response_id names: of this scope, or the request is refused naming the field. */
@@ -163,8 +184,30 @@ export function headOf(run: RunRecord): ResponseHead {
   return {
     id: responseIdOf(run.id), createdAt: Math.floor(run.createdAt / 1000), model: kept?.model ?? run.agent,
     instructions: kept?.instructions ?? null, metadata, background: kept?.background ?? false,
-    previousResponseId: kept?.previousResponseId ?? null, maxOutputTokens: kept?.maxOutputTokens ?? null,
+    previousResponseId: kept?.previousResponseId ?? null, maxOutputTokens: kept?.maxOutputTokens ?? null, tools: kept?.tools ?? [],
   };
+}
+
+/**
+ * The previous response's calls with the outputs the input gives them (the built-in agent's
+ * `metadata.toolTurn`), or undefined when the input gives none. Every call needs its output,
+ * and every output a call, or the request is refused naming the input.
+ */
+function answeredCalls(previous: RunRecord, input: ResponseRequest['input']): { calls: FunctionCall[]; outputs: { callId: string; output: string }[] } | undefined {
+  if (typeof input === 'string') return undefined;
+  const outputs = input.flatMap((m, i) => (m.type === 'function_call_output' ? [{ i, callId: m.call_id, output: m.output }] : []));
+  if (outputs.length === 0) return undefined;
+  const calls = (previous.result?.payload as { functionCalls?: FunctionCall[] } | undefined)?.functionCalls ?? [];
+  const refuse = (path: string, message: string) => {
+    throw new BatonError('VALIDATION_FAILED', undefined, [{ path, message }]);
+  };
+  for (const o of outputs) {
+    if (!calls.some((c) => c.callId === o.callId)) refuse(`body.input.${o.i}.call_id`, 'the previous response made no call with this id');
+  }
+  for (const c of calls) {
+    if (!outputs.some((o) => o.callId === c.callId)) refuse('body.input', `no output for the call ${c.callId} (${c.name}) of the previous response`);
+  }
+  return { calls, outputs: outputs.map(({ callId, output }) => ({ callId, output })) };
 }
 
 function keptOf(run: RunRecord): KeptRequest | undefined {
@@ -174,13 +217,15 @@ function keptOf(run: RunRecord): KeptRequest | undefined {
 
 const textOf = (m: InputMessage) => (typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''));
 
+const messagesOf = (input: ResponseRequest['input'], user: boolean) =>
+  (typeof input === 'string' ? [] : input.filter((m): m is InputMessage => m.type !== 'function_call_output' && (m.role === 'user') === user));
+
 /** The run's input: the user messages' text, one after another (a blank line between two). */
 function userText(input: ResponseRequest['input']): string {
-  return typeof input === 'string' ? input : input.filter((m) => m.role === 'user').map(textOf).join('\n\n');
+  return typeof input === 'string' ? input : messagesOf(input, true).map(textOf).join('\n\n');
 }
 
 /** The agent's system message: the instructions, then the input's system and developer messages. */
 function systemText(req: ResponseRequest): string {
-  const parts = [req.instructions ?? '', ...(typeof req.input === 'string' ? [] : req.input.filter((m) => m.role !== 'user').map(textOf))];
-  return parts.filter(Boolean).join('\n\n');
+  return [req.instructions ?? '', ...messagesOf(req.input, false).map(textOf)].filter(Boolean).join('\n\n');
 }
