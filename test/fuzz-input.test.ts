@@ -146,9 +146,23 @@ function post(
 const VALID: Record<string, string> = {
   scope: 'acme', runId: 'rmissing0000000000', sessionId: 's1', runtimeId: 'default', stepKey: 'step:charge:1',
   waitKey: 'wait:approve:1', token: `bwt_acme.${'x'.repeat(43)}`, bucket: 'fuzz:bucket', scheduleId: 'schmissing0000',
-  chatId: 'c1',
+  chatId: 'c1', responseId: 'resp_rmissing0000000000',
 };
-const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket', 'scheduleId', 'chatId'];
+const PARAMS = ['scope', 'runId', 'sessionId', 'runtimeId', 'stepKey', 'waitKey', 'token', 'bucket', 'scheduleId', 'chatId', 'responseId'];
+
+/** The OpenAI-compatible routes answer errors in OpenAI's shape (docs/openai-api.md). */
+const isOpenAi = (path: string) => path.startsWith('/v1/responses') || path.startsWith('/v1/chat/completions');
+
+/** An OpenAI error: `{ error: { message, type, param, code } }`, with a status OpenAI's SDKs map to their own classes. */
+function expectOpenAiError(status: number, text: string, what: string): string {
+  const error = (JSON.parse(text) as { error: { message: unknown; type: unknown; param: unknown; code: unknown } }).error;
+  expect([400, 401, 403, 404, 409, 429], what).toContain(status);
+  expect(error.message, what).toBeTypeOf('string');
+  expect(error.type, what).toBeTypeOf('string');
+  expect(error.param === null || typeof error.param === 'string', what).toBe(true);
+  expect(error.code === null || typeof error.code === 'string', what).toBe(true);
+  return `openai:${String(error.code)}`;
+}
 
 /** A path segment: mostly hostile, sometimes valid, already safe to put in a request line. */
 const segment = (name: string) =>
@@ -381,6 +395,12 @@ describe('generated malformed requests to every route', () => {
           // Well-formed after all (e.g. a valid list query): not a rejection, so it may write.
           accepted++;
           baseline = await snapshot();
+          return;
+        }
+        if (isOpenAi(path)) {
+          const code = expectOpenAiError(res.status, res.text, what);
+          seen.set(code, (seen.get(code) ?? 0) + 1);
+          expectUnchanged(await snapshot(), baseline, what);
           return;
         }
         const body = JSON.parse(res.text) as { error: { code: keyof typeof ERROR_CODES; message: string; details: unknown[] } };
@@ -716,6 +736,9 @@ describe('generated nesting in every JSON body', () => {
             // The token is opened before the body is read: a made-up one is 404 whatever the body
             // (test/waits-abuse.test.ts reads a real token's malformed body).
             expect([res.status, JSON.parse(res.text).error.code], what).toEqual([404, 'NOT_FOUND']);
+          } else if (depth > max && isOpenAi(route.path)) {
+            expect(res.status, what).toBe(400);
+            expect(JSON.parse(res.text).error, what).toMatchObject({ code: 'validation_failed', type: 'invalid_request_error', param: null });
           } else if (depth > max) {
             expect(res.status, what).toBe(400);
             expect(JSON.parse(res.text).error, what).toMatchObject({ code: 'VALIDATION_FAILED', details: [{ path: 'body' }] });
@@ -834,5 +857,52 @@ describe('generated uploads, stream-token mints, scheduled submits and cron sche
       expect(seen.get(code), code).toBeGreaterThan(0);
     }
     await small.close();
+  });
+});
+
+/** POST /v1/responses bodies: mostly well-formed (background, so nothing waits for a worker), now and then a bad or unsupported field. */
+const responsesBodyArb = fc.tuple(fc.record({
+  model: mostlyOf(['echo'], ['', 7, null, 'x'.repeat(200)]),
+  input: mostlyOf(['hi', [{ role: 'user', content: 'hi' }], [{ role: 'system', content: 's' }, { role: 'user', content: [{ type: 'input_text', text: 'hi' }] }]],
+    ['', [], [{ role: 'assistant', content: 'x' }], [{ role: 'system', content: 's' }], [{ type: 'function_call_output', call_id: 'c', output: 'x' }], 3]),
+  instructions: mostlyOf(['Be brief.', null], [5, ['x']]),
+  metadata: mostlyOf([{ a: 'b' }, null], [{ a: 1 }, { system: 'x' }, Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v']))]),
+  max_output_tokens: mostlyOf([16, 1000], [0, -1, 1.5, '16']),
+  previous_response_id: mostlyOf([null], ['resp_rmissing0000000000', 'nope', 9]),
+  store: mostlyOf([true, null], [false, 'yes']),
+  background: mostlyOf([true], ['true']),
+}, { requiredKeys: ['background'] }), fc.constantFrom(undefined, undefined, undefined, 'temperature', 'tools', 'reasoning', 'truncation'))
+  .map(([body, extra]) => (extra ? { ...body, [extra]: extra === 'tools' ? [] : 0.5 } : body));
+
+describe('generated OpenAI response bodies', () => {
+  it('are queued (background) or refused in OpenAI\'s shape naming the field, and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    const seen = new Map<string, number>();
+    await fc.assert(
+      fc.asyncProperty(responsesBodyArb, async (body) => {
+        const text = JSON.stringify(body);
+        const res = await send('POST', '/v1/responses', {
+          authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
+        }, text);
+        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 200) {
+          accepted++;
+          expect(JSON.parse(res.text), what).toMatchObject({ object: 'response', status: 'queued', background: true });
+          baseline = await snapshot();
+          return;
+        }
+        const code = expectOpenAiError(res.status, res.text, what);
+        seen.set(code, (seen.get(code) ?? 0) + 1);
+        // A body's refusal names its field (a missing previous response names previous_response_id too).
+        expect(JSON.parse(res.text).error.param, what).toMatch(/^[a-z_]+(\[\d+\])?(\.|$)/);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated response bodies: ${accepted} queued; refusals by code:`, Object.fromEntries(seen));
+    expect(accepted).toBeGreaterThan(0);
+    expect(seen.get('openai:unsupported_parameter')).toBeGreaterThan(0);
   });
 });

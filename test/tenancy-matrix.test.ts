@@ -201,6 +201,54 @@ describe('a key of scope B on scope A', () => {
   });
 });
 
+describe("the OpenAI-compatible API (the key's scope is the tenant)", () => {
+  it("answers a key of scope B on A's response exactly as on one that never was, and A is unchanged", async () => {
+    const openAi = routes.filter((r) => r.path.startsWith('/v1/responses') || r.path === '/v1/chat/completions');
+    expect(openAi.length).toBeGreaterThanOrEqual(5);
+    const before = await scopeState('acme');
+    const real = `resp_${ids.runId}`;
+    const missing = 'resp_rdoesnotexist000000';
+    let checked = 0;
+    for (const r of openAi.filter((x) => x.path.includes('{responseId}'))) {
+      for (const role of ['client', 'admin'] as ScopeRole[]) {
+        const key = await h.key('globex', role);
+        const body = r.method === 'POST' ? {} : undefined;
+        const auth = { authorization: `Bearer ${key}` };
+        const onReal = await call(url, r.method, r.path.replace('{responseId}', real), body, auth);
+        const onMissing = await call(url, r.method, r.path.replace('{responseId}', missing), body, auth);
+        const what = `${role} of globex: ${r.method} ${r.path}`;
+        expect(onReal.status, what).toBe(404);
+        expect(onReal.body.error.type, what).toBe('invalid_request_error');
+        expect(JSON.stringify(onReal.body).replaceAll(real, missing), what).toBe(JSON.stringify(onMissing.body));
+        checked++;
+      }
+    }
+    // Continuing A's conversation from B: the same 404 as an id that never was.
+    const key = await h.key('globex', 'client');
+    const cont = (id: string) => call(url, 'POST', '/v1/responses', { model: 'echo', input: 'hijack', previous_response_id: id }, { authorization: `Bearer ${key}` });
+    const [onReal, onMissing] = [await cont(real), await cont(missing)];
+    expect(onReal.status).toBe(404);
+    expect(JSON.stringify(onReal.body).replaceAll(real, missing)).toBe(JSON.stringify(onMissing.body));
+    console.log(`${checked} (OpenAI route, role) pairs of scope B on A's response answered 404`);
+    expect(await scopeState('acme')).toEqual(before);
+  });
+
+  it('refuses an operator key (bound to no scope) with 403 on every route, and no key with 401', async () => {
+    const operator = await h.operatorKey();
+    for (const r of routes.filter((x) => x.path.startsWith('/v1/responses') || x.path === '/v1/chat/completions')) {
+      const path = r.path.replace('{responseId}', `resp_${ids.runId}`);
+      const body = r.path === '/v1/responses' ? { model: 'echo', input: 'x' }
+        : r.path === '/v1/chat/completions' ? { model: 'echo', messages: [{ role: 'user', content: 'x' }] }
+          : r.method === 'POST' ? {} : undefined;
+      const byOperator = await call(url, r.method, path, body, { authorization: `Bearer ${operator}` });
+      expect(byOperator.status, `${r.method} ${r.path}`).toBe(403);
+      const none = await call(url, r.method, path, body, {});
+      expect(none.status, `${r.method} ${r.path}`).toBe(401);
+      expect(none.body.error.code, `${r.method} ${r.path}`).toBe('invalid_api_key');
+    }
+  });
+});
+
 describe('the run listing filters of scope B', () => {
   it('read only B’s indexes: A’s agent, runtime, session, status and re-runs list nothing of A, and A is unchanged', async () => {
     const before = await scopeState('acme');

@@ -8,6 +8,8 @@ import { errorHandler } from './error-handler.ts';
 import { mountTemplate, observeRequests } from './http-metrics.ts';
 import { mountCors, mountRoutes, OPERATOR_ACCESS, SCOPE } from './route.ts';
 import { ROUTES } from './routes.ts';
+import { openAiErrorHandler } from './openai-errors.ts';
+import { isOpenAiRoute, OPENAI_PATHS } from './routes-openai.ts';
 
 /** Builds the HTTP API from the route catalogue: public routes at the root, a scope's routes behind its key. */
 export function createApp(deps: AppDeps): Express {
@@ -31,8 +33,13 @@ export function createApp(deps: AppDeps): Express {
 
   app.use(observeRequests(deps.metrics, deps.log));
   app.use(refuseRepeatedHeaders);
+  // OpenAI's API (routes-openai.ts): the key names the scope, and errors are in OpenAI's shape.
+  const openAi = ROUTES.filter(isOpenAiRoute);
+  app.use(mountRoutes(openAi, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
+  app.use(OPENAI_PATHS, (_req, _res, next) => next(new BatonError('NOT_FOUND')));
+  app.use(openAiErrorHandler(deps.log));
   // Routes outside a scope: the public ones, those any valid key may call (whoami), and those a token opens.
-  const unscoped = ROUTES.filter((r) => r.access === 'public' || r.access === 'key' || r.access === 'token');
+  const unscoped = ROUTES.filter((r) => (r.access === 'public' || r.access === 'key' || r.access === 'token') && !isOpenAiRoute(r));
   app.use(mountRoutes(unscoped, '', deps, { jsonLimit: deps.config.BODY_LIMIT_BYTES }));
   // Routes a stream token opens check a key or a token themselves, so they come before the
   // scope's key check; any other request falls through to it.

@@ -29,7 +29,7 @@ function headersFor(e: BatonError): Record<string, string> {
   return h;
 }
 
-function toBatonError(err: unknown): BatonError {
+export function toBatonError(err: unknown): BatonError {
   if (err instanceof BatonError) return err;
   const e = err as { type?: string; name?: string; code?: string; message?: string };
   if (e?.type === 'entity.parse.failed') return new BatonError('INVALID_JSON', undefined, [{ path: 'body', message: 'not valid JSON' }]);

@@ -3,6 +3,9 @@ import { z } from 'zod';
 import { ERROR_CODES, type ErrorCode } from '../lib/contract/errors.ts';
 import * as res from './response-schemas.ts';
 import type { RouteSpec } from './route.ts';
+import { BatonError } from '../lib/errors.ts';
+import { openAiError } from './openai-errors.ts';
+import { isOpenAiPath, openAiErrorResponse } from './openai-schemas.ts';
 
 /**
  * /openapi.json, generated from the route catalogue (routes.ts): the same zod schemas the
@@ -68,14 +71,16 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
         : { description: o.description };
     }
     const byStatus = new Map<number, ErrorCode[]>();
+    // The OpenAI-compatible routes answer errors in OpenAI's shape, with its statuses (openai-errors.ts).
+    const openAi = isOpenAiPath(r.path);
     for (const code of errorCodes(r)) {
-      const status = ERROR_CODES[code].status;
+      const status = openAi ? openAiError(new BatonError(code)).status : ERROR_CODES[code].status;
       byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
     }
     for (const [status, codes] of byStatus) {
       responses[String(status)] = {
         description: codes.map((c) => `${c}: ${ERROR_CODES[c].message}`).join(' | '),
-        content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+        content: { 'application/json': { schema: { $ref: `#/components/schemas/${openAi ? 'OpenAiError' : 'Error'}` } } },
       };
     }
     const headerParams = Object.entries(r.headers ?? {}).map(([name, s]) => ({ name, in: 'header', required: false, schema: jsonSchema(s) }));
@@ -107,7 +112,7 @@ export function openApiDocument(routes: readonly RouteSpec[]): Record<string, un
           description: 'A stream token (POST …/stream-token, or submit with streamToken: true): read-only, one run or session, expiring.',
         },
       },
-      schemas: { Error: jsonSchema(res.errorResponse) },
+      schemas: { Error: jsonSchema(res.errorResponse), OpenAiError: jsonSchema(openAiErrorResponse) },
     },
     paths,
   };

@@ -4,6 +4,7 @@ import { adminRoutes } from './routes-admin.ts';
 import { artifactRoutes } from './routes-artifacts.ts';
 import { limitsRoutes } from './routes-limits.ts';
 import { operationRoutes } from './routes-operations.ts';
+import { openAiRoutes } from './routes-openai.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { rateLimitRoutes } from './routes-rate-limits.ts';
 import { chatRoutes } from './routes-chat.ts';
@@ -39,4 +40,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...limitsRoutes,
   ...rateLimitRoutes,
   ...scheduleRoutes,
+  ...openAiRoutes,
 ];

@@ -22,7 +22,8 @@ export interface SseOptions {
   headers?: Record<string, string>;
   /**
    * Writes events in another protocol than Baton's own SSE (the AI SDK's UI message stream,
-   * chat-stream.ts): its head once the stream opened, then each batch as it encodes it.
+   * chat-stream.ts; OpenAI's events, routes-openai.ts): its head once the stream opened, then
+   * each batch as it encodes it, then its trailer after the run's last event.
    */
   encoder?: EventEncoder;
   /** The stream opened. onClose follows once, when its connection has closed. */
@@ -33,9 +34,11 @@ export interface SseOptions {
 /** A protocol's framing of a run's events; see SseOptions.encoder. */
 export interface EventEncoder {
   /** Written once the stream opened, before the first event. */
-  head(): string;
+  head?(): string;
   /** The text for a batch of events, and whether the response ends after it (before the run's `end`). */
   encode(events: RunEvent[]): { text: string; done: boolean };
+  /** Written after the run's last event, before the response ends (`data: [DONE]`). */
+  trailer?: string;
 }
 
 /** Largest single write, in characters (see write()). */
@@ -147,7 +150,10 @@ export async function serveEvents(
       return writing && res.writableNeedDrain ? drainedOrClosed(res) : undefined;
     },
     pending: () => (writing ? res.writableLength : 0),
-    onEnd: () => finish('end'),
+    onEnd: () => {
+      if (writing && o.encoder?.trailer) write(o.encoder.trailer);
+      finish('end');
+    },
     // Redis went away mid-stream: drop the connection so the client resumes by id elsewhere.
     onError: () => finish('destroy'),
   }, { fresh: target.fresh });
@@ -162,7 +168,7 @@ export async function serveEvents(
   });
   res.flushHeaders();
   write(`retry: ${o.retryMs}\n\n`);
-  if (o.encoder) write(o.encoder.head());
+  if (o.encoder?.head) write(o.encoder.head());
   o.onOpen?.();
   keepAlive = setInterval(() => write(': keep-alive\n\n'), o.keepAliveMs);
   // Progress is bytes leaving Node's buffers for the socket. Chunk framing makes the pending

@@ -562,6 +562,29 @@ export const configSchema = z.object({
    */
   CHAT_MAX_TOKENS: z.coerce.number().int().min(1).max(1_000_000).default(4096),
   /**
+   * OPENAI_COMPAT_MODELS: upstream model names the OpenAI-compatible API (/v1/responses,
+   * /v1/chat/completions) accepts as `model`, each mapped to the agent that runs it:
+   * `gpt-4o-mini=chat,gpt-4o=chat` (a name alone maps to the built-in `chat`, which calls
+   * OPENAI_MODEL on its endpoint whatever the name). Any other `model` is an agent's name,
+   * refused as model_not_found when no worker of RUNTIME offers it. Unset: none, so a client
+   * names agents, and an upstream name a deployment did not list is refused.
+   */
+  OPENAI_COMPAT_MODELS: z
+    .string()
+    .default('')
+    .transform((s, ctx) => {
+      const map: Record<string, string> = {};
+      for (const entry of s.split(',').map((e) => e.trim()).filter(Boolean)) {
+        const [name, agent = 'chat', extra] = entry.split('=').map((p) => p.trim());
+        if (extra !== undefined || !/^[\x21-\x7e]{1,128}$/.test(name) || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(agent)) {
+          ctx.addIssue({ code: 'custom', message: `"${entry}" is not <model name>[=<agent>]` });
+          return z.NEVER;
+        }
+        map[name] = agent;
+      }
+      return map;
+    }),
+  /**
    * MODEL_PRICES: what each model costs, as JSON: `{"gpt-4o-mini": {"inputPerMTokens": 0.15,
    * "outputPerMTokens": 0.6}}`, USD per million tokens, model ids as the agents report them.
    * A run's cost is its usage priced by this table (GET …/runs/{runId}/usage, the inspector),

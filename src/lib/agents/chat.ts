@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
+import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import { defineAgent, type Agent, type HistoryMessage, type RateLimitRequest, type RunContext } from '../sdk/agent.ts';
 import { BUCKET_NAME } from '../rate-limit-config.ts';
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
@@ -129,8 +129,26 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
+/** What the built-in agent takes from a submit's metadata (builtinChatAgent). */
+interface PerRun {
+  /** A lower limit than maxTokens for one run, or undefined. */
+  runMaxTokens?(ctx: RunContext): number | undefined;
+  /** Turns the caller holds, sent before the session's history. */
+  callerTurns?(ctx: RunContext): ChatCompletionMessageParam[];
+  /**
+   * Function tools the caller runs itself (OpenAI's function calling): a model turn that calls
+   * any of them ends the run, its calls in the result's payload (`functionCalls`).
+   */
+  callerTools?(ctx: RunContext): ChatCompletionTool[];
+  /** Calls the caller ran and their outputs, sent after the input: an assistant turn with the calls, then each output. */
+  callerToolTurn?(ctx: RunContext): ChatCompletionMessageParam[];
+}
+
+/** A call of a tool the caller runs, as a run's payload carries it. */
+export interface FunctionCall { callId: string; name: string; arguments: string }
+
 /** createChatAgent with its endpoint from `endpoint()`, asked when the agent first runs (it may throw). */
-function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Agent {
+function chatAgent(options: ChatAgentOptions & PerRun, endpoint: () => ChatEndpoint): Agent {
   const { name, model } = options;
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
@@ -158,9 +176,15 @@ function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Age
     async run(ctx) {
       const openai = clientFor();
       const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
-      const messages = chatMessages(ctx, system);
-      const definitions = tools.length ? { tools: tools.map((t) => t.definition) } : {};
-      const limits = maxTokens === undefined ? {} : { max_completion_tokens: maxTokens };
+      const messages = chatMessages(ctx, system, options.callerTurns?.(ctx));
+      messages.push(...(options.callerToolTurn?.(ctx) ?? []));
+      const callerTools = options.callerTools?.(ctx) ?? [];
+      const callers = new Set(callerTools.map((t) => (t.type === 'function' ? t.function.name : '')));
+      const all = [...tools.map((t) => t.definition), ...callerTools];
+      const definitions = all.length ? { tools: all } : {};
+      const asked = options.runMaxTokens?.(ctx);
+      const limit = asked !== undefined && maxTokens !== undefined ? Math.min(asked, maxTokens) : asked ?? maxTokens;
+      const limits = limit === undefined ? {} : { max_completion_tokens: limit };
       let answer = '';
       for (let step = 1; ; step++) {
         const turn = await modelTurn(ctx, openai, { model, messages, ...definitions, ...limits }, {
@@ -169,6 +193,11 @@ function chatAgent(options: ChatAgentOptions, endpoint: () => ChatEndpoint): Age
         if (turn.text) answer += (answer ? '\n\n' : '') + turn.text;
         if (turn.finishReason === 'length') return { answer, finishReason: 'length' };
         if (turn.toolCalls.length === 0) return { answer, finishReason: 'stop' };
+        // The caller runs these: the run ends with every call of the turn, as OpenAI's function calling does.
+        if (turn.toolCalls.some((c) => callers.has(c.name))) {
+          const functionCalls: FunctionCall[] = turn.toolCalls.map((c) => ({ callId: c.id, name: c.name, arguments: c.arguments }));
+          return { answer, finishReason: 'stop', payload: { functionCalls } };
+        }
         if (step >= maxSteps) {
           ctx.emit(`[stopped after ${maxSteps} model calls]`, { ephemeral: true });
           return { answer, finishReason: 'length' };
@@ -250,7 +279,9 @@ function assistantMessage(turn: ModelTurn): ChatCompletionMessageParam {
   };
 }
 
-function chatMessages(ctx: RunContext, system: string | undefined): ChatCompletionMessageParam[] {
+function chatMessages(
+  ctx: RunContext, system: string | undefined, earlier: ChatCompletionMessageParam[] = [],
+): ChatCompletionMessageParam[] {
   const out: ChatCompletionMessageParam[] = [];
   if (system) out.push({ role: 'system', content: system });
   if (ctx.memory !== undefined) {
@@ -258,9 +289,55 @@ function chatMessages(ctx: RunContext, system: string | undefined): ChatCompleti
   }
   const recalled = recalledTurnsPrompt(ctx.memoryBlocks);
   if (recalled) out.push({ role: 'system', content: recalled });
+  for (const m of earlier) out.push(m);
   for (const m of ctx.history) out.push(toChatMessage(m));
   out.push({ role: 'user', content: ctx.input.content });
   return out;
+}
+
+/**
+ * The built-in agent's `metadata.messages` of a submit: earlier turns the caller holds (the OpenAI-compatible API's
+ * chat completions, which carry the whole conversation in each request), user and assistant
+ * text only, before the session's own history. Anything else there is no turn and is skipped.
+ */
+function callerTurns(ctx: RunContext): ChatCompletionMessageParam[] {
+  const messages = ctx.metadata.messages;
+  if (!Array.isArray(messages)) return [];
+  return messages.flatMap((m: unknown): ChatCompletionMessageParam[] => {
+    const { role, content } = (m ?? {}) as { role?: unknown; content?: unknown };
+    if (typeof content !== 'string') return [];
+    return role === 'user' ? [{ role, content }] : role === 'assistant' ? [{ role, content }] : [];
+  });
+}
+
+/** The built-in agent's `metadata.tools`: function tools the caller runs (`{ name, description?, parameters? }`). */
+function callerTools(ctx: RunContext): ChatCompletionTool[] {
+  const tools = ctx.metadata.tools;
+  if (!Array.isArray(tools)) return [];
+  return tools.flatMap((t: unknown): ChatCompletionTool[] => {
+    const { name, description, parameters } = (t ?? {}) as { name?: unknown; description?: unknown; parameters?: unknown };
+    if (typeof name !== 'string') return [];
+    return [{
+      type: 'function',
+      function: {
+        name, ...(typeof description === 'string' ? { description } : {}),
+        ...(parameters && typeof parameters === 'object' ? { parameters: parameters as Record<string, unknown> } : {}),
+      },
+    }];
+  });
+}
+
+/** The built-in agent's `metadata.toolTurn`: `{ calls: FunctionCall[], outputs: { callId, output }[] }`, as messages. */
+function callerToolTurn(ctx: RunContext): ChatCompletionMessageParam[] {
+  const turn = ctx.metadata.toolTurn as { calls?: FunctionCall[]; outputs?: { callId: string; output: string }[] } | undefined;
+  if (!Array.isArray(turn?.calls) || !Array.isArray(turn.outputs)) return [];
+  return [
+    {
+      role: 'assistant', content: null,
+      tool_calls: turn.calls.map((c) => ({ id: c.callId, type: 'function' as const, function: { name: c.name, arguments: c.arguments } })),
+    },
+    ...turn.outputs.map((o): ChatCompletionMessageParam => ({ role: 'tool', tool_call_id: o.callId, content: o.output })),
+  ];
 }
 
 function toChatMessage(m: HistoryMessage): ChatCompletionMessageParam {
@@ -285,7 +362,11 @@ export type BuiltinChatSettings = Pick<Config, 'OPENAI_BASE_URL' | 'OPENAI_API_K
  * The built-in `chat` agent: createChatAgent with no tools, its endpoint from OPENAI_*, its
  * answers' length capped at CHAT_MAX_TOKENS (so a call's estimate, which the token budget
  * holds and the provider bucket reserves, is what it can use), and `metadata.system` (a
- * string) of a submit as its system message. Every worker offers
+ * string) of a submit as its system message and `metadata.maxTokens` (a positive integer) as a
+ * lower limit for that run's answers (the OpenAI-compatible API's `max_output_tokens`), and
+ * `metadata.messages` (user and assistant turns) before the session's history; `metadata.tools`
+ * are function tools its caller runs, and `metadata.toolTurn` their calls' outputs (callerTools,
+ * callerToolTurn). Every worker offers
  * it, configured or not (`baton start` must come up without a model): unconfigured, each of
  * its runs fails with CHAT_NOT_CONFIGURED, saying what to set.
  */
@@ -296,6 +377,13 @@ export function builtinChatAgent(settings: BuiltinChatSettings): Agent {
     model: settings.OPENAI_MODEL,
     maxTokens: settings.CHAT_MAX_TOKENS,
     system: (ctx) => (typeof ctx.metadata.system === 'string' ? ctx.metadata.system : undefined),
+    runMaxTokens: (ctx) => {
+      const asked = ctx.metadata.maxTokens;
+      return typeof asked === 'number' && Number.isInteger(asked) && asked >= 1 ? asked : undefined;
+    },
+    callerTurns,
+    callerTools,
+    callerToolTurn,
   }, () => {
     if (endpoint) return endpoint;
     throw new PermanentError(

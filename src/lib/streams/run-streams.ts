@@ -85,22 +85,32 @@ export class RunStreams {
   }
 
   /**
+   * A run's log as it is now, page by page, oldest first (none once it expired): a reader that
+   * folds the whole log (an OpenAI response object) holds one page at a time.
+   */
+  async *pages(scope: string, runId: string): AsyncGenerator<RunEvent[]> {
+    for (let after = '0'; ;) {
+      const page = await readEvents(this.redis, this.keys, scope, runId, after);
+      this.bytesRead += page.reduce((n, e) => n + e.data.length, 0);
+      if (page.length) yield page;
+      if (page.length < 1000) return;
+      after = page[page.length - 1].id;
+    }
+  }
+
+  /**
    * A run's whole log, read in pages, or undefined when it is gone (past its retention) or
    * holds more than `maxBytes` of data: a caller that can do without it is never handed more.
    */
   async readLog(scope: string, runId: string, maxBytes: number): Promise<RunEvent[] | undefined> {
     const events: RunEvent[] = [];
     let bytes = 0;
-    for (let after = '0'; ;) {
-      const page = await readEvents(this.redis, this.keys, scope, runId, after);
-      const pageBytes = page.reduce((n, e) => n + e.data.length, 0);
-      this.bytesRead += pageBytes;
-      bytes += pageBytes;
+    for await (const page of this.pages(scope, runId)) {
+      bytes += page.reduce((n, e) => n + e.data.length, 0);
       if (bytes > maxBytes) return undefined;
       events.push(...page);
-      if (page.length < 1000) return events.length ? events : undefined;
-      after = page[page.length - 1].id;
     }
+    return events.length ? events : undefined;
   }
 
   /** The id of the last event in a run's log ('0' when it has none). */
