@@ -51,15 +51,23 @@ it('starts a response in the background and resumes its stream after sequence nu
 });
 
 it('cancels a running background response, and its stream ends with response.incomplete, status cancelled', async () => {
-  fake.script('haiku', [answer('Slow words drift along, one by one, far too slowly, the queue holds its breath.', { delayMs: 400 })]);
-  const made = JSON.parse(await sh(create));
-  // Its first words are out (events 0 to 4: created, in_progress, the item, its part, a delta),
-  // so events follow 3 whenever the cancel lands.
-  await waitFor(async () => JSON.parse(await sh(`curl -s "$BATON_URL/v1/responses/${made.id}" -H "Authorization: Bearer $BATON_KEY"`)).output.length > 0);
-  const answered = JSON.parse(await sh(cancel, { RESPONSE_ID: made.id }));
-  expect(answered.id).toBe(made.id);
-  const ended = events(await sh(resume, { RESPONSE_ID: made.id }));
-  expect(ended.at(-1)).toMatchObject({ type: 'response.incomplete', response: { status: 'cancelled' } });
+  // The answer waits after its second word until the cancel was answered: running, whatever the
+  // machine's speed, when the cancel lands.
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => { open = resolve; });
+  fake.script('haiku', [answer('Slow words drift along, one by one, the queue holds its breath.', { gate: { after: 2, open: opened } })]);
+  try {
+    const made = JSON.parse(await sh(create));
+    // Its first words are out (events 0 to 4: created, in_progress, the item, its part, a delta),
+    // so events follow 3 whenever the cancel lands.
+    await waitFor(async () => JSON.parse(await sh(`curl -s "$BATON_URL/v1/responses/${made.id}" -H "Authorization: Bearer $BATON_KEY"`)).output.length > 0);
+    const answered = JSON.parse(await sh(cancel, { RESPONSE_ID: made.id }));
+    expect(answered.id).toBe(made.id);
+    const ended = events(await sh(resume, { RESPONSE_ID: made.id }));
+    expect(ended.at(-1)).toMatchObject({ type: 'response.incomplete', response: { status: 'cancelled' } });
+  } finally {
+    open();
+  }
 });
 
 it('answers the chat completion example', async () => {
