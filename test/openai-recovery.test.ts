@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { beforeAll, expect, it, vi } from 'vitest';
+import { beforeAll, expect, it, onTestFinished, vi } from 'vitest';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 
@@ -24,15 +24,21 @@ it('every worker SIGKILLed mid-answer: the response completes, each item\'s delt
   const env = { OPENAI_BASE_URL: fake.baseURL, OPENAI_API_KEY: 'k', OPENAI_MODEL: 'fake-model' };
   const first = await h.spawn('worker', { env });
   const words = 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen';
-  fake.script('#kill', [answer(words, { delayMs: 150 }), answer('A whole new answer.')]);
+  // The first attempt's answer stops after three words (its worker is killed there); the gate
+  // opens once the test is done, freeing the fake model's held response.
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => { open = resolve; });
+  onTestFinished(() => open());
+  fake.script('#kill', [answer(words, { gate: { after: 3, open: opened } }), answer('A whole new answer.')]);
   const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: await h.key('acme', 'client'), maxRetries: 0 });
   const stream = await client.responses.create({ model: 'chat', input: 'count slowly #kill', stream: true });
   const events: OpenAI.Responses.ResponseStreamEvent[] = [];
   let replaced = false;
   for await (const e of stream) {
     events.push(e);
-    const deltas = events.filter((x) => x.type === 'response.output_text.delta').length;
-    if (deltas === 3 && !replaced) {
+    // Deltas carry the tokens a batch at a time: the three words before the gate, in one or more.
+    const said = events.flatMap((x) => (x.type === 'response.output_text.delta' ? [x.delta] : [])).join('');
+    if (said.trim().split(/\s+/).length === 3 && !replaced) {
       replaced = true;
       await first.kill('SIGKILL');
       await h.spawn('worker', { env });

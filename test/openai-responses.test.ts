@@ -103,11 +103,15 @@ describe('responses', () => {
   });
 
   it('cancels a background response: its stream ends with response.incomplete, status cancelled', async () => {
-    fake.script('#cancel', [answer('this answer takes a long while to come out word by word', { delayMs: 300 })]);
+    // The answer waits after its third word until the cancel was made: running when it lands.
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => { open = resolve; });
+    fake.script('#cancel', [answer('this answer takes a long while to come out word by word', { gate: { after: 3, open: opened } })]);
     const made = await client.responses.create({ model: 'chat', input: 'slow #cancel', background: true });
     expect(made.status).toBe('queued');
     await waitFor(async () => (await client.responses.retrieve(made.id)).output.length > 0, 20_000, 'the first words');
     const cancelled = await client.responses.cancel(made.id);
+    open();
     expect(['cancelled', 'in_progress']).toContain(cancelled.status);
     const after = await waitFor(async () => {
       const r = await client.responses.retrieve(made.id);
