@@ -19,7 +19,9 @@ const MAX_CHECKS = 1_000;
  * whose input schema ajv cannot compile, is left out (logged): one odd tool of a server must
  * not fail every run of the agent.
  */
-export async function mcpChatTools(ctx: RunContext, agent: string, session: McpSession, taken: ReadonlySet<string>): Promise<PreparedTool[]> {
+export async function mcpChatTools(
+  ctx: RunContext, agent: string, session: McpSession, taken: ReadonlySet<string>,
+): Promise<PreparedTool[]> {
   const listed = await session.tools();
   return listed.flatMap((t): PreparedTool[] => {
     if (taken.has(t.agentName)) {
