@@ -1,8 +1,12 @@
+import { createOpenAI } from '@ai-sdk/openai';
+import { stepCountIs, streamText } from 'ai';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createChatAgent, type ChatAgentOptions } from '../src/lib/agents/chat.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { durableMcpTools, durableModel } from '../src/ai.ts';
 import type { WorkerHandle } from '../src/worker/worker.ts';
 import { answer, callTools, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
 import { runEvents, statuses } from './helpers/engine.ts';
@@ -53,6 +57,22 @@ beforeAll(async () => {
         mcpServers: { local: { command: process.execPath, args: [STDIO_SERVER], env: { NOTE_PREFIX: '> ' } } },
       }),
       createChatAgent({ ...common, name: 'stranded', maxAttempts: 2, mcpServers: { ledger: { url: `http://127.0.0.1:${await closedPort()}/mcp` } } }),
+      defineAgent({
+        name: 'ai-clerk',
+        async run(ctx) {
+          const model = durableModel(ctx, createOpenAI({ baseURL: fake.baseURL, apiKey: 'test-key' }).chat('fake-model'));
+          const mcpTools = await durableMcpTools(ctx, { records: { ...records, approval: { tools: { delete_record: true } } } });
+          try {
+            const result = streamText({
+              model, tools: mcpTools.tools, stopWhen: stepCountIs(5), abortSignal: ctx.signal,
+              messages: [{ role: 'user', content: ctx.input.content }],
+            });
+            return { answer: (await result.steps).map((s) => s.text).join('') };
+          } finally {
+            await mcpTools.close();
+          }
+        },
+      }),
       createChatAgent({ ...common, name: 'intruder', mcpServers: { records: { url: mcp.url, headers: { authorization: 'Bearer wrong' } } } }),
     ],
   });
@@ -191,6 +211,30 @@ describe('MCP tools in a chat agent', () => {
     const failed = await acme.waitStatus(refused.body.id, ['succeeded', 'failed'], 30_000);
     expect(failed).toMatchObject({ status: 'failed', attempt: 1, lastError: { code: 'MCP_SERVER_UNAUTHORIZED' } });
     expect(failed.lastError.message).toContain('MCP server "records" refused the credentials');
+  });
+
+  it('baton/ai: durableMcpTools in the AI SDK loop, with an approval policy by tool name', async () => {
+    fake.script('#ai', [
+      callTools([
+        { id: 'c-look', name: 'records__lookup', arguments: { id: 'r-5' } },
+        { id: 'c-del', name: 'records__delete_record', arguments: { id: 'r-5' } },
+      ]),
+      answer('Deleted r-5.'),
+    ]);
+    const sub = await acme.submit('ai', 'Delete r-5. #ai', { agent: 'ai-clerk' });
+    const waiting = await acme.waitStatus(sub.body.id, ['waiting', 'failed', 'succeeded'], 30_000);
+    expect(waiting.waits.map((w: any) => [w.key, w.kind])).toEqual([['wait:records__delete_record:1', 'approval']]);
+    expect((await acme.post(`/runs/${sub.body.id}/waits/wait:records__delete_record:1`, { value: { approved: true } })).status).toBe(200);
+    const run = await acme.waitStatus(sub.body.id, ['succeeded', 'failed'], 30_000);
+    expect(run).toMatchObject({ status: 'succeeded', result: { answer: 'Deleted r-5.', toolCallsSeen: 2 } });
+    expect([mcp.calls('lookup', 'r-5'), mcp.calls('delete_record', 'r-5')]).toEqual([1, 1]);
+    const steps = await h.redis.hgetall(h.keys.scope('acme').steps(run.id));
+    // The destructive call is a non-idempotent step (its start marker), the read-only one is not.
+    expect(Object.keys(steps).filter((k) => !k.startsWith('wait:')).sort()).toEqual([
+      'infer:model:1', 'infer:model:2', 'step:mcp.records.tools:1',
+      'tool:records__delete_record:1', 'tool:records__delete_record:1#started', 'tool:records__lookup:1',
+    ]);
+    expect(toolMessages(fake.requestsFor('#ai')[1]).map(([id]) => id)).toEqual(['c-look', 'c-del']);
   });
 
   it('refuses a bad server configuration when the agent is made', () => {
