@@ -10,7 +10,7 @@ import { durableMcpTools, durableModel } from '../src/ai.ts';
 import type { WorkerHandle } from '../src/worker/worker.ts';
 import { answer, callTools, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
 import { runEvents, statuses } from './helpers/engine.ts';
-import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { startMcpServer, type TestMcpServer } from './helpers/mcp-server.ts';
 import { parseMetrics, total } from './helpers/prom-text.ts';
 
@@ -28,6 +28,8 @@ const TOKEN = 'records-token';
 let h: Harness;
 let fake: FakeOpenAI;
 let mcp: TestMcpServer;
+/** Goes down mid-run. */
+let fragile: TestMcpServer;
 let acme: ScopeClient;
 let worker: WorkerHandle;
 let common: Pick<ChatAgentOptions, 'model' | 'baseURL' | 'apiKey'>;
@@ -45,6 +47,7 @@ beforeAll(async () => {
   h = await useHarness();
   fake = await startFakeOpenAI();
   mcp = await startMcpServer(TOKEN);
+  fragile = await startMcpServer(TOKEN);
   const api = await h.startApi();
   acme = await h.client(api.url, 'acme', 'client');
   common = { model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key' };
@@ -73,6 +76,10 @@ beforeAll(async () => {
           }
         },
       }),
+      createChatAgent({
+        ...common, name: 'fragile', maxAttempts: 2,
+        mcpServers: { records: { url: fragile.url, headers: { authorization: `Bearer ${TOKEN}` } } },
+      }),
       createChatAgent({ ...common, name: 'intruder', mcpServers: { records: { url: mcp.url, headers: { authorization: 'Bearer wrong' } } } }),
     ],
   });
@@ -80,6 +87,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await mcp?.close();
+  await fragile?.close();
   await fake?.close();
 });
 
@@ -211,6 +219,34 @@ describe('MCP tools in a chat agent', () => {
     const failed = await acme.waitStatus(refused.body.id, ['succeeded', 'failed'], 30_000);
     expect(failed).toMatchObject({ status: 'failed', attempt: 1, lastError: { code: 'MCP_SERVER_UNAUTHORIZED' } });
     expect(failed.lastError.message).toContain('MCP server "records" refused the credentials');
+  });
+
+  it('a server gone between the list and a destructive call: a transient failure, never a block (the call did not go out)', async () => {
+    let open!: () => void;
+    fake.script('#fragile', [
+      // Held before its first token until the server is down.
+      {
+        kind: 'stream', tokens: ['Deleting.'], toolCalls: [{ id: 'c-del', name: 'records__delete_record', arguments: { id: 'r-6' } }],
+        gate: { after: 0, open: new Promise<void>((r) => { open = r; }) },
+      },
+      answer('Deleted r-6.'),
+    ]);
+    const sub = await acme.submit('fragile', 'Delete r-6. #fragile', { agent: 'fragile' });
+    // The tools were listed (the model's request offers them); the server goes down before the model answers.
+    await waitFor(() => fake.requestsFor('#fragile').length === 1, 20_000, 'the model call');
+    expect(fake.requestsFor('#fragile')[0].body.tools.map((t: any) => t.function.name)).toEqual(['records__lookup', 'records__delete_record']);
+    await fragile.close();
+    open();
+    const run = await acme.waitStatus(sub.body.id, ['failed', 'blocked', 'succeeded'], 30_000);
+    expect(run).toMatchObject({ status: 'failed', attempt: 2, lastError: { code: 'MCP_SERVER_UNAVAILABLE' } });
+    expect(run.lastError.message).toContain('MCP server "records" is unavailable');
+    const steps = await h.redis.hgetall(h.keys.scope('acme').steps(run.id));
+    // No start marker: the step never began, so the retry was free to call it.
+    expect(Object.keys(steps).sort()).toEqual(['infer:fragile:1', 'step:mcp.records.tools:1']);
+    expect(fragile.calls('delete_record', 'r-6')).toBe(0);
+    // The first attempt (connected for the list) found it gone by a ping, the second by connecting.
+    expect(await mcpCalls({ agent: 'fragile', tool: '(ping)', outcome: 'unavailable' })).toBe(1);
+    expect(await mcpCalls({ agent: 'fragile', tool: '(connect)', outcome: 'unavailable' })).toBe(1);
   });
 
   it('baton/ai: durableMcpTools in the AI SDK loop, with an approval policy by tool name', async () => {

@@ -49,7 +49,7 @@ export async function mcpChatTools(
           return outcome.ok ? outcome.value : { error: outcome.error };
         },
       },
-      ready: () => session.connect(t.server),
+      ready: () => session.ready(t.server),
     }];
   });
 }

@@ -152,7 +152,7 @@ export class Metrics {
     // which scopes are at their budget is what GET …/usage answers, per scope.
     this.mcpCalls = counter(
       'baton_mcp_calls_total',
-      'Requests agents made to MCP servers (a memo hit makes none), by server, tool ((list), (connect) for the rest) and outcome: ok, error (the server or tool answered with one), unavailable (no answer).',
+      'Requests agents made to MCP servers (a memo hit makes none), by server, tool ((list), (connect), (ping) for the rest) and outcome: ok, error (the server or tool answered with one), unavailable (no answer).',
       ['agent', 'server', 'tool', 'outcome'],
     );
     this.budgetRefusals = counter(

@@ -47,7 +47,8 @@ export type ToolResultNotice =
 
 /**
  * One request to an MCP server, as metrics count it: `tool` is the server's tool name, or
- * `(list)` / `(connect)` (names no MCP tool has) for listing its tools and connecting.
+ * `(list)` / `(connect)` / `(ping)` (names no MCP tool has) for listing its tools, connecting and
+ * checking it answers before a call (failures only).
  * `error`: the server or the tool answered with an error; `unavailable`: no answer.
  */
 export interface McpCallNotice {

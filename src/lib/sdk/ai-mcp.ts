@@ -54,11 +54,11 @@ export async function durableMcpTools(ctx: RunContext, servers: Record<string, M
       const inner = durable[t.agentName];
       tools[t.agentName] = {
         ...inner,
-        // Connected before the step begins: a server that is down ends the attempt before a
+        // Checked before the step begins: a server that is down ends the attempt before a
         // non-idempotent call is marked started, so the retry calls it instead of blocking.
         execute: async (input: unknown, call: ToolExecutionOptions) => {
           try {
-            await session.connect(t.server);
+            await session.ready(t.server);
           } catch (err) {
             holdToolFailure(ctx, err);
             const who = { callId: call.toolCallId, name: t.agentName };

@@ -174,11 +174,29 @@ export class McpSession {
   }
 
   /**
-   * The server's client, connecting once per attempt. Called before a call's step begins: a
-   * server that is down fails the attempt as transient before a non-idempotent step is marked
-   * started, so the retry calls it instead of blocking on a call that never went out.
+   * Called before a call's step begins: connects (once per attempt), or pings a server this
+   * attempt is connected to already. A server that is down then fails the attempt as
+   * transient before a non-idempotent step is marked started, so the retry calls it instead
+   * of blocking on a call that never went out. One that goes down between the ping and the
+   * call leaves the call's outcome unknown, as it must.
    */
-  connect(server: string): Promise<Client> {
+  async ready(server: string): Promise<void> {
+    const known = this.clients.get(server);
+    const client = await this.connect(server);
+    if (!known) return;
+    try {
+      await client.ping(this.requestOptions(server));
+    } catch (err) {
+      if (this.ctx.signal.aborted) throw err;
+      this.clients.delete(server);
+      await client.close().catch(() => undefined);
+      reportMcpCall(this.ctx, { server, tool: '(ping)', outcome: 'unavailable' });
+      throw this.unavailable(server, err);
+    }
+  }
+
+  /** The server's client, connecting once per attempt. */
+  private connect(server: string): Promise<Client> {
     let client = this.clients.get(server);
     if (!client) {
       client = this.open(server);
