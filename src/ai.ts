@@ -4,4 +4,4 @@
  */
 export * from './lib/sdk/ai.ts';
 export { durableMcpTools, type DurableMcpTools } from './lib/sdk/ai-mcp.ts';
-export type { McpApproval, McpHttpServer, McpServer, McpStdioServer } from './lib/sdk/mcp-servers.ts';
+export type { McpApproval, McpHttpServer, McpServerConfig, McpStdioServer } from './lib/sdk/mcp-servers.ts';

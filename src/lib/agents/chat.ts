@@ -12,7 +12,7 @@ import {
 } from './chat-tools.ts';
 import { recalledTurnsPrompt } from './recalled-turns.ts';
 import { mcpChatTools } from './chat-mcp.ts';
-import { checkMcpServers, McpSession, type McpServer } from '../sdk/mcp-servers.ts';
+import { checkMcpServers, McpSession, type McpServerConfig } from '../sdk/mcp-servers.ts';
 
 export { defineTool, type ChatTool, type JsonSchema, type ToolCallContext } from './chat-tools.ts';
 
@@ -44,7 +44,7 @@ export interface ChatAgentOptions {
    * (stdio), with an approval policy each. Credentials belong here, from the worker's
    * configuration, never in a run's input. See docs/mcp.md.
    */
-  mcpServers?: Record<string, McpServer>;
+  mcpServers?: Record<string, McpServerConfig>;
   /**
    * Model calls per run, default 10. When the model still asks for tools after the last one,
    * those calls are not run and the run ends with finishReason `length`: the answer so far

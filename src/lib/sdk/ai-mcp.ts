@@ -2,7 +2,7 @@ import { jsonSchema, tool, type Tool, type ToolExecutionOptions, type ToolSet } 
 import type { RunContext } from './agent.ts';
 import { durableTools, type DurableToolOptions } from './ai.ts';
 import { reportToolCall, reportToolResult } from './agent-reports.ts';
-import { checkMcpServers, isIdempotent, McpSession, needsApproval, type McpServer } from './mcp-servers.ts';
+import { checkMcpServers, isIdempotent, McpSession, needsApproval, type McpServerConfig } from './mcp-servers.ts';
 import { holdToolFailure } from './tool-failures.ts';
 
 export interface DurableMcpTools {
@@ -28,7 +28,7 @@ export interface DurableMcpTools {
  * Credentials come from the agent's configuration (the worker's environment), never from a
  * run's input.
  */
-export async function durableMcpTools(ctx: RunContext, servers: Record<string, McpServer>): Promise<DurableMcpTools> {
+export async function durableMcpTools(ctx: RunContext, servers: Record<string, McpServerConfig>): Promise<DurableMcpTools> {
   checkMcpServers(ctx.agent, servers);
   const session = new McpSession(ctx, servers);
   try {

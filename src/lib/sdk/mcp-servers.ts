@@ -51,7 +51,7 @@ export interface McpStdioServer extends McpServerCommon {
   cwd?: string;
 }
 
-export type McpServer = McpHttpServer | McpStdioServer;
+export type McpServerConfig = McpHttpServer | McpStdioServer;
 
 /** A tool as the list step stores it. */
 export interface McpTool {
@@ -75,7 +75,7 @@ const MAX_AGENT_TOOL_NAME = 64;
 const DEFAULT_TIMEOUT_MS = 60_000;
 
 /** Checks the configuration when the agent is made, so a mistake stops the worker at start. */
-export function checkMcpServers(agent: string, servers: Record<string, McpServer> | undefined): void {
+export function checkMcpServers(agent: string, servers: Record<string, McpServerConfig> | undefined): void {
   for (const [name, s] of Object.entries(servers ?? {})) {
     const where = `agent ${JSON.stringify(agent)}, MCP server ${JSON.stringify(name)}`;
     if (!SERVER_NAME.test(name)) throw new TypeError(`${where}: the name must match ${SERVER_NAME}`);
@@ -107,7 +107,7 @@ export function isIdempotent(tool: McpTool): boolean {
 }
 
 /** Whether a call of `tool` waits for a person, by the server's approval policy. */
-export function needsApproval(server: McpServer, tool: McpTool): boolean {
+export function needsApproval(server: McpServerConfig, tool: McpTool): boolean {
   const named = server.approval?.tools?.[tool.name];
   if (named !== undefined) return named;
   const readOnly = tool.annotations.readOnlyHint === true;
@@ -127,7 +127,7 @@ export function needsApproval(server: McpServer, tool: McpTool): boolean {
 export class McpSession {
   private readonly clients = new Map<string, Promise<Client>>();
 
-  constructor(private readonly ctx: RunContext, readonly servers: Readonly<Record<string, McpServer>>) {}
+  constructor(private readonly ctx: RunContext, readonly servers: Readonly<Record<string, McpServerConfig>>) {}
 
   /**
    * Every server's tools, each list a memoized step (`step:mcp.<server>.tools:1`): an attempt
@@ -268,7 +268,7 @@ export class McpSession {
   }
 }
 
-async function transportFor(config: McpServer) {
+async function transportFor(config: McpServerConfig) {
   if ('url' in config) {
     const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
     return new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: { ...config.headers } } });
