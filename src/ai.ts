@@ -3,3 +3,5 @@
  * `baton` entry so agents that do not use the AI SDK never load it.
  */
 export * from './lib/sdk/ai.ts';
+export { durableMcpTools, type DurableMcpTools } from './lib/sdk/ai-mcp.ts';
+export type { McpApproval, McpHttpServer, McpServerConfig, McpStdioServer } from './lib/sdk/mcp-servers.ts';

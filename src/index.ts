@@ -24,6 +24,7 @@ export type {
 export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.ts';
 export { createChatAgent, defineTool, DEFAULT_MAX_STEPS } from './lib/agents/chat.ts';
 export type { ChatAgentOptions, ChatTool, JsonSchema, ToolCallContext } from './lib/agents/chat.ts';
+export type { McpApproval, McpHttpServer, McpServerConfig, McpStdioServer } from './lib/sdk/mcp-servers.ts';
 export type { ModelUsage } from './lib/sdk/agent-reports.ts';
 // The shapes agents see in ctx.input and ctx.history (also part of `baton/client`).
 export type { RunError, RunInput, RunResult, SessionMessage, UsageTotals } from './lib/contract/runs.ts';

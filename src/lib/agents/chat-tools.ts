@@ -63,6 +63,11 @@ export interface PreparedTool {
   definition: ChatCompletionTool;
   /** Parsed arguments, or the problems to tell the model about. */
   check(args: unknown): Promise<{ ok: true; args: unknown } | { ok: false; problems: string[] }>;
+  /**
+   * Runs before each call's step (an MCP tool connects to its server): what it throws ends the
+   * attempt before a non-idempotent step is marked started, so a retry is no unknown outcome.
+   */
+  ready?(): Promise<unknown>;
 }
 
 // Draft-07 unless a schema names 2020-12. Unknown keywords are allowed: schemas written for
@@ -87,7 +92,8 @@ export function prepareTools(agent: string, tools: Record<string, ChatTool>): Pr
   });
 }
 
-function argumentCheck(where: string, parameters: ChatTool['parameters']): { schema: JsonSchema; check: PreparedTool['check'] } {
+/** The schema the model sees and the check of a tool's arguments; throws a TypeError naming `where` for a schema that is not usable. */
+export function argumentCheck(where: string, parameters: ChatTool['parameters']): { schema: JsonSchema; check: PreparedTool['check'] } {
   if (parameters && typeof parameters === 'object' && '_zod' in parameters) {
     const schema = parameters as z.ZodType;
     // The model writes the input side of the schema: fields with defaults are optional to it.

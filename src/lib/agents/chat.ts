@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
-import { defineAgent, type Agent, type HistoryMessage, type RateLimitRequest, type RunContext } from '../sdk/agent.ts';
+import { defineAgent, type Agent, type AgentResult, type HistoryMessage, type RateLimitRequest, type RunContext } from '../sdk/agent.ts';
 import { BUCKET_NAME } from '../rate-limit-config.ts';
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
@@ -11,6 +11,8 @@ import {
   prepareTools, toolDeclinedContent, toolErrorContent, toolResultContent, type ChatTool, type PreparedTool,
 } from './chat-tools.ts';
 import { recalledTurnsPrompt } from './recalled-turns.ts';
+import { mcpChatTools } from './chat-mcp.ts';
+import { checkMcpServers, McpSession, type McpServerConfig } from '../sdk/mcp-servers.ts';
 
 export { defineTool, type ChatTool, type JsonSchema, type ToolCallContext } from './chat-tools.ts';
 
@@ -36,6 +38,13 @@ export interface ChatAgentOptions {
   system?: string | ((ctx: RunContext) => string | undefined);
   /** Tools the model may call, by name (the name the model sees and the tool's step name). */
   tools?: Record<string, ChatTool>;
+  /**
+   * MCP servers whose tools the model may call too, by a name of yours (`<name>__<tool>` is
+   * what the model sees): `{ url, headers? }` (streamable HTTP) or `{ command, args?, env? }`
+   * (stdio), with an approval policy each. Credentials belong here, from the worker's
+   * configuration, never in a run's input. See docs/mcp.md.
+   */
+  mcpServers?: Record<string, McpServerConfig>;
   /**
    * Model calls per run, default 10. When the model still asks for tools after the last one,
    * those calls are not run and the run ends with finishReason `length`: the answer so far
@@ -153,6 +162,8 @@ function chatAgent(options: ChatAgentOptions & PerRun, endpoint: () => ChatEndpo
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) throw new TypeError(`agent ${JSON.stringify(name)}: maxSteps must be a positive integer`);
   const tools = prepareTools(name, options.tools ?? {});
+  checkMcpServers(name, options.mcpServers);
+  const mcpServers = Object.keys(options.mcpServers ?? {}).length ? options.mcpServers : undefined;
   const maxTokens = options.maxTokens;
   if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new TypeError(`agent ${JSON.stringify(name)}: maxTokens must be a positive integer`);
@@ -174,43 +185,55 @@ function chatAgent(options: ChatAgentOptions & PerRun, endpoint: () => ChatEndpo
     maxAttempts: options.maxAttempts,
     memory: options.memory,
     async run(ctx) {
-      const openai = clientFor();
-      const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
-      const messages = chatMessages(ctx, system, options.callerTurns?.(ctx));
-      messages.push(...(options.callerToolTurn?.(ctx) ?? []));
-      const callerTools = options.callerTools?.(ctx) ?? [];
-      const callers = new Set(callerTools.map((t) => (t.type === 'function' ? t.function.name : '')));
-      const all = [...tools.map((t) => t.definition), ...callerTools];
-      const definitions = all.length ? { tools: all } : {};
-      const asked = options.runMaxTokens?.(ctx);
-      const limit = asked !== undefined && maxTokens !== undefined ? Math.min(asked, maxTokens) : asked ?? maxTokens;
-      const limits = limit === undefined ? {} : { max_completion_tokens: limit };
-      let answer = '';
-      for (let step = 1; ; step++) {
-        const turn = await modelTurn(ctx, openai, { model, messages, ...definitions, ...limits }, {
-          stepName: name, turn: step, separator: answer ? '\n\n' : '', rateLimit,
-        });
-        if (turn.text) answer += (answer ? '\n\n' : '') + turn.text;
-        if (turn.finishReason === 'length') return { answer, finishReason: 'length' };
-        if (turn.toolCalls.length === 0) return { answer, finishReason: 'stop' };
-        // The caller runs these: the run ends with every call of the turn, as OpenAI's function calling does.
-        if (turn.toolCalls.some((c) => callers.has(c.name))) {
-          const functionCalls: FunctionCall[] = turn.toolCalls.map((c) => ({ callId: c.id, name: c.name, arguments: c.arguments }));
-          return { answer, finishReason: 'stop', payload: { functionCalls } };
-        }
-        if (step >= maxSteps) {
-          ctx.emit(`[stopped after ${maxSteps} model calls]`, { ephemeral: true });
-          return { answer, finishReason: 'length' };
-        }
-        messages.push(assistantMessage(turn));
-        // One after another, in the model's order: the step keys and the side effects keep
-        // the same order in every attempt.
-        for (const call of turn.toolCalls) {
-          messages.push({ role: 'tool', tool_call_id: call.id, content: await runTool(ctx, byName, call) });
-        }
+      const mcp = mcpServers && new McpSession(ctx, mcpServers);
+      try {
+        const listed = mcp ? await mcpChatTools(ctx, name, mcp, new Set(byName.keys())) : [];
+        return await loop(ctx, listed);
+      } finally {
+        await mcp?.close();
       }
     },
   });
+
+  /** The tool-calling loop of one attempt; `listed`: the MCP servers' tools, beside the agent's own. */
+  async function loop(ctx: RunContext, listed: PreparedTool[]): Promise<AgentResult> {
+    const runTools = listed.length ? new Map([...byName, ...listed.map((t) => [t.name, t] as const)]) : byName;
+    const openai = clientFor();
+    const system = typeof options.system === 'function' ? options.system(ctx) : options.system;
+    const messages = chatMessages(ctx, system, options.callerTurns?.(ctx));
+    messages.push(...(options.callerToolTurn?.(ctx) ?? []));
+    const callerTools = options.callerTools?.(ctx) ?? [];
+    const callers = new Set(callerTools.map((t) => (t.type === 'function' ? t.function.name : '')));
+    const all = [...tools.map((t) => t.definition), ...listed.map((t) => t.definition), ...callerTools];
+    const definitions = all.length ? { tools: all } : {};
+    const asked = options.runMaxTokens?.(ctx);
+    const limit = asked !== undefined && maxTokens !== undefined ? Math.min(asked, maxTokens) : asked ?? maxTokens;
+    const limits = limit === undefined ? {} : { max_completion_tokens: limit };
+    let answer = '';
+    for (let step = 1; ; step++) {
+      const turn = await modelTurn(ctx, openai, { model, messages, ...definitions, ...limits }, {
+        stepName: name, turn: step, separator: answer ? '\n\n' : '', rateLimit,
+      });
+      if (turn.text) answer += (answer ? '\n\n' : '') + turn.text;
+      if (turn.finishReason === 'length') return { answer, finishReason: 'length' };
+      if (turn.toolCalls.length === 0) return { answer, finishReason: 'stop' };
+      // The caller runs these: the run ends with every call of the turn, as OpenAI's function calling does.
+      if (turn.toolCalls.some((c) => callers.has(c.name))) {
+        const functionCalls: FunctionCall[] = turn.toolCalls.map((c) => ({ callId: c.id, name: c.name, arguments: c.arguments }));
+        return { answer, finishReason: 'stop', payload: { functionCalls } };
+      }
+      if (step >= maxSteps) {
+        ctx.emit(`[stopped after ${maxSteps} model calls]`, { ephemeral: true });
+        return { answer, finishReason: 'length' };
+      }
+      messages.push(assistantMessage(turn));
+      // One after another, in the model's order: the step keys and the side effects keep
+      // the same order in every attempt.
+      for (const call of turn.toolCalls) {
+        messages.push({ role: 'tool', tool_call_id: call.id, content: await runTool(ctx, runTools, call) });
+      }
+    }
+  }
 }
 
 /**
@@ -251,6 +274,7 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
   let ran = false;
   let result: unknown;
   try {
+    await prepared.ready?.();
     result = await ctx.tool(call.name, checked.args, (args, step) => {
       ran = true;
       return prepared.tool.execute(args, { ...step, toolCallId: call.id, ctx });

@@ -4,6 +4,7 @@ import type { EventWriter } from '../streams/writer.ts';
 import { RUN_LIMIT_CODES, type TerminalStatus, type UsageTotals } from '../contract/runs.ts';
 import type { Config } from '../config.ts';
 import type { ModelCallUsage } from '../sdk/agent.ts';
+import type { McpCallNotice } from '../sdk/agent-reports.ts';
 import type { Attempt } from './attempt.ts';
 import type { MemoEvents } from './context.ts';
 import type { ParkReply, Transitions } from './transitions.ts';
@@ -26,6 +27,8 @@ export interface ExecutorEvents extends Partial<MemoEvents> {
   modelUsage?(run: RunRecord, agent: string, calls: readonly ModelCallUsage[]): void;
   /** A model call was refused by the scope's daily token budget: the run fails, or waits for the next day. */
   budgetRefused?(run: RunRecord, action: 'failed' | 'waiting'): void;
+  /** An agent of the run made a request to an MCP server. */
+  mcpCall?(run: RunRecord, notice: McpCallNotice): void;
 }
 
 /** What the attempt produced so far, read when it closes (the run context, or nothing yet). */

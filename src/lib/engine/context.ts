@@ -2,7 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import type {
   Agent, EmitOptions, HistoryMessage, InferCall, InferOptions, ModelCallUsage, RunContext, WaitOptions,
 } from '../sdk/agent.ts';
-import { attachEventSink } from '../sdk/agent-reports.ts';
+import { attachEventSink, type McpCallNotice } from '../sdk/agent-reports.ts';
 import { DEFAULT_SELECT, type AgentEvent, type EventPredicate } from '../sdk/select.ts';
 import type { ApprovalDecision, UsageTotals } from '../contract/runs.ts';
 import { BatonError } from '../errors.ts';
@@ -92,6 +92,8 @@ export interface ContextDeps {
   memo?: MemoEvents;
   /** Model calls of a step whose result this attempt stored: counted now, once (metrics). */
   usageCounted?(agent: string, calls: readonly ModelCallUsage[]): void;
+  /** A request to an MCP server an agent helper made (metrics). */
+  mcpCalled?(notice: McpCallNotice): void;
   /** Derives the resume tokens of waits; without it waits get none (resumable with a key only). */
   waitTokens?: WaitTokens;
   /** Checks the JSON Schema of a wait before the run waits on it. */
@@ -253,7 +255,7 @@ export class ContextState {
         return known;
       },
     };
-    attachEventSink(ctx, { publish: (e) => this.publish(e) });
+    attachEventSink(ctx, { publish: (e) => this.publish(e), mcpCall: (n) => this.d.mcpCalled?.(n) });
     return ctx;
   }
 

@@ -213,6 +213,7 @@ export class RunExecutor {
       rateLimits: this.d.rateLimits,
       budgets: this.budgets,
       budgetRefused: (action) => this.d.events?.budgetRefused?.(run, action),
+      mcpCalled: (notice) => this.d.events?.mcpCall?.(run, notice),
       trace,
     });
     const ended = (outcome: AttemptOutcome): AgentEnded => ({ outcome, memory, progress: state });

@@ -108,11 +108,15 @@ export class Metrics {
   readonly rateLimitPauses: Counter<string>;
   readonly rateLimitLimit: Gauge<string>;
   readonly rateLimitBuckets: Gauge;
+  readonly mcpCalls: Counter<string>;
+  /** MCP tool names come from the servers an agent names: bounded like runtimes and agents. */
+  private readonly mcpTools: BoundedValues;
 
   constructor(o: MetricsOptions) {
     this.scopeLabel = o.scopeLabel;
     this.runtimes = new BoundedValues(o.labelLimit);
     this.agents = new BoundedValues(o.labelLimit);
+    this.mcpTools = new BoundedValues(o.labelLimit);
     // Well inside Prometheus's scrape timeout (5 s in compose): a Redis outage costs the queue series, not the scrape.
     this.collectTimeoutMs = o.collectTimeoutMs ?? 2_000;
     const registers = [this.registry];
@@ -146,6 +150,11 @@ export class Metrics {
     this.modelTokens = counter('baton_model_tokens_total', 'Tokens of model calls as providers reported them, by kind (input, output).', ['kind', 'agent']);
     // The run's labels (runtime, agent; scope only with METRICS_SCOPE_LABEL), never a scope of its own:
     // which scopes are at their budget is what GET …/usage answers, per scope.
+    this.mcpCalls = counter(
+      'baton_mcp_calls_total',
+      'Requests agents made to MCP servers (a memo hit makes none), by server, tool ((list), (connect), (ping) for the rest) and outcome: ok, error (the server or tool answered with one), unavailable (no answer).',
+      ['agent', 'server', 'tool', 'outcome'],
+    );
     this.budgetRefusals = counter(
       'baton_model_calls_refused_total',
       "Model calls refused before they were made by the scope's daily token budget, by what the run did: failed (BUDGET_EXCEEDED) or waiting (for the next UTC day).",
@@ -418,6 +427,12 @@ export class Metrics {
         }
       },
       budgetRefused: (run, action) => this.budgetRefusals.inc({ ...this.runLabels(run), action }),
+      mcpCall: (run, n) => {
+        // Past the label limit a server's tool folds into "_other" with its server.
+        const known = this.mcpTools.get(`${n.server}/${n.tool}`) !== OTHER;
+        const where = known ? { server: n.server, tool: n.tool } : { server: OTHER, tool: OTHER };
+        this.mcpCalls.inc({ agent: this.runLabels(run).agent, ...where, outcome: n.outcome });
+      },
     };
   }
 

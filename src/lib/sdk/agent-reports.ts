@@ -45,9 +45,23 @@ export type ToolResultNotice =
     declined?: true;
   };
 
+/**
+ * One request to an MCP server, as metrics count it: `tool` is the server's tool name, or
+ * `(list)` / `(connect)` / `(ping)` (names no MCP tool has) for listing its tools, connecting and
+ * checking it answers before a call (failures only).
+ * `error`: the server or the tool answered with an error; `unavailable`: no answer.
+ */
+export interface McpCallNotice {
+  server: string;
+  tool: string;
+  outcome: 'ok' | 'error' | 'unavailable';
+}
+
 /** Where a run context's tool events go: the engine attaches one to every context it makes. */
 export interface RunEventSink {
   publish(event: AgentEvent): void;
+  /** An MCP request was made (metrics). */
+  mcpCall?(notice: McpCallNotice): void;
 }
 
 const sinks = new WeakMap<RunContext, RunEventSink>();
@@ -104,6 +118,12 @@ export function reportToolResult(ctx: RunContext, notice: ToolResultNotice): voi
   }
   const { value, truncated } = bounded(notice.result);
   sink.publish({ type: 'tool-result', data: { ...who, ok: true, result: value, ...(truncated && { truncated }) } });
+}
+
+/** An MCP request this attempt made (never a memo hit: those make none). */
+export function reportMcpCall(ctx: RunContext, notice: McpCallNotice): void {
+  ctx.log.debug({ server: notice.server, tool: notice.tool, outcome: notice.outcome }, 'MCP request');
+  sinks.get(ctx)?.mcpCall?.(notice);
 }
 
 /** The value as is when its JSON is short enough, else the start of its JSON text. */

@@ -24,6 +24,7 @@ import { BUCKET_NAME } from '../rate-limit-config.ts';
 import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
 import { isPermanentError, isToolDeclinedError, isTransientError, TransientError } from './errors.ts';
 import { estimateCallTokens } from './token-estimate.ts';
+import { heldToolFailure, holdToolFailure } from './tool-failures.ts';
 import { classify } from '../engine/retry-policy.ts';
 import { ID_PATTERN } from '../keys.ts';
 
@@ -145,7 +146,7 @@ export function durableTools<T extends ToolSet>(
             // An abort is no outcome of the tool: the call did not finish, nothing is stored.
             if (abortSignal.aborted) throw err;
             if (steersRun(err)) {
-              if (!toolFailures.has(ctx)) toolFailures.set(ctx, err);
+              holdToolFailure(ctx, err);
               // Not stored and not the model's to see, but readers learn why the attempt ends.
               reportToolResult(ctx, { callId: call.toolCallId, name, ok: false, error: describe(err), replayed: false });
               throw err;
@@ -188,11 +189,9 @@ function isFailure(v: unknown): v is { [FAILED]: string } {
   return typeof v === 'object' && v !== null && typeof (v as Record<string, unknown>)[FAILED] === 'string' && Object.keys(v).length === 1;
 }
 
-/** A tool's TransientError etc., waiting for the run's next model call to end the attempt. */
-const toolFailures = new WeakMap<RunContext, unknown>();
-
 function endIfToolFailed(ctx: RunContext): void {
-  if (toolFailures.has(ctx)) throw toolFailures.get(ctx);
+  const held = heldToolFailure(ctx);
+  if (held) throw held.err;
 }
 
 function steersRun(err: unknown): boolean {
@@ -349,8 +348,9 @@ function memoizedStream(
     if (!cancelled) out.enqueue(part);
   };
   let called = false;
-  const step = toolFailures.has(ctx)
-    ? Promise.reject(toolFailures.get(ctx))
+  const held = heldToolFailure(ctx);
+  const step = held
+    ? Promise.reject(held.err)
     : ctx.infer(name, async (call): Promise<{ parts: StoredPart[] }> => {
       called = true;
       const live = await providerCall(ctx, doStream);
