@@ -58,8 +58,8 @@ describe('REDIS_URL=redis+sentinel://', () => {
     await waitFor(async () => {
       await redis.publish('failover-check', 'on the new primary');
       return heard.includes('on the new primary');
-    }, 30_000, 'the subscription to come back');
-  }, 90_000);
+    }, 60_000, 'the subscription to come back');
+  }, 150_000);
 
   it('rediss+sentinel://: baton processes reach the Sentinels and the primary over TLS, before and after a failover', async () => {
     const s = await startSentinels({ tls: true });
