@@ -110,11 +110,19 @@ describe('the endpoint', () => {
 });
 
 describe('tasks', () => {
-  it('tasks/result waits for a task that is still working, then answers its result', async () => {
+  it('tasks/result waits for a task that is still working, streaming its text as progress, then answers its result', async () => {
     const client = await connect(api.url!, 'acme');
     const task = await startTask(client, 'count', 'wait for me');
-    const result = await client.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema, { timeout: 60_000 });
+    const progress: string[] = [];
+    const result = await client.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema, {
+      timeout: 60_000, onprogress: (p) => progress.push(p.message ?? ''),
+    });
     expect(textOf(result as CallToolResult)).toBe('counted to five for: wait for me');
+    expect(result._meta).toMatchObject({ 'io.modelcontextprotocol/related-task': { taskId: task.taskId } });
+    expect(progress.filter((m) => !m.startsWith('[run')).join('')).toBe('1 2 3 4 5 ');
+    // Asked again once it ended: the same result, at once.
+    const again = await client.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema);
+    expect(again.content).toEqual(result.content);
   });
 
   it('cancels a task: its run is cancelled, the task says so, and it has no answer', async () => {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { ID_PATTERN } from '../contract/ids.ts';
+import { TERMINAL_STATUSES } from '../contract/runs.ts';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
 import type { RunRecord, ShownRun } from '../engine/record.ts';
@@ -87,6 +88,27 @@ export class AgentCalls {
     scope: string, params: unknown, o: { signal: AbortSignal; progress?: CallProgress },
   ): Promise<{ result: CallToolResult; run: RunRecord }> {
     const run = await this.submit(scope, params, o.signal);
+    return this.ended(scope, run.id, { ...o, fresh: true });
+  }
+
+  /**
+   * A task's result (`tasks/result`): at once for a run that ended; else its events from the
+   * start go to `progress` (what it streamed so far, then live) until it ends. A run of another
+   * scope is not found, as one that never was.
+   */
+  async taskResult(
+    scope: string, runId: string, o: { signal: AbortSignal; progress?: CallProgress },
+  ): Promise<{ result: CallToolResult; run: RunRecord }> {
+    const run = ID_PATTERN.test(runId) ? await this.d.store.get(scope, runId) : undefined;
+    if (!run) throw new McpError(ErrorCode.InvalidParams, `Task not found: ${runId}`);
+    if ((TERMINAL_STATUSES as readonly string[]).includes(run.status)) return { result: toolResultOf(run), run };
+    return this.ended(scope, runId, { ...o, fresh: false });
+  }
+
+  /** Follows a run's events to its end, handing them to `progress`, then reads how it ended. */
+  private async ended(
+    scope: string, runId: string, o: { signal: AbortSignal; progress?: CallProgress; fresh: boolean },
+  ): Promise<{ result: CallToolResult; run: RunRecord }> {
     let sent = Promise.resolve();
     const deliver = (events: RunEvent[]) => {
       if (!o.progress) return;
@@ -95,10 +117,10 @@ export class AgentCalls {
         sent = sent.then(() => o.progress!(message)).catch(() => undefined);
       }
     };
-    await followToEnd(this.d.streams, scope, run.id, { fresh: true, signal: o.signal }, deliver);
+    await followToEnd(this.d.streams, scope, runId, { fresh: o.fresh, signal: o.signal }, deliver);
     await sent;
-    const ended = await this.d.store.get(scope, run.id);
-    if (!ended) throw new McpError(ErrorCode.InternalError, `Run ${run.id} is gone.`);
+    const ended = await this.d.store.get(scope, runId);
+    if (!ended) throw new McpError(ErrorCode.InternalError, `Run ${runId} is gone.`);
     return { result: toolResultOf(ended), run: ended };
   }
 }

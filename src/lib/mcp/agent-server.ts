@@ -1,5 +1,10 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema, GetTaskPayloadRequestSchema, ListToolsRequestSchema, RELATED_TASK_META_KEY,
+  type CallToolResult, type ProgressToken, type ServerNotification, type ServerRequest,
+} from '@modelcontextprotocol/sdk/types.js';
+import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js';
+import type { CallProgress } from './agent-calls.ts';
 import type { CreateTaskResult } from '@modelcontextprotocol/sdk/experimental/tasks/types.js';
 import type { RunStore } from '../engine/store.ts';
 import type { AgentCalls } from './agent-calls.ts';
@@ -43,14 +48,8 @@ export function createAgentServer(o: AgentServerOptions): Server {
         o.onToolCall?.(mode, 'created');
         return { task };
       }
-      const token = request.params._meta?.progressToken;
-      let progress = 0;
-      const { result, run } = await o.calls.call(o.scope, request.params, {
-        signal: o.signal,
-        progress: token === undefined ? undefined : (message) => extra.sendNotification({
-          method: 'notifications/progress', params: { progressToken: token, progress: ++progress, message },
-        }),
-      });
+      const progress = progressSender(request.params._meta?.progressToken, extra);
+      const { result, run } = await o.calls.call(o.scope, request.params, { signal: o.signal, progress });
       o.onToolCall?.(mode, run.status === 'succeeded' ? 'completed' : run.status === 'cancelled' ? 'cancelled' : 'failed');
       return result;
     } catch (err) {
@@ -58,5 +57,21 @@ export function createAgentServer(o: AgentServerOptions): Server {
       throw err;
     }
   });
+  // The SDK's own tasks/result polls the store every pollInterval; this one follows the run's
+  // events, so it answers as the run ends and streams its text as progress meanwhile.
+  server.setRequestHandler(GetTaskPayloadRequestSchema, async (request, extra) => {
+    const progress = progressSender(request.params._meta?.progressToken, extra);
+    const { result } = await o.calls.taskResult(o.scope, request.params.taskId, { signal: o.signal, progress });
+    return { ...result, _meta: { ...result._meta, [RELATED_TASK_META_KEY]: { taskId: request.params.taskId } } };
+  });
   return server;
+}
+
+/** Progress notifications for a request that asked for them (a progressToken), numbered from 1. */
+function progressSender(
+  token: ProgressToken | undefined, extra: RequestHandlerExtra<ServerRequest, ServerNotification>,
+): CallProgress | undefined {
+  if (token === undefined) return undefined;
+  let progress = 0;
+  return (message) => extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: ++progress, message } });
 }
