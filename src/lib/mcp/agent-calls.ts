@@ -10,7 +10,7 @@ import type { Submissions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
 import type { RunEvent } from '../streams/log.ts';
 import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
-import { followToEnd } from '../openai-compat/follow.ts';
+import { followToEnd } from '../streams/follow-to-end.ts';
 
 /**
  * Baton's agents as MCP tools (docs/mcp.md): the agents the live workers of the API's runtime
