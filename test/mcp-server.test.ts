@@ -169,7 +169,7 @@ describe('tasks', () => {
   });
 
   // Last: it restarts the file's API and worker, which the harness closes when it ends.
-  it('a task outlives its SIGKILLed worker and a restarted API: polled to completed, its result read from another process', async () => {
+  it('a task outlives its SIGKILLed worker and a SIGKILLed API: polled through a new API to completed, its result read from another process', async () => {
     let client = await connect(api.url!, 'acme');
     const task = await startTask(client, 'count', 'crash test');
     expect(task.status).toBe('working');
@@ -181,7 +181,7 @@ describe('tasks', () => {
     }, 30_000, 'two steps stored');
     await worker.kill('SIGKILL');
     await client.close();
-    await api.kill('SIGTERM');
+    await api.kill('SIGKILL');
     api = await h.spawn('api');
     client = await connect(api.url!, 'acme');
     // No worker yet: the task is still working, as its run (the lease lapses, nobody claims).
