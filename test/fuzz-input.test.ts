@@ -906,3 +906,82 @@ describe('generated OpenAI response bodies', () => {
     expect(seen.get('openai:unsupported_parameter')).toBeGreaterThan(0);
   });
 });
+
+/**
+ * JSON-RPC messages to /mcp: MCP's methods with params mostly of the right shape, now and then
+ * not. A `tools/call` asked as a task makes a run (no worker serves it here: it stays queued);
+ * one answered when its run ends always carries a field no tool takes, so none waits here.
+ */
+const mcpMessageArb = fc.record({
+  method: fc.constantFrom('tools/list', 'tools/call', 'tasks/get', 'tasks/result', 'tasks/cancel', 'tasks/list', 'resources/list', 'ping', ''),
+  name: mostlyOf(['echo', 'chat'], ['', 'no such agent', 7, null, 'x'.repeat(100), '{scope}']),
+  arguments: mostlyOf([{ message: 'hi' }, { message: 'hi', sessionId: 'mcp-fuzz' }],
+    [{}, { message: '' }, { message: 7 }, { message: 'hi', sessionId: 'bad id' }, [], 'hi', null]),
+  task: fc.option(mostlyOf([{ ttl: 60_000 }, {}], [{ ttl: 'long' }, 'now', null]), { nil: undefined }),
+  taskId: mostlyOf(['rdoesnotexist000000'], ['', 'x'.repeat(300), 5, null, '../r', '{acme}']),
+  cursor: fc.option(mostlyOf(['1_x'], ['', 9, 'nope']), { nil: undefined }),
+  id: mostlyOf([1, 'req-1'], [null, 1.5, {}]),
+});
+
+type McpMessage = typeof mcpMessageArb extends fc.Arbitrary<infer T> ? T : never;
+
+/** The params a method takes, from the generated fields (a field of the wrong shape stays wrong). */
+function mcpParams(m: McpMessage): Record<string, unknown> {
+  if (m.method === 'tools/call') {
+    const args = m.task === undefined && typeof m.arguments === 'object' && m.arguments !== null && !Array.isArray(m.arguments)
+      ? { ...m.arguments, 'not-an-argument': true } : m.arguments;
+    return { name: m.name, arguments: args, ...(m.task === undefined ? {} : { task: m.task }) };
+  }
+  if (m.method.startsWith('tasks/') && m.method !== 'tasks/list') return { taskId: m.taskId };
+  return m.cursor === undefined ? {} : { cursor: m.cursor };
+}
+
+describe('generated MCP messages', () => {
+  it('are answered with a JSON-RPC result or error (an error writes nothing), or refused with a registered code (writing nothing)', async () => {
+    let baseline = await snapshot();
+    let created = 0;
+    const seen = new Map<string, number>();
+    await fc.assert(
+      fc.asyncProperty(mcpMessageArb, async (m) => {
+        const text = JSON.stringify({ jsonrpc: '2.0', id: m.id, method: m.method, params: mcpParams(m) });
+        const res = await fetch(`http://${host}:${port}/mcp`, {
+          method: 'POST', body: text,
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        });
+        const answer = await res.text();
+        const what = `${text} -> ${res.status} ${answer.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status >= 400) {
+          const error = (JSON.parse(answer) as { error: { code: keyof typeof ERROR_CODES } }).error;
+          expect(ERROR_CODES[error.code]?.status, what).toBe(res.status);
+          seen.set(error.code, (seen.get(error.code) ?? 0) + 1);
+          expectUnchanged(await snapshot(), baseline, what);
+          return;
+        }
+        const reply = answer.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6))).at(-1);
+        expect(reply, what).toMatchObject({ jsonrpc: '2.0', id: m.id });
+        if (reply.error) {
+          // The SDK answers params of the wrong type (a taskId of 5) with -32603, its parse failure: an answer all the same.
+          expect(Number.isInteger(reply.error.code), what).toBe(true);
+          seen.set(`jsonrpc:${reply.error.code}`, (seen.get(`jsonrpc:${reply.error.code}`) ?? 0) + 1);
+          expectUnchanged(await snapshot(), baseline, what);
+          return;
+        }
+        if (reply.result.task) {
+          created++;
+          expect(reply.result.task, what).toMatchObject({ status: 'working', statusMessage: 'run queued' });
+          baseline = await snapshot();
+          return;
+        }
+        // Answered (a read: tools/list, tasks/list, ping): not a rejection. A read may step Redis's
+        // incremental rehash of a large run record, which reorders its DUMP, not its fields.
+        seen.set(`ok:${m.method}`, (seen.get(`ok:${m.method}`) ?? 0) + 1);
+        baseline = await snapshot();
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated MCP messages: ${created} tasks made; other answers:`, Object.fromEntries(seen));
+    expect(created).toBeGreaterThan(0);
+    expect(seen.get('jsonrpc:-32602')).toBeGreaterThan(0);
+  });
+});

@@ -79,7 +79,8 @@ describe('GET /openapi.json', () => {
           expect(op.security, where).toEqual([]);
           expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['404', '503']));
           expect(op.responses['401'], where).toBeUndefined();
-        } else if (path.startsWith('/v1/')) {
+        } else if (path.startsWith('/v1/') || path === '/mcp') {
+          // (/mcp: MCP's endpoint, where clients expect it; its key names the scope, as /v1/responses' does.)
           // The events route also takes a stream token (?access_token=), for pages without a key.
           const security = op['x-baton-access'] === 'stream' ? [{ bearer: [] }, { streamToken: [] }] : [{ bearer: [] }];
           expect(op.security, where).toEqual(security);

@@ -249,6 +249,62 @@ describe("the OpenAI-compatible API (the key's scope is the tenant)", () => {
   });
 });
 
+/** One JSON-RPC message POSTed to /mcp with `key`, and the message it is answered with (SSE or JSON). */
+async function mcp(method: string, params: Record<string, unknown>, key: string | undefined) {
+  const res = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json', accept: 'application/json, text/event-stream',
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 7, method, params }),
+  });
+  const text = await res.text();
+  const data = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+  return { status: res.status, body: data.length ? data.at(-1) : JSON.parse(text) };
+}
+
+describe("MCP's tasks (the key's scope is the tenant)", () => {
+  it("answers a key of scope B on A's runs exactly as on a task that never was, lists none of them, and A is unchanged", async () => {
+    const before = await scopeState('acme');
+    const missing = 'rdoesnotexist000000';
+    let checked = 0;
+    for (const role of ['client', 'admin'] as ScopeRole[]) {
+      const key = await h.key('globex', role);
+      for (const id of [ids.runId, ids.blockedRunId, ids.waitingRunId]) {
+        for (const method of ['tasks/get', 'tasks/result', 'tasks/cancel']) {
+          const what = `${role} of globex: ${method} on ${id}`;
+          const onReal = await mcp(method, { taskId: id }, key);
+          const onMissing = await mcp(method, { taskId: missing }, key);
+          expect(onReal.status, what).toBe(200);
+          expect(onReal.body.error?.message, what).toMatch(/not found/i);
+          expect(JSON.stringify(onReal.body).replaceAll(id, missing), what).toBe(JSON.stringify(onMissing.body));
+          checked++;
+        }
+      }
+      // B's own runs only (its waiting run, what the routes above made on B): each one B's API finds.
+      const listed = (await mcp('tasks/list', {}, key)).body.result.tasks as { taskId: string }[];
+      expect(listed.length, `${role} of globex: tasks/list`).toBeGreaterThan(0);
+      for (const { taskId } of listed) {
+        expect([ids.runId, ids.blockedRunId, ids.waitingRunId], `${role} of globex: tasks/list`).not.toContain(taskId);
+        expect((await send('GET', `/v1/scopes/globex/runs/${taskId}`, key)).status, `${role} of globex: ${taskId}`).toBe(200);
+      }
+    }
+    // A's own key finds them: the answers above are scope B's, not the store's.
+    const own = await mcp('tasks/get', { taskId: ids.blockedRunId }, await h.key('acme', 'client'));
+    expect(own.body.result).toMatchObject({ taskId: ids.blockedRunId, status: 'working' });
+    console.log(`${checked} (MCP task method, run, role) triples of scope B on A's runs answered "not found"`);
+    expect(await scopeState('acme')).toEqual(before);
+  });
+
+  it('refuses an operator key with 403 and no key with 401, before any message is read', async () => {
+    const operator = await mcp('tasks/get', { taskId: ids.runId }, await h.operatorKey());
+    expect(operator).toMatchObject({ status: 403, body: { error: { code: 'FORBIDDEN' } } });
+    const none = await mcp('tasks/get', { taskId: ids.runId }, undefined);
+    expect(none).toMatchObject({ status: 401, body: { error: { code: 'UNAUTHENTICATED' } } });
+  });
+});
+
 describe('the run listing filters of scope B', () => {
   it('read only B’s indexes: A’s agent, runtime, session, status and re-runs list nothing of A, and A is unchanged', async () => {
     const before = await scopeState('acme');

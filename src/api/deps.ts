@@ -23,6 +23,7 @@ import type { RateLimiter } from '../lib/engine/rate-limiter.ts';
 import { ScheduleStore } from '../lib/schedules/schedule-store.ts';
 import { BulkOperations } from '../lib/engine/bulk-operations.ts';
 import { ChatTurns } from '../lib/engine/chat-turns.ts';
+import { AgentCalls } from '../lib/mcp/agent-calls.ts';
 
 /**
  * What the HTTP layer needs from the process that hosts it: the domain objects routes call
@@ -67,6 +68,8 @@ export interface AppDeps {
   /** The scopes' bulk cancels and re-runs (advanced by every process's BulkWorker). */
   operations: BulkOperations;
   chats: ChatTurns;
+  /** Baton's agents as MCP tools: the tools of the runtime's live workers, and calls of them as runs. */
+  agentCalls: AgentCalls;
 }
 
 /**
@@ -109,11 +112,13 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
   });
   metrics.watchStreamBuffers(() => streams.buffers());
+  const submissions = new Submissions({
+    config: c, store, artifacts: res.artifacts, registry, streamTokens, schemaGuard: res.schemaGuard, limit: submitLimit(c),
+  });
   return {
     config: c, store, log, metrics, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts, streamTokens,
-    submissions: new Submissions({
-      config: c, store, artifacts: res.artifacts, registry, streamTokens, schemaGuard: res.schemaGuard, limit: submitLimit(c),
-    }),
+    submissions,
+    agentCalls: new AgentCalls({ registry, submissions, store, streams, runtime: c.RUNTIME }),
     waits, waitTokens: res.waitTokens,
     schedules: new ScheduleStore(redis, keys, c, transitions),
     operations: new BulkOperations(redis, keys, c, transitions),

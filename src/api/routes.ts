@@ -8,6 +8,7 @@ import { openAiRoutes } from './routes-openai.ts';
 import { opsRoutes } from './routes-ops.ts';
 import { rateLimitRoutes } from './routes-rate-limits.ts';
 import { chatRoutes } from './routes-chat.ts';
+import { mcpRoutes } from './routes-mcp.ts';
 import { runRoutes } from './routes-runs.ts';
 import { scheduleRoutes } from './routes-schedules.ts';
 import { streamTokenRoutes } from './routes-stream-tokens.ts';
@@ -41,4 +42,5 @@ export const ROUTES: readonly RouteSpec[] = [
   ...rateLimitRoutes,
   ...scheduleRoutes,
   ...openAiRoutes,
+  ...mcpRoutes,
 ];

@@ -84,7 +84,8 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   const stopInFlight = metrics.watchInFlight(runtime, () => leases.size);
   // Registered before the first claim: the API accepts this worker's agents from now on.
   const presence = new WorkerPresence(
-    redis, keys, { workerId, runtime, agents: [...o.agents.keys()], concurrency: c.WORKER_CONCURRENCY },
+    redis, keys,
+    { workerId, runtime, agents: [...o.agents.keys()], descriptions: descriptionsOf(o.agents.values()), concurrency: c.WORKER_CONCURRENCY },
     { beatMs: c.HEARTBEAT_MS, liveMs: c.LEASE_MS, log },
   );
   await presence.start();
@@ -192,4 +193,9 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   }
   log.info({ concurrency: c.WORKER_CONCURRENCY, agents: [...o.agents.keys()], ops: ops?.url }, 'worker started');
   return handle;
+}
+
+/** The descriptions of the agents that have one, for the worker's registration (MCP's tool list reads them). */
+function descriptionsOf(agents: Iterable<Agent>): Record<string, string> {
+  return Object.fromEntries([...agents].flatMap((a) => (a.description === undefined ? [] : [[a.name, a.description]])));
 }

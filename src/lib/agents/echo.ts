@@ -6,6 +6,7 @@ import { defineAgent } from '../sdk/agent.ts';
  */
 export const echo = defineAgent({
   name: 'echo',
+  description: 'Answers with the message it was given, streamed word by word.',
   async run(ctx) {
     const delay = Number(ctx.metadata.delayMs ?? 0);
     const tokens = ctx.input.content.match(/\s*\S+\s*|\s+/g) ?? [];

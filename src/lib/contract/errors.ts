@@ -21,6 +21,8 @@ export const ERROR_CODES = {
   WAIT_NOT_PENDING: { status: 409, message: 'The run has no pending wait of that key: it was resumed, timed out, is a sleep, or was never declared.' },
   IDEMPOTENCY_MISMATCH: { status: 409, message: 'This idempotencyKey was used for a different request.' },
   SESSION_HISTORY_FULL: { status: 409, message: "The session's stored history is at its size limit (HISTORY_MAX_BYTES); continue in a new session." },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'This path does not take that HTTP method.' },
+  NOT_ACCEPTABLE: { status: 406, message: 'The Accept header must list both application/json and text/event-stream.' },
   REQUEST_TIMEOUT: { status: 408, message: 'The request body arrived too slowly.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The body must be application/json.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The body is too large.' },

@@ -5,7 +5,7 @@ import type { RunRecord } from '../engine/record.ts';
 import type { Submission, Submissions, SubmitOptions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
 import { ChatCompletionProjection, type CompletionHead } from './chat-completion-events.ts';
-import { followToEnd } from './follow.ts';
+import { followToEnd } from '../streams/follow-to-end.ts';
 
 /**
  * OpenAI's Chat Completions on Baton's runs. A request carries its whole conversation, so

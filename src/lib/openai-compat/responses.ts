@@ -6,7 +6,7 @@ import type { RunRecord } from '../engine/record.ts';
 import type { RunStore, SubmitRequest } from '../engine/store.ts';
 import type { Submission, Submissions, SubmitOptions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
-import { followToEnd } from './follow.ts';
+import { followToEnd } from '../streams/follow-to-end.ts';
 import { ResponseProjection, type ResponseHead } from './response-events.ts';
 
 /**

@@ -36,6 +36,12 @@ export interface MetricsOptions {
   collectTimeoutMs?: number;
 }
 
+/** The MCP methods /mcp answers or takes, each its own label value of baton_mcp_requests_total. */
+export const MCP_METHODS = [
+  'initialize', 'notifications/initialized', 'ping', 'tools/list', 'tools/call',
+  'tasks/get', 'tasks/result', 'tasks/list', 'tasks/cancel', 'notifications/cancelled',
+] as const;
+
 /** Label value standing for every runtime or agent past the label limit. */
 export const OTHER = '_other';
 
@@ -104,6 +110,8 @@ export class Metrics {
   private flowControl: ((perScope: boolean) => Promise<HeldBack>) | undefined;
   private heldBackRead: { at: number; read: Promise<HeldBack | undefined> } | undefined;
   readonly schemaChecks: Counter<string>;
+  readonly mcpRequests: Counter<string>;
+  readonly mcpToolCalls: Counter<string>;
   readonly rateLimitWait: Histogram<string>;
   readonly rateLimitPauses: Counter<string>;
   readonly rateLimitLimit: Gauge<string>;
@@ -180,6 +188,14 @@ export class Metrics {
       'baton_schema_checks_total',
       'Schema compiles (check) and validations (validate) by how they ended: passed, refused, or cut (budget, memory, crash, gone: the client went away, closed, unavailable).',
       ['op', 'outcome'],
+    );
+
+    // MCP (docs/mcp.md): a method label is one of MCP_METHODS or "_other", never a caller's string.
+    this.mcpRequests = counter('baton_mcp_requests_total', 'JSON-RPC messages POSTed to /mcp, by method (notifications included).', ['method']);
+    this.mcpToolCalls = counter(
+      'baton_mcp_tool_calls_total',
+      "MCP tools/call requests by mode (call: answered when the run ends; task: answered at once) and outcome: the run's end (completed, failed, cancelled), created (a task), refused, or left (the client went away first).",
+      ['mode', 'outcome'],
     );
 
     // Provider rate limits. A bucket label is a name RATE_LIMITS defines (at most 100), never a caller's.
@@ -542,6 +558,15 @@ export class Metrics {
         this.inc(read().read);
       },
     });
+  }
+
+  /** A JSON-RPC message to /mcp, by its method (an unknown one as "_other"). */
+  mcpRequest(method: string): void {
+    this.mcpRequests.inc({ method: (MCP_METHODS as readonly string[]).includes(method) ? method : OTHER });
+  }
+
+  mcpToolCall(mode: 'call' | 'task', outcome: string): void {
+    this.mcpToolCalls.inc({ mode, outcome });
   }
 
   sseOpened(scope: string): void {

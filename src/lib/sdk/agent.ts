@@ -177,6 +177,11 @@ export interface AgentResult {
 
 export interface Agent {
   name: string;
+  /**
+   * What the agent does, in a sentence or two: shown to whoever picks it, such as an MCP
+   * client listing Baton's agents as tools (docs/mcp.md). At most 1,000 characters.
+   */
+  description?: string;
   /** Default attempts for this agent's runs (a submit may override). */
   maxAttempts?: number;
   /**
@@ -201,6 +206,9 @@ export interface Agent {
 export function defineAgent<A extends Agent>(agent: A): A {
   if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(agent.name)) {
     throw new Error(`agent name ${JSON.stringify(agent.name)} must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}`);
+  }
+  if (agent.description !== undefined && (typeof agent.description !== 'string' || agent.description.length > 1_000)) {
+    throw new TypeError(`agent ${JSON.stringify(agent.name)}: description must be a string of at most 1,000 characters`);
   }
   for (const hook of ['select', 'onSkip'] as const) {
     if (agent[hook] !== undefined && typeof agent[hook] !== 'function') {

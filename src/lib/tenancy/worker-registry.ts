@@ -20,6 +20,8 @@ export interface WorkerRegistration {
   workerId: string;
   runtime: string;
   agents: string[];
+  /** Agent name -> its description, for the agents that have one (absent from workers of older releases). */
+  descriptions?: Record<string, string>;
   concurrency: number;
   host: string;
   pid: number;
@@ -119,6 +121,20 @@ export class WorkerRegistry {
   }
 
   /**
+   * The agents live workers of `runtime` offer now, sorted by name, each with the description
+   * one of those workers gives it (the newest registration's, when workers of two deploys differ).
+   */
+  async offeredAgents(runtime: string): Promise<{ name: string; description?: string }[]> {
+    const live = (await this.liveWorkers(runtime)).sort((a, b) => a.beatAt - b.beatAt);
+    const offered = new Map<string, string | undefined>();
+    for (const w of live) {
+      for (const name of w.agents) offered.set(name, w.descriptions?.[name] ?? offered.get(name));
+    }
+    return [...offered].sort(([a], [b]) => a.localeCompare(b))
+      .map(([name, description]) => (description === undefined ? { name } : { name, description }));
+  }
+
+  /**
    * The agents `runtime`'s workers served in the last day, each with the Redis time a live
    * worker last offered it, and the Redis time now. An agent is served now while
    * `lastServed + LEASE_MS > now`.
@@ -213,7 +229,7 @@ export class WorkerPresence {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly me: Pick<WorkerRegistration, 'workerId' | 'runtime' | 'agents' | 'concurrency'>,
+    private readonly me: Pick<WorkerRegistration, 'workerId' | 'runtime' | 'agents' | 'descriptions' | 'concurrency'>,
     private readonly o: { beatMs: number; liveMs: number; log: Logger },
   ) {}
 

@@ -1,5 +1,5 @@
-import type { RunEvent } from '../streams/log.ts';
-import type { RunStreams } from '../streams/run-streams.ts';
+import type { RunEvent } from './log.ts';
+import type { RunStreams } from './run-streams.ts';
 
 /**
  * Follows a run's events from the start (replay, then live) into `deliver` until its `end`:
