@@ -6,6 +6,7 @@ import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { answer, callTools, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
 import { fx, fxSet, runEvents } from './helpers/engine.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { scrape, total } from './helpers/prom-text.ts';
 
 /**
  * Steering (multitask `steer`, docs/steering.md) with real API and worker processes and the
@@ -18,6 +19,7 @@ const TOOL_FIXTURE = fileURLToPath(new URL('./fixtures/tool-agents.ts', import.m
 let h: Harness;
 let fake: FakeOpenAI;
 let acme: ScopeClient;
+let metricsOf: { api: string; worker: string };
 
 /** Latches the in-process agents wait on, by name: `reached` says the agent is there, `go` lets it on. */
 const latches = new Map<string, { reached: () => void; go: Promise<void>; open: () => void; at: Promise<void> }>();
@@ -50,7 +52,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   const api = await h.startApi();
   acme = await h.client(api.url, 'acme', 'client');
-  await h.startWorker({
+  const worker = await h.startWorker({
     agents: [
       createChatAgent({ name: 'helper', model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key', tools: { hold } }),
       // A custom agent: its one boundary, then the end, after the test says so.
@@ -66,6 +68,7 @@ beforeAll(async () => {
       }),
     ],
   });
+  metricsOf = { api: `${api.url}/metrics`, worker: `${worker.opsUrl}/metrics` };
 });
 
 afterAll(async () => {
@@ -187,6 +190,14 @@ describe('steering a running turn', () => {
     expect(again.body).toMatchObject({ id: sent.body.id, steering: { messageId: 'idle-1', runId: sent.body.id, outcome: 'turn' } });
     expect((await acme.waitStatus(sent.body.id, ['succeeded', 'failed'], 30_000)).result.answer).toBe('closed solo');
     expect((await acme.get('/runs?sessionId=steer-idle')).body.runs).toHaveLength(1);
+  });
+
+  it('counts each outcome once: pending and turn where sent, delivered and not delivered where the worker saw them', async () => {
+    const count = async (url: string, outcome: string) =>
+      total((await scrape(url)).samples, 'baton_steering_messages_total', { runtime: h.runtime, outcome });
+    // The tests above: 3 + 1 + 1 sent into running turns, 1 turn started; 3 + 1 delivered, 1 not.
+    expect([await count(metricsOf.api, 'pending'), await count(metricsOf.api, 'turn')]).toEqual([5, 1]);
+    expect([await count(metricsOf.worker, 'delivered'), await count(metricsOf.worker, 'not_delivered')]).toEqual([4, 1]);
   });
 
   it('refuses a message id without steer, and an idempotency key, ttlMs or artifacts with it', async () => {

@@ -26,6 +26,8 @@ export interface ExecutorEvents extends Partial<MemoEvents> {
   modelUsage?(run: RunRecord, agent: string, calls: readonly ModelCallUsage[]): void;
   /** A model call was refused by the scope's daily token budget: the run fails, or waits for the next day. */
   budgetRefused?(run: RunRecord, action: 'failed' | 'waiting'): void;
+  /** Steering messages of the run taken at a boundary reached for the first time, or left when this worker finished it. */
+  steering?(run: RunRecord, outcome: 'delivered' | 'not-delivered', count: number): void;
 }
 
 /** What the attempt produced so far, read when it closes (the run context, or nothing yet). */
@@ -161,7 +163,7 @@ async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Prom
   }
   // The last events ride with the finish, in its script call: the `end` event follows them.
   const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
-  await c.deps.transitions.finish(c.attempt, {
+  const { notDelivered } = await c.deps.transitions.finish(c.attempt, {
     status,
     result: JSON.stringify(result),
     lastError: error ? JSON.stringify(error) : undefined,
@@ -174,6 +176,7 @@ async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Prom
   });
   c.trace?.closed(status, error ? { 'error.type': error.code } : {});
   c.deps.events?.finished?.(c.run, status);
+  if (notDelivered > 0) c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered);
   c.log.info({ status, finishReason: result.finishReason }, 'run finished');
 }
 

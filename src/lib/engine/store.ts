@@ -50,8 +50,11 @@ export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 export interface RunStoreEvents {
   /** A new run was accepted (not an idempotent replay). */
   submitted?(run: RunRecord): void;
-  /** A steering message went to a session's active run (its later outcomes are counted where they happen). */
-  steered?(outcome: 'pending'): void;
+  /**
+   * A steering message went to a session's active run (`pending`) or, with none, started a turn
+   * (`turn`); its later outcomes are counted where they happen (metrics).
+   */
+  steered?(runtime: string, outcome: 'pending' | 'turn'): void;
   /** This call cancelled a run no worker held (a held run is finished by its worker). */
   cancelled?(run: RunRecord): void;
   /**
@@ -150,6 +153,7 @@ export class RunStore {
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
     if (created) {
       this.events.submitted?.(run);
+      if (steering) this.events.steered?.(run.runtime, 'turn');
       if (run.runAt !== undefined && run.status === 'scheduled') this.events.deadline?.(req.scope, `due:${run.id}`, run.runAt);
       if (run.startBy !== undefined) this.events.deadline?.(req.scope, `ttl:${run.id}`, run.startBy);
     }
@@ -163,7 +167,7 @@ export class RunStore {
   private async steered(scope: string, m: StoredSteering, sent: boolean): Promise<SubmitResult> {
     const run = await this.get(scope, m.runId);
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${m.runId} this message went to has expired`);
-    if (sent) this.events.steered?.('pending');
+    if (sent) this.events.steered?.(run.runtime, 'pending');
     const outcome: SteeringOutcome = {
       messageId: m.id, runId: m.runId, outcome: m.state,
       ...(m.step !== undefined ? { step: m.step } : {}),

@@ -342,7 +342,7 @@ const REPLY = {
   'step': { code: num, result: text },
   'retry': { code: num, retryAt: num, orders },
   'block': { code: num, orders },
-  'finish': { code: num, orders },
+  'finish': { code: num, orders, notDelivered: num },
   'release': { code: num, orders },
   'wait': { code: num, orders, answered, nextAt: time, admittedAgain: flag },
   'resume': { code: num, orders, kind: text, since: num, runtime: text, agent: text },
@@ -831,12 +831,16 @@ export class Transitions {
   }
 
   /** Ends the run (and commits its turn to the built-in history, once). */
-  async finish(attempt: Attempt, f: FinishInput, last?: { no: number; events: readonly (readonly [string, string])[] }): Promise<void> {
+  /** Ends the run (lua/finish.lua); `notDelivered`: steering messages it left, each now the session's next turn. */
+  async finish(
+    attempt: Attempt, f: FinishInput, last?: { no: number; events: readonly (readonly [string, string])[] },
+  ): Promise<{ notDelivered: number }> {
     const reply = await this.call('finish', attempt.scope, {
       ...this.slotKeys(attempt.keys, attempt.runId), messages: attempt.keys.messages(attempt.sessionId),
     }, { runId: attempt.runId, fence: attempt.fence, ...f, ...(last ? { batch: last.no } : {}) }, last ? last.events.flat() : []);
     if (reply.refused) throw scriptError(reply.refused, attempt.runId);
     await this.dispatch(attempt.scope, reply.orders);
+    return { notDelivered: reply.notDelivered || 0 };
   }
 
   /** Hands the run over at shutdown: its lease ends now and another worker takes it at once. */

@@ -7,7 +7,7 @@
         with steering messages the ones the run took between its answer's parts; absent = commit nothing),
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
-  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {0, dispatches JSON, steering messages left (each now the session's next turn)} | {-2} LEASE_LOST ]]
 -- @uses fenced, FINISH_READ, newWrite, put, knownTail, newBatch, addEvent, finishRun
 -- @uses flushPublished
 local runId, rk = O.runId, K.run
@@ -25,6 +25,6 @@ if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
 -- Its time is that of its first event (nowMs in core.lua): no TIME.
-finishRun(runId, O.status, w, endData, nil, out, rec, true)
+local notDelivered = finishRun(runId, O.status, w, endData, nil, out, rec, true)
 flushPublished()
-return { 0, cjson.encode(out) }
+return { 0, cjson.encode(out), notDelivered }

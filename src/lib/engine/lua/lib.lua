@@ -514,11 +514,11 @@ end
 
 -- The run `runId` ends with `status`: each steering message still pending is logged
 -- `not-delivered` on its stream and becomes a run queued next in its session, in the order
--- they were sent. Returns whether any did (the session then has runs behind the run).
+-- they were sent. Returns how many did (the session then has runs behind the run).
 local function undeliverable(runId, sessionId, status, now)
   local pk = runKey(runId) .. ':steer-pending'
   local ids = redis.call('LRANGE', pk, 0, -1)
-  if #ids == 0 then return false end
+  if #ids == 0 then return 0 end
   redis.call('DEL', pk)
   local hk = steeringKey(sessionId)
   local sk = sessionKey(sessionId)
@@ -540,7 +540,7 @@ local function undeliverable(runId, sessionId, status, now)
   end
   -- LPUSH puts each in front of the one before: pushed last to first, the first sent goes first.
   for i = #made, 1, -1 do redis.call('LPUSH', sk .. ':queue', made[i]) end
-  return #made > 0
+  return #made
 end
 
 -- Fields a finished run keeps no more.
@@ -550,6 +550,7 @@ local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutM
 -- `rec` (optional): the record's FINISH_READ fields by name (readFields), when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
 -- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
+-- Returns how many steering messages it left pending (each now the session's next turn: undeliverable).
 local function finishRun(runId, status, w, endData, now, out, rec, held)
   local rk = runKey(runId)
   rec = rec or readFields(rk, FINISH_READ)
@@ -557,7 +558,8 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   -- Steering messages it did not take go first: their outcomes belong before `end`. `steered`:
   -- one was ever sent to it (lua/submit.lua), so other runs read nothing more.
   local behind = rec.behind
-  if rec.steered == '1' and undeliverable(runId, rec.sessionId, status, now or nowMs()) then behind = '1' end
+  local left = rec.steered == '1' and undeliverable(runId, rec.sessionId, status, now or nowMs()) or 0
+  if left > 0 then behind = '1' end
   addEvent(runId, 'end', endData)
   tailDone(runId)
   now = now or nowMs()
@@ -592,6 +594,7 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   if timed then
     redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
   end
+  return left
 end
 
 -- A waiting run goes on: admitted again like a session head (it still owns its session), to
