@@ -1,8 +1,11 @@
 import { fileURLToPath } from 'node:url';
+import { createOpenAI } from '@ai-sdk/openai';
+import { stepCountIs, streamText, tool, type ModelMessage } from 'ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createChatAgent, defineTool } from '../src/lib/agents/chat.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { durableModel, durableTools, steeringMessages } from '../src/lib/sdk/ai.ts';
 import { answer, callTools, startFakeOpenAI, type FakeOpenAI, type RecordedRequest } from './helpers/fake-openai.ts';
 import { fx, fxSet, runEvents } from './helpers/engine.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
@@ -55,6 +58,25 @@ beforeAll(async () => {
   const worker = await h.startWorker({
     agents: [
       createChatAgent({ name: 'helper', model: 'fake-model', baseURL: fake.baseURL, apiKey: 'test-key', tools: { hold } }),
+      // baton/ai: the AI SDK's loop; steering reaches its next model call, and after the loop steeringMessages goes on.
+      defineAgent({
+        name: 'ai-helper',
+        async run(ctx) {
+          const model = durableModel(ctx, createOpenAI({ baseURL: fake.baseURL, apiKey: 'test-key' }).chat('fake-model'));
+          const tools = durableTools(ctx, {
+            hold: tool({ description: 'Looks something up (slowly).', inputSchema: z.object({ topic: z.string() }), execute: (args) => hold.execute(args, {} as never) }),
+          });
+          let messages: ModelMessage[] = [{ role: 'user', content: ctx.input.content }];
+          let answer = '';
+          for (;;) {
+            const result = streamText({ model, tools, stopWhen: stepCountIs(5), messages, abortSignal: ctx.signal });
+            answer += (await result.steps).map((s) => s.text).join('');
+            const more = await steeringMessages(ctx);
+            if (more.length === 0) return { answer };
+            messages = [...messages, ...(await result.response).messages, ...more];
+          }
+        },
+      }),
       // A custom agent: its one boundary, then the end, after the test says so.
       defineAgent({
         name: 'closer',
@@ -158,6 +180,42 @@ describe('steering a running turn', () => {
     ]);
   });
 
+  it('baton/ai delivers them too: into the AI SDK loop\'s next model call, and after a finished answer through steeringMessages', async () => {
+    let release!: () => void;
+    const open = new Promise((r) => { release = () => r(undefined); });
+    fake.script('#ai', [
+      callTools([{ id: 'a-1', name: 'hold', arguments: { topic: 'ai' } }]),
+      answer('Got the first two.', { gate: { after: 1, open } }),
+      answer('And the third.'),
+    ]);
+    const runId = (await acme.submit('steer-ai', 'Look it up #ai', { agent: 'ai-helper' })).body.id as string;
+    await latch('ai').at;
+    for (const n of [1, 2]) expect((await steer('steer-ai', `ai ${n} #ai`, `ai-${n}`)).body.steering.outcome).toBe('pending');
+    latch('ai').open();
+    // The loop's last model call is halfway: its boundary has passed.
+    await waitFor(() => fake.requestsFor('#ai')[1]?.tokensSent >= 1, 20_000, 'the second model call to be halfway');
+    expect((await steer('steer-ai', 'ai 3 #ai', 'ai-3')).body.steering.outcome).toBe('pending');
+    release();
+    const run = await acme.waitStatus(runId, ['succeeded', 'failed'], 30_000);
+    expect(run.result.answer).toBe('Got the first two.And the third.');
+    const text = (c: unknown) => (typeof c === 'string' ? c : (c as { text: string }[]).map((p) => p.text).join(''));
+    const users = (r: RecordedRequest) => r.messages.filter((m) => m.role === 'user').map((m) => text(m.content));
+    const calls = fake.requestsFor('#ai');
+    expect(calls.map(users)).toEqual([
+      ['Look it up #ai'],
+      ['Look it up #ai', 'ai 1 #ai', 'ai 2 #ai'],
+      ['Look it up #ai', 'ai 1 #ai', 'ai 2 #ai', 'ai 3 #ai'],
+    ]);
+    expect(await history('steer-ai')).toEqual([
+      ['user', 'Look it up #ai'], ['user', 'ai 1 #ai'], ['user', 'ai 2 #ai'],
+      ['assistant', 'Got the first two.'], ['user', 'ai 3 #ai'], ['assistant', 'And the third.'],
+    ]);
+    expect((await steeringEvents(runId)).filter((e) => e.outcome === 'delivered')).toEqual([
+      { messageId: 'ai-1', outcome: 'delivered', step: 1 }, { messageId: 'ai-2', outcome: 'delivered', step: 1 },
+      { messageId: 'ai-3', outcome: 'delivered', step: 2 },
+    ]);
+  });
+
   it('a message sent as the run ends becomes the next turn: not delivered, never lost, never twice', async () => {
     const first = await acme.submit('steer-end', 'A', { agent: 'closer' });
     const runId = first.body.id as string;
@@ -195,9 +253,9 @@ describe('steering a running turn', () => {
   it('counts each outcome once: pending and turn where sent, delivered and not delivered where the worker saw them', async () => {
     const count = async (url: string, outcome: string) =>
       total((await scrape(url)).samples, 'baton_steering_messages_total', { runtime: h.runtime, outcome });
-    // The tests above: 3 + 1 + 1 sent into running turns, 1 turn started; 3 + 1 delivered, 1 not.
-    expect([await count(metricsOf.api, 'pending'), await count(metricsOf.api, 'turn')]).toEqual([5, 1]);
-    expect([await count(metricsOf.worker, 'delivered'), await count(metricsOf.worker, 'not_delivered')]).toEqual([4, 1]);
+    // The tests above: 3 + 1 + 3 + 1 sent into running turns, 1 turn started; 3 + 1 + 3 delivered, 1 not.
+    expect([await count(metricsOf.api, 'pending'), await count(metricsOf.api, 'turn')]).toEqual([8, 1]);
+    expect([await count(metricsOf.worker, 'delivered'), await count(metricsOf.worker, 'not_delivered')]).toEqual([7, 1]);
   });
 
   it('refuses a message id without steer, and an idempotency key, ttlMs or artifacts with it', async () => {
