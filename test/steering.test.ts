@@ -148,7 +148,7 @@ describe('steering a running turn', () => {
     ]);
     expect(await steeringEvents(runId)).toEqual([
       ...[1, 2, 3].map((n) => ({ messageId: `three-${n}`, outcome: 'pending' })),
-      ...[1, 2, 3].map((n) => ({ messageId: `three-${n}`, outcome: 'delivered', step: 1 })),
+      ...[1, 2, 3].map((n) => ({ messageId: `three-${n}`, outcome: 'delivered', step: 1, content: `also ${n} #three` })),
     ]);
 
     const again = await steer('steer-three', 'also 2 #three', 'three-2', { agent: 'helper' });
@@ -211,8 +211,8 @@ describe('steering a running turn', () => {
       ['assistant', 'Got the first two.'], ['user', 'ai 3 #ai'], ['assistant', 'And the third.'],
     ]);
     expect((await steeringEvents(runId)).filter((e) => e.outcome === 'delivered')).toEqual([
-      { messageId: 'ai-1', outcome: 'delivered', step: 1 }, { messageId: 'ai-2', outcome: 'delivered', step: 1 },
-      { messageId: 'ai-3', outcome: 'delivered', step: 2 },
+      { messageId: 'ai-1', outcome: 'delivered', step: 1, content: 'ai 1 #ai' }, { messageId: 'ai-2', outcome: 'delivered', step: 1, content: 'ai 2 #ai' },
+      { messageId: 'ai-3', outcome: 'delivered', step: 2, content: 'ai 3 #ai' },
     ]);
   });
 
@@ -305,7 +305,7 @@ describe('steering across a worker SIGKILL', () => {
     for (const call of calls.slice(1)) expect(afterTools(call)).toEqual(['note 1 #kill', 'note 2 #kill', 'note 3 #kill']);
     expect(await steeringEvents(runId)).toEqual([
       ...[1, 2, 3].map((n) => ({ messageId: `kill-${n}`, outcome: 'pending' })),
-      ...[1, 2, 3].map((n) => ({ messageId: `kill-${n}`, outcome: 'delivered', step: 1 })),
+      ...[1, 2, 3].map((n) => ({ messageId: `kill-${n}`, outcome: 'delivered', step: 1, content: `note ${n} #kill` })),
     ]);
     expect(await history('steer-kill')).toEqual([
       ['user', 'Paris and Berlin? #kill'],

@@ -107,6 +107,8 @@ export interface SteeringEventData {
   outcome: 'pending' | 'delivered' | 'not-delivered';
   /** `delivered`: the run's boundary it was taken at (createChatAgent: after model call `step`). */
   step?: number;
+  /** `delivered`: the message's text. */
+  content?: string;
   /** `not-delivered`: the status the run ended with first. */
   reason?: string;
   /** `not-delivered`: the run the message became, queued next in the session. */

@@ -28,7 +28,7 @@ for _, mid in ipairs(ids) do
     m.step = O.boundary
     redis.call('HSET', K.steering, mid, cjson.encode(m))
     taken[#taken + 1] = { id = mid, content = m.content }
-    addEvent(runId, 'steering', cjson.encode({ messageId = mid, outcome = 'delivered', step = O.boundary }))
+    addEvent(runId, 'steering', cjson.encode({ messageId = mid, outcome = 'delivered', step = O.boundary, content = m.content }))
   end
 end
 if #ids > 0 then redis.call('DEL', K.pending) end
