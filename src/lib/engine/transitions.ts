@@ -408,7 +408,8 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * The transitions whose loss in a failover would break a promise: an accepted run, a step's
  * result or its start marker (a non-idempotent step must not run again), a stream's events
  * (a reader must find again what it was sent), a turn's history, a wait's resolution, an
- * operator's resolution and a cancel. Of the schedules' and bulk operations' own: a schedule's
+ * operator's resolution, a cancel, and a steering message's delivery (lost, the next model call
+ * made with it could be followed by a second delivery at a later boundary). Of the schedules' and bulk operations' own: a schedule's
  * pause and resume and a bulk operation's creation and stop (what the API answered would be
  * undone: a paused schedule would fire again, a stopped operation go on), and a tick's done
  * mark, which says the tick is over: lost, the tick is pending again and submitted again, and
@@ -423,7 +424,7 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * counts, so each run is still counted once.
  */
 const REPLICATED: ReadonlySet<ScriptName> = new Set([
-  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
+  'submit', 'step', 'steer', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
   'schedule-pause', 'schedule-resume', 'schedule-done', 'bulk-create', 'bulk-cancel',
 ]);
 
