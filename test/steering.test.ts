@@ -238,6 +238,22 @@ describe('steering a running turn', () => {
     expect((await acme.get('/runs?sessionId=steer-end')).body.runs).toHaveLength(2);
   });
 
+  it('a message the run did not take before it was cancelled becomes the next turn, queued before runs sent after it', async () => {
+    const runId = (await acme.submit('steer-cancel', 'C', { agent: 'closer' })).body.id as string;
+    await latch('closer:C').at;
+    expect((await steer('steer-cancel', 'D', 'cancel-d', { agent: 'closer' })).body.steering.outcome).toBe('pending');
+    const later = (await acme.submit('steer-cancel', 'E', { agent: 'closer' })).body.id as string;
+    for (const n of ['D', 'E']) latch(`closer:${n}`).open();
+    expect((await acme.post(`/runs/${runId}/cancel`)).status).toBe(200);
+    latch('closer:C').open();
+    expect((await acme.waitStatus(runId, ['succeeded', 'failed', 'cancelled'], 30_000)).status).toBe('cancelled');
+    const [event] = (await steeringEvents(runId)).filter((e) => e.outcome !== 'pending');
+    expect(event).toMatchObject({ messageId: 'cancel-d', outcome: 'not-delivered', reason: 'cancelled' });
+    await acme.waitStatus(later, ['succeeded', 'failed'], 30_000);
+    // D ran before E, though E was submitted first after it: it was sent into the turn before E.
+    expect(await history('steer-cancel')).toEqual([['user', 'D'], ['assistant', 'closed D'], ['user', 'E'], ['assistant', 'closed E']]);
+  });
+
   it('with no active run the message starts a turn as enqueue would; a resend answers that run', async () => {
     latch('closer:solo').open();
     const sent = await steer('steer-idle', 'solo', 'idle-1', { agent: 'closer' });
@@ -253,9 +269,9 @@ describe('steering a running turn', () => {
   it('counts each outcome once: pending and turn where sent, delivered and not delivered where the worker saw them', async () => {
     const count = async (url: string, outcome: string) =>
       total((await scrape(url)).samples, 'baton_steering_messages_total', { runtime: h.runtime, outcome });
-    // The tests above: 3 + 1 + 3 + 1 sent into running turns, 1 turn started; 3 + 1 + 3 delivered, 1 not.
-    expect([await count(metricsOf.api, 'pending'), await count(metricsOf.api, 'turn')]).toEqual([8, 1]);
-    expect([await count(metricsOf.worker, 'delivered'), await count(metricsOf.worker, 'not_delivered')]).toEqual([7, 1]);
+    // The tests above: 3 + 1 + 3 + 1 + 1 sent into running turns, 1 turn started; 3 + 1 + 3 delivered, 2 not.
+    expect([await count(metricsOf.api, 'pending'), await count(metricsOf.api, 'turn')]).toEqual([9, 1]);
+    expect([await count(metricsOf.worker, 'delivered'), await count(metricsOf.worker, 'not_delivered')]).toEqual([7, 2]);
   });
 
   it('refuses a message id without steer, and an idempotency key, ttlMs or artifacts with it', async () => {
