@@ -245,8 +245,9 @@ describe('steering a running turn', () => {
     const later = (await acme.submit('steer-cancel', 'E', { agent: 'closer' })).body.id as string;
     for (const n of ['D', 'E']) latch(`closer:${n}`).open();
     expect((await acme.post(`/runs/${runId}/cancel`)).status).toBe(200);
-    latch('closer:C').open();
+    // The worker stops the attempt at the cancel, without the agent's answer; only then may it answer.
     expect((await acme.waitStatus(runId, ['succeeded', 'failed', 'cancelled'], 30_000)).status).toBe('cancelled');
+    latch('closer:C').open();
     const [event] = (await steeringEvents(runId)).filter((e) => e.outcome !== 'pending');
     expect(event).toMatchObject({ messageId: 'cancel-d', outcome: 'not-delivered', reason: 'cancelled' });
     await acme.waitStatus(later, ['succeeded', 'failed'], 30_000);

@@ -74,6 +74,13 @@ if steer then
   local active = redis.call('HGET', sk, 'active')
   local status = active and redis.call('HGET', runKey(active), 'status')
   if status and not TERMINAL[status] then
+    -- A message takes a token of the scope's submit rate as a run does: it may become one, and
+    -- what a tenant sends into a running turn is bounded as what it submits.
+    local limits = scopeLimits()
+    if limits.rate > 0 then
+      local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
+      if not ok then return { -13, waitMs } end
+    end
     -- The fields of the run it becomes if the active run ends without taking it (lib.lua, undeliverable).
     local fields = {}
     for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
