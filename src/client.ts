@@ -11,3 +11,5 @@ export type {
   CreateScheduleRequest, MissedTickPolicy, ScheduleList, ScheduleListOptions, ScheduleRunTemplate, ScheduleStatus, ScheduleView,
   OperationList, OperationListOptions, OperationView, RunFilter,
 } from './lib/client/client.ts';
+// Multitask `steer`: what a submit answers about its message, and the run stream's `steering` events.
+export type { SteeringEventData, SteeringOutcome } from './lib/contract/index.ts';

@@ -6,7 +6,7 @@
 export { defineAgent } from './lib/sdk/agent.ts';
 export type {
   Agent, AgentResult, EmitOptions, HistoryMessage, InferCall, InferOptions, ModelCallUsage, RateLimitRequest, RunContext, StepCall,
-  StepOptions, ToolOptions, WaitOptions,
+  Steering, SteeringMessage, StepOptions, ToolOptions, WaitOptions,
 } from './lib/sdk/agent.ts';
 // A model call's tokens before it is made: what ctx.infer's estimatedTokens holds against a scope's daily budget.
 export { estimateCallTokens } from './lib/sdk/token-estimate.ts';

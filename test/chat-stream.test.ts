@@ -76,3 +76,20 @@ describe.each(SDKS)('a later attempt, read by %s', (_, sdk) => {
     expect(chunks.find((c) => c.type === 'tool-approval-request')).toEqual({ type: 'tool-approval-request', approvalId: 'r1/wait:refund:1', toolCallId: 'c1' });
   });
 });
+
+describe.each(SDKS)('a steering message the run took, read by %s', (_, sdk) => {
+  it('is a data-steering part where it was taken, between the text before it and the text after', async () => {
+    const { message } = await page(sdk, [
+      attempt(1), token('Looking it up.'),
+      ev('steering', { messageId: 'm-1', outcome: 'pending' }),
+      ev('steering', { messageId: 'm-1', outcome: 'delivered', step: 1, content: 'in Celsius please' }),
+      token('21 °C.'), end('Looking it up.\n\n21 °C.'),
+    ]);
+    expect(message.parts.filter((p) => p.type !== 'step-start').map((p) => (p.type === 'text' ? ['text', p.text] : [p.type, (p as any).data])))
+      .toEqual([
+        ['text', 'Looking it up.'],
+        ['data-steering', { id: 'm-1', content: 'in Celsius please', step: 1 }],
+        ['text', '21 °C.'],
+      ]);
+  });
+});

@@ -224,7 +224,7 @@ const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
     field: fc.constantFrom('sessionId', 'input', 'runtime', 'agent', 'metadata', 'memory', 'maxAttempts', 'idempotencyKey',
       'multitask', 'outputSchema', 'cancelQueued', 'value', 'rerun', 'extra', 'runAt', 'delayMs', 'ttlMs', 'timeoutMs',
       'maxActive', 'maxActivePerKey', 'submitRatePerSec', 'weight', 'tokensPerDay', 'priority', 'concurrencyKey', 'onBudget',
-      'fromStep', 'allowNonIdempotent', 'atTurn', 'atRunId', 'awaitAgent'),
+      'fromStep', 'allowNonIdempotent', 'atTurn', 'atRunId', 'awaitAgent', 'messageId'),
     value: fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constant(null), fc.string({ minLength: 300_000, maxLength: 300_001 })),
   }).map(({ field, value }) => JSON.stringify({ ...validSubmit, [field]: value })),
   fc.constantFrom(
@@ -235,6 +235,10 @@ const jsonBody = fc.oneof<fc.Arbitrary<string | Buffer>[]>(
     JSON.stringify({ value: 1, rerun: true }), 'x'.repeat(9000), JSON.stringify({ value: { approved: 'yes' } }), '{"value":null}',
     JSON.stringify({ ...validSubmit, runAt: '2020-01-01T00:00:00Z', delayMs: 5 }), JSON.stringify({ ...validSubmit, delayMs: 5, multitask: 'interrupt' }),
     JSON.stringify({ fromStep: 'tool:charge:1', allowNonIdempotent: 'yes' }), JSON.stringify({ atTurn: 0 }), JSON.stringify({ atTurn: 2, atRunId: 'r1' }),
+    // Steering: a message id without steer, with a key, malformed; steer with what it refuses.
+    JSON.stringify({ ...validSubmit, messageId: 'm-1' }), JSON.stringify({ ...validSubmit, multitask: 'steer', messageId: '{m}' }),
+    JSON.stringify({ ...validSubmit, multitask: 'steer', idempotencyKey: 'k-1' }), JSON.stringify({ ...validSubmit, multitask: 'steer', ttlMs: 5 }),
+    JSON.stringify({ ...validSubmit, multitask: 'steer', messageId: 'm'.repeat(129) }),
   ),
 );
 

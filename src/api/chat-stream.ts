@@ -1,5 +1,7 @@
 import type { UIMessageChunk } from 'ai';
-import type { DataEventData, EndEventData, StatusEventData, TextEventData, ToolCallEventData, ToolResultEventData } from '../lib/contract/events.ts';
+import type {
+  DataEventData, EndEventData, StatusEventData, SteeringEventData, TextEventData, ToolCallEventData, ToolResultEventData,
+} from '../lib/contract/events.ts';
 import { compareIds, type RunEvent } from '../lib/streams/log.ts';
 import type { EventEncoder } from './sse.ts';
 
@@ -40,7 +42,7 @@ import type { EventEncoder } from './sse.ts';
 type Out = (UIMessageChunk | typeof DONE)[];
 
 /** What one attempt said, in order: text parts (their whole text) and tool calls. */
-type Item = { kind: 'text'; text: string } | { kind: 'tool'; callId: string };
+type Item = { kind: 'text'; text: string } | { kind: 'tool'; callId: string } | { kind: 'steering'; messageId: string };
 
 export interface ChatEncoderOptions {
   /** The assistant message the chunks build (`start`'s messageId). */
@@ -147,6 +149,9 @@ export class ChatEncoder implements EventEncoder {
         out.push({ type: `data-${d.name}`, data: d.data, ...(d.dataId ? { id: d.dataId } : {}), ...(d.transient ? { transient: true } : {}) });
         return false;
       }
+      case 'steering':
+        this.steering(data as SteeringEventData, out);
+        return false;
       case 'status':
         return this.status(data as StatusEventData, out, lastOfBatch);
       case 'end':
@@ -268,6 +273,19 @@ export class ChatEncoder implements EventEncoder {
       out.push({ type: 'message-metadata', messageMetadata: metadata }, { type: 'error', errorText: error });
     }
     out.push(DONE);
+  }
+
+  /**
+   * A steering message the run took: a `data-steering` part ({id, content, step}) where it was
+   * taken, between the text before it and the text after. The AI SDK's own `steering-message`
+   * part is ai 7's; the chat route speaks ai 6's UI message stream, which has none
+   * (docs/steering.md). Pending and not-delivered messages are no part of this answer.
+   */
+  private steering(d: SteeringEventData, out: Out): void {
+    if (d.outcome !== 'delivered') return;
+    this.closeText(out);
+    this.cur.push({ kind: 'steering', messageId: d.messageId });
+    out.push({ type: 'data-steering', id: d.messageId, data: { id: d.messageId, content: d.content ?? '', step: d.step } });
   }
 
   private closeText(out: Out): void {

@@ -88,6 +88,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     },
     cancelled: (run) => metrics.runFinished(run, 'cancelled'),
     deadline: (scope, member, at) => res.sweeper.soon(scope, member, at),
+    steered: (runtime, outcome) => metrics.steeringOutcome(runtime, outcome),
   }, res.schemaGuard);
   const waits = new WaitStore(redis, keys, transitions, (scope, runId) => store.get(scope, runId), res.schemaGuard, {
     resumed: (wait) => metrics.waitEnded(wait.runtime, wait, 'resumed'),

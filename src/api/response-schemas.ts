@@ -88,6 +88,15 @@ export const runResponse = z.object({
   warnings: z.array(z.string()).optional(),
   /** Submit only, when asked: a token for this run's events. */
   streamToken: streamTokenResponse.optional(),
+  /** Submit with multitask steer only: the message and what became of it (docs/steering.md). */
+  steering: z.object({
+    messageId: z.string(),
+    runId: z.string().describe('the run the message went to (pending, delivered, not-delivered) or became (turn)'),
+    outcome: z.enum(['pending', 'delivered', 'not-delivered', 'turn']),
+    step: z.number().int().optional().describe('delivered: the boundary it was taken at'),
+    reason: z.string().optional().describe('not-delivered: the status the run ended with first'),
+    turnRunId: z.string().optional().describe('not-delivered: the run the message became, queued next in the session'),
+  }).optional(),
 });
 
 /** POST …/artifacts: the stored artifact, to name in a submit's input.artifacts. */

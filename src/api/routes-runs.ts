@@ -44,7 +44,11 @@ export const runRoutes: RouteSpec[] = [
     params: scopeParams, body: submitBody,
     ok: {
       202: { description: 'accepted: persisted, will reach a terminal status', schema: res.runResponse },
-      200: { description: 'idempotent replay: the run made earlier with this idempotencyKey', schema: res.runResponse },
+      200: {
+        description: 'idempotent replay: the run made earlier with this idempotencyKey, or (multitask steer) a resend of a messageId, ' +
+          'answered with its outcome; a new steering message that went to the active run answers 202 with `steering.outcome` pending',
+        schema: res.runResponse,
+      },
     },
     errors: [
       'CALLER_MEMORY_INVALID', 'OUTPUT_SCHEMA_INVALID', 'ARTIFACT_NOT_FOUND', 'SESSION_BUSY', 'DRAINING', 'IDEMPOTENCY_MISMATCH',
@@ -60,7 +64,7 @@ export const runRoutes: RouteSpec[] = [
       }
       // The scope's stream cap, read (or taken from this process's cache) before the submit, which admits the stream at once.
       const scopeCap = streaming ? await d.limits.maxStreams(scope) : 0;
-      const { run, created, warnings, streamToken: minted, admitted: sse } = await d.submissions.submit({ scope, ...body }, {
+      const { run, created, warnings, steering, streamToken: minted, admitted: sse } = await d.submissions.submit({ scope, ...body }, {
         signal,
         // A stream over its caps is refused before the run is made.
         admit: streaming ? () => admitStream(d, http.res, signal, scope, { credential: key!.id, keyId: key!.id }, scopeCap) : undefined,
@@ -74,7 +78,9 @@ export const runRoutes: RouteSpec[] = [
         return undefined;
       }
       const token = minted ? presentStreamToken(minted, { runId: run.id }) : undefined;
-      const extra = { ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}) };
+      const extra = {
+        ...(warnings.length ? { warnings } : {}), ...(token ? { streamToken: token } : {}), ...(steering ? { steering } : {}),
+      };
       return { status: created ? 202 : 200, body: { ...presentRun(run, basePath(scope)), ...extra } };
     },
   }),

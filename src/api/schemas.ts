@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import {
-  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, ON_BUDGET, RUN_STATUSES, STEP_KEY_PATTERN, STREAM_ID_PATTERN, WAIT_KEY_PATTERN,
-  WAIT_TOKEN_PATTERN,
+  ID_PATTERN, ID_RULE, MULTITASK_STRATEGIES, ON_BUDGET, RUN_STATUSES, STEERING_ID_PATTERN, STEP_KEY_PATTERN, STREAM_ID_PATTERN,
+  WAIT_KEY_PATTERN, WAIT_TOKEN_PATTERN,
 } from '../lib/contract/index.ts';
 import { limitOverrides } from '../lib/tenancy/limits.ts';
 import { BUCKET_NAME } from '../lib/rate-limit-config.ts';
@@ -59,6 +59,8 @@ export const submitBody = z.strictObject({
   maxAttempts: z.number().int().min(1).max(100).optional(),
   idempotencyKey: z.string().regex(/^[\x21-\x7e]{1,128}$/, 'printable ASCII, 1-128 chars').optional(),
   multitask: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
+  messageId: z.string().regex(STEERING_ID_PATTERN, 'letters, digits and . _ : -, 1-128 chars, starting with a letter or digit').optional()
+    .describe('multitask steer: the message\'s id; a resend with the same id answers the first outcome'),
   outputSchema: z.record(z.string(), z.unknown()).optional(),
   streamToken: z.boolean().optional(),
   runAt: z.iso.datetime({ offset: true }).optional(),
@@ -81,6 +83,18 @@ export const submitBody = z.strictObject({
   // A delayed run joins its session when due, so there is no busy session to reject or interrupt at submit.
   if ((b.runAt !== undefined || b.delayMs !== undefined) && b.multitask !== 'enqueue') {
     ctx.addIssue({ code: 'custom', path: ['multitask'], message: 'a delayed run (runAt, delayMs) queues in its session: only enqueue' });
+  }
+  if (b.messageId !== undefined && b.multitask !== 'steer') {
+    ctx.addIssue({ code: 'custom', path: ['messageId'], message: 'a message id is for multitask steer only' });
+  }
+  // A steering message is text delivered into a running turn; its id is its idempotency key,
+  // and the run it may become is made when its run ends, with no start deadline of its own.
+  if (b.multitask === 'steer') {
+    if (b.idempotencyKey !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['idempotencyKey'], message: 'not with multitask steer: messageId makes a resend safe' });
+    }
+    if (b.ttlMs !== undefined) ctx.addIssue({ code: 'custom', path: ['ttlMs'], message: 'not with multitask steer: the message may become a later turn' });
+    if (b.input.artifacts?.length) ctx.addIssue({ code: 'custom', path: ['input', 'artifacts'], message: 'a steering message carries text only' });
   }
 });
 export type SubmitBody = z.infer<typeof submitBody>;

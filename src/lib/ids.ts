@@ -22,6 +22,11 @@ export function newRunId(): string {
   return `r${Date.now().toString(36)}${randomHex(8)}`;
 }
 
+/** A steering message's id when its submit gave none: `m<time36><hex16>`, as a run's. */
+export function newMessageId(): string {
+  return `m${Date.now().toString(36)}${randomHex(8)}`;
+}
+
 export function newWorkerId(runtime: string): string {
   return `${runtime}-${process.pid}-${randomBytes(4).toString('hex')}`;
 }

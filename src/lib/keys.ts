@@ -40,6 +40,17 @@ export interface ScopeKeys {
   sessionQueue(sessionId: string): string;
   messages(sessionId: string): string;
   sessionRuns(sessionId: string): string;
+  /**
+   * Steering messages sent to a session (hash: message id -> the message and its outcome as
+   * JSON), kept a day after the last one so a resend answers the first outcome (lua/submit.lua).
+   */
+  steering(sessionId: string): string;
+  /**
+   * A run's steering messages not yet delivered (list of message ids, oldest first) and those
+   * delivered, by boundary (hash: boundary number -> the messages taken there, JSON): lua/steer.lua.
+   */
+  steerPending(runId: string): string;
+  steerTaken(runId: string): string;
   /** Every re-run of a run, by creation time (zset, written by lua/submit.lua; the run record names the newest few). */
   reruns(runId: string): string;
   /**
@@ -262,6 +273,9 @@ export function createKeys(prefix: string): Keys {
         sessionQueue: (id) => `${base}session:${checked('session', id)}:queue`,
         messages: (id) => `${base}session:${checked('session', id)}:messages`,
         sessionRuns: (id) => `${base}session:${checked('session', id)}:runs`,
+        steering: (id) => `${base}session:${checked('session', id)}:steering`,
+        steerPending: (id) => `${base}run:${checked('run', id)}:steer-pending`,
+        steerTaken: (id) => `${base}run:${checked('run', id)}:steer`,
         forkState: (id) => `${base}session:${checked('session', id)}:fork`,
         forkCopy: (id) => `${base}session:${checked('session', id)}:fork:messages`,
         turnVectors: (id, space) => `${base}session:${checked('session', id)}:vectors:${checked('vector space', space)}`,

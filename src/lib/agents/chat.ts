@@ -1,6 +1,8 @@
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
-import { defineAgent, type Agent, type AgentResult, type HistoryMessage, type RateLimitRequest, type RunContext } from '../sdk/agent.ts';
+import {
+  defineAgent, type Agent, type AgentResult, type HistoryMessage, type RateLimitRequest, type RunContext, type SteeringMessage,
+} from '../sdk/agent.ts';
 import { BUCKET_NAME } from '../rate-limit-config.ts';
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
@@ -216,7 +218,14 @@ function chatAgent(options: ChatAgentOptions & PerRun, endpoint: () => ChatEndpo
       });
       if (turn.text) answer += (answer ? '\n\n' : '') + turn.text;
       if (turn.finishReason === 'length') return { answer, finishReason: 'length' };
-      if (turn.toolCalls.length === 0) return { answer, finishReason: 'stop' };
+      if (turn.toolCalls.length === 0) {
+        // Messages sent while it answered: the model is called once more with them (room allowing;
+        // left untaken, each becomes the session's next turn).
+        const steered = step < maxSteps ? await ctx.steering.take() : [];
+        if (steered.length === 0) return { answer, finishReason: 'stop' };
+        messages.push({ role: 'assistant', content: turn.text }, ...steered.map(userMessage));
+        continue;
+      }
       // The caller runs these: the run ends with every call of the turn, as OpenAI's function calling does.
       if (turn.toolCalls.some((c) => callers.has(c.name))) {
         const functionCalls: FunctionCall[] = turn.toolCalls.map((c) => ({ callId: c.id, name: c.name, arguments: c.arguments }));
@@ -232,6 +241,8 @@ function chatAgent(options: ChatAgentOptions & PerRun, endpoint: () => ChatEndpo
       for (const call of turn.toolCalls) {
         messages.push({ role: 'tool', tool_call_id: call.id, content: await runTool(ctx, runTools, call) });
       }
+      // The boundary: the step and its tool calls are done, the next model call reads what was sent meanwhile.
+      messages.push(...(await ctx.steering.take()).map(userMessage));
     }
   }
 }
@@ -294,6 +305,8 @@ async function runTool(ctx: RunContext, tools: Map<string, PreparedTool>, call: 
 }
 
 const describe = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+const userMessage = (m: SteeringMessage): ChatCompletionMessageParam => ({ role: 'user', content: m.content });
 
 function assistantMessage(turn: ModelTurn): ChatCompletionMessageParam {
   return {

@@ -14,6 +14,8 @@ export type RunStreamEvent =
   | { id: string; type: 'tool-result'; data: ToolResultEventData }
   /** Named data the agent streamed (`ctx.emitData`), never part of the answer or the history. */
   | { id: string; type: 'data'; data: DataEventData }
+  /** A steering message sent to the run (`pending`), taken at a boundary (`delivered`) or not (`not-delivered`). */
+  | { id: string; type: 'steering'; data: SteeringEventData }
   /** The last event of every run: its final status and result. */
   | { id: string; type: 'end'; data: EndEventData }
   /** An event type this client version does not know (`name` is its SSE event name). */
@@ -100,7 +102,20 @@ export interface WaitEventEntry {
 
 export interface AttemptEventData { attempt: number; maxAttempts: number; recovered?: boolean; resumed?: boolean }
 
+export interface SteeringEventData {
+  messageId: string;
+  outcome: 'pending' | 'delivered' | 'not-delivered';
+  /** `delivered`: the run's boundary it was taken at (createChatAgent: after model call `step`). */
+  step?: number;
+  /** `delivered`: the message's text. */
+  content?: string;
+  /** `not-delivered`: the status the run ended with first. */
+  reason?: string;
+  /** `not-delivered`: the run the message became, queued next in the session. */
+  turnRunId?: string;
+}
+
 export interface EndEventData { status: TerminalStatus; result: RunResult; error?: RunError }
 
 /** SSE event names a run's stream carries. */
-export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'tool-call', 'tool-result', 'data', 'end'] as const;
+export const RUN_EVENT_TYPES = ['status', 'attempt', 'token', 'ephemeral', 'tool-call', 'tool-result', 'data', 'steering', 'end'] as const;

@@ -18,8 +18,26 @@ export type PublicRunStatus = (typeof PUBLIC_RUN_STATUSES)[number];
 export const TERMINAL_STATUSES = ['succeeded', 'failed', 'cancelled', 'expired'] as const;
 export type TerminalStatus = (typeof TERMINAL_STATUSES)[number];
 
-export const MULTITASK_STRATEGIES = ['enqueue', 'reject', 'interrupt'] as const;
+export const MULTITASK_STRATEGIES = ['enqueue', 'reject', 'interrupt', 'steer'] as const;
 export type Multitask = (typeof MULTITASK_STRATEGIES)[number];
+
+/** A steering message's id (`messageId` of a submit with multitask `steer`). */
+export const STEERING_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/**
+ * What became of a steering message (docs/steering.md): `pending` in the run `runId` until
+ * its next boundary, `delivered` there at boundary `step`, `not-delivered` because the run
+ * ended first (`reason`: its status; the message is the run `turnRunId`, queued next in the
+ * session), or `turn`: the session had no active run, so the message is the run `runId`.
+ */
+export interface SteeringOutcome {
+  messageId: string;
+  runId: string;
+  outcome: 'pending' | 'delivered' | 'not-delivered' | 'turn';
+  step?: number;
+  reason?: string;
+  turnRunId?: string;
+}
 
 export interface RunInput {
   content: string;
@@ -123,6 +141,8 @@ export interface SubmitRequest {
   idempotencyKey?: string;
   /** What to do when the session is busy; default `enqueue`. */
   multitask?: Multitask;
+  /** With multitask `steer`: the message's id, so a resend answers the first outcome (default: a new id). */
+  messageId?: string;
   outputSchema?: Record<string, unknown>;
   /**
    * Start no earlier than this ISO time (`runAt`) or this many ms after the submit (`delayMs`),
@@ -258,6 +278,8 @@ export interface Run {
   warnings?: string[];
   /** Submit only, when asked with `streamToken: true`: a token for this run's events. */
   streamToken?: StreamToken;
+  /** Submit with multitask `steer` only: the message and what became of it. */
+  steering?: SteeringOutcome;
 }
 
 /**

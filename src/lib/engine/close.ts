@@ -29,6 +29,8 @@ export interface ExecutorEvents extends Partial<MemoEvents> {
   budgetRefused?(run: RunRecord, action: 'failed' | 'waiting'): void;
   /** An agent of the run made a request to an MCP server. */
   mcpCall?(run: RunRecord, notice: McpCallNotice): void;
+  /** Steering messages of the run taken at a boundary reached for the first time, or left when this worker finished it. */
+  steering?(run: RunRecord, outcome: 'delivered' | 'not-delivered', count: number): void;
 }
 
 /** What the attempt produced so far, read when it closes (the run context, or nothing yet). */
@@ -38,6 +40,8 @@ export interface Progress {
   readonly toolCallsSeen: number;
   /** The run's model usage, earlier attempts included. */
   readonly usage?: UsageTotals;
+  /** Steering messages the run took, in order, each with the length of `emitted` when it was taken. */
+  readonly steered?: readonly { id: string; content: string; after: number }[];
 }
 
 /** Everything closing one attempt needs, gathered once the agent's part has ended. */
@@ -138,7 +142,7 @@ function finish(c: Closing, outcome: Ending): Promise<void> {
 async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Promise<void> {
   let { status, result, error } = finishOf(c, outcome);
   // Without a memory (no agent, or its store could not be opened) there is no turn.
-  let turn = c.memory ? turnMessages(c.run, result, status) : [];
+  let turn = c.memory ? turnMessages(c.run, result, status, c.progress?.steered ?? []) : [];
   /** Messages a custom store took (traced). */
   let saved = 0;
   if (c.memory && !c.memory.writtenByFinish && turn.length > 0) {
@@ -162,11 +166,11 @@ async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Prom
   }
   // The last events ride with the finish, in its script call: the `end` event follows them.
   const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
-  await c.deps.transitions.finish(c.attempt, {
+  const { notDelivered } = await c.deps.transitions.finish(c.attempt, {
     status,
     result: JSON.stringify(result),
     lastError: error ? JSON.stringify(error) : undefined,
-    turn: turn.length ? [JSON.stringify(turn[0]), JSON.stringify(turn[1])] : undefined,
+    turn: turn.length ? turn.map((m) => JSON.stringify(m)) : undefined,
   }, last);
   if (last) c.writer.acknowledge(last);
   span?.committed({
@@ -175,6 +179,7 @@ async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Prom
   });
   c.trace?.closed(status, error ? { 'error.type': error.code } : {});
   c.deps.events?.finished?.(c.run, status);
+  if (notDelivered > 0) c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered);
   c.log.info({ status, finishReason: result.finishReason }, 'run finished');
 }
 
@@ -278,13 +283,30 @@ async function flushBeforeClosing(c: Closing, write: () => Promise<unknown> = ()
  * The turn to commit: user message and answer together, or nothing when there is no
  * answer text (no dangling user message). Anything but a goal finish is marked incomplete.
  */
-function turnMessages(run: RunRecord, result: RunResult, status: string): SessionMessage[] {
+function turnMessages(
+  run: RunRecord, result: RunResult, status: string, steered: readonly { content: string; after: number }[],
+): SessionMessage[] {
   if (!result.answer) return [];
   const now = Date.now();
-  const user: SessionMessage = { role: 'user', content: run.input.content, runId: run.id, createdAt: run.createdAt };
-  const assistant: SessionMessage = { role: 'assistant', content: result.answer, runId: run.id, createdAt: now };
-  if (status !== 'succeeded' || result.finishReason !== 'stop') assistant.incomplete = true;
-  return [user, assistant];
+  const at = (role: SessionMessage['role'], content: string): SessionMessage => ({ role, content, runId: run.id, createdAt: now });
+  const out: SessionMessage[] = [{ role: 'user', content: run.input.content, runId: run.id, createdAt: run.createdAt }];
+  // Steering messages go where the run took them: after the answer's text streamed before
+  // that boundary (the answer is that text, and createChatAgent's separator after it).
+  let from = 0;
+  for (const m of steered) {
+    const upTo = Math.min(Math.max(m.after, from), result.answer.length);
+    const before = result.answer.slice(from, upTo).trim();
+    if (before) out.push(at('assistant', before));
+    out.push(at('user', m.content));
+    from = upTo;
+  }
+  const rest = result.answer.slice(from).trim();
+  if (rest || from === 0) {
+    const assistant = at('assistant', from === 0 ? result.answer : rest);
+    if (status !== 'succeeded' || result.finishReason !== 'stop') assistant.incomplete = true;
+    out.push(assistant);
+  }
+  return out;
 }
 
 /** The attempt's events could not be written before closing it, for as long as its lease lasts. */

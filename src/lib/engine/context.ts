@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type {
-  Agent, EmitOptions, HistoryMessage, InferCall, InferOptions, ModelCallUsage, RunContext, WaitOptions,
+  Agent, EmitOptions, HistoryMessage, InferCall, InferOptions, ModelCallUsage, RunContext, SteeringMessage, WaitOptions,
 } from '../sdk/agent.ts';
 import { attachEventSink, type McpCallNotice } from '../sdk/agent-reports.ts';
 import { DEFAULT_SELECT, type AgentEvent, type EventPredicate } from '../sdk/select.ts';
@@ -90,6 +90,8 @@ export interface ContextDeps {
   writer: EventWriter;
   log: Logger;
   memo?: MemoEvents;
+  /** Steering messages delivered at a boundary reached for the first time (metrics: a replayed boundary is not counted again). */
+  steered?(count: number): void;
   /** Model calls of a step whose result this attempt stored: counted now, once (metrics). */
   usageCounted?(agent: string, calls: readonly ModelCallUsage[]): void;
   /** A request to an MCP server an agent helper made (metrics). */
@@ -133,6 +135,10 @@ export class ContextState {
   /** Selected non-ephemeral text emitted in this attempt (committed as an incomplete answer if the run ends early). */
   emitted = '';
   toolCallsSeen = 0;
+  /** Steering messages taken in this attempt (earlier boundaries replayed included), each with the length of `emitted` then. */
+  readonly steered: { id: string; content: string; after: number }[] = [];
+  /** Boundaries this attempt reached (ctx.steering.take): the next one's number is this plus 1. */
+  private boundaries = 0;
   /** The run's model usage: what earlier attempts stored (the claimed record) and what this one stored. */
   readonly usage: UsageTotals;
   private readonly memo: Map<string, string>;
@@ -244,6 +250,7 @@ export class ContextState {
           return Promise.reject(err);
         }
       },
+      steering: { take: () => this.takeSteering() },
       subagent: (name) => {
         if (typeof name !== 'string' || !ID_PATTERN.test(name)) throw new TypeError(`sub-agent name ${JSON.stringify(name)} must match ${ID_PATTERN}`);
         // The prefix names the whole chain, so a sub-agent's steps read as whose they are. One
@@ -257,6 +264,27 @@ export class ContextState {
     };
     attachEventSink(ctx, { publish: (e) => this.publish(e), mcpCall: (n) => this.d.mcpCalled?.(n) });
     return ctx;
+  }
+
+  /**
+   * A boundary of the run (ctx.steering.take): the messages pending now, or those an earlier
+   * attempt took at this boundary (lua/steer.lua). The events written before it go first, so a
+   * reader sees each `steering` outcome after the text and tool results that came before it.
+   */
+  private async takeSteering(): Promise<SteeringMessage[]> {
+    const { d } = this;
+    if (d.attempt.signal.aborted) throw d.attempt.signal.reason;
+    const boundary = ++this.boundaries;
+    this.busy++;
+    try {
+      await d.writer.flush();
+      const { taken, fresh } = await d.transitions.steer(d.attempt, d.run.sessionId, boundary);
+      for (const m of taken) this.steered.push({ ...m, after: this.emitted.length });
+      if (fresh && taken.length > 0) d.steered?.(taken.length);
+      return taken;
+    } finally {
+      this.settled();
+    }
   }
 
   /** Once `ended` resolved: the attempt's outcome, blocked (which wins) or parked. */

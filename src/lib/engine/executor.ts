@@ -207,6 +207,7 @@ export class RunExecutor {
       transitions, attempt, run, agent, history, memoryBlocks, input, steps, writer, log,
       memo: this.d.events as MemoEvents | undefined,
       usageCounted: (agentName, calls) => this.d.events?.modelUsage?.(run, agentName, calls),
+      steered: (count) => this.d.events?.steering?.(run, 'delivered', count),
       waitTokens: this.d.waitTokens,
       schemaGuard: this.d.schemaGuard,
       maxWaits: this.d.config.MAX_WAITS_PER_RUN,

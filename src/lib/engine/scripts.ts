@@ -45,16 +45,18 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  * - v9: a fork is begun (`fork`) and copied in chunks of a bounded size (`fork-copy`) into a
  *   staging list that its last chunk renames to the new session's history; `fork-scan` reads
  *   a page of history's runIds and sizes, for the fork's end; submits count a scope's stored
- *   bytes and `storage` lets the sweeper take expired runs' bytes off.
+ *   bytes and `storage` lets the sweeper take expired runs' bytes off;
+ * - v10: multitask `steer` (the submit's `message`, KEYS steering) and `steer`, which takes a
+ *   run's steering messages at a boundary; a run's finish makes those left its session's next turns.
  */
-const VERSION = 9;
+const VERSION = 10;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
   | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
-  | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan' | 'storage' | 'read-cost' | 'budget-hold'
+  | 'steer' | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan' | 'storage' | 'read-cost' | 'budget-hold'
   | 'schedule-pause' | 'schedule-resume' | 'schedule-claim' | 'schedule-done'
   | 'bulk-create' | 'bulk-cancel' | 'bulk-claim' | 'bulk-commit';
 

@@ -3,15 +3,15 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../config.ts';
 import type { Keys } from '../keys.ts';
 import { BatonError } from '../errors.ts';
-import { newRunId } from '../ids.ts';
+import { newMessageId, newRunId } from '../ids.ts';
 import { assertValidOutputSchema } from './output-schema.ts';
 import type { SchemaGuard } from './schema-guard.ts';
 import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
 import { forkSession } from './session-fork.ts';
-import type { ForkRequest, SessionFork } from '../contract/runs.ts';
-import type { Multitask, Resolution, SubmitLimit, Transitions } from './transitions.ts';
+import type { ForkRequest, SessionFork, SteeringOutcome } from '../contract/runs.ts';
+import type { Multitask, Resolution, StoredSteering, SubmitLimit, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
 export type { Multitask };
@@ -19,7 +19,11 @@ export type { Multitask };
 /** A submit as the store takes it: the API's request (defaults applied) and the scope of its path. */
 export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToken'> & { scope: string; runtime: string; agent: string };
 
-export interface SubmitResult { run: RunRecord; created: boolean }
+export interface SubmitResult {
+  run: RunRecord; created: boolean;
+  /** Multitask `steer`: what became of the message; `run` is the run it went to or became. */
+  steering?: SteeringOutcome;
+}
 
 /**
  * `limit`: the scope's submit rate limit; `traceparent`: the submit span's context, stored with
@@ -46,6 +50,11 @@ export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 export interface RunStoreEvents {
   /** A new run was accepted (not an idempotent replay). */
   submitted?(run: RunRecord): void;
+  /**
+   * A steering message went to a session's active run (`pending`) or, with none, started a turn
+   * (`turn`); its later outcomes are counted where they happen (metrics).
+   */
+  steered?(runtime: string, outcome: 'pending' | 'turn'): void;
   /** This call cancelled a run no worker held (a held run is finished by its worker). */
   cancelled?(run: RunRecord): void;
   /**
@@ -122,7 +131,10 @@ export class RunStore {
       await this.redis.sadd(this.keys.scopes, req.scope);
       this.knownScopes.add(req.scope);
     }
-    const { run, created, runId: id } = await this.transitions.submit({
+    const steering = req.multitask === 'steer'
+      ? { id: req.messageId ?? newMessageId(), content: req.input.content, ttlMs: IDEMPOTENCY_TTL_MS }
+      : undefined;
+    const { run, created, runId: id, steered } = await this.transitions.submit({
       scope: req.scope, runId, sessionId: req.sessionId, runtime: req.runtime, multitask: req.multitask ?? 'enqueue',
       // The request's digest is kept with the key only: a submit without one is never compared.
       idempotency: req.idempotencyKey === undefined
@@ -134,15 +146,35 @@ export class RunStore {
       turnBytes: userMessageBytes(req.input.content),
       ...(o.warnings?.length ? { warnings: o.warnings } : {}),
       ...(o.rerun ? { rerun: { of: o.rerun.of, copySteps: o.rerun.copySteps } } : {}),
+      ...(steering ? { steering } : {}),
     });
+    if (steered) return this.steered(req.scope, steered.message, steered.sent);
     // An idempotent repeat whose run has passed its retention returns no record.
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
     if (created) {
       this.events.submitted?.(run);
+      if (steering) this.events.steered?.(run.runtime, 'turn');
       if (run.runAt !== undefined && run.status === 'scheduled') this.events.deadline?.(req.scope, `due:${run.id}`, run.runAt);
       if (run.startBy !== undefined) this.events.deadline?.(req.scope, `ttl:${run.id}`, run.startBy);
     }
-    return { run, created };
+    return { run, created, ...(steering ? { steering: { messageId: steering.id, runId: run.id, outcome: 'turn' as const } } : {}) };
+  }
+
+  /**
+   * A steering message the session's active run got (or got before: a resend), answered with
+   * that run as it is now. `sent`: this submit sent it (202); a resend answers 200.
+   */
+  private async steered(scope: string, m: StoredSteering, sent: boolean): Promise<SubmitResult> {
+    const run = await this.get(scope, m.runId);
+    if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${m.runId} this message went to has expired`);
+    if (sent) this.events.steered?.(run.runtime, 'pending');
+    const outcome: SteeringOutcome = {
+      messageId: m.id, runId: m.runId, outcome: m.state,
+      ...(m.step !== undefined ? { step: m.step } : {}),
+      ...(m.reason !== undefined ? { reason: m.reason } : {}),
+      ...(m.turnRunId !== undefined ? { turnRunId: m.turnRunId } : {}),
+    };
+    return { run, created: sent, steering: outcome };
   }
 
   /** Whether a submit with this idempotency key made a run in the scope within the key's 24 h. */

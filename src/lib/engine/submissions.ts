@@ -67,14 +67,16 @@ export class Submissions {
     // the submit's trace context, which its attempts continue.
     const rerun = o.rerun ? { rerun: o.rerun } : {};
     const tracing = { content: d.config.BATON_TRACE_CONTENT, caller: d.config.BATON_TRACE_CALLER };
-    const { run, created } = await traceSubmit(
+    const { run, created, steering } = await traceSubmit(
       req, o.traceHeaders, tracing, (traceparent) => d.store.create(req, { limit: d.limit, traceparent, warnings, ...rerun }),
     );
     // A page that shows the answer gets its token with the run: no second request before it can stream.
     const streamToken = o.streamTokenFor === undefined
       ? undefined
       : await d.streamTokens.mint(req.scope, { runId: run.id }, o.streamTokenFor, { limited: false });
-    return { run, created, warnings, ...(streamToken ? { streamToken } : {}), ...(admitted ? { admitted } : {}) };
+    return {
+      run, created, warnings, ...(steering ? { steering } : {}), ...(streamToken ? { streamToken } : {}), ...(admitted ? { admitted } : {}),
+    };
   }
 
   /**

@@ -20,7 +20,7 @@ import { ReplicaAcks } from '../replica-acks.ts';
  * (the outbox step; the sweeper repairs a crash in between), so no caller can forget it.
  */
 
-export type Multitask = 'enqueue' | 'reject' | 'interrupt';
+export type Multitask = 'enqueue' | 'reject' | 'interrupt' | 'steer';
 
 /** A run to accept, with its record fields already encoded. */
 export interface NewRun {
@@ -46,6 +46,8 @@ export interface NewRun {
   rerun?: { of: string; copySteps: string[] };
   /** What the submit's caller was told (submissions.ts), put on the run's first status event. */
   warnings?: string[];
+  /** Multitask `steer`: the message, and how long its id answers a resend (ms). */
+  steering?: { id: string; content: string; ttlMs: number };
 }
 
 /** A token bucket: `rate` tokens a second, at most `burst` at once. */
@@ -72,7 +74,20 @@ export type ForkChunk =
 /** What one script call may copy or read: messages and bytes (one item larger than `bytes` comes alone). */
 export interface CallBudget { messages: number; bytes: number }
 
-export type SubmitReply = { created: boolean; runId: string; run: RunRecord | undefined };
+export type SubmitReply = {
+  created: boolean; runId: string; run: RunRecord | undefined;
+  /** A steering message that went to the active run `runId` (no run made): as stored, and whether this submit sent it. */
+  steered?: { message: StoredSteering; sent: boolean };
+};
+
+/** A steering message as the session's `steering` hash holds it (lua/submit.lua). */
+export interface StoredSteering {
+  id: string; runId: string; state: 'pending' | 'delivered' | 'not-delivered' | 'turn';
+  content: string; step?: number; reason?: string; turnRunId?: string;
+}
+
+/** Messages a run took at one boundary (lua/steer.lua), in the order they were sent. */
+export type TakenSteering = { id: string; content: string }[];
 
 export type ClaimReply =
   | {
@@ -136,8 +151,11 @@ export interface FinishInput {
   result: string;
   /** JSON text. */
   lastError?: string;
-  /** The turn to commit to the built-in history: [user, assistant] as JSON text. */
-  turn?: [string, string];
+  /**
+   * The turn to commit to the built-in history, JSON text: [user, assistant], or with steering
+   * messages the user message, then each taken one after the answer's text before it, then the rest.
+   */
+  turn?: string[];
 }
 
 /** A wait an attempt reached and nobody answered yet, as the park transition takes it. */
@@ -300,6 +318,9 @@ type Shape = Record<string, (v: unknown) => unknown>;
 /** Each script's reply (heartbeat aside: a list of codes, one per run). A shape whose first field is `code` may be a refusal. */
 const REPLY = {
   'submit': { code: num, runId: text, created: flag, orders, run: record },
+  /** A steering message the active run got (code 1): no run made. */
+  'submit-steered': { code: num, runId: text, message: text, sent: flag },
+  'steer': { code: num, taken: text, fresh: flag },
   'history-page': { messages: strings, next: num },
   /** `value`: 1 when the fork is whole at once; a refusal's bytes stored or ms to wait. */
   'fork': { code: num, value: num, retryAfterMs: num },
@@ -321,7 +342,7 @@ const REPLY = {
   'step': { code: num, result: text },
   'retry': { code: num, retryAt: num, orders },
   'block': { code: num, orders },
-  'finish': { code: num, orders },
+  'finish': { code: num, orders, notDelivered: num },
   'release': { code: num, orders },
   'wait': { code: num, orders, answered, nextAt: time, admittedAgain: flag },
   'resume': { code: num, orders, kind: text, since: num, runtime: text, agent: text },
@@ -387,7 +408,8 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * The transitions whose loss in a failover would break a promise: an accepted run, a step's
  * result or its start marker (a non-idempotent step must not run again), a stream's events
  * (a reader must find again what it was sent), a turn's history, a wait's resolution, an
- * operator's resolution and a cancel. Of the schedules' and bulk operations' own: a schedule's
+ * operator's resolution, a cancel, and a steering message's delivery (lost, the next model call
+ * made with it could be followed by a second delivery at a later boundary). Of the schedules' and bulk operations' own: a schedule's
  * pause and resume and a bulk operation's creation and stop (what the API answered would be
  * undone: a paused schedule would fire again, a stopped operation go on), and a tick's done
  * mark, which says the tick is over: lost, the tick is pending again and submitted again, and
@@ -402,7 +424,7 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * counts, so each run is still counted once.
  */
 const REPLICATED: ReadonlySet<ScriptName> = new Set([
-  'submit', 'step', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
+  'submit', 'step', 'steer', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
   'schedule-pause', 'schedule-resume', 'schedule-done', 'bulk-create', 'bulk-cancel',
 ]);
 
@@ -445,11 +467,12 @@ export class Transitions {
   async submit(r: NewRun): Promise<SubmitReply> {
     const sk = this.keys.scope(r.scope);
     const payload = Object.entries(r.fields).flat();
-    const reply = await this.call('submit', r.scope, {
+    const raw = await this.callRaw('submit', r.scope, {
       ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
       sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
       bucket: sk.submitBucket, messages: sk.messages(r.sessionId),
+      steering: r.steering && sk.steering(r.sessionId),
       ...(r.rerun
         ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId), reruns: sk.reruns(r.rerun.of) }
         : {}),
@@ -461,7 +484,14 @@ export class Transitions {
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
       ...(r.rerun ? { copySteps: r.rerun.copySteps, rerunsKept: RERUNS_KEPT } : {}),
       ...(r.warnings?.length ? { warnings: r.warnings } : {}),
+      ...(r.steering ? { message: r.steering } : {}),
     }, payload);
+    if (Array.isArray(raw) && Number(raw[0]) === 1) {
+      const s = decodeAnswer('submit-steered', raw);
+      const message = JSON.parse(s.message) as StoredSteering;
+      return { runId: s.runId, created: false, run: undefined, steered: { message, sent: s.sent } };
+    }
+    const reply = decode('submit', raw);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
     await this.dispatch(r.scope, reply.orders);
     // An idempotent repeat whose run has passed its retention comes back without a record.
@@ -736,6 +766,21 @@ export class Transitions {
   }
 
   /**
+   * Takes the run's steering messages at its boundary number `boundary` (lua/steer.lua): those
+   * pending now, or, at a boundary an earlier attempt reached, the ones taken there then
+   * (`fresh` false).
+   */
+  async steer(attempt: Attempt, sessionId: string, boundary: number): Promise<{ taken: TakenSteering; fresh: boolean }> {
+    const sk = attempt.keys;
+    const reply = await this.call('steer', attempt.scope, {
+      run: attempt.runKey, steering: sk.steering(sessionId), pending: sk.steerPending(attempt.runId), taken: sk.steerTaken(attempt.runId),
+    }, { runId: attempt.runId, fence: attempt.fence, boundary });
+    if (reply.refused) throw scriptError(reply.refused, attempt.runId);
+    const taken: unknown = JSON.parse(reply.taken);
+    return { taken: Array.isArray(taken) ? (taken as TakenSteering) : [], fresh: reply.fresh };
+  }
+
+  /**
    * Appends numbered batch `batch` of events (type, JSON data) to the run's log; a batch
    * number is applied once. Returns 'duplicate' when this batch had landed already.
    */
@@ -787,12 +832,16 @@ export class Transitions {
   }
 
   /** Ends the run (and commits its turn to the built-in history, once). */
-  async finish(attempt: Attempt, f: FinishInput, last?: { no: number; events: readonly (readonly [string, string])[] }): Promise<void> {
+  /** Ends the run (lua/finish.lua); `notDelivered`: steering messages it left, each now the session's next turn. */
+  async finish(
+    attempt: Attempt, f: FinishInput, last?: { no: number; events: readonly (readonly [string, string])[] },
+  ): Promise<{ notDelivered: number }> {
     const reply = await this.call('finish', attempt.scope, {
       ...this.slotKeys(attempt.keys, attempt.runId), messages: attempt.keys.messages(attempt.sessionId),
     }, { runId: attempt.runId, fence: attempt.fence, ...f, ...(last ? { batch: last.no } : {}) }, last ? last.events.flat() : []);
     if (reply.refused) throw scriptError(reply.refused, attempt.runId);
     await this.dispatch(attempt.scope, reply.orders);
+    return { notDelivered: reply.notDelivered || 0 };
   }
 
   /** Hands the run over at shutdown: its lease ends now and another worker takes it at once. */

@@ -95,6 +95,7 @@ export class Metrics {
   readonly queueWait: Histogram<string>;
   readonly waitDuration: Histogram<string>;
   readonly memoHits: Counter<string>;
+  readonly steering: Counter<string>;
   readonly memoMisses: Counter<string>;
   readonly tokens: Counter<string>;
   readonly modelTokens: Counter<string>;
@@ -151,6 +152,9 @@ export class Metrics {
       labelNames: ['runtime', 'kind', 'outcome'], buckets: WAIT_DURATION_BUCKETS, registers,
     });
     this.memoHits = counter('baton_memo_hits_total', 'Memoized steps answered from an earlier attempt.', ['runtime', 'kind']);
+    this.steering = counter('baton_steering_messages_total',
+      'Steering messages (multitask steer) by outcome: pending (sent into a running turn), turn (no active run: it started one), ' +
+      'delivered (taken at a boundary), not_delivered (a worker finished its run first: it became the next turn).', ['runtime', 'outcome']);
     this.memoMisses = counter('baton_memo_misses_total', 'Memoized steps that had to run.', ['runtime', 'kind']);
     this.tokens = counter('baton_tokens_streamed_total', 'Token deltas written to run event logs.', run);
     // By the agent that made the call (a sub-agent's name too), not the runtime: usage is what
@@ -449,7 +453,13 @@ export class Metrics {
         const where = known ? { server: n.server, tool: n.tool } : { server: OTHER, tool: OTHER };
         this.mcpCalls.inc({ agent: this.runLabels(run).agent, ...where, outcome: n.outcome });
       },
+      steering: (run, outcome, count) => this.steeringOutcome(run.runtime, outcome, count),
     };
+  }
+
+  /** Steering messages of a run of `runtime` that reached `outcome` (baton_steering_messages_total). */
+  steeringOutcome(runtime: string, outcome: 'pending' | 'turn' | 'delivered' | 'not-delivered', count = 1): void {
+    this.steering.inc({ runtime: this.runtimeLabel(runtime), outcome: outcome.replace('-', '_') }, count);
   }
 
   /** Counts a registered runtime's BullMQ jobs at every scrape (others, and runtimes past the label limit, are not read). */

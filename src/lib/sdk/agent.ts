@@ -165,6 +165,31 @@ export interface RunContext {
   sleep(ms: number): Promise<void>;
   /** sleep() until a time (a Date or epoch ms). */
   sleepUntil(when: Date | number): Promise<void>;
+  /**
+   * Messages sent into this run while it works (a submit with multitask `steer`; docs/steering.md).
+   * createChatAgent and baton-agents/ai take them by themselves; a custom agent takes them at
+   * its own boundaries (between its model calls).
+   */
+  readonly steering: Steering;
+}
+
+/** A run's steering messages, taken at the agent's boundaries. */
+export interface Steering {
+  /**
+   * The agent is at a boundary: resolves with the messages sent since the last one, in the
+   * order sent, each delivered here exactly once (may be none). Boundaries are counted per
+   * run like step keys: an attempt that replays the run's steps gets, at each boundary it
+   * reaches again, the messages taken there before, and a message sent later waits for a
+   * boundary not reached yet. Put them where the model reads them next (user messages of
+   * the next model call); the run's history holds them there. One Redis call.
+   */
+  take(): Promise<SteeringMessage[]>;
+}
+
+export interface SteeringMessage {
+  /** The message's id (the submit's messageId, or the one Baton gave it). */
+  id: string;
+  content: string;
 }
 
 export interface AgentResult {

@@ -15,7 +15,7 @@
  * Node 20; AI SDK 7 needs Node 22.
  */
 import type {
-  LanguageModelV3, LanguageModelV3CallOptions, LanguageModelV3Content, LanguageModelV3GenerateResult,
+  LanguageModelV3, LanguageModelV3CallOptions, LanguageModelV3Content, LanguageModelV3GenerateResult, LanguageModelV3Prompt,
   LanguageModelV3StreamPart, LanguageModelV3StreamResult, LanguageModelV3Usage,
 } from '@ai-sdk/provider';
 import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ModelMessage, type ToolSet } from 'ai';
@@ -58,9 +58,10 @@ export function durableModel(ctx: RunContext, model: LanguageModelV3, options: D
   const name = options.name ?? 'model';
   if (!ID_PATTERN.test(name)) throw new TypeError(`durableModel name ${JSON.stringify(name)} must match ${ID_PATTERN}`);
   const rateLimit = modelRateLimit(model, options.rateLimit);
+  const steered = steeringInPrompt(ctx);
   const middleware: LanguageModelMiddleware = {
     specificationVersion: 'v3',
-    transformParams: async ({ params }) => withRunSignal(ctx, params),
+    transformParams: async ({ params }) => steered(withRunSignal(ctx, params)),
     wrapGenerate: async ({ doGenerate, params, model: inner }) => {
       endIfToolFailed(ctx);
       let called = false;
@@ -209,6 +210,46 @@ async function lastValue(v: unknown): Promise<unknown> {
 }
 
 // ---- Model calls ----
+
+/**
+ * Steering messages (ctx.steering, docs/steering.md) for one durable model: taken before each of
+ * its calls but the first (the boundary after a step and its tool calls), as user messages at the
+ * end of that call's prompt, and kept where they were taken in every later call's prompt (the
+ * AI SDK's loop builds each prompt from its own messages, which do not hold them). The model is
+ * one conversation: a model used for two unrelated conversations in one run would place them wrong.
+ */
+function steeringInPrompt(ctx: RunContext): (params: LanguageModelV3CallOptions) => Promise<LanguageModelV3CallOptions> {
+  let calls = 0;
+  const taken: { at: number; messages: LanguageModelV3Prompt }[] = [];
+  return async (params) => {
+    if (calls++ > 0) {
+      const got = await ctx.steering.take();
+      if (got.length > 0) taken.push({ at: params.prompt.length, messages: got.map((m) => userPart(m.content)) });
+    }
+    if (taken.length === 0) return params;
+    const prompt = [...params.prompt];
+    let shift = 0;
+    for (const t of taken) {
+      if (t.at > params.prompt.length) break;
+      prompt.splice(t.at + shift, 0, ...t.messages);
+      shift += t.messages.length;
+    }
+    return { ...params, prompt };
+  };
+}
+
+const userPart = (text: string): LanguageModelV3Prompt[number] => ({ role: 'user', content: [{ type: 'text', text }] });
+
+/**
+ * After a generateText/streamText loop with a durable model: the steering messages sent since
+ * its last model call, as user messages to go on with (`[...messages, ...response.messages,
+ * ...more]` into another call); none: the turn is over. A loop whose model finished its answer
+ * calls no model again by itself; this is its boundary (without it, such a message becomes the
+ * session's next turn when the run ends).
+ */
+export async function steeringMessages(ctx: RunContext): Promise<ModelMessage[]> {
+  return (await ctx.steering.take()).map((m) => ({ role: 'user', content: m.content }));
+}
 
 function withRunSignal(ctx: RunContext, params: LanguageModelV3CallOptions): LanguageModelV3CallOptions {
   const abortSignal = params.abortSignal ? AbortSignal.any([params.abortSignal, ctx.signal]) : ctx.signal;

@@ -42,11 +42,12 @@ export function committedTurns(history: readonly HistoryMessage[]): Turn[] {
     if (!m.runId || (m.role !== 'user' && m.role !== 'assistant')) continue;
     let t = byRun.get(m.runId);
     if (!t) byRun.set(m.runId, (t = { runId: m.runId, user: '', assistant: '' }));
+    // A turn that took steering messages holds several of each (docs/steering.md): joined.
     if (m.role === 'user') {
-      t.user = m.content;
-      if (m.createdAt !== undefined) t.createdAt = m.createdAt;
+      t.user = t.user ? `${t.user}\n\n${m.content}` : m.content;
+      if (m.createdAt !== undefined && t.createdAt === undefined) t.createdAt = m.createdAt;
     } else {
-      t.assistant = m.content;
+      t.assistant = t.assistant ? `${t.assistant}\n\n${m.content}` : m.content;
       if (m.incomplete) t.incomplete = true;
     }
   }

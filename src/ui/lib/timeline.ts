@@ -109,6 +109,12 @@ function apply(t: Timeline, e: RunStreamEvent): void {
       t.notices.push({ id: e.id, text: e.data.text });
       push(t, e, e.data.text, e.type, speaker(e.data));
       return;
+    case 'steering': {
+      const d = e.data;
+      const what = d.outcome === 'delivered' ? `delivered at step ${d.step}` : d.outcome === 'not-delivered' ? `not delivered (run ${d.reason}): next turn ${d.turnRunId}` : 'pending';
+      push(t, e, `steering message ${d.messageId} ${what}`, e.type);
+      return;
+    }
     case 'end': {
       const d = e.data;
       t.end = { status: d.status, answer: d.result?.answer, finishReason: d.result?.finishReason, error: d.error };

@@ -3,10 +3,11 @@
   requires the current fence of a running run), `end` event, session and slot handed on.
   KEYS  run, meta, ready, leases, timers, messages (the run's session history)
   O     runId, fence, status (succeeded | failed | cancelled), result (JSON text),
-        lastError (JSON text, absent = none), turn ([user JSON, assistant JSON], absent = commit nothing),
+        lastError (JSON text, absent = none), turn ([user JSON, ..., assistant JSON]: the user message,
+        with steering messages the ones the run took between its answer's parts; absent = commit nothing),
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
-  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {0, dispatches JSON, steering messages left (each now the session's next turn)} | {-2} LEASE_LOST ]]
 -- @uses fenced, FINISH_READ, newWrite, put, knownTail, newBatch, addEvent, finishRun
 -- @uses flushPublished
 local runId, rk = O.runId, K.run
@@ -18,12 +19,12 @@ knownTail(runId, rec.logTail)
 if O.batch and newBatch(O.fence, O.batch, rec.appendedBatch, w) then
   for i = 2, #ARGV, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
 end
-if O.turn then redis.call('RPUSH', K.messages, O.turn[1], O.turn[2]) end
+if O.turn then redis.call('RPUSH', K.messages, unpack(O.turn)) end
 local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
 -- Its time is that of its first event (nowMs in core.lua): no TIME.
-finishRun(runId, O.status, w, endData, nil, out, rec, true)
+local notDelivered = finishRun(runId, O.status, w, endData, nil, out, rec, true)
 flushPublished()
-return { 0, cjson.encode(out) }
+return { 0, cjson.encode(out), notDelivered }

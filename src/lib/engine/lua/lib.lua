@@ -481,7 +481,68 @@ end
 -- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind',
-  'concurrencyKey', 'storedBytes' }
+  'concurrencyKey', 'storedBytes', 'steered' }
+-- ---- steering (docs/steering.md) ----
+-- A steering message (lua/submit.lua) waits in its run's `steer-pending` list; the session's
+-- `steering` hash holds it by id: {id, runId, state, content, ...}. lua/steer.lua delivers it
+-- at a boundary of the run; a run that ends first hands each one still pending to the session
+-- as its next turn, here, in the transition that ends it: delivered or a turn, never both.
+local function steeringKey(sessionId) return sessionKey(sessionId) .. ':steering' end
+
+-- A steering message that can no longer be delivered becomes a run of its own, made from the
+-- record fields its submit carried (`fields`, name/value pairs, `id` among them): the run the
+-- submit would have made with `enqueue`. Returns its id and runtime.
+local function steeredTurn(m, now)
+  local f = m.fields
+  local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', 0, 'recoveries', 0, 'waited', 0, 'behind', 0)
+  local byName = {}
+  for i = 1, #f, 2 do
+    put(w, f[i], f[i + 1])
+    byName[f[i]] = f[i + 1]
+  end
+  local id = byName.id
+  knownTail(id, '0')
+  statusEvent(id, { status = 'queued', attempt = 0 })
+  tailInto(id, w)
+  setStatus(id, byName.runtime, nil, 'queued', now, { createdAt = now, write = w })
+  redis.call('ZADD', BASE .. 'runs', now, id)
+  redis.call('ZADD', sessionKey(byName.sessionId) .. ':runs', now, id)
+  redis.call('ZADD', BASE .. 'agent:' .. byName.agent .. ':runs', now, id)
+  redis.call('ZADD', BASE .. 'runtime:' .. byName.runtime .. ':runs', now, id)
+  return id
+end
+
+-- The run `runId` ends with `status`: each steering message still pending is logged
+-- `not-delivered` on its stream and becomes a run queued next in its session, in the order
+-- they were sent. Returns how many did (the session then has runs behind the run).
+local function undeliverable(runId, sessionId, status, now)
+  local pk = runKey(runId) .. ':steer-pending'
+  local ids = redis.call('LRANGE', pk, 0, -1)
+  if #ids == 0 then return 0 end
+  redis.call('DEL', pk)
+  local hk = steeringKey(sessionId)
+  local sk = sessionKey(sessionId)
+  local made = {}
+  for _, mid in ipairs(ids) do
+    local raw = redis.call('HGET', hk, mid)
+    -- Gone with the session's hash (kept a day after its last steering message): nothing to make.
+    if raw then
+      local m = cjson.decode(raw)
+      local turn = steeredTurn(m, now)
+      made[#made + 1] = turn
+      m.fields = nil
+      m.state = 'not-delivered'
+      m.reason = status
+      m.turnRunId = turn
+      redis.call('HSET', hk, mid, cjson.encode(m))
+      addEvent(runId, 'steering', cjson.encode({ messageId = mid, outcome = 'not-delivered', reason = status, turnRunId = turn }))
+    end
+  end
+  -- LPUSH puts each in front of the one before: pushed last to first, the first sent goes first.
+  for i = #made, 1, -1 do redis.call('LPUSH', sk .. ':queue', made[i]) end
+  return #made
+end
+
 -- Fields a finished run keeps no more.
 local FINISH_GONE = { 'retryAt', 'deadlineAt', 'budgetLeft' }
 -- Fields whose presence means the run may have a deadline entry in `timers`.
@@ -489,10 +550,16 @@ local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutM
 -- `rec` (optional): the record's FINISH_READ fields by name (readFields), when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
 -- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
+-- Returns how many steering messages it left pending (each now the session's next turn: undeliverable).
 local function finishRun(runId, status, w, endData, now, out, rec, held)
   local rk = runKey(runId)
   rec = rec or readFields(rk, FINISH_READ)
   knownTail(runId, rec.logTail)
+  -- Steering messages it did not take go first: their outcomes belong before `end`. `steered`:
+  -- one was ever sent to it (lua/submit.lua), so other runs read nothing more.
+  local behind = rec.behind
+  local left = rec.steered == '1' and undeliverable(runId, rec.sessionId, status, now or nowMs()) or 0
+  if left > 0 then behind = '1' end
   addEvent(runId, 'end', endData)
   tailDone(runId)
   now = now or nowMs()
@@ -508,13 +575,14 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   if HOLDS_SLOT[from] then releaseSlot(key) end
   -- The session's next run asks for a slot before the parked runs are given the freed one:
   -- it is parked behind them if any may start (admit), so it takes its turn.
-  advanceSession(rec.sessionId, runId, now, out, held, rec.behind)
+  advanceSession(rec.sessionId, runId, now, out, held, behind)
   fillSlots(now, out)
   -- The record, its log and its steps stay for the scope's retention (its `retentionMs` limit).
   local retention = scopeLimits().retention
   redis.call('PEXPIRE', rk, retention)
   redis.call('PEXPIRE', rk .. ':events', retention)
   redis.call('PEXPIRE', rk .. ':steps', retention)
+  if rec.steered == '1' then redis.call('PEXPIRE', rk .. ':steer', retention) end
   -- Its input stays counted in the scope's storage until its record expires.
   if rec.storedBytes then redis.call('ZADD', ledgerKey(), now + retention, rec.storedBytes .. ' run:' .. runId) end
   unpinArtifacts(rk, rec.artifactsPinned and true or false)
@@ -526,6 +594,7 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   if timed then
     redis.call('ZREM', K.timers, 'wait:' .. runId, 'due:' .. runId, 'ttl:' .. runId, 'timeout:' .. runId)
   end
+  return left
 end
 
 -- A waiting run goes on: admitted again like a session head (it still owns its session), to

@@ -4,11 +4,12 @@
   `scheduled` instead: it joins its session when due (lua/due.lua).
   KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
         agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
+        steering (the session's steering messages; with multitask `steer` only),
         idem (absent = no idempotency key), bucket (the scope's submit rate limit),
         messages (the session's history); a re-run also: rerunOf (the record of the run it
         repeats), copyFrom (that run's steps), steps (the new run's steps), reruns (that
         run's index of its re-runs)
-  O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt), idemTtlMs,
+  O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt | steer), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
@@ -20,8 +21,13 @@
         rerunsKept (a re-run): how many re-runs the repeated run's record names (RERUNS_KEPT)
         warnings (absent = none): what the submit's caller was told (no worker serves the
         agent yet), carried by the run's first status event for readers of its stream
+        message {id, content, ttlMs} (multitask `steer`): the steering message; kept ttlMs
+        under its id in K.steering. With an active run in the session it is that run's to take
+        (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
   ARGV[2..] record fields, name/value pairs
-  Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)} | {-5} SESSION_BUSY | {-6} DRAINING
+  Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)}
+         | {1, runId of the run it went to, message JSON, sent now 1|0} a steering message, sent now or before
+         | {-5} SESSION_BUSY | {-6} DRAINING
          | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
          | {-14, the history's size} SESSION_HISTORY_FULL | {-15, runs not started} QUEUED_RUNS_LIMIT
          | {-16, bytes stored, ms until some may expire (0: unknown)} STORAGE_LIMIT
@@ -30,7 +36,7 @@
 -- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, lineWaiting, newWrite, put, knownTail
 -- @uses unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
--- @uses admit, joinQueue, cancelRun, storedBytes, storageRetryMs, chargeStorage
+-- @uses admit, joinQueue, cancelRun, storedBytes, storageRetryMs, chargeStorage, TERMINAL, addEvent
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
@@ -43,6 +49,16 @@ if K.idem then
     return { 0, id, 0, '[]', redis.call('HGETALL', runKey(id)) }
   end
 end
+-- A steering message sent again (same id) answers what became of the first: never a second.
+local steer = O.multitask == 'steer' and O.message
+if steer then
+  local known = redis.call('HGET', K.steering, steer.id)
+  if known then
+    local m = cjson.decode(known)
+    if m.content ~= steer.content then return { -12 } end
+    return { 1, m.runId, known, 0 }
+  end
+end
 if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
 -- A re-run of a run whose retention passed since the API read it would start without its steps.
 if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { -1 } end
@@ -51,6 +67,34 @@ if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { -1 } end
 -- its size, and the next submit is refused).
 local historyMem = tonumber(redis.call('MEMORY', 'USAGE', K.messages, 'SAMPLES', 0) or 0)
 if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { -14, historyMem } end
+
+-- Steering: a session with an active run hands it the message, to take at its next boundary.
+-- (Its history cap was checked above: the message joins the history where it is delivered.)
+if steer then
+  local active = redis.call('HGET', sk, 'active')
+  local status = active and redis.call('HGET', runKey(active), 'status')
+  if status and not TERMINAL[status] then
+    -- A message takes a token of the scope's submit rate as a run does: it may become one, and
+    -- what a tenant sends into a running turn is bounded as what it submits.
+    local limits = scopeLimits()
+    if limits.rate > 0 then
+      local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
+      if not ok then return { -13, waitMs } end
+    end
+    -- The fields of the run it becomes if the active run ends without taking it (lib.lua, undeliverable).
+    local fields = {}
+    for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
+    local m = { id = steer.id, runId = active, state = 'pending', content = steer.content, at = now, fields = fields }
+    redis.call('HSET', K.steering, steer.id, cjson.encode(m))
+    redis.call('PEXPIRE', K.steering, steer.ttlMs)
+    redis.call('RPUSH', runKey(active) .. ':steer-pending', steer.id)
+    redis.call('HSET', runKey(active), 'steered', 1)
+    addEvent(active, 'steering', cjson.encode({ messageId = steer.id, outcome = 'pending' }))
+    flushPublished()
+    m.fields = nil
+    return { 1, active, cjson.encode(m), 1 }
+  end
+end
 
 local due = O.runAt
 if O.delayMs then due = now + O.delayMs end
@@ -159,6 +203,12 @@ redis.call('ZADD', K.agentRuns, now, runId)
 redis.call('ZADD', K.runtimeRuns, now, runId)
 if artifacts then pinArtifacts(rk) end
 if K.idem then redis.call('SET', K.idem, runId .. ' ' .. O.requestHash, 'PX', O.idemTtlMs) end
+-- A steering message that found no active run is this run's input, answered by its id from now on.
+if steer then
+  local m = { id = steer.id, runId = runId, state = 'turn', content = steer.content, at = now }
+  redis.call('HSET', K.steering, steer.id, cjson.encode(m))
+  redis.call('PEXPIRE', K.steering, steer.ttlMs)
+end
 
 local out = {}
 if scheduled then
