@@ -20,7 +20,7 @@ import { num, printTable, ratio } from './table.ts';
  * per side, alternating. Printed: time to first token (request sent → first text event
  * read), Redis commands and Redis CPU per token (INFO deltas ÷ tokens), and the ratios.
  * The OpenAI side reads the same log the same way; what it adds is its encoding in the API.
- *   node --import tsx bench/openai-streams.ts
+ *   BENCH_ONLY=openai-streams npm run bench (or node --import tsx bench/openai-streams.ts)
  */
 const RUNS = Number(process.env.BENCH_OAI_RUNS ?? 8);
 const TOKENS = Number(process.env.BENCH_OAI_TOKENS ?? 100);

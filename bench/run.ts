@@ -1,5 +1,6 @@
 import { cpus } from 'node:os';
 import { benchChatStream, printChatStream } from './chat-stream.ts';
+import { benchOpenAiStreams, printOpenAiStreams } from './openai-streams.ts';
 import { benchBaton, benchRawBullmq, httpFleet, type Throughput } from './e2e.ts';
 import { BURST, benchFirstToken, printFirstToken, type FirstTokenBench } from './first-token.ts';
 import { benchRecovery, printRecovery, type RecoveryBench } from './recovery.ts';
@@ -48,7 +49,7 @@ const GOALS = {
 };
 
 const SECTIONS = [
-  'throughput', 'transitions', 'library', 'session-length', 'streams', 'chat-stream', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
+  'throughput', 'transitions', 'library', 'session-length', 'streams', 'chat-stream', 'openai-streams', 'llm-streams', 'first-token', 'sse-memory', 'recovery',
   'replica-acks', 'tracing', 'hostile',
 ] as const;
 type Section = (typeof SECTIONS)[number];
@@ -254,6 +255,7 @@ async function main(redisUrl: string): Promise<void> {
   const sl = await section('session-length', () => benchSessionLength(redisUrl), printSessionLength);
   const st = await section('streams', () => benchStreams(redisUrl), printStreams);
   await section('chat-stream', () => benchChatStream(redisUrl), printChatStream);
+  await section('openai-streams', () => benchOpenAiStreams(redisUrl), printOpenAiStreams);
   const llm = await section('llm-streams', () => benchLlmStreams(redisUrl), printLlmStreams);
   const ft = await section('first-token', () => benchFirstToken(redisUrl), printFirstToken);
   const sm = await section('sse-memory', () => benchSseMemory(redisUrl), printSseMemory, sseMemoryUnavailable());
