@@ -14,7 +14,7 @@ import { functionCalls } from './response-events.ts';
  * | `token`                              | `delta: { content }`                                           |
  * | `attempt` after text of a lost one   | nothing; the next text starts with a blank line                |
  * | `end` succeeded                      | `delta: {}` with finish_reason `stop` (or `length`), then usage |
- * | `end` with calls of the client's tools | per call: `delta.tool_calls` with its index, id and name, then its arguments; finish_reason `tool_calls` |
+ * | `end` with the client's tool calls   | per call `delta.tool_calls` (index, id, name; then arguments); finish_reason `tool_calls` |
  * | `end` failed, cancelled or expired   | `{ error }` (the SDKs raise it), then usage                    |
  *
  * A chat completion has no way to take text back, so a lost attempt's text stays in the
