@@ -203,3 +203,25 @@ it('refuses tool turns that do not pair up, naming the message', async () => {
   expect(custom).toMatchObject({ status: 400, param: 'tools[0].type', code: 'unsupported_parameter' });
   expect(fake.requests.filter((r) => r.messages.some((m) => m.content === 'x' || m.content === 'y'))).toEqual([]);
 });
+
+it("runs the SDK's own tool loop (runTools) to the final answer", async () => {
+  fake.script('#runner', [callTools([{ id: 'call_u1', name: 'get_weather', arguments: { city: 'Oslo' } }]), answer('It is 3 degrees.')]);
+  const ran: unknown[] = [];
+  const runner = client.chat.completions.runTools({
+    model: 'chat', messages: [{ role: 'user', content: 'Weather in Oslo? #runner' }],
+    tools: [{
+      type: 'function',
+      function: {
+        name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } },
+        parse: JSON.parse,
+        function: (args: unknown) => {
+          ran.push(args);
+          return '3 degrees';
+        },
+      },
+    }],
+  });
+  expect(await runner.finalContent()).toBe('It is 3 degrees.');
+  expect(ran).toEqual([{ city: 'Oslo' }]);
+  expect(fake.requestsFor('#runner').at(-1)!.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_u1', content: '3 degrees' });
+});
