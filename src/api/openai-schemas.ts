@@ -109,7 +109,10 @@ const chatContent = z.union([z.string().max(MAX_CONTENT_CHARS), z.array(supporte
 const chatToolCall = supportedOnly({
   id: z.string().min(1).max(128),
   type: z.literal('function'),
-  function: supportedOnly({ name: z.string().min(1).max(64), arguments: z.string().max(MAX_CONTENT_CHARS) }, 'in a function call'),
+  function: supportedOnly({
+    name: z.string().min(1).max(64), arguments: z.string().max(MAX_CONTENT_CHARS),
+    parsed_arguments: z.unknown().optional().describe("the openai package's parse of the arguments, sent back with the message: not read (OpenAI accepts and ignores it too)"),
+  }, 'in a function call'),
 }, 'in a tool call');
 
 const chatMessage = z.discriminatedUnion('role', [
@@ -117,8 +120,10 @@ const chatMessage = z.discriminatedUnion('role', [
   supportedOnly({
     role: z.literal('assistant'),
     content: chatContent.nullish().describe('null when the message only calls tools'),
-    // A completion's message sent back as it came (the SDKs' usual way) has `refusal: null`.
+    // A completion's message sent back as it came (the SDKs' usual way) has `refusal: null`, and
+    // from the openai package's parse helpers and runTools `parsed` (and tool calls' `parsed_arguments`).
     refusal: z.null().optional().describe('null: Baton sends the model no refusals'),
+    parsed: z.unknown().optional().describe("the openai package's parse of the content, sent back with the message: not read (OpenAI accepts and ignores it too)"),
     name: z.string().max(64).optional(),
     tool_calls: z.array(chatToolCall).min(1).max(64).optional(),
   }, 'in an assistant message').superRefine((m, ctx) => {
