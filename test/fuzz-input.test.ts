@@ -925,7 +925,10 @@ const chatCompletionMessage = mostlyOf([
 /** POST /v1/chat/completions bodies, streamed (nothing waits for a worker): tool turns that pair up or not, tools and tool_choice. */
 const chatCompletionBodyArb = fc.record({
   model: mostlyOf(['echo'], ['', 7]),
-  messages: mostly(fc.array(chatCompletionMessage, { minLength: 1, maxLength: 5 }), fc.constantFrom([], 'hi', null), 8),
+  messages: mostly(fc.oneof(fc.constantFrom(
+    [{ role: 'user', content: 'hi' }],
+    [{ role: 'user', content: 'hi' }, { role: 'assistant', content: null, tool_calls: [fnCall('a')] }, { role: 'tool', tool_call_id: 'a', content: 'r' }],
+  ), fc.array(chatCompletionMessage, { minLength: 1, maxLength: 5 })), fc.constantFrom([], 'hi', null), 8),
   tools: mostlyOf([[{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }], null],
     [[{ type: 'custom', custom: { name: 'g' } }], [{ type: 'function', function: { name: 'a b' } }], [{ type: 'function', name: 'flat' }]]),
   tool_choice: mostlyOf(['auto', 'none', null], ['required', { type: 'function', function: { name: 'get_weather' } }, 7]),
