@@ -911,6 +911,64 @@ describe('generated OpenAI response bodies', () => {
   });
 });
 
+/** A chat message: well-formed mostly (tool calls and the tool messages answering them among them), now and then not. */
+const fnCall = (id: string) => ({ id, type: 'function', function: { name: 'get_weather', arguments: '{}' } });
+const chatCompletionMessage = mostlyOf([
+  { role: 'user', content: 'hi' }, { role: 'system', content: 's' }, { role: 'assistant', content: 'a' },
+  { role: 'assistant', content: null, tool_calls: [fnCall('a')] }, { role: 'assistant', content: 'b', tool_calls: [fnCall('a'), fnCall('b')] },
+  { role: 'tool', tool_call_id: 'a', content: 'r' }, { role: 'tool', tool_call_id: 'b', content: [{ type: 'text', text: 'r' }] },
+], [
+  { role: 'tool', content: 'r' }, { role: 'function', name: 'f', content: 'r' }, { role: 'assistant' }, { role: 'assistant', content: null, tool_calls: [] },
+  { role: 'assistant', content: null, tool_calls: [{ ...fnCall('c'), type: 'custom' }] }, { role: 'user', content: null }, 'hi',
+]);
+
+/** POST /v1/chat/completions bodies, streamed (nothing waits for a worker): tool turns that pair up or not, tools and tool_choice. */
+const chatCompletionBodyArb = fc.record({
+  model: mostlyOf(['echo'], ['', 7]),
+  messages: mostly(fc.oneof(fc.constantFrom(
+    [{ role: 'user', content: 'hi' }],
+    [{ role: 'user', content: 'hi' }, { role: 'assistant', content: null, tool_calls: [fnCall('a')] }, { role: 'tool', tool_call_id: 'a', content: 'r' }],
+  ), fc.array(chatCompletionMessage, { minLength: 1, maxLength: 5 })), fc.constantFrom([], 'hi', null), 8),
+  tools: mostlyOf([[{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }], null],
+    [[{ type: 'custom', custom: { name: 'g' } }], [{ type: 'function', function: { name: 'a b' } }], [{ type: 'function', name: 'flat' }]]),
+  tool_choice: mostlyOf(['auto', 'none', null], ['required', { type: 'function', function: { name: 'get_weather' } }, 7]),
+  parallel_tool_calls: mostlyOf([true, null], [false, 'yes']),
+  stream: fc.constant(true),
+}, { requiredKeys: ['model', 'messages', 'stream'] });
+
+describe('generated OpenAI chat completion bodies', () => {
+  it('stream or are refused in OpenAI\'s shape naming the field, and a refusal writes nothing', async () => {
+    let baseline = await snapshot();
+    let accepted = 0;
+    const seen = new Map<string, number>();
+    await fc.assert(
+      fc.asyncProperty(chatCompletionBodyArb, async (body) => {
+        const text = JSON.stringify(body);
+        const res = await send('POST', '/v1/chat/completions', {
+          authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
+        }, text);
+        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+        expect(res.status, what).toBeLessThan(500);
+        if (res.status === 200) {
+          accepted++;
+          expect(String(res.headers['content-type']), what).toMatch(/^text\/event-stream/);
+          baseline = await snapshot();
+          return;
+        }
+        const code = expectOpenAiError(res.status, res.text, what);
+        seen.set(code, (seen.get(code) ?? 0) + 1);
+        expect(JSON.parse(res.text).error.param, what).toMatch(/^[a-z_]+(\[\d+\])?(\.|$)/);
+        expectUnchanged(await snapshot(), baseline, what);
+      }),
+      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+    );
+    console.log(`generated chat completion bodies: ${accepted} streamed; refusals by code:`, Object.fromEntries(seen));
+    expect(accepted).toBeGreaterThan(0);
+    expect(seen.get('openai:validation_failed')).toBeGreaterThan(0);
+    expect(seen.get('openai:unsupported_parameter')).toBeGreaterThan(0);
+  });
+});
+
 /**
  * JSON-RPC messages to /mcp: MCP's methods with params mostly of the right shape, now and then
  * not. A `tools/call` asked as a task makes a run (no worker serves it here: it stays queued);

@@ -103,16 +103,54 @@ const atDefault = (value: number) => z.number().nullish().refine((v) => v === nu
   message: `${UNSUPPORTED}: Baton sends no sampling settings to the model; only ${value} (the default) is accepted`,
 });
 
-const chatMessage = supportedOnly({
-  role: z.enum(['system', 'developer', 'user', 'assistant']).describe('tool turns are not supported'),
-  content: z.union([z.string().max(MAX_CONTENT_CHARS), z.array(supportedOnly({ type: z.literal('text'), text: z.string().max(MAX_CONTENT_CHARS) }, 'in a text part')).max(64)]),
-  name: z.string().max(64).optional(),
-}, 'in a chat message');
+const chatContent = z.union([z.string().max(MAX_CONTENT_CHARS), z.array(supportedOnly({ type: z.literal('text'), text: z.string().max(MAX_CONTENT_CHARS) }, 'in a text part')).max(64)]);
+
+/** A call of a function tool an assistant message made (the client ran it: a tool message answers it). */
+const chatToolCall = supportedOnly({
+  id: z.string().min(1).max(128),
+  type: z.literal('function'),
+  function: supportedOnly({
+    name: z.string().min(1).max(64), arguments: z.string().max(MAX_CONTENT_CHARS),
+    parsed_arguments: z.unknown().optional().describe("the openai package's parse of the arguments, sent back with the message: not read (OpenAI accepts and ignores it too)"),
+  }, 'in a function call'),
+}, 'in a tool call');
+
+const chatMessage = z.discriminatedUnion('role', [
+  supportedOnly({ role: z.enum(['system', 'developer', 'user']), content: chatContent, name: z.string().max(64).optional() }, 'in a chat message'),
+  supportedOnly({
+    role: z.literal('assistant'),
+    content: chatContent.nullish().describe('null when the message only calls tools'),
+    // A completion's message sent back as it came (the SDKs' usual way) has `refusal: null`, and
+    // from the openai package's parse helpers and runTools `parsed` (and tool calls' `parsed_arguments`).
+    refusal: z.null().optional().describe('null: Baton sends the model no refusals'),
+    parsed: z.unknown().optional().describe("the openai package's parse of the content, sent back with the message: not read (OpenAI accepts and ignores it too)"),
+    name: z.string().max(64).optional(),
+    tool_calls: z.array(chatToolCall).min(1).max(64).optional(),
+  }, 'in an assistant message').superRefine((m, ctx) => {
+    if (m.content == null && !m.tool_calls) ctx.addIssue({ code: 'custom', path: ['content'], message: 'an assistant message needs content or tool_calls' });
+  }),
+  supportedOnly({ role: z.literal('tool'), content: chatContent, tool_call_id: z.string().min(1).max(128) }, 'in a tool message'),
+]);
+
+/** A function tool the client runs itself, as Chat Completions nests it: the completion ends with its calls. */
+const chatTool = supportedOnly({
+  type: z.literal('function', { error: `${UNSUPPORTED}: only function tools are supported by Baton` }),
+  function: supportedOnly({
+    name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'letters, digits, _ and -, 1-64 characters'),
+    description: z.string().max(4096).nullish(),
+    parameters: z.record(z.string(), z.unknown()).nullish(),
+    strict: z.boolean().nullish(),
+  }, 'in a function tool'),
+}, 'in a tool');
 
 /** POST /v1/chat/completions (https://platform.openai.com/docs/api-reference/chat/create), what Baton supports of it. */
 export const chatBody = supportedOnly({
   model,
   messages: z.array(chatMessage).min(1).max(256),
+  tools: z.array(chatTool).max(64).nullish().describe('function tools only: the client runs them'),
+  tool_choice: z.enum(['auto', 'none'], { error: `${UNSUPPORTED}: tool_choice is 'auto' or 'none' on Baton` }).nullish()
+    .describe('auto, or none: the model is called without the tools'),
+  parallel_tool_calls: z.boolean().nullish().refine((p) => p !== false, `${UNSUPPORTED}: the model may call several tools in one turn; only true (the default) is accepted`),
   stream: z.boolean().nullish(),
   stream_options: supportedOnly({ include_usage: z.boolean().nullish() }, 'in stream_options').nullish(),
   max_tokens: z.number().int().min(1).max(1_000_000).nullish(),

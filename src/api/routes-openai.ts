@@ -133,7 +133,8 @@ export const openAiRoutes: RouteSpec[] = [
   route({
     method: 'post', path: '/v1/chat/completions',
     summary: "OpenAI's Chat Completions: a run of the agent `model` names, in a session of its own, the earlier messages its conversation. " +
-      'Streamed (`data:` chunks, then `data: [DONE]`; `stream_options.include_usage`) or not.',
+      'Streamed (`data:` chunks, then `data: [DONE]`; `stream_options.include_usage`) or not. Function `tools` are the client\'s: ' +
+      'a completion that calls them ends with `tool_calls` (finish_reason `tool_calls`), answered by `tool` messages in the next request.',
     access: 'key', body: chatBody,
     ok: { 200: { description: 'the chat completion; with `stream: true`, text/event-stream of its chunks', schema: z.object({ id: z.string() }).loose() } },
     errors: [...ERRORS, 'UNKNOWN_AGENT', 'DRAINING', 'RATE_LIMITED', 'TOO_MANY_STREAMS'],

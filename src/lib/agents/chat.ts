@@ -334,18 +334,32 @@ function chatMessages(
 
 /**
  * The built-in agent's `metadata.messages` of a submit: earlier turns the caller holds (the OpenAI-compatible API's
- * chat completions, which carry the whole conversation in each request), user and assistant
- * text only, before the session's own history. Anything else there is no turn and is skipped.
+ * chat completions, which carry the whole conversation in each request), before the session's own history:
+ * user and assistant text, an assistant's calls of the caller's tools (`toolCalls`: FunctionCall[]) and their
+ * outputs (`{ role: 'tool', callId, content }`). Anything else there is no turn and is skipped.
  */
 function callerTurns(ctx: RunContext): ChatCompletionMessageParam[] {
   const messages = ctx.metadata.messages;
   if (!Array.isArray(messages)) return [];
   return messages.flatMap((m: unknown): ChatCompletionMessageParam[] => {
-    const { role, content } = (m ?? {}) as { role?: unknown; content?: unknown };
+    const { role, content, toolCalls, callId } = (m ?? {}) as { role?: unknown; content?: unknown; toolCalls?: unknown; callId?: unknown };
     if (typeof content !== 'string') return [];
-    return role === 'user' ? [{ role, content }] : role === 'assistant' ? [{ role, content }] : [];
+    if (role === 'user') return [{ role, content }];
+    if (role === 'tool') return typeof callId === 'string' ? [{ role, tool_call_id: callId, content }] : [];
+    if (role !== 'assistant') return [];
+    const calls = functionCallsOf(toolCalls);
+    return [calls.length ? { role, content: content || null, tool_calls: calls.map(toolCallOf) } : { role, content }];
   });
 }
+
+/** The well-formed FunctionCalls of `value` (metadata a submit gave), none when it is no array. */
+function functionCallsOf(value: unknown): FunctionCall[] {
+  if (!Array.isArray(value)) return [];
+  return value.filter((c: Partial<FunctionCall> | null): c is FunctionCall =>
+    typeof c?.callId === 'string' && typeof c.name === 'string' && typeof c.arguments === 'string');
+}
+
+const toolCallOf = (c: FunctionCall) => ({ id: c.callId, type: 'function' as const, function: { name: c.name, arguments: c.arguments } });
 
 /** The built-in agent's `metadata.tools`: function tools the caller runs (`{ name, description?, parameters? }`). */
 function callerTools(ctx: RunContext): ChatCompletionTool[] {
@@ -364,17 +378,23 @@ function callerTools(ctx: RunContext): ChatCompletionTool[] {
   });
 }
 
-/** The built-in agent's `metadata.toolTurn`: `{ calls: FunctionCall[], outputs: { callId, output }[] }`, as messages. */
+/**
+ * The built-in agent's `metadata.toolTurn`: calls the caller ran and their outputs, sent after the input, as
+ * messages: `{ text?, calls: FunctionCall[], outputs: { callId, output }[] }` (the Responses API's one round),
+ * or an array of such rounds in order (a chat completion's conversation after its last user message).
+ */
 function callerToolTurn(ctx: RunContext): ChatCompletionMessageParam[] {
-  const turn = ctx.metadata.toolTurn as { calls?: FunctionCall[]; outputs?: { callId: string; output: string }[] } | undefined;
-  if (!Array.isArray(turn?.calls) || !Array.isArray(turn.outputs)) return [];
-  return [
-    {
-      role: 'assistant', content: null,
-      tool_calls: turn.calls.map((c) => ({ id: c.callId, type: 'function' as const, function: { name: c.name, arguments: c.arguments } })),
-    },
-    ...turn.outputs.map((o): ChatCompletionMessageParam => ({ role: 'tool', tool_call_id: o.callId, content: o.output })),
-  ];
+  const given = ctx.metadata.toolTurn;
+  const rounds = (Array.isArray(given) ? given : [given]) as ({ text?: unknown; calls?: unknown; outputs?: unknown } | undefined)[];
+  return rounds.flatMap((round): ChatCompletionMessageParam[] => {
+    if (!Array.isArray(round?.calls) || !Array.isArray(round.outputs)) return [];
+    const text = typeof round.text === 'string' ? round.text : '';
+    const calls = functionCallsOf(round.calls);
+    return [
+      calls.length ? { role: 'assistant', content: text || null, tool_calls: calls.map(toolCallOf) } : { role: 'assistant', content: text },
+      ...(round.outputs as { callId: string; output: string }[]).map((o): ChatCompletionMessageParam => ({ role: 'tool', tool_call_id: o.callId, content: o.output })),
+    ];
+  });
 }
 
 function toChatMessage(m: HistoryMessage): ChatCompletionMessageParam {

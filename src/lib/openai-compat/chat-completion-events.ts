@@ -1,6 +1,7 @@
-import type { ChatCompletion, ChatCompletionChunk } from 'openai/resources/chat/completions';
+import type { ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import type { EndEventData, TextEventData } from '../contract/events.ts';
 import type { RunEvent } from '../streams/log.ts';
+import { functionCalls } from './response-events.ts';
 
 /**
  * A run's event log as an OpenAI chat completion
@@ -13,6 +14,7 @@ import type { RunEvent } from '../streams/log.ts';
  * | `token`                              | `delta: { content }`                                           |
  * | `attempt` after text of a lost one   | nothing; the next text starts with a blank line                |
  * | `end` succeeded                      | `delta: {}` with finish_reason `stop` (or `length`), then usage |
+ * | `end` with the client's tool calls   | per call `delta.tool_calls` (index, id, name; then arguments); finish_reason `tool_calls` |
  * | `end` failed, cancelled or expired   | `{ error }` (the SDKs raise it), then usage                    |
  *
  * A chat completion has no way to take text back, so a lost attempt's text stays in the
@@ -33,7 +35,8 @@ export class ChatCompletionProjection {
   private started = false;
   /** A lost attempt left text: the next text starts after a blank line. */
   private broken = false;
-  private finish: 'stop' | 'length' | undefined;
+  private finish: 'stop' | 'length' | 'tool_calls' | undefined;
+  private toolCalls: ChatCompletionMessageFunctionToolCall[] = [];
   private failure: { code: string; message: string } | undefined;
   private usage: ChatCompletion['usage'];
 
@@ -58,10 +61,16 @@ export class ChatCompletionProjection {
   completion(): { completion: ChatCompletion; failure?: { code: string; message: string } } {
     const completion: ChatCompletion = {
       id: this.head.id, object: 'chat.completion', created: this.head.created, model: this.head.model,
-      choices: [{ index: 0, message: { role: 'assistant', content: this.text, refusal: null }, finish_reason: this.finish ?? 'stop', logprobs: null }],
+      choices: [{ index: 0, message: this.message(), finish_reason: this.finish ?? 'stop', logprobs: null }],
       ...(this.usage ? { usage: this.usage } : {}),
     };
     return { completion, ...(this.failure ? { failure: this.failure } : {}) };
+  }
+
+  /** As OpenAI answers: a message that only calls tools has content null. */
+  private message(): ChatCompletion.Choice['message'] {
+    if (this.toolCalls.length === 0) return { role: 'assistant', content: this.text, refusal: null };
+    return { role: 'assistant', content: this.text || null, refusal: null, tool_calls: this.toolCalls };
   }
 
   private chunk(delta: ChatCompletionChunk.Choice.Delta, finish: ChatCompletionChunk.Choice['finish_reason'] = null): ChatCompletionChunk {
@@ -86,8 +95,14 @@ export class ChatCompletionProjection {
     const u = data.result?.usage;
     if (u) this.usage = { prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens, total_tokens: u.totalTokens };
     if (data.status === 'succeeded') {
-      this.finish = data.result.finishReason === 'length' ? 'length' : 'stop';
-      if (!this.started) out.push(this.chunk({ role: 'assistant', content: '' }));
+      this.toolCalls = functionCalls(data).map((c) => ({ id: c.callId, type: 'function', function: { name: c.name, arguments: c.arguments } }));
+      this.finish = this.toolCalls.length ? 'tool_calls' : data.result.finishReason === 'length' ? 'length' : 'stop';
+      if (!this.started) out.push(this.chunk({ role: 'assistant', content: this.toolCalls.length ? null : '' }));
+      // The run ends with each call whole: its id and name, then its arguments in one piece.
+      this.toolCalls.forEach((c, index) => {
+        out.push(this.chunk({ tool_calls: [{ index, id: c.id, type: 'function', function: { name: c.function.name, arguments: '' } }] }));
+        out.push(this.chunk({ tool_calls: [{ index, function: { arguments: c.function.arguments } }] }));
+      });
       out.push(this.chunk({}, this.finish));
     } else {
       this.failure = data.error

@@ -195,7 +195,7 @@ export class ResponseProjection {
 }
 
 /** The calls of the client's function tools a run ended with (the built-in chat agent's payload). */
-function functionCalls(data: EndEventData): { callId: string; name: string; arguments: string }[] {
+export function functionCalls(data: EndEventData): { callId: string; name: string; arguments: string }[] {
   if (data.status !== 'succeeded') return [];
   const calls = (data.result.payload as { functionCalls?: unknown } | undefined)?.functionCalls;
   return Array.isArray(calls) ? calls as { callId: string; name: string; arguments: string }[] : [];
