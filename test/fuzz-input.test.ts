@@ -893,8 +893,14 @@ describe('generated OpenAI response bodies', () => {
         expect(res.status, what).toBeLessThan(500);
         if (res.status === 200) {
           accepted++;
-          expect(JSON.parse(res.text), what).toMatchObject({ object: 'response', status: 'queued', background: true });
+          const made = JSON.parse(res.text) as { id: string };
+          expect(made, what).toMatchObject({ object: 'response', status: 'queued', background: true });
           baseline = await snapshot();
+          // Queued (no worker here), it has not ended: its delete is refused and takes nothing.
+          const del = await send('DELETE', `/v1/responses/${made.id}`, { authorization: `Bearer ${key}` }, undefined);
+          expect(del.status, `${what}; DELETE -> ${del.text}`).toBe(409);
+          expect(expectOpenAiError(del.status, del.text, what)).toBe('openai:run_not_finished');
+          expectUnchanged(await snapshot(), baseline, `${what}; DELETE`);
           return;
         }
         const code = expectOpenAiError(res.status, res.text, what);
