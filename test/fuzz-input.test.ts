@@ -893,7 +893,22 @@ describe('generated OpenAI response bodies', () => {
         expect(res.status, what).toBeLessThan(500);
         if (res.status === 200) {
           accepted++;
-          expect(JSON.parse(res.text), what).toMatchObject({ object: 'response', status: 'queued', background: true });
+          const made = JSON.parse(res.text) as { id: string };
+          expect(made, what).toMatchObject({ object: 'response', status: 'queued', background: true });
+          baseline = await snapshot();
+          // Queued (no worker here), it has not ended: its delete is refused and takes nothing.
+          // Its record is compared by its fields: the delete's read of it may move the hash's
+          // rehashing on, which reorders its DUMP and changes nothing else.
+          const record = h.keys.scope('acme').run(made.id.slice('resp_'.length));
+          const fields = await h.redis.hgetall(record);
+          const del = await send('DELETE', `/v1/responses/${made.id}`, { authorization: `Bearer ${key}` }, undefined);
+          expect(del.status, `${what}; DELETE -> ${del.text}`).toBe(409);
+          expect(expectOpenAiError(del.status, del.text, what)).toBe('openai:run_not_finished');
+          const after = await snapshot();
+          expect(after.has(record), what).toBe(true);
+          expect(await h.redis.hgetall(record), what).toEqual(fields);
+          after.delete(record);
+          expectUnchanged(after, new Map([...baseline].filter(([k]) => k !== record)), `${what}; DELETE`);
           baseline = await snapshot();
           return;
         }

@@ -10,7 +10,7 @@ import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 const run = promisify(execFile);
 const page = readFileSync(new URL('../docs/openai-api.md', import.meta.url), 'utf8');
 const curls = [...page.matchAll(/```sh\n(curl[\s\S]*?)```/g)].map((m) => m[1]);
-const [create, resume, cancel, chat] = curls;
+const [create, resume, cancel, remove, chat] = curls;
 
 let h: Harness;
 let fake: FakeOpenAI;
@@ -31,11 +31,12 @@ const sh = async (script: string, extra: Record<string, string> = {}) => (await 
 /** The `data:` of each event of an SSE body. */
 const events = (body: string) => body.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
 
-it('has the background, resume, cancel and chat examples', () => {
-  expect(curls).toHaveLength(4);
+it('has the background, resume, cancel, delete and chat examples', () => {
+  expect(curls).toHaveLength(5);
   expect(create).toContain('"background": true');
   expect(resume).toContain('starting_after=3');
   expect(cancel).toContain('/cancel');
+  expect(remove).toContain('-X DELETE');
 });
 
 it('starts a response in the background and resumes its stream after sequence number 3', async () => {
@@ -50,7 +51,7 @@ it('starts a response in the background and resumes its stream after sequence nu
   expect(after.at(-1).response.output[0].content[0].text).toBe('Jobs wait in a line, workers take them one by one, nothing is lost here.');
 });
 
-it('cancels a running background response, and its stream ends with response.incomplete, status cancelled', async () => {
+it('cancels a running background response, its stream ends with response.incomplete, status cancelled, and it deletes', async () => {
   // The answer waits after its second word until the cancel was answered: running, whatever the
   // machine's speed, when the cancel lands.
   let open!: () => void;
@@ -65,6 +66,9 @@ it('cancels a running background response, and its stream ends with response.inc
     expect(answered.id).toBe(made.id);
     const ended = events(await sh(resume, { RESPONSE_ID: made.id }));
     expect(ended.at(-1)).toMatchObject({ type: 'response.incomplete', response: { status: 'cancelled' } });
+    // Ended (its stream says so), it deletes; then it is gone.
+    expect(JSON.parse(await sh(remove, { RESPONSE_ID: made.id }))).toEqual({ id: made.id, object: 'response', deleted: true });
+    expect(JSON.parse(await sh(remove, { RESPONSE_ID: made.id })).error).toMatchObject({ code: 'run_not_found' });
   } finally {
     open();
   }

@@ -204,7 +204,9 @@ describe('a key of scope B on scope A', () => {
 describe("the OpenAI-compatible API (the key's scope is the tenant)", () => {
   it("answers a key of scope B on A's response exactly as on one that never was, and A is unchanged", async () => {
     const openAi = routes.filter((r) => r.path.startsWith('/v1/responses') || r.path === '/v1/chat/completions');
-    expect(openAi.length).toBeGreaterThanOrEqual(5);
+    expect(openAi.length).toBeGreaterThanOrEqual(6);
+    // A delete too: scope B's DELETE of A's response is the 404 of one that never was, and A keeps it.
+    expect(openAi.map((r) => `${r.method} ${r.path}`)).toContain('DELETE /v1/responses/{responseId}');
     const before = await scopeState('acme');
     const real = `resp_${ids.runId}`;
     const missing = 'resp_rdoesnotexist000000';

@@ -119,6 +119,17 @@ export const openAiRoutes: RouteSpec[] = [
     },
   }),
   route({
+    method: 'delete', path: '/v1/responses/:responseId',
+    summary: "Deletes a response that has ended (its run's record, events and steps; its entries in the listings); " +
+      "the turn it committed stays in its session's history. One not ended is 409: cancel it first.",
+    access: 'key', params: responseParams,
+    ok: { 200: { description: 'the response is deleted', schema: z.object({ id: z.string(), object: z.literal('response'), deleted: z.literal(true) }) } },
+    errors: [...ERRORS, 'RUN_NOT_FINISHED'],
+    async handler({ params: { responseId }, key }, d) {
+      return { body: await responsesOf(d).delete(scopeOf(key).scope, responseId) };
+    },
+  }),
+  route({
     method: 'get', path: '/v1/responses/:responseId/input_items',
     summary: 'The input items of a response, as its request gave them.',
     access: 'key', params: responseParams,

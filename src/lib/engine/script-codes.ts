@@ -38,6 +38,8 @@ export const Outcome = {
   append: { Applied: 0, Duplicate: 1 },
   artifact: { Stored: 0, RateLimited: 1, OverQuota: 2 },
   cancel: { AlreadyFinished: 0, Cancelled: 1, Requested: 2 },
+  /** An ended run deleted, or one not ended left as it was. */
+  delete: { Deleted: 0, NotEnded: 1 },
   fork: { Begun: 0, TargetTaken: 1, HistoryChanged: 2, StorageLimit: 3, RateLimited: 4 },
   forkCopy: { Copied: 0, TargetTaken: 1, HistoryChanged: 2, Gone: 3 },
   claim: { Claimed: 0, Ended: 1 },

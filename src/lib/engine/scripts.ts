@@ -47,13 +47,14 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  *   a page of history's runIds and sizes, for the fork's end; submits count a scope's stored
  *   bytes and `storage` lets the sweeper take expired runs' bytes off;
  * - v10: multitask `steer` (the submit's `message`, KEYS steering) and `steer`, which takes a
- *   run's steering messages at a boundary; a run's finish makes those left its session's next turns.
+ *   run's steering messages at a boundary; a run's finish makes those left its session's next turns;
+ * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once.
  */
-const VERSION = 10;
+const VERSION = 11;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
-  | 'finish' | 'block' | 'resolve' | 'cancel' | 'repair' | 'release'
+  | 'finish' | 'block' | 'resolve' | 'cancel' | 'delete' | 'repair' | 'release'
   | 'drain' | 'undrain'
   | 'wait' | 'resume' | 'wait-timeout' | 'due' | 'expire' | 'timeout' | 'fill' | 'unserved'
   | 'steer' | 'history-page' | 'artifact' | 'rate-bucket' | 'fork' | 'fork-copy' | 'fork-scan' | 'storage' | 'read-cost' | 'budget-hold'

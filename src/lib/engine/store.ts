@@ -11,7 +11,7 @@ import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
 import { forkSession } from './session-fork.ts';
 import type { ForkRequest, SessionFork, SteeringOutcome } from '../contract/runs.ts';
-import type { Multitask, Resolution, StoredSteering, SubmitLimit, Transitions } from './transitions.ts';
+import type { DeleteOutcome, Multitask, Resolution, StoredSteering, SubmitLimit, Transitions } from './transitions.ts';
 import type { SubmitRequest as PublicSubmit } from '../contract/runs.ts';
 
 export type { Multitask };
@@ -228,6 +228,14 @@ export class RunStore {
     if (!run) throw new BatonError('RUN_NOT_FOUND');
     if (outcome === 'cancelled') this.events.cancelled?.(run);
     return run;
+  }
+
+  /**
+   * Deletes an ended run now: what the end of its retention would take, and its entries in the
+   * listings; the turn it committed stays in its session's history. One not ended is left as it is.
+   */
+  deleteRun(scope: string, runId: string): Promise<DeleteOutcome> {
+    return this.transitions.deleteRun(scope, runId);
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */

@@ -116,6 +116,9 @@ export type ArtifactReply =
 
 export type CancelReply = { outcome: 'already-finished' | 'cancelled' | 'requested'; run: RunRecord | undefined };
 
+/** A delete's outcome: the ended run is gone, or it has not ended (left as it was), or there was none. */
+export type DeleteOutcome = 'deleted' | 'not-ended' | 'not-found';
+
 export type HeartbeatReply =
   | { kind: 'renewed'; cancelRequested: boolean }
   /** Another attempt holds the run now (or it is gone). */
@@ -328,6 +331,7 @@ const REPLY = {
   'storage': { stored: num, more: flag },
   'fork-scan': { runIds: strings, sizes: (v: unknown) => (Array.isArray(v) ? v.map(Number) : []), next: num },
   'cancel': { code: num, orders, run: record },
+  'delete': { code: num },
   'resolve': { code: num, orders },
   'drain': { cancelled: num, left: num, orders },
   'undrain': { resumed: num, left: num, orders },
@@ -408,7 +412,8 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * The transitions whose loss in a failover would break a promise: an accepted run, a step's
  * result or its start marker (a non-idempotent step must not run again), a stream's events
  * (a reader must find again what it was sent), a turn's history, a wait's resolution, an
- * operator's resolution, a cancel, and a steering message's delivery (lost, the next model call
+ * operator's resolution, a cancel, a delete (lost, a run answered deleted could be read
+ * again), and a steering message's delivery (lost, the next model call
  * made with it could be followed by a second delivery at a later boundary). Of the schedules' and bulk operations' own: a schedule's
  * pause and resume and a bulk operation's creation and stop (what the API answered would be
  * undone: a paused schedule would fire again, a stopped operation go on), and a tick's done
@@ -424,7 +429,7 @@ function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof
  * counts, so each run is still counted once.
  */
 const REPLICATED: ReadonlySet<ScriptName> = new Set([
-  'submit', 'step', 'steer', 'append', 'finish', 'resume', 'resolve', 'cancel', 'fork', 'fork-copy',
+  'submit', 'step', 'steer', 'append', 'finish', 'resume', 'resolve', 'cancel', 'delete', 'fork', 'fork-copy',
   'schedule-pause', 'schedule-resume', 'schedule-done', 'bulk-create', 'bulk-cancel',
 ]);
 
@@ -572,6 +577,18 @@ export class Transitions {
     if (reply.refused) throw scriptError(reply.refused, runId);
     await this.dispatch(scope, reply.orders);
     return { outcome: cancelOutcome(reply.code), run: reply.run };
+  }
+
+  /** Deletes an ended run now, as its retention's end would (lua/delete.lua); one not ended is left as it is. */
+  async deleteRun(scope: string, runId: string): Promise<DeleteOutcome> {
+    const sk = this.keys.scope(scope);
+    const reply = await this.call('delete', scope, { run: sk.run(runId), runs: sk.runs }, { runId });
+    if (reply.refused) return notFound('delete', reply.refused);
+    switch (reply.code) {
+      case Outcome.delete.Deleted: return 'deleted';
+      case Outcome.delete.NotEnded: return 'not-ended';
+      default: throw new Error(`the delete script answered the unexpected code ${reply.code}`);
+    }
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */

@@ -66,6 +66,9 @@ interface KeptRequest {
 
 export const responseIdOf = (runId: string) => `resp_${runId}`;
 
+/** What a delete answers, as OpenAI's does. */
+export interface ResponseDeleted { id: string; object: 'response'; deleted: true }
+
 /** The run a response id names, or undefined when it names none (answered 404 like an unknown one). */
 export function runIdOf(responseId: string): string | undefined {
   const runId = responseId.startsWith('resp_') ? responseId.slice('resp_'.length) : undefined;
@@ -146,6 +149,22 @@ export class OpenAiResponses {
     const run = await this.run(scope, responseId);
     await this.d.store.cancel(scope, run.id);
     return this.response(scope, responseId);
+  }
+
+  /**
+   * Deletes a response that has ended: its run's record, events and steps go now, as at the end
+   * of its retention, and it leaves every listing. The turn it committed stays in its
+   * session's history, so a response continuing an earlier one of the conversation still sees
+   * it. One that has not ended is refused (409): cancel it first.
+   */
+  async delete(scope: string, responseId: string): Promise<ResponseDeleted> {
+    const runId = runIdOf(responseId);
+    const outcome = runId === undefined ? 'not-found' : await this.d.store.deleteRun(scope, runId);
+    if (outcome === 'not-found') throw new BatonError('RUN_NOT_FOUND', `No response with id '${responseId}' found.`);
+    if (outcome === 'not-ended') {
+      throw new BatonError('RUN_NOT_FINISHED', `Response '${responseId}' has not ended yet: cancel it, then delete it once its status is cancelled.`);
+    }
+    return { id: responseId, object: 'response', deleted: true };
   }
 
   /** The input items of a response, as its request gave them (a string as one user message). */
