@@ -100,17 +100,23 @@ async function expectWhole(p: ChatPage, question: string): Promise<void> {
   expect(p.errors).toEqual([]);
 }
 
+/** A page of `sdk` that asked its question in chat `chat`, its answer held by the model at half way until `open()`. */
+async function midAnswer(sdk: Sdk, chat: string): Promise<{ p: ChatPage; question: string; open: () => void }> {
+  const g = gate();
+  fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
+  const p = await chatPage(sdk, chat);
+  const question = `Tell me #${chat}`;
+  await p.send(question);
+  await p.until(shows(PARTIAL), 'the first half');
+  return { p, question, open: g.open };
+}
+
 describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) => {
   it('streams a message into the page', async () => {
     const chat = `stream-${sdk.id}`;
-    const g = gate();
-    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
-    const p = await chatPage(sdk, chat);
-    const question = `Tell me #${chat}`;
-    await p.send(question);
-    await p.until(shows(PARTIAL), 'the first half');
+    const { p, question, open } = await midAnswer(sdk, chat);
     expect(await p.status()).toBe('streaming');
-    g.open();
+    open();
     await expectWhole(p, question);
     expect((await acme.waitStatus((await runOf(chat)).id, ['succeeded'])).status).toBe('succeeded');
     expect(fake.requestsFor(`#${chat}`)).toHaveLength(1);
@@ -118,16 +124,11 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
 
   it('reloaded mid-answer, loads the history, resumes and ends with the whole answer once', async () => {
     const chat = `reload-${sdk.id}`;
-    const g = gate();
-    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
-    const p = await chatPage(sdk, chat);
-    const question = `Tell me #${chat}`;
-    await p.send(question);
-    await p.until(shows(PARTIAL), 'the first half');
+    const { p, question, open } = await midAnswer(sdk, chat);
     await p.reload();
     // History first (the question), then `resume: true` replays the answer from its start.
     await p.until(shows(PARTIAL), 'the first half again after the reload');
-    g.open();
+    open();
     await expectWhole(p, question);
     expect(p.responses).toEqual([
       `GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 204`, 'POST /chat 200',
@@ -138,16 +139,11 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
 
   it('a second tab opened mid-answer follows it to its end', async () => {
     const chat = `tabs-${sdk.id}`;
-    const g = gate();
-    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
-    const first = await chatPage(sdk, chat);
-    const question = `Tell me #${chat}`;
-    await first.send(question);
-    await first.until(shows(PARTIAL), 'the first half');
+    const { p: first, question, open } = await midAnswer(sdk, chat);
     const second = await chatPage(sdk, chat);
     await second.until(shows(PARTIAL), 'the first half in the second tab');
     expect(await second.status()).toBe('streaming');
-    g.open();
+    open();
     await expectWhole(first, question);
     await expectWhole(second, question);
     expect(second.responses).toEqual([`GET /chat/${chat}/messages 200`, `GET /chat/${chat}/stream 200`]);
@@ -156,12 +152,7 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
 
   it('stop cancels the run, the text stops growing in every tab and the history keeps the partial answer marked incomplete', async () => {
     const chat = `stop-${sdk.id}`;
-    const g = gate();
-    fake.script(`#${chat}`, [answer(ANSWER, { gate: g.gate })]);
-    const p = await chatPage(sdk, chat);
-    const question = `Tell me #${chat}`;
-    await p.send(question);
-    await p.until(shows(PARTIAL), 'the first half');
+    const { p, question, open } = await midAnswer(sdk, chat);
     // A second tab follows the answer; the first one's stop ends it there too.
     const other = await chatPage(sdk, chat);
     await other.until(shows(PARTIAL), 'the first half in the other tab');
@@ -173,7 +164,7 @@ describe.skipIf(noChromium).each(SDKS)('a useChat page built with $name', (sdk) 
     // The cancelled run hangs up on the model, which then says nothing more when let go on.
     const [model] = fake.requestsFor(`#${chat}`);
     await waitFor(() => model.ended, 20_000, 'the model call to end');
-    g.open();
+    open();
     expect(model).toMatchObject({ ended: 'client-gone', tokensSent: HALF });
     for (const tab of [p, other]) {
       expect((await tab.messages()).map((m) => [m.role, m.text])).toEqual([['user', question], ['assistant', PARTIAL]]);

@@ -878,48 +878,60 @@ const responsesBodyArb = fc.tuple(fc.record({
 }, { requiredKeys: ['background'] }), fc.constantFrom(undefined, undefined, undefined, 'temperature', 'tools', 'reasoning', 'truncation'))
   .map(([body, extra]) => (extra ? { ...body, [extra]: extra === 'tools' ? [] : 0.5 } : body));
 
+/**
+ * Posts each generated body to an OpenAI-compatible route: no 5xx; an accepted one goes to
+ * `accepted` (which takes a new baseline when it wrote), a refusal is in OpenAI's shape, names
+ * its field and writes nothing. Answers the refusals by code and how many were accepted.
+ */
+async function openAiBodies<T>(path: string, bodies: fc.Arbitrary<T>, accepted: (res: RawResponse, what: string) => Promise<void>) {
+  let baseline = await snapshot();
+  let count = 0;
+  const seen = new Map<string, number>();
+  await fc.assert(
+    fc.asyncProperty(bodies, async (body) => {
+      const text = JSON.stringify(body);
+      const res = await send('POST', path, {
+        authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
+      }, text);
+      const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
+      expect(res.status, what).toBeLessThan(500);
+      if (res.status === 200) {
+        count++;
+        await accepted(res, what);
+        baseline = await snapshot();
+        return;
+      }
+      const code = expectOpenAiError(res.status, res.text, what);
+      seen.set(code, (seen.get(code) ?? 0) + 1);
+      // A body's refusal names its field (a missing previous response names previous_response_id too).
+      expect(JSON.parse(res.text).error.param, what).toMatch(/^[a-z_]+(\[\d+\])?(\.|$)/);
+      expectUnchanged(await snapshot(), baseline, what);
+    }),
+    { numRuns: Math.min(RUNS, 200), endOnFailure: true },
+  );
+  return { accepted: count, seen };
+}
+
 describe('generated OpenAI response bodies', () => {
   it('are queued (background) or refused in OpenAI\'s shape naming the field, and a refusal writes nothing', async () => {
-    let baseline = await snapshot();
-    let accepted = 0;
-    const seen = new Map<string, number>();
-    await fc.assert(
-      fc.asyncProperty(responsesBodyArb, async (body) => {
-        const text = JSON.stringify(body);
-        const res = await send('POST', '/v1/responses', {
-          authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
-        }, text);
-        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
-        expect(res.status, what).toBeLessThan(500);
-        if (res.status === 200) {
-          accepted++;
-          const made = JSON.parse(res.text) as { id: string };
-          expect(made, what).toMatchObject({ object: 'response', status: 'queued', background: true });
-          baseline = await snapshot();
-          // Queued (no worker here), it has not ended: its delete is refused and takes nothing.
-          // Its record is compared by its fields: the delete's read of it may move the hash's
-          // rehashing on, which reorders its DUMP and changes nothing else.
-          const record = h.keys.scope('acme').run(made.id.slice('resp_'.length));
-          const fields = await h.redis.hgetall(record);
-          const del = await send('DELETE', `/v1/responses/${made.id}`, { authorization: `Bearer ${key}` }, undefined);
-          expect(del.status, `${what}; DELETE -> ${del.text}`).toBe(409);
-          expect(expectOpenAiError(del.status, del.text, what)).toBe('openai:run_not_finished');
-          const after = await snapshot();
-          expect(after.has(record), what).toBe(true);
-          expect(await h.redis.hgetall(record), what).toEqual(fields);
-          after.delete(record);
-          expectUnchanged(after, new Map([...baseline].filter(([k]) => k !== record)), `${what}; DELETE`);
-          baseline = await snapshot();
-          return;
-        }
-        const code = expectOpenAiError(res.status, res.text, what);
-        seen.set(code, (seen.get(code) ?? 0) + 1);
-        // A body's refusal names its field (a missing previous response names previous_response_id too).
-        expect(JSON.parse(res.text).error.param, what).toMatch(/^[a-z_]+(\[\d+\])?(\.|$)/);
-        expectUnchanged(await snapshot(), baseline, what);
-      }),
-      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
-    );
+    const { accepted, seen } = await openAiBodies('/v1/responses', responsesBodyArb, async (res, what) => {
+      const made = JSON.parse(res.text) as { id: string };
+      expect(made, what).toMatchObject({ object: 'response', status: 'queued', background: true });
+      const baseline = await snapshot();
+      // Queued (no worker here), it has not ended: its delete is refused and takes nothing.
+      // Its record is compared by its fields: the delete's read of it may move the hash's
+      // rehashing on, which reorders its DUMP and changes nothing else.
+      const record = h.keys.scope('acme').run(made.id.slice('resp_'.length));
+      const fields = await h.redis.hgetall(record);
+      const del = await send('DELETE', `/v1/responses/${made.id}`, { authorization: `Bearer ${key}` }, undefined);
+      expect(del.status, `${what}; DELETE -> ${del.text}`).toBe(409);
+      expect(expectOpenAiError(del.status, del.text, what)).toBe('openai:run_not_finished');
+      const after = await snapshot();
+      expect(after.has(record), what).toBe(true);
+      expect(await h.redis.hgetall(record), what).toEqual(fields);
+      after.delete(record);
+      expectUnchanged(after, new Map([...baseline].filter(([k]) => k !== record)), `${what}; DELETE`);
+    });
     console.log(`generated response bodies: ${accepted} queued; refusals by code:`, Object.fromEntries(seen));
     expect(accepted).toBeGreaterThan(0);
     expect(seen.get('openai:unsupported_parameter')).toBeGreaterThan(0);
@@ -953,30 +965,9 @@ const chatCompletionBodyArb = fc.record({
 
 describe('generated OpenAI chat completion bodies', () => {
   it('stream or are refused in OpenAI\'s shape naming the field, and a refusal writes nothing', async () => {
-    let baseline = await snapshot();
-    let accepted = 0;
-    const seen = new Map<string, number>();
-    await fc.assert(
-      fc.asyncProperty(chatCompletionBodyArb, async (body) => {
-        const text = JSON.stringify(body);
-        const res = await send('POST', '/v1/chat/completions', {
-          authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)),
-        }, text);
-        const what = `${text} -> ${res.status} ${res.text.slice(0, 300)}`;
-        expect(res.status, what).toBeLessThan(500);
-        if (res.status === 200) {
-          accepted++;
-          expect(String(res.headers['content-type']), what).toMatch(/^text\/event-stream/);
-          baseline = await snapshot();
-          return;
-        }
-        const code = expectOpenAiError(res.status, res.text, what);
-        seen.set(code, (seen.get(code) ?? 0) + 1);
-        expect(JSON.parse(res.text).error.param, what).toMatch(/^[a-z_]+(\[\d+\])?(\.|$)/);
-        expectUnchanged(await snapshot(), baseline, what);
-      }),
-      { numRuns: Math.min(RUNS, 200), endOnFailure: true },
-    );
+    const { accepted, seen } = await openAiBodies('/v1/chat/completions', chatCompletionBodyArb, async (res, what) => {
+      expect(String(res.headers['content-type']), what).toMatch(/^text\/event-stream/);
+    });
     console.log(`generated chat completion bodies: ${accepted} streamed; refusals by code:`, Object.fromEntries(seen));
     expect(accepted).toBeGreaterThan(0);
     expect(seen.get('openai:validation_failed')).toBeGreaterThan(0);
