@@ -6,8 +6,8 @@
   window of 60 s. A token bucket that starts full cannot keep it (its burst plus a window's
   refill lets twice the rate through some window), so the bucket is a sliding-window log:
   `grants` holds every grant of the last O.windowMs by its time, and a grant is made only when
-  the grants still in the window, plus it, stay within both limits. ARCHITECTURE.md ("Provider
-  rate limits") has the argument and why the window is a little longer than a minute.
+  the grants still in the window, plus it, stay within both limits. docs/rate-limits.md ("Inside: how
+  the bucket keeps its promise") has the argument and why the window is a little longer than a minute.
 
   Two more rules only ever refuse a grant the window would allow, so the promise stands:
   - The spread (O.second): at most O.second.requests grants, and O.second.tokens tokens, in any
