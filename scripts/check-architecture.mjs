@@ -6,7 +6,8 @@
 // - every relative link of the page opens a file, and its #anchor a heading of that file;
 //   every path it names in code (`src/…`, `test/…`, `scripts/…`, `docs/…`, `bench/…`), such as
 //   the test that proves an invariant, exists; a count it gives a flow ("**submit** (8 hops")
-//   is the count of its list;
+//   is the count of its list; a `Class.member` it names in its prose, where a class of that
+//   name is declared in src/, is a member of that class;
 // - a flow with a budget (submit, finish, recovery: 6 hops) within it: the count and the
 //   budget are printed always, and an overrun fails only under --budget (the code is being
 //   brought within them; the flag makes the budget a rule once it is).
@@ -24,8 +25,8 @@
 // library's function for it) and any other name a `local function` of the file.
 //
 // Usage: node scripts/check-architecture.mjs [page] [--budget]   (default page: ARCHITECTURE.md)
-import { existsSync, readFileSync, statSync } from 'node:fs';
-import { basename, dirname, resolve } from 'node:path';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import ts from 'typescript';
 
 const MAX_LINES = 400;
@@ -160,6 +161,28 @@ lines.forEach((raw, i) => {
   for (const m of raw.matchAll(/\*\*([a-z][a-z-]*)\*\* \((\d+) hops/g)) {
     const hops = flows.get(m[1]);
     if (hops && hops.length !== Number(m[2])) problems.push(`${page}:${i + 1}: ${m[1]} is said to take ${m[2]} hops; its list has ${hops.length}`);
+  }
+});
+
+// `Class.member` in the prose: the member exists when src/ declares the class (ctx.step or
+// Date.now are not ours to check).
+const sources = (dir) => readdirSync(dir).sort().flatMap((f) => {
+  const p = join(dir, f);
+  return statSync(p).isDirectory() ? sources(p) : /\.tsx?$/.test(p) ? [p] : [];
+});
+const classes = new Map();
+for (const file of existsSync('src') ? sources('src') : []) {
+  for (const m of readFileSync(file, 'utf8').matchAll(/^(?:export\s+)?(?:abstract\s+)?class\s+([A-Z]\w*)/gm)) {
+    classes.set(m[1], [...(classes.get(m[1]) ?? []), file]);
+  }
+}
+lines.forEach((raw, i) => {
+  if (/^\s*```/.test(raw)) return;
+  for (const m of raw.matchAll(/`([A-Z]\w*)\.(#?[A-Za-z_]\w*)(?:\(\))?`/g)) {
+    const files = classes.get(m[1]);
+    if (files && !files.some((f) => namesOf(f).has(`${m[1]}.${m[2]}`))) {
+      problems.push(`${page}:${i + 1}: ${m[1]} (${files.join(', ')}) has no member ${m[2]}`);
+    }
   }
 });
 

@@ -40,15 +40,17 @@ describe('the check of ARCHITECTURE.md', () => {
     expect(r.stdout).toMatch(/hops: submit 1 \(budget 6\), claim 1, step 1, finish 2 \(budget 6\), recovery 2 \(budget 6\), cancel 1$/m);
   });
 
-  it('fails on a function, a method or a file that does not exist, naming each', () => {
+  it('fails on a function, a method or a file that does not exist, naming each, in its hop lists and its prose', () => {
     const r = check(page('missing.md', hops([
       'submitRun  src/api/routes-runs.ts  a function not written yet',
       'Submissions.submitRun  src/lib/engine/submissions.ts  a method the class does not have',
       'RunStore.create  src/lib/engine/no-such-file.ts',
       'begin  src/lib/engine/lua/submit.lua  a helper of another file',
-    ])));
+    ]).concat(['Prose that names `RunStore.create`, `Date.now` and `RunStore.submitOnce`, and `test/no-such.test.ts`.'])));
     expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/^check-architecture: 4 problem\(s\)$/m);
+    expect(r.stderr).toMatch(/^check-architecture: 6 problem\(s\)$/m);
+    expect(r.stderr).toMatch(/missing\.md:\d+: RunStore \(src\/lib\/engine\/store\.ts\) has no member submitOnce/);
+    expect(r.stderr).toMatch(/missing\.md:\d+: test\/no-such\.test\.ts does not exist/);
     expect(r.stderr).toMatch(/missing\.md:4: submit: src\/api\/routes-runs\.ts declares no submitRun/);
     expect(r.stderr).toMatch(/missing\.md:5: submit: src\/lib\/engine\/submissions\.ts declares no Submissions\.submitRun/);
     expect(r.stderr).toMatch(/missing\.md:6: submit: src\/lib\/engine\/no-such-file\.ts does not exist/);

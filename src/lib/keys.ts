@@ -5,6 +5,7 @@
  * tag, so all of a scope's keys live in one slot and one Lua script can update a run, its
  * session, its history and the scope's counters atomically. Lua scripts receive the scope
  * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see lua/core.lua).
+ * docs/key-layout.md lists every key, its type and what it holds.
  */
 
 import { isValidId } from './contract/ids.ts';
