@@ -2,6 +2,8 @@
 // - the page is at most 400 lines (longer explanations live beside their code or in docs/);
 // - every hop of its hop lists names a function, method or const that exists in the file the
 //   hop names, so a rename or a move fails the suite until the page follows it;
+// - each hop is called by a hop before it (its name before a `(`, a script's as a string, in
+//   that hop's text), so a list follows the path the code takes;
 // - the flows submit, claim, step, finish, recovery and cancel each have a hop list;
 // - every relative link of the page opens a file, and its #anchor a heading of that file;
 //   every path it names in code (`src/…`, `test/…`, `scripts/…`, `docs/…`, `bench/…`), such as
@@ -69,29 +71,33 @@ if (open !== undefined) problems.push(`${page}: a fenced block is not closed`);
 
 for (const flow of FLOWS) if (!flows.get(flow)?.length) problems.push(`${page}: no hop list for ${flow} (a \`\`\`hops ${flow} block)`);
 
-/** The names a file declares at its top, by file. */
+/** The names a file declares at its top, each with its text (what it calls), by file. */
 const declared = new Map();
 function namesOf(path) {
   if (declared.has(path)) return declared.get(path);
-  const names = new Set();
+  const names = new Map();
+  const add = (name, body) => names.set(name, `${names.get(name) ?? ''}${body}\n`);
   const source = readFileSync(path, 'utf8');
   if (path.endsWith('.lua')) {
-    names.add(basename(path, '.lua'));
-    for (const m of source.matchAll(/^\s*(?:local\s+)?function\s+([A-Za-z_][\w]*)\s*\(/gm)) names.add(m[1]);
-    for (const m of source.matchAll(/^\s*local\s+([A-Za-z_][\w]*)\s*=\s*function\b/gm)) names.add(m[1]);
+    add(basename(path, '.lua'), source);
+    // A helper's text runs to the next function at the start of a line.
+    const starts = [...source.matchAll(/^(?:local\s+)?function\s+([A-Za-z_]\w*)\s*\(|^local\s+([A-Za-z_]\w*)\s*=\s*function\b/gm)];
+    starts.forEach((m, i) => add(m[1] ?? m[2], source.slice(m.index + m[0].length, starts[i + 1]?.index ?? source.length)));
   } else {
     const kind = /\.tsx$/.test(path) ? ts.ScriptKind.TSX : /\.m?js$/.test(path) ? ts.ScriptKind.JS : ts.ScriptKind.TS;
     const src = ts.createSourceFile(path, source, ts.ScriptTarget.Latest, true, kind);
     const bindings = (name) => (ts.isIdentifier(name) ? [name.text]
       : name.elements.flatMap((e) => (ts.isOmittedExpression(e) ? [] : bindings(e.name))));
+    // A declaration's text without its own name: what it calls.
+    const inner = (n) => (n.body ?? n.initializer)?.getText(src) ?? '';
     for (const s of src.statements) {
-      if ((ts.isFunctionDeclaration(s) || ts.isEnumDeclaration(s)) && s.name) names.add(s.name.text);
-      if (ts.isVariableStatement(s)) for (const d of s.declarationList.declarations) for (const n of bindings(d.name)) names.add(n);
+      if ((ts.isFunctionDeclaration(s) || ts.isEnumDeclaration(s)) && s.name) add(s.name.text, ts.isEnumDeclaration(s) ? '' : inner(s));
+      if (ts.isVariableStatement(s)) for (const d of s.declarationList.declarations) for (const n of bindings(d.name)) add(n, inner(d));
       if (ts.isClassDeclaration(s) && s.name) {
-        names.add(s.name.text);
+        add(s.name.text, '');
         for (const m of s.members) {
           if (m.name && (ts.isIdentifier(m.name) || ts.isPrivateIdentifier(m.name) || ts.isStringLiteral(m.name))) {
-            names.add(`${s.name.text}.${m.name.text}`);
+            add(`${s.name.text}.${m.name.text}`, inner(m));
           }
         }
       }
@@ -101,14 +107,32 @@ function namesOf(path) {
   return names;
 }
 
+/**
+ * How a hop is called: a script by its name as a string (`this.call('finish', ...)`), anything
+ * else by its own name before a `(` (`.finish(`, `closeAttempt(`).
+ */
+const callOf = ({ name, path }) => (path.endsWith('.lua') && name === basename(path, '.lua')
+  ? new RegExp(`['"]${name}['"]`)
+  : new RegExp(`(?<![\\w$])${name.split('.').pop().replace('$', '\\$')}\\s*\\(`));
+
 for (const [flow, hops] of flows) {
-  for (const { name, path, line } of hops) {
+  hops.forEach((hop, k) => {
+    const { name, path, line } = hop;
     if (!existsSync(path) || !statSync(path).isFile()) {
       problems.push(`${page}:${line}: ${flow}: ${path} does not exist (hop ${name})`);
+      hop.body = '';
     } else if (!namesOf(path).has(name)) {
       problems.push(`${page}:${line}: ${flow}: ${path} declares no ${name}`);
+      hop.body = '';
+    } else {
+      hop.body = namesOf(path).get(name);
+      // In order: each hop is called by one before it (a callback's caller may be further up:
+      // Submissions.submit hands RunStore.create to traceSubmit).
+      if (k > 0 && !hops.slice(0, k).some((h) => callOf(hop).test(h.body))) {
+        problems.push(`${page}:${line}: ${flow}: no hop before ${name} calls it`);
+      }
     }
-  }
+  });
 }
 
 const counts = [...flows].map(([flow, hops]) => {

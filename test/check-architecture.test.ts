@@ -15,14 +15,15 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const check = (...args: string[]) => spawnSync(process.execPath, ['scripts/check-architecture.mjs', ...args], { cwd: ROOT, encoding: 'utf8' });
 
-/** A page with the six flows, each one real hop (a method, a function, a const, a script, a Lua helper). */
+/** A page with the six flows: real hops (a method, a function, a const, a script, a Lua helper), each called by the one before. */
 const hops = (submit: string[]) => [
   '# A page', '',
   '```hops submit', ...submit, '```',
   '```hops claim', 'RunExecutor.execute  src/lib/engine/executor.ts  a method', '```',
   '```hops step', 'ContextState.stepOnce  src/lib/engine/context.ts  a private method', '```',
-  '```hops finish', 'closeAttempt  src/lib/engine/close.ts  a function', 'finishRun  src/lib/engine/lua/lib.lua  a Lua helper', '```',
-  '```hops recovery', 'Sweeper.sweepScope  src/lib/engine/sweeper.ts', 'repair  src/lib/engine/lua/repair.lua  the script', '```',
+  '```hops finish', 'Transitions.finish  src/lib/engine/transitions.ts', 'finish  src/lib/engine/lua/finish.lua  the script',
+  'finishRun  src/lib/engine/lua/lib.lua  a Lua helper', '```',
+  '```hops recovery', 'closeAttempt  src/lib/engine/close.ts  a function', 'finish  src/lib/engine/close.ts  another', '```',
   '```hops cancel', 'runRoutes  src/api/routes-runs.ts  a const', '```',
   '',
 ];
@@ -37,7 +38,7 @@ describe('the check of ARCHITECTURE.md', () => {
   it('passes a page whose hops all exist', () => {
     const r = check(page('good.md', hops(['Submissions.submit  src/lib/engine/submissions.ts  the API\'s submit'])));
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/hops: submit 1 \(budget 6\), claim 1, step 1, finish 2 \(budget 6\), recovery 2 \(budget 6\), cancel 1$/m);
+    expect(r.stdout).toMatch(/hops: submit 1 \(budget 6\), claim 1, step 1, finish 3 \(budget 6\), recovery 2 \(budget 6\), cancel 1$/m);
   });
 
   it('fails on a function, a method or a file that does not exist, naming each, in its hop lists and its prose', () => {
@@ -57,6 +58,20 @@ describe('the check of ARCHITECTURE.md', () => {
     expect(r.stderr).toMatch(/missing\.md:7: submit: src\/lib\/engine\/lua\/submit\.lua declares no begin/);
   });
 
+  it('fails on hops out of the order the code calls them, and passes a callback called from further up', () => {
+    const r = check(page('order.md', hops([
+      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/ops/tracing.ts',
+      // Called by Submissions.submit through traceSubmit's callback: in order.
+      'RunStore.create  src/lib/engine/store.ts',
+      // Nothing above calls these two: the claim's gateway method and the finish script.
+      'Transitions.claim  src/lib/engine/transitions.ts', 'finish  src/lib/engine/lua/finish.lua',
+    ])));
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/^check-architecture: 2 problem\(s\)$/m);
+    expect(r.stderr).toMatch(/order\.md:8: submit: no hop before Transitions\.claim calls it/);
+    expect(r.stderr).toMatch(/order\.md:9: submit: no hop before finish calls it/);
+  });
+
   it('fails on a page past 400 lines, a flow left out, a hop it cannot read and a count that is not the list\'s', () => {
     const lines = hops(['Submissions.submit  src/lib/engine/submissions.ts', 'a hop with no path']).filter((l) => l !== '```hops cancel');
     lines.push('**submit** (5 hops):', ...Array.from({ length: 400 }, (_, i) => `line ${i}`));
@@ -69,14 +84,19 @@ describe('the check of ARCHITECTURE.md', () => {
   });
 
   it('prints a flow over its budget, and fails on it only under --budget', () => {
-    const seven = Array.from({ length: 7 }, () => 'Transitions.callRaw  src/lib/engine/transitions.ts');
-    const over = page('over.md', hops(seven));
+    // The submit as the API makes it today: eight hops.
+    const eight = [
+      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/ops/tracing.ts',
+      'RunStore.create  src/lib/engine/store.ts', 'Transitions.submit  src/lib/engine/transitions.ts',
+      'Transitions.callRaw  src/lib/engine/transitions.ts', 'callScript  src/lib/engine/scripts.ts', 'submit  src/lib/engine/lua/submit.lua',
+    ];
+    const over = page('over.md', hops(eight));
     const lenient = check(over);
     expect(lenient.status, lenient.stderr).toBe(0);
-    expect(lenient.stdout).toMatch(/submit 7 \(budget 6, over\)/);
+    expect(lenient.stdout).toMatch(/submit 8 \(budget 6, over\)/);
     const strict = check(over, '--budget');
     expect(strict.status).toBe(1);
-    expect(strict.stderr).toMatch(/submit has 7 hops, over its budget of 6/);
+    expect(strict.stderr).toMatch(/submit has 8 hops, over its budget of 6/);
   });
 
   it('passes ARCHITECTURE.md, whose lists name today\'s code', () => {
