@@ -1,6 +1,6 @@
 import type { ArtifactStore } from './artifacts/artifact-store.ts';
 import { RedisArtifactStore } from './artifacts/redis-store.ts';
-import type { Config } from './config.ts';
+import type { Config } from './config/index.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
 import { FairShare, heldBack } from './engine/fair-share.ts';
 import { RateLimiter, scopeWeights } from './engine/rate-limiter.ts';

@@ -6,7 +6,7 @@ import type { ConnectionEvents } from '../redis.ts';
 import type { RunRecord } from '../engine/record.ts';
 import type { AnsweredWait } from '../engine/transitions.ts';
 import { TERMINAL_STATUSES, type TerminalStatus } from '../contract/runs.ts';
-import type { RateLimits } from '../rate-limit-config.ts';
+import type { RateLimits } from '../config/rate-limits.ts';
 import type { BucketState, RateLimitEvents } from '../engine/rate-limiter.ts';
 import type { SchemaGuardEvents } from '../engine/schema-guard.ts';
 import { BoundedValues, MCP_METHODS, OTHER } from './metrics-labels.ts';
