@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { builtinAgents } from '../src/worker/agents-loader.ts';

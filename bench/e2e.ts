@@ -4,7 +4,7 @@ import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import type { ClaimReply } from '../src/lib/engine/transitions.ts';

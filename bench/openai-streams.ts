@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import OpenAI from 'openai';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';

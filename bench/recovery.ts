@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { BatonClient } from '../src/lib/client/client.ts';
-import { configSchema, loadConfig } from '../src/lib/config.ts';
+import { configSchema, loadConfig } from '../src/lib/config/index.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { hold } from './bench-agents.ts';
 import { spawnBaton } from './processes.ts';

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';

@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { BatonClient } from '../src/lib/client/client.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { startWorker } from '../src/worker/worker.ts';

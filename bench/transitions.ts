@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';

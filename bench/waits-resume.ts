@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
 import { createLogger } from '../src/lib/logger.ts';

@@ -13,7 +13,10 @@ describe('baton/client in a browser bundle', () => {
     });
     const inputs = Object.keys(out.metafile.inputs).sort();
     // The client and the contract (the public shapes, which import nothing), and nothing else.
-    expect(inputs.filter((f) => !f.startsWith('src/lib/contract/'))).toEqual(['src/client.ts', 'src/lib/client/client.ts', 'src/lib/client/sse-parser.ts', 'src/lib/client/transport.ts']);
+    expect(inputs.filter((f) => !f.startsWith('src/lib/contract/'))).toEqual([
+      'src/client.ts', 'src/lib/client/client.ts', 'src/lib/client/errors.ts', 'src/lib/client/event-stream.ts',
+      'src/lib/client/requests.ts', 'src/lib/client/sse-parser.ts', 'src/lib/client/transport.ts',
+    ]);
     expect(inputs.filter((f) => f.startsWith('src/lib/contract/')).length).toBeGreaterThan(0);
     const code = out.outputFiles[0].text;
     for (const name of ['ioredis', 'bullmq', 'express', 'openai', 'pino', 'prom-client', 'zod']) expect(code).not.toContain(name);

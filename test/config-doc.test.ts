@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { expect, it } from 'vitest';
-import { configSchema, loadConfig } from '../src/lib/config.ts';
+import { configSchema, loadConfig } from '../src/lib/config/index.ts';
 
 /** docs/configuration.md's table names exactly the variables Baton reads. */
 it('docs/configuration.md documents every configuration variable and no other', () => {

@@ -3,7 +3,7 @@ import type { z } from 'zod';
 import type { runUsageResponse } from '../src/api/response-schemas.ts';
 import type { RunUsage } from '../src/lib/contract/index.ts';
 import { createChatAgent } from '../src/lib/agents/chat.ts';
-import { ConfigError, loadConfig } from '../src/lib/config.ts';
+import { ConfigError, loadConfig } from '../src/lib/config/index.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { RetryAfterError } from '../src/lib/sdk/errors.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';

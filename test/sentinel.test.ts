@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from '../src/lib/client/client.ts';
 import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
-import { loadConfig } from '../src/lib/config.ts';
+import { loadConfig } from '../src/lib/config/index.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { BIN, FAST, useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';

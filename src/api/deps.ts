@@ -1,4 +1,4 @@
-import { parseBootstrapKeys, type Config } from '../lib/config.ts';
+import { parseBootstrapKeys, type Config } from '../lib/config/index.ts';
 import { RuntimeAdmin } from '../lib/tenancy/admin.ts';
 import { ApiKeyStore } from '../lib/tenancy/api-keys.ts';
 import { ScopeLimitStore } from '../lib/tenancy/limits.ts';

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import express from 'express';
 import type { Registry } from 'prom-client';
-import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
+import { ConfigError, loadConfig, type Config } from '../lib/config/index.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { checkReadiness } from '../lib/ops/health.ts';
-import { metricsAuthorized } from '../lib/ops/metrics.ts';
+import { metricsAuthorized } from '../lib/ops/metrics-auth.ts';
 import { BatonError } from '../lib/errors.ts';
 import * as res from './response-schemas.ts';
 import { route, type RouteSpec } from './route.ts';

@@ -4,7 +4,7 @@ import {
   WAIT_KEY_PATTERN, WAIT_TOKEN_PATTERN,
 } from '../lib/contract/index.ts';
 import { limitOverrides } from '../lib/tenancy/limits.ts';
-import { BUCKET_NAME } from '../lib/rate-limit-config.ts';
+import { BUCKET_NAME } from '../lib/config/rate-limits.ts';
 import { MAX_PAUSE_MS, MIN_PAUSE_MS } from '../lib/engine/rate-limiter.ts';
 
 /**

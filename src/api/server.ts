@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Config } from '../lib/config.ts';
+import type { Config } from '../lib/config/index.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';

@@ -2,7 +2,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ApiKeyStore, SCOPE_ROLES, type ApiKeyInfo, type ScopeRole } from '../lib/tenancy/api-keys.ts';
-import type { Config } from '../lib/config.ts';
+import type { Config } from '../lib/config/index.ts';
 import { createKeys, isValidId } from '../lib/keys.ts';
 import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
 

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig, type Config } from '../lib/config.ts';
+import { ConfigError, loadConfig, type Config } from '../lib/config/index.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
 import type { Resources } from '../lib/resources.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';

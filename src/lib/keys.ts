@@ -9,7 +9,7 @@
  */
 
 import { isValidId } from './contract/ids.ts';
-import { BUCKET_NAME } from './rate-limit-config.ts';
+import { BUCKET_NAME } from './config/rate-limits.ts';
 
 /** Ids that become part of keys: no braces or colons, so a key can never be forged. */
 export { ID_PATTERN, isValidId } from './contract/ids.ts';

@@ -1,6 +1,6 @@
 import type { ArtifactStore } from './artifacts/artifact-store.ts';
 import { RedisArtifactStore } from './artifacts/redis-store.ts';
-import type { Config } from './config.ts';
+import type { Config } from './config/index.ts';
 import { Dispatcher } from './engine/dispatcher.ts';
 import { FairShare, heldBack } from './engine/fair-share.ts';
 import { RateLimiter, scopeWeights } from './engine/rate-limiter.ts';
@@ -12,7 +12,8 @@ import { WaitTokens } from './engine/wait-tokens.ts';
 import { createKeys, type Keys } from './keys.ts';
 import type { Logger } from './logger.ts';
 import type { Registry } from 'prom-client';
-import { Metrics, QUEUE_STATES } from './ops/metrics.ts';
+import { Metrics } from './ops/metrics.ts';
+import { QUEUE_STATES } from './ops/metrics-scrape.ts';
 import { waitingRuns } from './ops/waiting-runs.ts';
 import { createRedis, waitReady, type Redis } from './redis.ts';
 import { parseRedisUrl } from './redis-url.ts';

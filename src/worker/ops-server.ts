@@ -2,7 +2,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { checkReadiness, type ReadinessCheck } from '../lib/ops/health.ts';
 import type { Logger } from '../lib/logger.ts';
-import { metricsAuthorized, type Metrics } from '../lib/ops/metrics.ts';
+import type { Metrics } from '../lib/ops/metrics.ts';
+import { metricsAuthorized } from '../lib/ops/metrics-auth.ts';
 
 export interface OpsServer {
   url: string;

@@ -1,6 +1,6 @@
 import { DelayedError, Worker, type Job } from 'bullmq';
 import type { Agent } from '../lib/sdk/agent.ts';
-import type { Config } from '../lib/config.ts';
+import type { Config } from '../lib/config/index.ts';
 import type { JobData } from '../lib/engine/dispatcher.ts';
 import { redisCheck, workerCheck, type ReadinessCheck } from '../lib/ops/health.ts';
 import { newWorkerId } from '../lib/ids.ts';

@@ -5,7 +5,7 @@ import { inject } from 'vitest';
 import { startApi, type ApiHandle } from '../../src/api/server.ts';
 import type { Agent } from '../../src/lib/sdk/agent.ts';
 import { ApiKeyStore, type ScopeRole } from '../../src/lib/tenancy/api-keys.ts';
-import { loadConfig, type Config } from '../../src/lib/config.ts';
+import { loadConfig, type Config } from '../../src/lib/config/index.ts';
 import { createKeys, type Keys } from '../../src/lib/keys.ts';
 import { createLogger } from '../../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../../src/lib/redis.ts';

@@ -3,10 +3,10 @@ import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/reso
 import {
   defineAgent, type Agent, type AgentResult, type HistoryMessage, type RateLimitRequest, type RunContext, type SteeringMessage,
 } from '../sdk/agent.ts';
-import { BUCKET_NAME } from '../rate-limit-config.ts';
+import { BUCKET_NAME } from '../config/rate-limits.ts';
 import { reportToolCall, reportToolResult } from '../sdk/agent-reports.ts';
 import type { MemoryOption } from '../sessions/memory-session.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import { isToolDeclinedError, PermanentError } from '../sdk/errors.ts';
 import { modelTurn, type ModelTurn } from './chat-model-call.ts';
 import {

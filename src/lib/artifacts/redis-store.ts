@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Transitions } from '../engine/transitions.ts';
 import { BatonError } from '../errors.ts';
 import { newArtifactId } from '../ids.ts';

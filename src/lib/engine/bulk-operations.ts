@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import {
   PUBLIC_RUN_STATUSES, TERMINAL_STATUSES, type BulkRequest, type PublicRunStatus,
   type OperationKind, type OperationList, type OperationListOptions, type OperationStatus, type OperationView, type RunFilter,

@@ -2,7 +2,7 @@ import type { Logger } from '../logger.ts';
 import type { RunMemory } from '../sessions/run-memory.ts';
 import type { EventWriter } from '../streams/writer.ts';
 import { RUN_LIMIT_CODES, type TerminalStatus, type UsageTotals } from '../contract/runs.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { ModelCallUsage } from '../sdk/agent.ts';
 import type { McpCallNotice } from '../sdk/agent-reports.ts';
 import type { Attempt } from './attempt.ts';

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Agent, AgentResult, HistoryMessage } from '../sdk/agent.ts';
 import { OutputInvalidError } from '../sdk/errors.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { JobData } from './dispatcher.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';

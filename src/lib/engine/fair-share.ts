@@ -1,4 +1,4 @@
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import { isConnectionLoss, type Redis } from '../redis.ts';

@@ -1,4 +1,4 @@
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Logger } from '../logger.ts';
 import { RunAbort } from './attempt.ts';
 import type { RunError, RunRecord, RunResult } from './record.ts';

@@ -4,7 +4,7 @@ import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import type { Redis } from '../redis.ts';
-import { BUCKET_NAME, perSecond, type BucketLimit, type RateLimits } from '../rate-limit-config.ts';
+import { BUCKET_NAME, perSecond, type BucketLimit, type RateLimits } from '../config/rate-limits.ts';
 import type { RateLimitRequest } from '../sdk/agent.ts';
 import { PermanentError } from '../sdk/errors.ts';
 import { classify } from './retry-policy.ts';

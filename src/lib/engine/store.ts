@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import { BatonError } from '../errors.ts';
 import { newMessageId, newRunId } from '../ids.ts';

@@ -1,6 +1,6 @@
 import type { ArtifactStore } from '../artifacts/artifact-store.ts';
 import { assertAttachmentsExist } from '../artifacts/resolve.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
 import { quoteList, type WorkerRegistry } from '../tenancy/worker-registry.ts';
 import { BatonError } from '../errors.ts';

@@ -1,5 +1,5 @@
 import { isConnectionLoss, redisNowMs, type Redis } from '../redis.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Logger } from '../logger.ts';

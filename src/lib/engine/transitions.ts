@@ -1,5 +1,5 @@
 import type { ChainableCommander, Redis } from 'ioredis';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';

@@ -20,7 +20,7 @@ import type {
 } from '@ai-sdk/provider';
 import { APICallError, wrapLanguageModel, type LanguageModelMiddleware, type ModelMessage, type ToolSet } from 'ai';
 import type { InferOptions, RateLimitRequest, RunContext } from './agent.ts';
-import { BUCKET_NAME } from '../rate-limit-config.ts';
+import { BUCKET_NAME } from '../config/rate-limits.ts';
 import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, type ModelUsage } from './agent-reports.ts';
 import { isPermanentError, isToolDeclinedError, isTransientError, TransientError } from './errors.ts';
 import { estimateCallTokens } from './token-estimate.ts';

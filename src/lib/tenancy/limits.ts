@@ -2,7 +2,7 @@ import { shareAt } from '../engine/fair-share.ts';
 import type { FairLevel } from '../engine/transitions.ts';
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import { LIMIT_FIELDS, type LimitField, type ScopeLimits, type ScopeLimitsView } from '../contract/admin.ts';
 import { utcDay } from '../engine/budgets.ts';

@@ -1,4 +1,4 @@
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { SubmitLimit } from '../engine/transitions.ts';
 
 /**

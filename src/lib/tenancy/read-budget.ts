@@ -1,4 +1,4 @@
-import type { Config } from '../config.ts';
+import type { Config } from '../config/index.ts';
 import type { Transitions } from '../engine/transitions.ts';
 import { BatonError } from '../errors.ts';
 import { LIMITS_CACHE_MS } from './limits.ts';

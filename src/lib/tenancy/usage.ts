@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
-import type { Config, ModelPrice } from '../config.ts';
+import type { Config, ModelPrice } from '../config/index.ts';
 import { BatonError } from '../errors.ts';
 import type { ScopeUsage, UsageRow } from '../contract/admin.ts';
 import type { ModelUsage, RunUsage, UsageTotals } from '../contract/runs.ts';
