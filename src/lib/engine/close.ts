@@ -6,7 +6,7 @@ import type { Config } from '../config.ts';
 import type { ModelCallUsage } from '../sdk/agent.ts';
 import type { McpCallNotice } from '../sdk/agent-reports.ts';
 import type { Attempt } from './attempt.ts';
-import type { MemoEvents } from './context.ts';
+import type { MemoEvents } from './context-deps.ts';
 import type { ParkReply, Transitions } from './transitions.ts';
 import { errorText, thrownOutcome, writeFailure, type Answer, type AttemptOutcome } from './outcome.ts';
 import type { RunError, RunRecord, RunResult, SessionMessage } from './record.ts';
