@@ -135,8 +135,11 @@ async function transition(c: Closing, outcome: AttemptOutcome, saved: number): P
       const reply = sent.value;
       if (reply.cancelRequested) {
         // wait.lua did not park (a cancel came first): the run's one transition is the finish, cancelled.
+        // A custom store takes the turn first, as for any finish; with the signal aborted its
+        // refusal reads as the cancel itself (or a lost lease), so the end is one of those.
         attempt.abort('cancelled');
-        return finish(c, { kind: 'aborted', reason: 'cancelled' }, saved);
+        const { end, saved: kept } = await storeTurn(c, { kind: 'aborted', reason: 'cancelled' });
+        return endsRun(end) ? finish(c, end, kept) : end;
       }
       c.trace?.closed('waiting', { 'baton.attempt.waits': outcome.waits.length });
       // Waits whose deadline had passed ended in the park: their spans end now.
@@ -210,14 +213,14 @@ async function finishWith(c: Closing, outcome: Ending, saved: number, span?: Fin
   const turn = c.memory?.writtenByFinish ? turnMessages(c.run, result, status, c.progress?.steered ?? []) : [];
   // The last events ride with the finish, in its script call: the `end` event follows them.
   const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
-  if (!last.ok) return last.outcome;
+  if (!last.ok) return notWritten(last.outcome, span);
   const sent = await written(() => c.deps.transitions.finish(c.attempt, {
     status,
     result: JSON.stringify(result),
     lastError: error ? JSON.stringify(error) : undefined,
     turn: turn.length ? turn.map((m) => JSON.stringify(m)) : undefined,
   }, last.value));
-  if (!sent.ok) return sent.outcome;
+  if (!sent.ok) return notWritten(sent.outcome, span);
   if (last.value) c.writer.acknowledge(last.value);
   span?.committed({
     status, finishReason: result.finishReason, historyMessages: saved + turn.length,
@@ -228,6 +231,11 @@ async function finishWith(c: Closing, outcome: Ending, saved: number, span?: Fin
   const { notDelivered } = sent.value;
   if (notDelivered > 0) hook(c, () => c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered));
   c.log.info({ status, finishReason: result.finishReason }, 'run finished');
+  return outcome;
+}
+
+function notWritten(outcome: Refused, span?: FinishTrace): Refused {
+  span?.notWritten(outcome.kind);
   return outcome;
 }
 
