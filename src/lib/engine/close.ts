@@ -81,8 +81,10 @@ type Written<T> = { ok: true; value: T } | { ok: false; outcome: Refused };
  */
 export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise<AttemptOutcome> {
   // The custom store takes the turn first: its refusal is the outcome the transition closes.
-  const { end, saved } = await storeTurn(c, outcome);
-  const closed = await transition(c, end, saved);
+  // What throws past the writes' own outcomes is a bug of Baton's: closed as broken, once.
+  const closed = await storeTurn(c, outcome)
+    .then(({ end, saved }) => transition(c, end, saved))
+    .catch((err: unknown): AttemptOutcome => ({ kind: 'broken', error: errorText(err) }));
   if (closed.kind === 'broken') return closeBroken(c, closed.error);
   if (closed.kind === 'lease-lost') {
     c.trace?.closed('lease-lost');
