@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
-import type { Attempt } from '../src/lib/engine/attempt.ts';
+import { Attempt } from '../src/lib/engine/attempt.ts';
 import type { WorkerHandle } from '../src/worker/worker.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
@@ -96,6 +96,24 @@ const hold = defineAgent({
   },
 });
 
+/** Runs whose first attempt lost its lease (the agent's own record: the lost attempt makes no write). */
+const lostOnce = new Set<string>();
+
+/**
+ * Its first attempt streams, then holds until its signal aborts (its lease taken over) and
+ * throws an error of its own; the attempt holding the run next answers.
+ */
+const lose = defineAgent({
+  name: 'oc-lose',
+  async run(ctx) {
+    if (lostOnce.has(ctx.runId)) return 'taken over';
+    lostOnce.add(ctx.runId);
+    ctx.emit('first try');
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+    throw new Error('the agent gave up after its abort');
+  },
+});
+
 /** A custom store that refuses the turn: the outcome turns into the store's error before the one closing transition. */
 const refusingStore = (err: () => Error) => defineAgent({
   name: err().name === 'TransientError' ? 'oc-store-transient' : 'oc-store-permanent',
@@ -119,7 +137,7 @@ beforeAll(async () => {
   h = await useHarness({ SHUTDOWN_GRACE_MS: '300', RETRY_BASE_MS: '50', RETRY_MAX_MS: '100' });
   const api = await h.startApi();
   acme = await h.client(api.url, 'acme');
-  worker = await h.startWorker({ agents: [succeed, fail, retry, block, park, hold, storeTransient, storePermanent] });
+  worker = await h.startWorker({ agents: [succeed, fail, retry, block, park, hold, lose, storeTransient, storePermanent] });
 });
 
 afterAll(() => {
@@ -197,6 +215,24 @@ describe('one closing transition per attempt', () => {
     });
     expect(await settled(transient, 2)).toEqual([['retry'], ['finish:failed']]);
     expect(await settled(permanent, 1)).toEqual([['finish:failed']]);
+  });
+
+  it('a lost lease: the attempt that lost it closes nothing (its agent\'s error included); the next holder closes once', async () => {
+    const id = await submit('oc-lose');
+    await acme.waitStatus(id, ['running']);
+    await waitFor(() => lostOnce.has(id), 10_000, 'the first attempt to start');
+    // Another holder takes the run over, its lease made to look lapsed (as a paused worker's
+    // would), and hands it back at once: the worker's next claim recovers it with fence 3,
+    // which aborts the first attempt for a lost lease.
+    await h.redis.zadd(h.keys.scope('acme').leases, 1, id);
+    const ghost = await h.transitions().claim({ scope: 'acme', runId: id }, 'ghost', {});
+    expect(ghost.kind).toBe('claimed');
+    if (ghost.kind !== 'claimed') return;
+    await h.transitions().release(new Attempt(ghost.run, ghost.fence, h.keys.scope('acme')));
+    expect(await acme.waitStatus(id, ['succeeded', 'failed'])).toMatchObject({ status: 'succeeded', result: { answer: 'taken over' } });
+    // Fence 1 (the lost attempt) made no closing call: only the ghost's release and the finish.
+    expect(await settled(id, 2)).toEqual([['release'], ['finish:succeeded']]);
+    expect([...(closings.get(id)?.keys() ?? [])]).toEqual([2, 3]);
   });
 
   it('aborted by the shutdown: one release (the last test: it stops this file\'s worker)', async () => {

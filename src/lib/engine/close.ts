@@ -6,9 +6,9 @@ import type { Config } from '../config/index.ts';
 import type { ModelCallUsage } from '../sdk/agent.ts';
 import type { McpCallNotice } from '../sdk/agent-reports.ts';
 import type { Attempt } from './attempt.ts';
-import type { MemoEvents } from './context.ts';
+import type { MemoEvents } from './context-deps.ts';
 import type { ParkReply, Transitions } from './transitions.ts';
-import { thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
+import { errorText, thrownOutcome, writeFailure, type Answer, type AttemptOutcome } from './outcome.ts';
 import type { RunError, RunRecord, RunResult, SessionMessage } from './record.ts';
 import { LeaseLostError } from './script-codes.ts';
 import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../ops/tracing.ts';
@@ -66,121 +66,179 @@ export interface Closing {
 }
 
 type Ending = Extract<AttemptOutcome, { kind: 'succeeded' | 'failed' | 'aborted' }>;
+type Refused = Extract<AttemptOutcome, { kind: 'lease-lost' | 'redis-lost' | 'events-unwritten' | 'broken' }>;
+/** A write of the closing: what it answered, or the outcome its failure makes (see writeFailure). */
+type Written<T> = { ok: true; value: T } | { ok: false; outcome: Refused };
 
 /**
- * Closes the attempt for its outcome with exactly one closing transition (finish, retry,
- * block, wait or release), which carries the attempt's last events and, for a finish, its
- * history turn. A turn a custom store refuses turns the outcome into that error's (retried
- * or failed) before the transition, never after. Throws LeaseLostError when the run is no
- * longer this attempt's, and EventsUnwritten when its events cannot be written first.
+ * Closes the attempt for its outcome: called once per attempt, it issues at most one closing
+ * transition (finish, retry, block, wait or release), which carries the attempt's last events
+ * and, for a finish, its history turn. A turn a custom store refuses turns the outcome into
+ * that error's (retried or failed) before the transition, never after. Never throws: returns
+ * the outcome the attempt closed as, the given one or what a write of the closing made of it
+ * (lease-lost, redis-lost, events-unwritten: no transition landed; broken: the run was failed
+ * with CLOSE_FAILED instead).
  */
-export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise<void> {
+export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise<AttemptOutcome> {
+  // The custom store takes the turn first: its refusal is the outcome the transition closes.
+  // What throws past the writes' own outcomes is a bug of Baton's: closed as broken, once.
+  const closed = await storeTurn(c, outcome)
+    .then(({ end, saved }) => transition(c, end, saved))
+    .catch((err: unknown): AttemptOutcome => ({ kind: 'broken', error: errorText(err) }));
+  if (closed.kind === 'broken') return closeBroken(c, closed.error);
+  if (closed.kind === 'lease-lost') {
+    c.trace?.closed('lease-lost');
+    c.log.warn('lease lost; this attempt stops writing');
+  } else if (closed.kind === 'redis-lost' || closed.kind === 'events-unwritten') {
+    // Nothing this attempt writes now would land (or it would leave a hole before `end`).
+    c.trace?.closed('unclosed');
+    c.log.warn({ err: closed.error, why: closed.kind }, 'attempt left unclosed; the run is taken over once its lease ends');
+  }
+  return closed;
+}
+
+/** The one closing transition for `outcome`: returns the outcome closed, or what a failed write made of it. */
+async function transition(c: Closing, outcome: AttemptOutcome, saved: number): Promise<AttemptOutcome> {
   const { transitions, events } = c.deps;
   const { run, attempt, log } = c;
   switch (outcome.kind) {
+    case 'lease-lost':
+    case 'redis-lost':
+    case 'events-unwritten':
+    case 'broken':
+      return outcome;
     case 'retrying': {
-      await flushBeforeClosing(c);
-      const retryAt = await transitions.retry(attempt, { delayMs: outcome.delayMs, lastError: JSON.stringify(outcome.error) });
-      c.trace?.closed('retrying', { 'baton.attempt.retry_at': retryAt, 'error.type': outcome.error.code });
-      events?.retried?.(run);
-      log.info({ retryAt, delay: outcome.delayMs }, 'run retrying');
-      return;
+      const lastError = JSON.stringify(outcome.error);
+      const sent = await flushThen(c, () => transitions.retry(attempt, { delayMs: outcome.delayMs, lastError }));
+      if (!sent.ok) return sent.outcome;
+      c.trace?.closed('retrying', { 'baton.attempt.retry_at': sent.value, 'error.type': outcome.error.code });
+      hook(c, () => events?.retried?.(run));
+      log.info({ retryAt: sent.value, delay: outcome.delayMs }, 'run retrying');
+      return outcome;
     }
     case 'blocked': {
-      await flushBeforeClosing(c);
-      await transitions.block(attempt, {
+      const sent = await flushThen(c, () => transitions.block(attempt, {
         stepKey: outcome.stepKey,
         reason: 'a non-idempotent step was started by an earlier attempt and recorded no result',
         since: Date.now(),
-      });
+      }));
+      if (!sent.ok) return sent.outcome;
       c.trace?.closed('blocked', { 'baton.step.key': outcome.stepKey });
       // The agent's code left behind (its other steps, its waits) must stop: the run is no longer this attempt's.
       attempt.abort('blocked');
-      events?.blocked?.(run);
+      hook(c, () => events?.blocked?.(run));
       log.warn({ stepKey: outcome.stepKey }, 'run blocked');
-      return;
+      return outcome;
     }
     case 'parked': {
       // Events first, so the `status: waiting` event follows every token of the attempt.
-      await flushBeforeClosing(c);
-      const reply = await transitions.wait(attempt, outcome.waits);
+      const sent = await flushThen(c, () => transitions.wait(attempt, outcome.waits));
+      if (!sent.ok) return sent.outcome;
+      const reply = sent.value;
       if (reply.cancelRequested) {
-        // wait.lua did not park (a cancel came first): the attempt closes as cancelled instead.
+        // wait.lua did not park (a cancel came first): the run's one transition is the finish, cancelled.
+        // A custom store takes the turn first, as for any finish; with the signal aborted its
+        // refusal reads as the cancel itself (or a lost lease), so the end is one of those.
         attempt.abort('cancelled');
-        return closeAttempt(c, { kind: 'aborted', reason: 'cancelled' });
+        const { end, saved: kept } = await storeTurn(c, { kind: 'aborted', reason: 'cancelled' });
+        return endsRun(end) ? finish(c, end, kept) : end;
       }
       c.trace?.closed('waiting', { 'baton.attempt.waits': outcome.waits.length });
       // Waits whose deadline had passed ended in the park: their spans end now.
       traceWaitsEnded(run.traceparent, run.id, reply.answered, (w) => expiredWaitEnd(w.kind));
       // The agent's pending waits reject with RunWaiting, and nothing it still does can write.
       attempt.abort('waiting');
-      events?.waiting?.(run, reply);
+      hook(c, () => events?.waiting?.(run, reply));
       if (reply.nextAt !== undefined) c.deps.wakeAt?.(run.scope, run.id, reply.nextAt);
       log.info({ waits: outcome.waits.map((w) => w.key), admittedAgain: reply.admittedAgain }, 'run waiting');
-      return;
+      return outcome;
     }
     case 'aborted':
       if (outcome.reason === 'shutdown') {
-        await flushBeforeClosing(c);
-        await transitions.release(attempt);
+        const sent = await flushThen(c, () => transitions.release(attempt));
+        if (!sent.ok) return sent.outcome;
         c.trace?.closed('handed-over');
         log.info('run handed over at shutdown');
-        return;
+        return outcome;
       }
-      return finish(c, outcome);
+      return finish(c, outcome, saved);
     case 'succeeded':
     case 'failed':
-      return finish(c, outcome);
+      return finish(c, outcome, saved);
+  }
+}
+
+/**
+ * A custom store (one the finish does not write) takes the turn before the finish: refused,
+ * the outcome becomes the store's error (retried when transient, memoized steps make that
+ * cheap, else failed), never a success whose history was not stored. `saved`: the messages
+ * it took (traced).
+ */
+async function storeTurn(c: Closing, outcome: AttemptOutcome): Promise<{ end: AttemptOutcome; saved: number }> {
+  if (!endsRun(outcome) || !c.memory || c.memory.writtenByFinish) return { end: outcome, saved: 0 };
+  const { result, status } = finishOf(c, outcome);
+  const turn = turnMessages(c.run, result, status, c.progress?.steered ?? []);
+  if (turn.length === 0) return { end: outcome, saved: 0 };
+  try {
+    await c.deps.transitions.assertLease(c.attempt);
+    await c.memory.save(turn);
+    return { end: outcome, saved: turn.length };
+  } catch (err) {
+    // A lost lease is lease-lost (thrownOutcome); a refusal is the store's error.
+    if (!(err instanceof LeaseLostError)) c.log.warn({ err: errorText(err) }, 'memory store could not commit the turn');
+    return { end: thrownOutcome(err, c.attempt.signal, c.run, c.deps.config, c.log), saved: 0 };
+  }
+}
+
+function endsRun(outcome: AttemptOutcome): outcome is Ending {
+  return outcome.kind === 'succeeded' || outcome.kind === 'failed' || (outcome.kind === 'aborted' && outcome.reason !== 'shutdown');
+}
+
+/** Runs a hook (metrics): its failure is logged, never the run's. */
+function hook(c: Closing, fn: () => void): void {
+  try {
+    fn();
+  } catch (err) {
+    c.log.error({ err: errorText(err) }, 'an executor hook threw');
   }
 }
 
 /** finish.lua: the run ends succeeded, failed or cancelled, with its last events and its turn (in a `baton.finish` span). */
-function finish(c: Closing, outcome: Ending): Promise<void> {
-  return c.trace ? c.trace.finishing((span) => finishWith(c, outcome, span)) : finishWith(c, outcome);
+function finish(c: Closing, outcome: Ending, saved: number): Promise<AttemptOutcome> {
+  return c.trace ? c.trace.finishing((span) => finishWith(c, outcome, saved, span)) : finishWith(c, outcome, saved);
 }
 
-async function finishWith(c: Closing, outcome: Ending, span?: FinishTrace): Promise<void> {
-  let { status, result, error } = finishOf(c, outcome);
-  // Without a memory (no agent, or its store could not be opened) there is no turn.
-  let turn = c.memory ? turnMessages(c.run, result, status, c.progress?.steered ?? []) : [];
-  /** Messages a custom store took (traced). */
-  let saved = 0;
-  if (c.memory && !c.memory.writtenByFinish && turn.length > 0) {
-    try {
-      await c.deps.transitions.assertLease(c.attempt);
-      await c.memory.save(turn);
-      saved = turn.length;
-    } catch (err) {
-      if (err instanceof LeaseLostError) throw err;
-      // The answer exists but its history could not be stored: not a success. Retried when
-      // the store's error is transient (memoized steps make that cheap), else failed.
-      c.log.warn({ err: errorText(err) }, 'memory store could not commit the turn');
-      // A retry or a hand-over closes with its own transition, and this finish is not made.
-      const instead = thrownOutcome(err, c.attempt.signal, c.run, c.deps.config, c.log);
-      const endsRun = instead.kind === 'failed' || (instead.kind === 'aborted' && instead.reason !== 'shutdown');
-      if (!endsRun) return closeAttempt(c, instead);
-      ({ status, result, error } = finishOf(c, instead));
-    }
-    // A custom store holds the turn now (or refused it): the finish writes none.
-    turn = [];
-  }
+async function finishWith(c: Closing, outcome: Ending, saved: number, span?: FinishTrace): Promise<AttemptOutcome> {
+  const { status, result, error } = finishOf(c, outcome);
+  // Without a memory (no agent, or its store could not be opened) there is no turn; a custom
+  // store took it already (storeTurn), or refused it and this finish is the refusal's.
+  const turn = c.memory?.writtenByFinish ? turnMessages(c.run, result, status, c.progress?.steered ?? []) : [];
   // The last events ride with the finish, in its script call: the `end` event follows them.
   const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
-  const { notDelivered } = await c.deps.transitions.finish(c.attempt, {
+  if (!last.ok) return notWritten(last.outcome, span);
+  const sent = await written(() => c.deps.transitions.finish(c.attempt, {
     status,
     result: JSON.stringify(result),
     lastError: error ? JSON.stringify(error) : undefined,
     turn: turn.length ? turn.map((m) => JSON.stringify(m)) : undefined,
-  }, last);
-  if (last) c.writer.acknowledge(last);
+  }, last.value));
+  if (!sent.ok) return notWritten(sent.outcome, span);
+  if (last.value) c.writer.acknowledge(last.value);
   span?.committed({
     status, finishReason: result.finishReason, historyMessages: saved + turn.length,
     store: !c.memory ? 'none' : c.memory.writtenByFinish ? 'redis' : 'custom',
   });
   c.trace?.closed(status, error ? { 'error.type': error.code } : {});
-  c.deps.events?.finished?.(c.run, status);
-  if (notDelivered > 0) c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered);
+  hook(c, () => c.deps.events?.finished?.(c.run, status));
+  const { notDelivered } = sent.value;
+  if (notDelivered > 0) hook(c, () => c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered));
   c.log.info({ status, finishReason: result.finishReason }, 'run finished');
+  return outcome;
+}
+
+function notWritten(outcome: Refused, span?: FinishTrace): Refused {
+  span?.notWritten(outcome.kind);
+  return outcome;
 }
 
 /** The status, result and error a finish writes for an outcome that ends the run. */
@@ -228,31 +286,50 @@ function usage(c: Closing): Pick<RunResult, 'usage'> {
 }
 
 /**
- * The closing of last resort, after something threw on the way out: the run fails with
- * CLOSE_FAILED, its streamed text as the answer. No turn is committed (the store may be what
- * threw) and nothing of the agent's result is written but that text, so this finish cannot
- * fail on the value that made the first one fail. If even this cannot be written, the run
- * is left to be taken over (bounded by MAX_RECOVERIES).
+ * The closing of a broken attempt (something of Baton's threw on the way): the run fails
+ * with CLOSE_FAILED, its streamed text as the answer. No turn is committed (the store may be
+ * what threw) and nothing of the agent's result is written but that text, so this finish
+ * cannot fail on the value that made the first one fail. If even this cannot be written, the
+ * run is left to be taken over (bounded by MAX_RECOVERIES).
  */
-export async function closeAfterThrow(c: Closing, err: unknown): Promise<void> {
+async function closeBroken(c: Closing, why: string): Promise<AttemptOutcome> {
   const lastError: RunError = {
     code: RUN_LIMIT_CODES.CLOSE_FAILED,
-    message: `the attempt could not be closed: ${errorText(err)}`.slice(0, 2000),
+    message: `the attempt could not be closed: ${why}`.slice(0, 2000),
   };
-  c.log.error({ err: errorText(err) }, 'closing the attempt failed; failing the run');
-  try {
-    // One try, no retries: a flush that fails here would leave a hole before `end`.
+  c.log.error({ err: why }, 'closing the attempt failed; failing the run');
+  // One try, no retries: a flush that fails here would leave a hole before `end`.
+  const sent = await written(async () => {
     await c.writer.flush();
     await c.deps.transitions.finish(c.attempt, {
       status: 'failed', result: JSON.stringify({ ...partial(c, 'error'), ...usage(c) }), lastError: JSON.stringify(lastError),
     });
+  });
+  if (sent.ok) {
     c.trace?.closed('failed', { 'error.type': lastError.code });
-    c.deps.events?.finished?.(c.run, 'failed');
-  } catch (again) {
-    if (!(again instanceof LeaseLostError)) {
-      c.log.error({ err: errorText(again) }, 'the run could not be failed either; it is taken over once its lease ends');
+    hook(c, () => c.deps.events?.finished?.(c.run, 'failed'));
+  } else {
+    c.trace?.closed('unclosed');
+    if (sent.outcome.kind !== 'lease-lost') {
+      c.log.error({ err: 'error' in sent.outcome ? sent.outcome.error : '' }, 'the run could not be failed either; it is taken over once its lease ends');
     }
   }
+  return { kind: 'broken', error: why };
+}
+
+/** A write of the closing, its failure made an outcome where it happens. */
+async function written<T>(write: () => Promise<T>): Promise<Written<T>> {
+  try {
+    return { ok: true, value: await write() };
+  } catch (err) {
+    return { ok: false, outcome: writeFailure(err) };
+  }
+}
+
+/** The attempt's events first, then the closing transition `write` (see flushBeforeClosing). */
+async function flushThen<T>(c: Closing, write: () => Promise<T>): Promise<Written<T>> {
+  const flushed = await flushBeforeClosing(c, () => c.writer.flush());
+  return flushed.ok ? written(write) : flushed;
 }
 
 /**
@@ -261,19 +338,17 @@ export async function closeAfterThrow(c: Closing, err: unknown): Promise<void> {
  * chaos soak caught one when Redis restarted during a finish). A failed write is retried
  * (the writer resends the same batch, applied once) for up to LEASE_MS; past that the lease
  * is as good as gone, and the error ends the attempt without closing it: the run is then
- * recovered and its next holder streams the answer again.
+ * recovered and its next holder streams the answer again (events-unwritten).
  */
-async function flushBeforeClosing(c: Closing): Promise<void>;
-async function flushBeforeClosing<T>(c: Closing, write: () => Promise<T>): Promise<T>;
-async function flushBeforeClosing(c: Closing, write: () => Promise<unknown> = () => c.writer.flush()): Promise<unknown> {
+async function flushBeforeClosing<T>(c: Closing, write: () => Promise<T>): Promise<Written<T>> {
   const giveUpAt = Date.now() + c.deps.config.LEASE_MS;
   for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
     try {
-      return await write();
+      return { ok: true, value: await write() };
     } catch (err) {
-      if (err instanceof LeaseLostError) throw err;
-      if (Date.now() + delay > giveUpAt) throw new EventsUnwritten(err);
-      c.log.warn({ err: (err as Error).message }, 'could not write events before closing the run; trying again');
+      if (err instanceof LeaseLostError) return { ok: false, outcome: { kind: 'lease-lost' } };
+      if (Date.now() + delay > giveUpAt) return { ok: false, outcome: { kind: 'events-unwritten', error: errorText(err) } };
+      c.log.warn({ err: errorText(err) }, 'could not write events before closing the run; trying again');
       await new Promise((resolve) => setTimeout(resolve, delay));
     }
   }
@@ -307,21 +382,4 @@ function turnMessages(
     out.push(assistant);
   }
   return out;
-}
-
-/** The attempt's events could not be written before closing it, for as long as its lease lasts. */
-export class EventsUnwritten extends Error {
-  constructor(cause: unknown) {
-    super(`the attempt's events could not be written: ${errorText(cause)}`, { cause });
-    this.name = 'EventsUnwritten';
-  }
-}
-
-/** A thrown value as text, whatever it is (an agent may throw anything). */
-export function errorText(err: unknown): string {
-  try {
-    return String((err as Error | undefined)?.message ?? err);
-  } catch {
-    return 'an unreadable value';
-  }
 }

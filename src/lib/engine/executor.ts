@@ -9,18 +9,15 @@ import { Appender } from '../streams/appender.ts';
 import { EventWriter } from '../streams/writer.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
 import { Attempt } from './attempt.ts';
-import { ContextState, STOPPED, type MemoEvents } from './context.ts';
-import {
-  closeAfterThrow, closeAttempt, errorText, EventsUnwritten, type Closing, type ExecutorEvents, type Progress,
-} from './close.ts';
-import { abortOutcome, thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
+import { ContextState, type MemoEvents } from './context.ts';
+import { STOPPED } from './context-waits.ts';
+import { closeAttempt, type ExecutorEvents, type Progress } from './close.ts';
+import { abortOutcome, errorText, thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
 import { parseRunRecord, type RunResult } from './record.ts';
-import { LeaseLostError } from './script-codes.ts';
 import type { ClaimReply, Transitions } from './transitions.ts';
 import type { WaitTokens } from './wait-tokens.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import { claimHistoryReads } from '../sessions/memory-session.ts';
-import { isRedisUnavailable } from '../redis.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
 import { resolveInputArtifacts } from '../artifacts/resolve.ts';
@@ -137,32 +134,16 @@ export class RunExecutor {
     // What is left of MAX_RUN_MS after the attempts before this one: then the signal aborts.
     const budgetMs = c.MAX_RUN_MS - (run.runMs ?? 0);
     const ceiling = setTimeout(() => attempt.abort('run-limit'), Math.max(0, budgetMs));
-    let closing: Closing = { deps: this.d, run, attempt, writer, log, trace };
     try {
       const ended: AgentEnded = budgetMs <= 0
         ? { outcome: { kind: 'aborted', reason: 'run-limit' } }
-        : await this.runAgent(claim, attempt, writer, log, trace);
-      closing = { ...closing, memory: ended.memory, progress: ended.progress };
-      await closeAttempt(closing, ended.outcome);
-      return { kind: 'done' };
-    } catch (err) {
-      // The one place a lost lease ends an attempt: nothing it writes now would land.
-      if (err instanceof LeaseLostError) {
-        trace.closed('lease-lost');
-        log.warn('lease lost; this attempt stops writing');
-        return { kind: 'done' };
-      }
-      // Redis out of reach, or the attempt's events could not be written: nothing this attempt
-      // writes now would land (or it would leave a hole before `end`). The lease runs out and
-      // the run is taken over, at most MAX_RECOVERIES times.
-      if (isRedisUnavailable(err) || err instanceof EventsUnwritten) {
-        trace.closed('unclosed');
-        log.warn({ err: errorText(err) }, 'attempt left unclosed; the run is taken over once its lease ends');
-        return { kind: 'done' };
-      }
-      // Anything else thrown on the way out (a transition refusing a value, a hook, a bug) would
-      // leave the run leased and recovered into the same throw forever: close it as failed.
-      await closeAfterThrow(closing, err);
+        : await this.runAgent(claim, attempt, writer, log, trace).catch((err: unknown): AgentEnded => ({
+          // A bug of Baton's in the agent's part: closed as broken, never left leased to be
+          // recovered into the same throw.
+          outcome: { kind: 'broken', error: errorText(err) },
+        }));
+      // The one closing: it never throws, and whatever it wrote (or could not) ends the attempt.
+      await closeAttempt({ deps: this.d, run, attempt, writer, log, trace, memory: ended.memory, progress: ended.progress }, ended.outcome);
       return { kind: 'done' };
     } finally {
       clearTimeout(budget);
@@ -175,8 +156,8 @@ export class RunExecutor {
 
   /**
    * The agent's part of an attempt: open its memory and input, run it with a RunContext, and
-   * check its answer. Ends in an outcome, whatever the agent does; throws only LeaseLostError
-   * (the signal aborted because another worker holds the run) and what is a bug of Baton's.
+   * check its answer. Ends in an outcome, whatever the agent does (a lost lease included);
+   * throws only what is a bug of Baton's.
    */
   private async runAgent(claim: Claimed, attempt: Attempt, writer: EventWriter, log: Logger, trace: AttemptTrace): Promise<AgentEnded> {
     const { redis, keys, config: c, transitions } = this.d;
@@ -229,9 +210,9 @@ export class RunExecutor {
     }
     const stopped = state.stopped();
     if (stopped) return ended(stopped);
-    if (signal.aborted) return ended(abortOutcome(signal.reason, run.id));
+    if (signal.aborted) return ended(abortOutcome(signal.reason));
     // `ended` resolves only once the context has its verdict.
-    if (out === STOPPED) throw new Error('the run context ended without an outcome');
+    if (out === STOPPED) return ended({ kind: 'broken', error: 'the run context ended without an outcome' });
     // A return value that is no answer is the agent's bug: fail the run (thrown out of here it
     // would leave the run leased, to be recovered into the same bug again and again).
     let result: Answer;
@@ -258,7 +239,7 @@ export class RunExecutor {
       delete result.payload;
     }
     // Validation waits on the schema thread: a cancel or a lost lease may have come meanwhile.
-    if (signal.aborted) return ended(abortOutcome(signal.reason, run.id));
+    if (signal.aborted) return ended(abortOutcome(signal.reason));
     return ended({ kind: 'succeeded', result });
   }
 }

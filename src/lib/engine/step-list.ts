@@ -19,7 +19,7 @@ export interface StepsPageOptions { limit: number; cursor?: number; maxBytes: nu
  * A page of a run's memoized steps in the order they started; undefined when the run does not
  * exist. The steps hash holds `<key>` -> `{v, e?, startedAt?, finishedAt?}` for stored results (a
  * wait's outcome too: `wait:<name>:<n>` -> `{v, timedOut?, startedAt, finishedAt}`) and
- * `<key>#started` -> ms for non-idempotent steps that began (see context.ts).
+ * `<key>#started` -> ms for non-idempotent steps that began (see context-steps.ts).
  *
  * Results can be large and many, so the hash is never read whole at once: its fields are
  * measured first (HSTRLEN reads no value), then read in groups of at most `maxBytes`. A run

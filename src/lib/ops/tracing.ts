@@ -305,6 +305,11 @@ export class FinishTrace {
       'baton.history.messages': o.historyMessages, 'baton.history.store': o.store,
     });
   }
+
+  /** The finish was not written: `why` (the attempt's outcome instead, e.g. lease-lost) is the span's error.type. */
+  notWritten(why: string): void {
+    recordError(this.span, { name: why });
+  }
 }
 
 /** One step's span, ended by its step. */
