@@ -23,17 +23,17 @@ for _, run in ipairs(O.runs) do
   local ok, rec = fenced(rk, fence, { 'appendedBatch', 'logTail' })
   local w = newWrite()
   if not ok then
-    out[#out + 1] = -2
+    out[#out + 1] = CODE.LeaseLost
     out[#out + 1] = ''
   elseif not newBatch(fence, batch, rec.appendedBatch, w) then
-    out[#out + 1] = 1
+    out[#out + 1] = OUTCOME.append.Duplicate
     out[#out + 1] = ''
   else
     knownTail(runId, rec.logTail)
     for i = first, at - 1, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
     tailInto(runId, w)
     writeRecord(rk, w)
-    out[#out + 1] = 0
+    out[#out + 1] = OUTCOME.append.Applied
     out[#out + 1] = lastAdded(runId) or ''
   end
 end

@@ -36,7 +36,7 @@ end
 
 if O.maxBytes > 0 and stored + O.size > O.maxBytes then
   local oldest = redis.call('ZRANGE', K.ledger, 0, 0, 'WITHSCORES')
-  return { 2, stored, oldest[2] and math.max(0, tonumber(oldest[2]) - now) or 0 }
+  return { OUTCOME.artifact.OverQuota, stored, oldest[2] and math.max(0, tonumber(oldest[2]) - now) or 0 }
 end
 
 -- The upload-rate bucket counts bytes: {tokens, at}, refilled at `rate` a second up to `burst`
@@ -44,7 +44,7 @@ end
 -- is the same as no key, so the key expires once it would have refilled.
 if K.bucket then
   local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now, O.size)
-  if not ok then return { 1, stored, waitMs } end
+  if not ok then return { OUTCOME.artifact.Throttled, stored, waitMs } end
 end
 
 -- The hash never exists without its expiry, nor outside the ledger.
@@ -52,4 +52,4 @@ redis.call('HSET', K.artifact, 'contentType', O.contentType, 'size', O.size, 'cr
 redis.call('PEXPIRE', K.artifact, O.retention)
 redis.call('ZADD', K.ledger, now + O.retention, O.id .. ' ' .. O.size)
 redis.call('INCRBY', K.stored, O.size)
-return { 0 }
+return { OUTCOME.artifact.Stored }

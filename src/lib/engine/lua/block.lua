@@ -9,7 +9,7 @@
 -- @uses releaseSlot, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs', 'concurrencyKey' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local now = nowMs()
 knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'blocked', blocked = cjson.decode(O.blocked) })
@@ -28,4 +28,4 @@ releaseSlot(rec.concurrencyKey or '')
 local out = {}
 fillSlots(now, out)
 flushPublished()
-return { 0, cjson.encode(out) }
+return { OUTCOME.block.Blocked, cjson.encode(out) }

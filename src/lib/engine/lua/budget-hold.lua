@@ -18,10 +18,10 @@
 local raw = redis.call('HGET', K.limits, 'tokensPerDay')
 local limit = O.defaultLimit
 if raw then
-  if not string.match(raw, '^%d+$') or #raw > 15 then return { 2, raw } end
+  if not string.match(raw, '^%d+$') or #raw > 15 then return { OUTCOME.budgetHold.Malformed, raw } end
   limit = tonumber(raw)
 end
-if limit == 0 then return { 3 } end
+if limit == 0 then return { OUTCOME.budgetHold.NoBudget } end
 local now = nowMs()
 local used = tonumber(redis.call('HGET', K.usage, 'tokens') or '0') or 0
 redis.call('ZREMRANGEBYSCORE', K.holds, '-inf', now)
@@ -31,12 +31,12 @@ for _, m in ipairs(redis.call('ZRANGE', K.holds, 0, -1)) do
 end
 local reserve
 if O.estimate then
-  if used + held + O.estimate > limit then return { 1, used, held, limit } end
+  if used + held + O.estimate > limit then return { OUTCOME.budgetHold.Refused, used, held, limit } end
   reserve = O.estimate
 else
-  if used + held >= limit then return { 1, used, held, limit } end
+  if used + held >= limit then return { OUTCOME.budgetHold.Refused, used, held, limit } end
   reserve = math.min(O.unestimated, limit - used - held)
 end
 redis.call('ZADD', K.holds, now + O.holdMs, O.member .. ':' .. int(reserve))
 if redis.call('PTTL', K.holds) < O.holdMs then redis.call('PEXPIRE', K.holds, O.holdMs) end
-return { 0, used, held, limit, reserve }
+return { OUTCOME.budgetHold.Held, used, held, limit, reserve }

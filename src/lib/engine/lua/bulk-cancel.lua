@@ -6,10 +6,10 @@
   Returns: {0} stopped, or ended already | {-1} NOT_FOUND ]]
 -- @uses int
 local o = K.operation
-if redis.call('EXISTS', o) == 0 then return { -1 } end
+if redis.call('EXISTS', o) == 0 then return { CODE.NotFound } end
 if redis.call('HGET', o, 'status') == 'running' then
   redis.call('HSET', o, 'status', 'cancelled', 'finishedAt', int(O.now))
   redis.call('ZREM', K.active, O.id)
   redis.call('PEXPIRE', o, O.retentionMs)
 end
-return { 0 }
+return { OUTCOME.bulkCancel.Stopped }

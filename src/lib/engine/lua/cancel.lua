@@ -6,6 +6,6 @@
 -- @uses cancelRun, nowMs, flushPublished
 local out = {}
 local code = cancelRun(O.runId, nowMs(), out)
-if code < 0 then return { code } end
+if code == CODE.NotFound then return { code } end
 flushPublished()
 return { code, cjson.encode(out), redis.call('HGETALL', K.run) }

@@ -30,7 +30,7 @@ local runId, rk = O.runId, K.run
 -- The whole record, in one read: what the claim looks at and, with this call's writes
 -- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
 local flat = redis.call('HGETALL', rk)
-if #flat == 0 then return { -1 } end
+if #flat == 0 then return { CODE.NotFound } end
 local rec = {}
 for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
 local st, runtime = rec.status, rec.runtime
@@ -46,14 +46,14 @@ if st == 'running' then
   -- to when it looks again; a heartbeat that comes after all removes the mark.
   if rec.leaseOwner ~= '' then
     lapsedAt = tonumber(rec.leaseLapsed or redis.call('ZSCORE', K.leases, runId) or '0')
-    if not rec.leaseLapsed and lapsedAt > nowMs() then return { -4, lapsedAt } end
+    if not rec.leaseLapsed and lapsedAt > nowMs() then return { CODE.LeaseHeld, lapsedAt } end
   end
   recovered = 1
 elseif st == 'retrying' then
   local at = tonumber(rec.retryAt or '0')
-  if at > nowMs() then return { -4, at } end
+  if at > nowMs() then return { CODE.LeaseHeld, at } end
 elseif st ~= 'dispatched' then
-  return { -3, st }
+  return { CODE.NotRunnable, st }
 end
 
 local out = {}
@@ -61,17 +61,17 @@ if rec.cancelRequested == '1' then
   finishRun(runId, 'cancelled', newWrite('result', CANCELLED_RESULT),
     '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', nowMs(), out)
   flushPublished()
-  return { 1, cjson.encode(out), 'cancelled' }
+  return { OUTCOME.claim.Ended, cjson.encode(out), 'cancelled' }
 end
 if not rec.startedAt and rec.startBy and tonumber(rec.startBy) <= nowMs() then
   expireRun(runId, nowMs(), out)
   flushPublished()
-  return { 1, cjson.encode(out), 'expired' }
+  return { OUTCOME.claim.Ended, cjson.encode(out), 'expired' }
 end
 if rec.deadlineAt and tonumber(rec.deadlineAt) <= nowMs() then
   timeOutRun(runId, nowMs(), out)
   flushPublished()
-  return { 1, cjson.encode(out), 'failed' }
+  return { OUTCOME.claim.Ended, cjson.encode(out), 'failed' }
 end
 -- A lease that ran out (not one handed over at shutdown, which clears leaseOwner) means the
 -- holder died or stalled. A run whose holders keep dying is most likely what kills them:
@@ -88,7 +88,7 @@ if recovered == 1 and rec.leaseOwner ~= '' then
     finishRun(runId, 'failed', newWrite('result', result, 'lastError', lastError),
       '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', nowMs(), out)
     flushPublished()
-    return { 1, cjson.encode(out), 'failed' }
+    return { OUTCOME.claim.Ended, cjson.encode(out), 'failed' }
   end
 end
 -- A dispatched run is not drained: the drain parks its runtime's dispatched runs when it
@@ -194,4 +194,4 @@ for f, v in pairs(rec) do
   record[#record + 1] = f
   record[#record + 1] = type(v) == 'number' and int(v) or v
 end
-return { 0, fence, attempt, recovered, record, steps, messages, deadline, now, cut }
+return { OUTCOME.claim.Claimed, fence, attempt, recovered, record, steps, messages, deadline, now, cut }

@@ -12,12 +12,12 @@ local member = 'due:' .. runId
 local rec = readFields(rk, { 'status', 'runtime', 'sessionId', 'runAt', 'ttlMs', 'createdAt', 'logTail' })
 if rec.status ~= 'scheduled' then
   redis.call('ZREM', K.timers, member)
-  return { 0, '[]', 0 }
+  return { OUTCOME.due.Checked, '[]', 0 }
 end
 local now = nowMs()
 if tonumber(rec.runAt) > now then
   redis.call('ZADD', K.timers, rec.runAt, member)
-  return { 0, '[]', 0 }
+  return { OUTCOME.due.Checked, '[]', 0 }
 end
 redis.call('ZREM', K.timers, member)
 knownTail(runId, rec.logTail)
@@ -36,4 +36,4 @@ else
   admit(runId, 'queued', now, out)
 end
 flushPublished()
-return { 0, cjson.encode(out), 1 }
+return { OUTCOME.due.Checked, cjson.encode(out), 1 }

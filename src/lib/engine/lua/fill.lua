@@ -23,4 +23,4 @@ for _ = 1, O.batch do
   if redis.call('HGET', runKey(runId), 'status') == 'queued' then admit(runId, 'queued', now, out) end
 end
 fillSlots(now, out)
-return { 0, cjson.encode(out) }
+return { OUTCOME.fill.Filled, cjson.encode(out) }

@@ -12,7 +12,7 @@
 -- @uses flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, FINISH_READ)
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local w = newWrite('result', O.result)
 if O.lastError then put(w, 'lastError', O.lastError) end
 knownTail(runId, rec.logTail)
@@ -27,4 +27,4 @@ local out = {}
 -- Its time is that of its first event (nowMs in core.lua): no TIME.
 local notDelivered = finishRun(runId, O.status, w, endData, nil, out, rec, true)
 flushPublished()
-return { 0, cjson.encode(out), notDelivered }
+return { OUTCOME.finish.Finished, cjson.encode(out), notDelivered }

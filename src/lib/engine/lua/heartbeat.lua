@@ -20,15 +20,15 @@ for i, run in ipairs(O.runs) do
   local rk = runKey(run[1])
   local cur = readFields(rk, HEARTBEAT_READ)
   if cur.fence ~= tostring(run[2]) then
-    codes[i] = -2
+    codes[i] = CODE.LeaseLost
   -- Renewing a released lease would undo the hand-over: the next worker would wait it out.
   elseif cur.status ~= 'running' or cur.leaseOwner == '' then
-    codes[i] = -3
+    codes[i] = CODE.NotRunnable
   else
     if cur.leaseLapsed then redis.call('HDEL', rk, 'leaseLapsed') end
     scores[#scores + 1] = expires
     scores[#scores + 1] = run[1]
-    codes[i] = tonumber(cur.cancelRequested or '0')
+    codes[i] = cur.cancelRequested == '1' and OUTCOME.heartbeat.CancelRequested or OUTCOME.heartbeat.Renewed
   end
 end
 if #scores > 0 then redis.call('ZADD', K.leases, unpack(scores)) end

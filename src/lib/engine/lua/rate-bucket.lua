@@ -140,7 +140,7 @@ if O.op == 'read' then
   local second = lastSecond()
   local waiting = redis.call('ZRANGE', K.waiting, 0, 19)
   return {
-    0, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now),
+    OUTCOME.rateBucket.Read, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now),
     int(tonumber(fields.pausedAt) or 0), int(tonumber(fields.pauseAsked) or 0),
     #second / 2, int(tokensOf(second)), waiting, redis.call('ZCARD', K.waiting),
   }
@@ -155,7 +155,7 @@ if O.op == 'settle' then
     redis.call('ZADD', K.grants, at, seq .. ':' .. int(O.actual) .. ':s')
     redis.call('HSET', K.bucket, 'tokens', int(sum - tokens + O.actual), 'reserved', int(reserved - tokens))
   end
-  return { 0 }
+  return { OUTCOME.rateBucket.Settled }
 end
 
 if O.op == 'pause' then
@@ -172,13 +172,13 @@ if O.op == 'pause' then
     end
     keep()
   end
-  return { 0, int(pausedUntil), moved }
+  return { OUTCOME.rateBucket.Paused, int(pausedUntil), moved }
 end
 
 if O.op == 'resume' then
-  if pausedUntil == 0 then return { 0, 0 } end
+  if pausedUntil == 0 then return { OUTCOME.rateBucket.Resumed, 0 } end
   redis.call('HDEL', K.bucket, unpack(PAUSE_FIELDS))
-  return { 0, 1 }
+  return { OUTCOME.rateBucket.Resumed, 1 }
 end
 
 -- acquire
@@ -194,14 +194,14 @@ local function refuse(waitMs, why)
     redis.call('ZADD', K.lapses, int(now + math.min(waitMs, O.askMs) + O.graceMs), me)
     keep()
   end
-  return { 1, int(waitMs), why }
+  return { OUTCOME.rateBucket.Waiting, int(waitMs), why }
 end
 
 if pausedUntil ~= 0 then
   -- Looked at again at least every pauseMs, so a resume (or a shorter pause) is seen soon.
   return refuse(pausedUntil < 0 and O.pauseMs or math.min(pausedUntil - now, O.pauseMs), 'paused')
 end
-if O.tpm and O.tokens > O.tpm then return { 2, O.tpm } end
+if O.tpm and O.tokens > O.tpm then return { OUTCOME.rateBucket.TooLarge, O.tpm } end
 
 local waitMs, why = 0, nil
 if O.rpm and requests + 1 > O.rpm then
@@ -297,4 +297,4 @@ if me then
   redis.call('ZREMRANGEBYSCORE', K.tags, '-inf', '(' .. tagText(vtime))
 end
 keep()
-return { 0, member, int(now), requests + 1, int(sum) }
+return { OUTCOME.rateBucket.Granted, member, int(now), requests + 1, int(sum) }

@@ -5,7 +5,7 @@
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
 -- @uses fenced, nowMs, chargeRunTime, enqueueJob
 local runId, rk = O.runId, K.run
-if not fenced(rk, O.fence) then return { -2 } end
+if not fenced(rk, O.fence) then return { CODE.LeaseLost } end
 local now = nowMs()
 chargeRunTime(rk, now)
 -- No owner: the next claim takes the run over at once (the run's score in `leases`, which
@@ -14,4 +14,4 @@ chargeRunTime(rk, now)
 redis.call('HSET', rk, 'leaseOwner', '')
 local out = {}
 enqueueJob(runId, redis.call('HGET', rk, 'runtime'), now, 0, out)
-return { 0, cjson.encode(out) }
+return { OUTCOME.release.Released, cjson.encode(out) }

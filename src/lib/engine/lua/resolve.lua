@@ -8,8 +8,8 @@
 -- @uses flushPublished
 local runId, rk, stepKey = O.runId, K.run, O.stepKey
 local rec = readFields(rk, { 'status', 'blocked', 'logTail' })
-if not rec.status then return { -1 } end
-if rec.status ~= 'blocked' or cjson.decode(rec.blocked).stepKey ~= stepKey then return { -8 } end
+if not rec.status then return { CODE.NotFound } end
+if rec.status ~= 'blocked' or cjson.decode(rec.blocked).stepKey ~= stepKey then return { CODE.StepNotBlocked } end
 knownTail(runId, rec.logTail)
 local now = nowMs()
 if O.mode == 'value' then redis.call('HSET', K.steps, stepKey, O.value) end
@@ -23,4 +23,4 @@ writeRecord(rk, w)
 local out = {}
 admit(runId, 'blocked', now, out)
 flushPublished()
-return { 0, cjson.encode(out) }
+return { OUTCOME.resolve.Resolved, cjson.encode(out) }

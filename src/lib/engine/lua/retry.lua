@@ -8,7 +8,7 @@
 -- @uses flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'attempt', 'maxAttempts', 'logTail', 'createdAt', 'claimedAt', 'runMs' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local now = nowMs()
 local retryAt = now + O.delayMs
 knownTail(runId, rec.logTail)
@@ -22,4 +22,4 @@ setStatus(runId, rec.runtime, 'running', 'retrying', now,
 local out = {}
 enqueueJob(runId, rec.runtime, now, O.delayMs, out)
 flushPublished()
-return { 0, retryAt, cjson.encode(out) }
+return { OUTCOME.retry.Retrying, retryAt, cjson.encode(out) }

@@ -14,13 +14,13 @@
 local s = K.schedule
 if redis.call('EXISTS', s) == 0 then
   redis.call('ZREM', K.due, O.id)
-  return { 1 }
+  return { OUTCOME.scheduleClaim.NotClaimed }
 end
 local sched = readFields(s, { 'nextAt', 'pending', 'status' })
-if sched.nextAt ~= int(O.expected) or sched.pending then return { 1 } end
+if sched.nextAt ~= int(O.expected) or sched.pending then return { OUTCOME.scheduleClaim.NotClaimed } end
 if sched.status ~= 'active' then
   redis.call('ZREM', K.due, O.id)
-  return { 1 }
+  return { OUTCOME.scheduleClaim.NotClaimed }
 end
 if O.next then
   redis.call('HSET', s, 'nextAt', int(O.next))
@@ -35,4 +35,4 @@ elseif O.next then
 else
   redis.call('ZREM', K.due, O.id)
 end
-return { 0 }
+return { OUTCOME.scheduleClaim.Claimed }

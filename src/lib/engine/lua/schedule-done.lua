@@ -8,7 +8,7 @@
   Returns: {0} done | {1} the tick was not pending (done already, or the schedule is gone) ]]
 -- @uses int, readFields
 local s = K.schedule
-if redis.call('HGET', s, 'pending') ~= int(O.tick) then return { 1 } end
+if redis.call('HGET', s, 'pending') ~= int(O.tick) then return { OUTCOME.scheduleDone.NotPending } end
 redis.call('HDEL', s, 'pending')
 if O.runId then
   redis.call('HSET', s, 'lastTick', int(O.tick), 'lastRunId', O.runId)
@@ -21,4 +21,4 @@ if sched.status == 'active' and sched.nextAt then
 else
   redis.call('ZREM', K.due, O.id)
 end
-return { 0 }
+return { OUTCOME.scheduleDone.Done }

@@ -10,10 +10,10 @@
 -- @uses fenced, knownTail, addEvent, flushPublished
 local runId = O.runId
 local ok, rec = fenced(K.run, O.fence, { 'logTail', 'steered' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local boundary = tostring(O.boundary)
 local done = redis.call('HGET', K.taken, boundary)
-if done then return { 0, done, 0 } end
+if done then return { OUTCOME.steer.Taken, done, 0 } end
 local ids = redis.call('LRANGE', K.pending, 0, -1)
 local taken = {}
 knownTail(runId, rec.logTail)
@@ -39,4 +39,4 @@ redis.call('HSET', K.taken, boundary, encoded)
 -- The run's end expires the boundaries with its record (finishRun in lib.lua).
 if not rec.steered then redis.call('HSET', K.run, 'steered', 1) end
 flushPublished()
-return { 0, encoded, 1 }
+return { OUTCOME.steer.Taken, encoded, 1 }

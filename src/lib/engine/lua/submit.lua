@@ -45,8 +45,8 @@ if K.idem then
   local existing = redis.call('GET', K.idem)
   if existing then
     local id, hash = string.match(existing, '^(%S+) (%S+)$')
-    if hash ~= O.requestHash then return { -12 } end
-    return { 0, id, 0, '[]', redis.call('HGETALL', runKey(id)) }
+    if hash ~= O.requestHash then return { CODE.IdempotencyMismatch } end
+    return { OUTCOME.submit.Submitted, id, 0, '[]', redis.call('HGETALL', runKey(id)) }
   end
 end
 -- A steering message sent again (same id) answers what became of the first: never a second.
@@ -55,18 +55,18 @@ if steer then
   local known = redis.call('HGET', K.steering, steer.id)
   if known then
     local m = cjson.decode(known)
-    if m.content ~= steer.content then return { -12 } end
-    return { 1, m.runId, known, 0 }
+    if m.content ~= steer.content then return { CODE.IdempotencyMismatch } end
+    return { OUTCOME.submit.Steered, m.runId, known, 0 }
   end
 end
-if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
+if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { CODE.Draining } end
 -- A re-run of a run whose retention passed since the API read it would start without its steps.
-if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { -1 } end
+if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { CODE.NotFound } end
 -- The session's stored history is bounded: a turn that would take it past the cap is refused
 -- here, before anything is written (the answer is not known yet; it is committed whatever
 -- its size, and the next submit is refused).
 local historyMem = tonumber(redis.call('MEMORY', 'USAGE', K.messages, 'SAMPLES', 0) or 0)
-if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { -14, historyMem } end
+if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { CODE.HistoryFull, historyMem } end
 
 -- Steering: a session with an active run hands it the message, to take at its next boundary.
 -- (Its history cap was checked above: the message joins the history where it is delivered.)
@@ -79,7 +79,7 @@ if steer then
     local limits = scopeLimits()
     if limits.rate > 0 then
       local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
-      if not ok then return { -13, waitMs } end
+      if not ok then return { CODE.RateLimited, waitMs } end
     end
     -- The fields of the run it becomes if the active run ends without taking it (lib.lua, undeliverable).
     local fields = {}
@@ -92,7 +92,7 @@ if steer then
     addEvent(active, 'steering', cjson.encode({ messageId = steer.id, outcome = 'pending' }))
     flushPublished()
     m.fields = nil
-    return { 1, active, cjson.encode(m), 1 }
+    return { OUTCOME.submit.Steered, active, cjson.encode(m), 1 }
   end
 end
 
@@ -105,21 +105,21 @@ local limits = scopeLimits()
 -- own cap (SCHEDULED_MAX_PER_SCOPE); waiting, blocked, running and retrying ones started.
 if not scheduled and limits.queued > 0 then
   local queued = redis.call('ZCARD', BASE .. 'status:queued') + redis.call('ZCARD', BASE .. 'status:dispatched')
-  if queued >= limits.queued then return { -15, queued } end
+  if queued >= limits.queued then return { CODE.QueuedRunsLimit, queued } end
 end
 -- So are the bytes the scope stores: this run's are its record's fields as written below.
 local runBytes = 0
 for i = 2, #ARGV do runBytes = runBytes + #ARGV[i] end
 if limits.stored > 0 then
   local held = storedBytes(now)
-  if held + runBytes > limits.stored then return { -16, held, storageRetryMs(now) } end
+  if held + runBytes > limits.stored then return { CODE.StorageLimit, held, storageRetryMs(now) } end
 end
 -- A run due now becomes its session's head if the session has none, in the same command
 -- that looks (a scheduled run joins its session when due, lua/due.lua). `head`: it did.
 local head = false
 if not scheduled then
   head = redis.call('HSETNX', sk, 'active', runId) == 1
-  if not head and O.multitask == 'reject' then return { -5 } end
+  if not head and O.multitask == 'reject' then return { CODE.SessionBusy } end
 end
 -- Last of the refusals, so only a run that is made spends a token; a refused run gives the
 -- session back.
@@ -127,7 +127,7 @@ if limits.rate > 0 then
   local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
   if not ok then
     if head then redis.call('HDEL', sk, 'active') end
-    return { -13, waitMs }
+    return { CODE.RateLimited, waitMs }
   end
 end
 
@@ -214,17 +214,17 @@ local out = {}
 if scheduled then
   redis.call('ZADD', K.timers, due, 'due:' .. runId)
   flushPublished()
-  return { 0, runId, 1, '[]', redis.call('HGETALL', rk) }
+  return { OUTCOME.submit.Submitted, runId, 1, '[]', redis.call('HGETALL', rk) }
 end
 if dispatchNow then
-  ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
+  call.active = redis.call('HINCRBY', K.meta, 'active', 1)
   if ckey then redis.call('HINCRBY', K.meta, 'key:' .. ckey, 1) end
   enqueueJob(runId, O.runtime, now, 0, out, 1, agent)
   flushPublished()
   -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
   local record = {}
   for i, v in ipairs(written) do record[i] = type(v) == 'number' and int(v) or v end
-  return { 0, runId, 1, cjson.encode(out), record }
+  return { OUTCOME.submit.Submitted, runId, 1, cjson.encode(out), record }
 elseif head then
   -- Not drained: checked above, in this same script.
   admit(runId, 'queued', now, out,
@@ -239,4 +239,4 @@ else
 end
 flushPublished()
 -- The record comes back with the reply, so the API answers without reading it again.
-return { 0, runId, 1, cjson.encode(out), redis.call('HGETALL', rk) }
+return { OUTCOME.submit.Submitted, runId, 1, cjson.encode(out), redis.call('HGETALL', rk) }

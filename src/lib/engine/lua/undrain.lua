@@ -10,7 +10,8 @@
 if O.first then
   redis.call('DEL', K.drain)
 elseif redis.call('EXISTS', K.drain) == 1 then
-  return { 0, 0, '[]' }
+  local none = 0 -- drained again: nothing resumed, nothing this resume leaves
+  return { none, none, '[]' }
 end
 local now = nowMs()
 local out = {}

@@ -7,11 +7,11 @@
 -- @uses readFields, finishRun, newWrite, flushPublished
 local runId, rk = O.runId, K.run
 local rec = readFields(rk, { 'status', 'dispatch' })
-if rec.status ~= 'dispatched' or rec.dispatch ~= tostring(O.dispatch) then return { 0 } end
+if rec.status ~= 'dispatched' or rec.dispatch ~= tostring(O.dispatch) then return { OUTCOME.unserved.Unchanged } end
 local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
 local err = cjson.encode({ code = 'UNKNOWN_AGENT', message = O.message })
 local out = {}
 finishRun(runId, 'failed', newWrite('result', result, 'lastError', err),
   '{"status":"failed","result":' .. result .. ',"error":' .. err .. '}', nil, out)
 flushPublished()
-return { 1, cjson.encode(out), redis.call('HGETALL', rk) }
+return { OUTCOME.unserved.Ended, cjson.encode(out), redis.call('HGETALL', rk) }

@@ -11,7 +11,7 @@ local member = 'wait:' .. runId
 local rec = readFields(rk, { 'status', 'runtime', 'agent', 'logTail' })
 if not rec.status or TERMINAL[rec.status] then
   redis.call('ZREM', K.timers, member)
-  return { 0, '[]', '[]', '', '' }
+  return { OUTCOME.waitTimeout.Checked, '[]', '[]', '', '' }
 end
 knownTail(runId, rec.logTail)
 local now = nowMs()
@@ -27,4 +27,4 @@ else
   redis.call('ZREM', K.timers, member)
 end
 flushPublished()
-return { 0, cjson.encode(out), cjson.encode(done), rec.runtime, rec.agent }
+return { OUTCOME.waitTimeout.Checked, cjson.encode(out), cjson.encode(done), rec.runtime, rec.agent }

@@ -22,9 +22,9 @@
 -- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished, ENDS_BY_ITSELF
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail', 'concurrencyKey' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 -- A waiting run would keep a cancel request nobody acts on until it is resumed.
-if rec.cancelRequested == '1' then return { 1 } end
+if rec.cancelRequested == '1' then return { OUTCOME.wait.CancelRequested } end
 knownTail(runId, rec.logTail)
 local now = nowMs()
 local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
@@ -102,4 +102,4 @@ local out = {}
 if answered then wakeRun(runId, answered, now, out) end
 fillSlots(now, out)
 flushPublished()
-return { 0, cjson.encode(out), cjson.encode(done), nextAt or 0, answered and 1 or 0 }
+return { OUTCOME.wait.Parked, cjson.encode(out), cjson.encode(done), nextAt or 0, answered and 1 or 0 }
