@@ -18,7 +18,8 @@
 //    script names only its own outcomes.
 // 5. Each transition's header declares its replies, one `-- @reply` line per outcome:
 //    `-- @reply Claimed: fence, attempt, ...`, `-- @reply NotFound` (names: its Outcome or
-//    ScriptCode keys), or `-- @reply: a, b` for a reply without a code; and they are exactly the
+//    ScriptCode keys), or `-- @reply: a, b` for a reply without a code (a long list goes on in
+//    indented comment lines after it: `--   field, ...`); and they are exactly the
 //    decoder's declared lists (REPLIES in transitions.ts): the same outcomes, the same fields
 //    in the same order. Each code a script returns by name is one its header declares.
 //
@@ -65,8 +66,19 @@ function usesProblems(file, text, helpers, where) {
 /** A transition's `-- @reply` lines: outcome name ('' for a reply without a code) -> its field names. */
 export function replyHeader(body) {
   const declared = new Map();
-  for (const m of body.matchAll(/^-- @reply(?: (\w+))?(?::\s*(.*))?$/gm)) {
-    declared.set(m[1] ?? '', (m[2] ?? '').split(',').map((f) => f.trim()).filter(Boolean));
+  let last;
+  for (const line of body.split('\n')) {
+    const m = /^-- @reply(?: (\w+))?(?::\s*(.*))?$/.exec(line);
+    // A long list goes on in the lines after, indented: `--   field, field`.
+    const more = last && /^--\s{2,}(\w[\w\s,]*)$/.exec(line);
+    if (m) {
+      last = m[1] ?? '';
+      declared.set(last, (m[2] ?? '').split(',').map((f) => f.trim()).filter(Boolean));
+    } else if (more) {
+      declared.get(last).push(...more[1].split(',').map((f) => f.trim()).filter(Boolean));
+    } else {
+      last = undefined;
+    }
   }
   return declared;
 }

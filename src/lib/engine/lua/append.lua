@@ -11,6 +11,9 @@
   number: it is applied once, so a Redis blip never duplicates tokens in the stream.
   Returns: per run, in order, a code and the id of its last event ('' when none was added):
            0 applied | 1 already applied | -2 LEASE_LOST ]]
+-- @reply Applied: lastId
+-- @reply Duplicate: lastId
+-- @reply LeaseLost: lastId
 -- @uses fenced, newWrite, newBatch, knownTail, addEvent, tailInto, writeRecord, lastAdded
 -- @uses flushPublished, runKey
 local out = {}

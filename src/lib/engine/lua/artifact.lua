@@ -11,6 +11,9 @@
   O     id, contentType, size, createdAt, maxBytes (0 = no quota), limit {rate, burst} (with KEYS bucket)
   ARGV[2] the artifact's bytes
   Returns {0} stored | {1, bytes held, ms until the bucket holds the upload} | {2, bytes held, ms until the oldest may expire} ]]
+-- @reply Stored
+-- @reply Throttled: held, retryAfterMs
+-- @reply OverQuota: held, retryAfterMs
 -- @uses nowMs, takeToken
 local PRUNE = 100
 local now = nowMs()

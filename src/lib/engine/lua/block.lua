@@ -5,6 +5,8 @@
   KEYS  run, meta, ready, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @reply Blocked: orders
+-- @reply LeaseLost
 -- @uses fenced, nowMs, knownTail, statusEvent, newWrite, put, drop, tailInto, setStatus
 -- @uses releaseSlot, fillSlots, flushPublished
 local runId, rk = O.runId, K.run

@@ -14,6 +14,10 @@
           {1, used, held, limit}: refused (the estimate does not fit; without one, nothing is left)
           {2, the field as stored}: tokensPerDay is not a whole number (the limits route writes digits)
           {3}: the scope has no budget ]]
+-- @reply Held: used, held, limit, reserved
+-- @reply Refused: used, held, limit
+-- @reply Malformed: field
+-- @reply NoBudget
 -- @uses nowMs, int
 local raw = redis.call('HGET', K.limits, 'tokensPerDay')
 local limit = O.defaultLimit

@@ -4,6 +4,8 @@
   KEYS  operation (its hash), active (the scope's running ones)
   O     id, now (epoch ms, Redis time as the caller read it), retentionMs
   Returns: {0} stopped, or ended already | {-1} NOT_FOUND ]]
+-- @reply Stopped
+-- @reply NotFound
 -- @uses int
 local o = K.operation
 if redis.call('EXISTS', o) == 0 then return { CODE.NotFound } end

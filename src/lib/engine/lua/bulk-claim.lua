@@ -7,6 +7,8 @@
         leaseMs
   Returns: {0, cursor} claimed: the batch starts after this position of the listing |
            {1} not now (ended, leased, not yet due) ]]
+-- @reply Claimed: cursor
+-- @reply NotNow
 -- @uses int, readFields
 local o = K.operation
 local op = readFields(o, { 'status', 'leaseUntil', 'notBefore', 'cursor' })

@@ -8,6 +8,8 @@
         (the listing position it reached), finished (bool: the listing has no more runs),
         notBefore (epoch ms), lastError (JSON {runId, code, message}; absent: none), retentionMs
   Returns: {0} committed | {1} the lease is not the caller's any more ]]
+-- @reply Committed
+-- @reply NotHeld
 -- @uses int
 local o = K.operation
 if redis.call('HGET', o, 'lease') ~= O.token then return { OUTCOME.bulkCommit.NotHeld } end

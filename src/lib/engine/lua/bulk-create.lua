@@ -4,6 +4,8 @@
   O     id, fields (the operation's hash: name -> value, all text), maxRunning (the scope's
         cap), now (epoch ms, Redis time as the caller read it)
   Returns: {0} made | {1} the scope runs maxRunning operations already ]]
+-- @reply Created
+-- @reply AtCap
 if redis.call('ZCARD', K.active) >= O.maxRunning then return { OUTCOME.bulkCreate.AtCap } end
 for name, value in pairs(O.fields) do redis.call('HSET', K.operation, name, value) end
 redis.call('ZADD', K.operations, O.now, O.id)

@@ -23,6 +23,11 @@
                                       while no worker held it), expired, or failed (TIMEOUT, or
                                       RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
          | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then) ]]
+-- @reply Claimed: fence, attempt, recovered, run, steps, history, deadline, now, historyCut
+-- @reply Ended: orders, status
+-- @reply NotFound
+-- @reply NotRunnable: status
+-- @reply LeaseHeld: value
 -- @uses knownTail, nowMs, finishRun, newWrite, CANCELLED_RESULT, flushPublished, expireRun
 -- @uses timeOutRun, put, addEvent, chargedRunMs, drop, statusEvent, tailInto, writeRecord
 -- @uses setStatus, sessionKey, historyWithin, int

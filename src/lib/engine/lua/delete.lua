@@ -10,6 +10,9 @@
   KEYS  run, runs (the scope's listing)
   O     runId
   Returns: {0} deleted | {1} not ended (cancel it first) | {-1} NOT_FOUND ]]
+-- @reply Deleted
+-- @reply NotEnded
+-- @reply NotFound
 -- @uses readFields, TERMINAL, runKey, sessionKey, runtimeKey, ledgerKey, dischargeStorage
 local runId, rk = O.runId, K.run
 local rec = readFields(rk, { 'status', 'sessionId', 'agent', 'runtime', 'storedBytes', 'rerunOf' })

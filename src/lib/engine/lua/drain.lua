@@ -10,6 +10,7 @@
   KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, leases, timers
   O     runtime, cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
+-- @reply: cancelled, left, orders
 -- @uses nowMs, readFields, runKey, releaseSlot, setStatus, fillSlots, WAITING, cancelRun
 -- @uses flushPublished
 local now = nowMs()

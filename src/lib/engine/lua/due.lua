@@ -5,6 +5,7 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {0, dispatches JSON, 1 if it was queued now} ]]
+-- @reply Checked: orders, joined
 -- @uses readFields, nowMs, knownTail, statusEvent, newWrite, tailInto, setStatus, setStartBy
 -- @uses sessionKey, joinQueue, admit, flushPublished
 local runId, rk = O.runId, K.run

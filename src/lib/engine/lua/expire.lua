@@ -4,6 +4,8 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it expired now | {0} ]]
+-- @reply Unchanged
+-- @reply Ended: orders, run
 -- @uses readFields, WAITING, nowMs, sessionKey, expireRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'ttl:' .. runId

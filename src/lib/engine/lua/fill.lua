@@ -7,6 +7,7 @@
   KEYS  meta, ready, leases, timers
   O     batch
   Returns: {0, dispatches JSON} ]]
+-- @reply Filled: orders
 -- @uses fillSlots, nowMs, joinTurns, keyFull, runKey, admit, READY_CAPPED
 local now = nowMs()
 local out = {}

@@ -8,6 +8,8 @@
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
   Returns: {0, dispatches JSON, steering messages left (each now the session's next turn)} | {-2} LEASE_LOST ]]
+-- @reply Finished: orders, notDelivered
+-- @reply LeaseLost
 -- @uses fenced, FINISH_READ, newWrite, put, knownTail, newBatch, addEvent, finishRun
 -- @uses flushPublished
 local runId, rk = O.runId, K.run

@@ -12,6 +12,10 @@
   Returns: {0, done 1|0, messages copied by this call, their bytes} | {1} the new session is
          not new any more (the fork dropped) | {2} the source no longer holds the prefix (the
          fork dropped) | {3} no such fork: its lease passed (or another token) ]]
+-- @reply Copied: done, messages, bytes
+-- @reply TargetTaken
+-- @reply HistoryChanged
+-- @reply Gone
 -- @uses readFields, historyWithin, nowMs, dischargeStorage, ledgerKey
 local st = readFields(K.state, { 'token', 'count', 'copied', 'lastRunId', 'fromSession', 'forkedAt', 'bytes' })
 if st.token ~= O.token then return { OUTCOME.forkCopy.Gone } end

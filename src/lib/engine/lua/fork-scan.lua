@@ -7,6 +7,7 @@
   KEYS  messages
   O     start (index of the page's first message), maxMessages, maxBytes
   Returns: {runIds, sizes (bytes), next index (-1 = no more)} ]]
+-- @reply: runIds, sizes, next
 -- @uses historyWithin
 -- The first message alone, then reads sized by the largest seen (as lua/fork-copy.lua).
 local page, stop = historyWithin(K.messages, O.start, 1, O.maxMessages, O.maxBytes, true, nil, 1)

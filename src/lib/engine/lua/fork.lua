@@ -22,6 +22,11 @@
          longer holds that prefix | {3, bytes stored, ms until some may expire (0: unknown)}
          the copy would pass the scope's storage cap | {4, ms until a fork may start} the
          scope's fork rate ]]
+-- @reply Begun: whole
+-- @reply TargetTaken
+-- @reply HistoryChanged
+-- @reply StorageFull: held, retryAfterMs
+-- @reply Throttled: retryAfterMs
 -- @uses nowMs, scopeLimits, readFields, storedBytes, storageRetryMs, chargeStorage
 if redis.call('EXISTS', K.to, K.toSession, K.toQueue, K.toRuns, K.state) > 0 then return { OUTCOME.fork.TargetTaken } end
 if redis.call('LLEN', K.from) < O.count then return { OUTCOME.fork.HistoryChanged } end

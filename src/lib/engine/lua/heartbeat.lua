@@ -12,6 +12,10 @@
            -2 LEASE_LOST (another worker took over, or the run is gone)
            -3 NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
               shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
+-- @reply Renewed
+-- @reply CancelRequested
+-- @reply LeaseLost
+-- @reply NotRunnable
 -- @uses nowMs, runKey, readFields
 local HEARTBEAT_READ = { 'fence', 'status', 'leaseOwner', 'cancelRequested', 'leaseLapsed' }
 local expires = nowMs() + O.leaseMs

@@ -6,6 +6,7 @@
   KEYS  messages
   O     start (index of the page's first message), limit, maxBytes
   Returns: {messages, next index (-1 = no more)} ]]
+-- @reply: messages, next
 -- @uses historyWithin
 local size = redis.call('MEMORY', 'USAGE', K.messages, 'SAMPLES', 0)
 if not size then return { {}, -1 } end

@@ -55,6 +55,14 @@
     read:    {0, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now, pausedAt,
               pauseAsked (0: none), requests and tokens of the last second, waiting scopes
               (the first 20, next served first), how many wait} ]]
+-- @reply Granted: member, at, requests, tokens
+-- @reply Waiting: waitMs, why
+-- @reply TooLarge: tpm
+-- @reply Settled
+-- @reply Paused: pausedUntil, moved
+-- @reply Resumed: lifted
+-- @reply Read: requests, tokens, reserved, pausedUntil, pausedBy, now, pausedAt, pauseAsked,
+--   secondRequests, secondTokens, waiting, waitingCount
 -- @uses nowMs, readFields, int
 local now = nowMs()
 -- The spread's slice: OpenAI documents its per-minute limits as enforced per second.

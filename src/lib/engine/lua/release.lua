@@ -3,6 +3,8 @@
   KEYS  run, leases
   O     runId, fence
   Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @reply Released: orders
+-- @reply LeaseLost
 -- @uses fenced, nowMs, chargeRunTime, enqueueJob
 local runId, rk = O.runId, K.run
 if not fenced(rk, O.fence) then return { CODE.LeaseLost } end

@@ -10,6 +10,7 @@
   KEYS  run, leases
   O     runId, dispatch (the number the sweeper looked up), jobAlive (bool)
   Returns: {0, dispatches JSON} ]]
+-- @reply Checked: orders
 -- @uses nowMs, readFields, enqueueJob
 local runId, rk = O.runId, K.run
 local now = nowMs()

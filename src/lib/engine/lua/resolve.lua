@@ -4,6 +4,9 @@
   KEYS  run, steps, meta, ready, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
   Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
+-- @reply Resolved: orders
+-- @reply NotFound
+-- @reply StepNotBlocked
 -- @uses readFields, knownTail, nowMs, statusEvent, newWrite, drop, tailInto, writeRecord, admit
 -- @uses flushPublished
 local runId, rk, stepKey = O.runId, K.run, O.stepKey

@@ -7,6 +7,9 @@
   O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
         tokenHash (the resume token route: the wait must hold this token)
   Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]
+-- @reply Resumed: orders, kind, since, runtime, agent
+-- @reply NotFound
+-- @reply WaitNotPending
 -- @uses readFields, knownTail, nowMs, answerWait, wakeRun, flushPublished, int
 local runId, rk = O.runId, K.run
 local rec = readFields(rk, { 'status', 'runtime', 'agent', 'logTail' })

@@ -4,6 +4,8 @@
   KEYS  run, leases
   O     runId, fence, delayMs, lastError (JSON text)
   Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
+-- @reply Retrying: retryAt, orders
+-- @reply LeaseLost
 -- @uses fenced, nowMs, knownTail, statusEvent, newWrite, tailInto, setStatus, enqueueJob
 -- @uses flushPublished
 local runId, rk = O.runId, K.run

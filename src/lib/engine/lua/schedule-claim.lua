@@ -10,6 +10,8 @@
         fire (the tick to fire; absent: none, the missed ticks are skipped),
         retryAt (when a fired tick not yet done is looked at again)
   Returns: {0} claimed | {1} not claimed (gone, paused, or claimed by another process) ]]
+-- @reply Claimed
+-- @reply NotClaimed
 -- @uses int, readFields
 local s = K.schedule
 if redis.call('EXISTS', s) == 0 then

@@ -6,6 +6,8 @@
   O     id (the schedule's member in `due`), tick (epoch ms),
         runId (the run made; absent: none), refusal (JSON {tick, code, message}; absent: none)
   Returns: {0} done | {1} the tick was not pending (done already, or the schedule is gone) ]]
+-- @reply Done
+-- @reply NotPending
 -- @uses int, readFields
 local s = K.schedule
 if redis.call('HGET', s, 'pending') ~= int(O.tick) then return { OUTCOME.scheduleDone.NotPending } end

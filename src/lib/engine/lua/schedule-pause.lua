@@ -4,6 +4,8 @@
   KEYS  schedule (its hash), due (the scope's schedules:due)
   O     id (the schedule's member in `due`)
   Returns: {0} paused (or paused already) | {-1} NOT_FOUND ]]
+-- @reply Paused
+-- @reply NotFound
 if redis.call('EXISTS', K.schedule) == 0 then return { CODE.NotFound } end
 redis.call('HSET', K.schedule, 'status', 'paused')
 if redis.call('HEXISTS', K.schedule, 'pending') == 0 then redis.call('ZREM', K.due, O.id) end

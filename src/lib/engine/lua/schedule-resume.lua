@@ -6,6 +6,8 @@
   O     id (the schedule's member in `due`), nextAt (epoch ms; absent: the expression has no
         tick left, so the schedule stays out of the due index)
   Returns: {0} active | {-1} NOT_FOUND ]]
+-- @reply Resumed
+-- @reply NotFound
 -- @uses int
 if redis.call('EXISTS', K.schedule) == 0 then return { CODE.NotFound } end
 if redis.call('HGET', K.schedule, 'status') == 'active' then return { OUTCOME.scheduleResume.Resumed } end

@@ -7,6 +7,8 @@
         taken (the run's steer hash: boundary -> messages)
   O     runId, fence, boundary (the attempt's count of boundaries reached, from 1)
   Returns: {0, taken JSON: [{id, content}, ...], 1 taken now | 0 taken before} | {-2} LEASE_LOST ]]
+-- @reply Taken: taken, fresh
+-- @reply LeaseLost
 -- @uses fenced, knownTail, addEvent, flushPublished
 local runId = O.runId
 local ok, rec = fenced(K.run, O.fence, { 'logTail', 'steered' })

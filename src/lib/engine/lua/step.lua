@@ -16,6 +16,8 @@
   daily token budget is checked against with one HGET (src/lib/engine/budgets.ts); a day an
   earlier version began counting gets it from the rows' sum at its first call here.
   Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
+-- @reply Recorded: result
+-- @reply LeaseLost
 -- @uses fenced, nowMs
 if not fenced(K.run, O.fence) then return { CODE.LeaseLost } end
 if O.op == 'start' then

@@ -4,6 +4,7 @@
   ledger, so the count the limits answer shows goes down while the scope submits nothing.
   KEYS  ledger (the scope's `storage`: the call's slot)
   Returns: {bytes stored, 1 if more entries may be due} ]]
+-- @reply: stored, more
 -- @uses storedBytes, nowMs
 local held, more = storedBytes(nowMs())
 return { held, more and 1 or 0 }

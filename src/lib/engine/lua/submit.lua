@@ -33,6 +33,16 @@
          | {-16, bytes stored, ms until some may expire (0: unknown)} STORAGE_LIMIT
   The scope's caps (scopeLimits in lib.lua: its `limits` hash, else O.storage's defaults): runs
   queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in lib.lua). ]]
+-- @reply Submitted: runId, created, orders, run
+-- @reply Steered: runId, message, sent
+-- @reply SessionBusy
+-- @reply Draining
+-- @reply NotFound
+-- @reply IdempotencyMismatch
+-- @reply RateLimited: value
+-- @reply HistoryFull: value
+-- @reply QueuedRunsLimit: value
+-- @reply StorageLimit: value, retryAfterMs
 -- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, lineWaiting, newWrite, put, knownTail
 -- @uses unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int

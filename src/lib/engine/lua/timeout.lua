@@ -6,6 +6,8 @@
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+-- @reply Unchanged
+-- @reply Ended: orders, run
 -- @uses readFields, TERMINAL, nowMs, timeOutRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'timeout:' .. runId

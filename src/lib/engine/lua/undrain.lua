@@ -6,6 +6,7 @@
   KEYS  drain (the flag), held (of this runtime), meta, ready, leases, timers
   O     first (bool: the first call of a resume), batch
   Returns: {resumed now, held runs left, dispatches JSON} ]]
+-- @reply: resumed, left, orders
 -- @uses nowMs, runKey, admit
 if O.first then
   redis.call('DEL', K.drain)

@@ -4,6 +4,8 @@
   KEYS  run, meta, ready, leases, timers
   O     runId, dispatch (the number the sweeper read), message (the error's)
   Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+-- @reply Unchanged
+-- @reply Ended: orders, run
 -- @uses readFields, finishRun, newWrite, flushPublished
 local runId, rk = O.runId, K.run
 local rec = readFields(rk, { 'status', 'dispatch' })

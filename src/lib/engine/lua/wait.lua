@@ -18,6 +18,9 @@
   Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
          | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
          | {-2} LEASE_LOST ]]
+-- @reply Parked: orders, answered, nextAt, admittedAgain
+-- @reply CancelRequested
+-- @reply LeaseLost
 -- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, newWrite, put
 -- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished, ENDS_BY_ITSELF
 local runId, rk = O.runId, K.run
