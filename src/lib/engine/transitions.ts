@@ -458,8 +458,8 @@ function decode<N extends Replied>(name: N, raw: unknown, among?: readonly Outco
   const code = Number(raw[0]);
   const group: Record<string, number> = (Outcome as Record<string, Record<string, number>>)[outcomeGroup(name)] ?? {};
   const codes: Record<string, number> = ScriptCode;
-  const names = Object.keys(replies).filter((outcome) =>
-    (outcome in codes ? codes[outcome] : group[outcome]) === code && (!among || (among as readonly string[]).includes(outcome) || outcome in codes));
+  const allowed = (outcome: string) => !among || (among as readonly string[]).includes(outcome) || outcome in codes;
+  const names = Object.keys(replies).filter((outcome) => (outcome in codes ? codes[outcome] : group[outcome]) === code && allowed(outcome));
   if (names.length !== 1) throw new Error(`the ${name} script answered the unexpected code ${code}`);
   const outcome = names[0];
   if (outcome in codes) return { refused: { code, ...fieldsOf(replies[outcome], raw, 1) } as Refusal } as Reply<N>;
