@@ -63,59 +63,10 @@
 -- @reply Resumed: lifted
 -- @reply Read: requests, tokens, reserved, pausedUntil, pausedBy, now, pausedAt, pauseAsked,
 --   secondRequests, secondTokens, waiting, waitingCount
--- @uses nowMs, readFields, int
+-- @uses nowMs, int, rateWindow, lastSecond, tokensOf, grantOf, PAUSE_FIELDS, tagText, tokensWait, spreadWait
 local now = nowMs()
--- The spread's slice: OpenAI documents its per-minute limits as enforced per second.
-local SECOND_MS = 1000
--- A second holding more grants than this is taken as full: one call reads no more of them.
-local SECOND_WALK = 1000
--- Lapsed waiters dropped per call at most (the rest go at the next).
-local LAPSED_BATCH = 500
-
-local function parse(member)
-  local seq, tokens, state = string.match(member, '^(%d+):(%d+):([rs])$')
-  return seq, tonumber(tokens), state
-end
-
--- A tag as text: the virtual times are fractions, and ZADD reads them back exactly.
-local function tagText(x) return string.format('%.17g', x) end
-
--- Trims the grants that left the window, taking their tokens off the sums.
-local gone = redis.call('ZRANGEBYSCORE', K.grants, '-inf', now - O.windowMs)
-local fields = readFields(K.bucket, {
-  'tokens', 'reserved', 'pausedUntil', 'pausedBy', 'pausedAt', 'pauseAsked', 'vtime', 'drainUntil',
-})
-local sum = tonumber(fields.tokens) or 0
-local reserved = tonumber(fields.reserved) or 0
-if #gone > 0 then
-  for _, member in ipairs(gone) do
-    local _, tokens, state = parse(member)
-    sum = sum - tokens
-    if state == 'r' then reserved = reserved - tokens end
-  end
-  redis.call('ZREMRANGEBYSCORE', K.grants, '-inf', now - O.windowMs)
-end
-local requests = redis.call('ZCARD', K.grants)
--- An empty log holds no tokens, whatever a settle that never came left in the sums.
-if requests == 0 then sum, reserved = 0, 0 end
-if sum ~= (tonumber(fields.tokens) or 0) or reserved ~= (tonumber(fields.reserved) or 0) then
-  redis.call('HSET', K.bucket, 'tokens', int(sum), 'reserved', int(reserved))
-end
-
-local PAUSE_FIELDS = { 'pausedUntil', 'pausedBy', 'pausedAt', 'pauseAsked' }
-local pausedUntil = tonumber(fields.pausedUntil) or 0
-if pausedUntil > 0 and pausedUntil <= now then
-  redis.call('HDEL', K.bucket, unpack(PAUSE_FIELDS))
-  pausedUntil = 0
-end
-
--- Scopes whose waiting lapsed (they did not ask again in time) wait no more.
-local lapsed = redis.call('ZRANGEBYSCORE', K.lapses, '-inf', now, 'LIMIT', 0, LAPSED_BATCH)
-if #lapsed > 0 then
-  redis.call('ZREM', K.waiting, unpack(lapsed))
-  redis.call('ZREM', K.lapses, unpack(lapsed))
-end
-local vtime = tonumber(fields.vtime) or 0
+local b = rateWindow(now)
+local sum, reserved, requests, pausedUntil, vtime, fields = b.sum, b.reserved, b.requests, b.pausedUntil, b.vtime, b.fields
 
 -- The hash lives while the log does, or while a pause lasts (an open-ended one: until resumed);
 -- the fairness keys live with the log.
@@ -130,22 +81,8 @@ local function keep()
   end
 end
 
--- The grants of the last second, oldest first: {member, time, ...} (at most SECOND_WALK).
-local function lastSecond()
-  return redis.call('ZRANGEBYSCORE', K.grants, '(' .. int(now - SECOND_MS), '+inf', 'WITHSCORES', 'LIMIT', 0, SECOND_WALK)
-end
-
-local function tokensOf(log)
-  local total = 0
-  for i = 1, #log, 2 do
-    local _, tokens = parse(log[i])
-    total = total + tokens
-  end
-  return total
-end
-
 if O.op == 'read' then
-  local second = lastSecond()
+  local second = lastSecond(now)
   local waiting = redis.call('ZRANGE', K.waiting, 0, 19)
   return {
     OUTCOME.rateBucket.Read, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now),
@@ -155,7 +92,7 @@ if O.op == 'read' then
 end
 
 if O.op == 'settle' then
-  local seq, tokens, state = parse(O.member)
+  local seq, tokens, state = grantOf(O.member)
   -- A grant already out of the window has nothing left to correct.
   local at = seq and state == 'r' and redis.call('ZSCORE', K.grants, O.member)
   if at then
@@ -218,59 +155,11 @@ if O.rpm and requests + 1 > O.rpm then
   waitMs, why = tonumber(oldest[2]) + O.windowMs - now + 1, 'requests'
 end
 if O.tpm and sum + O.tokens > O.tpm then
-  -- When enough grants will have left the window: walk them from the oldest (at most 200;
-  -- past that, the 200th's time is an early estimate and the caller simply asks again).
-  local need = sum + O.tokens - O.tpm
-  local walked = redis.call('ZRANGE', K.grants, 0, 199, 'WITHSCORES')
-  local at = now
-  for i = 1, #walked, 2 do
-    local _, tokens = parse(walked[i])
-    need = need - tokens
-    at = tonumber(walked[i + 1])
-    if need <= 0 then break end
-  end
-  local tokenWait = at + O.windowMs - now + 1
-  -- Reservations still open may settle for less than they reserved and make room sooner:
-  -- look again within pollMs while they could.
-  if sum - reserved + O.tokens <= O.tpm then tokenWait = math.min(tokenWait, O.pollMs) end
+  local tokenWait = tokensWait(b, now)
   if tokenWait > waitMs then waitMs, why = tokenWait, 'tokens' end
 end
 if O.second then
-  -- The spread: a grant leaves the second SECOND_MS after it was made.
-  local second = lastSecond()
-  local n = #second / 2
-  local secondWait = 0
-  if n >= SECOND_WALK then
-    secondWait = O.pollMs
-  else
-    if O.second.requests and n + 1 > O.second.requests then
-      secondWait = tonumber(second[2 * (n - O.second.requests + 1)]) + SECOND_MS - now
-    end
-    -- A call larger than a second's tokens fits only a second that holds none.
-    local large = O.second.tokens and O.tokens > O.second.tokens
-    local limit = O.second.tokens and math.max(O.second.tokens, O.tokens)
-    local need = limit and tokensOf(second) + O.tokens - limit or 0
-    if need > 0 then
-      local at = now
-      for i = 1, #second, 2 do
-        local _, tokens = parse(second[i])
-        need = need - tokens
-        at = tonumber(second[i + 1])
-        if need <= 0 then break end
-      end
-      secondWait = math.max(secondWait, at + SECOND_MS - now)
-    end
-    local drainUntil = tonumber(fields.drainUntil) or 0
-    if large and secondWait > 0 and waitMs == 0 then
-      -- Only the second is in its way: smaller calls hold off until its next ask, so that the
-      -- second empties for it (not while the minute is full for it: that is no second's doing).
-      redis.call('HSET', K.bucket, 'drainUntil', int(now + math.min(secondWait, O.askMs) + O.graceMs))
-    elseif large then
-      if drainUntil > 0 then redis.call('HDEL', K.bucket, 'drainUntil') end
-    elseif O.second.tokens and drainUntil > now then
-      secondWait = math.max(secondWait, math.min(drainUntil - now, O.pollMs))
-    end
-  end
+  local secondWait = spreadWait(b, now, waitMs)
   if secondWait > waitMs then waitMs, why = secondWait, 'second' end
 end
 if why then return refuse(waitMs, why) end

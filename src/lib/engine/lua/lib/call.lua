@@ -1,7 +1,7 @@
 --[[ The start of Baton's Redis Function library (src/lib/engine/scripts.ts assembles it):
   the generated code tables (CODE, OUTCOME: src/lib/engine/script-codes.ts), then the helper
   files of lua/lib/ in a fixed order (call, records, events, status, limits, admission,
-  sessions, storage, waits, finish: each may use only those before it, and names them in its
+  sessions, storage, waits, finish, rate-window: each may use only those before it, and names them in its
   `-- @uses` lines), then each transition file (append.lua, claim.lua, ...) as one function of
   the library, `baton_<name>_v<version>_<digest>`, whose body is the file's text. The library
   is loaded into Redis once (FUNCTION LOAD), so a call runs its own body only: the helpers are
