@@ -74,7 +74,7 @@ let library: Library | undefined;
  * helpers of those before it (its `-- @uses` lines say which; scripts/check-lua.mjs checks them).
  */
 export const HELPER_FILES = [
-  'call', 'records', 'events', 'status', 'limits', 'admission', 'sessions', 'storage', 'waits', 'finish', 'rate-window',
+  'call', 'records', 'events', 'status', 'limits', 'admission', 'sessions', 'storage', 'waits', 'finish', 'reruns', 'rate-window',
 ] as const;
 
 /** The locals a transition's body may name (core of the call, lua/lib/call.lua): declared for it when it does. */

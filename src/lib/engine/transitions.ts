@@ -14,7 +14,7 @@ import { ReplicaAcks } from '../replica-acks.ts';
  * The typed gateway to the Lua transitions (src/lib/engine/lua/): one function per script,
  * named arguments in, a decoded reply out. Nothing else calls a script (`npm test` checks).
  *
- * Each script gets its keys by name and its options as one JSON object (lua/core.lua says
+ * Each script gets its keys by name and its options as one JSON object (lua/lib/call.lua says
  * how), so adding a limit touches no positional list. A script that asks for runs to be
  * delivered returns dispatch orders; the gateway hands them to BullMQ before it returns
  * (the outbox step; the sweeper repairs a crash in between), so no caller can forget it.
@@ -1221,7 +1221,7 @@ export class Transitions {
     const base = this.keys.scope(scope).base;
     const acks = this.acks;
     if (!acks) return callScript(this.redis, name, keys, this.options(base, options), payload);
-    // With replica acknowledgements, a call's notifications come back with its reply (core.lua's
+    // With replica acknowledgements, a call's notifications come back with its reply (lua/lib/events.lua's
     // withDeferred) and are published only once replicas hold what they announce.
     const mark = acks.mark();
     const raw = await callScript(this.redis, name, keys, this.options(base, { ...options, deferPublish: true }), payload);
@@ -1248,7 +1248,7 @@ export class Transitions {
   }
 }
 
-/** A reply as withDeferred (core.lua) hands it back: the script's own, and the notifications it held. */
+/** A reply as withDeferred (lua/lib/events.lua) hands it back: the script's own, and the notifications it held. */
 function deferredOf(raw: unknown): { reply: unknown; messages: string[] } {
   if (Array.isArray(raw) && raw[0] === 'baton:deferred') return { reply: raw[1], messages: raw.slice(2).map(String) };
   return { reply: raw, messages: [] };

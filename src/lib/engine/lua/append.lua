@@ -10,7 +10,7 @@
   unanswered commands on reconnect, and the writer retries) arrives again with the same
   number: it is applied once, so a Redis blip never duplicates tokens in the stream.
   Returns: per run, in order, a code and the id of its last event ('' when none was added):
-           0 applied | 1 already applied | -2 LEASE_LOST ]]
+           Applied | Duplicate (already applied) | LeaseLost ]]
 -- @reply Applied: lastId
 -- @reply Duplicate: lastId
 -- @reply LeaseLost: lastId

@@ -4,7 +4,7 @@
   a wait, a block does not count against a timeoutMs budget.
   KEYS  run, meta, ready, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
-  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {Blocked, dispatches JSON} | {LeaseLost} ]]
 -- @reply Blocked: orders
 -- @reply LeaseLost
 -- @uses fenced, nowMs, knownTail, statusEvent, newWrite, put, drop, tailInto, setStatus

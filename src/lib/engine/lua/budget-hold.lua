@@ -10,10 +10,10 @@
   O     defaultLimit (TOKENS_PER_DAY: the budget when the limits hash sets none; 0: none),
         estimate (the call's tokens at most; absent: not known), unestimated (what a call with
         no estimate holds, at most what is left), member (unique per call), holdMs
-  Returns {0, used, held, limit, reserved}: the call may be made, `reserved` tokens held for it
-          {1, used, held, limit}: refused (the estimate does not fit; without one, nothing is left)
-          {2, the field as stored}: tokensPerDay is not a whole number (the limits route writes digits)
-          {3}: the scope has no budget ]]
+  Returns {Held, used, held, limit, reserved}: the call may be made, `reserved` tokens held for it
+          {Refused, used, held, limit}: refused (the estimate does not fit; without one, nothing is left)
+          {Malformed, the field as stored}: tokensPerDay is not a whole number (the limits route writes digits)
+          {NoBudget}: the scope has no budget ]]
 -- @reply Held: used, held, limit, reserved
 -- @reply Refused: used, held, limit
 -- @reply Malformed: field

@@ -3,7 +3,7 @@
   readable for retentionMs. One that ended already is left as it is.
   KEYS  operation (its hash), active (the scope's running ones)
   O     id, now (epoch ms, Redis time as the caller read it), retentionMs
-  Returns: {0} stopped, or ended already | {-1} NOT_FOUND ]]
+  Returns: {Stopped} stopped, or ended already | {NotFound} ]]
 -- @reply Stopped
 -- @reply NotFound
 -- @uses int

@@ -5,8 +5,8 @@
   KEYS  operation (its hash), active (the scope's running ones)
   O     id, token (the caller's lease token), now (epoch ms, Redis time as the caller read it),
         leaseMs
-  Returns: {0, cursor} claimed: the batch starts after this position of the listing |
-           {1} not now (ended, leased, not yet due) ]]
+  Returns: {Claimed, cursor} claimed: the batch starts after this position of the listing |
+           {NotNow} not now (ended, leased, not yet due) ]]
 -- @reply Claimed: cursor
 -- @reply NotNow
 -- @uses int, readFields

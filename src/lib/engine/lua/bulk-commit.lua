@@ -7,7 +7,7 @@
         finishedAt if this batch ends it), matched, done, failed (the batch's counts), cursor
         (the listing position it reached), finished (bool: the listing has no more runs),
         notBefore (epoch ms), lastError (JSON {runId, code, message}; absent: none), retentionMs
-  Returns: {0} committed | {1} the lease is not the caller's any more ]]
+  Returns: {Committed} committed | {NotHeld} the lease is not the caller's any more ]]
 -- @reply Committed
 -- @reply NotHeld
 -- @uses int

@@ -3,7 +3,7 @@
   KEYS  operation (its hash), operations (the scope's, by creation), active (the scope's running ones)
   O     id, fields (the operation's hash: name -> value, all text), maxRunning (the scope's
         cap), now (epoch ms, Redis time as the caller read it)
-  Returns: {0} made | {1} the scope runs maxRunning operations already ]]
+  Returns: {Created} made | {AtCap} the scope runs maxRunning operations already ]]
 -- @reply Created
 -- @reply AtCap
 if redis.call('ZCARD', K.active) >= O.maxRunning then return { OUTCOME.bulkCreate.AtCap } end

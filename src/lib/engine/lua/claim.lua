@@ -16,13 +16,11 @@
                        keeps, not what the session holds
         historyBytes   at most this many bytes of those messages (HISTORY_READ_MAX_BYTES): the
                        newest that fit, so a session of huge turns costs a claim this much
-  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (its newest historyReads messages
-            that fit historyBytes), timeoutMs deadline (epoch ms, 0 = none), now, cut 1|0 (older messages that were
-            asked for did not fit)}
-         | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
-                                      while no worker held it), expired, or failed (TIMEOUT, or
-                                      RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
-         | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then) ]]
+  Returns (fields below): Claimed (record, steps flat; history: the newest historyReads messages
+  that fit historyBytes, historyCut 1 when older ones asked for did not; deadline: timeoutMs's, 0 =
+  none) | Ended: the claim ended the run, cancelled (a cancel was requested while no worker held
+  it), expired, or failed (TIMEOUT, or RECOVERY_LIMIT: its workers were lost more than
+  maxRecoveries times) | NotFound | NotRunnable | LeaseHeld (value: when to come back) ]]
 -- @reply Claimed: fence, attempt, recovered, run, steps, history, deadline, now, historyCut
 -- @reply Ended: orders, status
 -- @reply NotFound
@@ -115,7 +113,7 @@ end
 -- that blocked it was no attempt of its own, like a recovery).
 local resumed = st == 'dispatched' and rec.resumed == '1'
 -- The attempt's first event goes first: a claim whose checks above needed no clock takes
--- its time from the event's id (nowMs in core.lua).
+-- its time from the event's id (nowMs in lua/lib/call.lua).
 -- Clients restart the answer text at every `attempt` event: a new holder replays it.
 if recovered == 1 then
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))

@@ -9,7 +9,7 @@
   A run that has not ended is left as it is: its worker or its session still needs it.
   KEYS  run, runs (the scope's listing)
   O     runId
-  Returns: {0} deleted | {1} not ended (cancel it first) | {-1} NOT_FOUND ]]
+  Returns: {Deleted} deleted | {NotEnded} not ended (cancel it first) | {NotFound} ]]
 -- @reply Deleted
 -- @reply NotEnded
 -- @reply NotFound

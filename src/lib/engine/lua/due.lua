@@ -4,7 +4,7 @@
   the deadline entry).
   KEYS  run, meta, ready, leases, timers
   O     runId
-  Returns: {0, dispatches JSON, 1 if it was queued now} ]]
+  Returns: {Checked, dispatches JSON, 1 if it was queued now} ]]
 -- @reply Checked: orders, joined
 -- @uses readFields, nowMs, knownTail, statusEvent, newWrite, tailInto, setStatus, setStartBy
 -- @uses sessionKey, joinQueue, admit, flushPublished

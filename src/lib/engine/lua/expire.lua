@@ -3,7 +3,7 @@
   started is left alone. Safe from every process at once, and early.
   KEYS  run, meta, ready, leases, timers
   O     runId
-  Returns: {1, dispatches JSON, record (flat)} when it expired now | {0} ]]
+  Returns: {Ended, dispatches JSON, record (flat)} when it expired now | {Unchanged} ]]
 -- @reply Unchanged
 -- @reply Ended: orders, run
 -- @uses readFields, WAITING, nowMs, sessionKey, expireRun, flushPublished

@@ -1,4 +1,4 @@
---[[ Give the scope's free slots to its parked runs (fillSlots in lib.lua). Every call that
+--[[ Give the scope's free slots to its parked runs (fillSlots in lua/lib/admission.lua). Every call that
   frees a slot fills it in the same call, so this is for slots a limit gave since: an
   operator raised the scope's limits (src/lib/tenancy/limits.ts calls it), its fair share
   grew (src/lib/engine/fair-share.ts), or a key's cap was raised (its keys waiting in
@@ -6,7 +6,7 @@
   earlier version parked in its `ready` list. Safe from every process at once.
   KEYS  meta, ready, leases, timers
   O     batch
-  Returns: {0, dispatches JSON} ]]
+  Returns: {Filled, dispatches JSON} ]]
 -- @reply Filled: orders
 -- @uses fillSlots, nowMs, joinTurns, keyFull, runKey, admit, READY_CAPPED
 local now = nowMs()

@@ -7,7 +7,7 @@
         with steering messages the ones the run took between its answer's parts; absent = commit nothing),
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
-  Returns: {0, dispatches JSON, steering messages left (each now the session's next turn)} | {-2} LEASE_LOST ]]
+  Returns: {Finished, dispatches JSON, steering messages left (each now the session's next turn)} | {LeaseLost} ]]
 -- @reply Finished: orders, notDelivered
 -- @reply LeaseLost
 -- @uses fenced, FINISH_READ, newWrite, put, knownTail, newBatch, addEvent, finishRun
@@ -26,7 +26,7 @@ local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
--- Its time is that of its first event (nowMs in core.lua): no TIME.
+-- Its time is that of its first event (nowMs in lua/lib/call.lua): no TIME.
 local notDelivered = finishRun(runId, O.status, w, endData, nil, out, rec, true)
 flushPublished()
 return { OUTCOME.finish.Finished, cjson.encode(out), notDelivered }

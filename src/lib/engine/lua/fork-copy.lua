@@ -9,9 +9,9 @@
   whole or not at all.
   KEYS  from, to, toSession, toQueue, toRuns, state, staging (as lua/fork.lua)
   O     token (the fork's), leaseMs, maxMessages, maxBytes
-  Returns: {0, done 1|0, messages copied by this call, their bytes} | {1} the new session is
-         not new any more (the fork dropped) | {2} the source no longer holds the prefix (the
-         fork dropped) | {3} no such fork: its lease passed (or another token) ]]
+  Returns: {Copied, done 1|0, messages copied by this call, their bytes} | {TargetTaken} the new session is
+         not new any more (the fork dropped) | {HistoryChanged} the source no longer holds the prefix (the
+         fork dropped) | {Gone} no such fork: its lease passed (or another token) ]]
 -- @reply Copied: done, messages, bytes
 -- @reply TargetTaken
 -- @reply HistoryChanged

@@ -15,12 +15,12 @@
   The new session's hash records where it was forked (`forkedFrom`, `forkedAt`): a custom
   memory store copies its own turns from it at the new session's first run
   (src/lib/sessions/run-memory.ts).
-  The scope's limits (scopeLimits in lib.lua): forksPerMinute and forkBytesPerMinute, and its
+  The scope's limits (scopeLimits in lua/lib/limits.lua): forksPerMinute and forkBytesPerMinute, and its
   storage cap (maxStoredBytes), which the copy's bytes count against from here on.
-  Returns: {0, done 1|0} begun (done: nothing to copy, the fork is whole) | {1} the new
-         session is not new (or another fork into it is under way) | {2} the source no
-         longer holds that prefix | {3, bytes stored, ms until some may expire (0: unknown)}
-         the copy would pass the scope's storage cap | {4, ms until a fork may start} the
+  Returns: {Begun, done 1|0} begun (done: nothing to copy, the fork is whole) | {TargetTaken} the new
+         session is not new (or another fork into it is under way) | {HistoryChanged} the source no
+         longer holds that prefix | {StorageFull, bytes stored, ms until some may expire (0: unknown)}
+         the copy would pass the scope's storage cap | {Throttled, ms until a fork may start} the
          scope's fork rate ]]
 -- @reply Begun: whole
 -- @reply TargetTaken

@@ -8,9 +8,9 @@
   O     runs      [[runId, fence], ...]: the holder's attempts (the caller bounds the count)
         leaseMs
   Returns: one code per run, in order:
-           0 renewed | 1 renewed, and a cancel was requested
-           -2 LEASE_LOST (another worker took over, or the run is gone)
-           -3 NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
+           Renewed | CancelRequested: renewed, and a cancel was requested
+           LeaseLost (another worker took over, or the run is gone)
+           NotRunnable: this holder itself closed the attempt (finish, retry, block, or the
               shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
 -- @reply Renewed
 -- @reply CancelRequested

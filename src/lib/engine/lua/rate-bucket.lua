@@ -46,13 +46,13 @@
                  (`provider`: only ever moves the pause later; `operator`: sets it), askedMs
                  (a provider's: what its Retry-After asked for, before the cap)
   Returns
-    acquire: {0, member, grant time, requests in the window, tokens in the window}: granted
-             {1, ms to wait, why (paused | requests | tokens | second | share)}: not now; ask again
-             {2, tpm}: the reservation is larger than tpm, so it can never be granted
-    settle:  {0}
-    pause:   {0, pausedUntil, 1 if this call set or moved the pause, else 0}
-    resume:  {0, 1 if a pause was lifted, else 0}
-    read:    {0, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now, pausedAt,
+    acquire: {Granted, member, grant time, requests in the window, tokens in the window}
+             {Waiting, ms to wait, why (paused | requests | tokens | second | share)}: ask again
+             {TooLarge, tpm}: the reservation is larger than tpm, so it can never be granted
+    settle:  {Settled}
+    pause:   {Paused, pausedUntil, 1 if this call set or moved the pause, else 0}
+    resume:  {Resumed, 1 if a pause was lifted, else 0}
+    read:    {Read, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now, pausedAt,
               pauseAsked (0: none), requests and tokens of the last second, waiting scopes
               (the first 20, next served first), how many wait} ]]
 -- @reply Granted: member, at, requests, tokens

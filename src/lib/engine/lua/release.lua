@@ -2,7 +2,7 @@
   dispatched, so another worker takes the run over at once (as a recovery, fence + 1).
   KEYS  run, leases
   O     runId, fence
-  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {Released, dispatches JSON} | {LeaseLost} ]]
 -- @reply Released: orders
 -- @reply LeaseLost
 -- @uses fenced, nowMs, chargeRunTime, enqueueJob

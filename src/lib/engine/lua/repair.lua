@@ -9,7 +9,7 @@
   any other status: the entry is stale, and goes.
   KEYS  run, leases
   O     runId, dispatch (the number the sweeper looked up), jobAlive (bool)
-  Returns: {0, dispatches JSON} ]]
+  Returns: {Checked, dispatches JSON} ]]
 -- @reply Checked: orders
 -- @uses nowMs, readFields, enqueueJob
 local runId, rk = O.runId, K.run

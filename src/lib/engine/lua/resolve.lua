@@ -3,7 +3,7 @@
   is admitted again (it still owns its session), to continue the attempt it was in.
   KEYS  run, steps, meta, ready, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
-  Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
+  Returns: {Resolved, dispatches JSON} | {NotFound} | {StepNotBlocked} ]]
 -- @reply Resolved: orders
 -- @reply NotFound
 -- @reply StepNotBlocked

@@ -6,7 +6,7 @@
   KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId, waitKey, value (JSON text, checked against the wait's schema by the caller),
         tokenHash (the resume token route: the wait must hold this token)
-  Returns: {0, dispatches JSON, kind, since, runtime, agent} | {-1} NOT_FOUND | {-9} WAIT_NOT_PENDING ]]
+  Returns: {Resumed, dispatches JSON, kind, since, runtime, agent} | {NotFound} | {WaitNotPending} ]]
 -- @reply Resumed: orders, kind, since, runtime, agent
 -- @reply NotFound
 -- @reply WaitNotPending

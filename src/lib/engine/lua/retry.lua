@@ -3,7 +3,7 @@
   The run keeps its scope slot and its session while it waits.
   KEYS  run, leases
   O     runId, fence, delayMs, lastError (JSON text)
-  Returns: {0, retryAt, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {Retrying, retryAt, dispatches JSON} | {LeaseLost} ]]
 -- @reply Retrying: retryAt, orders
 -- @reply LeaseLost
 -- @uses fenced, nowMs, knownTail, statusEvent, newWrite, tailInto, setStatus, enqueueJob

@@ -9,7 +9,7 @@
         next (the nextAt after the claim; absent: the expression has no tick left),
         fire (the tick to fire; absent: none, the missed ticks are skipped),
         retryAt (when a fired tick not yet done is looked at again)
-  Returns: {0} claimed | {1} not claimed (gone, paused, or claimed by another process) ]]
+  Returns: {Claimed} claimed | {NotClaimed} not claimed (gone, paused, or claimed by another process) ]]
 -- @reply Claimed
 -- @reply NotClaimed
 -- @uses int, readFields

@@ -5,7 +5,7 @@
   KEYS  schedule (its hash), due (the scope's schedules:due)
   O     id (the schedule's member in `due`), tick (epoch ms),
         runId (the run made; absent: none), refusal (JSON {tick, code, message}; absent: none)
-  Returns: {0} done | {1} the tick was not pending (done already, or the schedule is gone) ]]
+  Returns: {Done} done | {NotPending} the tick was not pending (done already, or the schedule is gone) ]]
 -- @reply Done
 -- @reply NotPending
 -- @uses int, readFields

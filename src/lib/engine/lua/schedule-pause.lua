@@ -3,7 +3,7 @@
   place there: its run is still made, and its done mark (schedule-done.lua) then takes it out.
   KEYS  schedule (its hash), due (the scope's schedules:due)
   O     id (the schedule's member in `due`)
-  Returns: {0} paused (or paused already) | {-1} NOT_FOUND ]]
+  Returns: {Paused} paused (or paused already) | {NotFound} ]]
 -- @reply Paused
 -- @reply NotFound
 if redis.call('EXISTS', K.schedule) == 0 then return { CODE.NotFound } end

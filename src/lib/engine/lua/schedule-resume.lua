@@ -5,7 +5,7 @@
   KEYS  schedule (its hash), due (the scope's schedules:due)
   O     id (the schedule's member in `due`), nextAt (epoch ms; absent: the expression has no
         tick left, so the schedule stays out of the due index)
-  Returns: {0} active | {-1} NOT_FOUND ]]
+  Returns: {Resumed} active | {NotFound} ]]
 -- @reply Resumed
 -- @reply NotFound
 -- @uses int

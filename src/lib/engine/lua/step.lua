@@ -15,7 +15,7 @@
   The day's hash also keeps `tokens`, the day's input and output tokens in all, which a scope's
   daily token budget is checked against with one HGET (src/lib/engine/budgets.ts); a day an
   earlier version began counting gets it from the rows' sum at its first call here.
-  Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
+  Returns: {Recorded, stored result JSON ('' for start)} | {LeaseLost} ]]
 -- @reply Recorded: result
 -- @reply LeaseLost
 -- @uses fenced, nowMs

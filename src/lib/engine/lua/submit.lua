@@ -25,14 +25,12 @@
         under its id in K.steering. With an active run in the session it is that run's to take
         (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
   ARGV[2..] record fields, name/value pairs
-  Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)}
-         | {1, runId of the run it went to, message JSON, sent now 1|0} a steering message, sent now or before
-         | {-5} SESSION_BUSY | {-6} DRAINING
-         | {-12} IDEMPOTENCY_MISMATCH | {-13, ms until a token is there} RATE_LIMITED
-         | {-14, the history's size} SESSION_HISTORY_FULL | {-15, runs not started} QUEUED_RUNS_LIMIT
-         | {-16, bytes stored, ms until some may expire (0: unknown)} STORAGE_LIMIT
-  The scope's caps (scopeLimits in lib.lua: its `limits` hash, else O.storage's defaults): runs
-  queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in lib.lua). ]]
+  Returns (fields below): Submitted (record: flat HGETALL) | Steered: a steering message, sent now
+  or before (runId: the run it went to) | the refusals, `value` being RateLimited's ms until a token
+  is there, HistoryFull's history size, QueuedRunsLimit's runs not started, StorageLimit's bytes
+  stored (with the ms until some may expire, 0: unknown)
+  The scope's caps (scopeLimits in lua/lib/limits.lua: its `limits` hash, else O.storage's defaults): runs
+  queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in lua/lib/storage.lua). ]]
 -- @reply Submitted: runId, created, orders, run
 -- @reply Steered: runId, message, sent
 -- @reply SessionBusy
@@ -44,9 +42,9 @@
 -- @reply QueuedRunsLimit: value
 -- @reply StorageLimit: value, retryAfterMs
 -- @uses nowMs, runKey, runtimeKey, takeToken, activeCount, scopeLimits, keyFull, lineWaiting, newWrite, put, knownTail
--- @uses unheard
+-- @uses unheard, steerActive, overCaps, recordRerun
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
--- @uses admit, joinQueue, cancelRun, storedBytes, storageRetryMs, chargeStorage, TERMINAL, addEvent
+-- @uses admit, joinQueue, cancelRun, chargeStorage
 local runId, rk, sk = O.runId, K.run, K.session
 local now = nowMs()
 
@@ -81,49 +79,23 @@ if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { CODE.H
 -- Steering: a session with an active run hands it the message, to take at its next boundary.
 -- (Its history cap was checked above: the message joins the history where it is delivered.)
 if steer then
-  local active = redis.call('HGET', sk, 'active')
-  local status = active and redis.call('HGET', runKey(active), 'status')
-  if status and not TERMINAL[status] then
-    -- A message takes a token of the scope's submit rate as a run does: it may become one, and
-    -- what a tenant sends into a running turn is bounded as what it submits.
-    local limits = scopeLimits()
-    if limits.rate > 0 then
-      local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
-      if not ok then return { CODE.RateLimited, waitMs } end
-    end
-    -- The fields of the run it becomes if the active run ends without taking it (lib.lua, undeliverable).
-    local fields = {}
-    for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
-    local m = { id = steer.id, runId = active, state = 'pending', content = steer.content, at = now, fields = fields }
-    redis.call('HSET', K.steering, steer.id, cjson.encode(m))
-    redis.call('PEXPIRE', K.steering, steer.ttlMs)
-    redis.call('RPUSH', runKey(active) .. ':steer-pending', steer.id)
-    redis.call('HSET', runKey(active), 'steered', 1)
-    addEvent(active, 'steering', cjson.encode({ messageId = steer.id, outcome = 'pending' }))
-    flushPublished()
-    m.fields = nil
-    return { OUTCOME.submit.Steered, active, cjson.encode(m), 1 }
-  end
+  -- The fields of the run it becomes if the active run ends without taking it (undeliverable).
+  local fields = {}
+  for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local sent = steerActive(steer, sk, fields, now)
+  if sent then return sent end
 end
 
 local due = O.runAt
 if O.delayMs then due = now + O.delayMs end
 local scheduled = due ~= nil and due > now
 local limits = scopeLimits()
--- The scope's runs accepted and not started, queued or dispatched (both `queued` to the API),
--- are capped: one more is refused here, before anything is written. Scheduled runs have their
--- own cap (SCHEDULED_MAX_PER_SCOPE); waiting, blocked, running and retrying ones started.
-if not scheduled and limits.queued > 0 then
-  local queued = redis.call('ZCARD', BASE .. 'status:queued') + redis.call('ZCARD', BASE .. 'status:dispatched')
-  if queued >= limits.queued then return { CODE.QueuedRunsLimit, queued } end
-end
--- So are the bytes the scope stores: this run's are its record's fields as written below.
+-- The scope's caps (overCaps), refused here before anything is written: its runs not started,
+-- and its stored bytes (this run's: its record's fields as written below).
 local runBytes = 0
 for i = 2, #ARGV do runBytes = runBytes + #ARGV[i] end
-if limits.stored > 0 then
-  local held = storedBytes(now)
-  if held + runBytes > limits.stored then return { CODE.StorageLimit, held, storageRetryMs(now) } end
-end
+local capped = overCaps(limits, scheduled, runBytes, now)
+if capped then return capped end
 -- A run due now becomes its session's head if the session has none, in the same command
 -- that looks (a scheduled run joins its session when due, lua/due.lua). `head`: it did.
 local head = false
@@ -155,39 +127,14 @@ end
 -- above, in this same script.)
 local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey or '') and not lineWaiting()
 -- waited 0: the run never parked on waits, so its finish need not look for any.
--- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
+-- behind 0: no run is queued behind it yet (queuedBehind in lua/lib/sessions.lua).
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
 for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
 -- Counted now, listed with its expiry when it ends (finishRun).
 put(w, 'storedBytes', runBytes)
 chargeStorage(runBytes)
--- A re-run holds the copied step results before any claim can read its steps. The run it
--- repeats names its newest rerunsKept re-runs (`reruns`, space-separated ids, oldest first)
--- and counts them all (`rerunCount`); its index (K.reruns) holds every one, for the listing,
--- and lives as long as its record. A record an earlier version wrote names every re-run and
--- has no count or index: the ids it names go into the index here, once (an id the index holds
--- is not added again), so the listing finds them too.
-if K.rerunOf then
-  for _, f in ipairs(O.copySteps) do
-    local v = redis.call('HGET', K.copyFrom, f)
-    if v then redis.call('HSET', K.steps, f, v) end
-  end
-  local ids = {}
-  for id in string.gmatch(redis.call('HGET', K.rerunOf, 'reruns') or '', '%S+') do
-    ids[#ids + 1] = id
-    if not redis.call('ZSCORE', K.reruns, id) then
-      redis.call('ZADD', K.reruns, tonumber(redis.call('HGET', runKey(id), 'createdAt')) or now, id)
-    end
-  end
-  local count = tonumber(redis.call('HGET', K.rerunOf, 'rerunCount')) or #ids
-  ids[#ids + 1] = runId
-  redis.call('ZADD', K.reruns, now, runId)
-  local ttl = redis.call('PTTL', K.rerunOf)
-  if ttl > 0 then redis.call('PEXPIRE', K.reruns, ttl) end
-  local kept = table.concat(ids, ' ', math.max(1, #ids - O.rerunsKept + 1), #ids)
-  redis.call('HSET', K.rerunOf, 'reruns', kept, 'rerunCount', count + 1)
-end
+if K.rerunOf then recordRerun(runId, now) end
 local status = (scheduled and 'scheduled') or (dispatchNow and 'dispatched') or 'queued'
 -- A head's history changes only when it finishes: its claim needs not measure it again (claim.lua).
 if head then put(w, 'historyMem', historyMem) end

@@ -5,7 +5,7 @@
   A waiting or blocked run has no deadline (its budget is parked). Safe from every process.
   KEYS  run, meta, ready, leases, timers
   O     runId
-  Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+  Returns: {Ended, dispatches JSON, record (flat)} when it failed now | {Unchanged} ]]
 -- @reply Unchanged
 -- @reply Ended: orders, run
 -- @uses readFields, TERMINAL, nowMs, timeOutRun, flushPublished

@@ -3,7 +3,7 @@
   since the sweeper read it: claimed, cancelled, or dispatched again (another number).
   KEYS  run, meta, ready, leases, timers
   O     runId, dispatch (the number the sweeper read), message (the error's)
-  Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+  Returns: {Ended, dispatches JSON, record (flat)} when it failed now | {Unchanged} ]]
 -- @reply Unchanged
 -- @reply Ended: orders, run
 -- @uses readFields, finishRun, newWrite, flushPublished

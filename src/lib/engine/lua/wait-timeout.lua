@@ -4,7 +4,7 @@
   moves the deadline entry).
   KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId
-  Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
+  Returns: {Checked, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
 -- @reply Checked: orders, answered, runtime, agent
 -- @uses readFields, TERMINAL, knownTail, nowMs, expireWaits, wakeRun, flushPublished
 local runId, rk = O.runId, K.run

@@ -15,9 +15,9 @@
   O     runId, fence, timeouts {waitKey: ms from first being reached}, untils {waitKey: epoch ms},
         tokens {waitKey: SHA-256 hex of its resume token}
   ARGV[2..] each wait reached, as JSON {key, kind, name, prompt?, schema?} (stored as sent)
-  Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
-         | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
-         | {-2} LEASE_LOST ]]
+  Returns: {Parked, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
+         | {CancelRequested} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
+         | {LeaseLost} ]]
 -- @reply Parked: orders, answered, nextAt, admittedAgain
 -- @reply CancelRequested
 -- @reply LeaseLost

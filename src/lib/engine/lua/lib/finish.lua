@@ -4,7 +4,7 @@
 -- @uses dropAllWaits, newWrite, TERMINAL, sessionKey
 
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
--- retention set. `w`: the record's other writes (result, lastError, ...; newWrite in core.lua).
+-- retention set. `w`: the record's other writes (result, lastError, ...; newWrite in lua/lib/records.lua).
 -- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind',
@@ -16,7 +16,7 @@ local FINISH_GONE = { 'retryAt', 'deadlineAt', 'budgetLeft' }
 local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs' }
 -- `rec` (optional): the record's FINISH_READ fields by name (readFields), when the caller read them already.
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
--- `now` absent: the finish's time is its `end` event's (nowMs in core.lua), logged first.
+-- `now` absent: the finish's time is its `end` event's (nowMs in lua/lib/call.lua), logged first.
 -- Returns how many steering messages it left pending (each now the session's next turn: undeliverable).
 local function finishRun(runId, status, w, endData, now, out, rec, held)
   local rk = runKey(runId)

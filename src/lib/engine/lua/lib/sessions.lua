@@ -1,5 +1,6 @@
 -- Sessions: the queue behind a head, steering messages that become turns, bounded history reads.
 -- @uses runKey, sessionKey, admit, newWrite, put, knownTail, statusEvent, tailInto, setStatus, addEvent
+-- @uses TERMINAL, scopeLimits, takeToken, flushPublished
 
 -- A session's queue (`session:<id>:queue`) holds its runs behind the head. A run's `behind`
 -- says whether any was queued while it was the head: 0 from its submit, 1 once one is, so
@@ -137,4 +138,32 @@ local function historyWithin(key, from, step, limit, maxBytes, first, size, firs
     chunk = math.max(1, math.min(32, math.floor((maxBytes - bytes) / biggest)))
   end
   return out, 'count'
+end
+
+-- Steering (lua/submit.lua, multitask `steer`): a session with an active run hands it the
+-- message `steer` ({id, content, ttlMs}), to take at its next boundary; `fields`: the record
+-- fields of the run it becomes if the active run ends without taking it (undeliverable).
+-- Returns the submit's reply, or nil when the session has no active run (a run is made).
+-- (The submit checked the history cap: the message joins the history where it is delivered.)
+local function steerActive(steer, sk, fields, now)
+  local K = call.K
+  local active = redis.call('HGET', sk, 'active')
+  local status = active and redis.call('HGET', runKey(active), 'status')
+  if not status or TERMINAL[status] then return nil end
+  -- A message takes a token of the scope's submit rate as a run does: it may become one, and
+  -- what a tenant sends into a running turn is bounded as what it submits.
+  local limits = scopeLimits()
+  if limits.rate > 0 then
+    local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
+    if not ok then return { CODE.RateLimited, waitMs } end
+  end
+  local m = { id = steer.id, runId = active, state = 'pending', content = steer.content, at = now, fields = fields }
+  redis.call('HSET', K.steering, steer.id, cjson.encode(m))
+  redis.call('PEXPIRE', K.steering, steer.ttlMs)
+  redis.call('RPUSH', runKey(active) .. ':steer-pending', steer.id)
+  redis.call('HSET', runKey(active), 'steered', 1)
+  addEvent(active, 'steering', cjson.encode({ messageId = steer.id, outcome = 'pending' }))
+  flushPublished()
+  m.fields = nil
+  return { OUTCOME.submit.Steered, active, cjson.encode(m), 1 }
 end

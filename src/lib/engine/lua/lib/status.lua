@@ -26,7 +26,7 @@ end
 -- alone also hold the counts kept before moves were counted, so those stay right.
 -- `known` (optional): fields the caller read already (`createdAt`; `claimedAt`, false when
 -- absent, with `runMs` for the time charge), and `write`, the caller's buffer of the record's
--- other writes (newWrite in core.lua), applied with the move: one HSET and at most one HDEL.
+-- other writes (newWrite in lua/lib/records.lua), applied with the move: one HSET and at most one HDEL.
 -- Returns the fields the HSET wrote, as name/value pairs.
 local function setStatus(runId, runtime, from, to, now, known)
   local rk = runKey(runId)

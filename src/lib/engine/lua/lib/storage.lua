@@ -90,3 +90,20 @@ local function dischargeStorage(bytes, key)
   redis.call('ZREM', ledgerKey(), bytes .. ' ' .. key)
   if redis.call('DECRBY', ledgerKey() .. ':bytes', bytes) <= 0 then redis.call('DEL', ledgerKey() .. ':bytes') end
 end
+
+-- A submit's caps (lua/submit.lua), checked before anything is written: the scope's runs
+-- accepted and not started, queued or dispatched (both `queued` to the API), and the bytes it
+-- stores (`runBytes`: this run's record fields). Scheduled runs have their own cap
+-- (SCHEDULED_MAX_PER_SCOPE); waiting, blocked, running and retrying ones started. `limits`:
+-- scopeLimits(). Returns the refusal, or nil.
+local function overCaps(limits, scheduled, runBytes, now)
+  if not scheduled and limits.queued > 0 then
+    local queued = redis.call('ZCARD', call.base .. 'status:queued') + redis.call('ZCARD', call.base .. 'status:dispatched')
+    if queued >= limits.queued then return { CODE.QueuedRunsLimit, queued } end
+  end
+  if limits.stored > 0 then
+    local held = storedBytes(now)
+    if held + runBytes > limits.stored then return { CODE.StorageLimit, held, storageRetryMs(now) } end
+  end
+  return nil
+end
