@@ -22,6 +22,8 @@
 //    indented comment lines after it: `--   field, ...`); and they are exactly the
 //    decoder's declared lists (REPLIES in transitions.ts): the same outcomes, the same fields
 //    in the same order. Each code a script returns by name is one its header declares.
+// 6. No .lua file passes 200 lines, and no helper takes more than four parameters (more go in
+//    one table of named fields: `finishRun({ runId = ..., status = ..., ... })`).
 //
 // Run as a program it checks the library on disk; checkLibrary() (test/check-lua.test.ts)
 // checks given sources.
@@ -31,6 +33,9 @@ import { assembleLibrary, luaSources } from '../src/lib/engine/scripts.ts';
 import { Outcome, ScriptCode, outcomeGroup } from '../src/lib/engine/script-codes.ts';
 import { REPLIES } from '../src/lib/engine/transitions.ts';
 import { PROGRAMS, skipWithout } from '../test/helpers/programs.ts';
+
+/** The most lines a .lua file holds. */
+const MAX_LINES = 200;
 
 /** The text without comments and string literals (kept as empty quotes), lines kept in place. */
 function code(text) {
@@ -151,6 +156,12 @@ export function checkLibrary(sources, replies, { luacheck = true } = {}) {
         if (holders.has(m[1])) problems.push(`${path(file)}:${i + 1}: ${m[0]} reads a record by position: use its field's name`);
       }
     });
+    // ---- 6. files a reader takes in whole, helpers called by name ----
+    if (lines.length - 1 > MAX_LINES) problems.push(`${path(file)}: ${lines.length - 1} lines, more than ${MAX_LINES}: move parts into helpers`);
+    for (const m of text.matchAll(/^local function (\w+)\(([^)]*)\)/gm)) {
+      const params = m[2].split(',').filter((p) => p.trim());
+      if (params.length > 4) problems.push(`${path(file)}: ${m[1]} takes ${params.length} parameters: more than 4 go in one table of named fields`);
+    }
     // ---- 4. no bare numeric reply code ----
     plain.split('\n').forEach((line, i) => {
       if (/\breturn\s*\{\s*-?\d/.test(line)) {

@@ -59,4 +59,14 @@ describe('check-lua', () => {
     const bare = altered('block', (b) => b.replace('return { CODE.LeaseLost }', 'return { -2 }'));
     expect(checkLibrary(bare, REPLIES, { luacheck: false }).join('\n')).toMatch(/lua\/block\.lua:\d+: a reply starts with a bare number/);
   });
+
+  it('fails on a helper of more than four parameters and on a file past 200 lines', () => {
+    const helpers = real.helpers.map(([n, text]): [string, string] => [n, n === 'waits'
+      ? text.replace('local function dropWait(runId, waitKey)', 'local function dropWait(runId, waitKey, a, b, c)')
+      : text]);
+    expect(checkLibrary({ ...real, helpers }, REPLIES, { luacheck: false })).toContain(
+      'src/lib/engine/lua/lib/waits.lua: dropWait takes 5 parameters: more than 4 go in one table of named fields');
+    const long = altered('fill', (b) => `${b}${'-- more\n'.repeat(200)}`);
+    expect(checkLibrary(long, REPLIES, { luacheck: false }).join('\n')).toMatch(/lua\/fill\.lua: \d+ lines, more than 200/);
+  });
 });

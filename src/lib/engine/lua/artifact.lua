@@ -47,7 +47,7 @@ end
 -- (the submit bucket's rule, takeToken in lua/lib/limits.lua, for `size` tokens at once). A full bucket
 -- is the same as no key, so the key expires once it would have refilled.
 if K.bucket then
-  local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now, O.size)
+  local ok, waitMs = takeToken({ bucket = K.bucket, rate = O.limit.rate, burst = O.limit.burst, now = now, n = O.size })
   if not ok then return { OUTCOME.artifact.Throttled, stored, waitMs } end
 end
 

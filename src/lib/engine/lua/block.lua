@@ -23,8 +23,10 @@ if deadline then
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
 tailInto(runId, w)
-setStatus(runId, rec.runtime, 'running', 'blocked', now,
-  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
+setStatus({
+  runId = runId, runtime = rec.runtime, from = 'running', to = 'blocked', now = now,
+  known = { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w },
+})
 redis.call('ZREM', K.leases, runId)
 releaseSlot(rec.concurrencyKey or '')
 local out = {}

@@ -18,9 +18,8 @@
                        newest that fit, so a session of huge turns costs a claim this much
   Returns (fields below): Claimed (record, steps flat; history: the newest historyReads messages
   that fit historyBytes, historyCut 1 when older ones asked for did not; deadline: timeoutMs's, 0 =
-  none) | Ended: the claim ended the run, cancelled (a cancel was requested while no worker held
-  it), expired, or failed (TIMEOUT, or RECOVERY_LIMIT: its workers were lost more than
-  maxRecoveries times) | NotFound | NotRunnable | LeaseHeld (value: when to come back) ]]
+  none) | Ended: cancelled (a cancel was requested while no worker held it), expired, or failed
+  (TIMEOUT, or RECOVERY_LIMIT: lost more than maxRecoveries times) | NotFound | NotRunnable | LeaseHeld ]]
 -- @reply Claimed: fence, attempt, recovered, run, steps, history, deadline, now, historyCut
 -- @reply Ended: orders, status
 -- @reply NotFound
@@ -61,8 +60,8 @@ end
 
 local out = {}
 if rec.cancelRequested == '1' then
-  finishRun(runId, 'cancelled', newWrite('result', CANCELLED_RESULT),
-    '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', nowMs(), out)
+  finishRun({ runId = runId, status = 'cancelled', write = newWrite('result', CANCELLED_RESULT), now = nowMs(), out = out,
+    endData = '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}' })
   flushPublished()
   return { OUTCOME.claim.Ended, cjson.encode(out), 'cancelled' }
 end
@@ -88,8 +87,8 @@ if recovered == 1 and rec.leaseOwner ~= '' then
       message = 'the workers running this run were lost ' .. lost
         .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
     local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
-    finishRun(runId, 'failed', newWrite('result', result, 'lastError', lastError),
-      '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', nowMs(), out)
+    finishRun({ runId = runId, status = 'failed', write = newWrite('result', result, 'lastError', lastError), now = nowMs(),
+      out = out, endData = '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}' })
     flushPublished()
     return { OUTCOME.claim.Ended, cjson.encode(out), 'failed' }
   end
@@ -158,14 +157,14 @@ if recovered == 1 then
 elseif resumed then
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
   tailInto(runId, w)
-  written = setStatus(runId, runtime, st, 'running', now, known)
+  written = setStatus({ runId = runId, runtime = runtime, from = st, to = 'running', now = now, known = known })
 else
   put(w, 'attempt', attempt)
   if rec.retryAt then drop(w, 'retryAt') end
   if not rec.startedAt then put(w, 'startedAt', now) end
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
   tailInto(runId, w)
-  written = setStatus(runId, runtime, st, 'running', now, known)
+  written = setStatus({ runId = runId, runtime = runtime, from = st, to = 'running', now = now, known = known })
 end
 flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
@@ -179,7 +178,8 @@ if reads ~= 0 then
   local mk = sessionKey(rec.sessionId) .. ':messages'
   local size = tonumber(rec.historyMem or redis.call('MEMORY', 'USAGE', mk, 'SAMPLES', 0) or 0)
   if size > 0 then
-    local newest, stop = historyWithin(mk, -1, -1, reads, O.historyBytes or size, false, size)
+    local newest, stop = historyWithin({ key = mk, from = -1, step = -1, limit = reads,
+      maxBytes = O.historyBytes or size, first = false, size = size })
     for i = #newest, 1, -1 do messages[#messages + 1] = newest[i] end
     if stop == 'bytes' then cut = 1 end
   end

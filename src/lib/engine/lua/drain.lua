@@ -20,7 +20,10 @@ if redis.call('SET', K.drain, now, 'NX') then
     local rec = readFields(runKey(runId), { 'status', 'runtime', 'createdAt', 'concurrencyKey' })
     if rec.status == 'dispatched' and rec.runtime == O.runtime then
       releaseSlot(rec.concurrencyKey or '')
-      setStatus(runId, rec.runtime, 'dispatched', 'queued', now, { createdAt = rec.createdAt })
+      setStatus({
+        runId = runId, runtime = rec.runtime, from = 'dispatched', to = 'queued', now = now,
+        known = { createdAt = rec.createdAt },
+      })
       redis.call('ZREM', K.leases, runId)
       redis.call('RPUSH', K.held, runId)
     end

@@ -25,7 +25,10 @@ knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'queued', attempt = 0 })
 local w = newWrite()
 tailInto(runId, w)
-setStatus(runId, rec.runtime, 'scheduled', 'queued', now, { createdAt = rec.createdAt, write = w })
+setStatus({
+  runId = runId, runtime = rec.runtime, from = 'scheduled', to = 'queued', now = now,
+  known = { createdAt = rec.createdAt, write = w },
+})
 if rec.ttlMs then setStartBy(runId, tonumber(rec.ttlMs), now) end
 local out = {}
 local sk = sessionKey(rec.sessionId)
@@ -34,7 +37,7 @@ if active then
   joinQueue(sk, runId, active, false)
 else
   redis.call('HSET', sk, 'active', runId)
-  admit(runId, 'queued', now, out)
+  admit({ runId = runId, from = 'queued', now = now, out = out })
 end
 flushPublished()
 return { OUTCOME.due.Checked, cjson.encode(out), 1 }

@@ -21,7 +21,9 @@ local legacy = BASE .. 'ready'
 for _ = 1, O.batch do
   local runId = redis.call('LPOP', legacy)
   if not runId then break end
-  if redis.call('HGET', runKey(runId), 'status') == 'queued' then admit(runId, 'queued', now, out) end
+  if redis.call('HGET', runKey(runId), 'status') == 'queued' then admit({
+    runId = runId, from = 'queued', now = now, out = out,
+  }) end
 end
 fillSlots(now, out)
 return { OUTCOME.fill.Filled, cjson.encode(out) }

@@ -27,6 +27,8 @@ if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
 -- Its time is that of its first event (nowMs in lua/lib/call.lua): no TIME.
-local notDelivered = finishRun(runId, O.status, w, endData, nil, out, rec, true)
+local notDelivered = finishRun({
+  runId = runId, status = O.status, write = w, endData = endData, out = out, rec = rec, held = true,
+})
 flushPublished()
 return { OUTCOME.finish.Finished, cjson.encode(out), notDelivered }

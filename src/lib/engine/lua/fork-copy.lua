@@ -31,7 +31,10 @@ end
 if redis.call('LLEN', K.from) < count then return abandon(OUTCOME.forkCopy.HistoryChanged) end
 -- The first message alone, then reads sized by the largest seen (historyWithin): a call reads at
 -- most about its budget and one message, however large the messages are.
-local page = historyWithin(K.from, copied, 1, math.min(O.maxMessages, count - copied), O.maxBytes, true, nil, 1)
+local page = historyWithin({
+  key = K.from, from = copied, step = 1, limit = math.min(O.maxMessages, count - copied), maxBytes = O.maxBytes,
+  first = true, firstRead = 1,
+})
 local bytes = 0
 for _, m in ipairs(page) do bytes = bytes + #m end
 if #page > 0 then redis.call('RPUSH', K.staging, unpack(page)) end

@@ -10,7 +10,10 @@
 -- @uses historyWithin
 local size = redis.call('MEMORY', 'USAGE', K.messages, 'SAMPLES', 0)
 if not size then return { {}, -1 } end
-local page, stop = historyWithin(K.messages, O.start, 1, O.limit, O.maxBytes, true, tonumber(size))
+local page, stop = historyWithin({
+  key = K.messages, from = O.start, step = 1, limit = O.limit, maxBytes = O.maxBytes, first = true,
+  size = tonumber(size),
+})
 local nextAt = O.start + #page
 if stop == 'end' or (stop == 'count' and redis.call('LLEN', K.messages) <= nextAt) then nextAt = -1 end
 return { page, nextAt }

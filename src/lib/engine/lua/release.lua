@@ -15,5 +15,5 @@ chargeRunTime(rk, now)
 -- claim come).
 redis.call('HSET', rk, 'leaseOwner', '')
 local out = {}
-enqueueJob(runId, redis.call('HGET', rk, 'runtime'), now, 0, out)
+enqueueJob({ runId = runId, runtime = redis.call('HGET', rk, 'runtime'), now = now, delay = 0, out = out })
 return { OUTCOME.release.Released, cjson.encode(out) }

@@ -29,7 +29,7 @@ if st == 'running' then
   -- The score moves on (enqueueJob), so a lapsed deadline is kept in the record: the claim
   -- takes the run over by it (a heartbeat that still comes removes it).
   if not rec.leaseLapsed then redis.call('HSET', rk, 'leaseLapsed', deadline) end
-  enqueueJob(runId, rec.runtime, now, 0, out)
+  enqueueJob({ runId = runId, runtime = rec.runtime, now = now, delay = 0, out = out })
   return { OUTCOME.repair.Checked, cjson.encode(out) }
 end
 if rec.dispatch ~= tostring(O.dispatch) then return { OUTCOME.repair.Checked, '[]' } end -- another process repaired it
@@ -39,5 +39,5 @@ if O.jobAlive then
 end
 local delay = 0
 if st == 'retrying' then delay = math.max(0, tonumber(rec.retryAt or '0') - now) end
-enqueueJob(runId, rec.runtime, now, delay, out)
+enqueueJob({ runId = runId, runtime = rec.runtime, now = now, delay = delay, out = out })
 return { OUTCOME.repair.Checked, cjson.encode(out) }

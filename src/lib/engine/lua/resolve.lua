@@ -24,6 +24,6 @@ drop(w, 'blocked')
 tailInto(runId, w)
 writeRecord(rk, w)
 local out = {}
-admit(runId, 'blocked', now, out)
+admit({ runId = runId, from = 'blocked', now = now, out = out })
 flushPublished()
 return { OUTCOME.resolve.Resolved, cjson.encode(out) }

@@ -22,7 +22,7 @@ local w = cjson.decode(text)
 -- A sleep and a token-budget wait end at their time, never by a value.
 if w.kind == 'sleep' or w.kind == 'budget' then return { CODE.WaitNotPending } end
 local now = nowMs()
-answerWait(runId, O.waitKey, w.since, now, '"v":' .. O.value)
+answerWait({ runId = runId, waitKey = O.waitKey, since = w.since, now = now, tail = '"v":' .. O.value })
 local out = {}
 if rec.status == 'waiting' then wakeRun(runId, { key = O.waitKey, outcome = 'resumed' }, now, out) end
 flushPublished()

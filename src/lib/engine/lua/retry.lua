@@ -18,10 +18,12 @@ statusEvent(runId, { status = 'retrying', attempt = tonumber(rec.attempt),
   maxAttempts = tonumber(rec.maxAttempts), retryAt = retryAt, lastError = cjson.decode(O.lastError) })
 local w = newWrite('retryAt', retryAt, 'lastError', O.lastError, 'leaseOwner', '')
 tailInto(runId, w)
-setStatus(runId, rec.runtime, 'running', 'retrying', now,
-  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
+setStatus({
+  runId = runId, runtime = rec.runtime, from = 'running', to = 'retrying', now = now,
+  known = { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w },
+})
 -- The run's entry in `leases` moves from its lease's deadline to its next job's.
 local out = {}
-enqueueJob(runId, rec.runtime, now, O.delayMs, out)
+enqueueJob({ runId = runId, runtime = rec.runtime, now = now, delay = O.delayMs, out = out })
 flushPublished()
 return { OUTCOME.retry.Retrying, retryAt, cjson.encode(out) }

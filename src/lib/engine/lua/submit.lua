@@ -25,10 +25,9 @@
         under its id in K.steering. With an active run in the session it is that run's to take
         (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
   ARGV[2..] record fields, name/value pairs
-  Returns (fields below): Submitted (record: flat HGETALL) | Steered: a steering message, sent now
-  or before (runId: the run it went to) | the refusals, `value` being RateLimited's ms until a token
-  is there, HistoryFull's history size, QueuedRunsLimit's runs not started, StorageLimit's bytes
-  stored (with the ms until some may expire, 0: unknown)
+  Returns (fields below): Submitted (record: flat HGETALL) | Steered: a steering message sent now or
+  before (runId: the run it went to) | a refusal, `value` being RateLimited's ms until a token, HistoryFull's
+  history size, QueuedRunsLimit's runs not started, StorageLimit's bytes stored (retryAfterMs: 0 unknown)
   The scope's caps (scopeLimits in lua/lib/limits.lua: its `limits` hash, else O.storage's defaults): runs
   queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in lua/lib/storage.lua). ]]
 -- @reply Submitted: runId, created, orders, run
@@ -106,7 +105,7 @@ end
 -- Last of the refusals, so only a run that is made spends a token; a refused run gives the
 -- session back.
 if limits.rate > 0 then
-  local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
+  local ok, waitMs = takeToken({ bucket = K.bucket, rate = limits.rate, burst = limits.burst, now = now })
   if not ok then
     if head then redis.call('HDEL', sk, 'active') end
     return { CODE.RateLimited, waitMs }
@@ -152,7 +151,8 @@ tailInto(runId, w)
 -- A scheduled run gets its startBy when it is due (lua/due.lua).
 if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, w) end
 -- The record is written by setStatus's HSET, with its status.
-local written = setStatus(runId, O.runtime, nil, status, now, { createdAt = now, write = w })
+local written = setStatus({ runId = runId, runtime = O.runtime, to = status, now = now,
+  known = { createdAt = now, write = w } })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
 -- A run's agent and runtime never change, so they are indexed once, here (src/lib/engine/run-listing.ts).
@@ -176,7 +176,7 @@ end
 if dispatchNow then
   call.active = redis.call('HINCRBY', K.meta, 'active', 1)
   if ckey then redis.call('HINCRBY', K.meta, 'key:' .. ckey, 1) end
-  enqueueJob(runId, O.runtime, now, 0, out, 1, agent)
+  enqueueJob({ runId = runId, runtime = O.runtime, now = now, delay = 0, out = out, n = 1, agent = agent })
   flushPublished()
   -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
   local record = {}
@@ -184,8 +184,8 @@ if dispatchNow then
   return { OUTCOME.submit.Submitted, runId, 1, cjson.encode(out), record }
 elseif head then
   -- Not drained: checked above, in this same script.
-  admit(runId, 'queued', now, out,
-    { runtime = O.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false })
+  admit({ runId = runId, from = 'queued', now = now, out = out, known = {
+    runtime = O.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false } })
 else
   -- Behind the session's head. An interrupting run goes next, and cancelling the head then
   -- hands the session to it.

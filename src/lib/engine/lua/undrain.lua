@@ -22,7 +22,7 @@ for _ = 1, O.batch do
   if not runId then break end
   -- Runs cancelled while parked leave their entry behind; skip them.
   if redis.call('HGET', runKey(runId), 'status') == 'queued' then
-    admit(runId, 'queued', now, out)
+    admit({ runId = runId, from = 'queued', now = now, out = out })
     resumed = resumed + 1
   end
 end

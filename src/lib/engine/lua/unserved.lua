@@ -13,7 +13,9 @@ if rec.status ~= 'dispatched' or rec.dispatch ~= tostring(O.dispatch) then retur
 local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
 local err = cjson.encode({ code = 'UNKNOWN_AGENT', message = O.message })
 local out = {}
-finishRun(runId, 'failed', newWrite('result', result, 'lastError', err),
-  '{"status":"failed","result":' .. result .. ',"error":' .. err .. '}', nil, out)
+finishRun({
+  runId = runId, status = 'failed', write = newWrite('result', result, 'lastError', err),
+  endData = '{"status":"failed","result":' .. result .. ',"error":' .. err .. '}', out = out,
+})
 flushPublished()
 return { OUTCOME.unserved.Ended, cjson.encode(out), redis.call('HGETALL', rk) }

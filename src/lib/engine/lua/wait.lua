@@ -67,7 +67,7 @@ if #done > 0 then
   answered = answered or { key = done[1].key, outcome = ENDS_BY_ITSELF[done[1].kind] and 'slept' or 'timed-out' }
 end
 
-setStatus(runId, rec.runtime, 'running', 'waiting', now)
+setStatus({ runId = runId, runtime = rec.runtime, from = 'running', to = 'waiting', now = now })
 local pending, kinds, seen = {}, {}, {}
 flat = redis.call('HGETALL', K.waits)
 for i = 1, #flat, 2 do

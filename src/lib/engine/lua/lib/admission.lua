@@ -27,11 +27,12 @@ local function unpark(runId, key)
   end
 end
 
-local function dispatchRun(runId, runtime, from, now, out, known, key)
+local function dispatchRun(a)
+  local runId, runtime, from, now, out, known, key = a.runId, a.runtime, a.from, a.now, a.out, a.known, a.key
   call.active = redis.call('HINCRBY', call.K.meta, 'active', 1)
   if key ~= '' then redis.call('HINCRBY', call.K.meta, 'key:' .. key, 1) end
-  setStatus(runId, runtime, from, 'dispatched', now, known)
-  enqueueJob(runId, runtime, now, 0, out)
+  setStatus({ runId = runId, runtime = runtime, from = from, to = 'dispatched', now = now, known = known })
+  enqueueJob({ runId = runId, runtime = runtime, now = now, delay = 0, out = out })
 end
 
 -- Gives free slots to parked runs: one run per turn, to the key whose turn it is, the best
@@ -59,7 +60,10 @@ local function fillSlots(now, out)
         if redis.call('EXISTS', runtimeKey('drain', rec.runtime)) == 1 then
           redis.call('RPUSH', runtimeKey('held', rec.runtime), runId)
         else
-          dispatchRun(runId, rec.runtime, 'queued', now, out, { createdAt = rec.createdAt }, key)
+          dispatchRun({
+            runId = runId, runtime = rec.runtime, from = 'queued', now = now, out = out,
+            known = { createdAt = rec.createdAt }, key = key,
+          })
         end
       end
     end
@@ -74,11 +78,14 @@ local ADMIT_READ = { 'runtime', 'createdAt', 'runAt', 'priority', 'concurrencyKe
 -- `known` (optional): the run's ADMIT_READ fields when the caller has them (false when
 -- absent, as readFields gives them), and `drained` (boolean) when it already looked at the
 -- runtime's drain flag.
-local function admit(runId, from, now, out, known)
+local function admit(a)
+  local runId, from, now, out, known = a.runId, a.from, a.now, a.out, a.known
   local rec = known or readFields(runKey(runId), ADMIT_READ)
   local runtime = rec.runtime
   local statusKnown = { createdAt = rec.createdAt }
-  if from ~= 'queued' then setStatus(runId, runtime, from, 'queued', now, statusKnown); from = 'queued' end
+  if from ~= 'queued' then setStatus({
+    runId = runId, runtime = runtime, from = from, to = 'queued', now = now, known = statusKnown,
+  }); from = 'queued' end
   local drained
   if rec.drained ~= nil then drained = rec.drained else drained = redis.call('EXISTS', runtimeKey('drain', runtime)) == 1 end
   if drained then
@@ -93,7 +100,7 @@ local function admit(runId, from, now, out, known)
     park(runId, key, tonumber(rec.priority) or DEFAULT_PRIORITY, tonumber(rec.runAt or rec.createdAt))
     fillSlots(now, out)
   else
-    dispatchRun(runId, runtime, from, now, out, statusKnown, key)
+    dispatchRun({ runId = runId, runtime = runtime, from = from, now = now, out = out, known = statusKnown, key = key })
   end
 end
 

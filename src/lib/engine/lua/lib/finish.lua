@@ -4,7 +4,7 @@
 -- @uses dropAllWaits, newWrite, TERMINAL, sessionKey
 
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
--- retention set. `w`: the record's other writes (result, lastError, ...; newWrite in lua/lib/records.lua).
+-- retention set. `write`: the record's other writes (result, lastError, ...; newWrite in lua/lib/records.lua).
 -- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind',
@@ -18,7 +18,8 @@ local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutM
 -- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
 -- `now` absent: the finish's time is its `end` event's (nowMs in lua/lib/call.lua), logged first.
 -- Returns how many steering messages it left pending (each now the session's next turn: undeliverable).
-local function finishRun(runId, status, w, endData, now, out, rec, held)
+local function finishRun(a)
+  local runId, status, w, endData, now, out, rec, held = a.runId, a.status, a.write, a.endData, a.now, a.out, a.rec, a.held
   local rk = runKey(runId)
   rec = rec or readFields(rk, FINISH_READ)
   knownTail(runId, rec.logTail)
@@ -34,15 +35,17 @@ local function finishRun(runId, status, w, endData, now, out, rec, held)
   put(w, 'finishedAt', now)
   put(w, 'leaseOwner', '')
   for _, f in ipairs(FINISH_GONE) do if rec[f] then drop(w, f) end end
-  setStatus(runId, rec.runtime, from, status, now,
-    { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
+  setStatus({
+    runId = runId, runtime = rec.runtime, from = from, to = status, now = now,
+    known = { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w },
+  })
   redis.call('ZREM', call.K.leases, runId)
   local key = rec.concurrencyKey or ''
   if from == 'queued' then unpark(runId, key) end
   if HOLDS_SLOT[from] then releaseSlot(key) end
   -- The session's next run asks for a slot before the parked runs are given the freed one:
   -- it is parked behind them if any may start (admit), so it takes its turn.
-  advanceSession(rec.sessionId, runId, now, out, held, behind)
+  advanceSession({ sessionId = rec.sessionId, runId = runId, now = now, out = out, head = held, behind = behind })
   fillSlots(now, out)
   -- The record, its log and its steps stay for the scope's retention (its `retentionMs` limit).
   local retention = scopeLimits().retention
@@ -82,15 +85,21 @@ local TIMEOUT_RESULT = '{"answer":"","finishReason":"timeout","toolCallsSeen":0}
 local TIMEOUT_ERROR = '{"code":"TIMEOUT","message":"the run used up its timeoutMs"}'
 
 local function expireRun(runId, now, out)
-  finishRun(runId, 'expired', newWrite('result', EXPIRED_RESULT, 'lastError', EXPIRED_ERROR),
-    '{"status":"expired","result":' .. EXPIRED_RESULT .. ',"error":' .. EXPIRED_ERROR .. '}', now, out)
+  finishRun({
+    runId = runId, status = 'expired', write = newWrite('result', EXPIRED_RESULT, 'lastError', EXPIRED_ERROR),
+    endData = '{"status":"expired","result":' .. EXPIRED_RESULT .. ',"error":' .. EXPIRED_ERROR .. '}', now = now,
+    out = out,
+  })
 end
 
 -- Ends a run whose timeoutMs is used up while no worker runs it (between attempts, or at the
 -- claim of a takeover): nothing of an answer is at hand here, the worker that held it streamed it.
 local function timeOutRun(runId, now, out)
-  finishRun(runId, 'failed', newWrite('result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR),
-    '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now, out)
+  finishRun({
+    runId = runId, status = 'failed', write = newWrite('result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR),
+    endData = '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now = now,
+    out = out,
+  })
 end
 
 local CANCELLED_RESULT = '{"answer":"","finishReason":"cancelled","toolCallsSeen":0}'
@@ -112,7 +121,9 @@ local function cancelRun(runId, now, out)
   if st == 'queued' and redis.call('HGET', sk, 'active') ~= runId then
     redis.call('LREM', sk .. ':queue', 0, runId)
   end
-  finishRun(runId, 'cancelled', newWrite('result', CANCELLED_RESULT),
-    '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now, out)
+  finishRun({
+    runId = runId, status = 'cancelled', write = newWrite('result', CANCELLED_RESULT),
+    endData = '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', now = now, out = out,
+  })
   return OUTCOME.cancel.Cancelled
 end

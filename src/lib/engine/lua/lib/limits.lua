@@ -91,7 +91,8 @@ end
 -- refilled, and a refusal writes nothing.
 -- `n` (optional, 1 if absent): how many tokens to take at once (the artifact upload bucket
 -- counts bytes). Returns true | false, ms until the tokens are there.
-local function takeToken(bucket, rate, burst, now, n)
+local function takeToken(a)
+  local bucket, rate, burst, now, n = a.bucket, a.rate, a.burst, a.now, a.n
   n = n or 1
   local b = readFields(bucket, { 'tokens', 'at' })
   local tokens = burst

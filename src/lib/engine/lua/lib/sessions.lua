@@ -18,7 +18,8 @@ end
 -- The session's active run ended: the next queued run of the session becomes its head.
 -- `head`: the caller knows the run is the head (it held the run's lease). `behind`: the run's
 -- field as the caller read it.
-local function advanceSession(sessionId, runId, now, out, head, behind)
+local function advanceSession(a)
+  local sessionId, runId, now, out, head, behind = a.sessionId, a.runId, a.now, a.out, a.head, a.behind
   local sk = sessionKey(sessionId)
   if not head and redis.call('HGET', sk, 'active') ~= runId then return end
   redis.call('HDEL', sk, 'active')
@@ -29,7 +30,7 @@ local function advanceSession(sessionId, runId, now, out, head, behind)
     if redis.call('HGET', runKey(nextId), 'status') == 'queued' then
       redis.call('HSET', sk, 'active', nextId)
       if redis.call('LLEN', sk .. ':queue') > 0 then queuedBehind(nextId) end
-      admit(nextId, 'queued', now, out)
+      admit({ runId = nextId, from = 'queued', now = now, out = out })
       return
     end
   end
@@ -57,7 +58,7 @@ local function steeredTurn(m, now)
   knownTail(id, '0')
   statusEvent(id, { status = 'queued', attempt = 0 })
   tailInto(id, w)
-  setStatus(id, byName.runtime, nil, 'queued', now, { createdAt = now, write = w })
+  setStatus({ runId = id, runtime = byName.runtime, to = 'queued', now = now, known = { createdAt = now, write = w } })
   redis.call('ZADD', call.base .. 'runs', now, id)
   redis.call('ZADD', sessionKey(byName.sessionId) .. ':runs', now, id)
   redis.call('ZADD', call.base .. 'agent:' .. byName.agent .. ':runs', now, id)
@@ -108,7 +109,8 @@ end
 -- 700 KB for a 1 MiB page of one: 5.6 MB copied for 0.7 MB answered, 9 ms of Redis against
 -- 2.4 ms.)
 -- Returns the messages in read order, and why it stopped: 'bytes', 'count' or 'end'.
-local function historyWithin(key, from, step, limit, maxBytes, first, size, firstRead)
+local function historyWithin(a)
+  local key, from, step, limit, maxBytes, first, size, firstRead = a.key, a.from, a.step, a.limit, a.maxBytes, a.first, a.size, a.firstRead
   local out, bytes, at, biggest = {}, 0, from, 1
   local chunk = firstRead or 1
   if size and size <= maxBytes then chunk = limit >= 0 and limit or -1 end
@@ -154,7 +156,7 @@ local function steerActive(steer, sk, fields, now)
   -- what a tenant sends into a running turn is bounded as what it submits.
   local limits = scopeLimits()
   if limits.rate > 0 then
-    local ok, waitMs = takeToken(K.bucket, limits.rate, limits.burst, now)
+    local ok, waitMs = takeToken({ bucket = K.bucket, rate = limits.rate, burst = limits.burst, now = now })
     if not ok then return { CODE.RateLimited, waitMs } end
   end
   local m = { id = steer.id, runId = active, state = 'pending', content = steer.content, at = now, fields = fields }

@@ -28,7 +28,8 @@ end
 -- absent, with `runMs` for the time charge), and `write`, the caller's buffer of the record's
 -- other writes (newWrite in lua/lib/records.lua), applied with the move: one HSET and at most one HDEL.
 -- Returns the fields the HSET wrote, as name/value pairs.
-local function setStatus(runId, runtime, from, to, now, known)
+local function setStatus(a)
+  local runId, runtime, from, to, now, known = a.runId, a.runtime, a.from, a.to, a.now, a.known
   local rk = runKey(runId)
   local fields = { 'status', to, 'updatedAt', now }
   local w = known and known.write
@@ -84,7 +85,8 @@ end
 -- take from it).
 -- `n` (optional): the dispatch number, when the caller wrote it already. `agent` (optional):
 -- the run's agent, when the caller has it.
-local function enqueueJob(runId, runtime, now, delay, out, n, agent)
+local function enqueueJob(a)
+  local runId, runtime, now, delay, out, n, agent = a.runId, a.runtime, a.now, a.delay, a.out, a.n, a.agent
   n = n or redis.call('HINCRBY', runKey(runId), 'dispatch', 1)
   agent = agent or redis.call('HGET', runKey(runId), 'agent')
   redis.call('ZADD', call.K.leases, now + delay + call.O.graceMs, runId)

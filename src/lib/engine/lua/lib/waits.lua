@@ -30,7 +30,8 @@ local function dropAllWaits(runId)
 end
 
 -- Stores a wait's outcome as its step result (`tail` is JSON text: `"v":<value>` and flags).
-local function answerWait(runId, waitKey, since, now, tail)
+local function answerWait(a)
+  local runId, waitKey, since, now, tail = a.runId, a.waitKey, a.since, a.now, a.tail
   redis.call('HSET', runKey(runId) .. ':steps', waitKey,
     '{"startedAt":' .. int(since) .. ',"finishedAt":' .. int(now) .. ',' .. tail .. '}')
   dropWait(runId, waitKey)
@@ -51,7 +52,10 @@ local function expireWaits(runId, now)
     if not string.find(key, '#', 1, true) then
       local w = cjson.decode(flat[i + 1])
       if w.expiresAt and w.expiresAt <= now then
-        answerWait(runId, key, w.since, now, ENDS_BY_ITSELF[w.kind] and '"v":null' or '"v":null,"timedOut":true')
+        answerWait({
+          runId = runId, waitKey = key, since = w.since, now = now,
+          tail = ENDS_BY_ITSELF[w.kind] and '"v":null' or '"v":null,"timedOut":true',
+        })
         done[#done + 1] = { key = key, kind = w.kind, since = w.since }
       elseif w.expiresAt and (not nextAt or w.expiresAt < nextAt) then
         nextAt = w.expiresAt
@@ -69,5 +73,5 @@ local function wakeRun(runId, wait, now, out)
   tailInto(runId, w)
   writeRecord(runKey(runId), w)
   redis.call('ZREM', call.K.timers, 'wait:' .. runId)
-  admit(runId, 'waiting', now, out)
+  admit({ runId = runId, from = 'waiting', now = now, out = out })
 end
