@@ -185,6 +185,10 @@ export function checkLibrary(sources, replies, { luacheck = true } = {}) {
     const file = path(`${name}.lua`);
     const group = outcomeGroup(name);
     const outcomes = Outcome[group] ?? {};
+    // A reply line's name says outcome or refusal: none may be both (decode() in transitions.ts relies on it).
+    for (const outcome of Object.keys(outcomes)) {
+      if (outcome in refusals) problems.push(`${file}: Outcome.${group}.${outcome} has a ScriptCode's name: name it otherwise`);
+    }
     const header = replyHeader(body);
     if (header.size === 0) { problems.push(`${file}: its header declares no reply (\`-- @reply <Outcome>: field, ...\`)`); continue; }
     for (const outcome of header.keys()) {
