@@ -6,7 +6,7 @@ import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import type { ClaimReply } from '../src/lib/engine/transitions.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
-import { functionName, luaSources, type ScriptName } from '../src/lib/engine/scripts.ts';
+import { bodyOpening, functionName, luaSources, type ScriptName } from '../src/lib/engine/scripts.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
@@ -33,13 +33,15 @@ export type LibraryCost = Record<Phase, Record<Form, number>>;
 
 /** The transitions as scripts: the helpers inlined before each body, with begin() run on the script's KEYS and ARGV. */
 function inlinedScripts(): Map<string, string> {
-  const { core, lib, bodies } = luaSources();
-  // The hot transitions inlined core.lua only.
+  const { codes, helpers, bodies } = luaSources();
+  // The hot transitions inlined the call's core only (what core.lua was: call, records, events).
   const coreOnly = new Set(['append', 'step', 'heartbeat']);
+  const core = helpers.slice(0, 3).map(([, text]) => text).join('\n');
+  const all = helpers.map(([, text]) => text).join('\n');
   const out = new Map<string, string>();
   for (const [name, body] of bodies) {
-    const helpers = coreOnly.has(name) ? core : `${core}\n${lib}`;
-    out.set(functionName(name as ScriptName), `local keys, args = KEYS, ARGV\n${helpers}\nbegin(keys, args)\n${body}`);
+    const inlined = `${codes}\n${coreOnly.has(name) ? core : all}`;
+    out.set(functionName(name as ScriptName), `local keys, args = KEYS, ARGV\n${inlined}\n${bodyOpening(body)}\n${body}`);
   }
   return out;
 }

@@ -3,11 +3,14 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import type { Redis, Cluster, ChainableCommander } from 'ioredis';
+import { luaCodes } from './script-codes.ts';
 
 /**
- * Baton's transitions are one Redis Function library, `baton_v<VERSION>_<digest>`: core.lua
- * and lib.lua (the per-call state and the helpers), then every other `lua/<name>.lua` as the
- * function `baton_<name>_v<VERSION>_<digest>`, its body the file's text run after begin().
+ * Baton's transitions are one Redis Function library, `baton_v<VERSION>_<digest>`: the code
+ * tables generated from script-codes.ts (`CODE`, `OUTCOME`), the helper files `lua/lib/*.lua`
+ * in the order of HELPER_FILES (the per-call state, then the helpers by concern), then every
+ * `lua/<name>.lua` as the function `baton_<name>_v<VERSION>_<digest>`, its body the file's text
+ * run after begin() (with the call's O, K, ARGV and BASE as locals when it names them).
  * The library is loaded once per Redis server (FUNCTION LOAD), so a call pays for its own
  * body only; a script that inlined the helpers built them again on every call. The digest
  * (of the library's text) makes a library whose text changed another library, never
@@ -48,9 +51,11 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  *   bytes and `storage` lets the sweeper take expired runs' bytes off;
  * - v10: multitask `steer` (the submit's `message`, KEYS steering) and `steer`, which takes a
  *   run's steering messages at a boundary; a run's finish makes those left its session's next turns;
- * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once.
+ * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once;
+ * - v12: the helpers are files by concern (lua/lib/), the call's state one table (`call`), the
+ *   reply codes named (`CODE`, `OUTCOME`, generated from script-codes.ts); replies unchanged.
  */
-const VERSION = 11;
+const VERSION = 12;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'
@@ -64,37 +69,67 @@ export type ScriptName =
 interface Library { name: string; functions: ReadonlyMap<string, string>; source: string }
 let library: Library | undefined;
 
-/** The texts the library is made of: the helpers (core.lua, lib.lua) and each transition's body, by name. */
-export function luaSources(): { core: string; lib: string; bodies: [string, string][] } {
+/**
+ * The helper files (lua/lib/<name>.lua) in the order the library holds them: each may use the
+ * helpers of those before it (its `-- @uses` lines say which; scripts/check-lua.mjs checks them).
+ */
+export const HELPER_FILES = [
+  'call', 'records', 'events', 'status', 'limits', 'admission', 'sessions', 'storage', 'waits', 'finish', 'reruns', 'rate-window',
+] as const;
+
+/** The locals a transition's body may name (core of the call, lua/lib/call.lua): declared for it when it does. */
+const BODY_LOCALS = { O: 'call.O', K: 'call.K', ARGV: 'call.argv', BASE: 'call.base' } as const;
+
+/**
+ * The texts the library is made of: the generated code tables (`codes`), the helper files by
+ * name in library order, and each transition's body, by name.
+ */
+export function luaSources(): { codes: string; helpers: [string, string][]; bodies: [string, string][] } {
   const read = (file: string) => readFileSync(join(LUA_DIR, file), 'utf8');
   const bodies: [string, string][] = [];
   for (const file of readdirSync(LUA_DIR).sort()) {
     const m = /^([a-z-]+)\.lua$/.exec(file);
-    if (!m || m[1] === 'core' || m[1] === 'lib') continue;
-    bodies.push([m[1], read(file)]);
+    if (m) bodies.push([m[1], read(file)]);
   }
-  return { core: read('core.lua'), lib: read('lib.lua'), bodies };
+  return { codes: luaCodes(), helpers: HELPER_FILES.map((name) => [name, read(`lib/${name}.lua`)]), bodies };
+}
+
+/** A body's opening: the call begun, and the locals of the call it names (BODY_LOCALS). */
+export function bodyOpening(body: string): string {
+  const named = Object.entries(BODY_LOCALS).filter(([local]) => new RegExp(`(?<![.\\w])${local}\\b`).test(body));
+  const locals = named.length ? `local ${named.map(([l]) => l).join(', ')} = ${named.map(([, v]) => v).join(', ')}` : '';
+  return `begin(keys, args)${locals ? `; ${locals}` : ''}`;
+}
+
+type Sources = ReturnType<typeof luaSources>;
+
+/**
+ * The library's text from its sources, tagged `tag` (`v<VERSION>_<digest>`), and its functions'
+ * names by transition (scripts/check-lua.mjs checks the same text).
+ */
+export function assembleLibrary(sources: Sources, tag: string): { source: string; functions: Map<string, string> } {
+  const parts = [`#!lua name=baton_${tag}`, sources.codes, ...sources.helpers.map(([, text]) => text)];
+  const functions = new Map<string, string>();
+  for (const [transition, body] of sources.bodies) {
+    const fn = `baton_${transition.replaceAll('-', '_')}_${tag}`;
+    functions.set(transition, fn);
+    // The body runs as a function of its own, so its reply passes withDeferred (events.lua) on the way out.
+    parts.push(`redis.register_function('${fn}', function(keys, args)\n${bodyOpening(body)}\n` +
+      `return withDeferred((function()\n${body}\nend)())\nend)`);
+  }
+  return { source: parts.join('\n'), functions };
 }
 
 /** The library (built once): its name, its functions' names by transition, its source. */
 function built(): Library {
   if (library) return library;
-  const { core, lib, bodies } = luaSources();
-  const helpers = [core, lib];
+  const sources = luaSources();
   const digest = createHash('sha256');
-  for (const text of helpers) digest.update(`${text}\0`);
-  for (const [name, body] of bodies) digest.update(`${name}\0${body}\0`);
+  digest.update(`${sources.codes}\0`);
+  for (const [, text] of sources.helpers) digest.update(`${text}\0`);
+  for (const [name, body] of sources.bodies) digest.update(`${name}\0${body}\0`);
   const tag = `v${VERSION}_${digest.digest('hex').slice(0, 12)}`;
-  const name = `baton_${tag}`;
-  const parts = [`#!lua name=${name}`, ...helpers];
-  const functions = new Map<string, string>();
-  for (const [transition, body] of bodies) {
-    const fn = `baton_${transition.replaceAll('-', '_')}_${tag}`;
-    functions.set(transition, fn);
-    // The body runs as a function of its own, so its reply passes withDeferred (core.lua) on the way out.
-    parts.push(`redis.register_function('${fn}', function(keys, args)\nbegin(keys, args)\nreturn withDeferred((function()\n${body}\nend)())\nend)`);
-  }
-  library = { name, functions, source: parts.join('\n') };
+  library = { name: `baton_${tag}`, ...assembleLibrary(sources, tag) };
   return library;
 }
 

@@ -6,7 +6,7 @@ import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
 import { flatToObject, parseRunRecord, RERUNS_KEPT, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
-import { isRefusal, LeaseLostError, Outcome, ScriptCode, scriptError, storageLimit, type Refusal } from './script-codes.ts';
+import { LeaseLostError, Outcome, outcomeGroup, ScriptCode, scriptError, storageLimit, type Refusal } from './script-codes.ts';
 import { BatonError } from '../errors.ts';
 import { ReplicaAcks } from '../replica-acks.ts';
 
@@ -14,7 +14,7 @@ import { ReplicaAcks } from '../replica-acks.ts';
  * The typed gateway to the Lua transitions (src/lib/engine/lua/): one function per script,
  * named arguments in, a decoded reply out. Nothing else calls a script (`npm test` checks).
  *
- * Each script gets its keys by name and its options as one JSON object (lua/core.lua says
+ * Each script gets its keys by name and its options as one JSON object (lua/lib/call.lua says
  * how), so adding a limit touches no positional list. A script that asks for runs to be
  * delivered returns dispatch orders; the gateway hands them to BullMQ before it returns
  * (the outbox step; the sweeper repairs a crash in between), so no caller can forget it.
@@ -293,11 +293,14 @@ export type BudgetHoldReply =
   | { kind: 'none' };
 
 // ---- replies ----
-// A script answers a positional list (the wire format). Each reply's shape below names its
-// positions once, in order (an object's fields keep the order they are written in), with how
-// each is decoded; every method reads the decoded object by field name. A position a reply
-// leaves out (a shorter answer, such as a refusal's) decodes as its field's empty value, and
-// no method reads it.
+// A script answers a positional list (the wire format): most start with a code, a refusal
+// (ScriptCode, negative) or the script's outcome (Outcome), then that outcome's fields. Each
+// transition's replies are declared once below, by outcome name, each with its fields in the
+// order the script returns them and how each is decoded: the same lists, by the same names, as
+// the `-- @reply` lines of its lua/<name>.lua (scripts/check-lua.mjs fails when the two
+// disagree). A reply without a code (drain, fork-scan, ...) is declared under ''. Every
+// method reads the decoded object by field name: the fields of the outcome answered, each
+// other outcome's as their empty value (no method reads them).
 
 const num = (v: unknown): number => Number(v);
 const text = (v: unknown): string => (v === undefined ? '' : String(v));
@@ -315,97 +318,163 @@ const answered = (v: unknown): AnsweredWait[] => {
 };
 /** An epoch ms, 0 for none. */
 const time = (v: unknown): number | undefined => (Number(v) > 0 ? Number(v) : undefined);
+const numbers = (v: unknown): number[] => (Array.isArray(v) ? v.map(Number) : []);
 
 type Shape = Record<string, (v: unknown) => unknown>;
+/** A transition's replies: outcome (or refusal) name -> its fields after the code; '' a reply without a code. */
+type Replies = Record<string, Shape>;
 
-/** Each script's reply (heartbeat aside: a list of codes, one per run). A shape whose first field is `code` may be a refusal. */
-const REPLY = {
-  'submit': { code: num, runId: text, created: flag, orders, run: record },
-  /** A steering message the active run got (code 1): no run made. */
-  'submit-steered': { code: num, runId: text, message: text, sent: flag },
-  'steer': { code: num, taken: text, fresh: flag },
-  'history-page': { messages: strings, next: num },
-  /** `value`: 1 when the fork is whole at once; a refusal's bytes stored or ms to wait. */
-  'fork': { code: num, value: num, retryAfterMs: num },
-  'fork-copy': { code: num, done: flag, messages: num, bytes: num },
-  'storage': { stored: num, more: flag },
-  'fork-scan': { runIds: strings, sizes: (v: unknown) => (Array.isArray(v) ? v.map(Number) : []), next: num },
-  'cancel': { code: num, orders, run: record },
-  'delete': { code: num },
-  'resolve': { code: num, orders },
-  'drain': { cancelled: num, left: num, orders },
-  'undrain': { resumed: num, left: num, orders },
-  'artifact': { code: num, held: num, retryAfterMs: num },
-  'read-cost': { left: num, retryAfterMs: num },
-  'claim': {
-    code: num, fence: num, attempt: num, recovered: flag, run: record, steps: strings, history: strings,
+const SUBMIT_REPLIES = {
+  Submitted: { runId: text, created: flag, orders, run: record },
+  /** A steering message the active run got: no run made. */
+  Steered: { runId: text, message: text, sent: flag },
+  SessionBusy: {}, Draining: {}, NotFound: {}, IdempotencyMismatch: {},
+  RateLimited: { value: num }, HistoryFull: { value: num }, QueuedRunsLimit: { value: num },
+  StorageLimit: { value: num, retryAfterMs: num },
+} satisfies Replies;
+const STEER_REPLIES = { Taken: { taken: text, fresh: flag }, LeaseLost: {} } satisfies Replies;
+const HISTORY_PAGE_REPLIES = { '': { messages: strings, next: num } } satisfies Replies;
+const FORK_REPLIES = {
+  Begun: { whole: flag }, TargetTaken: {}, HistoryChanged: {},
+  StorageFull: { held: num, retryAfterMs: num }, Throttled: { retryAfterMs: num },
+} satisfies Replies;
+const FORK_COPY_REPLIES = {
+  Copied: { done: flag, messages: num, bytes: num }, TargetTaken: {}, HistoryChanged: {}, Gone: {},
+} satisfies Replies;
+const STORAGE_REPLIES = { '': { stored: num, more: flag } } satisfies Replies;
+const FORK_SCAN_REPLIES = { '': { runIds: strings, sizes: numbers, next: num } } satisfies Replies;
+const CANCEL_REPLIES = {
+  AlreadyFinished: { orders, run: record }, Cancelled: { orders, run: record }, Requested: { orders, run: record }, NotFound: {},
+} satisfies Replies;
+const DELETE_REPLIES = { Deleted: {}, NotEnded: {}, NotFound: {} } satisfies Replies;
+const RESOLVE_REPLIES = { Resolved: { orders }, NotFound: {}, StepNotBlocked: {} } satisfies Replies;
+const DRAIN_REPLIES = { '': { cancelled: num, left: num, orders } } satisfies Replies;
+const UNDRAIN_REPLIES = { '': { resumed: num, left: num, orders } } satisfies Replies;
+const ARTIFACT_REPLIES = {
+  Stored: {}, Throttled: { held: num, retryAfterMs: num }, OverQuota: { held: num, retryAfterMs: num },
+} satisfies Replies;
+const READ_COST_REPLIES = { '': { left: num, retryAfterMs: num } } satisfies Replies;
+const CLAIM_REPLIES = {
+  Claimed: {
+    fence: num, attempt: num, recovered: flag, run: record, steps: strings, history: strings,
     deadline: time, now: num, historyCut: flag,
   },
-  /** A claim that ended the run instead answers this shape (Outcome.claim.Ended). */
-  'claim-ended': { code: num, orders, status: text },
-  'step': { code: num, result: text },
-  'retry': { code: num, retryAt: num, orders },
-  'block': { code: num, orders },
-  'finish': { code: num, orders, notDelivered: num },
-  'release': { code: num, orders },
-  'wait': { code: num, orders, answered, nextAt: time, admittedAgain: flag },
-  'resume': { code: num, orders, kind: text, since: num, runtime: text, agent: text },
-  'wait-timeout': { code: num, orders, answered, runtime: text, agent: text },
-  'due': { code: num, orders, joined: flag },
-  'fill': { code: num, orders },
-  'expire': { code: num, orders, run: record },
-  'timeout': { code: num, orders, run: record },
-  'unserved': { code: num, orders, run: record },
-  'repair': { code: num, orders },
-  // lua/rate-bucket.lua, by op and code
-  'rate-grant': { code: num, member: text, at: num, requests: num, tokens: num },
-  'rate-wait': { code: num, waitMs: num, why: text },
-  'rate-too-large': { code: num, tpm: num },
-  'rate-pause': { code: num, pausedUntil: num, moved: flag },
-  'rate-resume': { code: num, lifted: flag },
-  'rate-state': {
-    code: num, requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num,
+  /** The claim ended the run instead (cancelled, expired, failed). */
+  Ended: { orders, status: text },
+  NotFound: {}, NotRunnable: { status: text }, LeaseHeld: { value: num },
+} satisfies Replies;
+/** One entry per run renewed, in order (a list of codes). */
+const HEARTBEAT_REPLIES = { Renewed: {}, CancelRequested: {}, LeaseLost: {}, NotRunnable: {} } satisfies Replies;
+/** Two entries per run, in order: its code and the id of its last event ('' when none was added). */
+const APPEND_REPLIES = { Applied: { lastId: text }, Duplicate: { lastId: text }, LeaseLost: { lastId: text } } satisfies Replies;
+const STEP_REPLIES = { Recorded: { result: text }, LeaseLost: {} } satisfies Replies;
+const RETRY_REPLIES = { Retrying: { retryAt: num, orders }, LeaseLost: {} } satisfies Replies;
+const BLOCK_REPLIES = { Blocked: { orders }, LeaseLost: {} } satisfies Replies;
+const FINISH_REPLIES = { Finished: { orders, notDelivered: num }, LeaseLost: {} } satisfies Replies;
+const RELEASE_REPLIES = { Released: { orders }, LeaseLost: {} } satisfies Replies;
+const WAIT_REPLIES = {
+  Parked: { orders, answered, nextAt: time, admittedAgain: flag }, CancelRequested: {}, LeaseLost: {},
+} satisfies Replies;
+const RESUME_REPLIES = {
+  Resumed: { orders, kind: text, since: num, runtime: text, agent: text }, NotFound: {}, WaitNotPending: {},
+} satisfies Replies;
+const WAIT_TIMEOUT_REPLIES = { Checked: { orders, answered, runtime: text, agent: text } } satisfies Replies;
+const DUE_REPLIES = { Checked: { orders, joined: flag } } satisfies Replies;
+const FILL_REPLIES = { Filled: { orders } } satisfies Replies;
+/** expire, timeout and unserved: the run left as it was, or ended now. */
+const ENDED_REPLIES = { Unchanged: {}, Ended: { orders, run: record } } satisfies Replies;
+const REPAIR_REPLIES = { Checked: { orders } } satisfies Replies;
+/** By op: acquire answers Granted, Waiting or TooLarge; settle, pause, resume and read their own. */
+const RATE_BUCKET_REPLIES = {
+  Granted: { member: text, at: num, requests: num, tokens: num },
+  Waiting: { waitMs: num, why: text },
+  TooLarge: { tpm: num },
+  Settled: {},
+  Paused: { pausedUntil: num, moved: flag },
+  Resumed: { lifted: flag },
+  Read: {
+    requests: num, tokens: num, reserved: num, pausedUntil: num, pausedBy: text, now: num,
     pausedAt: num, pauseAsked: num, secondRequests: num, secondTokens: num, waiting: strings, waitingCount: num,
   },
-  // lua/budget-hold.lua, by code
-  'budget-held': { code: num, used: num, held: num, limit: num, reserved: num },
-  'budget-refused': { code: num, used: num, held: num, limit: num },
-  'budget-malformed': { code: num, field: text },
-  'schedule-pause': { code: num },
-  'schedule-resume': { code: num },
-  'schedule-claim': { code: num },
-  'schedule-done': { code: num },
-  'bulk-create': { code: num },
-  'bulk-cancel': { code: num },
-  'bulk-claim': { code: num, cursor: text },
-  'bulk-commit': { code: num },
-} satisfies Record<string, Shape>;
+} satisfies Replies;
+const BUDGET_HOLD_REPLIES = {
+  Held: { used: num, held: num, limit: num, reserved: num },
+  Refused: { used: num, held: num, limit: num },
+  Malformed: { field: text },
+  NoBudget: {},
+} satisfies Replies;
+const SCHEDULE_PAUSE_REPLIES = { Paused: {}, NotFound: {} } satisfies Replies;
+const SCHEDULE_RESUME_REPLIES = { Resumed: {}, NotFound: {} } satisfies Replies;
+const SCHEDULE_CLAIM_REPLIES = { Claimed: {}, NotClaimed: {} } satisfies Replies;
+const SCHEDULE_DONE_REPLIES = { Done: {}, NotPending: {} } satisfies Replies;
+const BULK_CREATE_REPLIES = { Created: {}, AtCap: {} } satisfies Replies;
+const BULK_CANCEL_REPLIES = { Stopped: {}, NotFound: {} } satisfies Replies;
+const BULK_CLAIM_REPLIES = { Claimed: { cursor: text }, NotNow: {} } satisfies Replies;
+const BULK_COMMIT_REPLIES = { Committed: {}, NotHeld: {} } satisfies Replies;
 
-type Replied = keyof typeof REPLY;
-type Decoded<S extends Shape> = { [F in keyof S]: ReturnType<S[F]> };
-/** A decoded reply: a refusal (only a shape with a `code` can be one) or the script's answer. */
-type Reply<N extends Replied> = 'code' extends keyof (typeof REPLY)[N]
-  ? ({ refused?: undefined } & Decoded<(typeof REPLY)[N]>) | { refused: Refusal }
-  : Decoded<(typeof REPLY)[N]>;
+/** Each transition's replies by name (scripts/check-lua.mjs holds them against the scripts' `-- @reply` lines). */
+export const REPLIES = {
+  'submit': SUBMIT_REPLIES, 'steer': STEER_REPLIES, 'history-page': HISTORY_PAGE_REPLIES, 'fork': FORK_REPLIES,
+  'fork-copy': FORK_COPY_REPLIES, 'storage': STORAGE_REPLIES, 'fork-scan': FORK_SCAN_REPLIES, 'cancel': CANCEL_REPLIES,
+  'delete': DELETE_REPLIES, 'resolve': RESOLVE_REPLIES, 'drain': DRAIN_REPLIES, 'undrain': UNDRAIN_REPLIES,
+  'artifact': ARTIFACT_REPLIES, 'read-cost': READ_COST_REPLIES, 'claim': CLAIM_REPLIES, 'heartbeat': HEARTBEAT_REPLIES,
+  'append': APPEND_REPLIES, 'step': STEP_REPLIES, 'retry': RETRY_REPLIES, 'block': BLOCK_REPLIES, 'finish': FINISH_REPLIES,
+  'release': RELEASE_REPLIES, 'wait': WAIT_REPLIES, 'resume': RESUME_REPLIES, 'wait-timeout': WAIT_TIMEOUT_REPLIES,
+  'due': DUE_REPLIES, 'fill': FILL_REPLIES, 'expire': ENDED_REPLIES, 'timeout': ENDED_REPLIES, 'unserved': ENDED_REPLIES,
+  'repair': REPAIR_REPLIES, 'rate-bucket': RATE_BUCKET_REPLIES, 'budget-hold': BUDGET_HOLD_REPLIES,
+  'schedule-pause': SCHEDULE_PAUSE_REPLIES, 'schedule-resume': SCHEDULE_RESUME_REPLIES,
+  'schedule-claim': SCHEDULE_CLAIM_REPLIES, 'schedule-done': SCHEDULE_DONE_REPLIES,
+  'bulk-create': BULK_CREATE_REPLIES, 'bulk-cancel': BULK_CANCEL_REPLIES, 'bulk-claim': BULK_CLAIM_REPLIES,
+  'bulk-commit': BULK_COMMIT_REPLIES,
+} as const satisfies Record<ScriptName, Replies>;
 
-/** The one place a reply's positions are read. */
-function decode<N extends Replied>(name: N, raw: unknown): Reply<N> {
-  if (!Array.isArray(raw)) throw new Error(`the ${name} script answered ${typeof raw}, not a list`);
-  const shape: Shape = REPLY[name];
-  const fields = Object.keys(shape);
-  if (fields[0] === 'code' && isRefusal(Number(raw[0]))) {
-    const refused: Refusal = { code: Number(raw[0]), value: Number(raw[1]) };
-    if (raw[2] !== undefined) refused.retryAfterMs = Number(raw[2]);
-    return { refused } as Reply<N>;
-  }
-  return Object.fromEntries(fields.map((field, i) => [field, shape[field](raw[i])])) as Reply<N>;
+type Replied = keyof typeof REPLIES;
+type RefusalName = keyof typeof ScriptCode;
+type UnionToIntersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;
+type Fields<S> = { [F in keyof S]: S[F] extends (v: unknown) => infer T ? T : never };
+type Outcomes<N extends Replied> = Exclude<keyof (typeof REPLIES)[N], RefusalName | ''> & string;
+/** A reply's answer: a coded one names its outcome and carries every outcome's fields (those of others empty). */
+type Answer<N extends Replied> = '' extends keyof (typeof REPLIES)[N]
+  ? Fields<(typeof REPLIES)[N]['' & keyof (typeof REPLIES)[N]]>
+  : { outcome: Outcomes<N>; code: number } & Fields<UnionToIntersection<(typeof REPLIES)[N][Outcomes<N>]>>;
+/** A decoded reply: a refusal (only a coded reply can be one) or the script's answer. */
+type Reply<N extends Replied> = '' extends keyof (typeof REPLIES)[N]
+  ? Answer<N>
+  : ({ refused?: undefined } & Answer<N>) | { refused: Refusal };
+
+/** The fields of `shape` from `raw`, starting at position `at`. */
+function fieldsOf(shape: Shape, raw: unknown[], at: number): Record<string, unknown> {
+  return Object.fromEntries(Object.keys(shape).map((field, i) => [field, shape[field](raw[at + i])]));
 }
 
-/** A reply that is never a refusal (its script answers no negative code). */
-function decodeAnswer<N extends Replied>(name: N, raw: unknown): Decoded<(typeof REPLY)[N]> {
-  const reply = decode(name, raw);
-  if ('refused' in reply && reply.refused) throw new Error(`the ${name} reply was a refusal (${reply.refused.code})`);
-  return reply as Decoded<(typeof REPLY)[N]>;
+/**
+ * The one place a reply's positions are read. `among` (optional): the outcomes the call may
+ * answer, when several of the script's share a code (rate-bucket's ops).
+ */
+function decode<N extends Replied>(name: N, raw: unknown, among?: readonly Outcomes<N>[]): Reply<N> {
+  if (!Array.isArray(raw)) throw new Error(`the ${name} script answered ${typeof raw}, not a list`);
+  const replies: Replies = REPLIES[name];
+  if ('' in replies) return fieldsOf(replies[''], raw, 0) as Reply<N>;
+  const code = Number(raw[0]);
+  const group: Record<string, number> = (Outcome as Record<string, Record<string, number>>)[outcomeGroup(name)] ?? {};
+  const codes: Record<string, number> = ScriptCode;
+  const allowed = (outcome: string) => !among || (among as readonly string[]).includes(outcome) || outcome in codes;
+  const names = Object.keys(replies).filter((outcome) => (outcome in codes ? codes[outcome] : group[outcome]) === code && allowed(outcome));
+  if (names.length !== 1) throw new Error(`the ${name} script answered the unexpected code ${code}`);
+  const outcome = names[0];
+  if (outcome in codes) return { refused: { code, ...fieldsOf(replies[outcome], raw, 1) } as Refusal } as Reply<N>;
+  const answer: Record<string, unknown> = { outcome, code };
+  for (const [other, shape] of Object.entries(replies)) {
+    if (other !== outcome && !(other in codes)) Object.assign(answer, fieldsOf(shape, [], 0));
+  }
+  return Object.assign(answer, fieldsOf(replies[outcome], raw, 1)) as Reply<N>;
+}
+
+/** A reply that is never a refusal. */
+function decodeAnswer<N extends Replied>(name: N, raw: unknown, among?: readonly Outcomes<N>[]): Answer<N> {
+  const reply = decode(name, raw, among) as Reply<N> & { refused?: Refusal };
+  if (reply.refused) throw new Error(`the ${name} reply was a refusal (${reply.refused.code})`);
+  return reply as Answer<N>;
 }
 
 /**
@@ -491,13 +560,12 @@ export class Transitions {
       ...(r.warnings?.length ? { warnings: r.warnings } : {}),
       ...(r.steering ? { message: r.steering } : {}),
     }, payload);
-    if (Array.isArray(raw) && Number(raw[0]) === 1) {
-      const s = decodeAnswer('submit-steered', raw);
-      const message = JSON.parse(s.message) as StoredSteering;
-      return { runId: s.runId, created: false, run: undefined, steered: { message, sent: s.sent } };
-    }
     const reply = decode('submit', raw);
     if (reply.refused) throw scriptError(reply.refused, r.runId);
+    if (reply.outcome === 'Steered') {
+      const message = JSON.parse(reply.message) as StoredSteering;
+      return { runId: reply.runId, created: false, run: undefined, steered: { message, sent: reply.sent } };
+    }
     await this.dispatch(r.scope, reply.orders);
     // An idempotent repeat whose run has passed its retention comes back without a record.
     return { runId: reply.runId, created: reply.created, run: reply.run };
@@ -544,12 +612,12 @@ export class Transitions {
     switch (reply.code) {
       case Outcome.fork.TargetTaken: return 'target-taken';
       case Outcome.fork.HistoryChanged: return 'history-changed';
-      case Outcome.fork.StorageLimit: throw storageLimit(reply.value, reply.retryAfterMs);
-      case Outcome.fork.RateLimited: {
-        const retryAfterMs = reply.value;
+      case Outcome.fork.StorageFull: throw storageLimit(reply.held, reply.retryAfterMs);
+      case Outcome.fork.Throttled: {
+        const retryAfterMs = reply.retryAfterMs;
         throw new BatonError('FORK_RATE_LIMITED', undefined, [{ path: 'scope', message: `retry in ${retryAfterMs} ms` }], { retryAfterMs });
       }
-      default: return reply.value === 1 ? 'done' : 'copying';
+      default: return reply.whole ? 'done' : 'copying';
     }
   }
 
@@ -639,7 +707,7 @@ export class Transitions {
     if (reply.refused) throw new Error(`the artifact script answered the unexpected code ${reply.refused.code}`);
     switch (reply.code) {
       case Outcome.artifact.Stored: return { kind: 'stored' };
-      case Outcome.artifact.RateLimited: return { kind: 'rate-limited', retryAfterMs: reply.retryAfterMs };
+      case Outcome.artifact.Throttled: return { kind: 'rate-limited', retryAfterMs: reply.retryAfterMs };
       case Outcome.artifact.OverQuota: return { kind: 'over-quota', held: reply.held, retryAfterMs: reply.retryAfterMs };
       default: throw new Error(`the artifact script answered the unexpected code ${reply.code}`);
     }
@@ -678,7 +746,7 @@ export class Transitions {
     });
     const reply = decode('claim', raw);
     if (reply.refused) {
-      return reply.refused.code === ScriptCode.LeaseHeld ? { kind: 'later', until: reply.refused.value } : { kind: 'nothing' };
+      return reply.refused.code === ScriptCode.LeaseHeld ? { kind: 'later', until: reply.refused.value ?? 0 } : { kind: 'nothing' };
     }
     switch (reply.code) {
       case Outcome.claim.Claimed: {
@@ -690,10 +758,8 @@ export class Transitions {
         };
       }
       case Outcome.claim.Ended: {
-        const ended = decode('claim-ended', raw);
-        if (ended.refused) return { kind: 'nothing' };
-        await this.dispatch(job.scope, ended.orders);
-        return { kind: 'ended', status: ended.status as 'cancelled' | 'expired' | 'failed' };
+        await this.dispatch(job.scope, reply.orders);
+        return { kind: 'ended', status: reply.status as 'cancelled' | 'expired' | 'failed' };
       }
       default:
         return { kind: 'nothing' };
@@ -749,7 +815,7 @@ export class Transitions {
       const [err, reply] = results?.[c] ?? [new Error('no reply'), null];
       const codes = !err && Array.isArray(reply) && reply.length === call.length ? reply : undefined;
       call.forEach((i, n) => {
-        replies[i] = codes ? heartbeatReply(Number(codes[n])) : { kind: 'failed', error: err ?? new Error('malformed heartbeat reply') };
+        replies[i] = codes ? heartbeatReply(codes[n]) : { kind: 'failed', error: err ?? new Error('malformed heartbeat reply') };
       });
     });
     return replies;
@@ -821,11 +887,9 @@ export class Transitions {
     }, items.flatMap((i) => i.events.flat()));
     if (!Array.isArray(raw) || raw.length !== 2 * items.length) throw new Error('malformed append reply');
     return items.map((item, n) => {
-      const code = Number(raw[2 * n]);
-      if (code === ScriptCode.LeaseLost) return new LeaseLostError(item.attempt.runId);
-      if (code === Outcome.append.Duplicate) return 'duplicate';
-      if (code === Outcome.append.Applied) return 'applied';
-      throw new Error(`the append script answered the unexpected code ${code}`);
+      const reply = decode('append', raw.slice(2 * n, 2 * n + 2));
+      if (reply.refused) return new LeaseLostError(item.attempt.runId);
+      return reply.outcome === 'Duplicate' ? 'duplicate' : 'applied';
     });
   }
 
@@ -942,7 +1006,7 @@ export class Transitions {
   /** A run's ttlMs passed: ends it `expired` unless it started. Returns the run when it expired now. */
   async expire(scope: string, runId: string): Promise<RunRecord | undefined> {
     const reply = await this.call('expire', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    if (reply.refused || reply.code !== Outcome.end.Ended) return undefined;
+    if (reply.refused || reply.code !== Outcome.expire.Ended) return undefined;
     await this.dispatch(scope, reply.orders);
     return reply.run;
   }
@@ -950,7 +1014,7 @@ export class Transitions {
   /** A run's timeoutMs budget ended: fails it with TIMEOUT unless a worker runs it. Returns the run when it failed now. */
   async timeOut(scope: string, runId: string): Promise<RunRecord | undefined> {
     const reply = await this.call('timeout', scope, this.slotKeys(this.keys.scope(scope), runId), { runId });
-    if (reply.refused || reply.code !== Outcome.end.Ended) return undefined;
+    if (reply.refused || reply.code !== Outcome.timeout.Ended) return undefined;
     await this.dispatch(scope, reply.orders);
     return reply.run;
   }
@@ -961,7 +1025,7 @@ export class Transitions {
    */
   async unserved(scope: string, runId: string, dispatch: number, message: string): Promise<RunRecord | undefined> {
     const reply = await this.call('unserved', scope, this.slotKeys(this.keys.scope(scope), runId), { runId, dispatch, message });
-    if (reply.refused || reply.code !== Outcome.end.Ended) return undefined;
+    if (reply.refused || reply.code !== Outcome.unserved.Ended) return undefined;
     await this.dispatch(scope, reply.orders);
     return reply.run;
   }
@@ -992,27 +1056,26 @@ export class Transitions {
     const raw = await callScript(this.redis, 'rate-bucket', keys, { json: JSON.stringify({ base: '', windowMs, ...call }) });
     switch (call.op) {
       case 'acquire': {
-        const code = Array.isArray(raw) ? Number(raw[0]) : NaN;
-        if (code === 0) {
-          const { code: _granted, ...grant } = decodeAnswer('rate-grant', raw);
-          return { kind: 'granted', ...grant };
+        const r = decodeAnswer('rate-bucket', raw, ['Granted', 'Waiting', 'TooLarge']);
+        switch (r.outcome) {
+          case 'Granted': return { kind: 'granted', member: r.member, at: r.at, requests: r.requests, tokens: r.tokens };
+          case 'Waiting': return { kind: 'wait', waitMs: r.waitMs, why: r.why as RateWaitReason };
+          default: return { kind: 'too-large', tpm: r.tpm };
         }
-        if (code === 1) {
-          const wait = decodeAnswer('rate-wait', raw);
-          return { kind: 'wait', waitMs: wait.waitMs, why: wait.why as RateWaitReason };
-        }
-        if (code === 2) return { kind: 'too-large', tpm: decodeAnswer('rate-too-large', raw).tpm };
-        throw new Error(`the rate-bucket script answered the unexpected code ${code}`);
       }
       case 'settle': return { kind: 'settled' };
       case 'pause': {
-        const r = decodeAnswer('rate-pause', raw);
+        const r = decodeAnswer('rate-bucket', raw, ['Paused']);
         return { kind: 'paused', pausedUntil: r.pausedUntil, moved: r.moved };
       }
-      case 'resume': return { kind: 'resumed', lifted: decodeAnswer('rate-resume', raw).lifted };
+      case 'resume': return { kind: 'resumed', lifted: decodeAnswer('rate-bucket', raw, ['Resumed']).lifted };
       case 'read': {
-        const { code: _code, ...state } = decodeAnswer('rate-state', raw);
-        return { kind: 'state', ...state };
+        const r = decodeAnswer('rate-bucket', raw, ['Read']);
+        return {
+          kind: 'state', requests: r.requests, tokens: r.tokens, reserved: r.reserved, pausedUntil: r.pausedUntil,
+          pausedBy: r.pausedBy, now: r.now, pausedAt: r.pausedAt, pauseAsked: r.pauseAsked,
+          secondRequests: r.secondRequests, secondTokens: r.secondTokens, waiting: r.waiting, waitingCount: r.waitingCount,
+        };
       }
     }
   }
@@ -1025,19 +1088,12 @@ export class Transitions {
     const { day, ...options } = call;
     const keys = { limits: sk.limits, usage: sk.usage(day), holds: sk.budgetHolds(day) };
     const raw = await this.callRaw('budget-hold', scope, keys, options);
-    const code = Array.isArray(raw) ? Number(raw[0]) : NaN;
-    switch (code) {
-      case 0: {
-        const { code: _held, ...held } = decodeAnswer('budget-held', raw);
-        return { kind: 'held', ...held };
-      }
-      case 1: {
-        const { code: _refused, ...refused } = decodeAnswer('budget-refused', raw);
-        return { kind: 'refused', ...refused };
-      }
-      case 2: return { kind: 'malformed', field: decodeAnswer('budget-malformed', raw).field };
-      case 3: return { kind: 'none' };
-      default: throw new Error(`the budget-hold script answered the unexpected code ${code}`);
+    const r = decodeAnswer('budget-hold', raw);
+    switch (r.outcome) {
+      case 'Held': return { kind: 'held', used: r.used, held: r.held, limit: r.limit, reserved: r.reserved };
+      case 'Refused': return { kind: 'refused', used: r.used, held: r.held, limit: r.limit };
+      case 'Malformed': return { kind: 'malformed', field: r.field };
+      default: return { kind: 'none' };
     }
   }
 
@@ -1165,7 +1221,7 @@ export class Transitions {
     const base = this.keys.scope(scope).base;
     const acks = this.acks;
     if (!acks) return callScript(this.redis, name, keys, this.options(base, options), payload);
-    // With replica acknowledgements, a call's notifications come back with its reply (core.lua's
+    // With replica acknowledgements, a call's notifications come back with its reply (lua/lib/events.lua's
     // withDeferred) and are published only once replicas hold what they announce.
     const mark = acks.mark();
     const raw = await callScript(this.redis, name, keys, this.options(base, { ...options, deferPublish: true }), payload);
@@ -1192,7 +1248,7 @@ export class Transitions {
   }
 }
 
-/** A reply as withDeferred (core.lua) hands it back: the script's own, and the notifications it held. */
+/** A reply as withDeferred (lua/lib/events.lua) hands it back: the script's own, and the notifications it held. */
 function deferredOf(raw: unknown): { reply: unknown; messages: string[] } {
   if (Array.isArray(raw) && raw[0] === 'baton:deferred') return { reply: raw[1], messages: raw.slice(2).map(String) };
   return { reply: raw, messages: [] };
@@ -1212,10 +1268,10 @@ export const FORK_LEASE_MS = 15_000;
 const HEARTBEAT_BATCH = 200;
 
 /** One run's code in a heartbeat's reply (a list of codes, one per run). */
-function heartbeatReply(code: number): HeartbeatReply {
-  if (code === ScriptCode.NotRunnable) return { kind: 'closed' };
-  if (code === ScriptCode.LeaseLost) return { kind: 'lost' };
-  return { kind: 'renewed', cancelRequested: code === Outcome.heartbeat.CancelRequested };
+function heartbeatReply(code: unknown): HeartbeatReply {
+  const reply = decode('heartbeat', [code]);
+  if (reply.refused) return reply.refused.code === ScriptCode.NotRunnable ? { kind: 'closed' } : { kind: 'lost' };
+  return { kind: 'renewed', cancelRequested: reply.outcome === 'CancelRequested' };
 }
 
 /** The refusal of a script whose only one is NOT_FOUND (a schedule's or an operation's hash is gone). */

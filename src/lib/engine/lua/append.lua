@@ -10,7 +10,10 @@
   unanswered commands on reconnect, and the writer retries) arrives again with the same
   number: it is applied once, so a Redis blip never duplicates tokens in the stream.
   Returns: per run, in order, a code and the id of its last event ('' when none was added):
-           0 applied | 1 already applied | -2 LEASE_LOST ]]
+           Applied | Duplicate (already applied) | LeaseLost ]]
+-- @reply Applied: lastId
+-- @reply Duplicate: lastId
+-- @reply LeaseLost: lastId
 -- @uses fenced, newWrite, newBatch, knownTail, addEvent, tailInto, writeRecord, lastAdded
 -- @uses flushPublished, runKey
 local out = {}
@@ -23,17 +26,17 @@ for _, run in ipairs(O.runs) do
   local ok, rec = fenced(rk, fence, { 'appendedBatch', 'logTail' })
   local w = newWrite()
   if not ok then
-    out[#out + 1] = -2
+    out[#out + 1] = CODE.LeaseLost
     out[#out + 1] = ''
   elseif not newBatch(fence, batch, rec.appendedBatch, w) then
-    out[#out + 1] = 1
+    out[#out + 1] = OUTCOME.append.Duplicate
     out[#out + 1] = ''
   else
     knownTail(runId, rec.logTail)
     for i = first, at - 1, 2 do addEvent(runId, ARGV[i], ARGV[i + 1]) end
     tailInto(runId, w)
     writeRecord(rk, w)
-    out[#out + 1] = 0
+    out[#out + 1] = OUTCOME.append.Applied
     out[#out + 1] = lastAdded(runId) or ''
   end
 end

@@ -5,12 +5,16 @@
   The ledger lists every artifact the scope holds, `<id> <size>`, scored by when it may have
   expired; `stored` is their bytes. Artifacts expire by themselves (a key's TTL), so each call
   first looks at up to PRUNE entries whose time has come: one that is gone leaves the ledger
-  and its bytes the count; one a run keeps (no TTL: pinArtifacts in lib.lua) is looked at
+  and its bytes the count; one a run keeps (no TTL: pinArtifacts in lua/lib/storage.lua) is looked at
   again RETENTION_MS later (its last run's end gives it that long); one with a TTL at its end.
   KEYS  artifact (the new artifact's hash), ledger, stored, bucket (absent = no upload rate)
   O     id, contentType, size, createdAt, maxBytes (0 = no quota), limit {rate, burst} (with KEYS bucket)
   ARGV[2] the artifact's bytes
-  Returns {0} stored | {1, bytes held, ms until the bucket holds the upload} | {2, bytes held, ms until the oldest may expire} ]]
+  Returns {Stored} | {Throttled, bytes held, ms until the bucket holds the upload}
+        | {OverQuota, bytes held, ms until the oldest may expire} ]]
+-- @reply Stored
+-- @reply Throttled: held, retryAfterMs
+-- @reply OverQuota: held, retryAfterMs
 -- @uses nowMs, takeToken
 local PRUNE = 100
 local now = nowMs()
@@ -36,15 +40,15 @@ end
 
 if O.maxBytes > 0 and stored + O.size > O.maxBytes then
   local oldest = redis.call('ZRANGE', K.ledger, 0, 0, 'WITHSCORES')
-  return { 2, stored, oldest[2] and math.max(0, tonumber(oldest[2]) - now) or 0 }
+  return { OUTCOME.artifact.OverQuota, stored, oldest[2] and math.max(0, tonumber(oldest[2]) - now) or 0 }
 end
 
 -- The upload-rate bucket counts bytes: {tokens, at}, refilled at `rate` a second up to `burst`
--- (the submit bucket's rule, takeToken in lib.lua, for `size` tokens at once). A full bucket
+-- (the submit bucket's rule, takeToken in lua/lib/limits.lua, for `size` tokens at once). A full bucket
 -- is the same as no key, so the key expires once it would have refilled.
 if K.bucket then
-  local ok, waitMs = takeToken(K.bucket, O.limit.rate, O.limit.burst, now, O.size)
-  if not ok then return { 1, stored, waitMs } end
+  local ok, waitMs = takeToken({ bucket = K.bucket, rate = O.limit.rate, burst = O.limit.burst, now = now, n = O.size })
+  if not ok then return { OUTCOME.artifact.Throttled, stored, waitMs } end
 end
 
 -- The hash never exists without its expiry, nor outside the ledger.
@@ -52,4 +56,4 @@ redis.call('HSET', K.artifact, 'contentType', O.contentType, 'size', O.size, 'cr
 redis.call('PEXPIRE', K.artifact, O.retention)
 redis.call('ZADD', K.ledger, now + O.retention, O.id .. ' ' .. O.size)
 redis.call('INCRBY', K.stored, O.size)
-return { 0 }
+return { OUTCOME.artifact.Stored }

@@ -4,12 +4,14 @@
   a wait, a block does not count against a timeoutMs budget.
   KEYS  run, meta, ready, leases, timers
   O     runId, fence, blocked (JSON text {stepKey, reason, since})
-  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {Blocked, dispatches JSON} | {LeaseLost} ]]
+-- @reply Blocked: orders
+-- @reply LeaseLost
 -- @uses fenced, nowMs, knownTail, statusEvent, newWrite, put, drop, tailInto, setStatus
 -- @uses releaseSlot, fillSlots, flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'logTail', 'createdAt', 'claimedAt', 'runMs', 'concurrencyKey' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local now = nowMs()
 knownTail(runId, rec.logTail)
 statusEvent(runId, { status = 'blocked', blocked = cjson.decode(O.blocked) })
@@ -21,11 +23,13 @@ if deadline then
   redis.call('ZREM', K.timers, 'timeout:' .. runId)
 end
 tailInto(runId, w)
-setStatus(runId, rec.runtime, 'running', 'blocked', now,
-  { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w })
+setStatus({
+  runId = runId, runtime = rec.runtime, from = 'running', to = 'blocked', now = now,
+  known = { createdAt = rec.createdAt, claimedAt = rec.claimedAt, runMs = rec.runMs or '0', write = w },
+})
 redis.call('ZREM', K.leases, runId)
 releaseSlot(rec.concurrencyKey or '')
 local out = {}
 fillSlots(now, out)
 flushPublished()
-return { 0, cjson.encode(out) }
+return { OUTCOME.block.Blocked, cjson.encode(out) }

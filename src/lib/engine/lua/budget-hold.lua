@@ -10,18 +10,22 @@
   O     defaultLimit (TOKENS_PER_DAY: the budget when the limits hash sets none; 0: none),
         estimate (the call's tokens at most; absent: not known), unestimated (what a call with
         no estimate holds, at most what is left), member (unique per call), holdMs
-  Returns {0, used, held, limit, reserved}: the call may be made, `reserved` tokens held for it
-          {1, used, held, limit}: refused (the estimate does not fit; without one, nothing is left)
-          {2, the field as stored}: tokensPerDay is not a whole number (the limits route writes digits)
-          {3}: the scope has no budget ]]
+  Returns {Held, used, held, limit, reserved}: the call may be made, `reserved` tokens held for it
+          {Refused, used, held, limit}: refused (the estimate does not fit; without one, nothing is left)
+          {Malformed, the field as stored}: tokensPerDay is not a whole number (the limits route writes digits)
+          {NoBudget}: the scope has no budget ]]
+-- @reply Held: used, held, limit, reserved
+-- @reply Refused: used, held, limit
+-- @reply Malformed: field
+-- @reply NoBudget
 -- @uses nowMs, int
 local raw = redis.call('HGET', K.limits, 'tokensPerDay')
 local limit = O.defaultLimit
 if raw then
-  if not string.match(raw, '^%d+$') or #raw > 15 then return { 2, raw } end
+  if not string.match(raw, '^%d+$') or #raw > 15 then return { OUTCOME.budgetHold.Malformed, raw } end
   limit = tonumber(raw)
 end
-if limit == 0 then return { 3 } end
+if limit == 0 then return { OUTCOME.budgetHold.NoBudget } end
 local now = nowMs()
 local used = tonumber(redis.call('HGET', K.usage, 'tokens') or '0') or 0
 redis.call('ZREMRANGEBYSCORE', K.holds, '-inf', now)
@@ -31,12 +35,12 @@ for _, m in ipairs(redis.call('ZRANGE', K.holds, 0, -1)) do
 end
 local reserve
 if O.estimate then
-  if used + held + O.estimate > limit then return { 1, used, held, limit } end
+  if used + held + O.estimate > limit then return { OUTCOME.budgetHold.Refused, used, held, limit } end
   reserve = O.estimate
 else
-  if used + held >= limit then return { 1, used, held, limit } end
+  if used + held >= limit then return { OUTCOME.budgetHold.Refused, used, held, limit } end
   reserve = math.min(O.unestimated, limit - used - held)
 end
 redis.call('ZADD', K.holds, now + O.holdMs, O.member .. ':' .. int(reserve))
 if redis.call('PTTL', K.holds) < O.holdMs then redis.call('PEXPIRE', K.holds, O.holdMs) end
-return { 0, used, held, limit, reserve }
+return { OUTCOME.budgetHold.Held, used, held, limit, reserve }

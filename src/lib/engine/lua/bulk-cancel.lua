@@ -3,13 +3,15 @@
   readable for retentionMs. One that ended already is left as it is.
   KEYS  operation (its hash), active (the scope's running ones)
   O     id, now (epoch ms, Redis time as the caller read it), retentionMs
-  Returns: {0} stopped, or ended already | {-1} NOT_FOUND ]]
+  Returns: {Stopped} stopped, or ended already | {NotFound} ]]
+-- @reply Stopped
+-- @reply NotFound
 -- @uses int
 local o = K.operation
-if redis.call('EXISTS', o) == 0 then return { -1 } end
+if redis.call('EXISTS', o) == 0 then return { CODE.NotFound } end
 if redis.call('HGET', o, 'status') == 'running' then
   redis.call('HSET', o, 'status', 'cancelled', 'finishedAt', int(O.now))
   redis.call('ZREM', K.active, O.id)
   redis.call('PEXPIRE', o, O.retentionMs)
 end
-return { 0 }
+return { OUTCOME.bulkCancel.Stopped }

@@ -7,10 +7,12 @@
         finishedAt if this batch ends it), matched, done, failed (the batch's counts), cursor
         (the listing position it reached), finished (bool: the listing has no more runs),
         notBefore (epoch ms), lastError (JSON {runId, code, message}; absent: none), retentionMs
-  Returns: {0} committed | {1} the lease is not the caller's any more ]]
+  Returns: {Committed} committed | {NotHeld} the lease is not the caller's any more ]]
+-- @reply Committed
+-- @reply NotHeld
 -- @uses int
 local o = K.operation
-if redis.call('HGET', o, 'lease') ~= O.token then return { 1 } end
+if redis.call('HGET', o, 'lease') ~= O.token then return { OUTCOME.bulkCommit.NotHeld } end
 redis.call('HDEL', o, 'lease', 'leaseUntil')
 redis.call('HINCRBY', o, 'matched', O.matched)
 redis.call('HINCRBY', o, 'done', O.done)
@@ -22,4 +24,4 @@ if O.finished and redis.call('HGET', o, 'status') == 'running' then
   redis.call('ZREM', K.active, O.id)
   redis.call('PEXPIRE', o, O.retentionMs)
 end
-return { 0 }
+return { OUTCOME.bulkCommit.Committed }

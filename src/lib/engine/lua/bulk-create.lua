@@ -3,9 +3,11 @@
   KEYS  operation (its hash), operations (the scope's, by creation), active (the scope's running ones)
   O     id, fields (the operation's hash: name -> value, all text), maxRunning (the scope's
         cap), now (epoch ms, Redis time as the caller read it)
-  Returns: {0} made | {1} the scope runs maxRunning operations already ]]
-if redis.call('ZCARD', K.active) >= O.maxRunning then return { 1 } end
+  Returns: {Created} made | {AtCap} the scope runs maxRunning operations already ]]
+-- @reply Created
+-- @reply AtCap
+if redis.call('ZCARD', K.active) >= O.maxRunning then return { OUTCOME.bulkCreate.AtCap } end
 for name, value in pairs(O.fields) do redis.call('HSET', K.operation, name, value) end
 redis.call('ZADD', K.operations, O.now, O.id)
 redis.call('ZADD', K.active, O.now, O.id)
-return { 0 }
+return { OUTCOME.bulkCreate.Created }

@@ -1,11 +1,15 @@
---[[ Cancel a run (see cancelRun in lib.lua).
+--[[ Cancel a run (see cancelRun in lua/lib/finish.lua).
   KEYS  run, meta, ready, leases, timers
   O     runId
-  Returns: {code, dispatches JSON, record (flat)}: code 0 already finished, 1 cancelled,
-  2 cancel requested (the record as this script left it); {-1} NOT_FOUND ]]
+  Returns: {AlreadyFinished | Cancelled | Requested (a cancel requested), dispatches JSON,
+  record (flat, as this script left it)}; {NotFound} ]]
+-- @reply AlreadyFinished: orders, run
+-- @reply Cancelled: orders, run
+-- @reply Requested: orders, run
+-- @reply NotFound
 -- @uses cancelRun, nowMs, flushPublished
 local out = {}
 local code = cancelRun(O.runId, nowMs(), out)
-if code < 0 then return { code } end
+if code == CODE.NotFound then return { code } end
 flushPublished()
 return { code, cjson.encode(out), redis.call('HGETALL', K.run) }

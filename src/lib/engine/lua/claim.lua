@@ -16,13 +16,15 @@
                        keeps, not what the session holds
         historyBytes   at most this many bytes of those messages (HISTORY_READ_MAX_BYTES): the
                        newest that fit, so a session of huge turns costs a claim this much
-  Returns: {0, fence, attempt, recovered 0|1, record (flat), steps (flat), session history (its newest historyReads messages
-            that fit historyBytes), timeoutMs deadline (epoch ms, 0 = none), now, cut 1|0 (older messages that were
-            asked for did not fit)}
-         | {1, dispatches JSON, status}  the claim ended the run: cancelled (a cancel was requested
-                                      while no worker held it), expired, or failed (TIMEOUT, or
-                                      RECOVERY_LIMIT: its workers were lost more than maxRecoveries times)
-         | {-1} NOT_FOUND | {-3, status} NOT_RUNNABLE | {-4, untilMs} LEASE_HELD (come back then) ]]
+  Returns (fields below): Claimed (record, steps flat; history: the newest historyReads messages
+  that fit historyBytes, historyCut 1 when older ones asked for did not; deadline: timeoutMs's, 0 =
+  none) | Ended: cancelled (a cancel was requested while no worker held it), expired, or failed
+  (TIMEOUT, or RECOVERY_LIMIT: lost more than maxRecoveries times) | NotFound | NotRunnable | LeaseHeld ]]
+-- @reply Claimed: fence, attempt, recovered, run, steps, history, deadline, now, historyCut
+-- @reply Ended: orders, status
+-- @reply NotFound
+-- @reply NotRunnable: status
+-- @reply LeaseHeld: value
 -- @uses knownTail, nowMs, finishRun, newWrite, CANCELLED_RESULT, flushPublished, expireRun
 -- @uses timeOutRun, put, addEvent, chargedRunMs, drop, statusEvent, tailInto, writeRecord
 -- @uses setStatus, sessionKey, historyWithin, int
@@ -30,7 +32,7 @@ local runId, rk = O.runId, K.run
 -- The whole record, in one read: what the claim looks at and, with this call's writes
 -- applied at the end, what it answers. The HINCRBY counters below update `rec` as they go.
 local flat = redis.call('HGETALL', rk)
-if #flat == 0 then return { -1 } end
+if #flat == 0 then return { CODE.NotFound } end
 local rec = {}
 for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
 local st, runtime = rec.status, rec.runtime
@@ -46,32 +48,32 @@ if st == 'running' then
   -- to when it looks again; a heartbeat that comes after all removes the mark.
   if rec.leaseOwner ~= '' then
     lapsedAt = tonumber(rec.leaseLapsed or redis.call('ZSCORE', K.leases, runId) or '0')
-    if not rec.leaseLapsed and lapsedAt > nowMs() then return { -4, lapsedAt } end
+    if not rec.leaseLapsed and lapsedAt > nowMs() then return { CODE.LeaseHeld, lapsedAt } end
   end
   recovered = 1
 elseif st == 'retrying' then
   local at = tonumber(rec.retryAt or '0')
-  if at > nowMs() then return { -4, at } end
+  if at > nowMs() then return { CODE.LeaseHeld, at } end
 elseif st ~= 'dispatched' then
-  return { -3, st }
+  return { CODE.NotRunnable, st }
 end
 
 local out = {}
 if rec.cancelRequested == '1' then
-  finishRun(runId, 'cancelled', newWrite('result', CANCELLED_RESULT),
-    '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}', nowMs(), out)
+  finishRun({ runId = runId, status = 'cancelled', write = newWrite('result', CANCELLED_RESULT), now = nowMs(), out = out,
+    endData = '{"status":"cancelled","result":' .. CANCELLED_RESULT .. '}' })
   flushPublished()
-  return { 1, cjson.encode(out), 'cancelled' }
+  return { OUTCOME.claim.Ended, cjson.encode(out), 'cancelled' }
 end
 if not rec.startedAt and rec.startBy and tonumber(rec.startBy) <= nowMs() then
   expireRun(runId, nowMs(), out)
   flushPublished()
-  return { 1, cjson.encode(out), 'expired' }
+  return { OUTCOME.claim.Ended, cjson.encode(out), 'expired' }
 end
 if rec.deadlineAt and tonumber(rec.deadlineAt) <= nowMs() then
   timeOutRun(runId, nowMs(), out)
   flushPublished()
-  return { 1, cjson.encode(out), 'failed' }
+  return { OUTCOME.claim.Ended, cjson.encode(out), 'failed' }
 end
 -- A lease that ran out (not one handed over at shutdown, which clears leaseOwner) means the
 -- holder died or stalled. A run whose holders keep dying is most likely what kills them:
@@ -85,10 +87,10 @@ if recovered == 1 and rec.leaseOwner ~= '' then
       message = 'the workers running this run were lost ' .. lost
         .. ' times (their leases ran out); MAX_RECOVERIES is ' .. O.maxRecoveries })
     local result = '{"answer":"","finishReason":"error","toolCallsSeen":0}'
-    finishRun(runId, 'failed', newWrite('result', result, 'lastError', lastError),
-      '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}', nowMs(), out)
+    finishRun({ runId = runId, status = 'failed', write = newWrite('result', result, 'lastError', lastError), now = nowMs(),
+      out = out, endData = '{"status":"failed","result":' .. result .. ',"error":' .. lastError .. '}' })
     flushPublished()
-    return { 1, cjson.encode(out), 'failed' }
+    return { OUTCOME.claim.Ended, cjson.encode(out), 'failed' }
   end
 end
 -- A dispatched run is not drained: the drain parks its runtime's dispatched runs when it
@@ -110,7 +112,7 @@ end
 -- that blocked it was no attempt of its own, like a recovery).
 local resumed = st == 'dispatched' and rec.resumed == '1'
 -- The attempt's first event goes first: a claim whose checks above needed no clock takes
--- its time from the event's id (nowMs in core.lua).
+-- its time from the event's id (nowMs in lua/lib/call.lua).
 -- Clients restart the answer text at every `attempt` event: a new holder replays it.
 if recovered == 1 then
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
@@ -155,14 +157,14 @@ if recovered == 1 then
 elseif resumed then
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts, resumed = true })
   tailInto(runId, w)
-  written = setStatus(runId, runtime, st, 'running', now, known)
+  written = setStatus({ runId = runId, runtime = runtime, from = st, to = 'running', now = now, known = known })
 else
   put(w, 'attempt', attempt)
   if rec.retryAt then drop(w, 'retryAt') end
   if not rec.startedAt then put(w, 'startedAt', now) end
   statusEvent(runId, { status = 'running', attempt = attempt, maxAttempts = maxAttempts })
   tailInto(runId, w)
-  written = setStatus(runId, runtime, st, 'running', now, known)
+  written = setStatus({ runId = runId, runtime = runtime, from = st, to = 'running', now = now, known = known })
 end
 flushPublished()
 -- The built-in store's history comes with the claim: an agent starts after one round trip.
@@ -176,7 +178,8 @@ if reads ~= 0 then
   local mk = sessionKey(rec.sessionId) .. ':messages'
   local size = tonumber(rec.historyMem or redis.call('MEMORY', 'USAGE', mk, 'SAMPLES', 0) or 0)
   if size > 0 then
-    local newest, stop = historyWithin(mk, -1, -1, reads, O.historyBytes or size, false, size)
+    local newest, stop = historyWithin({ key = mk, from = -1, step = -1, limit = reads,
+      maxBytes = O.historyBytes or size, first = false, size = size })
     for i = #newest, 1, -1 do messages[#messages + 1] = newest[i] end
     if stop == 'bytes' then cut = 1 end
   end
@@ -194,4 +197,4 @@ for f, v in pairs(rec) do
   record[#record + 1] = f
   record[#record + 1] = type(v) == 'number' and int(v) or v
 end
-return { 0, fence, attempt, recovered, record, steps, messages, deadline, now, cut }
+return { OUTCOME.claim.Claimed, fence, attempt, recovered, record, steps, messages, deadline, now, cut }

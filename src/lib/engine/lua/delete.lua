@@ -9,12 +9,15 @@
   A run that has not ended is left as it is: its worker or its session still needs it.
   KEYS  run, runs (the scope's listing)
   O     runId
-  Returns: {0} deleted | {1} not ended (cancel it first) | {-1} NOT_FOUND ]]
+  Returns: {Deleted} deleted | {NotEnded} not ended (cancel it first) | {NotFound} ]]
+-- @reply Deleted
+-- @reply NotEnded
+-- @reply NotFound
 -- @uses readFields, TERMINAL, runKey, sessionKey, runtimeKey, ledgerKey, dischargeStorage
 local runId, rk = O.runId, K.run
 local rec = readFields(rk, { 'status', 'sessionId', 'agent', 'runtime', 'storedBytes', 'rerunOf' })
-if not rec.status then return { -1 } end
-if not TERMINAL[rec.status] then return { 1 } end
+if not rec.status then return { CODE.NotFound } end
+if not TERMINAL[rec.status] then return { OUTCOME.delete.NotEnded } end
 redis.call('DEL', rk, rk .. ':events', rk .. ':steps', rk .. ':reruns', rk .. ':steer')
 redis.call('ZREM', K.runs, runId)
 redis.call('ZREM', sessionKey(rec.sessionId) .. ':runs', runId)
@@ -28,4 +31,4 @@ local charge = 'run:' .. runId
 if rec.storedBytes and redis.call('ZSCORE', ledgerKey(), rec.storedBytes .. ' ' .. charge) then
   dischargeStorage(rec.storedBytes, charge)
 end
-return { 0 }
+return { OUTCOME.delete.Deleted }

@@ -10,6 +10,7 @@
   KEYS  drain (the flag), waiting, held (both of this runtime), meta, ready, leases, timers
   O     runtime, cancelQueued (bool), batch
   Returns: {cancelled now, waiting runs left, dispatches JSON} ]]
+-- @reply: cancelled, left, orders
 -- @uses nowMs, readFields, runKey, releaseSlot, setStatus, fillSlots, WAITING, cancelRun
 -- @uses flushPublished
 local now = nowMs()
@@ -19,7 +20,10 @@ if redis.call('SET', K.drain, now, 'NX') then
     local rec = readFields(runKey(runId), { 'status', 'runtime', 'createdAt', 'concurrencyKey' })
     if rec.status == 'dispatched' and rec.runtime == O.runtime then
       releaseSlot(rec.concurrencyKey or '')
-      setStatus(runId, rec.runtime, 'dispatched', 'queued', now, { createdAt = rec.createdAt })
+      setStatus({
+        runId = runId, runtime = rec.runtime, from = 'dispatched', to = 'queued', now = now,
+        known = { createdAt = rec.createdAt },
+      })
       redis.call('ZREM', K.leases, runId)
       redis.call('RPUSH', K.held, runId)
     end

@@ -3,19 +3,21 @@
   started is left alone. Safe from every process at once, and early.
   KEYS  run, meta, ready, leases, timers
   O     runId
-  Returns: {1, dispatches JSON, record (flat)} when it expired now | {0} ]]
+  Returns: {Ended, dispatches JSON, record (flat)} when it expired now | {Unchanged} ]]
+-- @reply Unchanged
+-- @reply Ended: orders, run
 -- @uses readFields, WAITING, nowMs, sessionKey, expireRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'ttl:' .. runId
 local rec = readFields(rk, { 'status', 'startedAt', 'startBy', 'sessionId' })
 if not WAITING[rec.status] or rec.startedAt or not rec.startBy then
   redis.call('ZREM', K.timers, member)
-  return { 0 }
+  return { OUTCOME.expire.Unchanged }
 end
 local now = nowMs()
 if tonumber(rec.startBy) > now then
   redis.call('ZADD', K.timers, rec.startBy, member)
-  return { 0 }
+  return { OUTCOME.expire.Unchanged }
 end
 local sk = sessionKey(rec.sessionId)
 if rec.status == 'queued' and redis.call('HGET', sk, 'active') ~= runId then
@@ -24,4 +26,4 @@ end
 local out = {}
 expireRun(runId, now, out)
 flushPublished()
-return { 1, cjson.encode(out), redis.call('HGETALL', rk) }
+return { OUTCOME.expire.Ended, cjson.encode(out), redis.call('HGETALL', rk) }

@@ -1,4 +1,4 @@
---[[ Give the scope's free slots to its parked runs (fillSlots in lib.lua). Every call that
+--[[ Give the scope's free slots to its parked runs (fillSlots in lua/lib/admission.lua). Every call that
   frees a slot fills it in the same call, so this is for slots a limit gave since: an
   operator raised the scope's limits (src/lib/tenancy/limits.ts calls it), its fair share
   grew (src/lib/engine/fair-share.ts), or a key's cap was raised (its keys waiting in
@@ -6,7 +6,8 @@
   earlier version parked in its `ready` list. Safe from every process at once.
   KEYS  meta, ready, leases, timers
   O     batch
-  Returns: {0, dispatches JSON} ]]
+  Returns: {Filled, dispatches JSON} ]]
+-- @reply Filled: orders
 -- @uses fillSlots, nowMs, joinTurns, keyFull, runKey, admit, READY_CAPPED
 local now = nowMs()
 local out = {}
@@ -20,7 +21,9 @@ local legacy = BASE .. 'ready'
 for _ = 1, O.batch do
   local runId = redis.call('LPOP', legacy)
   if not runId then break end
-  if redis.call('HGET', runKey(runId), 'status') == 'queued' then admit(runId, 'queued', now, out) end
+  if redis.call('HGET', runKey(runId), 'status') == 'queued' then admit({
+    runId = runId, from = 'queued', now = now, out = out,
+  }) end
 end
 fillSlots(now, out)
-return { 0, cjson.encode(out) }
+return { OUTCOME.fill.Filled, cjson.encode(out) }

@@ -7,12 +7,14 @@
         with steering messages the ones the run took between its answer's parts; absent = commit nothing),
         batch (the writer's number for the events in ARGV, absent = none: see append.lua)
   ARGV[2..] the attempt's last events, type/data pairs, appended before `end` unless their batch was applied
-  Returns: {0, dispatches JSON, steering messages left (each now the session's next turn)} | {-2} LEASE_LOST ]]
+  Returns: {Finished, dispatches JSON, steering messages left (each now the session's next turn)} | {LeaseLost} ]]
+-- @reply Finished: orders, notDelivered
+-- @reply LeaseLost
 -- @uses fenced, FINISH_READ, newWrite, put, knownTail, newBatch, addEvent, finishRun
 -- @uses flushPublished
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, FINISH_READ)
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local w = newWrite('result', O.result)
 if O.lastError then put(w, 'lastError', O.lastError) end
 knownTail(runId, rec.logTail)
@@ -24,7 +26,9 @@ local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
--- Its time is that of its first event (nowMs in core.lua): no TIME.
-local notDelivered = finishRun(runId, O.status, w, endData, nil, out, rec, true)
+-- Its time is that of its first event (nowMs in lua/lib/call.lua): no TIME.
+local notDelivered = finishRun({
+  runId = runId, status = O.status, write = w, endData = endData, out = out, rec = rec, held = true,
+})
 flushPublished()
-return { 0, cjson.encode(out), notDelivered }
+return { OUTCOME.finish.Finished, cjson.encode(out), notDelivered }

@@ -7,9 +7,13 @@
   KEYS  messages
   O     start (index of the page's first message), maxMessages, maxBytes
   Returns: {runIds, sizes (bytes), next index (-1 = no more)} ]]
+-- @reply: runIds, sizes, next
 -- @uses historyWithin
 -- The first message alone, then reads sized by the largest seen (as lua/fork-copy.lua).
-local page, stop = historyWithin(K.messages, O.start, 1, O.maxMessages, O.maxBytes, true, nil, 1)
+local page, stop = historyWithin({
+  key = K.messages, from = O.start, step = 1, limit = O.maxMessages, maxBytes = O.maxBytes, first = true,
+  firstRead = 1,
+})
 local ids, sizes = {}, {}
 for i, m in ipairs(page) do
   local at = string.find(m, '"runId":"', 1, true)

@@ -15,19 +15,24 @@
   The new session's hash records where it was forked (`forkedFrom`, `forkedAt`): a custom
   memory store copies its own turns from it at the new session's first run
   (src/lib/sessions/run-memory.ts).
-  The scope's limits (scopeLimits in lib.lua): forksPerMinute and forkBytesPerMinute, and its
+  The scope's limits (scopeLimits in lua/lib/limits.lua): forksPerMinute and forkBytesPerMinute, and its
   storage cap (maxStoredBytes), which the copy's bytes count against from here on.
-  Returns: {0, done 1|0} begun (done: nothing to copy, the fork is whole) | {1} the new
-         session is not new (or another fork into it is under way) | {2} the source no
-         longer holds that prefix | {3, bytes stored, ms until some may expire (0: unknown)}
-         the copy would pass the scope's storage cap | {4, ms until a fork may start} the
+  Returns: {Begun, done 1|0} begun (done: nothing to copy, the fork is whole) | {TargetTaken} the new
+         session is not new (or another fork into it is under way) | {HistoryChanged} the source no
+         longer holds that prefix | {StorageFull, bytes stored, ms until some may expire (0: unknown)}
+         the copy would pass the scope's storage cap | {Throttled, ms until a fork may start} the
          scope's fork rate ]]
+-- @reply Begun: whole
+-- @reply TargetTaken
+-- @reply HistoryChanged
+-- @reply StorageFull: held, retryAfterMs
+-- @reply Throttled: retryAfterMs
 -- @uses nowMs, scopeLimits, readFields, storedBytes, storageRetryMs, chargeStorage
-if redis.call('EXISTS', K.to, K.toSession, K.toQueue, K.toRuns, K.state) > 0 then return { 1 } end
-if redis.call('LLEN', K.from) < O.count then return { 2 } end
+if redis.call('EXISTS', K.to, K.toSession, K.toQueue, K.toRuns, K.state) > 0 then return { OUTCOME.fork.TargetTaken } end
+if redis.call('LLEN', K.from) < O.count then return { OUTCOME.fork.HistoryChanged } end
 if O.count > 0 then
   local last = redis.call('LINDEX', K.from, O.count - 1)
-  if not last or not string.find(last, '"runId":"' .. O.lastRunId .. '"', 1, true) then return { 2 } end
+  if not last or not string.find(last, '"runId":"' .. O.lastRunId .. '"', 1, true) then return { OUTCOME.fork.HistoryChanged } end
 end
 -- The scope's fork rate: one bucket of forks and bytes a minute, each refilled over a minute.
 -- A fork is let through while a fork and a byte are left, and takes its bytes even past what
@@ -45,11 +50,11 @@ if b.bytes then bytes = math.min(bpm, tonumber(b.bytes) + since * bpm / 60000) e
 local waitMs = 0
 if fpm > 0 and forks < 1 then waitMs = math.ceil((1 - forks) * 60000 / fpm) end
 if bpm > 0 and bytes <= 0 then waitMs = math.max(waitMs, math.ceil(-bytes * 60000 / bpm) + 1) end
-if waitMs > 0 then return { 4, waitMs } end
+if waitMs > 0 then return { OUTCOME.fork.Throttled, waitMs } end
 -- The copy counts against the scope's storage, charged before a byte is copied.
 if limits.stored > 0 and O.bytes > 0 then
   local held = storedBytes(now)
-  if held + O.bytes > limits.stored then return { 3, held, storageRetryMs(now) } end
+  if held + O.bytes > limits.stored then return { OUTCOME.fork.StorageFull, held, storageRetryMs(now) } end
 end
 if fpm > 0 or bpm > 0 then
   forks, bytes = forks - 1, bytes - O.bytes
@@ -61,7 +66,7 @@ if fpm > 0 or bpm > 0 then
 end
 if O.count == 0 then
   redis.call('HSET', K.toSession, 'forkedFrom', O.fromSession, 'forkedAt', O.forkedAt)
-  return { 0, 1 }
+  return { OUTCOME.fork.Begun, 1 }
 end
 redis.call('HSET', K.state, 'token', O.token, 'count', O.count, 'copied', 0, 'lastRunId', O.lastRunId,
   'fromSession', O.fromSession, 'forkedAt', O.forkedAt, 'bytes', O.bytes)
@@ -69,4 +74,4 @@ redis.call('PEXPIRE', K.state, O.leaseMs)
 -- Listed under the partial copy until the last chunk lists it under the new history: a fork
 -- whose process died stops counting once its copy expired.
 chargeStorage(O.bytes, string.sub(K.staging, #BASE + 1), now + O.leaseMs)
-return { 0, 0 }
+return { OUTCOME.fork.Begun, 0 }

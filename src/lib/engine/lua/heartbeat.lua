@@ -8,10 +8,14 @@
   O     runs      [[runId, fence], ...]: the holder's attempts (the caller bounds the count)
         leaseMs
   Returns: one code per run, in order:
-           0 renewed | 1 renewed, and a cancel was requested
-           -2 LEASE_LOST (another worker took over, or the run is gone)
-           -3 NOT_RUNNABLE: this holder itself closed the attempt (finish, retry, block, or the
+           Renewed | CancelRequested: renewed, and a cancel was requested
+           LeaseLost (another worker took over, or the run is gone)
+           NotRunnable: this holder itself closed the attempt (finish, retry, block, or the
               shutdown hand-over) while the beat was on its way; nothing was lost, nothing renewed ]]
+-- @reply Renewed
+-- @reply CancelRequested
+-- @reply LeaseLost
+-- @reply NotRunnable
 -- @uses nowMs, runKey, readFields
 local HEARTBEAT_READ = { 'fence', 'status', 'leaseOwner', 'cancelRequested', 'leaseLapsed' }
 local expires = nowMs() + O.leaseMs
@@ -20,15 +24,15 @@ for i, run in ipairs(O.runs) do
   local rk = runKey(run[1])
   local cur = readFields(rk, HEARTBEAT_READ)
   if cur.fence ~= tostring(run[2]) then
-    codes[i] = -2
+    codes[i] = CODE.LeaseLost
   -- Renewing a released lease would undo the hand-over: the next worker would wait it out.
   elseif cur.status ~= 'running' or cur.leaseOwner == '' then
-    codes[i] = -3
+    codes[i] = CODE.NotRunnable
   else
     if cur.leaseLapsed then redis.call('HDEL', rk, 'leaseLapsed') end
     scores[#scores + 1] = expires
     scores[#scores + 1] = run[1]
-    codes[i] = tonumber(cur.cancelRequested or '0')
+    codes[i] = cur.cancelRequested == '1' and OUTCOME.heartbeat.CancelRequested or OUTCOME.heartbeat.Renewed
   end
 end
 if #scores > 0 then redis.call('ZADD', K.leases, unpack(scores)) end

@@ -46,68 +46,27 @@
                  (`provider`: only ever moves the pause later; `operator`: sets it), askedMs
                  (a provider's: what its Retry-After asked for, before the cap)
   Returns
-    acquire: {0, member, grant time, requests in the window, tokens in the window}: granted
-             {1, ms to wait, why (paused | requests | tokens | second | share)}: not now; ask again
-             {2, tpm}: the reservation is larger than tpm, so it can never be granted
-    settle:  {0}
-    pause:   {0, pausedUntil, 1 if this call set or moved the pause, else 0}
-    resume:  {0, 1 if a pause was lifted, else 0}
-    read:    {0, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now, pausedAt,
+    acquire: {Granted, member, grant time, requests in the window, tokens in the window}
+             {Waiting, ms to wait, why (paused | requests | tokens | second | share)}: ask again
+             {TooLarge, tpm}: the reservation is larger than tpm, so it can never be granted
+    settle:  {Settled}
+    pause:   {Paused, pausedUntil, 1 if this call set or moved the pause, else 0}
+    resume:  {Resumed, 1 if a pause was lifted, else 0}
+    read:    {Read, requests, tokens, reserved, pausedUntil (0: none), pausedBy, now, pausedAt,
               pauseAsked (0: none), requests and tokens of the last second, waiting scopes
               (the first 20, next served first), how many wait} ]]
--- @uses nowMs, readFields, int
+-- @reply Granted: member, at, requests, tokens
+-- @reply Waiting: waitMs, why
+-- @reply TooLarge: tpm
+-- @reply Settled
+-- @reply Paused: pausedUntil, moved
+-- @reply Resumed: lifted
+-- @reply Read: requests, tokens, reserved, pausedUntil, pausedBy, now, pausedAt, pauseAsked,
+--   secondRequests, secondTokens, waiting, waitingCount
+-- @uses nowMs, int, rateWindow, lastSecond, tokensOf, grantOf, PAUSE_FIELDS, tagText, tokensWait, spreadWait
 local now = nowMs()
--- The spread's slice: OpenAI documents its per-minute limits as enforced per second.
-local SECOND_MS = 1000
--- A second holding more grants than this is taken as full: one call reads no more of them.
-local SECOND_WALK = 1000
--- Lapsed waiters dropped per call at most (the rest go at the next).
-local LAPSED_BATCH = 500
-
-local function parse(member)
-  local seq, tokens, state = string.match(member, '^(%d+):(%d+):([rs])$')
-  return seq, tonumber(tokens), state
-end
-
--- A tag as text: the virtual times are fractions, and ZADD reads them back exactly.
-local function tagText(x) return string.format('%.17g', x) end
-
--- Trims the grants that left the window, taking their tokens off the sums.
-local gone = redis.call('ZRANGEBYSCORE', K.grants, '-inf', now - O.windowMs)
-local fields = readFields(K.bucket, {
-  'tokens', 'reserved', 'pausedUntil', 'pausedBy', 'pausedAt', 'pauseAsked', 'vtime', 'drainUntil',
-})
-local sum = tonumber(fields.tokens) or 0
-local reserved = tonumber(fields.reserved) or 0
-if #gone > 0 then
-  for _, member in ipairs(gone) do
-    local _, tokens, state = parse(member)
-    sum = sum - tokens
-    if state == 'r' then reserved = reserved - tokens end
-  end
-  redis.call('ZREMRANGEBYSCORE', K.grants, '-inf', now - O.windowMs)
-end
-local requests = redis.call('ZCARD', K.grants)
--- An empty log holds no tokens, whatever a settle that never came left in the sums.
-if requests == 0 then sum, reserved = 0, 0 end
-if sum ~= (tonumber(fields.tokens) or 0) or reserved ~= (tonumber(fields.reserved) or 0) then
-  redis.call('HSET', K.bucket, 'tokens', int(sum), 'reserved', int(reserved))
-end
-
-local PAUSE_FIELDS = { 'pausedUntil', 'pausedBy', 'pausedAt', 'pauseAsked' }
-local pausedUntil = tonumber(fields.pausedUntil) or 0
-if pausedUntil > 0 and pausedUntil <= now then
-  redis.call('HDEL', K.bucket, unpack(PAUSE_FIELDS))
-  pausedUntil = 0
-end
-
--- Scopes whose waiting lapsed (they did not ask again in time) wait no more.
-local lapsed = redis.call('ZRANGEBYSCORE', K.lapses, '-inf', now, 'LIMIT', 0, LAPSED_BATCH)
-if #lapsed > 0 then
-  redis.call('ZREM', K.waiting, unpack(lapsed))
-  redis.call('ZREM', K.lapses, unpack(lapsed))
-end
-local vtime = tonumber(fields.vtime) or 0
+local b = rateWindow(now)
+local sum, reserved, requests, pausedUntil, vtime, fields = b.sum, b.reserved, b.requests, b.pausedUntil, b.vtime, b.fields
 
 -- The hash lives while the log does, or while a pause lasts (an open-ended one: until resumed);
 -- the fairness keys live with the log.
@@ -122,32 +81,18 @@ local function keep()
   end
 end
 
--- The grants of the last second, oldest first: {member, time, ...} (at most SECOND_WALK).
-local function lastSecond()
-  return redis.call('ZRANGEBYSCORE', K.grants, '(' .. int(now - SECOND_MS), '+inf', 'WITHSCORES', 'LIMIT', 0, SECOND_WALK)
-end
-
-local function tokensOf(log)
-  local total = 0
-  for i = 1, #log, 2 do
-    local _, tokens = parse(log[i])
-    total = total + tokens
-  end
-  return total
-end
-
 if O.op == 'read' then
-  local second = lastSecond()
+  local second = lastSecond(now)
   local waiting = redis.call('ZRANGE', K.waiting, 0, 19)
   return {
-    0, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now),
+    OUTCOME.rateBucket.Read, requests, int(sum), int(reserved), int(pausedUntil), fields.pausedBy or '', int(now),
     int(tonumber(fields.pausedAt) or 0), int(tonumber(fields.pauseAsked) or 0),
     #second / 2, int(tokensOf(second)), waiting, redis.call('ZCARD', K.waiting),
   }
 end
 
 if O.op == 'settle' then
-  local seq, tokens, state = parse(O.member)
+  local seq, tokens, state = grantOf(O.member)
   -- A grant already out of the window has nothing left to correct.
   local at = seq and state == 'r' and redis.call('ZSCORE', K.grants, O.member)
   if at then
@@ -155,7 +100,7 @@ if O.op == 'settle' then
     redis.call('ZADD', K.grants, at, seq .. ':' .. int(O.actual) .. ':s')
     redis.call('HSET', K.bucket, 'tokens', int(sum - tokens + O.actual), 'reserved', int(reserved - tokens))
   end
-  return { 0 }
+  return { OUTCOME.rateBucket.Settled }
 end
 
 if O.op == 'pause' then
@@ -172,13 +117,13 @@ if O.op == 'pause' then
     end
     keep()
   end
-  return { 0, int(pausedUntil), moved }
+  return { OUTCOME.rateBucket.Paused, int(pausedUntil), moved }
 end
 
 if O.op == 'resume' then
-  if pausedUntil == 0 then return { 0, 0 } end
+  if pausedUntil == 0 then return { OUTCOME.rateBucket.Resumed, 0 } end
   redis.call('HDEL', K.bucket, unpack(PAUSE_FIELDS))
-  return { 0, 1 }
+  return { OUTCOME.rateBucket.Resumed, 1 }
 end
 
 -- acquire
@@ -194,14 +139,14 @@ local function refuse(waitMs, why)
     redis.call('ZADD', K.lapses, int(now + math.min(waitMs, O.askMs) + O.graceMs), me)
     keep()
   end
-  return { 1, int(waitMs), why }
+  return { OUTCOME.rateBucket.Waiting, int(waitMs), why }
 end
 
 if pausedUntil ~= 0 then
   -- Looked at again at least every pauseMs, so a resume (or a shorter pause) is seen soon.
   return refuse(pausedUntil < 0 and O.pauseMs or math.min(pausedUntil - now, O.pauseMs), 'paused')
 end
-if O.tpm and O.tokens > O.tpm then return { 2, O.tpm } end
+if O.tpm and O.tokens > O.tpm then return { OUTCOME.rateBucket.TooLarge, O.tpm } end
 
 local waitMs, why = 0, nil
 if O.rpm and requests + 1 > O.rpm then
@@ -210,59 +155,11 @@ if O.rpm and requests + 1 > O.rpm then
   waitMs, why = tonumber(oldest[2]) + O.windowMs - now + 1, 'requests'
 end
 if O.tpm and sum + O.tokens > O.tpm then
-  -- When enough grants will have left the window: walk them from the oldest (at most 200;
-  -- past that, the 200th's time is an early estimate and the caller simply asks again).
-  local need = sum + O.tokens - O.tpm
-  local walked = redis.call('ZRANGE', K.grants, 0, 199, 'WITHSCORES')
-  local at = now
-  for i = 1, #walked, 2 do
-    local _, tokens = parse(walked[i])
-    need = need - tokens
-    at = tonumber(walked[i + 1])
-    if need <= 0 then break end
-  end
-  local tokenWait = at + O.windowMs - now + 1
-  -- Reservations still open may settle for less than they reserved and make room sooner:
-  -- look again within pollMs while they could.
-  if sum - reserved + O.tokens <= O.tpm then tokenWait = math.min(tokenWait, O.pollMs) end
+  local tokenWait = tokensWait(b, now)
   if tokenWait > waitMs then waitMs, why = tokenWait, 'tokens' end
 end
 if O.second then
-  -- The spread: a grant leaves the second SECOND_MS after it was made.
-  local second = lastSecond()
-  local n = #second / 2
-  local secondWait = 0
-  if n >= SECOND_WALK then
-    secondWait = O.pollMs
-  else
-    if O.second.requests and n + 1 > O.second.requests then
-      secondWait = tonumber(second[2 * (n - O.second.requests + 1)]) + SECOND_MS - now
-    end
-    -- A call larger than a second's tokens fits only a second that holds none.
-    local large = O.second.tokens and O.tokens > O.second.tokens
-    local limit = O.second.tokens and math.max(O.second.tokens, O.tokens)
-    local need = limit and tokensOf(second) + O.tokens - limit or 0
-    if need > 0 then
-      local at = now
-      for i = 1, #second, 2 do
-        local _, tokens = parse(second[i])
-        need = need - tokens
-        at = tonumber(second[i + 1])
-        if need <= 0 then break end
-      end
-      secondWait = math.max(secondWait, at + SECOND_MS - now)
-    end
-    local drainUntil = tonumber(fields.drainUntil) or 0
-    if large and secondWait > 0 and waitMs == 0 then
-      -- Only the second is in its way: smaller calls hold off until its next ask, so that the
-      -- second empties for it (not while the minute is full for it: that is no second's doing).
-      redis.call('HSET', K.bucket, 'drainUntil', int(now + math.min(secondWait, O.askMs) + O.graceMs))
-    elseif large then
-      if drainUntil > 0 then redis.call('HDEL', K.bucket, 'drainUntil') end
-    elseif O.second.tokens and drainUntil > now then
-      secondWait = math.max(secondWait, math.min(drainUntil - now, O.pollMs))
-    end
-  end
+  local secondWait = spreadWait(b, now, waitMs)
   if secondWait > waitMs then waitMs, why = secondWait, 'second' end
 end
 if why then return refuse(waitMs, why) end
@@ -297,4 +194,4 @@ if me then
   redis.call('ZREMRANGEBYSCORE', K.tags, '-inf', '(' .. tagText(vtime))
 end
 keep()
-return { 0, member, int(now), requests + 1, int(sum) }
+return { OUTCOME.rateBucket.Granted, member, int(now), requests + 1, int(sum) }

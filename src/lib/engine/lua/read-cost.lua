@@ -9,6 +9,7 @@
   KEYS  bucket, limits
   O     bytes (the answer's bytes past READ_FREE_BYTES, or 0), rate, burst (the defaults; rate 0: no budget)
   Returns {bytes the bucket holds after the charge (below 0: in debt), ms until it is out of debt (0: not in debt)} ]]
+-- @reply: left, retryAfterMs
 -- @uses nowMs, readFields
 local l = readFields(K.limits, { 'readBytesPerSec', 'readBurstBytes' })
 local rate = tonumber(l.readBytesPerSec) or O.rate

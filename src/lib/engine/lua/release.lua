@@ -2,10 +2,12 @@
   dispatched, so another worker takes the run over at once (as a recovery, fence + 1).
   KEYS  run, leases
   O     runId, fence
-  Returns: {0, dispatches JSON} | {-2} LEASE_LOST ]]
+  Returns: {Released, dispatches JSON} | {LeaseLost} ]]
+-- @reply Released: orders
+-- @reply LeaseLost
 -- @uses fenced, nowMs, chargeRunTime, enqueueJob
 local runId, rk = O.runId, K.run
-if not fenced(rk, O.fence) then return { -2 } end
+if not fenced(rk, O.fence) then return { CODE.LeaseLost } end
 local now = nowMs()
 chargeRunTime(rk, now)
 -- No owner: the next claim takes the run over at once (the run's score in `leases`, which
@@ -13,5 +15,5 @@ chargeRunTime(rk, now)
 -- claim come).
 redis.call('HSET', rk, 'leaseOwner', '')
 local out = {}
-enqueueJob(runId, redis.call('HGET', rk, 'runtime'), now, 0, out)
-return { 0, cjson.encode(out) }
+enqueueJob({ runId = runId, runtime = redis.call('HGET', rk, 'runtime'), now = now, delay = 0, out = out })
+return { OUTCOME.release.Released, cjson.encode(out) }

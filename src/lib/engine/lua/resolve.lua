@@ -3,13 +3,16 @@
   is admitted again (it still owns its session), to continue the attempt it was in.
   KEYS  run, steps, meta, ready, leases, timers
   O     runId, stepKey, mode (value | rerun), value (JSON text {v}, mode value)
-  Returns: {0, dispatches JSON} | {-1} NOT_FOUND | {-8} STEP_NOT_BLOCKED ]]
+  Returns: {Resolved, dispatches JSON} | {NotFound} | {StepNotBlocked} ]]
+-- @reply Resolved: orders
+-- @reply NotFound
+-- @reply StepNotBlocked
 -- @uses readFields, knownTail, nowMs, statusEvent, newWrite, drop, tailInto, writeRecord, admit
 -- @uses flushPublished
 local runId, rk, stepKey = O.runId, K.run, O.stepKey
 local rec = readFields(rk, { 'status', 'blocked', 'logTail' })
-if not rec.status then return { -1 } end
-if rec.status ~= 'blocked' or cjson.decode(rec.blocked).stepKey ~= stepKey then return { -8 } end
+if not rec.status then return { CODE.NotFound } end
+if rec.status ~= 'blocked' or cjson.decode(rec.blocked).stepKey ~= stepKey then return { CODE.StepNotBlocked } end
 knownTail(runId, rec.logTail)
 local now = nowMs()
 if O.mode == 'value' then redis.call('HSET', K.steps, stepKey, O.value) end
@@ -21,6 +24,6 @@ drop(w, 'blocked')
 tailInto(runId, w)
 writeRecord(rk, w)
 local out = {}
-admit(runId, 'blocked', now, out)
+admit({ runId = runId, from = 'blocked', now = now, out = out })
 flushPublished()
-return { 0, cjson.encode(out) }
+return { OUTCOME.resolve.Resolved, cjson.encode(out) }

@@ -9,18 +9,20 @@
         next (the nextAt after the claim; absent: the expression has no tick left),
         fire (the tick to fire; absent: none, the missed ticks are skipped),
         retryAt (when a fired tick not yet done is looked at again)
-  Returns: {0} claimed | {1} not claimed (gone, paused, or claimed by another process) ]]
+  Returns: {Claimed} claimed | {NotClaimed} not claimed (gone, paused, or claimed by another process) ]]
+-- @reply Claimed
+-- @reply NotClaimed
 -- @uses int, readFields
 local s = K.schedule
 if redis.call('EXISTS', s) == 0 then
   redis.call('ZREM', K.due, O.id)
-  return { 1 }
+  return { OUTCOME.scheduleClaim.NotClaimed }
 end
 local sched = readFields(s, { 'nextAt', 'pending', 'status' })
-if sched.nextAt ~= int(O.expected) or sched.pending then return { 1 } end
+if sched.nextAt ~= int(O.expected) or sched.pending then return { OUTCOME.scheduleClaim.NotClaimed } end
 if sched.status ~= 'active' then
   redis.call('ZREM', K.due, O.id)
-  return { 1 }
+  return { OUTCOME.scheduleClaim.NotClaimed }
 end
 if O.next then
   redis.call('HSET', s, 'nextAt', int(O.next))
@@ -35,4 +37,4 @@ elseif O.next then
 else
   redis.call('ZREM', K.due, O.id)
 end
-return { 0 }
+return { OUTCOME.scheduleClaim.Claimed }

@@ -5,10 +5,12 @@
   KEYS  schedule (its hash), due (the scope's schedules:due)
   O     id (the schedule's member in `due`), tick (epoch ms),
         runId (the run made; absent: none), refusal (JSON {tick, code, message}; absent: none)
-  Returns: {0} done | {1} the tick was not pending (done already, or the schedule is gone) ]]
+  Returns: {Done} done | {NotPending} the tick was not pending (done already, or the schedule is gone) ]]
+-- @reply Done
+-- @reply NotPending
 -- @uses int, readFields
 local s = K.schedule
-if redis.call('HGET', s, 'pending') ~= int(O.tick) then return { 1 } end
+if redis.call('HGET', s, 'pending') ~= int(O.tick) then return { OUTCOME.scheduleDone.NotPending } end
 redis.call('HDEL', s, 'pending')
 if O.runId then
   redis.call('HSET', s, 'lastTick', int(O.tick), 'lastRunId', O.runId)
@@ -21,4 +23,4 @@ if sched.status == 'active' and sched.nextAt then
 else
   redis.call('ZREM', K.due, O.id)
 end
-return { 0 }
+return { OUTCOME.scheduleDone.Done }

@@ -5,10 +5,12 @@
   KEYS  schedule (its hash), due (the scope's schedules:due)
   O     id (the schedule's member in `due`), nextAt (epoch ms; absent: the expression has no
         tick left, so the schedule stays out of the due index)
-  Returns: {0} active | {-1} NOT_FOUND ]]
+  Returns: {Resumed} active | {NotFound} ]]
+-- @reply Resumed
+-- @reply NotFound
 -- @uses int
-if redis.call('EXISTS', K.schedule) == 0 then return { -1 } end
-if redis.call('HGET', K.schedule, 'status') == 'active' then return { 0 } end
+if redis.call('EXISTS', K.schedule) == 0 then return { CODE.NotFound } end
+if redis.call('HGET', K.schedule, 'status') == 'active' then return { OUTCOME.scheduleResume.Resumed } end
 redis.call('HSET', K.schedule, 'status', 'active')
 if O.nextAt then
   redis.call('HSET', K.schedule, 'nextAt', int(O.nextAt))
@@ -18,4 +20,4 @@ end
 if O.nextAt and redis.call('HEXISTS', K.schedule, 'pending') == 0 then
   redis.call('ZADD', K.due, int(O.nextAt), O.id)
 end
-return { 0 }
+return { OUTCOME.scheduleResume.Resumed }

@@ -2,18 +2,20 @@
   delivered there, in the order sent, and the boundary remembers them, so an attempt that
   reaches the same boundary again (a retry, a recovery after a crash) takes the same ones and
   no others. Fenced: only the lease holder takes. A message either is taken here or, once the
-  run ends, becomes the session's next turn (lib.lua, undeliverable), in one transition each.
+  run ends, becomes the session's next turn (lua/lib/sessions.lua, undeliverable), in one transition each.
   KEYS  run, steering (the session's steering messages), pending (the run's steer-pending),
         taken (the run's steer hash: boundary -> messages)
   O     runId, fence, boundary (the attempt's count of boundaries reached, from 1)
-  Returns: {0, taken JSON: [{id, content}, ...], 1 taken now | 0 taken before} | {-2} LEASE_LOST ]]
+  Returns: {Taken, taken JSON: [{id, content}, ...], 1 taken now | 0 taken before} | {LeaseLost} ]]
+-- @reply Taken: taken, fresh
+-- @reply LeaseLost
 -- @uses fenced, knownTail, addEvent, flushPublished
 local runId = O.runId
 local ok, rec = fenced(K.run, O.fence, { 'logTail', 'steered' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 local boundary = tostring(O.boundary)
 local done = redis.call('HGET', K.taken, boundary)
-if done then return { 0, done, 0 } end
+if done then return { OUTCOME.steer.Taken, done, 0 } end
 local ids = redis.call('LRANGE', K.pending, 0, -1)
 local taken = {}
 knownTail(runId, rec.logTail)
@@ -36,7 +38,7 @@ if #ids > 0 then redis.call('DEL', K.pending) end
 -- this attempt and in any that replays this one's steps.
 local encoded = #taken > 0 and cjson.encode(taken) or '[]'
 redis.call('HSET', K.taken, boundary, encoded)
--- The run's end expires the boundaries with its record (finishRun in lib.lua).
+-- The run's end expires the boundaries with its record (finishRun in lua/lib/finish.lua).
 if not rec.steered then redis.call('HSET', K.run, 'steered', 1) end
 flushPublished()
-return { 0, encoded, 1 }
+return { OUTCOME.steer.Taken, encoded, 1 }

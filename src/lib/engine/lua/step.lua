@@ -15,12 +15,14 @@
   The day's hash also keeps `tokens`, the day's input and output tokens in all, which a scope's
   daily token budget is checked against with one HGET (src/lib/engine/budgets.ts); a day an
   earlier version began counting gets it from the rows' sum at its first call here.
-  Returns: {0, stored result JSON ('' for start)} | {-2} LEASE_LOST ]]
+  Returns: {Recorded, stored result JSON ('' for start)} | {LeaseLost} ]]
+-- @reply Recorded: result
+-- @reply LeaseLost
 -- @uses fenced, nowMs
-if not fenced(K.run, O.fence) then return { -2 } end
+if not fenced(K.run, O.fence) then return { CODE.LeaseLost } end
 if O.op == 'start' then
   redis.call('HSET', K.steps, O.stepKey .. '#started', nowMs())
-  return { 0, '' }
+  return { OUTCOME.step.Recorded, '' }
 end
 local stored = redis.call('HSETNX', K.steps, O.stepKey, O.result)
 if stored == 1 and O.usage then
@@ -64,4 +66,4 @@ if stored == 1 and O.usage then
   redis.call('PEXPIRE', K.usage, O.usageTtlMs)
   redis.call('HSET', K.run, 'usageModels', cjson.encode(byModel))
 end
-return { 0, redis.call('HGET', K.steps, O.stepKey) }
+return { OUTCOME.step.Recorded, redis.call('HGET', K.steps, O.stepKey) }

@@ -5,25 +5,27 @@
   A waiting or blocked run has no deadline (its budget is parked). Safe from every process.
   KEYS  run, meta, ready, leases, timers
   O     runId
-  Returns: {1, dispatches JSON, record (flat)} when it failed now | {0} ]]
+  Returns: {Ended, dispatches JSON, record (flat)} when it failed now | {Unchanged} ]]
+-- @reply Unchanged
+-- @reply Ended: orders, run
 -- @uses readFields, TERMINAL, nowMs, timeOutRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'timeout:' .. runId
 local rec = readFields(rk, { 'status', 'deadlineAt' })
 if not rec.status or TERMINAL[rec.status] or not rec.deadlineAt then
   redis.call('ZREM', K.timers, member)
-  return { 0 }
+  return { OUTCOME.timeout.Unchanged }
 end
 local now = nowMs()
 if tonumber(rec.deadlineAt) > now then
   redis.call('ZADD', K.timers, rec.deadlineAt, member)
-  return { 0 }
+  return { OUTCOME.timeout.Unchanged }
 end
 if rec.status == 'running' then
   redis.call('ZADD', K.timers, now + O.graceMs, member)
-  return { 0 }
+  return { OUTCOME.timeout.Unchanged }
 end
 local out = {}
 timeOutRun(runId, now, out)
 flushPublished()
-return { 1, cjson.encode(out), redis.call('HGETALL', rk) }
+return { OUTCOME.timeout.Ended, cjson.encode(out), redis.call('HGETALL', rk) }

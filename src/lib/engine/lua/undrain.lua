@@ -6,11 +6,13 @@
   KEYS  drain (the flag), held (of this runtime), meta, ready, leases, timers
   O     first (bool: the first call of a resume), batch
   Returns: {resumed now, held runs left, dispatches JSON} ]]
+-- @reply: resumed, left, orders
 -- @uses nowMs, runKey, admit
 if O.first then
   redis.call('DEL', K.drain)
 elseif redis.call('EXISTS', K.drain) == 1 then
-  return { 0, 0, '[]' }
+  local none = 0 -- drained again: nothing resumed, nothing this resume leaves
+  return { none, none, '[]' }
 end
 local now = nowMs()
 local out = {}
@@ -20,7 +22,7 @@ for _ = 1, O.batch do
   if not runId then break end
   -- Runs cancelled while parked leave their entry behind; skip them.
   if redis.call('HGET', runKey(runId), 'status') == 'queued' then
-    admit(runId, 'queued', now, out)
+    admit({ runId = runId, from = 'queued', now = now, out = out })
     resumed = resumed + 1
   end
 end

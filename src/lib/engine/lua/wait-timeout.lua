@@ -4,14 +4,15 @@
   moves the deadline entry).
   KEYS  run, meta, ready, leases, timers, steps, waits
   O     runId
-  Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
+  Returns: {Checked, dispatches JSON, answered JSON [{key, kind, since}], runtime, agent} ]]
+-- @reply Checked: orders, answered, runtime, agent
 -- @uses readFields, TERMINAL, knownTail, nowMs, expireWaits, wakeRun, flushPublished
 local runId, rk = O.runId, K.run
 local member = 'wait:' .. runId
 local rec = readFields(rk, { 'status', 'runtime', 'agent', 'logTail' })
 if not rec.status or TERMINAL[rec.status] then
   redis.call('ZREM', K.timers, member)
-  return { 0, '[]', '[]', '', '' }
+  return { OUTCOME.waitTimeout.Checked, '[]', '[]', '', '' }
 end
 knownTail(runId, rec.logTail)
 local now = nowMs()
@@ -27,4 +28,4 @@ else
   redis.call('ZREM', K.timers, member)
 end
 flushPublished()
-return { 0, cjson.encode(out), cjson.encode(done), rec.runtime, rec.agent }
+return { OUTCOME.waitTimeout.Checked, cjson.encode(out), cjson.encode(done), rec.runtime, rec.agent }

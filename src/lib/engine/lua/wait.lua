@@ -15,16 +15,19 @@
   O     runId, fence, timeouts {waitKey: ms from first being reached}, untils {waitKey: epoch ms},
         tokens {waitKey: SHA-256 hex of its resume token}
   ARGV[2..] each wait reached, as JSON {key, kind, name, prompt?, schema?} (stored as sent)
-  Returns: {0, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
-         | {1} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
-         | {-2} LEASE_LOST ]]
+  Returns: {Parked, dispatches JSON, answered JSON [{key, kind, since}], next deadline ms (0 = none), 1 if admitted again}
+         | {CancelRequested} a cancel was requested: the run is not parked (its worker finishes it as cancelled)
+         | {LeaseLost} ]]
+-- @reply Parked: orders, answered, nextAt, admittedAgain
+-- @reply CancelRequested
+-- @reply LeaseLost
 -- @uses fenced, knownTail, nowMs, int, dropWait, expireWaits, setStatus, runtimeKey, newWrite, put
 -- @uses drop, releaseSlot, addEvent, tailInto, writeRecord, wakeRun, fillSlots, flushPublished, ENDS_BY_ITSELF
 local runId, rk = O.runId, K.run
 local ok, rec = fenced(rk, O.fence, { 'runtime', 'deadlineAt', 'cancelRequested', 'logTail', 'concurrencyKey' })
-if not ok then return { -2 } end
+if not ok then return { CODE.LeaseLost } end
 -- A waiting run would keep a cancel request nobody acts on until it is resumed.
-if rec.cancelRequested == '1' then return { 1 } end
+if rec.cancelRequested == '1' then return { OUTCOME.wait.CancelRequested } end
 knownTail(runId, rec.logTail)
 local now = nowMs()
 local timeouts, untils, tokens = O.timeouts or {}, O.untils or {}, O.tokens or {}
@@ -64,7 +67,7 @@ if #done > 0 then
   answered = answered or { key = done[1].key, outcome = ENDS_BY_ITSELF[done[1].kind] and 'slept' or 'timed-out' }
 end
 
-setStatus(runId, rec.runtime, 'running', 'waiting', now)
+setStatus({ runId = runId, runtime = rec.runtime, from = 'running', to = 'waiting', now = now })
 local pending, kinds, seen = {}, {}, {}
 flat = redis.call('HGETALL', K.waits)
 for i = 1, #flat, 2 do
@@ -102,4 +105,4 @@ local out = {}
 if answered then wakeRun(runId, answered, now, out) end
 fillSlots(now, out)
 flushPublished()
-return { 0, cjson.encode(out), cjson.encode(done), nextAt or 0, answered and 1 or 0 }
+return { OUTCOME.wait.Parked, cjson.encode(out), cjson.encode(done), nextAt or 0, answered and 1 or 0 }

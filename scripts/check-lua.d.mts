@@ -1,0 +1,7 @@
+// Types of check-lua.mjs's exports, for test/check-lua.test.ts.
+type Sources = { codes: string; helpers: [string, string][]; bodies: [string, string][] };
+type Replies = Record<string, Record<string, Record<string, (v: unknown) => unknown>>>;
+/** The problems of a library made of `sources`, its replies held against `replies`; luacheck false skips luacheck. */
+export function checkLibrary(sources: Sources, replies: Replies, options?: { luacheck?: boolean }): string[];
+/** A transition's `-- @reply` lines: outcome name ('' for a reply without a code) -> its field names. */
+export function replyHeader(body: string): Map<string, string[]>;
