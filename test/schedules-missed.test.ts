@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { RunStore } from '../src/lib/engine/store.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { redisNowMs } from '../src/lib/redis.ts';
 import { ScheduleStore } from '../src/lib/schedules/schedule-store.ts';
 import { Scheduler, tickKey } from '../src/lib/schedules/scheduler.ts';
 import type { SubmitLimit } from '../src/lib/engine/transitions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * What a scheduler does with ticks nobody fired in time, and with a tick the scope refuses,
@@ -24,9 +24,8 @@ beforeAll(async () => {
 /** A scheduler that counts a tick missed once it is `graceMs` late (SCHEDULE_MISSED_AFTER_MS). */
 function scheduler(o: { limit?: SubmitLimit; graceMs?: number } = {}): Scheduler {
   const transitions = h.transitions();
-  const store = new RunStore(h.redis, h.keys, h.config, transitions);
   const config = { SCHEDULE_POLL_MS: 0, SCHEDULE_MISSED_AFTER_MS: o.graceMs ?? 5_000 };
-  return new Scheduler(h.redis, h.keys, config, transitions, store, o.limit, createLogger('silent'));
+  return new Scheduler(h.redis, h.keys, config, transitions, doorOf(h, { transitions, limit: o.limit }), createLogger('silent'));
 }
 
 /**
@@ -53,9 +52,7 @@ const TIGHT: SubmitLimit = { rate: 0.001, burst: 1 };
 
 /** Another submit spends the scope's token under `limit`. */
 async function spendToken(scope: string, limit: SubmitLimit): Promise<void> {
-  await new RunStore(h.redis, h.keys, h.config, h.transitions()).create(
-    { scope, sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' }, { limit },
-  );
+  await doorOf(h, { limit }).submit({ scope, sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' });
 }
 
 async function ticksOf(scope: string): Promise<number[]> {

@@ -48,9 +48,11 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  *   bytes and `storage` lets the sweeper take expired runs' bytes off;
  * - v10: multitask `steer` (the submit's `message`, KEYS steering) and `steer`, which takes a
  *   run's steering messages at a boundary; a run's finish makes those left its session's next turns;
- * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once.
+ * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once;
+ * - v12: the submit takes the new run's record once, in its options (`run`, name/value pairs),
+ *   no longer as ARGV pairs beside options that repeated its id, runtime, session and ttlMs.
  */
-const VERSION = 11;
+const VERSION = 12;
 
 export type ScriptName =
   | 'submit' | 'claim' | 'heartbeat' | 'append' | 'step' | 'retry'

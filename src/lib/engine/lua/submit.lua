@@ -9,8 +9,11 @@
         messages (the session's history); a re-run also: rerunOf (the record of the run it
         repeats), copyFrom (that run's steps), steps (the new run's steps), reruns (that
         run's index of its re-runs)
-  O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt | steer), idemTtlMs,
-        runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
+  O     run: the new run's record, its fields as name/value pairs of text, in the order they are
+        written (src/lib/engine/record.ts, NewRunRecord): read once, at the top, into `run` by
+        name (run.id, run.runtime, run.agent, run.ttlMs...) and `runBytes`, what it stores
+        multitask (enqueue | reject | interrupt | steer), idemTtlMs,
+        runAt (epoch ms) or delayMs (absent = now)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
         limit {rate, burst}: the default submit rate (the scope's `limits` hash may set its
@@ -24,7 +27,6 @@
         message {id, content, ttlMs} (multitask `steer`): the steering message; kept ttlMs
         under its id in K.steering. With an active run in the session it is that run's to take
         (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
-  ARGV[2..] record fields, name/value pairs
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)}
          | {1, runId of the run it went to, message JSON, sent now 1|0} a steering message, sent now or before
          | {-5} SESSION_BUSY | {-6} DRAINING
@@ -37,7 +39,14 @@
 -- @uses unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
 -- @uses admit, joinQueue, cancelRun, storedBytes, storageRetryMs, chargeStorage, TERMINAL, addEvent
-local runId, rk, sk = O.runId, K.run, K.session
+-- The new run, as it crossed (O.run): by name, and the bytes its record's fields take.
+local fields = O.run
+local run, runBytes = {}, 0
+for i = 1, #fields, 2 do
+  run[fields[i]] = fields[i + 1]
+  runBytes = runBytes + #fields[i] + #fields[i + 1]
+end
+local runId, rk, sk = run.id, K.run, K.session
 local now = nowMs()
 
 if K.idem then
@@ -59,7 +68,7 @@ if steer then
     return { 1, m.runId, known, 0 }
   end
 end
-if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { -6 } end
+if redis.call('EXISTS', runtimeKey('drain', run.runtime)) == 1 then return { -6 } end
 -- A re-run of a run whose retention passed since the API read it would start without its steps.
 if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { -1 } end
 -- The session's stored history is bounded: a turn that would take it past the cap is refused
@@ -82,8 +91,6 @@ if steer then
       if not ok then return { -13, waitMs } end
     end
     -- The fields of the run it becomes if the active run ends without taking it (lib.lua, undeliverable).
-    local fields = {}
-    for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
     local m = { id = steer.id, runId = active, state = 'pending', content = steer.content, at = now, fields = fields }
     redis.call('HSET', K.steering, steer.id, cjson.encode(m))
     redis.call('PEXPIRE', K.steering, steer.ttlMs)
@@ -107,9 +114,7 @@ if not scheduled and limits.queued > 0 then
   local queued = redis.call('ZCARD', BASE .. 'status:queued') + redis.call('ZCARD', BASE .. 'status:dispatched')
   if queued >= limits.queued then return { -15, queued } end
 end
--- So are the bytes the scope stores: this run's are its record's fields as written below.
-local runBytes = 0
-for i = 2, #ARGV do runBytes = runBytes + #ARGV[i] end
+-- So are the bytes the scope stores: this run's are its record's fields as written below (runBytes).
 if limits.stored > 0 then
   local held = storedBytes(now)
   if held + runBytes > limits.stored then return { -16, held, storageRetryMs(now) } end
@@ -131,14 +136,7 @@ if limits.rate > 0 then
   end
 end
 
-local artifacts, agent, ckey, priority = false, nil, false, false
-for i = 2, #ARGV, 2 do
-  local name = ARGV[i]
-  if name == 'artifactIds' then artifacts = true end
-  if name == 'agent' then agent = ARGV[i + 1] end
-  if name == 'concurrencyKey' then ckey = ARGV[i + 1] end
-  if name == 'priority' then priority = ARGV[i + 1] end
-end
+local artifacts, agent, ckey, priority = run.artifactIds ~= nil, run.agent, run.concurrencyKey or false, run.priority or false
 -- A run that is its session's head at once, with a scope slot free (for its key too) and no
 -- run parked before it, is written dispatched: the record, indexes and counters that
 -- queued-then-admitted leaves, with one status move instead of two. (Not drained: checked
@@ -148,7 +146,7 @@ local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey o
 -- behind 0: no run is queued behind it yet (queuedBehind in lib.lua).
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
-for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
+for i = 1, #fields, 2 do put(w, fields[i], fields[i + 1]) end
 -- Counted now, listed with its expiry when it ends (finishRun).
 put(w, 'storedBytes', runBytes)
 chargeStorage(runBytes)
@@ -193,9 +191,9 @@ else
 end
 tailInto(runId, w)
 -- A scheduled run gets its startBy when it is due (lua/due.lua).
-if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, w) end
+if run.ttlMs and not scheduled then setStartBy(runId, tonumber(run.ttlMs), now, w) end
 -- The record is written by setStatus's HSET, with its status.
-local written = setStatus(runId, O.runtime, nil, status, now, { createdAt = now, write = w })
+local written = setStatus(runId, run.runtime, nil, status, now, { createdAt = now, write = w })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
 -- A run's agent and runtime never change, so they are indexed once, here (src/lib/engine/run-listing.ts).
@@ -219,7 +217,7 @@ end
 if dispatchNow then
   ACTIVE = redis.call('HINCRBY', K.meta, 'active', 1)
   if ckey then redis.call('HINCRBY', K.meta, 'key:' .. ckey, 1) end
-  enqueueJob(runId, O.runtime, now, 0, out, 1, agent)
+  enqueueJob(runId, run.runtime, now, 0, out, 1, agent)
   flushPublished()
   -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
   local record = {}
@@ -228,7 +226,7 @@ if dispatchNow then
 elseif head then
   -- Not drained: checked above, in this same script.
   admit(runId, 'queued', now, out,
-    { runtime = O.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false })
+    { runtime = run.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false })
 else
   -- Behind the session's head. An interrupting run goes next, and cancelling the head then
   -- hands the session to it.
