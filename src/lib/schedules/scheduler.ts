@@ -116,7 +116,7 @@ export class Scheduler {
       await this.redis.zrem(sk.schedulesDue, id);
       return false;
     }
-    if (rec.pending !== undefined) return this.submit(rec, rec.pending, now);
+    if (rec.pending !== undefined) return this.fireTick(rec, rec.pending, now);
     if (rec.nextAt === undefined || rec.nextAt > now) return false;
     const cron = this.cron(rec);
     const { latestMissed, next: first } = splitDue(cron, rec.nextAt, now, this.config.SCHEDULE_MISSED_AFTER_MS);
@@ -130,12 +130,12 @@ export class Scheduler {
     if (missed) {
       this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latestMissed, missed: rec.missed }, 'schedule ticks missed');
     }
-    if (fire !== undefined && !await this.submit(rec, fire, now)) return false;
+    if (fire !== undefined && !await this.fireTick(rec, fire, now)) return false;
     return next !== undefined && next <= now;
   }
 
   /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done; false when left pending. */
-  private async submit(rec: ScheduleRecord, tick: number, now: number): Promise<boolean> {
+  private async fireTick(rec: ScheduleRecord, tick: number, now: number): Promise<boolean> {
     let outcome: TickOutcome;
     try {
       const { run, created } = await this.submissions.submit(tickRequest(rec, tick));
