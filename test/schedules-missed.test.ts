@@ -171,4 +171,21 @@ describe('a tick', () => {
     expect(Number(rec.nextAt)).toBeGreaterThan(refused.tick);
     expect(await h.redis.zcard(sk.runs)).toBe(1);
   });
+
+  it('comes in by the door every run takes: an agent its runtime never offered queues, with the registry\'s warning on its first status event', async () => {
+    const { id, from } = await behind('unoffered', 'skip', 0);
+    const sk = h.keys.scope('unoffered');
+    // The runtime's workers offered `echo` an hour ago; the template's agent is a typo of it.
+    await h.redis.hset(h.keys.runtimeAgents(h.runtime), 'echo', await redisNowMs(h.redis) - 3_600_000);
+    await h.redis.hset(sk.schedule(id), 'run', JSON.stringify({ sessionPerTick: true, input: { content: 'tick' }, runtime: h.runtime, agent: 'ecko' }));
+    await scheduler(ALONE).poll();
+    const rec = await h.redis.hgetall(sk.schedule(id));
+    expect(rec).toMatchObject({ fired: '1', lastTick: String(from) });
+    expect(rec.lastError).toBeUndefined();
+    // Made, waiting for a worker with the agent (dispatched is queued as the API shows it).
+    expect(['queued', 'dispatched']).toContain(await h.redis.hget(sk.run(rec.lastRunId!), 'status'));
+    const [[, first]] = await h.redis.xrange(sk.events(rec.lastRunId!), '-', '+', 'COUNT', 1);
+    const status = JSON.parse(first![first!.indexOf('data') + 1]!);
+    expect(status.warnings).toEqual([expect.stringContaining('no worker of runtime')]);
+  });
 });
