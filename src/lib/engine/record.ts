@@ -165,7 +165,7 @@ export function flatToObject(flat: string[]): Record<string, string> {
 
 /**
  * A new run's record as its submit writes it, the one encoding of the run that crosses to Lua
- * (Transitions.submit sends it as O.run; lua/submit.lua reads it once, at its top, and adds the
+ * (Transitions.submit sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
  * fields of the run's state: createdAt, status, attempt, fence...). JSON fields are JSON text
  * already; numbers go as their decimal text, as Redis stores them. The order of the members is
  * the order the fields are written; a member left undefined is not written.
@@ -202,7 +202,7 @@ export interface NewRunRecord {
   rerunNonIdempotent?: string;
 }
 
-/** A new run's record as name/value text pairs, in its order, the fields not set left out (O.run of lua/submit.lua). */
+/** A new run's record as name/value text pairs, in its order, the fields not set left out (ARGV[2..] of lua/submit.lua). */
 export function newRunPairs(rec: NewRunRecord): string[] {
   return Object.entries(rec).flatMap(([name, value]) => (value === undefined ? [] : [name, String(value)]));
 }

@@ -49,8 +49,8 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  * - v10: multitask `steer` (the submit's `message`, KEYS steering) and `steer`, which takes a
  *   run's steering messages at a boundary; a run's finish makes those left its session's next turns;
  * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once;
- * - v12: the submit takes the new run's record once, in its options (`run`, name/value pairs),
- *   no longer as ARGV pairs beside options that repeated its id, runtime, session and ttlMs.
+ * - v12: the submit's options no longer repeat the new run's id, session, runtime and ttlMs:
+ *   the record (ARGV pairs) is the one place they cross, read once at the script's top.
  */
 const VERSION = 12;
 

@@ -480,8 +480,7 @@ export class Transitions {
         ? { rerunOf: sk.run(rerunOf), copyFrom: sk.steps(rerunOf), steps: sk.steps(run.id), reruns: sk.reruns(rerunOf) }
         : {}),
     }, {
-      // The record crosses once, as name/value text pairs (lua/submit.lua reads it at its top).
-      run: newRunPairs(run), multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
+      multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
       runAt: r.runAt, delayMs: r.delayMs, requestHash: r.idempotency?.requestHash,
       // No limit given: none but what the scope's own limits set.
       limit: r.limit ?? { rate: 0, burst: 1 },
@@ -489,7 +488,9 @@ export class Transitions {
       ...(r.rerun ? { copySteps: r.rerun.copySteps, rerunsKept: RERUNS_KEPT } : {}),
       ...(r.warnings?.length ? { warnings: r.warnings } : {}),
       ...(r.steering ? { message: r.steering } : {}),
-    });
+      // The record crosses once, as name/value pairs beside the options (lua/submit.lua reads it
+      // at its top): raw text, so a large input costs Redis no JSON decoding.
+    }, newRunPairs(run));
     if (Array.isArray(raw) && Number(raw[0]) === 1) {
       const s = decodeAnswer('submit-steered', raw);
       const message = JSON.parse(s.message) as StoredSteering;

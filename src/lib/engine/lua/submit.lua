@@ -9,10 +9,7 @@
         messages (the session's history); a re-run also: rerunOf (the record of the run it
         repeats), copyFrom (that run's steps), steps (the new run's steps), reruns (that
         run's index of its re-runs)
-  O     run: the new run's record, its fields as name/value pairs of text, in the order they are
-        written (src/lib/engine/record.ts, NewRunRecord): read once, at the top, into `run` by
-        name (run.id, run.runtime, run.agent, run.ttlMs...) and `runBytes`, what it stores
-        multitask (enqueue | reject | interrupt | steer), idemTtlMs,
+  O     multitask (enqueue | reject | interrupt | steer), idemTtlMs,
         runAt (epoch ms) or delayMs (absent = now)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
@@ -27,6 +24,10 @@
         message {id, content, ttlMs} (multitask `steer`): the steering message; kept ttlMs
         under its id in K.steering. With an active run in the session it is that run's to take
         (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
+  ARGV[2..] the new run's record (src/lib/engine/record.ts, NewRunRecord), the one place it
+        crosses: its fields as name/value pairs, in the order they are written, raw text (a
+        large input is not decoded as JSON). Read once, at the top, into `run` by name (run.id,
+        run.runtime, run.agent, run.ttlMs...), `fields` (the pairs) and `runBytes` (what it stores).
   Returns: {0, runId, created 1|0, dispatches JSON, record (flat HGETALL)}
          | {1, runId of the run it went to, message JSON, sent now 1|0} a steering message, sent now or before
          | {-5} SESSION_BUSY | {-6} DRAINING
@@ -39,12 +40,12 @@
 -- @uses unheard
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
 -- @uses admit, joinQueue, cancelRun, storedBytes, storageRetryMs, chargeStorage, TERMINAL, addEvent
--- The new run, as it crossed (O.run): by name, and the bytes its record's fields take.
-local fields = O.run
-local run, runBytes = {}, 0
-for i = 1, #fields, 2 do
-  run[fields[i]] = fields[i + 1]
-  runBytes = runBytes + #fields[i] + #fields[i + 1]
+-- The new run, as it crossed (ARGV[2..]): its pairs, by name, and the bytes its record's fields take.
+local fields, run, runBytes = {}, {}, 0
+for i = 2, #ARGV, 2 do
+  fields[i - 1], fields[i] = ARGV[i], ARGV[i + 1]
+  run[ARGV[i]] = ARGV[i + 1]
+  runBytes = runBytes + #ARGV[i] + #ARGV[i + 1]
 end
 local runId, rk, sk = run.id, K.run, K.session
 local now = nowMs()
