@@ -8,7 +8,7 @@ import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import { submitDoor } from '../test/helpers/submit.ts';
 import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
@@ -70,7 +70,7 @@ function succeeded(admin: Redis, prefix: string) {
 /**
  * Baton in this process: one API and one worker on their own connections, echo agent (no
  * delay), the finish commits the turn to the session history. `viaHttp: false` submits
- * through RunStore (the engine without the HTTP layer); else HTTP POSTs, 50 in flight.
+ * through the submit door (Submissions: the engine without the HTTP layer); else HTTP POSTs, 50 in flight.
  */
 export async function benchBaton(
   redisUrl: string,
@@ -99,9 +99,9 @@ export async function benchBaton(
       submit = post.submit;
       closeSubmitter = post.close;
     } else {
-      const store = new RunStore(conn, createKeys(prefix), config, new Transitions(conn, createKeys(prefix), config, dispatcher));
+      const door = submitDoor(conn, createKeys(prefix), config, new Transitions(conn, createKeys(prefix), config, dispatcher));
       submit = async (i) => {
-        await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
+        await door.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
       };
     }
     const done = succeeded(admin, prefix);

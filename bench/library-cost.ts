@@ -7,7 +7,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import type { ClaimReply } from '../src/lib/engine/transitions.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { bodyOpening, functionName, luaSources, type ScriptName } from '../src/lib/engine/scripts.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import { submitDoor } from '../test/helpers/submit.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { deleteByPrefix, percentileOf, withBenchRedis } from './redis-stats.ts';
@@ -57,7 +57,7 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
   await waitReady(redis);
   const dispatcher = new Dispatcher(redis, keys);
   const transitions = new Transitions(redis, keys, config, dispatcher);
-  const store = new RunStore(redis, keys, config, transitions);
+  const door = submitDoor(redis, keys, config, transitions);
   const shas = new Map<string, string>();
   for (const [name, source] of inlinedScripts()) shas.set(name, (await redis.script('LOAD', source)) as string);
   let form: Form = 'library';
@@ -86,7 +86,7 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
     // Both forms once, unmeasured: the library's load and the scripts' first calls.
     for (const f of ['library', 'inlined', 'library'] as Form[]) {
       form = f;
-      await store.submit({ scope: 'bench', sessionId: `warm-${session++}`, input: { content: 'x' }, runtime: 'blib', agent: 'echo' });
+      await door.submit({ scope: 'bench', sessionId: `warm-${session++}`, input: { content: 'x' }, runtime: 'blib', agent: 'echo' });
     }
     for (let round = 0; round < ROUNDS; round++) {
       for (const f of ['inlined', 'library'] as Form[]) {
@@ -94,7 +94,7 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
         const ids: string[] = [];
         await timed('submit', async () => {
           for (let i = 0; i < ROUND_RUNS; i++) {
-            ids.push((await store.submit({ scope: 'bench', sessionId: `s${session++}`, input: { content: 'hello baton bench' }, runtime: 'blib', agent: 'echo' })).run.id);
+            ids.push((await door.submit({ scope: 'bench', sessionId: `s${session++}`, input: { content: 'hello baton bench' }, runtime: 'blib', agent: 'echo' })).run.id);
           }
         });
         const attempts: Attempt[] = [];

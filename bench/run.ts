@@ -110,7 +110,7 @@ function printThroughput(r: ThroughputRows): void {
   });
   printTable('path', {
     'raw BullMQ (add + no-op job, worker in this process)': row(r.raw),
-    'Baton engine (RunStore.submit, worker in this process, no HTTP)': row(r.engine),
+    'Baton engine (Submissions.submit, worker in this process, no HTTP)': row(r.engine),
     'Baton HTTP, API and worker in this process': row(r.httpOneProcess),
     ...Object.fromEntries([...r.fleet].map(([n, t]) => [`Baton HTTP, API process + ${n} worker process${n > 1 ? 'es' : ''}`, row(t)])),
   });

@@ -6,7 +6,7 @@ import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import { submitDoor } from '../test/helpers/submit.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
@@ -48,7 +48,7 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
   const subscriber = createRedis({ url: redisUrl, name: 'bench-sub', blocking: true });
   await Promise.all([waitReady(setup), waitReady(worker)]);
   const setupDispatcher = new Dispatcher(setup, keys);
-  const store = new RunStore(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
+  const door = submitDoor(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
   const dispatcher = new Dispatcher(worker, keys);
   const transitions = new Transitions(worker, keys, config, dispatcher);
   const leases = new LeaseKeeper(transitions, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
@@ -68,7 +68,7 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
     artifacts: new RedisArtifactStore(worker, keys, transitions, config),
   });
   const claim = async (sessionId: string) => {
-    const runId = (await store.submit({ scope: 'bench', sessionId, input: { content: 'q' }, runtime, agent: probe.name })).run.id;
+    const runId = (await door.submit({ scope: 'bench', sessionId, input: { content: 'q' }, runtime, agent: probe.name })).run.id;
     seen.length = 0;
     const bytes0 = worker.stream.bytesRead;
     const t0 = performance.now();

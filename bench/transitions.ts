@@ -11,7 +11,7 @@ import { createRedis, waitReady } from '../src/lib/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import { submitDoor } from '../test/helpers/submit.ts';
 import { deleteByPrefix, totalCommands, withBenchRedis } from './redis-stats.ts';
 import { printTable } from './table.ts';
 
@@ -79,7 +79,7 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
   const subscriber = createRedis({ url: redisUrl, name: 'bench-sub', blocking: true });
   await Promise.all([waitReady(setup), waitReady(redis)]);
   const setupDispatcher = new Dispatcher(setup, keys);
-  const store = new RunStore(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
+  const door = submitDoor(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
   const dispatcher = new Dispatcher(redis, keys);
   const transitions = new Transitions(redis, keys, config, dispatcher);
   const leases = new LeaseKeeper(transitions, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
@@ -118,7 +118,7 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
     artifacts: new RedisArtifactStore(redis, keys, transitions, config),
   });
   const submit = async (i: number) =>
-    (await store.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;
+    (await door.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;
 
   try {
     // Warm up: the first call on a fresh server loads the transitions library (Function not found, FUNCTION LOAD, the call again).

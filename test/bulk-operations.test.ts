@@ -231,6 +231,12 @@ describe('bulk re-run', () => {
     expect(again).toMatchObject({ matched: 3, done: 3, failed: 0 });
     expect(await Promise.all(ids.map(rerunsOf))).toEqual(first);
     for (const [rerun] of first) expect((await d.get(`/runs/${rerun}`)).body.status).toBe('queued');
+    // A re-run comes in by the door every run takes (submissions.ts): the registry's warning
+    // that no worker serves the idle runtime is on its first status event, as on the API's.
+    for (const [rerun] of first) {
+      const [[, fields]] = await h.redis.xrange(sk.events(rerun!), '-', '+', 'COUNT', 1);
+      expect(JSON.parse(fields![fields!.indexOf('data') + 1]!).warnings).toEqual([expect.stringContaining('no live worker serves runtime')]);
+    }
   }, 60_000);
 });
 

@@ -5,10 +5,11 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { libraryName } from '../src/lib/engine/scripts.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import type { Submissions } from '../src/lib/engine/submissions.ts';
 import type { Transitions } from '../src/lib/engine/transitions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * The transitions are a Redis Function library, loaded into a server by the first call that
@@ -17,7 +18,7 @@ import { track } from './helpers/resources.ts';
  * file has a redis-server of its own, so INFO commandstats counts only its loads.
  */
 let h: Harness;
-let store: RunStore;
+let door: Submissions;
 let transitions: Transitions;
 
 beforeAll(async () => {
@@ -26,7 +27,7 @@ beforeAll(async () => {
   track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
   h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
   transitions = h.transitions();
-  store = new RunStore(h.redis, h.keys, h.config, transitions);
+  door = doorOf(h, { transitions });
 });
 
 async function libraryLoads(): Promise<number> {
@@ -34,7 +35,7 @@ async function libraryLoads(): Promise<number> {
   return m ? Number(m[1]) : 0;
 }
 
-const submit = (sessionId: string) => store.submit({ scope: 'acme', sessionId, input: { content: 'x' }, runtime: h.runtime, agent: 'echo' });
+const submit = (sessionId: string) => door.submit({ scope: 'acme', sessionId, input: { content: 'x' }, runtime: h.runtime, agent: 'echo' });
 
 describe('the transitions library', () => {
   it('is loaded once by the calls that find it missing, and again after a FUNCTION FLUSH', async () => {

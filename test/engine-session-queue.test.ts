@@ -1,8 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Attempt } from '../src/lib/engine/attempt.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import type { Submissions } from '../src/lib/engine/submissions.ts';
 import type { Transitions } from '../src/lib/engine/transitions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * A session's head looks at the session's queue when it ends only if a run was queued behind
@@ -11,18 +12,18 @@ import { useHarness, type Harness } from './helpers/harness.ts';
  * worker runs here; the test claims and finishes runs itself.
  */
 let h: Harness;
-let store: RunStore;
+let door: Submissions;
 let t: Transitions;
 const scope = 'sq';
 
 beforeAll(async () => {
   h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0' });
   t = h.transitions();
-  store = new RunStore(h.redis, h.keys, h.config, t);
+  door = doorOf(h, { transitions: t });
 });
 
 const submit = async (sessionId: string, content: string, extra: Record<string, unknown> = {}) =>
-  (await store.submit({ scope, runtime: h.runtime, agent: 'echo', sessionId, input: { content }, ...extra })).run;
+  (await door.submit({ scope, runtime: h.runtime, agent: 'echo', sessionId, input: { content }, ...extra })).run;
 const status = async (runId: string) => (await h.redis.hget(h.keys.scope(scope).run(runId), 'status'));
 
 /** Claims and succeeds a dispatched run, as a worker would. */

@@ -1,7 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
 import { shareAt, waterLevel } from '../src/lib/engine/fair-share.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
@@ -9,6 +8,7 @@ import type { Transitions } from '../src/lib/engine/transitions.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { sleep, useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * A scope's slots and what waits for them (the admission section of lua/lib.lua): a run's end
@@ -33,9 +33,9 @@ async function runToEnd(t: Transitions, runId: string, s = scope): Promise<void>
 }
 
 function storeOf(t: Transitions) {
-  const store = new RunStore(h.redis, h.keys, h.config, t);
+  const door = doorOf(h, { transitions: t });
   return async (s: string, sessionId: string, extra: { priority?: number; concurrencyKey?: string } = {}) =>
-    (await store.submit({ scope: s, runtime: h.runtime, agent: 'echo', sessionId, input: { content: sessionId }, ...extra })).run;
+    (await door.submit({ scope: s, runtime: h.runtime, agent: 'echo', sessionId, input: { content: sessionId }, ...extra })).run;
 }
 
 /** The runs of scope `s` holding a slot, in the order they got it (their dispatch events). */

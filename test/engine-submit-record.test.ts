@@ -1,8 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseRunRecord } from '../src/lib/engine/record.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
-import { RunStore } from '../src/lib/engine/store.ts';
+import type { Submissions } from '../src/lib/engine/submissions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * A submit answers with the run's record, and the API shows it as the 202's body. A submit
@@ -11,11 +12,11 @@ import { useHarness, type Harness } from './helpers/harness.ts';
  * No worker runs here, so nothing changes a record between the submit and the read.
  */
 let h: Harness;
-let store: RunStore;
+let door: Submissions;
 
 beforeAll(async () => {
   h = await useHarness({ SWEEP_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '2', SUBMIT_RATE_PER_SEC: '0' });
-  store = new RunStore(h.redis, h.keys, h.config, h.transitions());
+  door = doorOf(h);
 });
 
 const stored = async (scope: string, runId: string) => parseRunRecord(await h.redis.hgetall(h.keys.scope(scope).run(runId)));
@@ -23,7 +24,7 @@ const stored = async (scope: string, runId: string) => parseRunRecord(await h.re
 describe('the record a submit answers with', () => {
   it('is the stored record: dispatched at once (with every optional field), queued behind the session, parked for a slot, scheduled, repeated', async () => {
     const base = { scope: 'acme', runtime: h.runtime, agent: 'echo' };
-    const full = await store.submit({
+    const full = await door.submit({
       ...base, sessionId: 'a', input: { content: 'hi' }, metadata: { tag: 'x', n: 1 }, memory: { window: 4 },
       maxAttempts: 5, ttlMs: 60_000, timeoutMs: 30_000, idempotencyKey: 'idem-1',
     });
@@ -32,23 +33,23 @@ describe('the record a submit answers with', () => {
     expect(full.run.startBy).toBeGreaterThan(full.run.createdAt);
     expect(full.run).toEqual(await stored('acme', full.run.id));
 
-    const plain = await store.submit({ ...base, sessionId: 'b', input: { content: 'plain' } });
+    const plain = await door.submit({ ...base, sessionId: 'b', input: { content: 'plain' } });
     expect(plain.run.status).toBe('dispatched');
     expect(plain.run).toEqual(await stored('acme', plain.run.id));
 
     // Behind the session's active run; then, with both slots taken, parked for one.
-    const behind = await store.submit({ ...base, sessionId: 'a', input: { content: 'second' } });
+    const behind = await door.submit({ ...base, sessionId: 'a', input: { content: 'second' } });
     expect(behind.run.status).toBe('queued');
     expect(behind.run).toEqual(await stored('acme', behind.run.id));
-    const parked = await store.submit({ ...base, sessionId: 'c', input: { content: 'no slot' } });
+    const parked = await door.submit({ ...base, sessionId: 'c', input: { content: 'no slot' } });
     expect(parked.run.status).toBe('queued');
     expect(parked.run).toEqual(await stored('acme', parked.run.id));
 
-    const later = await store.submit({ ...base, sessionId: 'd', input: { content: 'later' }, delayMs: 60_000 });
+    const later = await door.submit({ ...base, sessionId: 'd', input: { content: 'later' }, delayMs: 60_000 });
     expect(later.run.status).toBe('scheduled');
     expect(later.run).toEqual(await stored('acme', later.run.id));
 
-    const again = await store.submit({
+    const again = await door.submit({
       ...base, sessionId: 'a', input: { content: 'hi' }, metadata: { tag: 'x', n: 1 }, memory: { window: 4 },
       maxAttempts: 5, ttlMs: 60_000, timeoutMs: 30_000, idempotencyKey: 'idem-1',
     });
@@ -72,7 +73,7 @@ describe('the record a claim answers with', () => {
 
   it('is the stored record: first start (agent default attempts, ttl), retry, takeover', async () => {
     const t = h.transitions({ LEASE_MS: '300' });
-    const first = await store.submit({ ...base, sessionId: 'c1', input: { content: 'one' }, ttlMs: 60_000 });
+    const first = await door.submit({ ...base, sessionId: 'c1', input: { content: 'one' }, ttlMs: 60_000 });
     const c1 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
     expect(c1.run.status).toBe('running');
     expect(c1.run.maxAttempts).toBe(7);
@@ -103,13 +104,13 @@ describe('the record a claim answers with', () => {
  */
 describe('a rate-limited submit', () => {
   it('leaves its session free', async () => {
-    const limit = { rate: 1, burst: 1 };
+    const limited = doorOf(h, { limit: { rate: 1, burst: 1 } });
     const r = { scope: 'limited', runtime: 'rt', agent: 'echo', input: { content: 'x' } };
-    await store.submit({ ...r, sessionId: 'first' }, { limit });
-    await expect(store.submit({ ...r, sessionId: 'free' }, { limit })).rejects.toMatchObject({ code: 'RATE_LIMITED' });
+    await limited.submit({ ...r, sessionId: 'first' });
+    await expect(limited.submit({ ...r, sessionId: 'free' })).rejects.toMatchObject({ code: 'RATE_LIMITED' });
     expect(await h.redis.hget(h.keys.scope('limited').session('free'), 'active')).toBeNull();
     await new Promise((res) => setTimeout(res, 1100));
-    const next = await store.submit({ ...r, sessionId: 'free' }, { limit });
+    const next = await limited.submit({ ...r, sessionId: 'free' });
     expect(next.run.status).toBe('dispatched');
   });
 });

@@ -6,9 +6,11 @@ import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { parseRunRecord, RUN_STATUSES, type RunRecord } from '../src/lib/engine/record.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
+import type { Submissions } from '../src/lib/engine/submissions.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { watchCommands } from './helpers/monitor.ts';
 import { track } from './helpers/resources.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * Invariant 12 for listings: `GET /runs?status=blocked&limit=1` read every run record of the
@@ -25,6 +27,7 @@ const RARE_RUNTIME = 'rare-rt';
 let h: Harness;
 let acme: ScopeClient;
 let store: RunStore;
+let door: Submissions;
 let all: string[] = [];
 
 beforeAll(async () => {
@@ -34,18 +37,19 @@ beforeAll(async () => {
   h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '100000', SUBMIT_RATE_PER_SEC: '0' });
   const transitions = h.transitions();
   store = new RunStore(h.redis, h.keys, h.config, transitions);
+  door = doorOf(h, { transitions });
   // Each run carries 4 KiB of caller memory: what a listing must not read.
   const memory = { notes: 'm'.repeat(4096) };
   const rare: string[] = [];
   for (let i = 0; i < RARE; i++) {
-    const { run } = await store.submit({
+    const { run } = await door.submit({
       scope: 'acme', sessionId: `r${i}`, runtime: i === 0 ? h.runtime : RARE_RUNTIME, agent: 'rare',
       input: { content: `rare ${i}` }, memory, multitask: 'enqueue',
     });
     rare.push(run.id);
   }
   for (let i = 0; i < RUNS; i++) {
-    const { run } = await store.submit({
+    const { run } = await door.submit({
       scope: 'acme', sessionId: `s${i % 40}`, runtime: h.runtime, agent: i % 3 ? 'echo' : 'other',
       input: { content: `run ${i}` }, memory, multitask: 'enqueue',
     });

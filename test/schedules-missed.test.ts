@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { RunStore } from '../src/lib/engine/store.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { redisNowMs } from '../src/lib/redis.ts';
 import { ScheduleStore } from '../src/lib/schedules/schedule-store.ts';
 import { Scheduler, tickKey } from '../src/lib/schedules/scheduler.ts';
 import type { SubmitLimit } from '../src/lib/engine/transitions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
+import { doorOf } from './helpers/submit.ts';
 
 /**
  * What a scheduler does with ticks nobody fired in time, and with a tick the scope refuses,
@@ -24,9 +24,8 @@ beforeAll(async () => {
 /** A scheduler that counts a tick missed once it is `graceMs` late (SCHEDULE_MISSED_AFTER_MS). */
 function scheduler(o: { limit?: SubmitLimit; graceMs?: number } = {}): Scheduler {
   const transitions = h.transitions();
-  const store = new RunStore(h.redis, h.keys, h.config, transitions);
   const config = { SCHEDULE_POLL_MS: 0, SCHEDULE_MISSED_AFTER_MS: o.graceMs ?? 5_000 };
-  return new Scheduler(h.redis, h.keys, config, transitions, store, o.limit, createLogger('silent'));
+  return new Scheduler(h.redis, h.keys, config, transitions, doorOf(h, { transitions, limit: o.limit }), createLogger('silent'));
 }
 
 /**
@@ -53,9 +52,7 @@ const TIGHT: SubmitLimit = { rate: 0.001, burst: 1 };
 
 /** Another submit spends the scope's token under `limit`. */
 async function spendToken(scope: string, limit: SubmitLimit): Promise<void> {
-  await new RunStore(h.redis, h.keys, h.config, h.transitions()).create(
-    { scope, sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' }, { limit },
-  );
+  await doorOf(h, { limit }).submit({ scope, sessionId: 'other', input: { content: 'x' }, runtime: h.runtime, agent: 'echo' });
 }
 
 async function ticksOf(scope: string): Promise<number[]> {
@@ -173,5 +170,22 @@ describe('a tick', () => {
     expect(Number(rec.pending)).toBeGreaterThan(refused.tick);
     expect(Number(rec.nextAt)).toBeGreaterThan(refused.tick);
     expect(await h.redis.zcard(sk.runs)).toBe(1);
+  });
+
+  it('comes in by the door every run takes: an agent its runtime never offered queues, with the registry\'s warning on its first status event', async () => {
+    const { id, from } = await behind('unoffered', 'skip', 0);
+    const sk = h.keys.scope('unoffered');
+    // The runtime's workers offered `echo` an hour ago; the template's agent is a typo of it.
+    await h.redis.hset(h.keys.runtimeAgents(h.runtime), 'echo', await redisNowMs(h.redis) - 3_600_000);
+    await h.redis.hset(sk.schedule(id), 'run', JSON.stringify({ sessionPerTick: true, input: { content: 'tick' }, runtime: h.runtime, agent: 'ecko' }));
+    await scheduler(ALONE).poll();
+    const rec = await h.redis.hgetall(sk.schedule(id));
+    expect(rec).toMatchObject({ fired: '1', lastTick: String(from) });
+    expect(rec.lastError).toBeUndefined();
+    // Made, waiting for a worker with the agent (dispatched is queued as the API shows it).
+    expect(['queued', 'dispatched']).toContain(await h.redis.hget(sk.run(rec.lastRunId!), 'status'));
+    const [[, first]] = await h.redis.xrange(sk.events(rec.lastRunId!), '-', '+', 'COUNT', 1);
+    const status = JSON.parse(first![first!.indexOf('data') + 1]!);
+    expect(status.warnings).toEqual([expect.stringContaining('no worker of runtime')]);
   });
 });

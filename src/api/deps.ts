@@ -80,16 +80,7 @@ export interface AppDeps {
 export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] = []): Promise<AppDeps> {
   const { config: c, redis, keys, metrics, transitions, registry } = res;
   const log = res.log.child({ component: 'api' });
-  const store = new RunStore(redis, keys, c, transitions, {
-    submitted(run) {
-      metrics.runSubmitted(run);
-      // The API exports the queue depth and waiting runs of every registered runtime it has submitted to (bounded by METRICS_LABEL_LIMIT).
-      res.watchRuntime(run.runtime);
-    },
-    cancelled: (run) => metrics.runFinished(run, 'cancelled'),
-    deadline: (scope, member, at) => res.sweeper.soon(scope, member, at),
-    steered: (runtime, outcome) => metrics.steeringOutcome(runtime, outcome),
-  }, res.schemaGuard);
+  const store = new RunStore(redis, keys, c, transitions, { cancelled: (run) => metrics.runFinished(run, 'cancelled') });
   const waits = new WaitStore(redis, keys, transitions, (scope, runId) => store.get(scope, runId), res.schemaGuard, {
     resumed: (wait) => metrics.waitEnded(wait.runtime, wait, 'resumed'),
   });
@@ -113,8 +104,21 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
   });
   metrics.watchStreamBuffers(() => streams.buffers());
+  // The door every run comes in by (the process's scheduler and bulk worker have one built the
+  // same way, in openResources), with what only the API does: stream tokens, and its metrics.
   const submissions = new Submissions({
-    config: c, store, artifacts: res.artifacts, registry, streamTokens, schemaGuard: res.schemaGuard, limit: submitLimit(c),
+    redis, keys, config: c, transitions, store, artifacts: res.artifacts, registry, schemaGuard: res.schemaGuard,
+    limit: submitLimit(c), streamTokens,
+    events: {
+      submitted(run) {
+        metrics.runSubmitted(run);
+        // The API exports the queue depth and waiting runs of every registered runtime it has submitted to
+        // (bounded by METRICS_LABEL_LIMIT).
+        res.watchRuntime(run.runtime);
+      },
+      deadline: (scope, member, at) => res.sweeper.soon(scope, member, at),
+      steered: (runtime, outcome) => metrics.steeringOutcome(runtime, outcome),
+    },
   });
   return {
     config: c, store, log, metrics, apiKeys, schemaGuard: res.schemaGuard, artifacts: res.artifacts, streamTokens,

@@ -6,6 +6,7 @@ import { FairShare, heldBack } from './engine/fair-share.ts';
 import { RateLimiter, scopeWeights } from './engine/rate-limiter.ts';
 import { RunStore } from './engine/store.ts';
 import { SchemaGuard } from './engine/schema-guard.ts';
+import { Submissions } from './engine/submissions.ts';
 import { Sweeper } from './engine/sweeper.ts';
 import { Transitions } from './engine/transitions.ts';
 import { WaitTokens } from './engine/wait-tokens.ts';
@@ -126,21 +127,24 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   });
   sweeper.start();
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE, events: metrics.schemaGuardEvents });
-  // Schedules' runs go through the submit every run takes: the scope's rate limit, its session queues, its slots.
-  const scheduler = new Scheduler(redis, keys, c, transitions, new RunStore(redis, keys, c, transitions, {
-    submitted: (run) => metrics.runSubmitted(run),
-    deadline: (scope, member, at) => sweeper.soon(scope, member, at),
-  }, schemaGuard), submitLimit(c), log.child({ component: 'scheduler' }));
-  scheduler.start();
-  // Bulk cancels and re-runs take the transitions and the submit every single one takes.
-  const bulk = new BulkWorker(redis, keys, c, transitions, new RunStore(redis, keys, c, transitions, {
-    submitted: (run) => metrics.runSubmitted(run),
-    cancelled: (run) => metrics.runFinished(run, 'cancelled'),
-    deadline: (scope, member, at) => sweeper.soon(scope, member, at),
-  }, schemaGuard), submitLimit(c), log.child({ component: 'bulk' }));
-  bulk.start();
   const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
+  // Schedules' ticks and bulk re-runs come in by the door every run takes (submissions.ts): its
+  // checks, tracing, the scope's rate limit, its session queues, its slots.
+  const store = new RunStore(redis, keys, c, transitions, { cancelled: (run) => metrics.runFinished(run, 'cancelled') });
+  const submissions = new Submissions({
+    redis, keys, config: c, transitions, store, artifacts, registry, schemaGuard, limit: submitLimit(c),
+    events: {
+      submitted: (run) => metrics.runSubmitted(run),
+      steered: (runtime, outcome) => metrics.steeringOutcome(runtime, outcome),
+      deadline: (scope, member, at) => sweeper.soon(scope, member, at),
+    },
+  });
+  const scheduler = new Scheduler(redis, keys, c, transitions, submissions, log.child({ component: 'scheduler' }));
+  scheduler.start();
+  // Bulk cancels take the transition a single cancel takes.
+  const bulk = new BulkWorker(redis, keys, c, transitions, store, submissions, log.child({ component: 'bulk' }));
+  bulk.start();
   const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents, {
     burst: c.RATE_LIMIT_BURST, pauseMaxMs: c.RATE_LIMIT_PAUSE_MAX_MS, weightOf: scopeWeights(redis, keys, c.SCOPE_WEIGHT),
   });

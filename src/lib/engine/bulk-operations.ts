@@ -14,7 +14,8 @@ import type { RunStatus, ShownRun } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import { listRuns } from './run-listing.ts';
 import type { RunStore } from './store.ts';
-import type { SubmitLimit, Transitions } from './transitions.ts';
+import type { Submissions } from './submissions.ts';
+import type { Transitions } from './transitions.ts';
 
 /**
  * Bulk operations: cancel or re-run every run of a scope a filter matches, in the background.
@@ -30,7 +31,8 @@ import type { SubmitLimit, Transitions } from './transitions.ts';
  *    it and its pace allows, gets this process's lease token, and the claim answers its cursor.
  * 2. act on the next runs of the listing from that cursor (the listing's own indexes: status,
  *    agent, runtime or session, newest first), one at a time through the normal transition (a
- *    cancel) or submit (a re-run), then commit (lua/bulk-commit.lua, fenced by the token): add
+ *    cancel) or the submit door every run takes (a re-run: Submissions.submit, which checks its
+ *    output schema, artifacts and agent as the API's re-run does), then commit (lua/bulk-commit.lua, fenced by the token): add
  *    the counts, move the cursor, set when the next batch may start.
  * A process killed in between leaves its lease to run out; the next process does the batch
  * again from the same cursor. Both actions are safe to repeat: cancelling an ended run changes
@@ -202,8 +204,10 @@ export class BulkWorker {
     private readonly config: Pick<Config, 'BULK_POLL_MS' | 'BULK_RUNS_PER_SECOND'>,
     /** A batch's claim and commit (lua/bulk-claim.lua, bulk-commit.lua). */
     private readonly transitions: Transitions,
+    /** A cancel, and the reads a re-run's plan takes. */
     private readonly store: RunStore,
-    private readonly limit: SubmitLimit | undefined,
+    /** A re-run's submit: the door every run takes (submissions.ts), with the scope's submit rate limit. */
+    private readonly submissions: Submissions,
     private readonly log: Logger,
   ) {
     this.loop = new PollLoop(config.BULK_POLL_MS, () => this.poll(), log, 'bulk operation poll');
@@ -300,7 +304,7 @@ export class BulkWorker {
       const full = await this.store.get(rec.scope, run.id);
       if (!full) throw new BatonError('RUN_NOT_FOUND');
       const plan = planRerun(full, await this.store.stepOrder(rec.scope, run.id), { allowNonIdempotent: rec.allowNonIdempotent });
-      await this.store.create(rerunSubmit(rec.scope, full, { idempotencyKey: `bulk:${rec.id}:${run.id}` }), { limit: this.limit, rerun: plan });
+      await this.submissions.submit(rerunSubmit(rec.scope, full, { idempotencyKey: `bulk:${rec.id}:${run.id}` }), { rerun: plan });
       return 'done';
     } catch (err) {
       if (!(err instanceof BatonError) || TRANSIENT.has(err.code)) {

@@ -4,7 +4,8 @@ import type { RunEvent } from '../streams/log.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
 import type { RunRecord, SessionMessage } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
-import type { RerunPlan, RunStore } from './store.ts';
+import type { RunStore } from './store.ts';
+import type { RerunPlan } from './submissions.ts';
 import type { WaitStore } from './wait-store.ts';
 
 /** An answer to an approval a chat stream asked for (the AI SDK's addToolApprovalResponse). */

@@ -162,3 +162,47 @@ export function flatToObject(flat: string[]): Record<string, string> {
   for (let i = 0; i < flat.length; i += 2) o[flat[i]] = flat[i + 1];
   return o;
 }
+
+/**
+ * A new run's record as its submit writes it, the one encoding of the run that crosses to Lua
+ * (Transitions.submit sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
+ * fields of the run's state: createdAt, status, attempt, fence...). JSON fields are JSON text
+ * already; numbers go as their decimal text, as Redis stores them. The order of the members is
+ * the order the fields are written; a member left undefined is not written.
+ */
+export interface NewRunRecord {
+  id: string;
+  scope: string;
+  sessionId: string;
+  runtime: string;
+  agent: string;
+  /** The submit's, else the deployment's default (the first claim then applies the agent's own unless maxAttemptsSet). */
+  maxAttempts: number;
+  /** RunInput, as JSON. */
+  input: string;
+  /** The attached artifacts' ids alone, as a JSON list: what pinArtifacts (lib.lua) keeps alive. */
+  artifactIds?: string;
+  metadata?: string;
+  memory?: string;
+  outputSchema?: string;
+  idempotencyKey?: string;
+  /** 1: the submit set maxAttempts (lua/claim.lua keeps it). */
+  maxAttemptsSet?: 1;
+  ttlMs?: number;
+  timeoutMs?: number;
+  priority?: number;
+  concurrencyKey?: string;
+  /** Read by the worker's budget check (context.ts); absent is `fail`. */
+  onBudget?: string;
+  /** The submit span's context (ops/tracing.ts): the parent of every attempt's span. */
+  traceparent?: string;
+  /** A re-run (reruns.ts): the run it repeats, its fromStep, its non-idempotent steps run again (JSON list). */
+  rerunOf?: string;
+  rerunFrom?: string;
+  rerunNonIdempotent?: string;
+}
+
+/** A new run's record as name/value text pairs, in its order, the fields not set left out (ARGV[2..] of lua/submit.lua). */
+export function newRunPairs(rec: NewRunRecord): string[] {
+  return Object.entries(rec).flatMap(([name, value]) => (value === undefined ? [] : [name, String(value)]));
+}

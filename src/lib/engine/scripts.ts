@@ -54,6 +54,8 @@ const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
  * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once;
  * - v12: the helpers are files by concern (lua/lib/), the call's state one table (`call`), the
  *   reply codes named (`CODE`, `OUTCOME`, generated from script-codes.ts); replies unchanged.
+ * - v12 (too): the submit's options no longer repeat the new run's id, session, runtime and ttlMs:
+ *   the record (ARGV pairs) is the one place they cross, read once at the script's top.
  */
 const VERSION = 12;
 

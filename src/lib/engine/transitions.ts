@@ -4,7 +4,7 @@ import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Attempt } from './attempt.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { WaitKind } from '../contract/runs.ts';
-import { flatToObject, parseRunRecord, RERUNS_KEPT, type RunRecord } from './record.ts';
+import { flatToObject, newRunPairs, parseRunRecord, RERUNS_KEPT, type NewRunRecord, type RunRecord } from './record.ts';
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { LeaseLostError, Outcome, outcomeGroup, ScriptCode, scriptError, storageLimit, type Refusal } from './script-codes.ts';
 import { BatonError } from '../errors.ts';
@@ -22,28 +22,24 @@ import { ReplicaAcks } from '../replica-acks.ts';
 
 export type Multitask = 'enqueue' | 'reject' | 'interrupt' | 'steer';
 
-/** A run to accept, with its record fields already encoded. */
+/**
+ * A run to accept: its record (the run's one encoding: record.ts, NewRunRecord), and how to
+ * accept it. Its scope, id, session, runtime, agent and ttlMs are the record's.
+ */
 export interface NewRun {
-  scope: string;
-  runId: string;
-  sessionId: string;
-  runtime: string;
+  record: NewRunRecord;
   multitask: Multitask;
   /** The idempotency key, how long it is kept, and the request's digest kept with it (absent: none). */
   idempotency?: { key: string; ttlMs: number; requestHash: string };
   /** Due at this epoch ms (runAt) or this long after the submit (delayMs); absent: now. */
   runAt?: number;
   delayMs?: number;
-  /** Not started within this long of being due: expired. */
-  ttlMs?: number;
-  /** Record fields (name → value) written with the run. */
-  fields: Record<string, string | number>;
   /** The scope's submit rate limit: a run made takes a token of its bucket (absent: none). */
   limit?: SubmitLimit;
   /** Bytes the turn's user message adds to the session's history, held against HISTORY_MAX_BYTES. */
   turnBytes: number;
-  /** A re-run: the run it repeats and the fields of that run's steps hash it starts with (reruns.ts). */
-  rerun?: { of: string; copySteps: string[] };
+  /** A re-run (the run it repeats is the record's rerunOf): the fields of that run's steps hash it starts with (reruns.ts). */
+  rerun?: { copySteps: string[] };
   /** What the submit's caller was told (submissions.ts), put on the run's first status event. */
   warnings?: string[];
   /** Multitask `steer`: the message, and how long its id answers a resend (ms). */
@@ -539,34 +535,38 @@ export class Transitions {
   // ---- API side ----
 
   async submit(r: NewRun): Promise<SubmitReply> {
-    const sk = this.keys.scope(r.scope);
-    const payload = Object.entries(r.fields).flat();
-    const raw = await this.callRaw('submit', r.scope, {
-      ...this.slotKeys(sk, r.runId), runs: sk.runs, session: sk.session(r.sessionId),
-      sessionRuns: sk.sessionRuns(r.sessionId), agentRuns: sk.runsByAgent(String(r.fields.agent)), runtimeRuns: sk.runsByRuntime(r.runtime),
+    const run = r.record;
+    const sk = this.keys.scope(run.scope);
+    const rerunOf = r.rerun ? run.rerunOf : undefined;
+    if (r.rerun && rerunOf === undefined) throw new Error('a re-run\'s record names the run it repeats (rerunOf)');
+    const raw = await this.callRaw('submit', run.scope, {
+      ...this.slotKeys(sk, run.id), runs: sk.runs, session: sk.session(run.sessionId),
+      sessionRuns: sk.sessionRuns(run.sessionId), agentRuns: sk.runsByAgent(run.agent), runtimeRuns: sk.runsByRuntime(run.runtime),
       idem: r.idempotency && sk.idempotency(r.idempotency.key),
-      bucket: sk.submitBucket, messages: sk.messages(r.sessionId),
-      steering: r.steering && sk.steering(r.sessionId),
-      ...(r.rerun
-        ? { rerunOf: sk.run(r.rerun.of), copyFrom: sk.steps(r.rerun.of), steps: sk.steps(r.runId), reruns: sk.reruns(r.rerun.of) }
+      bucket: sk.submitBucket, messages: sk.messages(run.sessionId),
+      steering: r.steering && sk.steering(run.sessionId),
+      ...(rerunOf !== undefined
+        ? { rerunOf: sk.run(rerunOf), copyFrom: sk.steps(rerunOf), steps: sk.steps(run.id), reruns: sk.reruns(rerunOf) }
         : {}),
     }, {
-      runId: r.runId, sessionId: r.sessionId, runtime: r.runtime, multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
-      runAt: r.runAt, delayMs: r.delayMs, ttlMs: r.ttlMs, requestHash: r.idempotency?.requestHash,
+      multitask: r.multitask, idemTtlMs: r.idempotency?.ttlMs,
+      runAt: r.runAt, delayMs: r.delayMs, requestHash: r.idempotency?.requestHash,
       // No limit given: none but what the scope's own limits set.
       limit: r.limit ?? { rate: 0, burst: 1 },
       historyMax: this.config.HISTORY_MAX_BYTES, turnBytes: r.turnBytes,
       ...(r.rerun ? { copySteps: r.rerun.copySteps, rerunsKept: RERUNS_KEPT } : {}),
       ...(r.warnings?.length ? { warnings: r.warnings } : {}),
       ...(r.steering ? { message: r.steering } : {}),
-    }, payload);
+      // The record crosses once, as name/value pairs beside the options (lua/submit.lua reads it
+      // at its top): raw text, so a large input costs Redis no JSON decoding.
+    }, newRunPairs(run));
     const reply = decode('submit', raw);
-    if (reply.refused) throw scriptError(reply.refused, r.runId);
+    if (reply.refused) throw scriptError(reply.refused, run.id);
     if (reply.outcome === 'Steered') {
       const message = JSON.parse(reply.message) as StoredSteering;
       return { runId: reply.runId, created: false, run: undefined, steered: { message, sent: reply.sent } };
     }
-    await this.dispatch(r.scope, reply.orders);
+    await this.dispatch(run.scope, reply.orders);
     // An idempotent repeat whose run has passed its retention comes back without a record.
     return { runId: reply.runId, created: reply.created, run: reply.run };
   }

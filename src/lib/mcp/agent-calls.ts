@@ -58,8 +58,8 @@ export class AgentCalls {
     }));
   }
 
-  /** Submits the run a `tools/call`'s params ask for; refusals as MCP errors naming the field. */
-  async submit(scope: string, params: unknown, signal: AbortSignal): Promise<RunRecord> {
+  /** Starts the run a `tools/call`'s params ask for, by the submit door; refusals as MCP errors naming the field. */
+  async startCall(scope: string, params: unknown, signal: AbortSignal): Promise<RunRecord> {
     const call = callParams.safeParse(params);
     if (!call.success) throw invalid(call.error, 'params');
     const args = toolArguments.safeParse(call.data.arguments ?? {});
@@ -87,7 +87,7 @@ export class AgentCalls {
   async call(
     scope: string, params: unknown, o: { signal: AbortSignal; progress?: CallProgress },
   ): Promise<{ result: CallToolResult; run: RunRecord }> {
-    const run = await this.submit(scope, params, o.signal);
+    const run = await this.startCall(scope, params, o.signal);
     return this.ended(scope, run.id, { ...o, fresh: true });
   }
 

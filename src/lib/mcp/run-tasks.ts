@@ -43,7 +43,7 @@ export class RunTaskStore implements TaskStore {
 
   /** A `tools/call` made as a task: its agent's run is submitted, and the task is that run. */
   async createTask(_params: CreateTaskOptions, _requestId: RequestId, request: Request): Promise<Task> {
-    const run = await this.d.calls.submit(this.d.scope, request.params, this.d.signal);
+    const run = await this.d.calls.startCall(this.d.scope, request.params, this.d.signal);
     return this.taskOf(run);
   }
 

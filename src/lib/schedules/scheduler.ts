@@ -4,8 +4,8 @@ import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import { PollLoop } from '../poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis.ts';
-import type { RunStore, SubmitRequest } from '../engine/store.ts';
-import type { SubmitLimit, TickOutcome, Transitions } from '../engine/transitions.ts';
+import type { Submissions, SubmitRequest } from '../engine/submissions.ts';
+import type { TickOutcome, Transitions } from '../engine/transitions.ts';
 import { compileCron, splitDue, type CompiledCron } from './cron.ts';
 import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 
@@ -42,12 +42,12 @@ export function tickKey(scheduleId: string, tick: number): string {
  * 1. claim (lua/schedule-claim.lua): if the schedule's nextAt is still the tick this process
  *    read, move nextAt to the tick after now and mark the tick to fire `pending`. Of processes
  *    racing on a tick, one claims it; the others read the new nextAt.
- * 2. submit the tick's run through the normal submit (RunStore.create: the scope's rate
- *    limit, its session queue, its slots) with the idempotency key `schedule:<id>:<tick>`,
- *    then clear `pending` (lua/schedule-done.lua). A process killed (or Redis gone) in between
- *    leaves the tick pending; after PENDING_RETRY_MS any process submits it again, and the key
- *    makes it the same run. So each tick is at most one run, and a claimed tick is made one in
- *    the end.
+ * 2. submit the tick's run through the door every run takes (Submissions.submit: the registry's
+ *    warnings, tracing, the scheduled-run cap, the scope's rate limit, its session queue, its
+ *    slots) with the idempotency key `schedule:<id>:<tick>`, then clear `pending`
+ *    (lua/schedule-done.lua). A process killed (or Redis gone) in between leaves the tick
+ *    pending; after PENDING_RETRY_MS any process submits it again, and the key makes it the
+ *    same run. So each tick is at most one run, and a claimed tick is made one in the end.
  *
  * Ticks are read in Redis time. A tick found at most SCHEDULE_MISSED_AFTER_MS after its time
  * fires, however many are due (a busy moment delays ticks; it does not drop them). Ticks found
@@ -68,8 +68,8 @@ export class Scheduler {
     private readonly config: Pick<Config, 'SCHEDULE_POLL_MS' | 'SCHEDULE_MISSED_AFTER_MS'>,
     /** The claim and the done mark (lua/schedule-claim.lua, schedule-done.lua). */
     private readonly transitions: Transitions,
-    private readonly store: RunStore,
-    private readonly limit: SubmitLimit | undefined,
+    /** The submit door (submissions.ts), with the scope's submit rate limit. */
+    private readonly submissions: Submissions,
     private readonly log: Logger,
   ) {
     this.loop = new PollLoop(config.SCHEDULE_POLL_MS, () => this.poll(), log, 'schedule poll');
@@ -116,7 +116,7 @@ export class Scheduler {
       await this.redis.zrem(sk.schedulesDue, id);
       return false;
     }
-    if (rec.pending !== undefined) return this.submit(rec, rec.pending, now);
+    if (rec.pending !== undefined) return this.fireTick(rec, rec.pending, now);
     if (rec.nextAt === undefined || rec.nextAt > now) return false;
     const cron = this.cron(rec);
     const { latestMissed, next: first } = splitDue(cron, rec.nextAt, now, this.config.SCHEDULE_MISSED_AFTER_MS);
@@ -130,15 +130,15 @@ export class Scheduler {
     if (missed) {
       this.log.info({ scope, scheduleId: id, from: rec.nextAt, to: latestMissed, missed: rec.missed }, 'schedule ticks missed');
     }
-    if (fire !== undefined && !await this.submit(rec, fire, now)) return false;
+    if (fire !== undefined && !await this.fireTick(rec, fire, now)) return false;
     return next !== undefined && next <= now;
   }
 
   /** Submits a claimed tick's run (again, after a crash: the same run) and marks the tick done; false when left pending. */
-  private async submit(rec: ScheduleRecord, tick: number, now: number): Promise<boolean> {
+  private async fireTick(rec: ScheduleRecord, tick: number, now: number): Promise<boolean> {
     let outcome: TickOutcome;
     try {
-      const { run, created } = await this.store.create(tickRequest(rec, tick), { limit: this.limit });
+      const { run, created } = await this.submissions.submit(tickRequest(rec, tick));
       outcome = { runId: run.id };
       if (created) this.fired++;
     } catch (err) {
@@ -181,7 +181,12 @@ export class Scheduler {
   }
 }
 
-/** The submit a tick makes: the template's, in its session or the tick's own, keyed by the tick. */
+/**
+ * The submit a tick makes: the template's, in its session or the tick's own, keyed by the tick.
+ * `awaitAgent`: a schedule is made ahead of the agents it runs, and its ticks come when nobody
+ * watches, so a tick for an agent its runtime never offered queues (its first status event says
+ * so; it fails UNKNOWN_AGENT after AGENT_GRACE_MS if none starts) instead of being refused.
+ */
 export function tickRequest(rec: ScheduleRecord, tick: number): SubmitRequest {
   const t = rec.run;
   return {
@@ -193,5 +198,6 @@ export function tickRequest(rec: ScheduleRecord, tick: number): SubmitRequest {
     metadata: { ...t.metadata, scheduleId: rec.id, scheduledFor: new Date(tick).toISOString() },
     idempotencyKey: tickKey(rec.id, tick),
     multitask: 'enqueue',
+    awaitAgent: true,
   };
 }

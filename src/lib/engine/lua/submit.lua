@@ -9,8 +9,8 @@
         messages (the session's history); a re-run also: rerunOf (the record of the run it
         repeats), copyFrom (that run's steps), steps (the new run's steps), reruns (that
         run's index of its re-runs)
-  O     runId, sessionId, runtime, multitask (enqueue | reject | interrupt | steer), idemTtlMs,
-        runAt (epoch ms) or delayMs (absent = now), ttlMs (absent = none)
+  O     multitask (enqueue | reject | interrupt | steer), idemTtlMs,
+        runAt (epoch ms) or delayMs (absent = now)
         requestHash (digest of the request, kept with the idempotency key: the same key with
         another request is refused, not answered with the first run)
         limit {rate, burst}: the default submit rate (the scope's `limits` hash may set its
@@ -24,7 +24,10 @@
         message {id, content, ttlMs} (multitask `steer`): the steering message; kept ttlMs
         under its id in K.steering. With an active run in the session it is that run's to take
         (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
-  ARGV[2..] record fields, name/value pairs
+  ARGV[2..] the new run's record (src/lib/engine/record.ts, NewRunRecord), the one place it
+        crosses: its fields as name/value pairs, in the order they are written, raw text (a
+        large input is not decoded as JSON). Read once, at the top, into `run` by name (run.id,
+        run.runtime, run.agent, run.ttlMs...), `fields` (the pairs) and `runBytes` (what it stores).
   Returns (fields below): Submitted (record: flat HGETALL) | Steered: a steering message sent now or
   before (runId: the run it went to) | a refusal, `value` being RateLimited's ms until a token, HistoryFull's
   history size, QueuedRunsLimit's runs not started, StorageLimit's bytes stored (retryAfterMs: 0 unknown)
@@ -44,7 +47,14 @@
 -- @uses unheard, steerActive, overCaps, recordRerun
 -- @uses statusEvent, tailInto, setStartBy, setStatus, pinArtifacts, flushPublished, enqueueJob, int
 -- @uses admit, joinQueue, cancelRun, chargeStorage
-local runId, rk, sk = O.runId, K.run, K.session
+-- The new run, as it crossed (ARGV[2..]): its pairs, by name, and the bytes its record's fields take.
+local fields, run, runBytes = {}, {}, 0
+for i = 2, #ARGV, 2 do
+  fields[i - 1], fields[i] = ARGV[i], ARGV[i + 1]
+  run[ARGV[i]] = ARGV[i + 1]
+  runBytes = runBytes + #ARGV[i] + #ARGV[i + 1]
+end
+local runId, rk, sk = run.id, K.run, K.session
 local now = nowMs()
 
 if K.idem then
@@ -66,7 +76,7 @@ if steer then
     return { OUTCOME.submit.Steered, m.runId, known, 0 }
   end
 end
-if redis.call('EXISTS', runtimeKey('drain', O.runtime)) == 1 then return { CODE.Draining } end
+if redis.call('EXISTS', runtimeKey('drain', run.runtime)) == 1 then return { CODE.Draining } end
 -- A re-run of a run whose retention passed since the API read it would start without its steps.
 if K.rerunOf and redis.call('EXISTS', K.rerunOf) == 0 then return { CODE.NotFound } end
 -- The session's stored history is bounded: a turn that would take it past the cap is refused
@@ -78,9 +88,8 @@ if O.historyMax and historyMem + O.turnBytes > O.historyMax then return { CODE.H
 -- Steering: a session with an active run hands it the message, to take at its next boundary.
 -- (Its history cap was checked above: the message joins the history where it is delivered.)
 if steer then
-  -- The fields of the run it becomes if the active run ends without taking it (undeliverable).
-  local fields = {}
-  for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
+  -- The fields of the run it becomes if the active run ends without taking it (undeliverable):
+  -- the record's pairs as they crossed (`fields`, read at the top).
   local sent = steerActive(steer, sk, fields, now)
   if sent then return sent end
 end
@@ -90,9 +99,7 @@ if O.delayMs then due = now + O.delayMs end
 local scheduled = due ~= nil and due > now
 local limits = scopeLimits()
 -- The scope's caps (overCaps), refused here before anything is written: its runs not started,
--- and its stored bytes (this run's: its record's fields as written below).
-local runBytes = 0
-for i = 2, #ARGV do runBytes = runBytes + #ARGV[i] end
+-- and its stored bytes (this run's: its record's fields as written below, `runBytes`).
 local capped = overCaps(limits, scheduled, runBytes, now)
 if capped then return capped end
 -- A run due now becomes its session's head if the session has none, in the same command
@@ -112,14 +119,7 @@ if limits.rate > 0 then
   end
 end
 
-local artifacts, agent, ckey, priority = false, nil, false, false
-for i = 2, #ARGV, 2 do
-  local name = ARGV[i]
-  if name == 'artifactIds' then artifacts = true end
-  if name == 'agent' then agent = ARGV[i + 1] end
-  if name == 'concurrencyKey' then ckey = ARGV[i + 1] end
-  if name == 'priority' then priority = ARGV[i + 1] end
-end
+local artifacts, agent, ckey, priority = run.artifactIds ~= nil, run.agent, run.concurrencyKey or false, run.priority or false
 -- A run that is its session's head at once, with a scope slot free (for its key too) and no
 -- run parked before it, is written dispatched: the record, indexes and counters that
 -- queued-then-admitted leaves, with one status move instead of two. (Not drained: checked
@@ -129,7 +129,7 @@ local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey o
 -- behind 0: no run is queued behind it yet (queuedBehind in lua/lib/sessions.lua).
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
-for i = 2, #ARGV, 2 do put(w, ARGV[i], ARGV[i + 1]) end
+for i = 1, #fields, 2 do put(w, fields[i], fields[i + 1]) end
 -- Counted now, listed with its expiry when it ends (finishRun).
 put(w, 'storedBytes', runBytes)
 chargeStorage(runBytes)
@@ -149,9 +149,9 @@ else
 end
 tailInto(runId, w)
 -- A scheduled run gets its startBy when it is due (lua/due.lua).
-if O.ttlMs and not scheduled then setStartBy(runId, O.ttlMs, now, w) end
+if run.ttlMs and not scheduled then setStartBy(runId, tonumber(run.ttlMs), now, w) end
 -- The record is written by setStatus's HSET, with its status.
-local written = setStatus({ runId = runId, runtime = O.runtime, to = status, now = now,
+local written = setStatus({ runId = runId, runtime = run.runtime, to = status, now = now,
   known = { createdAt = now, write = w } })
 redis.call('ZADD', K.runs, now, runId)
 redis.call('ZADD', K.sessionRuns, now, runId)
@@ -176,7 +176,7 @@ end
 if dispatchNow then
   call.active = redis.call('HINCRBY', K.meta, 'active', 1)
   if ckey then redis.call('HINCRBY', K.meta, 'key:' .. ckey, 1) end
-  enqueueJob({ runId = runId, runtime = O.runtime, now = now, delay = 0, out = out, n = 1, agent = agent })
+  enqueueJob({ runId = runId, runtime = run.runtime, now = now, delay = 0, out = out, n = 1, agent = agent })
   flushPublished()
   -- The record is what setStatus wrote, numbers as HGETALL gives them: no read to send it back.
   local record = {}
@@ -185,7 +185,7 @@ if dispatchNow then
 elseif head then
   -- Not drained: checked above, in this same script.
   admit({ runId = runId, from = 'queued', now = now, out = out, known = {
-    runtime = O.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false } })
+    runtime = run.runtime, createdAt = now, runAt = false, priority = priority, concurrencyKey = ckey, drained = false } })
 else
   -- Behind the session's head. An interrupting run goes next, and cancelling the head then
   -- hands the session to it.
