@@ -4,8 +4,8 @@ import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import { BatonError } from '../errors.ts';
 import { newMessageId, newRunId } from '../ids.ts';
-import { assertValidOutputSchema } from './output-schema.ts';
-import type { SchemaGuard } from './schema-guard.ts';
+import { assertValidOutputSchema } from './schema/output-schema.ts';
+import type { SchemaGuard } from './schema/schema-guard.ts';
 import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
@@ -118,7 +118,7 @@ export class RunStore {
     if (req.concurrencyKey !== undefined) fields.concurrencyKey = req.concurrencyKey;
     // Read by the worker's budget check (context.ts); absent is `fail`.
     if (req.onBudget !== undefined) fields.onBudget = req.onBudget;
-    // The parent of every attempt's span (ops/tracing.ts); absent when the submit was not traced.
+    // The parent of every attempt's span (tracing/tracing.ts); absent when the submit was not traced.
     if (o.traceparent !== undefined) fields.traceparent = o.traceparent;
     if (o.rerun) {
       fields.rerunOf = o.rerun.of;

@@ -2,13 +2,13 @@ import type { ArtifactStore } from '../artifacts/artifact-store.ts';
 import { assertAttachmentsExist } from '../artifacts/resolve.ts';
 import type { Config } from '../config/index.ts';
 import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
-import { quoteList, type WorkerRegistry } from '../tenancy/worker-registry.ts';
+import { quoteList, type WorkerRegistry } from './flow/worker-registry.ts';
 import { BatonError } from '../errors.ts';
-import { assertValidOutputSchema } from './output-schema.ts';
-import type { SchemaGuard } from './schema-guard.ts';
+import { assertValidOutputSchema } from './schema/output-schema.ts';
+import type { SchemaGuard } from './schema/schema-guard.ts';
 import type { RerunPlan, RunStore, SubmitRequest, SubmitResult } from './store.ts';
 import type { SubmitLimit } from './transitions.ts';
-import { traceSubmit, type HeaderCarrier } from '../ops/tracing.ts';
+import { traceSubmit, type HeaderCarrier } from '../tracing/tracing.ts';
 
 export interface SubmissionDeps {
   config: Config;

@@ -1,6 +1,6 @@
 import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import { PermanentError, RetryAfterError, TransientError } from '../sdk/errors.ts';
-import { isTransientStatus, parseRetryAfter } from '../engine/retry-policy.ts';
+import { isTransientStatus, parseRetryAfter } from '../sdk/retry-policy.ts';
 
 /**
  * Turns texts into vectors, one per text, in order. Recall compares the vectors of one

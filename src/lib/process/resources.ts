@@ -1,26 +1,26 @@
-import type { ArtifactStore } from './artifacts/artifact-store.ts';
-import { RedisArtifactStore } from './artifacts/redis-store.ts';
-import type { Config } from './config/index.ts';
-import { Dispatcher } from './engine/dispatcher.ts';
-import { FairShare, heldBack } from './engine/fair-share.ts';
-import { RateLimiter, scopeWeights } from './engine/rate-limiter.ts';
-import { RunStore } from './engine/store.ts';
-import { SchemaGuard } from './engine/schema-guard.ts';
-import { Sweeper } from './engine/sweeper.ts';
-import { Transitions } from './engine/transitions.ts';
-import { WaitTokens } from './engine/wait-tokens.ts';
-import { createKeys, type Keys } from './keys.ts';
-import type { Logger } from './logger.ts';
+import type { ArtifactStore } from '../artifacts/artifact-store.ts';
+import { RedisArtifactStore } from '../artifacts/redis-store.ts';
+import type { Config } from '../config/index.ts';
+import { Dispatcher } from '../engine/dispatcher.ts';
+import { FairShare, heldBack } from '../engine/flow/fair-share.ts';
+import { RateLimiter, scopeWeights } from '../engine/flow/rate-limiter.ts';
+import { RunStore } from '../engine/store.ts';
+import { SchemaGuard } from '../engine/schema/schema-guard.ts';
+import { Sweeper } from '../engine/sweeper.ts';
+import { Transitions } from '../engine/transitions.ts';
+import { WaitTokens } from '../engine/waits/wait-tokens.ts';
+import { createKeys, type Keys } from '../keys.ts';
+import type { Logger } from '../logger.ts';
 import type { Registry } from 'prom-client';
-import { Metrics } from './ops/metrics.ts';
-import { QUEUE_STATES } from './ops/metrics-scrape.ts';
-import { waitingRuns } from './ops/waiting-runs.ts';
-import { createRedis, waitReady, type Redis } from './redis.ts';
-import { parseRedisUrl } from './redis-url.ts';
-import { WorkerRegistry } from './tenancy/worker-registry.ts';
-import { submitLimit } from './tenancy/rate-limit.ts';
-import { Scheduler } from './schedules/scheduler.ts';
-import { BulkWorker } from './engine/bulk-operations.ts';
+import { Metrics } from '../ops/metrics.ts';
+import { QUEUE_STATES } from '../ops/metrics-scrape.ts';
+import { waitingRuns } from '../ops/waiting-runs.ts';
+import { createRedis, waitReady, type Redis } from '../redis/redis.ts';
+import { parseRedisUrl } from '../config/redis-url.ts';
+import { WorkerRegistry } from '../engine/flow/worker-registry.ts';
+import { submitLimit } from '../tenancy/rate-limit.ts';
+import { Scheduler } from '../schedules/scheduler.ts';
+import { BulkWorker } from '../engine/bulk-operations.ts';
 
 /**
  * The composition root of one Baton process: its Redis connections, key builder, metrics

@@ -1,7 +1,7 @@
 import { isNotConnectionError } from 'bullmq';
 import { Cluster, Redis, type RedisOptions as IORedisOptions } from 'ioredis';
-import type { Logger } from './logger.ts';
-import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
+import type { Logger } from '../logger.ts';
+import { parseRedisUrl, type RedisTarget } from '../config/redis-url.ts';
 import { followSwitches } from './sentinel-switches.ts';
 
 export type { Redis };

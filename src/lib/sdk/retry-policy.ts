@@ -1,4 +1,4 @@
-import { isRedisUnavailable } from '../redis.ts';
+import { isRedisUnavailable } from '../redis/redis.ts';
 import { isPermanentError, isRetryAfterError, isTransientError } from '../sdk/errors.ts';
 
 export type Classified =
