@@ -9,7 +9,7 @@ import { Transitions } from '../src/lib/engine/transitions.ts';
 import { bodyOpening, functionName, luaSources, type ScriptName } from '../src/lib/engine/scripts.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
 import { createKeys } from '../src/lib/keys.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { deleteByPrefix, percentileOf, withBenchRedis } from './redis-stats.ts';
 import { printTable } from './table.ts';
 

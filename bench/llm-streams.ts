@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import type { BatonClient } from '../src/lib/client/client.ts';
-import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
+import { runtimeCounts } from '../src/lib/tenancy/runtime-counts.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { longRun, streamer, clockMs } from './bench-agents.ts';
 import { processCpuSeconds, spawnBaton, spawnScript, type BenchProcess } from './processes.ts';

@@ -2,7 +2,7 @@ import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import type { HistoryMessage } from '../src/lib/sessions/memory-session.ts';
 import { SessionRecall, vectorSpace } from '../src/lib/sessions/recall.ts';
 import { resolveRecallOptions } from '../src/lib/sessions/recall-options.ts';

@@ -10,7 +10,7 @@ import { submitDoor } from '../test/helpers/submit.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { deleteByPrefix, percentileOf } from './redis-stats.ts';
 import { printTable, ratio } from './table.ts';
 

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { createRedis } from '../src/lib/redis.ts';
+import { createRedis } from '../src/lib/redis/redis.ts';
 import { defineAgent, type RunContext } from '../src/lib/sdk/agent.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
 import { createKeys } from '../src/lib/keys.ts';

@@ -7,7 +7,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';

@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { startApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/lib/config/index.ts';
 import { createKeys } from '../src/lib/keys.ts';
-import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
+import { runtimeCounts } from '../src/lib/tenancy/runtime-counts.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { builtinAgents } from '../src/worker/agents-loader.ts';

@@ -3,7 +3,7 @@
 //   domain both build on); madge checks for cycles.
 // - src/lib/contract (the public shapes) imports nothing at all; src/lib/client (runs in
 //   browsers and edge runtimes) imports only the contract and itself; src/lib/sdk imports no
-//   server package (ioredis, bullmq, express, openai).
+//   server package (ioredis, bullmq, express, openai), nor loads one through another file.
 // - src/ui (the run inspector, a browser bundle) imports only itself, the client and the contract.
 // - Only the transitions gateway (src/lib/engine/transitions.ts) calls a Lua script.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
@@ -52,6 +52,37 @@ for (const file of all) {
       if (rule.noPackages && !spec.startsWith('node:')) problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} imports no package)`);
       if (rule.noPackages && spec.startsWith('node:')) problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} must run outside Node too)`);
       if (rule.packages?.includes(pkg)) problems.push(`${relative('.', file)} imports ${spec} (src/${rule.dir} must not load ${pkg})`);
+    }
+  }
+}
+
+// src/lib/sdk loads no server package through another file either (sdk/retry-policy.ts once
+// reached ioredis through redis.ts for one function that only reads an error's name): follow
+// every import that stays at run time from each sdk file.
+const runtimeImports = new Map();
+for (const file of all) {
+  const src = readFileSync(file, 'utf8');
+  const found = [];
+  for (const m of src.matchAll(/(?:^|\n)\s*(import|export)\s+(type\s+)?(?:[^'";]*?\sfrom\s*)?['"]([^'"]+)['"]/g)) {
+    if (!m[2]) found.push(m[3].startsWith('.') ? resolve(dirname(file), m[3]) : m[3]);
+  }
+  runtimeImports.set(file, found);
+}
+const sdkRule = rules.find((r) => r.dir === 'lib/sdk');
+for (const start of all.filter((f) => relative(root, f).startsWith('lib/sdk/'))) {
+  const seen = new Set([start]);
+  const queue = [[start, []]];
+  while (queue.length) {
+    const [file, via] = queue.shift();
+    for (const spec of runtimeImports.get(file) ?? []) {
+      if (spec.startsWith('/')) {
+        if (!seen.has(spec) && runtimeImports.has(spec)) { seen.add(spec); queue.push([spec, [...via, spec]]); }
+        continue;
+      }
+      const pkg = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0];
+      if (via.length && sdkRule.packages.includes(pkg)) {
+        problems.push(`${relative('.', start)} loads ${pkg} through ${via.map((f) => relative('.', f)).join(' -> ')} (src/lib/sdk must not load ${pkg})`);
+      }
     }
   }
 }

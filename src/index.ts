@@ -20,7 +20,7 @@ export {
 export { redisMemory } from './lib/sessions/memory-session.ts';
 export type {
   AssembleRequest, BuiltinMemory, ForkSource, MemoryFactory, MemoryOption, MemorySession, SessionRef, SlidingWindowOptions,
-} from './lib/sessions/memory-session.ts';
+} from './lib/sdk/memory.ts';
 export { slidingWindow, withSlidingWindow } from './lib/sessions/sliding-window.ts';
 export { createChatAgent, defineTool, DEFAULT_MAX_STEPS } from './lib/agents/chat.ts';
 export type { ChatAgentOptions, ChatTool, JsonSchema, ToolCallContext } from './lib/agents/chat.ts';
@@ -28,8 +28,9 @@ export type { McpApproval, McpHttpServer, McpServerConfig, McpStdioServer } from
 export type { ModelUsage } from './lib/sdk/agent-reports.ts';
 // The shapes agents see in ctx.input and ctx.history (also part of `baton/client`).
 export type { RunError, RunInput, RunResult, SessionMessage, UsageTotals } from './lib/contract/runs.ts';
-export { openAIEmbeddings, type Embedder, type OpenAIEmbeddingsOptions } from './lib/sessions/embeddings.ts';
-export type { RecallOptions } from './lib/sessions/recall-options.ts';
-export type { ExternalMemory, MemoryBlocks, RecalledTurn } from './lib/sessions/memory-blocks.ts';
-export type { AgentInput, ArtifactRef, ArtifactStore, InputArtifact } from './lib/artifacts/artifact-store.ts';
+export { openAIEmbeddings, type OpenAIEmbeddingsOptions } from './lib/sessions/embeddings.ts';
+export type { Embedder } from './lib/sdk/memory.ts';
+export type { ExternalMemory, MemoryBlocks, RecallOptions, RecalledTurn } from './lib/sdk/memory.ts';
+export type { AgentInput, ArtifactRef, InputArtifact } from './lib/sdk/agent-input.ts';
+export type { ArtifactStore } from './lib/artifacts/artifact-store.ts';
 export type { ArtifactAttachment, ArtifactDisposition } from './lib/engine/record.ts';

@@ -8,9 +8,9 @@ export { createBatonRouter, type BatonRouter, type BatonRouterOptions, type Node
 export { startApi, type ApiHandle, type ApiOptions } from './api/server.ts';
 export { startWorker, type WorkerHandle, type WorkerOptions } from './worker/worker.ts';
 export { builtinAgents, loadAgents } from './worker/agents-loader.ts';
-export { openResources, type Resources, type ResourceOptions } from './lib/resources.ts';
+export { openResources, type Resources, type ResourceOptions } from './lib/process/resources.ts';
 export { ConfigError, loadConfig, type Config } from './lib/config/index.ts';
 export { createLogger, type Logger } from './lib/logger.ts';
 export { Metrics, type MetricsOptions } from './lib/ops/metrics.ts';
 export type { ReadinessCheck } from './lib/ops/health.ts';
-export { batonChat, type BatonChatHandlers, type BatonChatOptions } from './lib/chat-forward.ts';
+export { batonChat, type BatonChatHandlers, type BatonChatOptions } from './lib/chat/chat-forward.ts';

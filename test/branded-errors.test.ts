@@ -6,7 +6,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { stepCountIs, streamText, tool } from 'ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { classify } from '../src/lib/engine/retry-policy.ts';
+import { classify } from '../src/lib/sdk/retry-policy.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { durableModel, durableTools } from '../src/lib/sdk/ai.ts';
 import * as own from '../src/lib/sdk/errors.ts';

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
-import { utcDay } from '../src/lib/engine/budgets.ts';
+import { utcDay } from '../src/lib/engine/flow/budgets.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 

@@ -60,7 +60,7 @@ describe('the check of ARCHITECTURE.md', () => {
 
   it('fails on hops out of the order the code calls them, and passes a callback called from further up', () => {
     const r = check(page('order.md', hops([
-      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/ops/tracing.ts',
+      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/tracing/tracing.ts',
       // Called by Submissions.submit through traceSubmit's callback: in order.
       'RunStore.create  src/lib/engine/store.ts',
       // Nothing above calls these two: the claim's gateway method and the finish script.
@@ -86,7 +86,7 @@ describe('the check of ARCHITECTURE.md', () => {
   it('prints a flow over its budget, and fails on it only under --budget', () => {
     // The submit as the API makes it today: eight hops.
     const eight = [
-      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/ops/tracing.ts',
+      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/tracing/tracing.ts',
       'RunStore.create  src/lib/engine/store.ts', 'Transitions.submit  src/lib/engine/transitions.ts',
       'Transitions.callRaw  src/lib/engine/transitions.ts', 'callScript  src/lib/engine/scripts.ts', 'submit  src/lib/engine/lua/submit.lua',
     ];

@@ -3,7 +3,7 @@ import { hold, staleWriter } from './fixtures/engine-agents.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';

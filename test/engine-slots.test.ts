@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
-import { shareAt, waterLevel } from '../src/lib/engine/fair-share.ts';
+import { shareAt, waterLevel } from '../src/lib/engine/flow/fair-share.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import type { RunRecord } from '../src/lib/engine/record.ts';
 import type { Transitions } from '../src/lib/engine/transitions.ts';
@@ -223,7 +223,7 @@ describe('scope slots', () => {
     const s = 'shared';
     const sk = h.keys.scope(s);
     await h.redis.hset(sk.limits, 'maxActive', 100, 'weight', 3);
-    // The fair share's level (a process works it out: src/lib/engine/fair-share.ts): 1.5 slots per unit of weight.
+    // The fair share's level (a process works it out: src/lib/engine/flow/fair-share.ts): 1.5 slots per unit of weight.
     const t = new (await import('../src/lib/engine/transitions.ts')).Transitions(h.redis, h.keys, h.config, (() => {
       const d = new Dispatcher(h.redis, h.keys);
       track(d, () => d.close());

@@ -2,7 +2,7 @@ import { Queue, Worker } from 'bullmq';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher, jobId } from '../src/lib/engine/dispatcher.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis } from '../src/lib/redis.ts';
+import { createRedis } from '../src/lib/redis/redis.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';

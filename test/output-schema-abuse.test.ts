@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { SCHEMA_LIMITS } from '../src/lib/engine/schema-limits.ts';
+import { SCHEMA_LIMITS } from '../src/lib/engine/schema/schema-limits.ts';
 import { sleep, useHarness, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
 import {
   RECURSIVE_SCHEMA, REDOS_ANSWER, REDOS_SCHEMA, exponentialSchema, nestedSchema, patternBomb,

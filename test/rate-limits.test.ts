@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { ConfigError, loadConfig } from '../src/lib/config/index.ts';
 import { BatonError } from '../src/lib/errors.ts';
-import { RATE_WINDOW_MS, RateLimiter } from '../src/lib/engine/rate-limiter.ts';
+import { RATE_WINDOW_MS, RateLimiter } from '../src/lib/engine/flow/rate-limiter.ts';
 import type { RateBucketCall, RateBucketReply, Transitions } from '../src/lib/engine/transitions.ts';
 import { parseRateLimits, perSecond } from '../src/lib/config/rate-limits.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
@@ -15,7 +15,7 @@ import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './he
 import { call } from './helpers/http.ts';
 
 /**
- * Provider rate limits (RATE_LIMITS, src/lib/engine/rate-limiter.ts, lua/rate-bucket.lua): the
+ * Provider rate limits (RATE_LIMITS, src/lib/engine/flow/rate-limiter.ts, lua/rate-bucket.lua): the
  * configuration, the bucket script's answers, its spread over the minute, its fair order
  * between scopes, the cap on a provider's pause, and the engine's use of it in ctx.infer,
  * createChatAgent and baton/ai, on real Redis with an in-process worker. The must-show with

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { APIConnectionError, APIError } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { OutputInvalidError, PermanentError, RetryAfterError, TransientError } from '../src/lib/sdk/errors.ts';
-import { backoffMs, classify, isTransientStatus, parseRetryAfter } from '../src/lib/engine/retry-policy.ts';
+import { backoffMs, classify, isTransientStatus, parseRetryAfter } from '../src/lib/sdk/retry-policy.ts';
 
 /** Invariant 6's rules, without Redis: what retries, what fails at once, how long to wait. */
 const httpError = (status: number, headers: Record<string, string> = {}) =>

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { runtimeCounts } from '../src/lib/engine/runtime-counts.ts';
+import { runtimeCounts } from '../src/lib/tenancy/runtime-counts.ts';
 
 describe('runtimeCounts', () => {
   it('counts what moved into a status less what moved out, terminal statuses cumulative', () => {

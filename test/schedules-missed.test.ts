@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/lib/logger.ts';
-import { redisNowMs } from '../src/lib/redis.ts';
+import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { ScheduleStore } from '../src/lib/schedules/schedule-store.ts';
 import { Scheduler, tickKey } from '../src/lib/schedules/scheduler.ts';
 import type { SubmitLimit } from '../src/lib/engine/transitions.ts';

@@ -2,9 +2,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BatonError } from '../src/lib/errors.ts';
 import { OutputInvalidError, TransientError } from '../src/lib/sdk/errors.ts';
-import { SchemaGuard, SchemaGuardClosedError } from '../src/lib/engine/schema-guard.ts';
-import { SCHEMA_LIMITS, checkSchemaLimits } from '../src/lib/engine/schema-limits.ts';
-import { toRe2Syntax } from '../src/lib/engine/schema-regexp.ts';
+import { SchemaGuard, SchemaGuardClosedError } from '../src/lib/engine/schema/schema-guard.ts';
+import { SCHEMA_LIMITS, checkSchemaLimits } from '../src/lib/engine/schema/schema-limits.ts';
+import { toRe2Syntax } from '../src/lib/engine/schema/schema-regexp.ts';
 import {
   EXPONENTIAL_ANYOF, RECURSIVE_SCHEMA, SELF_REFERENCES, exponentialSchema, nestedArrays, nestedSchema as nested, patternBomb,
 } from './helpers/hostile-schemas.ts';

@@ -193,7 +193,7 @@ describe('what is in use', () => {
       });
       expect(view.inUse.storedBytes).toBeGreaterThan(0);
       // The scheduler's count of parked runs, and a fair-share level as the pass that works it
-      // out keeps it (src/lib/engine/fair-share.ts): 2.5 slots per unit of weight, weight 1.
+      // out keeps it (src/lib/engine/flow/fair-share.ts): 2.5 slots per unit of weight, weight 1.
       await h.redis.hset(h.keys.scope('busy').meta, { parked: '4' });
       await h.redis.set(h.keys.fairShare, JSON.stringify({ level: 2.5, capacity: 16 }), 'PX', 60_000);
       view = (await limitsOf('busy', operator)).body;

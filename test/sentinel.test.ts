@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from '../src/lib/client/client.ts';
 import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
 import { loadConfig } from '../src/lib/config/index.ts';
-import { createRedis, waitReady } from '../src/lib/redis.ts';
+import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { BIN, FAST, useHarness, waitFor, type Child, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';

@@ -8,8 +8,8 @@ import { startRestartableRedis, type RestartableRedis } from '../bench/restartab
 import { freePort } from '../src/cli/local-redis.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
-import { createRedis } from '../src/lib/redis.ts';
-import { classify } from '../src/lib/engine/retry-policy.ts';
+import { createRedis } from '../src/lib/redis/redis.ts';
+import { classify } from '../src/lib/sdk/retry-policy.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import { Transitions } from '../src/lib/engine/transitions.ts';
 import { sleep, useHarness, waitFor, type Harness } from './helpers/harness.ts';

@@ -3,7 +3,7 @@ import { EventFollower } from '../src/lib/streams/follower.ts';
 import { EventHub } from '../src/lib/streams/hub.ts';
 import type { RunEvent } from '../src/lib/streams/log.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
+import { createRedis, waitReady, type Redis } from '../src/lib/redis/redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';

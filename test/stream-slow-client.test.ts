@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { EventFollower } from '../src/lib/streams/follower.ts';
 import { EventHub } from '../src/lib/streams/hub.ts';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis } from '../src/lib/redis.ts';
+import { createRedis } from '../src/lib/redis/redis.ts';
 import { track } from './helpers/resources.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { SseParser, type SseMessage } from '../src/lib/client/sse-parser.ts';

@@ -4,7 +4,7 @@ import { getDefaultHighWaterMark } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/lib/logger.ts';
-import { createRedis } from '../src/lib/redis.ts';
+import { createRedis } from '../src/lib/redis/redis.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { EventFollower } from '../src/lib/streams/follower.ts';
 import { EventHub } from '../src/lib/streams/hub.ts';

@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { redisNowMs } from '../src/lib/redis.ts';
+import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { launchBrowser, openPage, untilText, type WatchedPage } from './helpers/browser.ts';
 import { skipWithout } from './helpers/programs.ts';

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ApiHandle } from '../src/api/server.ts';
-import { redisNowMs } from '../src/lib/redis.ts';
+import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { call, readSse } from './helpers/http.ts';

@@ -4,7 +4,7 @@ import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { Appender } from '../src/lib/streams/appender.ts';
 import { EventWriter, MAX_TOKEN_EVENT_CHARS } from '../src/lib/streams/writer.ts';
 import { parseNotification, type LiveBatch } from '../src/lib/streams/log.ts';
-import { createRedis, waitReady, type Redis } from '../src/lib/redis.ts';
+import { createRedis, waitReady, type Redis } from '../src/lib/redis/redis.ts';
 import { Attempt } from '../src/lib/engine/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { LeaseLostError } from '../src/lib/engine/script-codes.ts';

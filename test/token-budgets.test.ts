@@ -7,7 +7,7 @@ import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { TransientError } from '../src/lib/sdk/errors.ts';
 import { durableModel } from '../src/lib/sdk/ai.ts';
-import { budgetRefuses, nextUtcMidnight, utcDay } from '../src/lib/engine/budgets.ts';
+import { budgetRefuses, nextUtcMidnight, utcDay } from '../src/lib/engine/flow/budgets.ts';
 import { estimateCallTokens } from '../src/lib/sdk/token-estimate.ts';
 import { answer, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';

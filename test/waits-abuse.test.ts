@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
-import { SCHEMA_LIMITS } from '../src/lib/engine/schema-limits.ts';
+import { SCHEMA_LIMITS } from '../src/lib/engine/schema/schema-limits.ts';
 import { runEvents } from './helpers/engine.ts';
 import { sleep, useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';

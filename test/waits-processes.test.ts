@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseRunRecord } from '../src/lib/engine/record.ts';
-import { redisNowMs } from '../src/lib/redis.ts';
+import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { fx, runEvents, statuses } from './helpers/engine.ts';
 import { sleep, useHarness, waitFor, type Harness } from './helpers/harness.ts';
 

@@ -3,7 +3,7 @@ import { ERROR_CODES } from '../lib/contract/errors.ts';
 import { BatonError } from '../lib/errors.ts';
 import type { Logger } from '../lib/logger.ts';
 import { loggablePath } from './http-metrics.ts';
-import { isRedisUnavailable } from '../lib/redis.ts';
+import { isRedisUnavailable } from '../lib/redis/redis.ts';
 
 /** Maps every error to `{ error: { code, message, details } }`; 5xx logged at error, 4xx at info. */
 export function errorHandler(log: Logger): ErrorRequestHandler {

@@ -1,6 +1,6 @@
 import type { PublicRunStatus, Run, StreamToken, Wait } from '../lib/contract/runs.ts';
 import type { RunStatus, ShownRun, StoredWait } from '../lib/engine/record.ts';
-import type { WaitTokens } from '../lib/engine/wait-tokens.ts';
+import type { WaitTokens } from '../lib/engine/waits/wait-tokens.ts';
 import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 
 /** `dispatched` is an internal step between queued and running; clients see it as queued. */

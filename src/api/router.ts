@@ -5,8 +5,8 @@ import { ConfigError, loadConfig, type Config } from '../lib/config/index.ts';
 import type { ReadinessCheck } from '../lib/ops/health.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
-import type { Redis } from '../lib/redis.ts';
-import { openResources, type Resources } from '../lib/resources.ts';
+import type { Redis } from '../lib/redis/redis.ts';
+import { openResources, type Resources } from '../lib/process/resources.ts';
 import { createApp } from './app.ts';
 import { apiDeps } from './deps.ts';
 

@@ -1,10 +1,10 @@
-import { RATE_WINDOW_MS } from '../lib/engine/rate-limiter.ts';
+import { RATE_WINDOW_MS } from '../lib/engine/flow/rate-limiter.ts';
 import * as res from './response-schemas.ts';
 import { route, type RouteSpec } from './route.ts';
 import { bucketParams, ratePauseBody } from './schemas.ts';
 
 /**
- * Model providers' rate-limit buckets (RATE_LIMITS; src/lib/engine/rate-limiter.ts): shared by
+ * Model providers' rate-limit buckets (RATE_LIMITS; src/lib/engine/flow/rate-limiter.ts): shared by
  * every scope, so only an operator key reads, pauses and resumes them; a key of any scope gets
  * 403. A bucket RATE_LIMITS does not define is 404.
  */

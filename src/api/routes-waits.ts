@@ -1,4 +1,4 @@
-import type { OpenedWait } from '../lib/engine/wait-store.ts';
+import type { OpenedWait } from '../lib/engine/waits/wait-store.ts';
 import { presentRun } from './presenters.ts';
 import * as res from './response-schemas.ts';
 import { route, SCOPE, type RouteSpec } from './route.ts';

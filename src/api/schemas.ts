@@ -5,7 +5,7 @@ import {
 } from '../lib/contract/index.ts';
 import { limitOverrides } from '../lib/tenancy/limits.ts';
 import { BUCKET_NAME } from '../lib/config/rate-limits.ts';
-import { MAX_PAUSE_MS, MIN_PAUSE_MS } from '../lib/engine/rate-limiter.ts';
+import { MAX_PAUSE_MS, MIN_PAUSE_MS } from '../lib/engine/flow/rate-limiter.ts';
 
 /**
  * Request schemas: the validation of every route and the source of /openapi.json. The

@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { ApiKeyStore, SCOPE_ROLES, type ApiKeyInfo, type ScopeRole } from '../lib/tenancy/api-keys.ts';
 import type { Config } from '../lib/config/index.ts';
 import { createKeys, isValidId } from '../lib/keys.ts';
-import { createRedis, waitReady, type Redis } from '../lib/redis.ts';
+import { createRedis, waitReady, type Redis } from '../lib/redis/redis.ts';
 
 /**
  * `baton keys create|list|revoke`: API keys straight in Redis (no API needed), so the first

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../lib/config/index.ts';
 import { createLogger, type Logger } from '../lib/logger.ts';
-import type { Resources } from '../lib/resources.ts';
+import type { Resources } from '../lib/process/resources.ts';
 import { CLIENT_COMMANDS, CLIENT_USAGE, describeClientError, runClientCommand, type ClientCommand } from './client-commands.ts';
 import { INIT_USAGE, runInit } from './init.ts';
 import { ensureDevKey, KEYS_USAGE, recordLocalRedisUrl, runKeysCommand, writeDevKeyFile } from './keys-command.ts';
@@ -158,7 +158,7 @@ const LOCAL_REDIS_DIR = '.baton/redis';
  * this process then loads no agent module.
  */
 async function start(config: Config, agentPaths: string[], watchEnv?: Record<string, string | undefined>): Promise<void> {
-  const [{ startApi }, { openResources }] = await Promise.all([apiSide(), import('../lib/resources.ts')]);
+  const [{ startApi }, { openResources }] = await Promise.all([apiSide(), import('../lib/process/resources.ts')]);
   const log = createLogger(config.LOG_LEVEL);
   // What is open so far, the last opened first: a shutdown closes it in this order (the API
   // drains, then the worker, then the connections, the local redis-server, the lock), and so

@@ -183,7 +183,7 @@ export interface Keys {
   /** The secret resume tokens are derived from, when WAIT_TOKEN_SECRET does not give one. */
   waitTokenSecret: string;
   /**
-   * The fair share of the workers' slots (src/lib/engine/fair-share.ts): `<key>` holds the
+   * The fair share of the workers' slots (src/lib/engine/flow/fair-share.ts): `<key>` holds the
    * water level while scopes contend (JSON), `<key>:lock` the process working it out.
    */
   fairShare: string;

@@ -8,11 +8,11 @@ import { LeaseKeeper } from '../lib/engine/lease-keeper.ts';
 import type { Logger } from '../lib/logger.ts';
 import type { Metrics } from '../lib/ops/metrics.ts';
 import { composeHooks } from '../lib/hooks.ts';
-import { isConnectionLoss, type Redis } from '../lib/redis.ts';
-import { openResources, type Resources } from '../lib/resources.ts';
+import { isConnectionLoss, type Redis } from '../lib/redis/redis.ts';
+import { openResources, type Resources } from '../lib/process/resources.ts';
 import { RunExecutor, type ExecutorEvents } from '../lib/engine/executor.ts';
 import { withTimeout } from '../lib/timeout.ts';
-import { WorkerPresence } from '../lib/tenancy/worker-registry.ts';
+import { WorkerPresence } from '../lib/engine/flow/worker-registry.ts';
 import { startOpsServer, type OpsServer } from './ops-server.ts';
 import { Slots } from './slots.ts';
 

@@ -8,7 +8,7 @@ import { ApiKeyStore, type ScopeRole } from '../../src/lib/tenancy/api-keys.ts';
 import { loadConfig, type Config } from '../../src/lib/config/index.ts';
 import { createKeys, type Keys } from '../../src/lib/keys.ts';
 import { createLogger } from '../../src/lib/logger.ts';
-import { createRedis, waitReady, type Redis } from '../../src/lib/redis.ts';
+import { createRedis, waitReady, type Redis } from '../../src/lib/redis/redis.ts';
 import { builtinAgents } from '../../src/worker/agents-loader.ts';
 import { startWorker, type WorkerHandle } from '../../src/worker/worker.ts';
 import { Dispatcher } from '../../src/lib/engine/dispatcher.ts';

@@ -1,11 +1,11 @@
 import { RedisArtifactStore } from '../../src/lib/artifacts/redis-store.ts';
 import type { Config } from '../../src/lib/config/index.ts';
 import type { Keys } from '../../src/lib/keys.ts';
-import type { Redis } from '../../src/lib/redis.ts';
+import type { Redis } from '../../src/lib/redis/redis.ts';
 import { RunStore } from '../../src/lib/engine/store.ts';
 import { Submissions, type SubmitEvents } from '../../src/lib/engine/submissions.ts';
 import type { SubmitLimit, Transitions } from '../../src/lib/engine/transitions.ts';
-import { WorkerRegistry } from '../../src/lib/tenancy/worker-registry.ts';
+import { WorkerRegistry } from '../../src/lib/engine/flow/worker-registry.ts';
 import type { Harness } from './harness.ts';
 
 export interface DoorOptions {

@@ -1,31 +1,6 @@
-import type { ArtifactDisposition } from '../engine/record.ts';
+import type { ArtifactRef } from '../sdk/agent-input.ts';
 
-/** What is known about a stored artifact without reading its bytes. */
-export interface ArtifactRef {
-  id: string;
-  /** The upload's Content-Type, as the client sent it. */
-  contentType: string;
-  /** Bytes. */
-  size: number;
-  createdAt: number;
-}
-
-/** An input artifact as the agent sees it in ctx.input.artifacts. */
-export interface InputArtifact {
-  id: string;
-  contentType: string;
-  size: number;
-  disposition: ArtifactDisposition;
-  /** The artifact's bytes, exactly as uploaded (inline disposition only). */
-  bytes?: Uint8Array;
-}
-
-/** ctx.input: the submit's input, its artifacts resolved. */
-export interface AgentInput {
-  content: string;
-  /** Present when the submit attached artifacts, in the order it named them. */
-  artifacts?: InputArtifact[];
-}
+export type { AgentInput, ArtifactRef, InputArtifact } from '../sdk/agent-input.ts';
 
 /**
  * Where uploaded artifacts live. Every call names the scope: an id is only ever looked up

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { intMs, bool } from './values.ts';
-import { parseRedisUrl } from '../redis-url.ts';
+import { parseRedisUrl } from './redis-url.ts';
 
 /** The process: its Redis, where it listens, what it logs and traces, the runtime it serves, its metrics and the keys it starts with. */
 export const processVars = {

@@ -7,9 +7,9 @@ import {
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../listing-page.ts';
-import { PollLoop } from '../poll-loop.ts';
-import { redisNowMs, type Redis } from '../redis.ts';
+import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
+import { PollLoop } from '../redis/poll-loop.ts';
+import { redisNowMs, type Redis } from '../redis/redis.ts';
 import type { RunStatus, ShownRun } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import { listRuns } from './run-listing.ts';

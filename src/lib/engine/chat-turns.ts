@@ -6,7 +6,7 @@ import type { RunRecord, SessionMessage } from './record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import type { RunStore } from './store.ts';
 import type { RerunPlan } from './submissions.ts';
-import type { WaitStore } from './wait-store.ts';
+import type { WaitStore } from './waits/wait-store.ts';
 
 /** An answer to an approval a chat stream asked for (the AI SDK's addToolApprovalResponse). */
 export interface ApprovalAnswer { runId: string; waitKey: string; approved: boolean; reason?: string }

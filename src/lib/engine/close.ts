@@ -11,7 +11,7 @@ import type { ParkReply, Transitions } from './transitions.ts';
 import { errorText, thrownOutcome, writeFailure, type Answer, type AttemptOutcome } from './outcome.ts';
 import type { RunError, RunRecord, RunResult, SessionMessage } from './record.ts';
 import { LeaseLostError } from './script-codes.ts';
-import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../ops/tracing.ts';
+import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../tracing/tracing.ts';
 
 /** Hooks for metrics; every one optional so the executor does not depend on prom-client. */
 export interface ExecutorEvents extends Partial<MemoEvents> {

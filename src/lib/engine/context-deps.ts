@@ -7,11 +7,11 @@ import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import type { Attempt } from './attempt.ts';
 import type { RunRecord } from './record.ts';
 import type { Transitions } from './transitions.ts';
-import type { SchemaGuard } from './schema-guard.ts';
-import type { WaitTokens } from './wait-tokens.ts';
-import type { TokenBudgets } from './budgets.ts';
-import type { RateLimiter } from './rate-limiter.ts';
-import type { AttemptTrace } from '../ops/tracing.ts';
+import type { SchemaGuard } from './schema/schema-guard.ts';
+import type { WaitTokens } from './waits/wait-tokens.ts';
+import type { TokenBudgets } from './flow/budgets.ts';
+import type { RateLimiter } from './flow/rate-limiter.ts';
+import type { AttemptTrace } from '../tracing/tracing.ts';
 
 /** Memo lookups of the run's steps (metrics). */
 export interface MemoEvents {

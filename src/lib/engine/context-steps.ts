@@ -1,9 +1,9 @@
 import type { InferCall, InferOptions, ModelCallUsage } from '../sdk/agent.ts';
 import type { UsageTotals } from '../contract/runs.ts';
 import { ID_PATTERN } from '../keys.ts';
-import { BudgetExceededError, type BudgetCheck, type BudgetHold } from './budgets.ts';
-import type { BucketRequest } from './rate-limiter.ts';
-import type { StepTrace } from '../ops/tracing.ts';
+import { BudgetExceededError, type BudgetCheck, type BudgetHold } from './flow/budgets.ts';
+import type { BucketRequest } from './flow/rate-limiter.ts';
+import type { StepTrace } from '../tracing/tracing.ts';
 import type { ContextDeps } from './context-deps.ts';
 import type { AgentStream, Capture } from './context-events.ts';
 import { RunWaiting, stepBody, type AttemptWaits } from './context-waits.ts';

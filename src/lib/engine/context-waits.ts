@@ -5,7 +5,7 @@ import { BatonError } from '../errors.ts';
 import { PermanentError, WaitTimeoutError } from '../sdk/errors.ts';
 import type { WaitRequest } from './transitions.ts';
 import type { AttemptOutcome } from './outcome.ts';
-import { WaitTokens } from './wait-tokens.ts';
+import { WaitTokens } from './waits/wait-tokens.ts';
 import type { ContextDeps } from './context-deps.ts';
 
 /**

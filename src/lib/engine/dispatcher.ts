@@ -1,7 +1,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
-import { isConnectionLoss } from '../redis.ts';
+import { isConnectionLoss } from '../redis/redis.ts';
 
 /** What a transition asks to hand to BullMQ: [runId, runtime, dispatch number, delay ms, agent]. */
 export type DispatchOrder = [string, string, number, number, string];

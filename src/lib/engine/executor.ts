@@ -15,17 +15,17 @@ import { closeAttempt, type ExecutorEvents, type Progress } from './close.ts';
 import { abortOutcome, errorText, thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
 import { parseRunRecord, type RunResult } from './record.ts';
 import type { ClaimReply, Transitions } from './transitions.ts';
-import type { WaitTokens } from './wait-tokens.ts';
+import type { WaitTokens } from './waits/wait-tokens.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import { claimHistoryReads } from '../sessions/memory-session.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
 import type { AgentInput, ArtifactStore } from '../artifacts/artifact-store.ts';
 import { resolveInputArtifacts } from '../artifacts/resolve.ts';
-import { validateOutput } from './output-schema.ts';
-import type { SchemaGuard } from './schema-guard.ts';
-import type { RateLimiter } from './rate-limiter.ts';
-import { TokenBudgets } from './budgets.ts';
-import { AttemptTrace } from '../ops/tracing.ts';
+import { validateOutput } from './schema/output-schema.ts';
+import type { SchemaGuard } from './schema/schema-guard.ts';
+import type { RateLimiter } from './flow/rate-limiter.ts';
+import { TokenBudgets } from './flow/budgets.ts';
+import { AttemptTrace } from '../tracing/tracing.ts';
 
 export type Outcome = { kind: 'done' } | { kind: 'later'; at: number };
 

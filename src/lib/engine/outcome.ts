@@ -2,9 +2,9 @@ import type { Config } from '../config/index.ts';
 import type { Logger } from '../logger.ts';
 import { RunAbort } from './attempt.ts';
 import type { RunError, RunRecord, RunResult } from './record.ts';
-import { backoffMs, classify } from './retry-policy.ts';
+import { backoffMs, classify } from '../sdk/retry-policy.ts';
 import { LeaseLostError } from './script-codes.ts';
-import { isRedisUnavailable } from '../redis.ts';
+import { isRedisUnavailable } from '../redis/redis.ts';
 import type { WaitRequest } from './transitions.ts';
 
 /** An answer as the agent gave it: the closer adds the tool calls and usage the attempt counted. */

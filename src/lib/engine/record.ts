@@ -194,7 +194,7 @@ export interface NewRunRecord {
   concurrencyKey?: string;
   /** Read by the worker's budget check (context.ts); absent is `fail`. */
   onBudget?: string;
-  /** The submit span's context (ops/tracing.ts): the parent of every attempt's span. */
+  /** The submit span's context (tracing/tracing.ts): the parent of every attempt's span. */
   traceparent?: string;
   /** A re-run (reruns.ts): the run it repeats, its fromStep, its non-idempotent steps run again (JSON list). */
   rerunOf?: string;

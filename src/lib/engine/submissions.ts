@@ -6,13 +6,13 @@ import type { SteeringOutcome, SubmitRequest as PublicSubmit } from '../contract
 import { BatonError } from '../errors.ts';
 import { newMessageId, newRunId } from '../ids.ts';
 import type { Keys } from '../keys.ts';
-import { traceSubmit, type HeaderCarrier } from '../ops/tracing.ts';
-import type { Redis } from '../redis.ts';
+import { traceSubmit, type HeaderCarrier } from '../tracing/tracing.ts';
+import type { Redis } from '../redis/redis.ts';
 import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
-import { quoteList, type WorkerRegistry } from '../tenancy/worker-registry.ts';
-import { assertValidOutputSchema } from './output-schema.ts';
+import { quoteList, type WorkerRegistry } from './flow/worker-registry.ts';
+import { assertValidOutputSchema } from './schema/output-schema.ts';
 import type { NewRunRecord, RunRecord } from './record.ts';
-import type { SchemaGuard } from './schema-guard.ts';
+import type { SchemaGuard } from './schema/schema-guard.ts';
 import type { RunStore } from './store.ts';
 import type { StoredSteering, SubmitLimit, Transitions } from './transitions.ts';
 
@@ -270,7 +270,7 @@ function newRunRecord(
     priority: req.priority,
     concurrencyKey: req.concurrencyKey,
     onBudget: req.onBudget,
-    // The parent of every attempt's span (ops/tracing.ts); absent when the submit was not traced.
+    // The parent of every attempt's span (tracing/tracing.ts); absent when the submit was not traced.
     traceparent,
     rerunOf: rerun?.of,
     rerunFrom: rerun?.fromStep,

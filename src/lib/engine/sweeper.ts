@@ -1,11 +1,11 @@
-import { isConnectionLoss, redisNowMs, type Redis } from '../redis.ts';
+import { isConnectionLoss, redisNowMs, type Redis } from '../redis/redis.ts';
 import type { Config } from '../config/index.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
 import type { RunRecord } from './record.ts';
 import type { AnsweredWait, Transitions } from './transitions.ts';
-import { expiredWaitEnd, traceWaitsEnded, tracingEnabled } from '../ops/tracing.ts';
+import { expiredWaitEnd, traceWaitsEnded, tracingEnabled } from '../tracing/tracing.ts';
 
 /** Hooks for metrics: what the sweeper (or a deadline timer of this process) ended. */
 export interface SweeperEvents {

@@ -8,7 +8,7 @@ import { flatToObject, newRunPairs, parseRunRecord, RERUNS_KEPT, type NewRunReco
 import { callScript, isMissingLibrary, loadLibrary, queueScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 import { LeaseLostError, Outcome, outcomeGroup, ScriptCode, scriptError, storageLimit, type Refusal } from './script-codes.ts';
 import { BatonError } from '../errors.ts';
-import { ReplicaAcks } from '../replica-acks.ts';
+import { ReplicaAcks } from '../redis/replica-acks.ts';
 
 /**
  * The typed gateway to the Lua transitions (src/lib/engine/lua/): one function per script,
@@ -54,7 +54,7 @@ export interface AppendItem { attempt: Attempt; batch: number; events: readonly 
 export type AppendAnswer = 'applied' | 'duplicate';
 
 /**
- * What the scripts are told of the fair share (O.level, O.capacity; src/lib/engine/fair-share.ts):
+ * What the scripts are told of the fair share (O.level, O.capacity; src/lib/engine/flow/fair-share.ts):
  * the water level while scopes contend, and the live workers' slots.
  */
 export interface FairLevel { level?: number; capacity?: number }
@@ -509,7 +509,7 @@ export class Transitions {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
-    /** The fair share this process knows (src/lib/engine/fair-share.ts): level while scopes contend, live workers' slots. */
+    /** The fair share this process knows (src/lib/engine/flow/fair-share.ts): level while scopes contend, live workers' slots. */
     private readonly fairLevel: () => FairLevel = () => ({}),
   ) {
     this.limits = {

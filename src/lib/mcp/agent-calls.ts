@@ -9,7 +9,7 @@ import type { RunStore } from '../engine/store.ts';
 import type { Submissions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
 import type { RunEvent } from '../streams/log.ts';
-import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
+import type { WorkerRegistry } from '../engine/flow/worker-registry.ts';
 import { followToEnd } from '../streams/follow-to-end.ts';
 
 /**

@@ -1,7 +1,7 @@
 import type { JobType } from 'bullmq';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { HELD_BY, type HeldBack } from '../engine/fair-share.ts';
-import type { BucketState } from '../engine/rate-limiter.ts';
+import { HELD_BY, type HeldBack } from '../engine/flow/fair-share.ts';
+import type { BucketState } from '../engine/flow/rate-limiter.ts';
 import { WAIT_KINDS, type WaitKind } from '../contract/runs.ts';
 import { withTimeout } from '../timeout.ts';
 

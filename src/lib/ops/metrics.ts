@@ -1,14 +1,14 @@
 import { collectDefaultMetrics } from 'prom-client';
-import type { HeldBack } from '../engine/fair-share.ts';
+import type { HeldBack } from '../engine/flow/fair-share.ts';
 import type { MemoEvents } from '../engine/context.ts';
 import type { ExecutorEvents } from '../engine/executor.ts';
-import type { ConnectionEvents } from '../redis.ts';
+import type { ConnectionEvents } from '../redis/redis.ts';
 import type { RunRecord } from '../engine/record.ts';
 import type { AnsweredWait } from '../engine/transitions.ts';
 import { TERMINAL_STATUSES, type TerminalStatus } from '../contract/runs.ts';
 import type { RateLimits } from '../config/rate-limits.ts';
-import type { BucketState, RateLimitEvents } from '../engine/rate-limiter.ts';
-import type { SchemaGuardEvents } from '../engine/schema-guard.ts';
+import type { BucketState, RateLimitEvents } from '../engine/flow/rate-limiter.ts';
+import type { SchemaGuardEvents } from '../engine/schema/schema-guard.ts';
 import { BoundedValues, MCP_METHODS, OTHER } from './metrics-labels.ts';
 import { MetricSeries } from './metrics-series.ts';
 import { ScrapeGauges, type QueueCounter, type WaitingCounter } from './metrics-scrape.ts';

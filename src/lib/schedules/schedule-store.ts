@@ -6,8 +6,8 @@ import type {
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
 import type { Transitions } from '../engine/transitions.ts';
-import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../listing-page.ts';
-import { redisNowMs, type Redis } from '../redis.ts';
+import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
+import { redisNowMs, type Redis } from '../redis/redis.ts';
 import { checkCron, compileCron, fireTimes, NEXT_FIRE_TIMES } from './cron.ts';
 
 /**

@@ -1,7 +1,6 @@
 import type { Logger } from '../logger.ts';
-import type { HistoryMessage, MemoryOption } from '../sessions/memory-session.ts';
-import type { AgentInput } from '../artifacts/artifact-store.ts';
-import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
+import type { HistoryMessage, MemoryBlocks, MemoryOption } from './memory.ts';
+import type { AgentInput } from './agent-input.ts';
 import type { AgentEvent, EventPredicate } from './select.ts';
 
 /** A message the agent sees in ctx.history (the session's assembled history). */

@@ -25,7 +25,7 @@ import { recordModelCall, reportModelCall, reportToolCall, reportToolResult, typ
 import { isPermanentError, isToolDeclinedError, isTransientError, TransientError } from './errors.ts';
 import { estimateCallTokens } from './token-estimate.ts';
 import { heldToolFailure, holdToolFailure } from './tool-failures.ts';
-import { classify } from '../engine/retry-policy.ts';
+import { classify } from './retry-policy.ts';
 import { ID_PATTERN } from '../keys.ts';
 
 export interface DurableModelOptions {

@@ -1,17 +1,9 @@
 import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import { PermanentError, RetryAfterError, TransientError } from '../sdk/errors.ts';
-import { isTransientStatus, parseRetryAfter } from '../engine/retry-policy.ts';
+import { isTransientStatus, parseRetryAfter } from '../sdk/retry-policy.ts';
+import type { Embedder } from '../sdk/memory.ts';
 
-/**
- * Turns texts into vectors, one per text, in order. Recall compares the vectors of one
- * `id` only: vectors are stored per id (see recall.ts), so changing the model behind an
- * embedder starts a fresh vector space instead of comparing vectors of two models.
- */
-export interface Embedder {
-  (texts: string[], options?: { signal?: AbortSignal }): Promise<number[][]>;
-  /** Names the model (and dimensions) the vectors come from. Absent: one unnamed space. */
-  readonly id?: string;
-}
+export type { Embedder } from '../sdk/memory.ts';
 
 export interface OpenAIEmbeddingsOptions {
   /** e.g. `text-embedding-3-small`. */

@@ -1,35 +1,6 @@
-import type { HistoryMessage } from './memory-session.ts';
+import type { ExternalMemory, HistoryMessage, MemoryBlocks, RecalledTurn } from '../sdk/memory.ts';
 
-/** A past turn of the session that recall found relevant to the new input (see recall.ts). */
-export interface RecalledTurn {
-  /** The run that committed the turn. */
-  runId: string;
-  /** Cosine similarity between the new input and the turn, in [-1, 1]. */
-  score: number;
-  /** The turn's user message, at most `textCap` bytes (then ending in `…[truncated]`). */
-  user: string;
-  /** The turn's answer, capped the same way. */
-  assistant: string;
-  createdAt?: number;
-  /** The answer was cut short (error, cancel, truncation) when it was committed. */
-  incomplete?: boolean;
-}
-
-/** Memory that did not come from the session's own conversation window. */
-export interface ExternalMemory {
-  /** The submit's `memory` (the same value as ctx.memory). Absent when the submit had none. */
-  caller?: unknown;
-  /** Turns recall found, best first. Absent when the agent's store has no recall; `[]` when it found none. */
-  recalledTurns?: RecalledTurn[];
-}
-
-/** ctx.memoryBlocks: everything the agent may remember for this turn, by where it came from. */
-export interface MemoryBlocks {
-  /** What the memory store assembled (the history or its window): the same array as ctx.history. */
-  readonly conversation: readonly HistoryMessage[];
-  /** Caller memory and recalled turns. Absent when there is neither. */
-  readonly external?: ExternalMemory;
-}
+export type { ExternalMemory, MemoryBlocks, RecalledTurn } from '../sdk/memory.ts';
 
 /**
  * Builds the blocks of one attempt. Nothing the store or the caller handed over is written:

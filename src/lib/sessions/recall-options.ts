@@ -1,25 +1,6 @@
-import type { Embedder } from './embeddings.ts';
+import type { RecallOptions, ResolvedRecallOptions } from '../sdk/memory.ts';
 
-/** `redisMemory({ recall })`: relevant past turns of the session, found by embedding similarity. */
-export interface RecallOptions {
-  /** Texts to vectors; `openAIEmbeddings({ model })` is the provided one. */
-  embed: Embedder;
-  /**
-   * Turns whose cosine similarity to the new input is below this are left out. No default:
-   * what counts as related differs from one embedding model to the next.
-   */
-  minScore: number;
-  /** At most this many turns, best first. Default 5: enough to bring back a thread, little enough to stay a side note in a prompt. */
-  maxTurns?: number;
-  /**
-   * Each recalled turn's user and assistant text is cut to this many bytes of UTF-8 (then
-   * `…[truncated]` is appended). Default 2048: a recalled turn is a reminder, not a
-   * transcript, and one long answer must not crowd the window out of the prompt.
-   */
-  textCap?: number;
-}
-
-export type ResolvedRecallOptions = Required<RecallOptions>;
+export type { RecallOptions, ResolvedRecallOptions } from '../sdk/memory.ts';
 
 export const RECALL_DEFAULTS = { maxTurns: 5, textCap: 2048 } as const;
 

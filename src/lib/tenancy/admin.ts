@@ -1,9 +1,9 @@
-import { redisNowMs, type Redis } from '../redis.ts';
+import { redisNowMs, type Redis } from '../redis/redis.ts';
 import type { Keys } from '../keys.ts';
 import type { DrainResult, ResumeResult, RuntimeStats } from '../contract/admin.ts';
 import type { Transitions } from '../engine/transitions.ts';
-import { runtimeCounts } from '../engine/runtime-counts.ts';
-import type { RuntimeInfo, WorkerRegistry } from './worker-registry.ts';
+import { runtimeCounts } from './runtime-counts.ts';
+import type { RuntimeInfo, WorkerRegistry } from '../engine/flow/worker-registry.ts';
 
 /**
  * Operator actions on one (scope, runtime) pair: counts, drain and resume. Every key read or

@@ -1,11 +1,11 @@
-import { shareAt } from '../engine/fair-share.ts';
+import { shareAt } from '../engine/flow/fair-share.ts';
 import type { FairLevel } from '../engine/transitions.ts';
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import { LIMIT_FIELDS, type LimitField, type ScopeLimits, type ScopeLimitsView } from '../contract/admin.ts';
-import { utcDay } from '../engine/budgets.ts';
+import { utcDay } from '../engine/flow/budgets.ts';
 
 /**
  * A scope's limits, set by an operator and stored in Redis, so every process applies a change
@@ -135,9 +135,9 @@ export class ScopeLimitStore {
     const [stored, [active, parked], fair, tokens, reads, [queued, dispatched, bytes]] = await Promise.all([
       this.redis.hgetall(sk.limits),
       this.redis.hmget(sk.meta, 'active', 'parked'),
-      // The fair share's level while scopes contend for the workers (src/lib/engine/fair-share.ts).
+      // The fair share's level while scopes contend for the workers (src/lib/engine/flow/fair-share.ts).
       this.redis.get(this.keys.fairShare),
-      // Today's model tokens, the total tokensPerDay is checked against (src/lib/engine/budgets.ts).
+      // Today's model tokens, the total tokensPerDay is checked against (src/lib/engine/flow/budgets.ts).
       this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
       // The read bucket as its last charge left it (src/lib/tenancy/read-budget.ts).
       this.redis.hmget(sk.readBucket, 'tokens', 'at'),

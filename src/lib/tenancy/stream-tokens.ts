@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { isValidId } from '../contract/ids.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
-import { redisNowMs } from '../redis.ts';
+import { redisNowMs } from '../redis/redis.ts';
 import type { ApiKeyStore } from './api-keys.ts';
 
 /** What a stream token opens: the events of one run, or of every run of one session. */

@@ -4,7 +4,7 @@ import type { Config, ModelPrice } from '../config/index.ts';
 import { BatonError } from '../errors.ts';
 import type { ScopeUsage, UsageRow } from '../contract/admin.ts';
 import type { ModelUsage, RunUsage, UsageTotals } from '../contract/runs.ts';
-import { TokenBudgets } from '../engine/budgets.ts';
+import { TokenBudgets } from '../engine/flow/budgets.ts';
 
 const DAY_MS = 86_400_000;
 

@@ -1,5 +1,5 @@
-import { isRedisUnavailable } from '../redis.ts';
-import { isPermanentError, isRetryAfterError, isTransientError } from '../sdk/errors.ts';
+import { isRedisUnavailable } from '../redis/errors.ts';
+import { isPermanentError, isRetryAfterError, isTransientError } from './errors.ts';
 
 export type Classified =
   | { kind: 'transient'; code: string; message: string; retryAfterMs?: number }

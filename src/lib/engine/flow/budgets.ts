@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Config } from '../config/index.ts';
-import type { Keys } from '../keys.ts';
-import { RUN_LIMIT_CODES, type TokenBudget } from '../contract/index.ts';
-import { PermanentError } from '../sdk/errors.ts';
-import type { Transitions } from './transitions.ts';
+import type { Config } from '../../config/index.ts';
+import type { Keys } from '../../keys.ts';
+import { RUN_LIMIT_CODES, type TokenBudget } from '../../contract/index.ts';
+import { PermanentError } from '../../sdk/errors.ts';
+import type { Transitions } from '../transitions.ts';
 
 const DAY_MS = 86_400_000;
 

@@ -1,9 +1,9 @@
-import type { Config } from '../config/index.ts';
-import type { Keys } from '../keys.ts';
-import type { Logger } from '../logger.ts';
-import { isConnectionLoss, type Redis } from '../redis.ts';
-import type { WorkerRegistry } from '../tenancy/worker-registry.ts';
-import type { FairLevel, Transitions } from './transitions.ts';
+import type { Config } from '../../config/index.ts';
+import type { Keys } from '../../keys.ts';
+import type { Logger } from '../../logger.ts';
+import { isConnectionLoss, type Redis } from '../../redis/redis.ts';
+import type { WorkerRegistry } from './worker-registry.ts';
+import type { FairLevel, Transitions } from '../transitions.ts';
 
 /**
  * Weighted fair sharing of the workers' slots across scopes.

@@ -1,8 +1,8 @@
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
-import { isConnectionLoss, redisNowMs } from '../redis.ts';
-import type { Keys } from '../keys.ts';
-import type { Logger } from '../logger.ts';
+import { isConnectionLoss, redisNowMs } from '../../redis/redis.ts';
+import type { Keys } from '../../keys.ts';
+import type { Logger } from '../../logger.ts';
 
 /**
  * Which runtimes exist and what their live workers offer. Each worker keeps a registration

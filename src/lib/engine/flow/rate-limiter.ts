@@ -1,14 +1,14 @@
-import type { RateLimitBucket } from '../contract/admin.ts';
-import { RUN_LIMIT_CODES } from '../contract/runs.ts';
-import { BatonError } from '../errors.ts';
-import type { Keys } from '../keys.ts';
-import type { Logger } from '../logger.ts';
-import type { Redis } from '../redis.ts';
-import { BUCKET_NAME, perSecond, type BucketLimit, type RateLimits } from '../config/rate-limits.ts';
-import type { RateLimitRequest } from '../sdk/agent.ts';
-import { PermanentError } from '../sdk/errors.ts';
-import { classify } from './retry-policy.ts';
-import type { RateBucketReply, Transitions } from './transitions.ts';
+import type { RateLimitBucket } from '../../contract/admin.ts';
+import { RUN_LIMIT_CODES } from '../../contract/runs.ts';
+import { BatonError } from '../../errors.ts';
+import type { Keys } from '../../keys.ts';
+import type { Logger } from '../../logger.ts';
+import type { Redis } from '../../redis/redis.ts';
+import { BUCKET_NAME, perSecond, type BucketLimit, type RateLimits } from '../../config/rate-limits.ts';
+import type { RateLimitRequest } from '../../sdk/agent.ts';
+import { PermanentError } from '../../sdk/errors.ts';
+import { classify } from '../../sdk/retry-policy.ts';
+import type { RateBucketReply, Transitions } from '../transitions.ts';
 
 /**
  * Model providers' rate limits, shared by every worker (RATE_LIMITS): a model call takes a

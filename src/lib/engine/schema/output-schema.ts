@@ -1,4 +1,4 @@
-import { OutputInvalidError } from '../sdk/errors.ts';
+import { OutputInvalidError } from '../../sdk/errors.ts';
 import { processSchemaGuard, type SchemaGuard } from './schema-guard.ts';
 
 /**

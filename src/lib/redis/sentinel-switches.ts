@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net';
 import { Redis } from 'ioredis';
-import type { RedisTarget } from './redis-url.ts';
+import type { RedisTarget } from '../config/redis-url.ts';
 
 type SentinelTarget = Extract<RedisTarget, { kind: 'sentinel' }>;
 

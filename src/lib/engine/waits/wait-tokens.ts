@@ -1,7 +1,7 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { WAIT_TOKEN_PATTERN } from '../contract/ids.ts';
-import type { Keys } from '../keys.ts';
+import { WAIT_TOKEN_PATTERN } from '../../contract/ids.ts';
+import type { Keys } from '../../keys.ts';
 
 /**
  * Resume tokens: every input and approval wait can be resumed once by whoever holds its token

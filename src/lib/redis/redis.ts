@@ -1,8 +1,12 @@
 import { isNotConnectionError } from 'bullmq';
 import { Cluster, Redis, type RedisOptions as IORedisOptions } from 'ioredis';
-import type { Logger } from './logger.ts';
-import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
+import type { Logger } from '../logger.ts';
+import { parseRedisUrl, type RedisTarget } from '../config/redis-url.ts';
 import { followSwitches } from './sentinel-switches.ts';
+import { isRedisUnavailable } from './errors.ts';
+
+// Kept in errors.ts (no ioredis load) for the sdk's retry rules; its users here import it from this file.
+export { isRedisUnavailable };
 
 export type { Redis };
 
@@ -154,21 +158,6 @@ export async function waitReady(redis: Redis, timeoutMs = 10_000): Promise<void>
 export async function redisNowMs(redis: Redis): Promise<number> {
   const [secs, micros] = await redis.time();
   return Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
-}
-
-/**
- * Whether a command failed because Redis could not be reached (it was retried on the
- * command connection until maxRetriesPerRequest, or no Cluster node answered). Decided by
- * the error's type as ioredis names it, never by its message. The API answers these with
- * 503 REDIS_UNAVAILABLE; inside a run they are transient, because Redis comes back.
- */
-export function isRedisUnavailable(err: unknown): boolean {
-  const name = (err as { name?: unknown } | null)?.name;
-  // ReplicaAckError (replica-acks.ts): a write too few replicas acknowledged.
-  if (name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError' || name === 'ReplicaAckError') return true;
-  // A primary with min-replicas-to-write and too few replicas refuses writes; Redis names that
-  // refusal by the first word of its error, as it does every error kind.
-  return name === 'ReplyError' && /^NOREPLICAS\b/.test((err as Error).message);
 }
 
 /** Socket errors of a connection to Redis that could not be made or was cut. */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Worker, type ResourceLimits } from 'node:worker_threads';
-import { BatonError } from '../errors.ts';
-import { OutputInvalidError, TransientError } from '../sdk/errors.ts';
+import { BatonError } from '../../errors.ts';
+import { OutputInvalidError, TransientError } from '../../sdk/errors.ts';
 import {
   SCHEMA_GUARD_BUDGET, SCHEMA_LIMITS, checkSchemaLimits, type SchemaGuardBudget, type SchemaLimits,
 } from './schema-limits.ts';

@@ -1,13 +1,13 @@
 import type { Redis } from 'ioredis';
-import type { WaitResumed } from '../contract/runs.ts';
-import { BatonError } from '../errors.ts';
-import type { Keys } from '../keys.ts';
-import { OutputInvalidError } from '../sdk/errors.ts';
-import type { RunRecord, StoredWait } from './record.ts';
-import { processSchemaGuard, type SchemaGuard } from './schema-guard.ts';
-import type { ResumedWait, Transitions } from './transitions.ts';
+import type { WaitResumed } from '../../contract/runs.ts';
+import { BatonError } from '../../errors.ts';
+import type { Keys } from '../../keys.ts';
+import { OutputInvalidError } from '../../sdk/errors.ts';
+import type { RunRecord, StoredWait } from '../record.ts';
+import { processSchemaGuard, type SchemaGuard } from '../schema/schema-guard.ts';
+import type { ResumedWait, Transitions } from '../transitions.ts';
 import { WaitTokens } from './wait-tokens.ts';
-import { traceWaitsEnded, tracingEnabled } from '../ops/tracing.ts';
+import { traceWaitsEnded, tracingEnabled } from '../../tracing/tracing.ts';
 
 /** The wait a resume token opens: found before the resume's body is read. */
 export interface OpenedWait { scope: string; runId: string; waitKey: string; digest: string }
