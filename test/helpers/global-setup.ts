@@ -3,7 +3,9 @@ import { redisServerProblem, startLocalRedis, type LocalRedis } from '../../src/
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { missingPrograms } from './programs.ts';
+import { compileSources, type CompiledSources } from './compiled-sources.ts';
 
 /**
  * Gives the whole test run one real Redis of its own: a redis-server on a free port when one
@@ -12,14 +14,22 @@ import { missingPrograms } from './programs.ts';
  * Test files isolate themselves with their own key prefix and runtime (see harness.ts).
  */
 declare module 'vitest' {
-  export interface ProvidedContext { redisUrl: string }
+  export interface ProvidedContext {
+    redisUrl: string;
+    /** `baton` run from src/ compiled for this run (compiled-sources.ts): what tests spawn. */
+    batonLauncher: string;
+  }
 }
 
 let local: LocalRedis | undefined;
 let dir: string | undefined;
 let container: { stop(): Promise<unknown> } | undefined;
+let compiled: Promise<CompiledSources> | undefined;
 
 export async function setup(project: TestProject): Promise<void> {
+  // Once per run, whichever projects it has.
+  compiled ??= compileSources(fileURLToPath(new URL('../../', import.meta.url)));
+  project.provide('batonLauncher', (await compiled).launcher);
   if (process.env.TEST_REDIS_URL) {
     project.provide('redisUrl', process.env.TEST_REDIS_URL);
     return;
@@ -51,6 +61,7 @@ export async function teardown(): Promise<void> {
     console.log(`\nSkipped on this machine: the checks that need ${missing.map((m) => m.program).join(', ')}:`);
     for (const m of missing) console.log(`  ${m.what}: ${m.install}`);
   }
+  (await compiled?.catch(() => undefined))?.remove();
   await local?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
   await container?.stop();
