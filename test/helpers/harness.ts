@@ -118,6 +118,11 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
   const redis = createRedis({ url: redisUrl, name: 'test' });
   track(redis, () => redis.quit());
   await waitReady(redis);
+  // Closed before the connection, after what the file started: the file's keys go when it ends,
+  // so the run's one Redis holds the running files' keys only, and each SCAN a file makes (its
+  // allKeys, a fuzz property's snapshot of its key space per request) walks those, not the
+  // keys of every file run before it (bulk and listing files leave tens of thousands).
+  track(redis, () => dropKeys(redis, prefix));
 
   const apiKeys = new ApiKeyStore(redis, createKeys(prefix));
   const keyCache = new Map<string, Promise<string>>();
@@ -225,13 +230,33 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       const found: string[] = [];
       let cursor = '0';
       do {
-        const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+        const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', SCAN_COUNT);
         cursor = next;
         found.push(...batch.filter((k) => !background.has(k)));
       } while (cursor !== '0');
       return found;
     },
   };
+}
+
+/** Keys a SCAN step looks at: a few milliseconds of Redis's time per step, few round trips per walk. */
+const SCAN_COUNT = 10_000;
+
+/** Deletes every key under `prefix` (a file's), if its Redis is still there; bounded to 10 s. */
+async function dropKeys(redis: Redis, prefix: string): Promise<void> {
+  if (redis.status !== 'ready') return; // a file that stopped its own Redis
+  const drop = async () => {
+    let cursor = '0';
+    do {
+      const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', SCAN_COUNT);
+      cursor = next;
+      if (batch.length) await redis.unlink(...batch);
+    } while (cursor !== '0');
+  };
+  let timer: NodeJS.Timeout | undefined;
+  // Best effort: a key left behind costs a later SCAN a step, never a wrong result.
+  const bound = new Promise<void>((r) => { timer = setTimeout(r, 10_000); });
+  await Promise.race([drop().catch(() => {}), bound]).finally(() => clearTimeout(timer));
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
