@@ -23,9 +23,9 @@ export function runBaton(args: string[], env: Record<string, string>): Promise<C
 }
 
 /**
- * The timeout of a test that spawns the CLI (`baton ...` through tsx, which compiles the sources
- * at each start: 1 to 3 s on an idle machine, ten times that on a 2-core one running other
- * suites beside this one). A test spawning several ran past the 60 s default under load
+ * The timeout of a test that spawns the CLI (`baton ...`, a second of CPU at each start to load
+ * its modules, ten times that in time on a 2-core machine running other suites beside this
+ * one). A test spawning several ran past the 60 s default under load
  * (schedules' "create, list, get, pause, resume and delete": 11 commands); this leaves room for it.
  */
 export const CLI_TEST_TIMEOUT_MS = 180_000;

@@ -2,15 +2,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { inject } from 'vitest';
-import { startApi, type ApiHandle } from '../../src/api/server.ts';
+import type { ApiHandle } from '../../src/api/server.ts';
 import type { Agent } from '../../src/lib/sdk/agent.ts';
 import { ApiKeyStore, type ScopeRole } from '../../src/lib/tenancy/api-keys.ts';
 import { loadConfig, type Config } from '../../src/lib/config/index.ts';
 import { createKeys, type Keys } from '../../src/lib/keys.ts';
 import { createLogger } from '../../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../../src/lib/redis/redis.ts';
-import { builtinAgents } from '../../src/worker/agents-loader.ts';
-import { startWorker, type WorkerHandle } from '../../src/worker/worker.ts';
+import type { WorkerHandle } from '../../src/worker/worker.ts';
 import { Dispatcher } from '../../src/lib/engine/dispatcher.ts';
 import { Transitions } from '../../src/lib/engine/transitions.ts';
 import { track } from './resources.ts';
@@ -19,8 +18,20 @@ import { call, readSse, type JsonResponse } from './http.ts';
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 /** The `baton` command of the checkout at `root` (a folder with a trailing slash) run from its src/ through tsx. */
 export const launcherIn = (root: string) => `${root}test/helpers/baton-src.mjs`;
-/** The `baton` command run from src/ through tsx: spawned processes need no build (bin/baton.js runs dist/). */
-export const BIN = launcherIn(ROOT);
+/**
+ * The `baton` command tests spawn: src/ as the global setup compiled it for this run
+ * (compiled-sources.ts: no tsx at each start), else, outside a test run, src/ through tsx.
+ * Neither needs a build (bin/baton.js runs dist/).
+ */
+export const BIN = compiledLauncher() ?? launcherIn(ROOT);
+
+function compiledLauncher(): string | undefined {
+  try {
+    return inject('batonLauncher');
+  } catch {
+    return undefined; // imported outside vitest (a benchmark)
+  }
+}
 
 /** Settings that make tests fast: short leases and sweeps, no log noise. */
 export const FAST: Record<string, string> = {
@@ -107,6 +118,11 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
   const redis = createRedis({ url: redisUrl, name: 'test' });
   track(redis, () => redis.quit());
   await waitReady(redis);
+  // Closed before the connection, after what the file started: the file's keys go when it ends,
+  // so the run's one Redis holds the running files' keys only, and each SCAN a file makes (its
+  // allKeys, a fuzz property's snapshot of its key space per request) walks those, not the
+  // keys of every file run before it (bulk and listing files leave tens of thousands).
+  track(redis, () => dropKeys(redis, prefix));
 
   const apiKeys = new ApiKeyStore(redis, createKeys(prefix));
   const keyCache = new Map<string, Promise<string>>();
@@ -146,11 +162,17 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       };
       return c;
     },
+    // The API's and the worker's modules are imported by the files that start one in-process:
+    // a file whose processes are all children does not load them (a second of CPU per file).
     async startApi(o = {}) {
+      const { startApi } = await import('../../src/api/server.ts');
       const api = await startApi({ config: configWith(o), redisUrl, log });
       return track(api, () => api.close());
     },
     async startWorker(opts = {}) {
+      const [{ builtinAgents }, { startWorker }] = await Promise.all([
+        import('../../src/worker/agents-loader.ts'), import('../../src/worker/worker.ts'),
+      ]);
       const agents = new Map<string, Agent>([...builtinAgents(configWith(opts.env)), ...(opts.agents ?? [])].map((a) => [a.name, a]));
       const w = await startWorker({ config: configWith(opts.env), redisUrl, log, agents });
       return track(w, () => w.close());
@@ -169,8 +191,8 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       child.stderr!.on('data', (b) => { out += b; });
       const ready = command === 'api' ? /listening on (http:\/\/\S+)/ : /serving runtime/;
       const match = await new Promise<RegExpMatchArray>((resolve, reject) => {
-        // Generous: a child compiles the sources through tsx, which takes long on a machine busy
-        // with other test files. One that never got ready is killed, not left behind.
+        // Generous: a child loads a few hundred modules, which takes long on a machine busy with
+        // other test files. One that never got ready is killed, not left behind.
         const timer = setTimeout(() => {
           child.kill('SIGKILL');
           reject(new Error(`baton ${command} did not start within 45 s:\n${out}`));
@@ -208,13 +230,33 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       const found: string[] = [];
       let cursor = '0';
       do {
-        const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+        const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', SCAN_COUNT);
         cursor = next;
         found.push(...batch.filter((k) => !background.has(k)));
       } while (cursor !== '0');
       return found;
     },
   };
+}
+
+/** Keys a SCAN step looks at: a few milliseconds of Redis's time per step, few round trips per walk. */
+const SCAN_COUNT = 10_000;
+
+/** Deletes every key under `prefix` (a file's), if its Redis is still there; bounded to 10 s. */
+async function dropKeys(redis: Redis, prefix: string): Promise<void> {
+  if (redis.status !== 'ready') return; // a file that stopped its own Redis
+  const drop = async () => {
+    let cursor = '0';
+    do {
+      const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', SCAN_COUNT);
+      cursor = next;
+      if (batch.length) await redis.unlink(...batch);
+    } while (cursor !== '0');
+  };
+  let timer: NodeJS.Timeout | undefined;
+  // Best effort: a key left behind costs a later SCAN a step, never a wrong result.
+  const bound = new Promise<void>((r) => { timer = setTimeout(r, 10_000); });
+  await Promise.race([drop().catch(() => {}), bound]).finally(() => clearTimeout(timer));
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,107 @@
+import { cpSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+/**
+ * The `baton` processes tests spawn run src/ compiled once per test run, not through tsx.
+ *
+ * Through tsx every child process compiled the sources at its start: 2.3 s of CPU to the
+ * API's ready line, against 1.1 s from JavaScript compiled beforehand (measured on an idle
+ * 2-core machine), and the suite starts a few hundred such processes. So the global setup
+ * compiles src/ with esbuild (what tsx runs too, file by file) into a temporary folder laid
+ * out as the checkout is: each module stays its own file (import.meta.url-relative paths
+ * such as the Lua scripts' folder and ../../package.json resolve as they do from src/), its
+ * relative imports turned from .ts into .js, the files that are not TypeScript copied beside
+ * them, and node_modules, package.json, dist/ and templates/ linked from the checkout.
+ *
+ * The folder's baton.mjs starts the CLI from there. It also maps any import of a src/ module
+ * by its TypeScript path (a test's agent module imports ../../src/lib/sdk/agent.ts) to the
+ * compiled file, so a process holds one copy of each module, as it did through tsx. `baton
+ * init` keeps running from the sources (test/helpers/baton-src.mjs): it finds its package
+ * folder beside its own file, which must be the checkout.
+ */
+export interface CompiledSources {
+  /** The temporary folder. */
+  dir: string;
+  /** Its launcher: `node <launcher> <command>` is `baton <command>` of the checkout. */
+  launcher: string;
+  remove(): void;
+}
+
+/** Compiles `<root>src/` (root with a trailing slash) into a new temporary folder. */
+export async function compileSources(root: string): Promise<CompiledSources> {
+  const { build } = await import('esbuild');
+  const dir = mkdtempSync(join(tmpdir(), 'baton-test-js-'));
+  const src = join(root, 'src');
+  const files = readdirSync(src, { recursive: true, encoding: 'utf8' });
+  // The run inspector (src/ui) is built by Vite into dist/ui, which the API serves; not run by Node.
+  const served = (f: string) => !f.startsWith('ui/') && !f.startsWith('ui\\');
+  const modules = files.filter((f) => served(f) && f.endsWith('.ts') && !f.endsWith('.d.ts'));
+  try {
+    await build({
+      entryPoints: modules.map((f) => join(src, f)),
+      outdir: join(dir, 'src'),
+      outbase: src,
+      // Bundling only to rewrite import paths: every relative import stays an import of its own
+      // compiled file (the plugin below), packages stay in node_modules.
+      bundle: true,
+      packages: 'external',
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      sourcemap: true,
+      tsconfig: join(root, 'tsconfig.json'),
+      logLevel: 'error',
+      plugins: [{
+        name: 'own-files',
+        setup(b) {
+          b.onResolve({ filter: /^\.\.?\/.*\.ts$/ }, (a) => ({ path: a.path.replace(/\.ts$/, '.js'), external: true }));
+        },
+      }],
+    });
+    // The Lua scripts and any other file a module reads beside itself.
+    for (const f of files) {
+      if (served(f) && !f.endsWith('.ts') && statSync(join(src, f)).isFile()) cpSync(join(src, f), join(dir, 'src', f));
+    }
+    for (const link of ['node_modules', 'package.json', 'dist', 'templates']) symlinkSync(join(root, link), join(dir, link));
+    writeFileSync(join(dir, 'hooks.mjs'), HOOKS);
+    const fromSources = pathToFileURL(join(root, 'test/helpers/baton-src.mjs')).href;
+    writeFileSync(join(dir, 'baton.mjs'), launcher(pathToFileURL(`${src}/`).href, pathToFileURL(`${join(dir, 'src')}/`).href, fromSources));
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return { dir, launcher: join(dir, 'baton.mjs'), remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+const launcher = (from: string, to: string, fromSources: string) => `// Written by test/helpers/compiled-sources.ts for one test run.
+import { register } from 'node:module';
+
+if (process.argv[2] === 'init') {
+  await import(${JSON.stringify(fromSources)});
+} else {
+  // Only agent modules import src/ by path; the hooks' thread costs a start 0.3 s of CPU.
+  if (process.argv.some((a) => a === '--agents' || a.startsWith('--agents='))) {
+    register('./hooks.mjs', import.meta.url, { data: { from: ${JSON.stringify(from)}, to: ${JSON.stringify(to)} } });
+  }
+  await import('./src/cli/main.js');
+}
+`;
+
+/** A src/ module imported by its TypeScript path resolves to its compiled file. */
+const HOOKS = `let from;
+let to;
+
+export function initialize(data) {
+  ({ from, to } = data);
+}
+
+export async function resolve(specifier, context, next) {
+  const r = await next(specifier, context);
+  if (r.url.startsWith(from) && r.url.endsWith('.ts') && !r.url.startsWith(from + 'ui/')) {
+    return { ...r, url: to + r.url.slice(from.length, -3) + '.js', format: 'module' };
+  }
+  return r;
+}
+`;
