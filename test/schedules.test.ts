@@ -146,13 +146,16 @@ describe('schedules from the client and the CLI', () => {
 
   it('baton schedules create, list, get, pause, resume and delete', async () => {
     const env = { BATON_URL: url, BATON_API_KEY: await h.key('cli', 'admin'), BATON_SCOPE: 'cli' };
-    const made = await runCli(['schedules', 'create', '--cron', '*/15 * * * *', '--timezone', 'Europe/Paris', '--missed', 'catchUpOne',
+    // Hourly, half an hour from now: it cannot fire while the test runs (its `fired 0` holds).
+    // (A `*/15` schedule fired between create and list when a run crossed a quarter hour.)
+    const cron = `${(new Date().getUTCMinutes() + 30) % 60} * * * *`;
+    const made = await runCli(['schedules', 'create', '--cron', cron, '--timezone', 'Europe/Paris', '--missed', 'catchUpOne',
       '--session-per-tick', '--runtime', h.runtime, '--metadata', '{"team":"ops"}', '--json', 'the', 'report'], env);
     expect(made.code, made.stderr).toBe(0);
     const s = JSON.parse(made.stdout);
-    expect(s).toMatchObject({ cron: '*/15 * * * *', missed: 'catchUpOne', run: { sessionPerTick: true, input: { content: 'the report' }, metadata: { team: 'ops' } } });
+    expect(s).toMatchObject({ cron, missed: 'catchUpOne', run: { sessionPerTick: true, input: { content: 'the report' }, metadata: { team: 'ops' } } });
     const listed = await runCli(['schedules', 'list'], env);
-    expect(listed.stdout).toContain(`${s.id}  active  "*/15 * * * *" Europe/Paris  missed catchUpOne  fired 0`);
+    expect(listed.stdout).toContain(`${s.id}  active  "${cron}" Europe/Paris  missed catchUpOne  fired 0`);
     // A page at a time: the next page's cursor on stderr, then that page.
     const admin = await h.client(url, 'cli', 'admin');
     const second = (await admin.post('/schedules', { cron: '0 0 1 1 *', run: { sessionId: 's', input: { content: 'x' }, runtime: h.runtime } })).body;
