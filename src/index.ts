@@ -32,4 +32,4 @@ export { openAIEmbeddings, type Embedder, type OpenAIEmbeddingsOptions } from '.
 export type { RecallOptions } from './lib/sessions/recall-options.ts';
 export type { ExternalMemory, MemoryBlocks, RecalledTurn } from './lib/sessions/memory-blocks.ts';
 export type { AgentInput, ArtifactRef, ArtifactStore, InputArtifact } from './lib/artifacts/artifact-store.ts';
-export type { ArtifactAttachment, ArtifactDisposition } from './lib/engine/record.ts';
+export type { ArtifactAttachment, ArtifactDisposition } from './lib/engine/transitions/record.ts';

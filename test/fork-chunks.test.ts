@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FORK_CALL_BUDGET, forkSession } from '../src/lib/engine/session-fork.ts';
-import { FORK_LEASE_MS, type ForkChunk, type Transitions } from '../src/lib/engine/transitions.ts';
+import { FORK_LEASE_MS } from '../src/lib/engine/transitions/fork.ts';
+import { ForkChunk } from '../src/lib/engine/transitions/fork-copy.ts';
+import type { ApiGateway } from '../src/lib/engine/transitions/api-gateway.ts';
 import { call } from './helpers/http.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
@@ -52,7 +54,7 @@ describe('a fork in chunks', () => {
     const source = await seed('big', Array.from({ length: 20 }, (_, i) => [1_500, SIZES[i % SIZES.length]]));
     const total = source.reduce((n, m) => n + Buffer.byteLength(m), 0);
     const chunks: ForkChunk[] = [];
-    const t = h.transitions();
+    const t = h.gateways().api;
     const fork = await forkSession(t, runOf, SCOPE, 'big', { atTurn: 18, sessionId: 'big-18' }, FORK_CALL_BUDGET, (c) => chunks.push(c));
     expect(fork).toEqual({ sessionId: 'big-18', forkedFrom: 'big', turns: 18, messages: 36, atRunId: 'r17' });
     expect(await history('big-18')).toEqual(source.slice(0, 36));
@@ -131,7 +133,7 @@ describe('a fork in chunks', () => {
 
   it('mid-fork the new session is not there: nothing to read, a second fork into it is refused, a submit into it wins', async () => {
     const source = await seed('mid', Array.from({ length: 6 }, (_, i) => [1_000, 200_000 + i]));
-    const t: Transitions = h.transitions();
+    const t: ApiGateway = h.gateways().api;
     const sk = h.keys.scope(SCOPE);
     const at = (token: string) => ({ count: 12, bytes: source.reduce((n, m) => n + Buffer.byteLength(m), 0), lastRunId: 'r5', forkedAt: 'r5', token });
 

@@ -1,4 +1,4 @@
-import type { ArtifactDisposition } from '../engine/record.ts';
+import type { ArtifactDisposition } from '../engine/transitions/record.ts';
 
 /** What is known about a stored artifact without reading its bytes. */
 export interface ArtifactRef {

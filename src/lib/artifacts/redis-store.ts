@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
 import { BatonError } from '../errors.ts';
 import { newArtifactId } from '../ids.ts';
 import { isValidId, type Keys } from '../keys.ts';
@@ -30,7 +30,7 @@ export class RedisArtifactStore implements ArtifactStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     private readonly limits: ArtifactLimits,
   ) {}
 

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { BatonError } from '../errors.ts';
 import { TERMINAL_STATUSES, type ForkRequest, type SessionFork } from '../contract/runs.ts';
-import type { CallBudget, ForkChunk, Transitions } from './transitions.ts';
+import type { CallBudget } from './transitions/fork-scan.ts';
+import type { ForkChunk } from './transitions/fork-copy.ts';
+import type { ApiGateway } from './transitions/api-gateway.ts';
 
 /**
  * What one script call of a fork may read or copy: 64 messages and 256 KiB (a message larger
@@ -47,7 +49,7 @@ const ENDED: readonly string[] = TERMINAL_STATUSES;
  * fork copies its own turns at the new session's first run (run-memory.ts).
  */
 export async function forkSession(
-  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest,
+  transitions: ApiGateway, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest,
   budget: CallBudget = FORK_CALL_BUDGET, onChunk?: (chunk: ForkChunk) => void,
 ): Promise<SessionFork> {
   const to = body.sessionId ?? `s${Date.now().toString(36)}${randomBytes(8).toString('hex')}`;
@@ -76,7 +78,7 @@ export async function forkSession(
 }
 
 async function findForkPoint(
-  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, budget: CallBudget,
+  transitions: ApiGateway, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, budget: CallBudget,
 ): Promise<ForkPoint> {
   let turns = 0;
   let bytes = 0;

@@ -1,4 +1,4 @@
-import type { RunInput, SessionMessage } from '../engine/record.ts';
+import type { RunInput, SessionMessage } from '../engine/transitions/record.ts';
 import { resolveRecallOptions, type RecallOptions, type ResolvedRecallOptions } from './recall-options.ts';
 
 /**

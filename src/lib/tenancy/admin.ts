@@ -1,7 +1,7 @@
 import { redisNowMs, type Redis } from '../redis.ts';
 import type { Keys } from '../keys.ts';
 import type { DrainResult, ResumeResult, RuntimeStats } from '../contract/admin.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
 import { runtimeCounts } from '../engine/runtime-counts.ts';
 import type { RuntimeInfo, WorkerRegistry } from './worker-registry.ts';
 
@@ -29,7 +29,7 @@ export class RuntimeAdmin {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     private readonly registry: WorkerRegistry,
   ) {}
 

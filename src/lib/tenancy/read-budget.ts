@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
 import { BatonError } from '../errors.ts';
 import { LIMITS_CACHE_MS } from './limits.ts';
 
@@ -39,7 +39,7 @@ export class ReadBudget {
   private readonly free: number;
 
   constructor(
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     config: Pick<Config, 'READ_FREE_BYTES' | 'READ_BYTES_PER_SEC' | 'READ_BURST_BYTES'>,
     /** The scope's readBytesPerSec in force, as this process last read its limits (ScopeLimitStore.limits). */
     private readonly rateOf: (scope: string) => Promise<number>,

@@ -1,4 +1,4 @@
-import { BatonError } from '../errors.ts';
+import { BatonError } from '../../errors.ts';
 
 /**
  * The negative codes the Lua scripts return (as `CODE.<name>`: luaCodes below): refusals. The

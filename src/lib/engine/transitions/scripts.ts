@@ -23,7 +23,7 @@ import { luaCodes } from './script-codes.ts';
  * FUNCTION FLUSH) answers "Function not found": the library is loaded then and the call made
  * again (on a Cluster, into every master). Redis 7.0 or later is required.
  */
-const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
+const LUA_DIR = fileURLToPath(new URL('./', import.meta.url));
 /**
  * Bumped whenever a script's calling convention or the meaning of what it stores changes.
  * - v2: named KEYS and one JSON options argument;
