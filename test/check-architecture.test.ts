@@ -21,8 +21,8 @@ const hops = (submit: string[]) => [
   '```hops submit', ...submit, '```',
   '```hops claim', 'RunExecutor.execute  src/lib/engine/executor.ts  a method', '```',
   '```hops step', 'ContextState.stepOnce  src/lib/engine/context.ts  a private method', '```',
-  '```hops finish', 'Transitions.finish  src/lib/engine/transitions.ts', 'finish  src/lib/engine/lua/finish.lua  the script',
-  'finishRun  src/lib/engine/lua/lib.lua  a Lua helper', '```',
+  '```hops finish', 'AttemptGateway.finish  src/lib/engine/transitions/attempt-gateway.ts', 'finish  src/lib/engine/transitions/finish.lua  the script',
+  'finishRun  src/lib/engine/transitions/lib/finish.lua  a Lua helper', '```',
   '```hops recovery', 'closeAttempt  src/lib/engine/close.ts  a function', 'finish  src/lib/engine/close.ts  another', '```',
   '```hops cancel', 'runRoutes  src/api/routes-runs.ts  a const', '```',
   '',
@@ -46,7 +46,7 @@ describe('the check of ARCHITECTURE.md', () => {
       'submitRun  src/api/routes-runs.ts  a function not written yet',
       'Submissions.submitRun  src/lib/engine/submissions.ts  a method the class does not have',
       'RunStore.create  src/lib/engine/no-such-file.ts',
-      'begin  src/lib/engine/lua/submit.lua  a helper of another file',
+      'begin  src/lib/engine/transitions/submit.lua  a helper of another file',
     ]).concat(['Prose that names `RunStore.create`, `Date.now` and `RunStore.submitOnce`, and `test/no-such.test.ts`.'])));
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/^check-architecture: 6 problem\(s\)$/m);
@@ -55,7 +55,7 @@ describe('the check of ARCHITECTURE.md', () => {
     expect(r.stderr).toMatch(/missing\.md:4: submit: src\/api\/routes-runs\.ts declares no submitRun/);
     expect(r.stderr).toMatch(/missing\.md:5: submit: src\/lib\/engine\/submissions\.ts declares no Submissions\.submitRun/);
     expect(r.stderr).toMatch(/missing\.md:6: submit: src\/lib\/engine\/no-such-file\.ts does not exist/);
-    expect(r.stderr).toMatch(/missing\.md:7: submit: src\/lib\/engine\/lua\/submit\.lua declares no begin/);
+    expect(r.stderr).toMatch(/missing\.md:7: submit: src\/lib\/engine\/transitions\/submit\.lua declares no begin/);
   });
 
   it('fails on hops out of the order the code calls them, and passes a callback called from further up', () => {
@@ -64,11 +64,11 @@ describe('the check of ARCHITECTURE.md', () => {
       // Called by Submissions.submit through traceSubmit's callback: in order.
       'RunStore.create  src/lib/engine/store.ts',
       // Nothing above calls these two: the claim's gateway method and the finish script.
-      'Transitions.claim  src/lib/engine/transitions.ts', 'finish  src/lib/engine/lua/finish.lua',
+      'WorkerGateway.claim  src/lib/engine/transitions/attempt-gateway.ts', 'finish  src/lib/engine/transitions/finish.lua',
     ])));
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/^check-architecture: 2 problem\(s\)$/m);
-    expect(r.stderr).toMatch(/order\.md:8: submit: no hop before Transitions\.claim calls it/);
+    expect(r.stderr).toMatch(/order\.md:8: submit: no hop before WorkerGateway\.claim calls it/);
     expect(r.stderr).toMatch(/order\.md:9: submit: no hop before finish calls it/);
   });
 
@@ -87,8 +87,8 @@ describe('the check of ARCHITECTURE.md', () => {
     // The submit as the API makes it today: eight hops.
     const eight = [
       'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/ops/tracing.ts',
-      'RunStore.create  src/lib/engine/store.ts', 'Transitions.submit  src/lib/engine/transitions.ts',
-      'Transitions.callRaw  src/lib/engine/transitions.ts', 'callScript  src/lib/engine/scripts.ts', 'submit  src/lib/engine/lua/submit.lua',
+      'RunStore.create  src/lib/engine/store.ts', 'ApiGateway.submit  src/lib/engine/transitions/api-gateway.ts',
+      'submit  src/lib/engine/transitions/submit.ts', 'ScriptCaller.callRaw  src/lib/engine/transitions/caller.ts', 'submit  src/lib/engine/transitions/submit.lua',
     ];
     const over = page('over.md', hops(eight));
     const lenient = check(over);
