@@ -11,7 +11,7 @@ import type { ParkReply } from './transitions/wait.ts';
 import type { AttemptGateway } from './transitions/attempt-gateway.ts';
 import { errorText, thrownOutcome, writeFailure, type Answer, type AttemptOutcome } from './outcome.ts';
 import type { RunError, RunRecord, RunResult, SessionMessage } from './transitions/record.ts';
-import { LeaseLostError } from './transitions/script-codes.ts';
+import { LeaseLostError, type Fenced } from './transitions/script-codes.ts';
 import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../ops/tracing.ts';
 
 /** Hooks for metrics; every one optional so the executor does not depend on prom-client. */
@@ -304,7 +304,7 @@ async function closeBroken(c: Closing, why: string): Promise<AttemptOutcome> {
   // One try, no retries: a flush that fails here would leave a hole before `end`.
   const sent = await written(async () => {
     await c.writer.flush();
-    await c.gateway.finish({
+    return c.gateway.finish({
       status: 'failed', result: JSON.stringify({ ...partial(c, 'error'), ...usage(c) }), lastError: JSON.stringify(lastError),
     });
   });
@@ -320,17 +320,21 @@ async function closeBroken(c: Closing, why: string): Promise<AttemptOutcome> {
   return { kind: 'broken', error: why };
 }
 
-/** A write of the closing, its failure made an outcome where it happens. */
-async function written<T>(write: () => Promise<T>): Promise<Written<T>> {
+/**
+ * A closing transition, its refusal or failure made an outcome where it happens: a lost lease
+ * is its answer (`{ kind: 'lost' }`), Redis's loss or a bug what writeFailure makes of the error.
+ */
+async function written<T>(write: () => Promise<Fenced<T>>): Promise<Written<T>> {
   try {
-    return { ok: true, value: await write() };
+    const sent = await write();
+    return sent.kind === 'lost' ? { ok: false, outcome: { kind: 'lease-lost' } } : { ok: true, value: sent.value };
   } catch (err) {
     return { ok: false, outcome: writeFailure(err) };
   }
 }
 
 /** The attempt's events first, then the closing transition `write` (see flushBeforeClosing). */
-async function flushThen<T>(c: Closing, write: () => Promise<T>): Promise<Written<T>> {
+async function flushThen<T>(c: Closing, write: () => Promise<Fenced<T>>): Promise<Written<T>> {
   const flushed = await flushBeforeClosing(c, () => c.writer.flush());
   return flushed.ok ? written(write) : flushed;
 }

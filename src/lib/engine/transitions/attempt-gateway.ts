@@ -7,7 +7,7 @@ import { finish, type FinishInput } from './finish.ts';
 import { heartbeat, type HeartbeatReply } from './heartbeat.ts';
 import { release } from './release.ts';
 import { retry } from './retry.ts';
-import { LeaseLostError } from './script-codes.ts';
+import { LeaseLostError, type Fenced } from './script-codes.ts';
 import { steer, type TakenSteering } from './steer.ts';
 import { step, type StepWrite } from './step.ts';
 import { wait, type ParkReply, type WaitRequest } from './wait.ts';
@@ -45,8 +45,9 @@ export class WorkerGateway {
 
 /**
  * One attempt's transitions: it holds the attempt (run, fence, keys), so no call can name
- * another's. A write the run's lease no longer allows throws LeaseLostError (close.ts makes
- * it the outcome lease-lost).
+ * another's. A closing transition (retry, block, wait, release, finish) answers a lost lease as
+ * the value `{ kind: 'lost' }` (close.ts makes it the outcome lease-lost); a step, a steer and
+ * assertLease, called from inside the agent's part, throw LeaseLostError, which ends that part.
  */
 export class AttemptGateway {
   constructor(private readonly c: ScriptCaller, readonly attempt: Attempt) {}
@@ -55,13 +56,15 @@ export class AttemptGateway {
   steer(sessionId: string, boundary: number): Promise<{ taken: TakenSteering; fresh: boolean }> {
     return steer(this.c, this.attempt, sessionId, boundary);
   }
-  retry(o: { delayMs: number; lastError: string }): Promise<number> { return retry(this.c, this.attempt, o); }
-  block(blocked: { stepKey: string; reason: string; since: number }): Promise<void> { return block(this.c, this.attempt, blocked); }
-  finish(f: FinishInput, last?: { no: number; events: Events }): Promise<{ notDelivered: number }> {
+  retry(o: { delayMs: number; lastError: string }): Promise<Fenced<number>> { return retry(this.c, this.attempt, o); }
+  block(blocked: { stepKey: string; reason: string; since: number }): Promise<Fenced<void>> {
+    return block(this.c, this.attempt, blocked);
+  }
+  finish(f: FinishInput, last?: { no: number; events: Events }): Promise<Fenced<{ notDelivered: number }>> {
     return finish(this.c, this.attempt, f, last);
   }
-  release(): Promise<void> { return release(this.c, this.attempt); }
-  wait(waits: readonly WaitRequest[]): Promise<ParkReply> { return wait(this.c, this.attempt, waits); }
+  release(): Promise<Fenced<void>> { return release(this.c, this.attempt); }
+  wait(waits: readonly WaitRequest[]): Promise<Fenced<ParkReply>> { return wait(this.c, this.attempt, waits); }
   /** A fenced lease renewal of this attempt; throws LeaseLostError unless it still holds the run. */
   async assertLease(): Promise<void> {
     const [reply] = await heartbeat(this.c, [this.attempt]);

@@ -1,7 +1,7 @@
 import type { Attempt } from './attempt.ts';
 import { slotKeys, type ScriptCaller } from './caller.ts';
 import { num, orders, type Replies } from './reply.ts';
-import { scriptError } from './script-codes.ts';
+import { LOST, ScriptCode, scriptError, type Fenced } from './script-codes.ts';
 
 export interface FinishInput {
   status: 'succeeded' | 'failed' | 'cancelled';
@@ -24,11 +24,12 @@ export const REPLY = { Finished: { orders, notDelivered: num }, LeaseLost: {} } 
  */
 export async function finish(
   c: ScriptCaller, attempt: Attempt, f: FinishInput, last?: { no: number; events: readonly (readonly [string, string])[] },
-): Promise<{ notDelivered: number }> {
+): Promise<Fenced<{ notDelivered: number }>> {
   const reply = await c.call('finish', REPLY, attempt.scope, {
     ...slotKeys(attempt.keys, attempt.runId), messages: attempt.keys.messages(attempt.sessionId),
   }, { runId: attempt.runId, fence: attempt.fence, ...f, ...(last ? { batch: last.no } : {}) }, last ? last.events.flat() : []);
+  if (reply.refused?.code === ScriptCode.LeaseLost) return LOST;
   if (reply.refused) throw scriptError(reply.refused, attempt.runId);
   await c.dispatch(attempt.scope, reply.orders);
-  return { notDelivered: reply.notDelivered || 0 };
+  return { kind: 'written', value: { notDelivered: reply.notDelivered || 0 } };
 }

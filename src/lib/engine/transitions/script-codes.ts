@@ -22,6 +22,15 @@ export const ScriptCode = {
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
 
+/**
+ * A closing transition's answer (retry, block, wait, release, finish): written, or refused
+ * because the attempt's fence no longer holds the run (another attempt took it over, or it is
+ * gone). A lost lease is a value here, the outcome the closing code makes of it (close.ts's
+ * lease-lost), not an exception to catch around the call.
+ */
+export type Fenced<T> = { kind: 'written'; value: T } | { kind: 'lost' };
+export const LOST = { kind: 'lost' } as const satisfies Fenced<never>;
+
 /** A fenced write was refused: this process no longer holds the run's lease. */
 export class LeaseLostError extends Error {
   constructor(readonly runId: string) {

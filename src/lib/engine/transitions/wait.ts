@@ -2,7 +2,7 @@ import type { WaitKind } from '../../contract/runs.ts';
 import type { Attempt } from './attempt.ts';
 import { slotKeys, type ScriptCaller } from './caller.ts';
 import { answered, flag, orders, time, type AnsweredWait, type Replies } from './reply.ts';
-import { Outcome, scriptError } from './script-codes.ts';
+import { LOST, Outcome, ScriptCode, scriptError, type Fenced } from './script-codes.ts';
 
 /** A wait an attempt reached and nobody answered yet, as the park transition takes it. */
 export interface WaitRequest {
@@ -39,7 +39,7 @@ export const REPLY = {
  * Parks the run on the waits its attempt reached (wait.lua): status waiting, lease and scope
  * slot released, the session kept. See wait.lua for waits answered meanwhile.
  */
-export async function wait(c: ScriptCaller, attempt: Attempt, waits: readonly WaitRequest[]): Promise<ParkReply> {
+export async function wait(c: ScriptCaller, attempt: Attempt, waits: readonly WaitRequest[]): Promise<Fenced<ParkReply>> {
   const timeouts: Record<string, number> = {};
   const untils: Record<string, number> = {};
   const tokens: Record<string, string> = {};
@@ -53,10 +53,11 @@ export async function wait(c: ScriptCaller, attempt: Attempt, waits: readonly Wa
   const reply = await c.call('wait', REPLY, attempt.scope, {
     ...slotKeys(attempt.keys, attempt.runId), steps: attempt.keys.steps(attempt.runId), waits: attempt.keys.waits(attempt.runId),
   }, { runId: attempt.runId, fence: attempt.fence, timeouts, untils, tokens }, specs);
+  if (reply.refused?.code === ScriptCode.LeaseLost) return LOST;
   if (reply.refused) throw scriptError(reply.refused, attempt.runId);
   if (reply.code === Outcome.wait.CancelRequested) {
-    return { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false };
+    return { kind: 'written', value: { cancelRequested: true, answered: [], nextAt: undefined, admittedAgain: false } };
   }
   await c.dispatch(attempt.scope, reply.orders);
-  return { cancelRequested: false, answered: reply.answered, nextAt: reply.nextAt, admittedAgain: reply.admittedAgain };
+  return { kind: 'written', value: { cancelRequested: false, answered: reply.answered, nextAt: reply.nextAt, admittedAgain: reply.admittedAgain } };
 }
