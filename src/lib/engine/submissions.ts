@@ -248,7 +248,7 @@ export class Submissions {
 
 /**
  * The record a submit writes (record.ts: NewRunRecord), from its request: the run's one
- * encoding, which crosses to Lua once (Transitions.submit).
+ * encoding, which crosses to Lua once (ApiGateway.submit, the unit submit.ts).
  */
 function newRunRecord(
   req: SubmitRequest, defaultMaxAttempts: number, traceparent: string | undefined, rerun: RerunPlan | undefined,

@@ -110,7 +110,7 @@ export function limitDefaults(c: Pick<Config,
 }
 
 export interface ScopeLimitStoreOptions {
-  /** Gives a scope's free slots to its parked runs (Transitions.fill): after a change that may have raised a limit. */
+  /** Gives a scope's free slots to its parked runs (SweeperGateway.fill): after a change that may have raised a limit. */
   fill(scope: string): Promise<unknown>;
   /** Event streams of the scope open in this process (OpenStreams), for `inUse.streams`. */
   openStreams(scope: string): number;

@@ -165,7 +165,7 @@ export function flatToObject(flat: string[]): Record<string, string> {
 
 /**
  * A new run's record as its submit writes it, the one encoding of the run that crosses to Lua
- * (Transitions.submit sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
+ * (the submit unit, submit.ts, sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
  * fields of the run's state: createdAt, status, attempt, fence...). JSON fields are JSON text
  * already; numbers go as their decimal text, as Redis stores them. The order of the members is
  * the order the fields are written; a member left undefined is not written.

@@ -2,8 +2,9 @@ import { BatonError } from '../../errors.ts';
 
 /**
  * The negative codes the Lua scripts return (as `CODE.<name>`: luaCodes below): refusals. The
- * gateway (transitions.ts) is the only reader: it turns a code into a typed reply or, through
- * scriptError, into a typed error. No other file compares a code, and none compares a number.
+ * units beside the scripts (engine/transitions/<name>.ts) are the only readers: each turns a
+ * code into a typed reply or, through scriptError, into a typed error. No other file compares a
+ * code, and none compares a number.
  */
 export const ScriptCode = {
   NotFound: -1,
