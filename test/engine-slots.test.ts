@@ -199,7 +199,7 @@ describe('scope slots', () => {
     const runs: RunRecord[] = [];
     for (let i = 0; i < 4; i++) runs.push(await submit(s, `lim-${i}`));
     expect(await h.redis.hget(sk.meta, 'parked')).toBe('3');
-    expect((await t.api.cancel(s, runs[3].id)).outcome).toBe('cancelled');
+    expect((await t.api.scope(s).cancel(runs[3].id)).outcome).toBe('cancelled');
     expect(await h.redis.hget(sk.meta, 'parked')).toBe('2');
     expect(await h.redis.zscore(`${sk.base}ready:q:`, runs[3].id)).toBeNull();
     // An operator raises maxActive: the next fill (the limits route calls it) starts them.

@@ -59,7 +59,7 @@ beforeAll(async () => {
   const heads = (await Promise.all(all.map((id) => store.get('acme', id)))).filter((r) => r!.status === 'dispatched') as RunRecord[];
   const plan = ['blocked', 'succeeded', 'succeeded', 'failed', 'retrying', 'running', 'running', 'cancel'];
   for (const [i, head] of heads.slice(0, plan.length).entries()) {
-    if (plan[i] === 'cancel') { await transitions.api.cancel('acme', head.id); continue; }
+    if (plan[i] === 'cancel') { await transitions.api.scope('acme').cancel(head.id); continue; }
     const claim = await transitions.worker.claim({ scope: 'acme', runId: head.id }, 'w-test', {});
     if (claim.kind !== 'claimed') throw new Error(`could not claim ${head.id}: ${claim.kind}`);
     const attempt = new Attempt(claim.run, claim.fence, h.keys.scope('acme'));

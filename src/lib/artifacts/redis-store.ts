@@ -40,7 +40,7 @@ export class RedisArtifactStore implements ArtifactStore {
     const ref: ArtifactRef = { id: newArtifactId(), contentType: upload.contentType, size: upload.bytes.byteLength, createdAt: Date.now() };
     const bytes = Buffer.from(upload.bytes.buffer, upload.bytes.byteOffset, upload.bytes.byteLength);
     const rate = l.ARTIFACT_UPLOAD_BYTES_PER_SEC;
-    const reply = await this.transitions.storeArtifact(scope, { ...ref, bytes }, {
+    const reply = await this.transitions.scope(scope).storeArtifact({ ...ref, bytes }, {
       maxBytes: l.ARTIFACT_SCOPE_MAX_BYTES, limit: rate > 0 ? { rate, burst: l.ARTIFACT_UPLOAD_BURST_BYTES } : undefined,
     });
     if (reply.kind === 'rate-limited') {

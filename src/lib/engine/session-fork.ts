@@ -59,9 +59,9 @@ export async function forkSession(
   const point = await findForkPoint(transitions, runOf, scope, sessionId, body, budget);
   const token = randomBytes(16).toString('hex');
   // Past the scope's fork rate or storage cap, forkBegin throws FORK_RATE_LIMITED or STORAGE_LIMIT: nothing copied.
-  let outcome: ForkChunk['kind'] = await transitions.forkBegin(scope, sessionId, to, { ...point, token });
+  let outcome: ForkChunk['kind'] = await transitions.scope(scope).forkBegin(sessionId, to, { ...point, token });
   while (outcome === 'copying') {
-    const chunk = await transitions.forkCopy(scope, sessionId, to, token, budget);
+    const chunk = await transitions.scope(scope).forkCopy(sessionId, to, token, budget);
     onChunk?.(chunk);
     // Each chunk copies at least one message (lua/fork-copy.lua): one that copied none would loop.
     if (chunk.kind === 'copying' && chunk.messages === 0) throw new Error(`the fork into session ${to} copied nothing`);
@@ -99,7 +99,7 @@ async function findForkPoint(
   while (start !== undefined) {
     // Ids and sizes only: the API never holds the history (a 64 MiB session parsed here held
     // the process's event loop from other requests).
-    const page = await transitions.forkScan(scope, sessionId, start, budget);
+    const page = await transitions.scope(scope).forkScan(sessionId, start, budget);
     for (let i = 0; i < page.runIds.length; i++) {
       const runId = page.runIds[i];
       if (runId !== current) {

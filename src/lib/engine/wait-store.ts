@@ -93,7 +93,7 @@ export class WaitStore {
       throw new BatonError('WAIT_NOT_PENDING', "A wait for the scope's token budget ends with the UTC day; it cannot be resumed.");
     }
     if (wait.schema !== undefined) await this.check(wait.schema, value, scope, waitKey, signal);
-    const resumed = await this.transitions.resumeWait(scope, runId, waitKey, { value: JSON.stringify(value), tokenHash });
+    const resumed = await this.transitions.scope(scope).resumeWait(runId, waitKey, { value: JSON.stringify(value), tokenHash });
     traceWaitsEnded(replies?.[2]?.[1] as string | undefined, runId, [{ key: waitKey, kind: resumed.kind, since: resumed.since }], () => 'resumed');
     this.events.resumed?.(resumed);
   }
