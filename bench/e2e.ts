@@ -7,7 +7,7 @@ import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
 import { runtimeCounts } from '../src/lib/tenancy/runtime-counts.ts';
 import { createKeys } from '../src/lib/keys.ts';
@@ -99,7 +99,7 @@ export async function benchBaton(
       submit = post.submit;
       closeSubmitter = post.close;
     } else {
-      const door = submitDoor(conn, createKeys(prefix), config, new Transitions(conn, createKeys(prefix), config, dispatcher));
+      const door = submitDoor(conn, createKeys(prefix), config, gateways(conn, createKeys(prefix), config, dispatcher).api);
       submit = async (i) => {
         await door.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hello baton bench' }, runtime: 'bench', agent: 'echo' });
       };

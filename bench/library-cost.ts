@@ -2,11 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/lib/config/index.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
-import type { ClaimReply } from '../src/lib/engine/transitions.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
-import { bodyOpening, functionName, luaSources, type ScriptName } from '../src/lib/engine/scripts.ts';
+import type { ClaimReply } from '../src/lib/engine/transitions/claim.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
+import { bodyOpening, functionName, luaSources, type ScriptName } from '../src/lib/engine/transitions/scripts.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
@@ -56,8 +56,8 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
   const redis = createRedis({ url: redisUrl, name: 'bench-library' });
   await waitReady(redis);
   const dispatcher = new Dispatcher(redis, keys);
-  const transitions = new Transitions(redis, keys, config, dispatcher);
-  const door = submitDoor(redis, keys, config, transitions);
+  const g = gateways(redis, keys, config, dispatcher);
+  const door = submitDoor(redis, keys, config, g.api);
   const shas = new Map<string, string>();
   for (const [name, source] of inlinedScripts()) shas.set(name, (await redis.script('LOAD', source)) as string);
   let form: Form = 'library';
@@ -100,17 +100,17 @@ export async function benchLibraryCost(redisUrl: string): Promise<LibraryCost> {
         const attempts: Attempt[] = [];
         await timed('claim', async () => {
           for (const runId of ids) {
-            const c: ClaimReply = await transitions.claim({ scope: 'bench', runId }, 'bench-worker', {}, { echo: 200 });
+            const c: ClaimReply = await g.worker.claim({ scope: 'bench', runId }, 'bench-worker', {}, { echo: 200 });
             if (c.kind !== 'claimed') throw new Error(`run ${runId} not claimed: ${c.kind}`);
             attempts.push(new Attempt(c.run, c.fence, scope));
           }
         });
         await timed('append', async () => {
-          for (const a of attempts) await transitions.append(a, 1, [['token', '{"text":"hello"}']]);
+          for (const a of attempts) await g.worker.append(a, 1, [['token', '{"text":"hello"}']]);
         });
         await timed('finish', async () => {
           for (const a of attempts) {
-            await transitions.finish(a, { status: 'succeeded', result: '{"answer":"hello","finishReason":"stop","toolCallsSeen":0}', turn });
+            await g.worker.of(a).finish({ status: 'succeeded', result: '{"answer":"hello","finishReason":"stop","toolCallsSeen":0}', turn });
           }
         });
       }

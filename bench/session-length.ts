@@ -7,7 +7,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
@@ -48,10 +48,10 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
   const subscriber = createRedis({ url: redisUrl, name: 'bench-sub', blocking: true });
   await Promise.all([waitReady(setup), waitReady(worker)]);
   const setupDispatcher = new Dispatcher(setup, keys);
-  const door = submitDoor(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
+  const door = submitDoor(setup, keys, config, gateways(setup, keys, config, setupDispatcher).api);
   const dispatcher = new Dispatcher(worker, keys);
-  const transitions = new Transitions(worker, keys, config, dispatcher);
-  const leases = new LeaseKeeper(transitions, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  const g = gateways(worker, keys, config, dispatcher);
+  const leases = new LeaseKeeper(g.worker, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
   await leases.start();
 
   /** What the agent found at its first line, once per run. */
@@ -64,8 +64,8 @@ export async function benchSessionLength(redisUrl: string): Promise<SessionLengt
     },
   });
   const executor = new RunExecutor({
-    redis: worker, keys, config, transitions, leases, agents: new Map([[probe.name, probe]]), workerId: 'bench-worker', log,
-    artifacts: new RedisArtifactStore(worker, keys, transitions, config),
+    redis: worker, keys, config, transitions: g.worker, flow: g.flow, leases, agents: new Map([[probe.name, probe]]), workerId: 'bench-worker', log,
+    artifacts: new RedisArtifactStore(worker, keys, g.api, config),
   });
   const claim = async (sessionId: string) => {
     const runId = (await door.submit({ scope: 'bench', sessionId, input: { content: 'q' }, runtime, agent: probe.name })).run.id;

@@ -10,7 +10,7 @@ import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
 import { deleteByPrefix, totalCommands, withBenchRedis } from './redis-stats.ts';
 import { printTable } from './table.ts';
@@ -79,10 +79,10 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
   const subscriber = createRedis({ url: redisUrl, name: 'bench-sub', blocking: true });
   await Promise.all([waitReady(setup), waitReady(redis)]);
   const setupDispatcher = new Dispatcher(setup, keys);
-  const door = submitDoor(setup, keys, config, new Transitions(setup, keys, config, setupDispatcher));
+  const door = submitDoor(setup, keys, config, gateways(setup, keys, config, setupDispatcher).api);
   const dispatcher = new Dispatcher(redis, keys);
-  const transitions = new Transitions(redis, keys, config, dispatcher);
-  const leases = new LeaseKeeper(transitions, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  const g = gateways(redis, keys, config, dispatcher);
+  const leases = new LeaseKeeper(g.worker, subscriber, keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
   await leases.start();
   const counter = countOn(redis);
 
@@ -114,8 +114,8 @@ export async function benchTransitions(redisUrl: string): Promise<TransitionCost
     },
   });
   const executor = new RunExecutor({
-    redis, keys, config, transitions, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
-    artifacts: new RedisArtifactStore(redis, keys, transitions, config),
+    redis, keys, config, transitions: g.worker, flow: g.flow, leases, agents: new Map([[agent.name, agent]]), workerId: 'bench-worker', log,
+    artifacts: new RedisArtifactStore(redis, keys, g.api, config),
   });
   const submit = async (i: number) =>
     (await door.submit({ scope: 'bench', sessionId: `s${i}`, input: { content: 'hi' }, runtime, agent: agent.name })).run.id;

@@ -1,5 +1,5 @@
 // Builds dist/ from src/: tsc emits ESM, .d.ts and source maps (tsconfig.build.json), the
-// Lua scripts are copied next to the compiled script loader, which reads them from ./lua/
+// Lua scripts are copied next to the compiled script loader, which reads them from its own folder
 // beside itself, and Vite builds the run inspector into dist/ui. `npm run build` and `npm pack`
 // (prepack) call this file; bin/baton.js calls buildIfStale() in a checkout, so `npm start`
 // never runs code older than src/.
@@ -55,7 +55,10 @@ export function build() {
   try {
     const r = spawnSync(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', tmp], { stdio: 'inherit' });
     if (r.status !== 0) throw new Error(`tsc failed (exit ${r.status ?? r.signal})`);
-    cpSync(join(ROOT, 'src/lib/engine/lua'), join(tmp, 'lib/engine/lua'), { recursive: true });
+    // The transitions' Lua sits beside their units (src/lib/engine/transitions/<name>.lua, lib/*.lua).
+    cpSync(join(ROOT, 'src/lib/engine/transitions'), join(tmp, 'lib/engine/transitions'), {
+      recursive: true, filter: (from) => !/\.[a-z]+$/.test(from) || from.endsWith('.lua'),
+    });
     // The run inspector, served by the API from dist/ui (vite.ui.config.ts).
     // vite's package exports no bin path; its CLI sits two folders above its entry module.
     const vite = join(dirname(createRequire(import.meta.url).resolve('vite')), '../../bin/vite.js');

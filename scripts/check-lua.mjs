@@ -1,6 +1,6 @@
-// Checks the transitions library (src/lib/engine/lua), run by `npm test` (npm run check:lua):
+// Checks the transitions library (the .lua files of src/lib/engine/transitions), run by `npm test` (npm run check:lua):
 //
-// 1. luacheck over the library as Redis loads it (librarySource() of src/lib/engine/scripts.ts,
+// 1. luacheck over the library as Redis loads it (librarySource() of src/lib/engine/transitions/scripts.ts,
 //    settings in .luacheckrc): every name a script uses is a local of the library or a global
 //    Redis provides, so a misspelled helper fails here instead of as a call to nil at run time.
 //    Its findings are reported at the line of the .lua file they come from.
@@ -20,7 +20,7 @@
 //    `-- @reply Claimed: fence, attempt, ...`, `-- @reply NotFound` (names: its Outcome or
 //    ScriptCode keys), or `-- @reply: a, b` for a reply without a code (a long list goes on in
 //    indented comment lines after it: `--   field, ...`); and they are exactly the
-//    decoder's declared lists (REPLIES in transitions.ts): the same outcomes, the same fields
+//    decoder's declared lists (the `REPLY` of its unit, <name>.ts beside <name>.lua: unitReplies()): the same outcomes, the same fields
 //    in the same order. Each code a script returns by name is one its header declares.
 // 6. No .lua file passes 200 lines, and no helper takes more than four parameters (more go in
 //    one table of named fields: `finishRun({ runId = ..., status = ..., ... })`).
@@ -28,11 +28,27 @@
 // Run as a program it checks the library on disk; checkLibrary() (test/check-lua.test.ts)
 // checks given sources.
 import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { assembleLibrary, luaSources } from '../src/lib/engine/scripts.ts';
-import { Outcome, ScriptCode, outcomeGroup } from '../src/lib/engine/script-codes.ts';
-import { REPLIES } from '../src/lib/engine/transitions.ts';
+import { assembleLibrary, luaSources } from '../src/lib/engine/transitions/scripts.ts';
+import { Outcome, ScriptCode, outcomeGroup } from '../src/lib/engine/transitions/script-codes.ts';
 import { PROGRAMS, skipWithout } from '../test/helpers/programs.ts';
+
+/**
+ * Each transition's declared replies, by name: the `REPLY` its unit exports, the TypeScript file
+ * beside its script (src/lib/engine/transitions/<name>.ts next to <name>.lua). A script without
+ * such a unit is left out here, and checkLibrary() names it.
+ */
+export async function unitReplies(names) {
+  const replies = {};
+  for (const name of names) {
+    const unit = new URL(`../src/lib/engine/transitions/${name}.ts`, import.meta.url);
+    if (!existsSync(unit)) continue;
+    const { REPLY } = await import(unit.href);
+    if (REPLY) replies[name] = REPLY;
+  }
+  return replies;
+}
 
 /** The most lines a .lua file holds. */
 const MAX_LINES = 200;
@@ -90,12 +106,12 @@ export function replyHeader(body) {
 
 /**
  * The problems of a library made of `sources` (luaSources()'s shape), its replies held against
- * `replies` (REPLIES's shape); `luacheck` false skips part 1.
+ * `replies` (unitReplies()'s shape: script name -> its unit's REPLY); `luacheck` false skips part 1.
  */
 export function checkLibrary(sources, replies, { luacheck = true } = {}) {
   const problems = [];
   const { codes, helpers, bodies } = sources;
-  const path = (file) => `src/lib/engine/lua/${file}`;
+  const path = (file) => `src/lib/engine/transitions/${file}`;
 
   // ---- 1. luacheck over the assembled library ----
   if (luacheck) {
@@ -177,7 +193,7 @@ export function checkLibrary(sources, replies, { luacheck = true } = {}) {
     problems.push(...usesProblems(path(`lib/${name}.lua`), text, new Set(before), 'the helper files before it'));
     for (const h of mine) before.add(h);
   }
-  for (const [name, body] of bodies) problems.push(...usesProblems(path(`${name}.lua`), body, before, 'lua/lib/'));
+  for (const [name, body] of bodies) problems.push(...usesProblems(path(`${name}.lua`), body, before, 'lib/'));
 
   // ---- 5. each transition's replies: its header, its decoder, the codes it returns ----
   const refusals = ScriptCode;
@@ -185,7 +201,7 @@ export function checkLibrary(sources, replies, { luacheck = true } = {}) {
     const file = path(`${name}.lua`);
     const group = outcomeGroup(name);
     const outcomes = Outcome[group] ?? {};
-    // A reply line's name says outcome or refusal: none may be both (decode() in transitions.ts relies on it).
+    // A reply line's name says outcome or refusal: none may be both (decode() in reply.ts relies on it).
     for (const outcome of Object.keys(outcomes)) {
       if (outcome in refusals) problems.push(`${file}: Outcome.${group}.${outcome} has a ScriptCode's name: name it otherwise`);
     }
@@ -197,18 +213,18 @@ export function checkLibrary(sources, replies, { luacheck = true } = {}) {
       }
     }
     const decoder = replies[name];
-    if (!decoder) { problems.push(`${file}: transitions.ts declares no replies for ${name} (REPLIES)`); continue; }
+    if (!decoder) { problems.push(`${file}: no unit beside it declares its replies (export const REPLY in ${name}.ts)`); continue; }
     const decoded = new Map(Object.entries(decoder).map(([outcome, shape]) => [outcome, Object.keys(shape)]));
     for (const [outcome, fields] of header) {
       const label = outcome === '' ? 'its reply' : outcome;
       const theirs = decoded.get(outcome);
-      if (!theirs) { problems.push(`${file}: declares ${label}, which its decoder (REPLIES['${name}'] in transitions.ts) does not`); continue; }
+      if (!theirs) { problems.push(`${file}: declares ${label}, which its decoder (REPLY in ${name}.ts) does not`); continue; }
       if (fields.join(', ') !== theirs.join(', ')) {
-        problems.push(`${file}: ${label} is \`${fields.join(', ')}\` in its header but \`${theirs.join(', ')}\` in its decoder (REPLIES['${name}'] in transitions.ts)`);
+        problems.push(`${file}: ${label} is \`${fields.join(', ')}\` in its header but \`${theirs.join(', ')}\` in its decoder (REPLY in ${name}.ts)`);
       }
     }
     for (const outcome of decoded.keys()) {
-      if (!header.has(outcome)) problems.push(`${file}: its decoder (REPLIES['${name}']) declares ${outcome || 'a reply without a code'}, which its header does not`);
+      if (!header.has(outcome)) problems.push(`${file}: its decoder (REPLY in ${name}.ts) declares ${outcome || 'a reply without a code'}, which its header does not`);
     }
     const plain = code(body);
     for (const m of plain.matchAll(/\bOUTCOME\.(\w+)\.(\w+)/g)) {
@@ -224,7 +240,7 @@ export function checkLibrary(sources, replies, { luacheck = true } = {}) {
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {
   const sources = luaSources();
-  const problems = checkLibrary(sources, REPLIES);
+  const problems = checkLibrary(sources, await unitReplies(sources.bodies.map(([name]) => name)));
   const { bodies, helpers } = sources;
   if (problems.length) {
     console.error(`check-lua: ${problems.length} problem(s) in the transitions library:\n  ${problems.join('\n  ')}`);

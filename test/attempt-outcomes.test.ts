@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { AttemptGateway } from '../src/lib/engine/transitions/attempt-gateway.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import type { WorkerHandle } from '../src/worker/worker.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
@@ -128,10 +128,11 @@ const storePermanent = refusingStore(() => new PermanentError('store full', 'STO
 
 beforeAll(async () => {
   for (const method of CLOSING) {
-    const original = Transitions.prototype[method] as (this: Transitions, attempt: Attempt, ...rest: any[]) => Promise<unknown>;
-    vi.spyOn(Transitions.prototype, method).mockImplementation(function (this: Transitions, attempt: Attempt, ...rest: any[]) {
-      book(method, attempt, method === 'finish' ? rest[0].status : undefined);
-      return original.call(this, attempt, ...rest);
+    // Each attempt's gateway holds its attempt: the closing call is booked under it.
+    const original = AttemptGateway.prototype[method] as (this: AttemptGateway, ...rest: any[]) => Promise<unknown>;
+    vi.spyOn(AttemptGateway.prototype, method).mockImplementation(function (this: AttemptGateway, ...rest: any[]) {
+      book(method, this.attempt, method === 'finish' ? rest[0].status : undefined);
+      return original.call(this, ...rest);
     } as any);
   }
   h = await useHarness({ SHUTDOWN_GRACE_MS: '300', RETRY_BASE_MS: '50', RETRY_MAX_MS: '100' });
@@ -225,10 +226,10 @@ describe('one closing transition per attempt', () => {
     // would), and hands it back at once: the worker's next claim recovers it with fence 3,
     // which aborts the first attempt for a lost lease.
     await h.redis.zadd(h.keys.scope('acme').leases, 1, id);
-    const ghost = await h.transitions().claim({ scope: 'acme', runId: id }, 'ghost', {});
+    const ghost = await h.gateways().worker.claim({ scope: 'acme', runId: id }, 'ghost', {});
     expect(ghost.kind).toBe('claimed');
     if (ghost.kind !== 'claimed') return;
-    await h.transitions().release(new Attempt(ghost.run, ghost.fence, h.keys.scope('acme')));
+    await h.gateways().worker.of(new Attempt(ghost.run, ghost.fence, h.keys.scope('acme'))).release();
     expect(await acme.waitStatus(id, ['succeeded', 'failed'])).toMatchObject({ status: 'succeeded', result: { answer: 'taken over' } });
     // Fence 1 (the lost attempt) made no closing call: only the ghost's release and the finish.
     expect(await settled(id, 2)).toEqual([['release'], ['finish:succeeded']]);

@@ -6,9 +6,9 @@ import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
-import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { LeaseLostError } from '../src/lib/engine/transitions/script-codes.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fx, fxList, fxSet, useFixturesInProcess } from './helpers/engine.ts';
 import { track } from './helpers/resources.ts';
@@ -44,8 +44,8 @@ async function executorFor(heartbeatMs: number) {
   const sub = createRedis({ url: h.redisUrl, name: 'lease-test-sub', blocking: true });
   await waitReady(redis);
   const dispatcher = new Dispatcher(redis, h.keys);
-  const transitions = new Transitions(redis, h.keys, config, dispatcher);
-  const leases = new LeaseKeeper(transitions, sub, h.keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
+  const g = gateways(redis, h.keys, config, dispatcher);
+  const leases = new LeaseKeeper(g.worker, sub, h.keys.cancelChannel, config.LEASE_MS, config.HEARTBEAT_MS, log);
   await leases.start();
   track(leases, async () => {
     await leases.stop();
@@ -53,15 +53,16 @@ async function executorFor(heartbeatMs: number) {
     await Promise.all([redis.quit(), sub.quit()]);
   });
   const executor = new RunExecutor({
-    redis, keys: h.keys, config, transitions, leases, agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
-    artifacts: new RedisArtifactStore(redis, h.keys, transitions, config),
+    redis, keys: h.keys, config, transitions: g.worker, flow: g.flow, leases,
+    agents: new Map([[hold.name, hold], [staleWriter.name, staleWriter]]), workerId: 'w-test', log,
+    artifacts: new RedisArtifactStore(redis, h.keys, g.api, config),
   });
   return { executor, leases };
 }
 
 /** Claims a run the way a worker would, from the test (no agent runs). */
 async function claimAsGhost(runId: string, scope = 'acme') {
-  const reply = await h.transitions().claim({ scope, runId }, 'ghost', {});
+  const reply = await h.gateways().worker.claim({ scope, runId }, 'ghost', {});
   if (reply.kind !== 'claimed') throw new Error(`the ghost's claim answered ${reply.kind}`);
   return new Attempt(reply.run, reply.fence, h.keys.scope(scope));
 }
@@ -134,7 +135,7 @@ describe('leases within one process', () => {
     const attempt = await claimAsGhost(runId);
     leases.hold(attempt);
     // The attempt finished; the beat was already on its way before its entry was released.
-    await h.transitions().finish(attempt, { status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
+    await h.gateways().worker.of(attempt).finish({ status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
     await leases.beat();
     expect(attempt.signal.aborted).toBe(false);
     leases.release(attempt);
@@ -144,7 +145,7 @@ describe('leases within one process', () => {
     const globex = await h.client(apiUrl, 'globex');
     const submit = async (c: ScopeClient, name: string) =>
       (await c.submit(name, 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
-    const t = h.transitions();
+    const t = h.gateways();
     const renewed = await claimAsGhost(await submit(acme, 'beat-many-1'));
     const cancelled = await claimAsGhost(await submit(acme, 'beat-many-2'));
     const closed = await claimAsGhost(await submit(acme, 'beat-many-3'));
@@ -152,13 +153,13 @@ describe('leases within one process', () => {
     const lost = await claimAsGhost(lostId);
     const elsewhere = await claimAsGhost(await submit(globex, 'beat-many-5'), 'globex');
     await h.redis.hset(cancelled.runKey, 'cancelRequested', '1');
-    await t.finish(closed, { status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
+    await t.worker.of(closed).finish({ status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}' });
     // Its lease ran out and another claim took the run over: the first holder lost it.
     await h.redis.zadd(lost.keys.leases, 1, lostId);
     const takeover = await claimAsGhost(lostId);
     // Redis's clock (the one the transitions read) before the beat: each deadline it sets is later.
     const before = await redisMs();
-    const replies = await t.heartbeat([renewed, closed, lost, elsewhere, cancelled, takeover]);
+    const replies = await t.worker.heartbeat([renewed, closed, lost, elsewhere, cancelled, takeover]);
     expect(replies).toEqual([
       { kind: 'renewed', cancelRequested: false },
       { kind: 'closed' },
@@ -181,12 +182,12 @@ describe('leases within one process', () => {
   });
 
   it('a lease the sweeper found over is taken over by the next claim, unless its holder beats first', async () => {
-    const t = h.transitions();
+    const t = h.gateways();
     const submit = async (name: string) => (await acme.submit(name, 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     const lapse = async (a: Attempt) => {
       await h.redis.zadd(a.keys.leases, 1, a.runId);
       const before = await redisMs();
-      expect(await t.repair('acme', a.runId)).toBe(true);
+      expect(await t.sweeper.repair('acme', a.runId)).toBe(true);
       // The index now says when the sweeper looks again (after the repair); the record keeps the lapse.
       expect(Number(await h.redis.zscore(a.keys.leases, a.runId))).toBeGreaterThan(before);
       expect(await h.redis.hget(a.runKey, 'leaseLapsed')).toBe('1');
@@ -196,25 +197,25 @@ describe('leases within one process', () => {
     const deadId = await submit('lapsed-dead');
     const dead = await claimAsGhost(deadId);
     await lapse(dead);
-    const taken = await t.claim({ scope: 'acme', runId: deadId }, 'next', {});
+    const taken = await t.worker.claim({ scope: 'acme', runId: deadId }, 'next', {});
     expect(taken).toMatchObject({ kind: 'claimed', recovered: true, fence: dead.fence + 1 });
     expect(await h.redis.hexists(dead.runKey, 'leaseLapsed')).toBe(0);
-    expect(await t.heartbeat([dead])).toEqual([{ kind: 'lost' }]);
+    expect(await t.worker.heartbeat([dead])).toEqual([{ kind: 'lost' }]);
 
     // The holder was only slow: its next beat renews the lease and the claim waits.
     const slowId = await submit('lapsed-slow');
     const slow = await claimAsGhost(slowId);
     await lapse(slow);
-    expect(await t.heartbeat([slow])).toEqual([{ kind: 'renewed', cancelRequested: false }]);
+    expect(await t.worker.heartbeat([slow])).toEqual([{ kind: 'renewed', cancelRequested: false }]);
     expect(await h.redis.hexists(slow.runKey, 'leaseLapsed')).toBe(0);
-    expect(await t.claim({ scope: 'acme', runId: slowId }, 'next', {})).toMatchObject({ kind: 'later' });
+    expect(await t.worker.claim({ scope: 'acme', runId: slowId }, 'next', {})).toMatchObject({ kind: 'later' });
     expect(await h.redis.hget(slow.runKey, 'fence')).toBe(String(slow.fence));
   });
 
   it('every live notification names the log entry just before its events, across attempts and hand-overs', async () => {
     // The holder's appends and finish take the log's tail from the record (`logTail`, set by
     // the claim) instead of reading the log; transitions between attempts add events too.
-    const t = h.transitions();
+    const t = h.gateways();
     const runId = (await acme.submit('tail-chain', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     const sub = createRedis({ url: h.redisUrl, name: 'tail-chain-sub', blocking: true });
     track(sub, () => sub.quit());
@@ -228,15 +229,15 @@ describe('leases within one process', () => {
     const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
 
     const first = await claimAsGhost(runId);
-    await t.append(first, 1, token('a'));
-    await t.append(first, 2, token('b'));
-    await t.retry(first, { delayMs: 0, lastError: '{"code":"X","message":"x"}' });
+    await t.worker.append(first, 1, token('a'));
+    await t.worker.append(first, 2, token('b'));
+    await t.worker.of(first).retry({ delayMs: 0, lastError: '{"code":"X","message":"x"}' });
     const second = await claimAsGhost(runId);
-    await t.append(second, 1, token('c'));
-    await t.release(second);
+    await t.worker.append(second, 1, token('c'));
+    await t.worker.of(second).release();
     const third = await claimAsGhost(runId);
-    await t.append(third, 1, token('d'));
-    await t.finish(third, { status: 'succeeded', result: '{"answer":"d","finishReason":"stop","toolCallsSeen":0}' }, { no: 2, events: token('e') });
+    await t.worker.append(third, 1, token('d'));
+    await t.worker.of(third).finish({ status: 'succeeded', result: '{"answer":"d","finishReason":"stop","toolCallsSeen":0}' }, { no: 2, events: token('e') });
 
     const log = await fullLog(h, 'acme', runId);
     const ids = log.map((e) => e.id);
@@ -249,35 +250,35 @@ describe('leases within one process', () => {
   });
 
   it('the finish writes the last batch it carries once, before `end`, also when an append applied it already', async () => {
-    const t = h.transitions();
+    const t = h.gateways();
     const result = '{"answer":"ab","finishReason":"stop","toolCallsSeen":0}';
     const texts = async (runId: string) => (await h.redis.xrange(h.keys.scope('acme').run(runId) + ':events', '-', '+'))
       .map(([, f]) => (f[1] === 'token' ? JSON.parse(f[3]).text : f[1] === 'end' ? '<end>' : undefined)).filter((x) => x !== undefined);
     // Carried by the finish alone.
     const carried = await claimAsGhost((await acme.submit('final-batch-1', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id);
-    await t.append(carried, 1, [['token', '{"text":"a"}']]);
-    await t.finish(carried, { status: 'succeeded', result }, { no: 2, events: [['token', '{"text":"b"}']] });
+    await t.worker.append(carried, 1, [['token', '{"text":"a"}']]);
+    await t.worker.of(carried).finish({ status: 'succeeded', result }, { no: 2, events: [['token', '{"text":"b"}']] });
     expect(await texts(carried.runId)).toEqual(['a', 'b', '<end>']);
     // Written by an append whose reply was lost, then carried by the finish too: once.
     const again = await claimAsGhost((await acme.submit('final-batch-2', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id);
-    await t.append(again, 1, [['token', '{"text":"a"}']]);
-    await t.finish(again, { status: 'succeeded', result }, { no: 1, events: [['token', '{"text":"a"}']] });
+    await t.worker.append(again, 1, [['token', '{"text":"a"}']]);
+    await t.worker.of(again).finish({ status: 'succeeded', result }, { no: 1, events: [['token', '{"text":"a"}']] });
     expect(await texts(again.runId)).toEqual(['a', '<end>']);
   });
 
   it('a lease handed over at shutdown can be neither renewed nor written with', async () => {
     const runId = (await acme.submit('released', 'x', { agent: 'fx-hold', runtime: `solo-${h.prefix}` })).body.id as string;
     const attempt = await claimAsGhost(runId);
-    const t = h.transitions();
-    await t.release(attempt);
+    const t = h.gateways();
+    await t.worker.of(attempt).release();
     const leaseOf = async () => Number(await h.redis.zscore(attempt.keys.leases, runId));
     const endedAt = await leaseOf();
     // A beat that was in flight during the hand-over must not revive the lease...
-    expect(await t.heartbeat([attempt])).toEqual([{ kind: 'closed' }]);
+    expect(await t.worker.heartbeat([attempt])).toEqual([{ kind: 'closed' }]);
     expect(await leaseOf()).toBe(endedAt);
     // ...and the released holder can no longer write.
-    await expect(t.step(attempt, { op: 'done', stepKey: 'step:x:1', result: '{"v":1}' })).rejects.toBeInstanceOf(LeaseLostError);
-    await expect(t.append(attempt, 1, [['token', '{"text":"late"}']])).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(t.worker.of(attempt).step({ op: 'done', stepKey: 'step:x:1', result: '{"v":1}' })).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(t.worker.append(attempt, 1, [['token', '{"text":"late"}']])).rejects.toBeInstanceOf(LeaseLostError);
   });
 
   it('after the shutdown deadline, a run claimed late is handed over at once', async () => {

@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startLocalRedis } from '../src/cli/local-redis.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
-import { libraryName } from '../src/lib/engine/scripts.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { libraryName } from '../src/lib/engine/transitions/scripts.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
-import type { Transitions } from '../src/lib/engine/transitions.ts';
+import type { Gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
 import { doorOf } from './helpers/submit.ts';
@@ -19,15 +19,15 @@ import { doorOf } from './helpers/submit.ts';
  */
 let h: Harness;
 let door: Submissions;
-let transitions: Transitions;
+let transitions: Gateways;
 
 beforeAll(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'baton-library-'));
   const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
   track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
   h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
-  transitions = h.transitions();
-  door = doorOf(h, { transitions });
+  transitions = h.gateways();
+  door = doorOf(h, { transitions: transitions.api });
 });
 
 async function libraryLoads(): Promise<number> {
@@ -55,14 +55,14 @@ describe('the transitions library', () => {
 
   it('a heartbeat that finds it missing loads it and beats again', async () => {
     const { run } = await submit('beat');
-    const claim = await transitions.claim({ scope: 'acme', runId: run.id }, 'w1', {});
+    const claim = await transitions.worker.claim({ scope: 'acme', runId: run.id }, 'w1', {});
     if (claim.kind !== 'claimed') throw new Error(`not claimed: ${claim.kind}`);
     const attempt = new Attempt(claim.run, claim.fence, h.keys.scope('acme'));
     await h.redis.function('FLUSH');
-    const [reply] = await transitions.heartbeat([attempt]);
+    const [reply] = await transitions.worker.heartbeat([attempt]);
     expect(reply.kind).toBe('renewed');
     // And a beat with the library there renews as before.
-    expect((await transitions.heartbeat([attempt]))[0].kind).toBe('renewed');
+    expect((await transitions.worker.heartbeat([attempt]))[0].kind).toBe('renewed');
   });
 
   it('a claim and a finish that need no clock for their checks take their time from their first event, not TIME', async () => {
@@ -72,9 +72,9 @@ describe('the transitions library', () => {
     };
     const { run } = await submit('clock');
     const before = await calls('time');
-    const claim = await transitions.claim({ scope: 'acme', runId: run.id }, 'w1', {});
+    const claim = await transitions.worker.claim({ scope: 'acme', runId: run.id }, 'w1', {});
     if (claim.kind !== 'claimed') throw new Error(`not claimed: ${claim.kind}`);
-    await transitions.finish(new Attempt(claim.run, claim.fence, h.keys.scope('acme')), {
+    await transitions.worker.of(new Attempt(claim.run, claim.fence, h.keys.scope('acme'))).finish({
       status: 'succeeded', result: '{"answer":"x","finishReason":"stop","toolCallsSeen":0}',
     });
     expect(await calls('time')).toBe(before);

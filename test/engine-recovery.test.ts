@@ -3,9 +3,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { FIXTURE, fx, fxList, fxSet, runEvents, statuses } from './helpers/engine.ts';
 import { tokenText } from './helpers/http.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
-import { parseRunRecord } from '../src/lib/engine/record.ts';
-import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { parseRunRecord } from '../src/lib/engine/transitions/record.ts';
+import { LeaseLostError } from '../src/lib/engine/transitions/script-codes.ts';
 import { track } from './helpers/resources.ts';
 
 /**
@@ -120,19 +120,21 @@ describe('crash recovery', () => {
     const record = parseRunRecord(await h.redis.hgetall(rk))!;
     const fence = record.fence;
     const stale = new Attempt(record, fence - 1, sk);
-    const t = h.transitions();
+    const t = h.gateways();
     const refused = (p: Promise<unknown>) => expect(p).rejects.toBeInstanceOf(LeaseLostError);
-    expect(await t.heartbeat([stale])).toEqual([{ kind: 'lost' }]);
-    await refused(t.append(stale, 1, [['token', '{"text":"stale"}']]));
-    await refused(t.step(stale, { op: 'done', stepKey: 'step:x:1', result: '{"v":1}' }));
-    await refused(t.retry(stale, { delayMs: 10, lastError: '{"code":"X","message":"x"}' }));
-    await refused(t.release(stale));
-    await refused(t.block(stale, { stepKey: 'step:x:1', reason: 'x', since: 1 }));
-    await refused(t.finish(stale, { status: 'succeeded', result: '{"answer":"stale","finishReason":"stop","toolCallsSeen":0}' }));
+    expect(await t.worker.heartbeat([stale])).toEqual([{ kind: 'lost' }]);
+    await refused(t.worker.append(stale, 1, [['token', '{"text":"stale"}']]));
+    await refused(t.worker.of(stale).step({ op: 'done', stepKey: 'step:x:1', result: '{"v":1}' }));
+    // The closing transitions answer the lost lease as a value (close.ts makes it lease-lost).
+    const lost = (p: Promise<unknown>) => expect(p).resolves.toEqual({ kind: 'lost' });
+    await lost(t.worker.of(stale).retry({ delayMs: 10, lastError: '{"code":"X","message":"x"}' }));
+    await lost(t.worker.of(stale).release());
+    await lost(t.worker.of(stale).block({ stepKey: 'step:x:1', reason: 'x', since: 1 }));
+    await lost(t.worker.of(stale).finish({ status: 'succeeded', result: '{"answer":"stale","finishReason":"stop","toolCallsSeen":0}' }));
     // With the current fence, the first writer of a step result wins; a second write gets it back.
     const current = new Attempt(record, fence, sk);
-    const first = await t.step(current, { op: 'done', stepKey: 'step:y:1', result: '{"v":"first"}' });
-    const second = await t.step(current, { op: 'done', stepKey: 'step:y:1', result: '{"v":"second"}' });
+    const first = await t.worker.of(current).step({ op: 'done', stepKey: 'step:y:1', result: '{"v":"first"}' });
+    const second = await t.worker.of(current).step({ op: 'done', stepKey: 'step:y:1', result: '{"v":"second"}' });
     expect([first, second]).toEqual(['{"v":"first"}', '{"v":"first"}']);
     const run = await acme.waitStatus(runId, ['succeeded', 'failed']);
     expect(run.result.answer).toBe('a b c d e f');

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
-import type { Transitions } from '../src/lib/engine/transitions.ts';
+import type { Gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';
 
@@ -13,13 +13,13 @@ import { doorOf } from './helpers/submit.ts';
  */
 let h: Harness;
 let door: Submissions;
-let t: Transitions;
+let t: Gateways;
 const scope = 'sq';
 
 beforeAll(async () => {
   h = await useHarness({ SWEEP_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0' });
-  t = h.transitions();
-  door = doorOf(h, { transitions: t });
+  t = h.gateways();
+  door = doorOf(h, { transitions: t.api });
 });
 
 const submit = async (sessionId: string, content: string, extra: Record<string, unknown> = {}) =>
@@ -28,9 +28,9 @@ const status = async (runId: string) => (await h.redis.hget(h.keys.scope(scope).
 
 /** Claims and succeeds a dispatched run, as a worker would. */
 async function runToEnd(runId: string): Promise<void> {
-  const c = await t.claim({ scope, runId }, 'w', {}, {});
+  const c = await t.worker.claim({ scope, runId }, 'w', {}, {});
   if (c.kind !== 'claimed') throw new Error(`claim of ${runId}: ${c.kind}`);
-  await t.finish(new Attempt(c.run, c.fence, h.keys.scope(scope)), { status: 'succeeded', result: '{"answer":"ok","finishReason":"stop","toolCallsSeen":0}' });
+  await t.worker.of(new Attempt(c.run, c.fence, h.keys.scope(scope))).finish({ status: 'succeeded', result: '{"answer":"ok","finishReason":"stop","toolCallsSeen":0}' });
 }
 
 describe("a session's queue", () => {
@@ -57,7 +57,7 @@ describe("a session's queue", () => {
     const a = await submit('s2', 'a');
     const later = await submit('s2', 'later', { delayMs: 50 });
     await new Promise((r) => setTimeout(r, 80));
-    expect(await t.runDue(scope, later.id)).toBe(true);
+    expect(await t.sweeper.runDue(scope, later.id)).toBe(true);
     expect(await status(later.id)).toBe('queued');
     expect(await h.redis.hget(h.keys.scope(scope).run(a.id), 'behind')).toBe('1');
     await runToEnd(a.id);

@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { shareAt, waterLevel } from '../src/lib/engine/flow/fair-share.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
-import type { RunRecord } from '../src/lib/engine/record.ts';
-import type { Transitions } from '../src/lib/engine/transitions.ts';
+import type { RunRecord } from '../src/lib/engine/transitions/record.ts';
+import { gateways, type Gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { sleep, useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
@@ -26,14 +26,14 @@ beforeAll(async () => {
 
 const status = (runId: string, s = scope) => h.redis.hget(h.keys.scope(s).run(runId), 'status');
 
-async function runToEnd(t: Transitions, runId: string, s = scope): Promise<void> {
-  const c = await t.claim({ scope: s, runId }, 'w', {}, {});
+async function runToEnd(t: Gateways, runId: string, s = scope): Promise<void> {
+  const c = await t.worker.claim({ scope: s, runId }, 'w', {}, {});
   if (c.kind !== 'claimed') throw new Error(`claim of ${runId}: ${c.kind}`);
-  await t.finish(new Attempt(c.run, c.fence, h.keys.scope(s)), { status: 'succeeded', result: '{"answer":"ok","finishReason":"stop","toolCallsSeen":0}' });
+  await t.worker.of(new Attempt(c.run, c.fence, h.keys.scope(s))).finish({ status: 'succeeded', result: '{"answer":"ok","finishReason":"stop","toolCallsSeen":0}' });
 }
 
-function storeOf(t: Transitions) {
-  const door = doorOf(h, { transitions: t });
+function storeOf(t: Gateways) {
+  const door = doorOf(h, { transitions: t.api });
   return async (s: string, sessionId: string, extra: { priority?: number; concurrencyKey?: string } = {}) =>
     (await door.submit({ scope: s, runtime: h.runtime, agent: 'echo', sessionId, input: { content: sessionId }, ...extra })).run;
 }
@@ -52,7 +52,7 @@ async function spaced<T>(fn: () => Promise<T>): Promise<T> {
 
 describe('scope slots', () => {
   it('a run\'s end hands the slots free by its process\'s limit on at once; an earlier version\'s parked list is admitted by the sweeper', async () => {
-    const one = h.transitions();
+    const one = h.gateways();
     const submit = storeOf(one);
     // A few ms apart: runs due in one millisecond have no order among them (docs/flow-control.md).
     const a = await submit(scope, 'a');
@@ -64,7 +64,7 @@ describe('scope slots', () => {
     expect([await status(b.id), await status(c.id), await status(d.id)]).toEqual(['dispatched', 'queued', 'queued']);
 
     // A process with a limit of 3 ends b: both slots its limit leaves free are handed on.
-    const three = h.transitions({ MAX_ACTIVE_PER_SCOPE: '3' });
+    const three = h.gateways({ MAX_ACTIVE_PER_SCOPE: '3' });
     await runToEnd(three, b.id);
     expect([await status(c.id), await status(d.id)]).toEqual(['dispatched', 'dispatched']);
     expect(await h.redis.exists(h.keys.scope(scope).ready)).toBe(0);
@@ -86,7 +86,7 @@ describe('scope slots', () => {
     expect(await status(f.id)).toBe('queued');
     const dispatcher = new Dispatcher(h.redis, h.keys);
     track(dispatcher, () => dispatcher.close());
-    await new Sweeper(h.redis, h.keys, h.config, dispatcher, one, createLogger('silent')).sweep();
+    await new Sweeper(h.redis, h.keys, h.config, dispatcher, one.sweeper, createLogger('silent')).sweep();
     expect(await status(f.id)).toBe('dispatched');
     expect(await h.redis.exists(sk.legacyReady)).toBe(0);
     await runToEnd(one, f.id);
@@ -94,7 +94,7 @@ describe('scope slots', () => {
 
   it('priority: higher first, then oldest; a run is passed only by runs due less than (9 - priority) steps after it', async () => {
     const s = 'prio';
-    const t = h.transitions();
+    const t = h.gateways();
     const made = storeOf(t);
     // "Oldest" is by submit time in ms: runs made in one millisecond have no order among them.
     const submit: typeof made = async (...a) => {
@@ -133,7 +133,7 @@ describe('scope slots', () => {
 
   it('concurrency keys take turns for the slots; one with 48 parked delays another\'s first run by one turn at most', async () => {
     const s = 'keys';
-    const t = h.transitions({ MAX_ACTIVE_PER_SCOPE: '2' });
+    const t = h.gateways({ MAX_ACTIVE_PER_SCOPE: '2' });
     const submit = storeOf(t);
     const bulk: RunRecord[] = [];
     for (let i = 0; i < 50; i++) bulk.push(await submit(s, `k-bulk-${i}`, { concurrencyKey: 'bulk' }));
@@ -164,7 +164,7 @@ describe('scope slots', () => {
     const s = 'percap';
     const sk = h.keys.scope(s);
     await h.redis.hset(sk.limits, 'maxActive', 4, 'maxActivePerKey', 1);
-    const t = h.transitions();
+    const t = h.gateways();
     const submit = storeOf(t);
     const a: RunRecord[] = [];
     const b: RunRecord[] = [];
@@ -194,17 +194,17 @@ describe('scope slots', () => {
   it('a cancelled parked run leaves its key\'s queue at once, and the scope\'s maxActive applies at the next call', async () => {
     const s = 'limits';
     const sk = h.keys.scope(s);
-    const t = h.transitions();
+    const t = h.gateways();
     const submit = storeOf(t);
     const runs: RunRecord[] = [];
     for (let i = 0; i < 4; i++) runs.push(await submit(s, `lim-${i}`));
     expect(await h.redis.hget(sk.meta, 'parked')).toBe('3');
-    expect((await t.cancel(s, runs[3].id)).outcome).toBe('cancelled');
+    expect((await t.api.scope(s).cancel(runs[3].id)).outcome).toBe('cancelled');
     expect(await h.redis.hget(sk.meta, 'parked')).toBe('2');
     expect(await h.redis.zscore(`${sk.base}ready:q:`, runs[3].id)).toBeNull();
     // An operator raises maxActive: the next fill (the limits route calls it) starts them.
     await h.redis.hset(sk.limits, 'maxActive', 3);
-    expect(await t.fill(s)).toBe(true);
+    expect(await t.sweeper.fill(s)).toBe(true);
     expect(await dispatchedOf(s, runs.map((r) => r.id))).toHaveLength(3);
     // Lowered under the running count: running runs finish, none starts until under it.
     await h.redis.hset(sk.limits, 'maxActive', 1);
@@ -224,7 +224,7 @@ describe('scope slots', () => {
     const sk = h.keys.scope(s);
     await h.redis.hset(sk.limits, 'maxActive', 100, 'weight', 3);
     // The fair share's level (a process works it out: src/lib/engine/flow/fair-share.ts): 1.5 slots per unit of weight.
-    const t = new (await import('../src/lib/engine/transitions.ts')).Transitions(h.redis, h.keys, h.config, (() => {
+    const t = gateways(h.redis, h.keys, h.config, (() => {
       const d = new Dispatcher(h.redis, h.keys);
       track(d, () => d.close());
       return d;
@@ -237,7 +237,7 @@ describe('scope slots', () => {
     expect(await dispatchedOf(s, runs.map((r) => r.id))).toHaveLength(5);
     // No contention, 6 live workers' slots: never more than those, whatever maxActive says.
     fair = { capacity: 6 };
-    expect(await t.fill(s)).toBe(true);
+    expect(await t.sweeper.fill(s)).toBe(true);
     expect(await dispatchedOf(s, runs.map((r) => r.id))).toHaveLength(6);
     for (const id of await dispatchedOf(s, runs.map((r) => r.id))) await runToEnd(t, id, s);
   });

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { parseRunRecord } from '../src/lib/engine/record.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { parseRunRecord } from '../src/lib/engine/transitions/record.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';
@@ -66,30 +66,30 @@ describe('the record a submit answers with', () => {
  */
 describe('the record a claim answers with', () => {
   const base = { scope: 'claims', runtime: 'rt', agent: 'echo' };
-  const claimed = async (reply: Awaited<ReturnType<ReturnType<Harness['transitions']>['claim']>>) => {
+  const claimed = async (reply: Awaited<ReturnType<ReturnType<Harness['gateways']>['worker']['claim']>>) => {
     if (reply.kind !== 'claimed') throw new Error(`expected a claim, got ${reply.kind}`);
     return reply;
   };
 
   it('is the stored record: first start (agent default attempts, ttl), retry, takeover', async () => {
-    const t = h.transitions({ LEASE_MS: '300' });
+    const t = h.gateways({ LEASE_MS: '300' });
     const first = await door.submit({ ...base, sessionId: 'c1', input: { content: 'one' }, ttlMs: 60_000 });
-    const c1 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
+    const c1 = await claimed(await t.worker.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
     expect(c1.run.status).toBe('running');
     expect(c1.run.maxAttempts).toBe(7);
     expect(c1.run.attempt).toBe(1);
     expect(c1.run).toEqual(await stored('claims', first.run.id));
 
     // A retry's next attempt: retryAt goes, the attempt counts on.
-    await t.retry(new Attempt(c1.run, c1.fence, h.keys.scope('claims')), { delayMs: 0, lastError: '{"code":"X","message":"x"}' });
-    const c2 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
+    await t.worker.of(new Attempt(c1.run, c1.fence, h.keys.scope('claims'))).retry({ delayMs: 0, lastError: '{"code":"X","message":"x"}' });
+    const c2 = await claimed(await t.worker.claim({ scope: 'claims', runId: first.run.id }, 'w1', { echo: 7 }, { echo: 10 }));
     expect(c2.run.attempt).toBe(2);
     expect(c2.run.retryAt).toBeUndefined();
     expect(c2.run).toEqual(await stored('claims', first.run.id));
 
     // Its lease runs out (300 ms, no heartbeat): another worker takes it over.
     await new Promise((r) => setTimeout(r, 450));
-    const c3 = await claimed(await t.claim({ scope: 'claims', runId: first.run.id }, 'w2', {}, { echo: 10 }));
+    const c3 = await claimed(await t.worker.claim({ scope: 'claims', runId: first.run.id }, 'w2', {}, { echo: 10 }));
     expect(c3.recovered).toBe(true);
     expect(c3.run.leaseOwner).toBe('w2');
     expect(c3.run.recoveries).toBe(1);

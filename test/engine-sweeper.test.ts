@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher, jobId } from '../src/lib/engine/dispatcher.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { runEvents, statuses } from './helpers/engine.ts';
@@ -73,7 +73,7 @@ describe('sweeper', () => {
     const cancelled = await submitAndLoseJob('sw-orphan-c', 'cancel me while orphaned');
     // A worker that claimed both runs and died: leases that nobody renews, no job left.
     for (const id of [orphan, cancelled]) {
-      expect((await h.transitions().claim({ scope: 'acme', runId: id }, 'ghost-worker', {})).kind).toBe('claimed');
+      expect((await h.gateways().worker.claim({ scope: 'acme', runId: id }, 'ghost-worker', {})).kind).toBe('claimed');
     }
     const res = await acme.post(`/runs/${cancelled}/cancel`);
     expect(res.body).toMatchObject({ status: 'running', cancelRequested: true });
@@ -96,7 +96,7 @@ describe('sweeper', () => {
     }, 10_000, 'the dispatch deadline to pass');
     const log = createLogger('silent');
     const dispatchers = [0, 1, 2, 3].map(() => new Dispatcher(h.redis, h.keys));
-    const sweepers = dispatchers.map((d) => new Sweeper(h.redis, h.keys, h.config, d, new Transitions(h.redis, h.keys, h.config, d), log));
+    const sweepers = dispatchers.map((d) => new Sweeper(h.redis, h.keys, h.config, d, gateways(h.redis, h.keys, h.config, d).sweeper, log));
     try {
       const repaired = await Promise.all(sweepers.map((s) => s.sweep()));
       expect(repaired.reduce((a, b) => a + b, 0)).toBe(1);

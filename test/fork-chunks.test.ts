@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FORK_CALL_BUDGET, forkSession } from '../src/lib/engine/session-fork.ts';
-import { FORK_LEASE_MS, type ForkChunk, type Transitions } from '../src/lib/engine/transitions.ts';
+import { FORK_LEASE_MS } from '../src/lib/engine/transitions/fork.ts';
+import { ForkChunk } from '../src/lib/engine/transitions/fork-copy.ts';
+import type { ApiGateway } from '../src/lib/engine/transitions/api-gateway.ts';
 import { call } from './helpers/http.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
@@ -52,7 +54,7 @@ describe('a fork in chunks', () => {
     const source = await seed('big', Array.from({ length: 20 }, (_, i) => [1_500, SIZES[i % SIZES.length]]));
     const total = source.reduce((n, m) => n + Buffer.byteLength(m), 0);
     const chunks: ForkChunk[] = [];
-    const t = h.transitions();
+    const t = h.gateways().api;
     const fork = await forkSession(t, runOf, SCOPE, 'big', { atTurn: 18, sessionId: 'big-18' }, FORK_CALL_BUDGET, (c) => chunks.push(c));
     expect(fork).toEqual({ sessionId: 'big-18', forkedFrom: 'big', turns: 18, messages: 36, atRunId: 'r17' });
     expect(await history('big-18')).toEqual(source.slice(0, 36));
@@ -131,22 +133,22 @@ describe('a fork in chunks', () => {
 
   it('mid-fork the new session is not there: nothing to read, a second fork into it is refused, a submit into it wins', async () => {
     const source = await seed('mid', Array.from({ length: 6 }, (_, i) => [1_000, 200_000 + i]));
-    const t: Transitions = h.transitions();
+    const t: ApiGateway = h.gateways().api;
     const sk = h.keys.scope(SCOPE);
     const at = (token: string) => ({ count: 12, bytes: source.reduce((n, m) => n + Buffer.byteLength(m), 0), lastRunId: 'r5', forkedAt: 'r5', token });
 
     const token = randomBytes(8).toString('hex');
-    expect(await t.forkBegin(SCOPE, 'mid', 'mid-b', at(token))).toBe('copying');
-    expect((await t.forkCopy(SCOPE, 'mid', 'mid-b', token, FORK_CALL_BUDGET)).kind).toBe('copying');
+    expect(await t.scope(SCOPE).forkBegin('mid', 'mid-b', at(token))).toBe('copying');
+    expect((await t.scope(SCOPE).forkCopy('mid', 'mid-b', token, FORK_CALL_BUDGET)).kind).toBe('copying');
     expect(await h.redis.exists(sk.messages('mid-b'), sk.session('mid-b'))).toBe(0);
     expect((await acme.get('/sessions/mid-b/messages')).body.messages).toEqual([]);
     const second = await acme.post('/sessions/mid/fork', { atTurn: 1, sessionId: 'mid-b' });
     expect(second.status).toBe(409);
     expect(second.body.error.code).toBe('SESSION_EXISTS');
     // Another token's chunk copies nothing of it.
-    expect((await t.forkCopy(SCOPE, 'mid', 'mid-b', 'not-the-token', FORK_CALL_BUDGET)).kind).toBe('gone');
+    expect((await t.scope(SCOPE).forkCopy('mid', 'mid-b', 'not-the-token', FORK_CALL_BUDGET)).kind).toBe('gone');
     let chunk: ForkChunk;
-    do chunk = await t.forkCopy(SCOPE, 'mid', 'mid-b', token, FORK_CALL_BUDGET); while (chunk.kind === 'copying');
+    do chunk = await t.scope(SCOPE).forkCopy('mid', 'mid-b', token, FORK_CALL_BUDGET); while (chunk.kind === 'copying');
     expect(chunk.kind).toBe('done');
     expect(await history('mid-b')).toEqual(source);
     expect(await h.redis.hgetall(sk.session('mid-b'))).toEqual({ forkedFrom: 'mid', forkedAt: 'r5' });
@@ -154,10 +156,10 @@ describe('a fork in chunks', () => {
 
     // A run submitted into the target while the fork copies: the run keeps the session, the fork leaves nothing.
     const other = randomBytes(8).toString('hex');
-    expect(await t.forkBegin(SCOPE, 'mid', 'mid-c', at(other))).toBe('copying');
-    expect((await t.forkCopy(SCOPE, 'mid', 'mid-c', other, FORK_CALL_BUDGET)).kind).toBe('copying');
+    expect(await t.scope(SCOPE).forkBegin('mid', 'mid-c', at(other))).toBe('copying');
+    expect((await t.scope(SCOPE).forkCopy('mid', 'mid-c', other, FORK_CALL_BUDGET)).kind).toBe('copying');
     expect((await acme.submit('mid-c', 'hello')).status).toBe(202);
-    do chunk = await t.forkCopy(SCOPE, 'mid', 'mid-c', other, FORK_CALL_BUDGET); while (chunk.kind === 'copying');
+    do chunk = await t.scope(SCOPE).forkCopy('mid', 'mid-c', other, FORK_CALL_BUDGET); while (chunk.kind === 'copying');
     expect(chunk.kind).toBe('target-taken');
     expect(await h.redis.exists(sk.forkState('mid-c'), sk.forkCopy('mid-c'), sk.messages('mid-c'))).toBe(0);
     expect(await h.redis.hget(sk.session('mid-c'), 'forkedFrom')).toBeNull();

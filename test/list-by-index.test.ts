@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startLocalRedis } from '../src/cli/local-redis.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
-import { parseRunRecord, RUN_STATUSES, type RunRecord } from '../src/lib/engine/record.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { parseRunRecord, RUN_STATUSES, type RunRecord } from '../src/lib/engine/transitions/record.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
@@ -35,9 +35,9 @@ beforeAll(async () => {
   const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
   track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
   h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '100000', SUBMIT_RATE_PER_SEC: '0' });
-  const transitions = h.transitions();
-  store = new RunStore(h.redis, h.keys, h.config, transitions);
-  door = doorOf(h, { transitions });
+  const transitions = h.gateways();
+  store = new RunStore(h.redis, h.keys, h.config, transitions.api);
+  door = doorOf(h, { transitions: transitions.api });
   // Each run carries 4 KiB of caller memory: what a listing must not read.
   const memory = { notes: 'm'.repeat(4096) };
   const rare: string[] = [];
@@ -59,15 +59,15 @@ beforeAll(async () => {
   const heads = (await Promise.all(all.map((id) => store.get('acme', id)))).filter((r) => r!.status === 'dispatched') as RunRecord[];
   const plan = ['blocked', 'succeeded', 'succeeded', 'failed', 'retrying', 'running', 'running', 'cancel'];
   for (const [i, head] of heads.slice(0, plan.length).entries()) {
-    if (plan[i] === 'cancel') { await transitions.cancel('acme', head.id); continue; }
-    const claim = await transitions.claim({ scope: 'acme', runId: head.id }, 'w-test', {});
+    if (plan[i] === 'cancel') { await transitions.api.scope('acme').cancel(head.id); continue; }
+    const claim = await transitions.worker.claim({ scope: 'acme', runId: head.id }, 'w-test', {});
     if (claim.kind !== 'claimed') throw new Error(`could not claim ${head.id}: ${claim.kind}`);
     const attempt = new Attempt(claim.run, claim.fence, h.keys.scope('acme'));
-    if (plan[i] === 'blocked') await transitions.block(attempt, { stepKey: 'tool:x:1', reason: 'test', since: Date.now() });
+    if (plan[i] === 'blocked') await transitions.worker.of(attempt).block({ stepKey: 'tool:x:1', reason: 'test', since: Date.now() });
     if (plan[i] === 'succeeded' || plan[i] === 'failed') {
-      await transitions.finish(attempt, { status: plan[i] as 'succeeded', result: JSON.stringify({ answer: 'a', finishReason: 'stop', toolCallsSeen: 0 }) });
+      await transitions.worker.of(attempt).finish({ status: plan[i] as 'succeeded', result: JSON.stringify({ answer: 'a', finishReason: 'stop', toolCallsSeen: 0 }) });
     }
-    if (plan[i] === 'retrying') await transitions.retry(attempt, { delayMs: 3_600_000, lastError: '{"code":"T","message":"t"}' });
+    if (plan[i] === 'retrying') await transitions.worker.of(attempt).retry({ delayMs: 3_600_000, lastError: '{"code":"T","message":"t"}' });
   }
   all.push(...rare);
   const api = await h.startApi();

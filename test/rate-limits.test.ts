@@ -5,7 +5,8 @@ import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { ConfigError, loadConfig } from '../src/lib/config/index.ts';
 import { BatonError } from '../src/lib/errors.ts';
 import { RATE_WINDOW_MS, RateLimiter } from '../src/lib/engine/flow/rate-limiter.ts';
-import type { RateBucketCall, RateBucketReply, Transitions } from '../src/lib/engine/transitions.ts';
+import type { RateBucketCall, RateBucketReply } from '../src/lib/engine/transitions/rate-bucket.ts';
+import type { FlowGateway } from '../src/lib/engine/transitions/flow-gateway.ts';
 import { parseRateLimits, perSecond } from '../src/lib/config/rate-limits.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { durableModel } from '../src/lib/sdk/ai.ts';
@@ -114,7 +115,7 @@ beforeAll(async () => {
   const worker = await h.startWorker({ agents: [memoAgent, heldAgent, unknownAgent, fairAgent, aiAgent, chat429, chatNamed, chatDay] });
   metricsUrl = `${worker.opsUrl}/metrics`;
   acme = await h.client(api.url, 'acme', 'client');
-  limiter = new RateLimiter(h.transitions(), h.config.RATE_LIMITS);
+  limiter = new RateLimiter(h.gateways().flow, h.config.RATE_LIMITS);
 });
 
 /** The bucket's grants, oldest first: [seq, tokens, r|s]. */
@@ -130,10 +131,10 @@ const never = new AbortController().signal;
 
 /** A limiter whose every step on a bucket is kept, with the script's reply: what a wait was told, in order. */
 function recordingLimiter() {
-  const t = h.transitions();
+  const t = h.gateways().flow;
   const looks: { op: RateBucketCall['op']; reply: RateBucketReply }[] = [];
   let looked = () => {};
-  const recording: Transitions = Object.create(t);
+  const recording: FlowGateway = Object.create(t);
   recording.rateBucket = async (bucket, windowMs, call) => {
     const reply = await t.rateBucket(bucket, windowMs, call);
     looks.push({ op: call.op, reply });
@@ -204,7 +205,7 @@ describe('RATE_LIMITS', () => {
 describe('the bucket script', () => {
   it('grants rpm requests in the window, then says when the oldest leaves it', async () => {
     for (let i = 0; i < 3; i++) await limiter.acquire('rpm3', 0, never);
-    const reply = await h.transitions().rateBucket('rpm3', RATE_WINDOW_MS, { op: 'acquire', rpm: 3, tokens: 0, pollMs: 250, pauseMs: 1000, askMs: 1000, graceMs: 500 });
+    const reply = await h.gateways().flow.rateBucket('rpm3', RATE_WINDOW_MS, { op: 'acquire', rpm: 3, tokens: 0, pollMs: 250, pauseMs: 1000, askMs: 1000, graceMs: 500 });
     expect(reply).toMatchObject({ kind: 'wait', why: 'requests' });
     const waitMs = (reply as { waitMs: number }).waitMs;
     expect(waitMs).toBeGreaterThan(RATE_WINDOW_MS - 2_000);
@@ -220,7 +221,7 @@ describe('the bucket script', () => {
 
   it('counts reserved tokens until the settle, which gives back or takes the difference', async () => {
     const a = await limiter.acquire('tpm1000', 600, never);
-    const call = () => h.transitions().rateBucket('tpm1000', RATE_WINDOW_MS, { op: 'acquire', tpm: 1000, tokens: 600, pollMs: 250, pauseMs: 1000, askMs: 1000, graceMs: 500 });
+    const call = () => h.gateways().flow.rateBucket('tpm1000', RATE_WINDOW_MS, { op: 'acquire', tpm: 1000, tokens: 600, pollMs: 250, pauseMs: 1000, askMs: 1000, graceMs: 500 });
     // 600 + 600 > 1000, but the first reservation may settle for less: look again soon.
     expect(await call()).toEqual({ kind: 'wait', why: 'tokens', waitMs: 250 });
     await limiter.settle(a, 100);
@@ -327,7 +328,7 @@ describe('the bucket script', () => {
   });
 
   it('grants exactly rpm to acquires racing from separate connections', async () => {
-    const another = () => new RateLimiter(h.transitions(), h.config.RATE_LIMITS);
+    const another = () => new RateLimiter(h.gateways().flow, h.config.RATE_LIMITS);
     const limiters = [limiter, another(), another()];
     const ac = new AbortController();
     const outcomes = Array.from({ length: 60 }, (_, i) => limiters[i % 3].acquire('racing', 0, ac.signal).then(() => 'granted', () => 'waiting'));
@@ -392,7 +393,7 @@ function flood(
 
 describe('the spread over the minute', () => {
   it("a bucket of rpm 600 grants at most its second's share (10) in any second to callers racing on three limiters", async () => {
-    const limiters = [limiter, ...[1, 2].map(() => new RateLimiter(h.transitions(), h.config.RATE_LIMITS))];
+    const limiters = [limiter, ...[1, 2].map(() => new RateLimiter(h.gateways().flow, h.config.RATE_LIMITS))];
     const ac = new AbortController();
     const seen: { seq: number }[] = [];
     const flooding = flood(limiters, 'spread', undefined, 30, ac.signal, seen);
@@ -450,7 +451,7 @@ describe('the spread over the minute', () => {
 
 describe('scopes share a bucket by weight', () => {
   /** Three limiters (as three workers), with the scopes' weights given. */
-  const weighted = (weights: Record<string, number>) => [1, 2, 3].map(() => new RateLimiter(h.transitions(), h.config.RATE_LIMITS, {}, {
+  const weighted = (weights: Record<string, number>) => [1, 2, 3].map(() => new RateLimiter(h.gateways().flow, h.config.RATE_LIMITS, {}, {
     burst: 1, pauseMaxMs: 300_000, weightOf: async (scope) => weights[scope] ?? 1,
   }));
 

@@ -3,7 +3,7 @@ import { createLogger } from '../src/lib/logger.ts';
 import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { ScheduleStore } from '../src/lib/schedules/schedule-store.ts';
 import { Scheduler, tickKey } from '../src/lib/schedules/scheduler.ts';
-import type { SubmitLimit } from '../src/lib/engine/transitions.ts';
+import type { SubmitLimit } from '../src/lib/engine/transitions/submit.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';
 
@@ -18,14 +18,14 @@ let schedules: ScheduleStore;
 
 beforeAll(async () => {
   h = await useHarness({ SCHEDULE_POLL_MS: '0' });
-  schedules = new ScheduleStore(h.redis, h.keys, h.config, h.transitions());
+  schedules = new ScheduleStore(h.redis, h.keys, h.config, h.gateways().schedules);
 });
 
 /** A scheduler that counts a tick missed once it is `graceMs` late (SCHEDULE_MISSED_AFTER_MS). */
 function scheduler(o: { limit?: SubmitLimit; graceMs?: number } = {}): Scheduler {
-  const transitions = h.transitions();
+  const transitions = h.gateways();
   const config = { SCHEDULE_POLL_MS: 0, SCHEDULE_MISSED_AFTER_MS: o.graceMs ?? 5_000 };
-  return new Scheduler(h.redis, h.keys, config, transitions, doorOf(h, { transitions, limit: o.limit }), createLogger('silent'));
+  return new Scheduler(h.redis, h.keys, config, transitions.schedules, doorOf(h, { transitions: transitions.api, limit: o.limit }), createLogger('silent'));
 }
 
 /**

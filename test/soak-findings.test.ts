@@ -11,7 +11,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
 import { classify } from '../src/lib/sdk/retry-policy.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { sleep, useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
@@ -101,7 +101,7 @@ it('listing runs while reads fail keeps every run in the listing (a failed read 
   const limited = createRedis({ url: rr.url.replace('redis://', `redis://${user}:x@`), name: 'limited' });
   track(limited, () => limited.quit());
   track(user, () => h.redis.acl('DELUSER', user));
-  const store = new RunStore(limited, h.keys, h.config, new Transitions(limited, h.keys, h.config, new Dispatcher(limited, h.keys)));
+  const store = new RunStore(limited, h.keys, h.config, gateways(limited, h.keys, h.config, new Dispatcher(limited, h.keys)).api);
 
   await expect(store.list('acme', { limit: 50 })).rejects.toThrow(/NOPERM|no permissions/i);
   expect(await h.redis.zcard(index)).toBe(before);

@@ -130,7 +130,7 @@ describe('stored bytes', () => {
     expect(retryAfter).toBeLessThanOrEqual(Math.ceil(RETENTION_MS / 1000));
     await waitFor(async () => (await h.redis.exists(...ids.map((id) => sk.run(id)))) === 0, 10_000, 'the records to expire');
     // What the sweeper calls about once a minute: the count goes down while the scope submits nothing.
-    expect(await h.transitions().trimStorage('stored')).toEqual({ stored: 0, more: false });
+    expect(await h.gateways().sweeper.trimStorage('stored')).toEqual({ stored: 0, more: false });
     expect((await inUse('stored')).storedBytes).toBe(0);
     const after = await c.submit('s2', 'x'.repeat(100_000), { runtime: idle() });
     expect(after.status, JSON.stringify(after.body)).toBe(202);

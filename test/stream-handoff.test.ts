@@ -4,7 +4,7 @@ import { EventHub } from '../src/lib/streams/hub.ts';
 import type { RunEvent } from '../src/lib/streams/log.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis/redis.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
@@ -127,8 +127,8 @@ describe('replay → live hand-off', () => {
     const sk = h.keys.scope('acme');
     await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
     const attempt = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 1, sk);
-    const t = h.transitions();
-    const append = (n: number, type: string, data: unknown) => t.append(attempt, n, [[type, JSON.stringify(data)]]);
+    const t = h.gateways();
+    const append = (n: number, type: string, data: unknown) => t.worker.append(attempt, n, [[type, JSON.stringify(data)]]);
     await append(1, 'token', { text: 'a' });
 
     const followed = await follow(redis, hub, runId);

@@ -5,10 +5,10 @@ import { Appender } from '../src/lib/streams/appender.ts';
 import { EventWriter, MAX_TOKEN_EVENT_CHARS } from '../src/lib/streams/writer.ts';
 import { parseNotification, type LiveBatch } from '../src/lib/streams/log.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis/redis.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
-import { LeaseLostError } from '../src/lib/engine/script-codes.ts';
-import { Transitions } from '../src/lib/engine/transitions.ts';
+import { LeaseLostError } from '../src/lib/engine/transitions/script-codes.ts';
+import { gateways } from '../src/lib/engine/transitions/gateways.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { fullLog } from './helpers/stream-check.ts';
@@ -134,7 +134,7 @@ describe('append script', () => {
     const runId = `big-${h.prefix}`;
     const attempt = await fakeRunning(runId);
     const writer = new EventWriter({
-      transitions: h.transitions(), attempt, flushMs: 1000, flushTokens: 1_000_000,
+      transitions: h.gateways().worker, attempt, flushMs: 1000, flushTokens: 1_000_000,
       onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
     });
     // An emoji is a surrogate pair: placed so that plain cuts would fall inside one.
@@ -168,10 +168,10 @@ describe('append script', () => {
     const messages: Map<string, LiveBatch>[] = [];
     sub.on('message', (_ch: string, msg: string) => messages.push(parseNotification(msg)));
     await sub.subscribe(h.keys.scope('acme').live);
-    const t = h.transitions();
+    const t = h.gateways();
     const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
-    expect(await t.append(a, 1, token('a1'))).toBe('applied');
-    const answers = await t.appendMany([
+    expect(await t.worker.append(a, 1, token('a1'))).toBe('applied');
+    const answers = await t.worker.appendMany([
       { attempt: a, batch: 1, events: token('a1') },
       { attempt: b, batch: 1, events: [...token('b1'), ['notice', '{"n":1}']] },
       { attempt: stale, batch: 1, events: token('x') },
@@ -193,7 +193,7 @@ describe('append script', () => {
   it('the appender sends the batches of a scope\'s runs together: one call at a time, the rest in the next', async () => {
     const ids = Array.from({ length: 5 }, (_, i) => `gather-${i}-${h.prefix}`);
     const attempts = await Promise.all(ids.map((id) => fakeRunning(id)));
-    const appender = new Appender(h.transitions());
+    const appender = new Appender(h.gateways().worker);
     const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
     // Made in one turn of the event loop: one call carries all five.
     expect(await Promise.all(attempts.map((a, i) => appender.append(a, 1, token(`t${i}`))))).toEqual(Array(5).fill('applied'));
@@ -219,13 +219,13 @@ describe('append script', () => {
     });
     await sub.subscribe(h.keys.scope('acme').live);
 
-    const t = h.transitions();
+    const t = h.gateways();
     const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
-    expect(await t.append(attempt, 1, token('a'))).toBe('applied');
-    expect(await t.append(attempt, 1, token('a'))).toBe('duplicate');
-    expect(await t.append(attempt, 2, token('b'))).toBe('applied');
+    expect(await t.worker.append(attempt, 1, token('a'))).toBe('applied');
+    expect(await t.worker.append(attempt, 1, token('a'))).toBe('duplicate');
+    expect(await t.worker.append(attempt, 2, token('b'))).toBe('applied');
     const stale = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 0, h.keys.scope('acme'));
-    await expect(t.append(stale, 3, token('x'))).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(t.worker.append(stale, 3, token('x'))).rejects.toBeInstanceOf(LeaseLostError);
 
     const log = await fullLog(h, 'acme', runId);
     expect(log.map((e) => e.data)).toEqual([{ text: 'a' }, { text: 'b' }]);
@@ -244,7 +244,7 @@ describe('append script', () => {
     track(conn, () => conn.quit());
     await waitReady(conn);
     const writer = new EventWriter({
-      transitions: new Transitions(conn, h.keys, h.config, new Dispatcher(conn, h.keys)), attempt, flushMs: 2, flushTokens: 8,
+      transitions: gateways(conn, h.keys, h.config, new Dispatcher(conn, h.keys)).worker, attempt, flushMs: 2, flushTokens: 8,
       onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
     });
     let sent = '';

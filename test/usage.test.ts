@@ -2,8 +2,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { createChatAgent } from '../src/lib/agents/chat.ts';
 import { defineAgent, type InferCall } from '../src/lib/sdk/agent.ts';
 import { RetryAfterError } from '../src/lib/sdk/errors.ts';
-import { Attempt } from '../src/lib/engine/attempt.ts';
-import { parseRunRecord } from '../src/lib/engine/record.ts';
+import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { parseRunRecord } from '../src/lib/engine/transitions/record.ts';
 import type { UsageRow } from '../src/lib/contract/admin.ts';
 import { answer, reportedUsage, startFakeOpenAI, type FakeOpenAI } from './helpers/fake-openai.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
@@ -127,10 +127,10 @@ describe('usage by scope, day, agent and model', () => {
       op: 'done' as const, stepKey: 'infer:yesterday:1', result: '{"v":"stored"}',
       usage: { agent: 'editor', at, calls: [{ model: 'fake-model', inputTokens: 5, outputTokens: 6 }] },
     };
-    const t = h.transitions();
-    expect(await t.step(attempt, write)).toBe('{"v":"stored"}');
+    const t = h.gateways();
+    expect(await t.worker.of(attempt).step(write)).toBe('{"v":"stored"}');
     // The same write again (a reply lost, the write resent): the result is already stored, nothing is counted.
-    expect(await t.step(attempt, { ...write, result: '{"v":"again"}' })).toBe('{"v":"stored"}');
+    expect(await t.worker.of(attempt).step({ ...write, result: '{"v":"again"}' })).toBe('{"v":"stored"}');
     expect(await h.redis.hmget(sk.run(sub.body.id), 'usageIn', 'usageOut', 'usageCalls')).toEqual(['5', '6', '1']);
     acmeRows.push({ day: dayOf(at), agent: 'editor', model: 'fake-model', inputTokens: 5, outputTokens: 6, totalTokens: 11, modelCalls: 1 });
     await acme.waitStatus(sub.body.id, ['succeeded']);

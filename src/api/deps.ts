@@ -78,7 +78,8 @@ export interface AppDeps {
  * of other components of the process (a co-hosted worker), added to /readyz.
  */
 export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] = []): Promise<AppDeps> {
-  const { config: c, redis, keys, metrics, transitions, registry } = res;
+  const { config: c, redis, keys, metrics, gateways, registry } = res;
+  const transitions = gateways.api;
   const log = res.log.child({ component: 'api' });
   const store = new RunStore(redis, keys, c, transitions, { cancelled: (run) => metrics.runFinished(run, 'cancelled') });
   const waits = new WaitStore(redis, keys, transitions, (scope, runId) => store.get(scope, runId), res.schemaGuard, {
@@ -101,7 +102,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
   });
   const streams = new RunStreams(redis, keys, new EventHub(res.subscriber, log));
   const limits = new ScopeLimitStore(redis, keys, c, {
-    fill: (scope) => transitions.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
+    fill: (scope) => gateways.sweeper.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
   });
   metrics.watchStreamBuffers(() => streams.buffers());
   // The door every run comes in by (the process's scheduler and bulk worker have one built the
@@ -125,8 +126,8 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     submissions,
     agentCalls: new AgentCalls({ registry, submissions, store, streams, runtime: c.RUNTIME }),
     waits, waitTokens: res.waitTokens,
-    schedules: new ScheduleStore(redis, keys, c, transitions),
-    operations: new BulkOperations(redis, keys, c, transitions),
+    schedules: new ScheduleStore(redis, keys, c, gateways.schedules),
+    operations: new BulkOperations(redis, keys, c, gateways.bulk),
     streams,
     chats: new ChatTurns(store, waits, streams),
     openStreams,

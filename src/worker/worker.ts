@@ -66,14 +66,15 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   if (o.agents.size === 0) throw new Error('a worker needs at least one agent');
   const res = 'resources' in o ? o.resources : await openResources({ ...o, role: 'worker' });
   const owned = !('resources' in o);
-  const { config: c, redis, keys, metrics, dispatcher, transitions, registry } = res;
+  const { config: c, redis, keys, metrics, dispatcher, gateways, registry } = res;
   const runtime = c.RUNTIME;
   const workerId = newWorkerId(runtime);
   const log = res.log.child({ workerId, runtime });
-  const leases = new LeaseKeeper(transitions, res.subscriber, keys.cancelChannel, c.LEASE_MS, c.HEARTBEAT_MS, log);
+  const leases = new LeaseKeeper(gateways.worker, res.subscriber, keys.cancelChannel, c.LEASE_MS, c.HEARTBEAT_MS, log);
   await leases.start();
   const executor = new RunExecutor({
-    redis, keys, config: c, transitions, leases, agents: o.agents, workerId, log, schemaGuard: res.schemaGuard, artifacts: res.artifacts,
+    redis, keys, config: c, transitions: gateways.worker, flow: gateways.flow, leases, agents: o.agents, workerId, log,
+    schemaGuard: res.schemaGuard, artifacts: res.artifacts,
     events: composeHooks<ExecutorEvents>(metrics.executorEvents(runtime), o.events),
     waitTokens: res.waitTokens,
     rateLimits: res.rateLimits,

@@ -11,7 +11,7 @@ import { createLogger } from '../../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../../src/lib/redis/redis.ts';
 import type { WorkerHandle } from '../../src/worker/worker.ts';
 import { Dispatcher } from '../../src/lib/engine/dispatcher.ts';
-import { Transitions } from '../../src/lib/engine/transitions.ts';
+import { gateways, type Gateways } from '../../src/lib/engine/transitions/gateways.ts';
 import { track } from './resources.ts';
 import { call, readSse, type JsonResponse } from './http.ts';
 
@@ -75,8 +75,8 @@ export interface Harness {
   client(baseUrl: string, scope: string, role?: ScopeRole): Promise<ScopeClient>;
   /** Every Redis key of this file's prefix but those processes rewrite on their own timers. */
   allKeys(): Promise<string[]>;
-  /** The transitions gateway on this file's connection, for tests that drive scripts directly. */
-  transitions(overrides?: Record<string, string>): Transitions;
+  /** The transitions' gateways on this file's connection, for tests that drive scripts directly. */
+  gateways(overrides?: Record<string, string>): Gateways;
 }
 
 export interface ScopeClient {
@@ -218,10 +218,10 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
       };
       return track(handle, handle.close);
     },
-    transitions(o = {}) {
+    gateways(o = {}) {
       const dispatcher = new Dispatcher(redis, createKeys(prefix));
       track(dispatcher, () => dispatcher.close());
-      return new Transitions(redis, createKeys(prefix), configWith(o), dispatcher);
+      return gateways(redis, createKeys(prefix), configWith(o), dispatcher);
     },
     async allKeys() {
       // The fair share (and its lock) is rewritten by every process's timer, whatever a request did.

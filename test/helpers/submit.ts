@@ -4,7 +4,8 @@ import type { Keys } from '../../src/lib/keys.ts';
 import type { Redis } from '../../src/lib/redis/redis.ts';
 import { RunStore } from '../../src/lib/engine/store.ts';
 import { Submissions, type SubmitEvents } from '../../src/lib/engine/submissions.ts';
-import type { SubmitLimit, Transitions } from '../../src/lib/engine/transitions.ts';
+import type { SubmitLimit } from '../../src/lib/engine/transitions/submit.ts';
+import type { ApiGateway } from '../../src/lib/engine/transitions/api-gateway.ts';
 import { WorkerRegistry } from '../../src/lib/engine/flow/worker-registry.ts';
 import type { Harness } from './harness.ts';
 
@@ -19,7 +20,7 @@ export interface DoorOptions {
  * openResources builds it: tests and benchmarks submit by the door every run takes, with its
  * checks (output schema in the process's shared guard, artifacts, the registry's agents).
  */
-export function submitDoor(redis: Redis, keys: Keys, config: Config, transitions: Transitions, o: DoorOptions = {}): Submissions {
+export function submitDoor(redis: Redis, keys: Keys, config: Config, transitions: ApiGateway, o: DoorOptions = {}): Submissions {
   return new Submissions({
     redis, keys, config, transitions, store: new RunStore(redis, keys, config, transitions),
     artifacts: new RedisArtifactStore(redis, keys, transitions, config),
@@ -28,7 +29,7 @@ export function submitDoor(redis: Redis, keys: Keys, config: Config, transitions
   });
 }
 
-/** The submit door on the harness's connection and config; `transitions` defaults to a new gateway of the harness. */
-export function doorOf(h: Harness, o: DoorOptions & { transitions?: Transitions } = {}): Submissions {
-  return submitDoor(h.redis, h.keys, h.config, o.transitions ?? h.transitions(), o);
+/** The submit door on the harness's connection and config; `transitions` defaults to a new API gateway of the harness. */
+export function doorOf(h: Harness, o: DoorOptions & { transitions?: ApiGateway } = {}): Submissions {
+  return submitDoor(h.redis, h.keys, h.config, o.transitions ?? h.gateways().api, o);
 }

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
 import { BatonError } from '../errors.ts';
 import { newArtifactId } from '../ids.ts';
 import { isValidId, type Keys } from '../keys.ts';
@@ -30,7 +30,7 @@ export class RedisArtifactStore implements ArtifactStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     private readonly limits: ArtifactLimits,
   ) {}
 
@@ -40,7 +40,7 @@ export class RedisArtifactStore implements ArtifactStore {
     const ref: ArtifactRef = { id: newArtifactId(), contentType: upload.contentType, size: upload.bytes.byteLength, createdAt: Date.now() };
     const bytes = Buffer.from(upload.bytes.buffer, upload.bytes.byteOffset, upload.bytes.byteLength);
     const rate = l.ARTIFACT_UPLOAD_BYTES_PER_SEC;
-    const reply = await this.transitions.storeArtifact(scope, { ...ref, bytes }, {
+    const reply = await this.transitions.scope(scope).storeArtifact({ ...ref, bytes }, {
       maxBytes: l.ARTIFACT_SCOPE_MAX_BYTES, limit: rate > 0 ? { rate, burst: l.ARTIFACT_UPLOAD_BURST_BYTES } : undefined,
     });
     if (reply.kind === 'rate-limited') {

@@ -10,12 +10,12 @@ import type { Logger } from '../logger.ts';
 import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
 import { PollLoop } from '../redis/poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis/redis.ts';
-import type { RunStatus, ShownRun } from './record.ts';
+import type { RunStatus, ShownRun } from './transitions/record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import { listRuns } from './run-listing.ts';
 import type { RunStore } from './store.ts';
 import type { Submissions } from './submissions.ts';
-import type { Transitions } from './transitions.ts';
+import type { BulkGateway } from './transitions/operations-gateway.ts';
 
 /**
  * Bulk operations: cancel or re-run every run of a scope a filter matches, in the background.
@@ -114,7 +114,7 @@ export class BulkOperations {
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'BULK_OPERATIONS_MAX_PER_SCOPE' | 'PAGE_MAX_BYTES'>,
     /** Making and stopping an operation are transitions (lua/bulk-create.lua, bulk-cancel.lua). */
-    private readonly transitions: Transitions,
+    private readonly transitions: BulkGateway,
   ) {}
 
   async create(scope: string, kind: OperationKind, body: BulkRequest): Promise<OperationView> {
@@ -203,7 +203,7 @@ export class BulkWorker {
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'BULK_POLL_MS' | 'BULK_RUNS_PER_SECOND'>,
     /** A batch's claim and commit (lua/bulk-claim.lua, bulk-commit.lua). */
-    private readonly transitions: Transitions,
+    private readonly transitions: BulkGateway,
     /** A cancel, and the reads a re-run's plan takes. */
     private readonly store: RunStore,
     /** A re-run's submit: the door every run takes (submissions.ts), with the scope's submit rate limit. */

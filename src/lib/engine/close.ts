@@ -5,12 +5,13 @@ import { RUN_LIMIT_CODES, type TerminalStatus, type UsageTotals } from '../contr
 import type { Config } from '../config/index.ts';
 import type { ModelCallUsage } from '../sdk/agent.ts';
 import type { McpCallNotice } from '../sdk/agent-reports.ts';
-import type { Attempt } from './attempt.ts';
+import type { Attempt } from './transitions/attempt.ts';
 import type { MemoEvents } from './context-deps.ts';
-import type { ParkReply, Transitions } from './transitions.ts';
+import type { ParkReply } from './transitions/wait.ts';
+import type { AttemptGateway } from './transitions/attempt-gateway.ts';
 import { errorText, thrownOutcome, writeFailure, type Answer, type AttemptOutcome } from './outcome.ts';
-import type { RunError, RunRecord, RunResult, SessionMessage } from './record.ts';
-import { LeaseLostError } from './script-codes.ts';
+import type { RunError, RunRecord, RunResult, SessionMessage } from './transitions/record.ts';
+import { LeaseLostError, type Fenced } from './transitions/script-codes.ts';
 import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../tracing/tracing.ts';
 
 /** Hooks for metrics; every one optional so the executor does not depend on prom-client. */
@@ -47,12 +48,13 @@ export interface Progress {
 /** Everything closing one attempt needs, gathered once the agent's part has ended. */
 export interface Closing {
   deps: {
-    transitions: Transitions;
     config: Config;
     events?: ExecutorEvents;
     /** Brings a parked run's earliest wait deadline forward to its moment (see ExecutorDeps.wakeAt). */
     wakeAt?(scope: string, runId: string, at: number): void;
   };
+  /** The attempt's own gateway: every closing transition goes through it, fenced. */
+  gateway: AttemptGateway;
   run: RunRecord;
   attempt: Attempt;
   writer: EventWriter;
@@ -99,7 +101,8 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
 
 /** The one closing transition for `outcome`: returns the outcome closed, or what a failed write made of it. */
 async function transition(c: Closing, outcome: AttemptOutcome, saved: number): Promise<AttemptOutcome> {
-  const { transitions, events } = c.deps;
+  const { events } = c.deps;
+  const { gateway } = c;
   const { run, attempt, log } = c;
   switch (outcome.kind) {
     case 'lease-lost':
@@ -109,7 +112,7 @@ async function transition(c: Closing, outcome: AttemptOutcome, saved: number): P
       return outcome;
     case 'retrying': {
       const lastError = JSON.stringify(outcome.error);
-      const sent = await flushThen(c, () => transitions.retry(attempt, { delayMs: outcome.delayMs, lastError }));
+      const sent = await flushThen(c, () => gateway.retry({ delayMs: outcome.delayMs, lastError }));
       if (!sent.ok) return sent.outcome;
       c.trace?.closed('retrying', { 'baton.attempt.retry_at': sent.value, 'error.type': outcome.error.code });
       hook(c, () => events?.retried?.(run));
@@ -117,7 +120,7 @@ async function transition(c: Closing, outcome: AttemptOutcome, saved: number): P
       return outcome;
     }
     case 'blocked': {
-      const sent = await flushThen(c, () => transitions.block(attempt, {
+      const sent = await flushThen(c, () => gateway.block({
         stepKey: outcome.stepKey,
         reason: 'a non-idempotent step was started by an earlier attempt and recorded no result',
         since: Date.now(),
@@ -132,7 +135,7 @@ async function transition(c: Closing, outcome: AttemptOutcome, saved: number): P
     }
     case 'parked': {
       // Events first, so the `status: waiting` event follows every token of the attempt.
-      const sent = await flushThen(c, () => transitions.wait(attempt, outcome.waits));
+      const sent = await flushThen(c, () => gateway.wait(outcome.waits));
       if (!sent.ok) return sent.outcome;
       const reply = sent.value;
       if (reply.cancelRequested) {
@@ -155,7 +158,7 @@ async function transition(c: Closing, outcome: AttemptOutcome, saved: number): P
     }
     case 'aborted':
       if (outcome.reason === 'shutdown') {
-        const sent = await flushThen(c, () => transitions.release(attempt));
+        const sent = await flushThen(c, () => gateway.release());
         if (!sent.ok) return sent.outcome;
         c.trace?.closed('handed-over');
         log.info('run handed over at shutdown');
@@ -180,7 +183,7 @@ async function storeTurn(c: Closing, outcome: AttemptOutcome): Promise<{ end: At
   const turn = turnMessages(c.run, result, status, c.progress?.steered ?? []);
   if (turn.length === 0) return { end: outcome, saved: 0 };
   try {
-    await c.deps.transitions.assertLease(c.attempt);
+    await c.gateway.assertLease();
     await c.memory.save(turn);
     return { end: outcome, saved: turn.length };
   } catch (err) {
@@ -216,7 +219,7 @@ async function finishWith(c: Closing, outcome: Ending, saved: number, span?: Fin
   // The last events ride with the finish, in its script call: the `end` event follows them.
   const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
   if (!last.ok) return notWritten(last.outcome, span);
-  const sent = await written(() => c.deps.transitions.finish(c.attempt, {
+  const sent = await written(() => c.gateway.finish({
     status,
     result: JSON.stringify(result),
     lastError: error ? JSON.stringify(error) : undefined,
@@ -301,7 +304,7 @@ async function closeBroken(c: Closing, why: string): Promise<AttemptOutcome> {
   // One try, no retries: a flush that fails here would leave a hole before `end`.
   const sent = await written(async () => {
     await c.writer.flush();
-    await c.deps.transitions.finish(c.attempt, {
+    return c.gateway.finish({
       status: 'failed', result: JSON.stringify({ ...partial(c, 'error'), ...usage(c) }), lastError: JSON.stringify(lastError),
     });
   });
@@ -317,17 +320,21 @@ async function closeBroken(c: Closing, why: string): Promise<AttemptOutcome> {
   return { kind: 'broken', error: why };
 }
 
-/** A write of the closing, its failure made an outcome where it happens. */
-async function written<T>(write: () => Promise<T>): Promise<Written<T>> {
+/**
+ * A closing transition, its refusal or failure made an outcome where it happens: a lost lease
+ * is its answer (`{ kind: 'lost' }`), Redis's loss or a bug what writeFailure makes of the error.
+ */
+async function written<T>(write: () => Promise<Fenced<T>>): Promise<Written<T>> {
   try {
-    return { ok: true, value: await write() };
+    const sent = await write();
+    return sent.kind === 'lost' ? { ok: false, outcome: { kind: 'lease-lost' } } : { ok: true, value: sent.value };
   } catch (err) {
     return { ok: false, outcome: writeFailure(err) };
   }
 }
 
 /** The attempt's events first, then the closing transition `write` (see flushBeforeClosing). */
-async function flushThen<T>(c: Closing, write: () => Promise<T>): Promise<Written<T>> {
+async function flushThen<T>(c: Closing, write: () => Promise<Fenced<T>>): Promise<Written<T>> {
   const flushed = await flushBeforeClosing(c, () => c.writer.flush());
   return flushed.ok ? written(write) : flushed;
 }

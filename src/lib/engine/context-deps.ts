@@ -4,9 +4,9 @@ import type { EventWriter } from '../streams/writer.ts';
 import type { Logger } from '../logger.ts';
 import type { AgentInput } from '../artifacts/artifact-store.ts';
 import type { MemoryBlocks } from '../sessions/memory-blocks.ts';
-import type { Attempt } from './attempt.ts';
-import type { RunRecord } from './record.ts';
-import type { Transitions } from './transitions.ts';
+import type { Attempt } from './transitions/attempt.ts';
+import type { RunRecord } from './transitions/record.ts';
+import type { AttemptGateway } from './transitions/attempt-gateway.ts';
 import type { SchemaGuard } from './schema/schema-guard.ts';
 import type { WaitTokens } from './waits/wait-tokens.ts';
 import type { TokenBudgets } from './flow/budgets.ts';
@@ -21,7 +21,7 @@ export interface MemoEvents {
 
 /** What a run context is made of (ContextState and its parts read it): fixed for the attempt. */
 export interface ContextDeps {
-  transitions: Transitions;
+  transitions: AttemptGateway;
   attempt: Attempt;
   run: RunRecord;
   agent: Agent;

@@ -135,7 +135,7 @@ export class StepRunner {
           this.waits.block(key);
           throw new RunBlocked(key);
         }
-        await this.d.transitions.step(this.d.attempt, { op: 'start', stepKey: key });
+        await this.d.transitions.step({ op: 'start', stepKey: key });
         this.memo.set(`${key}#started`, String(Date.now()));
       }
       const capture = kind === 'infer' ? this.stream.capture(agent) : undefined;
@@ -168,7 +168,7 @@ export class StepRunner {
       );
       // The usage goes with the result in one fenced script, which counts it only if it stores the result.
       const usage = calls.length ? { agent, at: finishedAt, calls } : undefined;
-      const kept = await this.d.transitions.step(this.d.attempt, { op: 'done', stepKey: key, result: json, usage });
+      const kept = await this.d.transitions.step({ op: 'done', stepKey: key, result: json, usage });
       this.memo.set(key, kept);
       if (usage && kept === json) this.counted(agent, calls);
       return (JSON.parse(kept) as { v: T }).v;

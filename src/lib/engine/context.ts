@@ -164,7 +164,7 @@ export class ContextState {
     this.waits.begin();
     try {
       await d.writer.flush();
-      const { taken, fresh } = await d.transitions.steer(d.attempt, d.run.sessionId, boundary);
+      const { taken, fresh } = await d.transitions.steer(d.run.sessionId, boundary);
       for (const m of taken) this.steered.push({ ...m, after: this.emitted.length });
       if (fresh && taken.length > 0) d.steered?.(taken.length);
       return taken;

@@ -8,13 +8,15 @@ import type { Logger } from '../logger.ts';
 import { Appender } from '../streams/appender.ts';
 import { EventWriter } from '../streams/writer.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
-import { Attempt } from './attempt.ts';
+import { Attempt } from './transitions/attempt.ts';
 import { ContextState, type MemoEvents } from './context.ts';
 import { STOPPED } from './context-waits.ts';
 import { closeAttempt, type ExecutorEvents, type Progress } from './close.ts';
 import { abortOutcome, errorText, thrownOutcome, type Answer, type AttemptOutcome } from './outcome.ts';
-import { parseRunRecord, type RunResult } from './record.ts';
-import type { ClaimReply, Transitions } from './transitions.ts';
+import { parseRunRecord, type RunResult } from './transitions/record.ts';
+import type { ClaimReply } from './transitions/claim.ts';
+import type { WorkerGateway } from './transitions/attempt-gateway.ts';
+import type { FlowGateway } from './transitions/flow-gateway.ts';
 import type { WaitTokens } from './waits/wait-tokens.ts';
 import { RunMemory } from '../sessions/run-memory.ts';
 import { claimHistoryReads } from '../sessions/memory-session.ts';
@@ -35,7 +37,9 @@ export interface ExecutorDeps {
   redis: Redis;
   keys: Keys;
   config: Config;
-  transitions: Transitions;
+  transitions: WorkerGateway;
+  /** Flow control's gateway: the scopes' daily token budgets' holds. */
+  flow: FlowGateway;
   leases: LeaseKeeper;
   agents: ReadonlyMap<string, Agent>;
   workerId: string;
@@ -77,7 +81,7 @@ export class RunExecutor {
   readonly appender: Appender;
 
   constructor(private readonly d: ExecutorDeps) {
-    this.budgets = new TokenBudgets(d.redis, d.keys, d.config, { transitions: d.transitions });
+    this.budgets = new TokenBudgets(d.redis, d.keys, d.config, { transitions: d.flow });
     this.appender = new Appender(d.transitions);
     for (const [name, agent] of d.agents) {
       if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
@@ -143,7 +147,9 @@ export class RunExecutor {
           outcome: { kind: 'broken', error: errorText(err) },
         }));
       // The one closing: it never throws, and whatever it wrote (or could not) ends the attempt.
-      await closeAttempt({ deps: this.d, run, attempt, writer, log, trace, memory: ended.memory, progress: ended.progress }, ended.outcome);
+      await closeAttempt({
+        deps: this.d, gateway: transitions.of(attempt), run, attempt, writer, log, trace, memory: ended.memory, progress: ended.progress,
+      }, ended.outcome);
       return { kind: 'done' };
     } finally {
       clearTimeout(budget);
@@ -185,7 +191,7 @@ export class RunExecutor {
       return { outcome: thrown(err), memory };
     }
     const state = new ContextState({
-      transitions, attempt, run, agent, history, memoryBlocks, input, steps, writer, log,
+      transitions: transitions.of(attempt), attempt, run, agent, history, memoryBlocks, input, steps, writer, log,
       memo: this.d.events as MemoEvents | undefined,
       usageCounted: (agentName, calls) => this.d.events?.modelUsage?.(run, agentName, calls),
       steered: (count) => this.d.events?.steering?.(run, 'delivered', count),

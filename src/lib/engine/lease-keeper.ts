@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
-import { RunAbort, type AbortReason, type Attempt } from './attempt.ts';
-import type { Transitions } from './transitions.ts';
+import { RunAbort, type AbortReason, type Attempt } from './transitions/attempt.ts';
+import type { WorkerGateway } from './transitions/attempt-gateway.ts';
 
 export { RunAbort, type AbortReason };
 
@@ -26,7 +26,7 @@ export class LeaseKeeper {
   private stopping: AbortReason | undefined;
 
   constructor(
-    private readonly transitions: Transitions,
+    private readonly transitions: WorkerGateway,
     private readonly subscriber: Redis,
     private readonly cancelChannel: string,
     private readonly leaseMs: number,

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { BatonError } from '../errors.ts';
 import { TERMINAL_STATUSES, type ForkRequest, type SessionFork } from '../contract/runs.ts';
-import type { CallBudget, ForkChunk, Transitions } from './transitions.ts';
+import type { CallBudget } from './transitions/fork-scan.ts';
+import type { ForkChunk } from './transitions/fork-copy.ts';
+import type { ApiGateway } from './transitions/api-gateway.ts';
 
 /**
  * What one script call of a fork may read or copy: 64 messages and 256 KiB (a message larger
@@ -47,7 +49,7 @@ const ENDED: readonly string[] = TERMINAL_STATUSES;
  * fork copies its own turns at the new session's first run (run-memory.ts).
  */
 export async function forkSession(
-  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest,
+  transitions: ApiGateway, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest,
   budget: CallBudget = FORK_CALL_BUDGET, onChunk?: (chunk: ForkChunk) => void,
 ): Promise<SessionFork> {
   const to = body.sessionId ?? `s${Date.now().toString(36)}${randomBytes(8).toString('hex')}`;
@@ -57,9 +59,9 @@ export async function forkSession(
   const point = await findForkPoint(transitions, runOf, scope, sessionId, body, budget);
   const token = randomBytes(16).toString('hex');
   // Past the scope's fork rate or storage cap, forkBegin throws FORK_RATE_LIMITED or STORAGE_LIMIT: nothing copied.
-  let outcome: ForkChunk['kind'] = await transitions.forkBegin(scope, sessionId, to, { ...point, token });
+  let outcome: ForkChunk['kind'] = await transitions.scope(scope).forkBegin(sessionId, to, { ...point, token });
   while (outcome === 'copying') {
-    const chunk = await transitions.forkCopy(scope, sessionId, to, token, budget);
+    const chunk = await transitions.scope(scope).forkCopy(sessionId, to, token, budget);
     onChunk?.(chunk);
     // Each chunk copies at least one message (lua/fork-copy.lua): one that copied none would loop.
     if (chunk.kind === 'copying' && chunk.messages === 0) throw new Error(`the fork into session ${to} copied nothing`);
@@ -76,7 +78,7 @@ export async function forkSession(
 }
 
 async function findForkPoint(
-  transitions: Transitions, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, budget: CallBudget,
+  transitions: ApiGateway, runOf: RunOf, scope: string, sessionId: string, body: ForkRequest, budget: CallBudget,
 ): Promise<ForkPoint> {
   let turns = 0;
   let bytes = 0;
@@ -97,7 +99,7 @@ async function findForkPoint(
   while (start !== undefined) {
     // Ids and sizes only: the API never holds the history (a 64 MiB session parsed here held
     // the process's event loop from other requests).
-    const page = await transitions.forkScan(scope, sessionId, start, budget);
+    const page = await transitions.scope(scope).forkScan(sessionId, start, budget);
     for (let i = 0; i < page.runIds.length; i++) {
       const runId = page.runIds[i];
       if (runId !== current) {

@@ -2,12 +2,14 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import { BatonError } from '../errors.ts';
-import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './record.ts';
+import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './transitions/record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
 import { forkSession } from './session-fork.ts';
 import type { ForkRequest, SessionFork } from '../contract/runs.ts';
-import type { DeleteOutcome, Resolution, Transitions } from './transitions.ts';
+import type { DeleteOutcome } from './transitions/delete.ts';
+import type { Resolution } from './transitions/resolve.ts';
+import type { ApiGateway } from './transitions/api-gateway.ts';
 
 export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 
@@ -26,7 +28,7 @@ export class RunStore {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Config,
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     private readonly events: RunStoreEvents = {},
   ) {}
 
@@ -57,7 +59,7 @@ export class RunStore {
   async cancel(scope: string, runId: string): Promise<RunRecord> {
     // The state the cancel produced, not a later read: a running run answers `running` with
     // cancelRequested, even when its worker stops it before this answer is sent.
-    const { outcome, run } = await this.transitions.cancel(scope, runId);
+    const { outcome, run } = await this.transitions.scope(scope).cancel(runId);
     if (!run) throw new BatonError('RUN_NOT_FOUND');
     if (outcome === 'cancelled') this.events.cancelled?.(run);
     return run;
@@ -68,12 +70,12 @@ export class RunStore {
    * listings; the turn it committed stays in its session's history. One not ended is left as it is.
    */
   deleteRun(scope: string, runId: string): Promise<DeleteOutcome> {
-    return this.transitions.deleteRun(scope, runId);
+    return this.transitions.scope(scope).deleteRun(runId);
   }
 
   /** Lets a blocked run continue: with the operator's value for the step, or re-running it. */
   async resolveStep(scope: string, runId: string, stepKey: string, resolution: Resolution): Promise<RunRecord> {
-    await this.transitions.resolve(scope, runId, stepKey, resolution);
+    await this.transitions.scope(scope).resolve(runId, stepKey, resolution);
     const run = await this.get(scope, runId);
     if (!run) throw new BatonError('RUN_NOT_FOUND');
     return run;
@@ -128,7 +130,7 @@ export class RunStore {
     const start = opts.cursor ?? 0;
     // The answer's own bytes besides the messages: its envelope, and a comma between two.
     const maxBytes = this.config.PAGE_MAX_BYTES - 64 - opts.limit;
-    const page = await this.transitions.historyPage(scope, sessionId, start, opts.limit, maxBytes);
+    const page = await this.transitions.scope(scope).historyPage(sessionId, start, opts.limit, maxBytes);
     const messages = page.messages.map((m) => JSON.parse(m) as SessionMessage);
     return { messages, nextCursor: page.next === undefined ? null : String(page.next) };
   }

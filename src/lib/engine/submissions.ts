@@ -11,10 +11,11 @@ import type { Redis } from '../redis/redis.ts';
 import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
 import { quoteList, type WorkerRegistry } from './flow/worker-registry.ts';
 import { assertValidOutputSchema } from './schema/output-schema.ts';
-import type { NewRunRecord, RunRecord } from './record.ts';
+import type { NewRunRecord, RunRecord } from './transitions/record.ts';
 import type { SchemaGuard } from './schema/schema-guard.ts';
 import type { RunStore } from './store.ts';
-import type { StoredSteering, SubmitLimit, Transitions } from './transitions.ts';
+import type { StoredSteering, SubmitLimit } from './transitions/submit.ts';
+import type { ApiGateway } from './transitions/api-gateway.ts';
 
 /** A submit as the door takes it: the API's request (defaults applied) and the scope of its path. */
 export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToken'> & { scope: string; runtime: string; agent: string };
@@ -57,7 +58,7 @@ export interface SubmissionDeps {
   keys: Keys;
   config: Config;
   /** The submit transition (lua/submit.lua). */
-  transitions: Transitions;
+  transitions: ApiGateway;
   /** Runs read back: the run a steering message went to. */
   store: RunStore;
   artifacts: ArtifactStore;
@@ -247,7 +248,7 @@ export class Submissions {
 
 /**
  * The record a submit writes (record.ts: NewRunRecord), from its request: the run's one
- * encoding, which crosses to Lua once (Transitions.submit).
+ * encoding, which crosses to Lua once (ApiGateway.submit, the unit submit.ts).
  */
 function newRunRecord(
   req: SubmitRequest, defaultMaxAttempts: number, traceparent: string | undefined, rerun: RerunPlan | undefined,

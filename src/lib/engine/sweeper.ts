@@ -3,8 +3,9 @@ import type { Config } from '../config/index.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import type { RunRecord } from './record.ts';
-import type { AnsweredWait, Transitions } from './transitions.ts';
+import type { RunRecord } from './transitions/record.ts';
+import type { AnsweredWait } from './transitions/reply.ts';
+import type { SweeperGateway } from './transitions/sweeper-gateway.ts';
 import { expiredWaitEnd, traceWaitsEnded, tracingEnabled } from '../tracing/tracing.ts';
 
 /** Hooks for metrics: what the sweeper (or a deadline timer of this process) ended. */
@@ -69,7 +70,7 @@ export class Sweeper {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly dispatcher: Dispatcher,
-    private readonly transitions: Transitions,
+    private readonly transitions: SweeperGateway,
     private readonly log: Logger,
     private readonly events: SweeperEvents = {},
   ) {}

@@ -8,7 +8,7 @@ import { RunStore } from '../engine/store.ts';
 import { SchemaGuard } from '../engine/schema/schema-guard.ts';
 import { Submissions } from '../engine/submissions.ts';
 import { Sweeper } from '../engine/sweeper.ts';
-import { Transitions } from '../engine/transitions.ts';
+import { gateways, type Gateways } from '../engine/transitions/gateways.ts';
 import { WaitTokens } from '../engine/waits/wait-tokens.ts';
 import { createKeys, type Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
@@ -25,7 +25,7 @@ import { BulkWorker } from '../engine/bulk-operations.ts';
 
 /**
  * The composition root of one Baton process: its Redis connections, key builder, metrics
- * registry, dispatcher, transitions gateway, sweeper, worker registry and queue watchers,
+ * registry, dispatcher, transitions' gateways, sweeper, worker registry and queue watchers,
  * made once and closed once. `baton start` hosts the API and a worker on one of these;
  * `baton api` and `baton worker` each open their own. The API's parts (apiDeps, api/deps.ts)
  * and a worker's own (its leases, executor and presence, startWorker) are built from it and
@@ -43,7 +43,8 @@ export interface Resources {
   /** Pub/sub: live stream notifications (API) and cancel requests (worker) share it. */
   readonly subscriber: Redis;
   readonly dispatcher: Dispatcher;
-  readonly transitions: Transitions;
+  /** The transitions' gateways, one per caller (the API's, the worker's, the sweeper's, flow control's, schedules', bulk operations'). */
+  readonly gateways: Gateways;
   readonly sweeper: Sweeper;
   /** Fires cron schedules' ticks (every process runs one; src/lib/schedules/scheduler.ts). */
   readonly scheduler: Scheduler;
@@ -119,37 +120,37 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   const dispatcher = new Dispatcher(bull, keys, (err, queue) => log.warn({ err: err.message, queue }, 'bullmq queue error'));
   // The fair share needs the registry, made below; the transitions read its level at each call.
   let fairShare: FairShare | undefined;
-  const transitions = new Transitions(redis, keys, c, dispatcher, () => fairShare?.level() ?? {});
+  const g = gateways(redis, keys, c, dispatcher, () => fairShare?.level() ?? {});
   // Every process sweeps: sweeps are idempotent, so more processes only repair sooner.
-  const sweeper = new Sweeper(redis, keys, c, dispatcher, transitions, log, {
+  const sweeper = new Sweeper(redis, keys, c, dispatcher, g.sweeper, log, {
     waitsExpired: (runtime, waits) => metrics.waitsExpired(runtime, waits),
     finished: (run, status) => metrics.runFinished(run, status),
   });
   sweeper.start();
   const schemaGuard = new SchemaGuard({ maxQueuedPerScope: c.SCHEMA_CHECKS_PER_SCOPE, events: metrics.schemaGuardEvents });
-  const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, transitions, c);
+  const artifacts = o.artifacts ?? new RedisArtifactStore(redis, keys, g.api, c);
   const registry = new WorkerRegistry(redis, keys, c.LEASE_MS);
   // Schedules' ticks and bulk re-runs come in by the door every run takes (submissions.ts): its
   // checks, tracing, the scope's rate limit, its session queues, its slots.
-  const store = new RunStore(redis, keys, c, transitions, { cancelled: (run) => metrics.runFinished(run, 'cancelled') });
+  const store = new RunStore(redis, keys, c, g.api, { cancelled: (run) => metrics.runFinished(run, 'cancelled') });
   const submissions = new Submissions({
-    redis, keys, config: c, transitions, store, artifacts, registry, schemaGuard, limit: submitLimit(c),
+    redis, keys, config: c, transitions: g.api, store, artifacts, registry, schemaGuard, limit: submitLimit(c),
     events: {
       submitted: (run) => metrics.runSubmitted(run),
       steered: (runtime, outcome) => metrics.steeringOutcome(runtime, outcome),
       deadline: (scope, member, at) => sweeper.soon(scope, member, at),
     },
   });
-  const scheduler = new Scheduler(redis, keys, c, transitions, submissions, log.child({ component: 'scheduler' }));
+  const scheduler = new Scheduler(redis, keys, c, g.schedules, submissions, log.child({ component: 'scheduler' }));
   scheduler.start();
   // Bulk cancels take the transition a single cancel takes.
-  const bulk = new BulkWorker(redis, keys, c, transitions, store, submissions, log.child({ component: 'bulk' }));
+  const bulk = new BulkWorker(redis, keys, c, g.bulk, store, submissions, log.child({ component: 'bulk' }));
   bulk.start();
-  const rateLimits = new RateLimiter(transitions, c.RATE_LIMITS, metrics.rateLimitEvents, {
+  const rateLimits = new RateLimiter(g.flow, c.RATE_LIMITS, metrics.rateLimitEvents, {
     burst: c.RATE_LIMIT_BURST, pauseMaxMs: c.RATE_LIMIT_PAUSE_MAX_MS, weightOf: scopeWeights(redis, keys, c.SCOPE_WEIGHT),
   });
   metrics.watchRateLimits(c.RATE_LIMITS, () => rateLimits.list());
-  fairShare = new FairShare(redis, keys, c, registry, transitions, log);
+  fairShare = new FairShare(redis, keys, c, registry, g.sweeper, log);
   fairShare.start();
   metrics.watchFlowControl((perScope) => heldBack(redis, keys, c, perScope));
   const countJobs = (runtime: string) => dispatcher.jobCounts(runtime, QUEUE_STATES);
@@ -160,7 +161,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   };
   let closing: Promise<void> | undefined;
   return {
-    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, transitions, sweeper, scheduler, bulk, fairShare, schemaGuard,
+    config: c, log, keys, metrics, redis, bull, subscriber, dispatcher, gateways: g, sweeper, scheduler, bulk, fairShare, schemaGuard,
     artifacts, waitTokens, registry, rateLimits, watchRuntime,
     close() {
       closing ??= (async () => {

@@ -5,7 +5,7 @@ import type {
 } from '../contract/schedules.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ScheduleGateway } from '../engine/transitions/operations-gateway.ts';
 import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
 import { redisNowMs, type Redis } from '../redis/redis.ts';
 import { checkCron, compileCron, fireTimes, NEXT_FIRE_TIMES } from './cron.ts';
@@ -81,7 +81,7 @@ export class ScheduleStore {
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE' | 'SCHEDULE_TEMPLATE_MAX_BYTES' | 'PAGE_MAX_BYTES'>,
     /** Pause and resume are transitions (lua/schedule-pause.lua, schedule-resume.lua). */
-    private readonly transitions: Transitions,
+    private readonly transitions: ScheduleGateway,
   ) {}
 
   async create(scope: string, req: CreateScheduleRequest): Promise<ScheduleView> {

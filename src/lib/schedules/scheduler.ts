@@ -5,7 +5,8 @@ import type { Logger } from '../logger.ts';
 import { PollLoop } from '../redis/poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis/redis.ts';
 import type { Submissions, SubmitRequest } from '../engine/submissions.ts';
-import type { TickOutcome, Transitions } from '../engine/transitions.ts';
+import type { TickOutcome } from '../engine/transitions/schedule-done.ts';
+import type { ScheduleGateway } from '../engine/transitions/operations-gateway.ts';
 import { compileCron, splitDue, type CompiledCron } from './cron.ts';
 import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 
@@ -67,7 +68,7 @@ export class Scheduler {
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'SCHEDULE_POLL_MS' | 'SCHEDULE_MISSED_AFTER_MS'>,
     /** The claim and the done mark (lua/schedule-claim.lua, schedule-done.lua). */
-    private readonly transitions: Transitions,
+    private readonly transitions: ScheduleGateway,
     /** The submit door (submissions.ts), with the scope's submit rate limit. */
     private readonly submissions: Submissions,
     private readonly log: Logger,

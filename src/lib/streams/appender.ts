@@ -1,5 +1,6 @@
-import type { Attempt } from '../engine/attempt.ts';
-import type { AppendAnswer, AppendItem, Transitions } from '../engine/transitions.ts';
+import type { Attempt } from '../engine/transitions/attempt.ts';
+import type { AppendAnswer, AppendItem } from '../engine/transitions/append.ts';
+import type { WorkerGateway } from '../engine/transitions/attempt-gateway.ts';
 
 /** Runs whose batches one call carries at most, and the bytes of their events (at least one batch). */
 const MAX_RUNS_PER_CALL = 200;
@@ -24,7 +25,7 @@ export class Appender {
   calls = 0;
   batches = 0;
 
-  constructor(private readonly transitions: Pick<Transitions, 'appendMany'>) {}
+  constructor(private readonly transitions: Pick<WorkerGateway, 'appendMany'>) {}
 
   append(attempt: Attempt, batch: number, events: readonly (readonly [string, string])[]): Promise<AppendAnswer> {
     return new Promise((resolve, reject) => {

@@ -1,7 +1,7 @@
 import type { Speaker } from '../contract/events.ts';
-import type { Attempt } from '../engine/attempt.ts';
-import { LeaseLostError } from '../engine/script-codes.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { Attempt } from '../engine/transitions/attempt.ts';
+import { LeaseLostError } from '../engine/transitions/script-codes.ts';
+import type { WorkerGateway } from '../engine/transitions/attempt-gateway.ts';
 import type { Appender } from './appender.ts';
 
 interface Pending { type: string; data: string; text?: string; from?: Speaker }
@@ -9,7 +9,7 @@ interface Pending { type: string; data: string; text?: string; from?: Speaker }
 export interface Batch { no: number; events: [string, string][]; tokens: number }
 
 export interface EventWriterOptions {
-  transitions: Transitions;
+  transitions: WorkerGateway;
   /**
    * Where batches go: the process's Appender (src/lib/streams/appender.ts), which gathers the
    * batches of its runs into one call per scope; absent, each batch is its own call.

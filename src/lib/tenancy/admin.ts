@@ -1,7 +1,7 @@
 import { redisNowMs, type Redis } from '../redis/redis.ts';
 import type { Keys } from '../keys.ts';
 import type { DrainResult, ResumeResult, RuntimeStats } from '../contract/admin.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
 import { runtimeCounts } from './runtime-counts.ts';
 import type { RuntimeInfo, WorkerRegistry } from '../engine/flow/worker-registry.ts';
 
@@ -29,7 +29,7 @@ export class RuntimeAdmin {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     private readonly registry: WorkerRegistry,
   ) {}
 
@@ -92,7 +92,7 @@ export class RuntimeAdmin {
     let cancelled = 0;
     let before = Infinity;
     for (;;) {
-      const step = await this.transitions.drain(scope, runtime, { cancelQueued: opts.cancelQueued, batch: BATCH });
+      const step = await this.transitions.scope(scope).drain(runtime, { cancelQueued: opts.cancelQueued, batch: BATCH });
       cancelled += step.cancelled;
       const left = step.left;
       // The waiting set only shrinks while drained; stop if a call made no progress at all.
@@ -106,7 +106,7 @@ export class RuntimeAdmin {
   async resume(scope: string, runtime: string): Promise<ResumeResult> {
     let resumed = 0;
     for (let first = true; ; first = false) {
-      const step = await this.transitions.undrain(scope, runtime, { first, batch: BATCH });
+      const step = await this.transitions.scope(scope).undrain(runtime, { first, batch: BATCH });
       resumed += step.resumed;
       if (step.left === 0) break;
     }

@@ -1,5 +1,5 @@
 import { shareAt } from '../engine/flow/fair-share.ts';
-import type { FairLevel } from '../engine/transitions.ts';
+import type { FairLevel } from '../engine/transitions/caller.ts';
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
@@ -110,7 +110,7 @@ export function limitDefaults(c: Pick<Config,
 }
 
 export interface ScopeLimitStoreOptions {
-  /** Gives a scope's free slots to its parked runs (Transitions.fill): after a change that may have raised a limit. */
+  /** Gives a scope's free slots to its parked runs (SweeperGateway.fill): after a change that may have raised a limit. */
   fill(scope: string): Promise<unknown>;
   /** Event streams of the scope open in this process (OpenStreams), for `inUse.streams`. */
   openStreams(scope: string): number;

@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.ts';
-import type { Transitions } from '../engine/transitions.ts';
+import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
 import { BatonError } from '../errors.ts';
 import { LIMITS_CACHE_MS } from './limits.ts';
 
@@ -39,7 +39,7 @@ export class ReadBudget {
   private readonly free: number;
 
   constructor(
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     config: Pick<Config, 'READ_FREE_BYTES' | 'READ_BYTES_PER_SEC' | 'READ_BURST_BYTES'>,
     /** The scope's readBytesPerSec in force, as this process last read its limits (ScopeLimitStore.limits). */
     private readonly rateOf: (scope: string) => Promise<number>,
@@ -60,7 +60,7 @@ export class ReadBudget {
     if (now - entry.readAt >= LIMITS_CACHE_MS) {
       // One look a second, however many reads are refused meanwhile.
       entry.readAt = now;
-      this.remember(scope, (await this.transitions.chargeRead(scope, 0, this.limit)).retryAfterMs);
+      this.remember(scope, (await this.transitions.scope(scope).chargeRead(0, this.limit)).retryAfterMs);
     }
     const waitMs = (this.refused.get(scope)?.until ?? 0) - Date.now();
     if (waitMs <= 0) return;
@@ -77,7 +77,7 @@ export class ReadBudget {
     // round trip. A charge awaited after each large answer raised an API process's peak RSS by
     // about 100 MiB under test/bytes-limits.test.ts's aborted listings, which run without a budget.
     if ((await this.rateOf(scope)) === 0) return;
-    this.remember(scope, (await this.transitions.chargeRead(scope, over, this.limit)).retryAfterMs);
+    this.remember(scope, (await this.transitions.scope(scope).chargeRead(over, this.limit)).retryAfterMs);
   }
 
   private remember(scope: string, retryAfterMs: number): void {

@@ -4,7 +4,7 @@ import type { Config } from '../../config/index.ts';
 import type { Keys } from '../../keys.ts';
 import { RUN_LIMIT_CODES, type TokenBudget } from '../../contract/index.ts';
 import { PermanentError } from '../../sdk/errors.ts';
-import type { Transitions } from '../transitions.ts';
+import type { FlowGateway } from '../transitions/flow-gateway.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -86,7 +86,7 @@ export class TokenBudgets {
      * The holds' gateway: without it (a reader of the budget, UsageReader) check() cannot be
      * called. `now`: the clock days are told by: the worker's, as the step script's usage days are.
      */
-    private readonly o: { transitions?: Transitions; now?: () => number } = {},
+    private readonly o: { transitions?: FlowGateway; now?: () => number } = {},
   ) {
     this.now = o.now ?? Date.now;
   }

@@ -3,7 +3,8 @@ import type { Keys } from '../../keys.ts';
 import type { Logger } from '../../logger.ts';
 import { isConnectionLoss, type Redis } from '../../redis/redis.ts';
 import type { WorkerRegistry } from './worker-registry.ts';
-import type { FairLevel, Transitions } from '../transitions.ts';
+import type { FairLevel } from '../transitions/caller.ts';
+import type { SweeperGateway } from '../transitions/sweeper-gateway.ts';
 
 /**
  * Weighted fair sharing of the workers' slots across scopes.
@@ -72,7 +73,7 @@ export class FairShare {
     private readonly keys: Keys,
     private readonly config: Config,
     private readonly registry: WorkerRegistry,
-    private readonly transitions: Transitions,
+    private readonly transitions: SweeperGateway,
     private readonly log: Logger,
   ) {}
 

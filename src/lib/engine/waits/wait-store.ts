@@ -3,9 +3,10 @@ import type { WaitResumed } from '../../contract/runs.ts';
 import { BatonError } from '../../errors.ts';
 import type { Keys } from '../../keys.ts';
 import { OutputInvalidError } from '../../sdk/errors.ts';
-import type { RunRecord, StoredWait } from '../record.ts';
+import type { RunRecord, StoredWait } from '../transitions/record.ts';
 import { processSchemaGuard, type SchemaGuard } from '../schema/schema-guard.ts';
-import type { ResumedWait, Transitions } from '../transitions.ts';
+import type { ResumedWait } from '../transitions/resume.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
 import { WaitTokens } from './wait-tokens.ts';
 import { traceWaitsEnded, tracingEnabled } from '../../tracing/tracing.ts';
 
@@ -32,7 +33,7 @@ export class WaitStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly transitions: Transitions,
+    private readonly transitions: ApiGateway,
     /** Reads a run with its waits (RunStore.get), for the answer to a resume. */
     private readonly readRun: (scope: string, runId: string) => Promise<RunRecord | undefined>,
     private readonly schemaGuard: SchemaGuard = processSchemaGuard(),
@@ -92,7 +93,7 @@ export class WaitStore {
       throw new BatonError('WAIT_NOT_PENDING', "A wait for the scope's token budget ends with the UTC day; it cannot be resumed.");
     }
     if (wait.schema !== undefined) await this.check(wait.schema, value, scope, waitKey, signal);
-    const resumed = await this.transitions.resumeWait(scope, runId, waitKey, { value: JSON.stringify(value), tokenHash });
+    const resumed = await this.transitions.scope(scope).resumeWait(runId, waitKey, { value: JSON.stringify(value), tokenHash });
     traceWaitsEnded(replies?.[2]?.[1] as string | undefined, runId, [{ key: waitKey, kind: resumed.kind, since: resumed.since }], () => 'resumed');
     this.events.resumed?.(resumed);
   }

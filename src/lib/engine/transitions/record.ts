@@ -1,10 +1,10 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
 import type {
   ArtifactAttachment, ArtifactDisposition, OnBudget, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
-} from '../contract/runs.ts';
-import type { WaitEventEntry } from '../contract/events.ts';
+} from '../../contract/runs.ts';
+import type { WaitEventEntry } from '../../contract/events.ts';
 
-export { RUN_STATUSES } from '../contract/runs.ts';
+export { RUN_STATUSES } from '../../contract/runs.ts';
 export type { ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage };
 
 export interface Blocked { stepKey: string; reason: string; since: number }
@@ -165,7 +165,7 @@ export function flatToObject(flat: string[]): Record<string, string> {
 
 /**
  * A new run's record as its submit writes it, the one encoding of the run that crosses to Lua
- * (Transitions.submit sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
+ * (the submit unit, submit.ts, sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
  * fields of the run's state: createdAt, status, attempt, fence...). JSON fields are JSON text
  * already; numbers go as their decimal text, as Redis stores them. The order of the members is
  * the order the fields are written; a member left undefined is not written.

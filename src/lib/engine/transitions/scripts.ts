@@ -16,14 +16,14 @@ import { luaCodes } from './script-codes.ts';
  * (of the library's text) makes a library whose text changed another library, never
  * shadowed by the one a server loaded before (a server keeps a library until it restarts
  * without persistence or is flushed), and keeps an older process's library apart from the
- * newer one's during a deploy. Only the transitions gateway (transitions.ts) calls them;
- * `npm test` checks that nothing else does.
+ * newer one's during a deploy. Only the units of this room (engine/transitions/<name>.ts)
+ * call them; `npm test` checks that nothing else does.
  *
  * A server that lacks the library (a fresh or restarted Redis without persistence, a
  * FUNCTION FLUSH) answers "Function not found": the library is loaded then and the call made
  * again (on a Cluster, into every master). Redis 7.0 or later is required.
  */
-const LUA_DIR = fileURLToPath(new URL('./lua/', import.meta.url));
+const LUA_DIR = fileURLToPath(new URL('./', import.meta.url));
 /**
  * Bumped whenever a script's calling convention or the meaning of what it stores changes.
  * - v2: named KEYS and one JSON options argument;

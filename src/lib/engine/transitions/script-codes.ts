@@ -1,9 +1,10 @@
-import { BatonError } from '../errors.ts';
+import { BatonError } from '../../errors.ts';
 
 /**
  * The negative codes the Lua scripts return (as `CODE.<name>`: luaCodes below): refusals. The
- * gateway (transitions.ts) is the only reader: it turns a code into a typed reply or, through
- * scriptError, into a typed error. No other file compares a code, and none compares a number.
+ * units beside the scripts (engine/transitions/<name>.ts) are the only readers: each turns a
+ * code into a typed reply or, through scriptError, into a typed error. No other file compares a
+ * code, and none compares a number.
  */
 export const ScriptCode = {
   NotFound: -1,
@@ -21,6 +22,15 @@ export const ScriptCode = {
   StorageLimit: -16,
 } as const;
 export type ScriptCode = (typeof ScriptCode)[keyof typeof ScriptCode];
+
+/**
+ * A closing transition's answer (retry, block, wait, release, finish): written, or refused
+ * because the attempt's fence no longer holds the run (another attempt took it over, or it is
+ * gone). A lost lease is a value here, the outcome the closing code makes of it (close.ts's
+ * lease-lost), not an exception to catch around the call.
+ */
+export type Fenced<T> = { kind: 'written'; value: T } | { kind: 'lost' };
+export const LOST = { kind: 'lost' } as const satisfies Fenced<never>;
 
 /** A fenced write was refused: this process no longer holds the run's lease. */
 export class LeaseLostError extends Error {
@@ -102,7 +112,7 @@ export function luaCodes(): string {
   const table = (o: Record<string, number>) => `{ ${Object.entries(o).map(([k, v]) => `${k} = ${v}`).join(', ')} }`;
   const groups = Object.entries(Outcome).map(([name, codes]) => `  ${name} = ${table(codes)},`);
   return [
-    '-- Generated from src/lib/engine/script-codes.ts (luaCodes): the refusals and each script\'s outcomes, by name.',
+    '-- Generated from src/lib/engine/transitions/script-codes.ts (luaCodes): the refusals and each script\'s outcomes, by name.',
     'local CODE = {',
     ...Object.entries(ScriptCode).map(([k, v]) => `  ${k} = ${v},`),
     '}',

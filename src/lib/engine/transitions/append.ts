@@ -1,0 +1,31 @@
+import type { Attempt } from './attempt.ts';
+import type { ScriptCaller } from './caller.ts';
+import { decode, text, type Replies } from './reply.ts';
+import { LeaseLostError } from './script-codes.ts';
+
+/** One run's batch of events for appendMany: the writer's number, applied once per attempt. */
+export interface AppendItem { attempt: Attempt; batch: number; events: readonly (readonly [string, string])[] }
+export type AppendAnswer = 'applied' | 'duplicate';
+
+/** Two entries per run, in order: its code and the id of its last event ('' when none was added). */
+export const REPLY = { Applied: { lastId: text }, Duplicate: { lastId: text }, LeaseLost: { lastId: text } } satisfies Replies;
+
+/**
+ * Appends the batches of several runs of one scope in one call (append.lua; one notification
+ * for all): one answer per item, in order, a LeaseLostError for an item whose lease moved on.
+ * A call that fails (Redis) rejects; every item may then be sent again, as each batch applies once.
+ */
+export async function appendMany(c: ScriptCaller, items: readonly AppendItem[]): Promise<(AppendAnswer | LeaseLostError)[]> {
+  if (items.length === 0) return [];
+  const first = items[0].attempt;
+  if (items.some((i) => i.attempt.scope !== first.scope)) throw new Error('appendMany takes the runs of one scope');
+  const raw = await c.callRaw('append', first.scope, { run: first.runKey }, {
+    runs: items.map((i) => [i.attempt.runId, i.attempt.fence, i.batch, i.events.length]),
+  }, items.flatMap((i) => i.events.flat()));
+  if (!Array.isArray(raw) || raw.length !== 2 * items.length) throw new Error('malformed append reply');
+  return items.map((item, n) => {
+    const reply = decode('append', REPLY, raw.slice(2 * n, 2 * n + 2));
+    if (reply.refused) return new LeaseLostError(item.attempt.runId);
+    return reply.outcome === 'Duplicate' ? 'duplicate' : 'applied';
+  });
+}
