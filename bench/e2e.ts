@@ -7,7 +7,7 @@ import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { loadConfig } from '../src/lib/config/index.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
-import { gateways } from '../src/lib/engine/transitions/gateways.ts';
+import { gateways } from '../src/lib/transitions/gateways.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
 import { runtimeCounts } from '../src/lib/tenancy/runtime-counts.ts';
 import { createKeys } from '../src/lib/keys.ts';

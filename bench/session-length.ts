@@ -7,7 +7,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { LeaseKeeper } from '../src/lib/engine/lease-keeper.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
-import { gateways } from '../src/lib/engine/transitions/gateways.ts';
+import { gateways } from '../src/lib/transitions/gateways.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';

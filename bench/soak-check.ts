@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { createKeys } from '../src/lib/keys.ts';
 import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
-import { parseRunRecord, type RunRecord, type SessionMessage } from '../src/lib/engine/transitions/record.ts';
+import { parseRunRecord, type RunRecord, type SessionMessage } from '../src/lib/transitions/record.ts';
 import { expectedAnswer, soakKeys } from './soak-agent.ts';
 import type { StreamEvent } from './soak-client.ts';
 

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { createKeys } from '../src/lib/keys.ts';
-import type { SessionMessage } from '../src/lib/engine/transitions/record.ts';
+import type { SessionMessage } from '../src/lib/transitions/record.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
 import { startSentinels, type SentinelSetup } from '../test/helpers/sentinel.ts';
 import { startRestartableRedis, type RestartableRedis } from './restartable-redis.ts';

@@ -10,7 +10,7 @@ import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
 import { RunExecutor } from '../src/lib/engine/executor.ts';
 import { RedisArtifactStore } from '../src/lib/artifacts/redis-store.ts';
-import { gateways } from '../src/lib/engine/transitions/gateways.ts';
+import { gateways } from '../src/lib/transitions/gateways.ts';
 import { submitDoor } from '../test/helpers/submit.ts';
 import { deleteByPrefix, totalCommands, withBenchRedis } from './redis-stats.ts';
 import { printTable } from './table.ts';

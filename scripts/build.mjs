@@ -55,8 +55,8 @@ export function build() {
   try {
     const r = spawnSync(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', tmp], { stdio: 'inherit' });
     if (r.status !== 0) throw new Error(`tsc failed (exit ${r.status ?? r.signal})`);
-    // The transitions' Lua sits beside their units (src/lib/engine/transitions/<name>.lua, lib/*.lua).
-    cpSync(join(ROOT, 'src/lib/engine/transitions'), join(tmp, 'lib/engine/transitions'), {
+    // The transitions' Lua sits beside their units (src/lib/transitions/<name>.lua, lib/*.lua).
+    cpSync(join(ROOT, 'src/lib/transitions'), join(tmp, 'lib/transitions'), {
       recursive: true, filter: (from) => !/\.[a-z]+$/.test(from) || from.endsWith('.lua'),
     });
     // The run inspector, served by the API from dist/ui (vite.ui.config.ts).

@@ -5,7 +5,7 @@
 //   browsers and edge runtimes) imports only the contract and itself; src/lib/sdk imports no
 //   server package (ioredis, bullmq, express, openai), nor loads one through another file.
 // - src/ui (the run inspector, a browser bundle) imports only itself, the client and the contract.
-// - Only the transitions room (src/lib/engine/transitions/) calls a Lua script.
+// - Only the transitions room (src/lib/transitions/) calls a Lua script.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, resolve, dirname, sep } from 'node:path';
 
@@ -89,7 +89,7 @@ for (const start of all.filter((f) => relative(root, f).startsWith('lib/sdk/')))
 
 // The gateway is the only caller of scripts: no other file names the script helpers or a
 // registered script command.
-const GATEWAY = join(root, 'lib/engine/transitions') + sep;
+const GATEWAY = join(root, 'lib/transitions') + sep;
 // Nor does any file send a script of its own (EVAL, EVALSHA, a defined command): every script
 // is a function of the library, so the gateway's replica acknowledgements cover them all.
 for (const file of all) {
@@ -97,7 +97,7 @@ for (const file of all) {
   const src = readFileSync(file, 'utf8');
   const m = /\b(callScript|queueScript|loadLibrary|fcall|baton_[a-z_]+_v\d+(?:_[0-9a-f]+)?)\b/.exec(src)
     ?? /\.(eval|evalsha|defineCommand)\(/.exec(src);
-  if (m) problems.push(`${relative('.', file)} uses ${m[1]}: only src/lib/engine/transitions/ calls Lua scripts`);
+  if (m) problems.push(`${relative('.', file)} uses ${m[1]}: only src/lib/transitions/ calls Lua scripts`);
 }
 for (const dir of ['test', 'bench']) {
   for (const file of files(resolve(dir))) {

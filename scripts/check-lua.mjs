@@ -1,6 +1,6 @@
-// Checks the transitions library (the .lua files of src/lib/engine/transitions), run by `npm test` (npm run check:lua):
+// Checks the transitions library (the .lua files of src/lib/transitions), run by `npm test` (npm run check:lua):
 //
-// 1. luacheck over the library as Redis loads it (librarySource() of src/lib/engine/transitions/scripts.ts,
+// 1. luacheck over the library as Redis loads it (librarySource() of src/lib/transitions/scripts.ts,
 //    settings in .luacheckrc): every name a script uses is a local of the library or a global
 //    Redis provides, so a misspelled helper fails here instead of as a call to nil at run time.
 //    Its findings are reported at the line of the .lua file they come from.
@@ -30,19 +30,19 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { assembleLibrary, luaSources } from '../src/lib/engine/transitions/scripts.ts';
-import { Outcome, ScriptCode, outcomeGroup } from '../src/lib/engine/transitions/script-codes.ts';
+import { assembleLibrary, luaSources } from '../src/lib/transitions/scripts.ts';
+import { Outcome, ScriptCode, outcomeGroup } from '../src/lib/transitions/script-codes.ts';
 import { PROGRAMS, skipWithout } from '../test/helpers/programs.ts';
 
 /**
  * Each transition's declared replies, by name: the `REPLY` its unit exports, the TypeScript file
- * beside its script (src/lib/engine/transitions/<name>.ts next to <name>.lua). A script without
+ * beside its script (src/lib/transitions/<name>.ts next to <name>.lua). A script without
  * such a unit is left out here, and checkLibrary() names it.
  */
 export async function unitReplies(names) {
   const replies = {};
   for (const name of names) {
-    const unit = new URL(`../src/lib/engine/transitions/${name}.ts`, import.meta.url);
+    const unit = new URL(`../src/lib/transitions/${name}.ts`, import.meta.url);
     if (!existsSync(unit)) continue;
     const { REPLY } = await import(unit.href);
     if (REPLY) replies[name] = REPLY;
@@ -111,7 +111,7 @@ export function replyHeader(body) {
 export function checkLibrary(sources, replies, { luacheck = true } = {}) {
   const problems = [];
   const { codes, helpers, bodies } = sources;
-  const path = (file) => `src/lib/engine/transitions/${file}`;
+  const path = (file) => `src/lib/transitions/${file}`;
 
   // ---- 1. luacheck over the assembled library ----
   if (luacheck) {

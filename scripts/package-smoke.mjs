@@ -133,7 +133,7 @@ async function main() {
       tarball = join(work, info.filename);
       const files = info.files.map((f) => f.path);
       for (const f of ['bin/baton.js', 'dist/index.js', 'dist/index.d.ts', 'dist/client.js', 'dist/client.d.ts', 'dist/server.js',
-        'dist/server.d.ts', 'dist/cli/main.js', 'dist/index.js.map', 'dist/lib/engine/transitions/claim.lua', 'dist/lib/engine/transitions/lib/call.lua',
+        'dist/server.d.ts', 'dist/cli/main.js', 'dist/index.js.map', 'dist/lib/transitions/claim.lua', 'dist/lib/transitions/lib/call.lua',
         'dist/ui/index.html', 'grafana/dashboards/baton.json', 'README.md', 'LICENSE', 'package.json']) {
         check(files.includes(f), `the tarball lacks ${f}`);
       }

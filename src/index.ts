@@ -33,4 +33,4 @@ export type { Embedder } from './lib/sdk/memory.ts';
 export type { ExternalMemory, MemoryBlocks, RecallOptions, RecalledTurn } from './lib/sdk/memory.ts';
 export type { AgentInput, ArtifactRef, InputArtifact } from './lib/sdk/agent-input.ts';
 export type { ArtifactStore } from './lib/artifacts/artifact-store.ts';
-export type { ArtifactAttachment, ArtifactDisposition } from './lib/engine/transitions/record.ts';
+export type { ArtifactAttachment, ArtifactDisposition } from './lib/transitions/record.ts';

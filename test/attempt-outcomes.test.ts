@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { PermanentError, TransientError } from '../src/lib/sdk/errors.ts';
-import { AttemptGateway } from '../src/lib/engine/transitions/attempt-gateway.ts';
-import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { AttemptGateway } from '../src/lib/transitions/attempt-gateway.ts';
+import { Attempt } from '../src/lib/transitions/attempt.ts';
 import type { WorkerHandle } from '../src/worker/worker.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 

@@ -41,7 +41,7 @@ const TREE: Record<string, string> = {
     '  callRaw(n: string, a: object) { return callLua(n, a); }',
     '}',
   ].join('\n'),
-  'src/lib/engine/transitions/scripts.ts': 'export function callLua(name: string, a: object) { return [name, a]; }\n',
+  'src/lib/engine/scripts.ts': 'export function callLua(name: string, a: object) { return [name, a]; }\n',
   'src/lib/engine/lua/submit.lua': 'local run = O.run\nreturn { run }\n',
   'src/lib/engine/lua/finish.lua': 'finishRun({ runId = O.runId })\nreturn {}\n',
   'src/lib/engine/lua/lib/finish.lua': 'local function begin() return {} end\nlocal function finishRun(o) return o end\n',
@@ -94,7 +94,7 @@ describe('the check of ARCHITECTURE.md', () => {
     expect(r.stderr).toMatch(/missing\.md:4: submit: src\/api\/routes-runs\.ts declares no submitRun/);
     expect(r.stderr).toMatch(/missing\.md:5: submit: src\/lib\/engine\/submissions\.ts declares no Submissions\.submitRun/);
     expect(r.stderr).toMatch(/missing\.md:6: submit: src\/lib\/engine\/no-such-file\.ts does not exist/);
-    expect(r.stderr).toMatch(/missing\.md:7: submit: src\/lib\/engine\/transitions\/submit\.lua declares no begin/);
+    expect(r.stderr).toMatch(/missing\.md:7: submit: src\/lib\/engine\/lua\/submit\.lua declares no begin/);
   });
 
   it('fails on hops out of the order the code calls them, and passes a callback called from further up', () => {
@@ -103,11 +103,11 @@ describe('the check of ARCHITECTURE.md', () => {
       // Called by Submissions.submit through traceSubmit's callback: in order.
       'Submissions.make  src/lib/engine/submissions.ts',
       // Nothing above calls these two: the claim's gateway method and the finish script.
-      'WorkerGateway.claim  src/lib/engine/transitions/attempt-gateway.ts', 'finish  src/lib/engine/transitions/finish.lua',
+      'Transitions.claim  src/lib/engine/transitions.ts', 'finish  src/lib/engine/lua/finish.lua',
     ])));
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/^check-architecture: 2 problem\(s\)$/m);
-    expect(r.stderr).toMatch(/order\.md:8: submit: no hop before WorkerGateway\.claim calls it/);
+    expect(r.stderr).toMatch(/order\.md:8: submit: no hop before Transitions\.claim calls it/);
     expect(r.stderr).toMatch(/order\.md:9: submit: no hop before finish calls it/);
   });
 
@@ -127,7 +127,7 @@ describe('the check of ARCHITECTURE.md', () => {
     const eight = [
       'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/tracing/tracing.ts',
       'Submissions.make  src/lib/engine/submissions.ts', 'Transitions.submit  src/lib/engine/transitions.ts',
-      'Transitions.callRaw  src/lib/engine/transitions.ts', 'callLua  src/lib/engine/transitions/scripts.ts', 'submit  src/lib/engine/lua/submit.lua',
+      'Transitions.callRaw  src/lib/engine/transitions.ts', 'callLua  src/lib/engine/scripts.ts', 'submit  src/lib/engine/lua/submit.lua',
     ];
     const over = page('over.md', hops(eight));
     const lenient = check(over);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { checkLibrary, replyHeader, unitReplies } from '../scripts/check-lua.mjs';
-import { luaSources } from '../src/lib/engine/transitions/scripts.ts';
+import { luaSources } from '../src/lib/transitions/scripts.ts';
 
 /**
  * `npm run check:lua` holds each transition's `-- @reply` lines against its decoder's declared
@@ -39,12 +39,12 @@ describe('check-lua', () => {
   it('fails on an outcome the header leaves out or the decoder does not know', () => {
     const dropped = altered('delete', (b) => b.replace('-- @reply NotEnded\n', ''));
     const problems = checkLibrary(dropped, REPLIES, { luacheck: false });
-    expect(problems).toContain('src/lib/engine/transitions/delete.lua: its decoder (REPLY in delete.ts) declares NotEnded, which its header does not');
-    expect(problems).toContain('src/lib/engine/transitions/delete.lua: returns OUTCOME.delete.NotEnded, which its header does not declare');
+    expect(problems).toContain('src/lib/transitions/delete.lua: its decoder (REPLY in delete.ts) declares NotEnded, which its header does not');
+    expect(problems).toContain('src/lib/transitions/delete.lua: returns OUTCOME.delete.NotEnded, which its header does not declare');
     const unknown = altered('fill', (b) => b.replace('-- @reply Filled: orders', '-- @reply Filled: orders\n-- @reply Overfilled'));
     expect(checkLibrary(unknown, REPLIES, { luacheck: false })).toEqual([
-      'src/lib/engine/transitions/fill.lua: `-- @reply Overfilled` is neither an outcome of Outcome.fill nor a ScriptCode',
-      'src/lib/engine/transitions/fill.lua: declares Overfilled, which its decoder (REPLY in fill.ts) does not',
+      'src/lib/transitions/fill.lua: `-- @reply Overfilled` is neither an outcome of Outcome.fill nor a ScriptCode',
+      'src/lib/transitions/fill.lua: declares Overfilled, which its decoder (REPLY in fill.ts) does not',
     ]);
   });
 
@@ -60,7 +60,7 @@ describe('check-lua', () => {
     expect(Object.keys(REPLIES).sort()).toEqual(real.bodies.map(([name]) => name).sort());
     const { fill: _left, ...without } = REPLIES;
     expect(checkLibrary(real, without, { luacheck: false })).toEqual([
-      'src/lib/engine/transitions/fill.lua: no unit beside it declares its replies (export const REPLY in fill.ts)',
+      'src/lib/transitions/fill.lua: no unit beside it declares its replies (export const REPLY in fill.ts)',
     ]);
   });
 
@@ -74,7 +74,7 @@ describe('check-lua', () => {
       ? text.replace('local function dropWait(runId, waitKey)', 'local function dropWait(runId, waitKey, a, b, c)')
       : text]);
     expect(checkLibrary({ ...real, helpers }, REPLIES, { luacheck: false })).toContain(
-      'src/lib/engine/transitions/lib/waits.lua: dropWait takes 5 parameters: more than 4 go in one table of named fields');
+      'src/lib/transitions/lib/waits.lua: dropWait takes 5 parameters: more than 4 go in one table of named fields');
     const long = altered('fill', (b) => `${b}${'-- more\n'.repeat(200)}`);
     expect(checkLibrary(long, REPLIES, { luacheck: false }).join('\n')).toMatch(/transitions\/fill\.lua: \d+ lines, more than 200/);
   });

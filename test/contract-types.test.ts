@@ -8,7 +8,7 @@ import type {
   RateLimitBucket, RateLimitPause, RateLimitsView, ScopeLimits, ScopeLimitsView, ScopeUsage, StreamToken, SubmitRequest, WaitResumed,
   WhoAmI,
 } from '../src/lib/contract/index.ts';
-import type { RunRecord } from '../src/lib/engine/transitions/record.ts';
+import type { RunRecord } from '../src/lib/transitions/record.ts';
 import type { ForkRequest, RerunRequest, SessionFork } from '../src/lib/contract/runs.ts';
 import type * as client from '../src/lib/client/client.ts';
 import type * as schedules from '../src/api/routes-schedules.ts';

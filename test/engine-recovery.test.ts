@@ -3,9 +3,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { FIXTURE, fx, fxList, fxSet, runEvents, statuses } from './helpers/engine.ts';
 import { tokenText } from './helpers/http.ts';
-import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
-import { parseRunRecord } from '../src/lib/engine/transitions/record.ts';
-import { LeaseLostError } from '../src/lib/engine/transitions/script-codes.ts';
+import { Attempt } from '../src/lib/transitions/attempt.ts';
+import { parseRunRecord } from '../src/lib/transitions/record.ts';
+import { LeaseLostError } from '../src/lib/transitions/script-codes.ts';
 import { track } from './helpers/resources.ts';
 
 /**

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { Attempt } from '../src/lib/transitions/attempt.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
-import type { Gateways } from '../src/lib/engine/transitions/gateways.ts';
+import type { Gateways } from '../src/lib/transitions/gateways.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';
 

@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { Attempt } from '../src/lib/transitions/attempt.ts';
 import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { shareAt, waterLevel } from '../src/lib/engine/flow/fair-share.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
-import type { RunRecord } from '../src/lib/engine/transitions/record.ts';
-import { gateways, type Gateways } from '../src/lib/engine/transitions/gateways.ts';
+import type { RunRecord } from '../src/lib/transitions/record.ts';
+import { gateways, type Gateways } from '../src/lib/transitions/gateways.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { sleep, useHarness, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { parseRunRecord } from '../src/lib/engine/transitions/record.ts';
-import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { parseRunRecord } from '../src/lib/transitions/record.ts';
+import { Attempt } from '../src/lib/transitions/attempt.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';

@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher, jobId } from '../src/lib/engine/dispatcher.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
-import { gateways } from '../src/lib/engine/transitions/gateways.ts';
+import { gateways } from '../src/lib/transitions/gateways.ts';
 import { Sweeper } from '../src/lib/engine/sweeper.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { runEvents, statuses } from './helpers/engine.ts';

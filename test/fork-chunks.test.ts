@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FORK_CALL_BUDGET, forkSession } from '../src/lib/engine/session-fork.ts';
-import { FORK_LEASE_MS } from '../src/lib/engine/transitions/fork.ts';
-import { ForkChunk } from '../src/lib/engine/transitions/fork-copy.ts';
-import type { ApiGateway } from '../src/lib/engine/transitions/api-gateway.ts';
+import { FORK_LEASE_MS } from '../src/lib/transitions/fork.ts';
+import { ForkChunk } from '../src/lib/transitions/fork-copy.ts';
+import type { ApiGateway } from '../src/lib/transitions/api-gateway.ts';
 import { call } from './helpers/http.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 

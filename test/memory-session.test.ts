@@ -4,7 +4,7 @@ import { defineAgent, type Agent } from '../src/lib/sdk/agent.ts';
 import { TransientError } from '../src/lib/sdk/errors.ts';
 import { redisMemory, type AssembleRequest, type HistoryMessage, type MemorySession } from '../src/lib/sessions/memory-session.ts';
 import { RedisMemorySession } from '../src/lib/sessions/redis-store.ts';
-import type { SessionMessage } from '../src/lib/engine/transitions/record.ts';
+import type { SessionMessage } from '../src/lib/transitions/record.ts';
 import { slidingWindow, withSlidingWindow } from '../src/lib/sessions/sliding-window.ts';
 import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { probe, seen } from './fixtures/session-agents.ts';

@@ -3,7 +3,7 @@ import { createLogger } from '../src/lib/logger.ts';
 import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { ScheduleStore } from '../src/lib/schedules/schedule-store.ts';
 import { Scheduler, tickKey } from '../src/lib/schedules/scheduler.ts';
-import type { SubmitLimit } from '../src/lib/engine/transitions/submit.ts';
+import type { SubmitLimit } from '../src/lib/transitions/submit.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';
 

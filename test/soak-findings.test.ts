@@ -11,7 +11,7 @@ import { Dispatcher } from '../src/lib/engine/dispatcher.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
 import { classify } from '../src/lib/sdk/retry-policy.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
-import { gateways } from '../src/lib/engine/transitions/gateways.ts';
+import { gateways } from '../src/lib/transitions/gateways.ts';
 import { sleep, useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';

@@ -4,7 +4,7 @@ import { EventHub } from '../src/lib/streams/hub.ts';
 import type { RunEvent } from '../src/lib/streams/log.ts';
 import { createLogger } from '../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../src/lib/redis/redis.ts';
-import { Attempt } from '../src/lib/engine/transitions/attempt.ts';
+import { Attempt } from '../src/lib/transitions/attempt.ts';
 import { track } from './helpers/resources.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';

@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { parseRunRecord } from '../src/lib/engine/transitions/record.ts';
+import { parseRunRecord } from '../src/lib/transitions/record.ts';
 import { redisNowMs } from '../src/lib/redis/redis.ts';
 import { fx, runEvents, statuses } from './helpers/engine.ts';
 import { sleep, useHarness, waitFor, type Harness } from './helpers/harness.ts';

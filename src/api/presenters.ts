@@ -1,5 +1,5 @@
 import type { PublicRunStatus, Run, StreamToken, Wait } from '../lib/contract/runs.ts';
-import type { RunStatus, ShownRun, StoredWait } from '../lib/engine/transitions/record.ts';
+import type { RunStatus, ShownRun, StoredWait } from '../lib/transitions/record.ts';
 import type { WaitTokens } from '../lib/engine/waits/wait-tokens.ts';
 import type { MintedStreamToken, StreamGrant } from '../lib/tenancy/stream-tokens.ts';
 

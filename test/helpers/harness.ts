@@ -11,7 +11,7 @@ import { createLogger } from '../../src/lib/logger.ts';
 import { createRedis, waitReady, type Redis } from '../../src/lib/redis/redis.ts';
 import type { WorkerHandle } from '../../src/worker/worker.ts';
 import { Dispatcher } from '../../src/lib/engine/dispatcher.ts';
-import { gateways, type Gateways } from '../../src/lib/engine/transitions/gateways.ts';
+import { gateways, type Gateways } from '../../src/lib/transitions/gateways.ts';
 import { track } from './resources.ts';
 import { call, readSse, type JsonResponse } from './http.ts';
 

@@ -4,8 +4,8 @@ import type { Keys } from '../../src/lib/keys.ts';
 import type { Redis } from '../../src/lib/redis/redis.ts';
 import { RunStore } from '../../src/lib/engine/store.ts';
 import { Submissions, type SubmitEvents } from '../../src/lib/engine/submissions.ts';
-import type { SubmitLimit } from '../../src/lib/engine/transitions/submit.ts';
-import type { ApiGateway } from '../../src/lib/engine/transitions/api-gateway.ts';
+import type { SubmitLimit } from '../../src/lib/transitions/submit.ts';
+import type { ApiGateway } from '../../src/lib/transitions/api-gateway.ts';
 import { WorkerRegistry } from '../../src/lib/engine/flow/worker-registry.ts';
 import type { Harness } from './harness.ts';
 

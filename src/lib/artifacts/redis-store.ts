@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
-import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
 import { BatonError } from '../errors.ts';
 import { newArtifactId } from '../ids.ts';
 import { isValidId, type Keys } from '../keys.ts';

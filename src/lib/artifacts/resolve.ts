@@ -1,6 +1,6 @@
 import { BatonError } from '../errors.ts';
 import { PermanentError } from '../sdk/errors.ts';
-import type { ArtifactAttachment, RunInput } from '../engine/transitions/record.ts';
+import type { ArtifactAttachment, RunInput } from '../transitions/record.ts';
 import type { AgentInput, ArtifactStore, InputArtifact } from './artifact-store.ts';
 
 /**

@@ -20,7 +20,7 @@ export const processVars = {
   /**
    * REDIS_MIN_REPLICAS_ACK: replicas that must hold a submit, a step's write, a stream's events,
    * a finish with its history, a wait's or a blocked step's resolution or a cancel before it is
-   * answered (WAIT; REPLICATED in engine/transitions/caller.ts lists them). 0 (default):
+   * answered (WAIT; REPLICATED in transitions/caller.ts lists them). 0 (default):
    * answered once the primary has it, and a failover can lose the last writes.
    */
   REDIS_MIN_REPLICAS_ACK: z.coerce.number().int().min(0).max(16).default(0),

@@ -10,12 +10,12 @@ import type { Logger } from '../logger.ts';
 import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
 import { PollLoop } from '../redis/poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis/redis.ts';
-import type { RunStatus, ShownRun } from './transitions/record.ts';
+import type { RunStatus, ShownRun } from '../transitions/record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import { listRuns } from './run-listing.ts';
 import type { RunStore } from './store.ts';
 import type { Submissions } from './submissions.ts';
-import type { BulkGateway } from './transitions/operations-gateway.ts';
+import type { BulkGateway } from '../transitions/operations-gateway.ts';
 
 /**
  * Bulk operations: cancel or re-run every run of a scope a filter matches, in the background.

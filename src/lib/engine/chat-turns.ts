@@ -2,7 +2,7 @@ import { isValidId } from '../contract/ids.ts';
 import { BatonError } from '../errors.ts';
 import type { RunEvent } from '../streams/log.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
-import type { RunRecord, SessionMessage } from './transitions/record.ts';
+import type { RunRecord, SessionMessage } from '../transitions/record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
 import type { RunStore } from './store.ts';
 import type { RerunPlan } from './submissions.ts';

@@ -5,13 +5,13 @@ import { RUN_LIMIT_CODES, type TerminalStatus, type UsageTotals } from '../contr
 import type { Config } from '../config/index.ts';
 import type { ModelCallUsage } from '../sdk/agent.ts';
 import type { McpCallNotice } from '../sdk/agent-reports.ts';
-import type { Attempt } from './transitions/attempt.ts';
+import type { Attempt } from '../transitions/attempt.ts';
 import type { MemoEvents } from './context-deps.ts';
-import type { ParkReply } from './transitions/wait.ts';
-import type { AttemptGateway } from './transitions/attempt-gateway.ts';
+import type { ParkReply } from '../transitions/wait.ts';
+import type { AttemptGateway } from '../transitions/attempt-gateway.ts';
 import { errorText, thrownOutcome, writeFailure, type Answer, type AttemptOutcome } from './outcome.ts';
-import type { RunError, RunRecord, RunResult, SessionMessage } from './transitions/record.ts';
-import { LeaseLostError, type Fenced } from './transitions/script-codes.ts';
+import type { RunError, RunRecord, RunResult, SessionMessage } from '../transitions/record.ts';
+import { LeaseLostError, type Fenced } from '../transitions/script-codes.ts';
 import { expiredWaitEnd, traceWaitsEnded, type AttemptTrace, type FinishTrace } from '../tracing/tracing.ts';
 
 /** Hooks for metrics; every one optional so the executor does not depend on prom-client. */

@@ -3,7 +3,7 @@ import type { WaitOptions } from '../sdk/agent.ts';
 import { RUN_LIMIT_CODES } from '../contract/runs.ts';
 import { BatonError } from '../errors.ts';
 import { PermanentError, WaitTimeoutError } from '../sdk/errors.ts';
-import type { WaitRequest } from './transitions/wait.ts';
+import type { WaitRequest } from '../transitions/wait.ts';
 import type { AttemptOutcome } from './outcome.ts';
 import { WaitTokens } from './waits/wait-tokens.ts';
 import type { ContextDeps } from './context-deps.ts';

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../logger.ts';
-import { RunAbort, type AbortReason, type Attempt } from './transitions/attempt.ts';
-import type { WorkerGateway } from './transitions/attempt-gateway.ts';
+import { RunAbort, type AbortReason, type Attempt } from '../transitions/attempt.ts';
+import type { WorkerGateway } from '../transitions/attempt-gateway.ts';
 
 export { RunAbort, type AbortReason };
 

@@ -1,11 +1,11 @@
 import type { Config } from '../config/index.ts';
 import type { Logger } from '../logger.ts';
-import { RunAbort } from './transitions/attempt.ts';
-import type { RunError, RunRecord, RunResult } from './transitions/record.ts';
+import { RunAbort } from '../transitions/attempt.ts';
+import type { RunError, RunRecord, RunResult } from '../transitions/record.ts';
 import { backoffMs, classify } from '../sdk/retry-policy.ts';
-import { LeaseLostError } from './transitions/script-codes.ts';
+import { LeaseLostError } from '../transitions/script-codes.ts';
 import { isRedisUnavailable } from '../redis/redis.ts';
-import type { WaitRequest } from './transitions/wait.ts';
+import type { WaitRequest } from '../transitions/wait.ts';
 
 /** An answer as the agent gave it: the closer adds the tool calls and usage the attempt counted. */
 export type Answer = Omit<RunResult, 'toolCallsSeen'> & { toolCallsSeen?: number };

@@ -1,5 +1,5 @@
 import { BatonError } from '../errors.ts';
-import type { RunRecord } from './transitions/record.ts';
+import type { RunRecord } from '../transitions/record.ts';
 import type { StepMark } from './step-list.ts';
 import type { RerunPlan, SubmitRequest } from './submissions.ts';
 import { TERMINAL_STATUSES, type RerunRequest } from '../contract/runs.ts';

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../keys.ts';
-import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type ShownRun } from './transitions/record.ts';
+import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type ShownRun } from '../transitions/record.ts';
 
 /**
  * GET /runs: a scope's runs (or one session's), newest first, by index. Each index is a zset

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { BatonError } from '../errors.ts';
 import { TERMINAL_STATUSES, type ForkRequest, type SessionFork } from '../contract/runs.ts';
-import type { CallBudget } from './transitions/fork-scan.ts';
-import type { ForkChunk } from './transitions/fork-copy.ts';
-import type { ApiGateway } from './transitions/api-gateway.ts';
+import type { CallBudget } from '../transitions/fork-scan.ts';
+import type { ForkChunk } from '../transitions/fork-copy.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
 
 /**
  * What one script call of a fork may read or copy: 64 messages and 256 KiB (a message larger

@@ -2,14 +2,14 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';
 import type { Keys } from '../keys.ts';
 import { BatonError } from '../errors.ts';
-import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from './transitions/record.ts';
+import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from '../transitions/record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
 import { forkSession } from './session-fork.ts';
 import type { ForkRequest, SessionFork } from '../contract/runs.ts';
-import type { DeleteOutcome } from './transitions/delete.ts';
-import type { Resolution } from './transitions/resolve.ts';
-import type { ApiGateway } from './transitions/api-gateway.ts';
+import type { DeleteOutcome } from '../transitions/delete.ts';
+import type { Resolution } from '../transitions/resolve.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
 
 export interface StepsPage { steps: StepView[]; nextCursor: string | null }
 

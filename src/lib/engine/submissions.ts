@@ -8,14 +8,21 @@ import { newMessageId, newRunId } from '../ids.ts';
 import type { Keys } from '../keys.ts';
 import { traceSubmit, type HeaderCarrier } from '../tracing/tracing.ts';
 import type { Redis } from '../redis/redis.ts';
-import type { MintedStreamToken, StreamTokenStore } from '../tenancy/stream-tokens.ts';
 import { quoteList, type WorkerRegistry } from './flow/worker-registry.ts';
 import { assertValidOutputSchema } from './schema/output-schema.ts';
-import type { NewRunRecord, RunRecord } from './transitions/record.ts';
+import type { NewRunRecord, RunRecord } from '../transitions/record.ts';
 import type { SchemaGuard } from './schema/schema-guard.ts';
 import type { RunStore } from './store.ts';
-import type { StoredSteering, SubmitLimit } from './transitions/submit.ts';
-import type { ApiGateway } from './transitions/api-gateway.ts';
+import type { StoredSteering, SubmitLimit } from '../transitions/submit.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
+
+/** A stream token minted for a new run's reader (tenancy/stream-tokens.ts makes them). */
+export interface MintedStreamToken { token: string; expiresAt: number }
+
+/** What the door needs of the stream token store: a token for one run, unlimited, kept under the key that asked. */
+export interface StreamTokenMinter {
+  mint(scope: string, grant: { runId: string }, keyId: string, o: { limited: boolean }): Promise<MintedStreamToken>;
+}
 
 /** A submit as the door takes it: the API's request (defaults applied) and the scope of its path. */
 export type SubmitRequest = Omit<PublicSubmit, 'runtime' | 'agent' | 'streamToken'> & { scope: string; runtime: string; agent: string };
@@ -68,7 +75,7 @@ export interface SubmissionDeps {
   /** The scope's submit rate limit (undefined: off), taken by the submit script. */
   limit: SubmitLimit | undefined;
   /** Mints the stream tokens a submit asks for (`streamTokenFor`): the API's; a door without it mints none. */
-  streamTokens?: StreamTokenStore;
+  streamTokens?: StreamTokenMinter;
   events?: SubmitEvents;
 }
 

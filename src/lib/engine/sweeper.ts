@@ -3,9 +3,9 @@ import type { Config } from '../config/index.ts';
 import { jobId, type Dispatcher } from './dispatcher.ts';
 import type { Keys, ScopeKeys } from '../keys.ts';
 import type { Logger } from '../logger.ts';
-import type { RunRecord } from './transitions/record.ts';
-import type { AnsweredWait } from './transitions/reply.ts';
-import type { SweeperGateway } from './transitions/sweeper-gateway.ts';
+import type { RunRecord } from '../transitions/record.ts';
+import type { AnsweredWait } from '../transitions/reply.ts';
+import type { SweeperGateway } from '../transitions/sweeper-gateway.ts';
 import { expiredWaitEnd, traceWaitsEnded, tracingEnabled } from '../tracing/tracing.ts';
 
 /** Hooks for metrics: what the sweeper (or a deadline timer of this process) ended. */

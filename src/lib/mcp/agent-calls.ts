@@ -4,7 +4,7 @@ import { ID_PATTERN } from '../contract/ids.ts';
 import { TERMINAL_STATUSES } from '../contract/runs.ts';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
-import type { RunRecord, ShownRun } from '../engine/transitions/record.ts';
+import type { RunRecord, ShownRun } from '../transitions/record.ts';
 import type { RunStore } from '../engine/store.ts';
 import type { Submissions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';

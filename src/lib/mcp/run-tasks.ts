@@ -2,7 +2,7 @@ import type { CreateTaskOptions, TaskStore } from '@modelcontextprotocol/sdk/exp
 import { ErrorCode, McpError, type Request, type RequestId, type Result, type Task } from '@modelcontextprotocol/sdk/types.js';
 import { ID_PATTERN } from '../contract/ids.ts';
 import { TERMINAL_STATUSES } from '../contract/runs.ts';
-import type { RunRecord, ShownRun } from '../engine/transitions/record.ts';
+import type { RunRecord, ShownRun } from '../transitions/record.ts';
 import type { RunStore } from '../engine/store.ts';
 import { toolResultOf, type AgentCalls } from './agent-calls.ts';
 

@@ -1,7 +1,7 @@
 import type { ChatCompletion } from 'openai/resources/chat/completions';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
-import type { RunRecord } from '../engine/transitions/record.ts';
+import type { RunRecord } from '../transitions/record.ts';
 import type { Submission, Submissions, SubmitOptions } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';
 import type { FunctionCall } from './responses.ts';

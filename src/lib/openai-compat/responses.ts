@@ -2,7 +2,7 @@ import type { Response, ResponseInputItem } from 'openai/resources/responses/res
 import { ID_PATTERN } from '../contract/ids.ts';
 import { BatonError } from '../errors.ts';
 import { newRunId } from '../ids.ts';
-import type { RunRecord } from '../engine/transitions/record.ts';
+import type { RunRecord } from '../transitions/record.ts';
 import type { RunStore } from '../engine/store.ts';
 import type { Submission, Submissions, SubmitOptions, SubmitRequest } from '../engine/submissions.ts';
 import type { RunStreams } from '../streams/run-streams.ts';

@@ -8,7 +8,7 @@ import { RunStore } from '../engine/store.ts';
 import { SchemaGuard } from '../engine/schema/schema-guard.ts';
 import { Submissions } from '../engine/submissions.ts';
 import { Sweeper } from '../engine/sweeper.ts';
-import { gateways, type Gateways } from '../engine/transitions/gateways.ts';
+import { gateways, type Gateways } from '../transitions/gateways.ts';
 import { WaitTokens } from '../engine/waits/wait-tokens.ts';
 import { createKeys, type Keys } from '../keys.ts';
 import type { Logger } from '../logger.ts';

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 /**
  * Replica-acknowledged writes (REDIS_MIN_REPLICAS_ACK). Redis replicates asynchronously: a
  * write the primary acknowledged is lost when a replica that had not received it is promoted.
- * For the transitions whose loss would break a promise (REPLICATED in engine/transitions/caller.ts names them), the
+ * For the transitions whose loss would break a promise (REPLICATED in transitions/caller.ts names them), the
  * caller asks WAIT on the connection that wrote: the answer comes only once `replicas`
  * replicas hold everything that connection wrote, so also the transition.
  *

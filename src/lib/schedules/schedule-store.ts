@@ -5,7 +5,7 @@ import type {
 } from '../contract/schedules.ts';
 import { BatonError } from '../errors.ts';
 import type { Keys } from '../keys.ts';
-import type { ScheduleGateway } from '../engine/transitions/operations-gateway.ts';
+import type { ScheduleGateway } from '../transitions/operations-gateway.ts';
 import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
 import { redisNowMs, type Redis } from '../redis/redis.ts';
 import { checkCron, compileCron, fireTimes, NEXT_FIRE_TIMES } from './cron.ts';

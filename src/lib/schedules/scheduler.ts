@@ -5,8 +5,8 @@ import type { Logger } from '../logger.ts';
 import { PollLoop } from '../redis/poll-loop.ts';
 import { redisNowMs, type Redis } from '../redis/redis.ts';
 import type { Submissions, SubmitRequest } from '../engine/submissions.ts';
-import type { TickOutcome } from '../engine/transitions/schedule-done.ts';
-import type { ScheduleGateway } from '../engine/transitions/operations-gateway.ts';
+import type { TickOutcome } from '../transitions/schedule-done.ts';
+import type { ScheduleGateway } from '../transitions/operations-gateway.ts';
 import { compileCron, splitDue, type CompiledCron } from './cron.ts';
 import { parseSchedule, type ScheduleRecord } from './schedule-store.ts';
 

@@ -1,6 +1,6 @@
 // ctx.input as an agent sees it: the submit's input with its artifacts resolved. The artifacts
 // room stores and resolves them and imports these shapes from here, so the sdk never imports it.
-import type { ArtifactDisposition } from '../engine/transitions/record.ts';
+import type { ArtifactDisposition } from '../transitions/record.ts';
 
 /** What is known about a stored artifact without reading its bytes. */
 export interface ArtifactRef {

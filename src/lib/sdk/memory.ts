@@ -1,7 +1,7 @@
 // The memory an agent sees (its `memory` option, ctx.history, ctx.memoryBlocks, recall's
 // options): the interfaces only. sessions/ implements them (the Redis store, the window, recall)
 // and imports them from here, so the sdk never imports the sessions room.
-import type { RunInput, SessionMessage } from '../engine/transitions/record.ts';
+import type { RunInput, SessionMessage } from '../transitions/record.ts';
 
 /**
  * Where a session's conversation lives, as the runtime sees it.

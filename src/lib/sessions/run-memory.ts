@@ -6,7 +6,7 @@ import {
   isBuiltinMemory, type AssembleRequest, type HistoryMessage, type MemorySession, type SlidingWindowOptions,
 } from './memory-session.ts';
 import { RedisMemorySession } from './redis-store.ts';
-import type { RunRecord, SessionMessage } from '../engine/transitions/record.ts';
+import type { RunRecord, SessionMessage } from '../transitions/record.ts';
 import { composeMemoryBlocks, type MemoryBlocks, type RecalledTurn } from './memory-blocks.ts';
 import { SessionRecall, vectorSpace } from './recall.ts';
 import { slidingWindow } from './sliding-window.ts';

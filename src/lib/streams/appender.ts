@@ -1,6 +1,6 @@
-import type { Attempt } from '../engine/transitions/attempt.ts';
-import type { AppendAnswer, AppendItem } from '../engine/transitions/append.ts';
-import type { WorkerGateway } from '../engine/transitions/attempt-gateway.ts';
+import type { Attempt } from '../transitions/attempt.ts';
+import type { AppendAnswer, AppendItem } from '../transitions/append.ts';
+import type { WorkerGateway } from '../transitions/attempt-gateway.ts';
 
 /** Runs whose batches one call carries at most, and the bytes of their events (at least one batch). */
 const MAX_RUNS_PER_CALL = 200;

@@ -1,7 +1,7 @@
 import type { Speaker } from '../contract/events.ts';
-import type { Attempt } from '../engine/transitions/attempt.ts';
-import { LeaseLostError } from '../engine/transitions/script-codes.ts';
-import type { WorkerGateway } from '../engine/transitions/attempt-gateway.ts';
+import type { Attempt } from '../transitions/attempt.ts';
+import { LeaseLostError } from '../transitions/script-codes.ts';
+import type { WorkerGateway } from '../transitions/attempt-gateway.ts';
 import type { Appender } from './appender.ts';
 
 interface Pending { type: string; data: string; text?: string; from?: Speaker }

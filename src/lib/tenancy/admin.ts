@@ -1,7 +1,7 @@
 import { redisNowMs, type Redis } from '../redis/redis.ts';
 import type { Keys } from '../keys.ts';
 import type { DrainResult, ResumeResult, RuntimeStats } from '../contract/admin.ts';
-import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
 import { runtimeCounts } from './runtime-counts.ts';
 import type { RuntimeInfo, WorkerRegistry } from '../engine/flow/worker-registry.ts';
 

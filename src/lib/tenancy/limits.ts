@@ -1,5 +1,5 @@
 import { shareAt } from '../engine/flow/fair-share.ts';
-import type { FairLevel } from '../engine/transitions/caller.ts';
+import type { FairLevel } from '../transitions/caller.ts';
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.ts';

@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.ts';
-import type { SubmitLimit } from '../engine/transitions/submit.ts';
+import type { SubmitLimit } from '../transitions/submit.ts';
 
 /**
  * The per-scope submit rate limit: a token bucket in Redis (so every API process shares it),

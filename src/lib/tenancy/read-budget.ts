@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.ts';
-import type { ApiGateway } from '../engine/transitions/api-gateway.ts';
+import type { ApiGateway } from '../transitions/api-gateway.ts';
 import { BatonError } from '../errors.ts';
 import { LIMITS_CACHE_MS } from './limits.ts';
 

@@ -4,7 +4,7 @@ import type { Config } from '../../config/index.ts';
 import type { Keys } from '../../keys.ts';
 import { RUN_LIMIT_CODES, type TokenBudget } from '../../contract/index.ts';
 import { PermanentError } from '../../sdk/errors.ts';
-import type { FlowGateway } from '../transitions/flow-gateway.ts';
+import type { FlowGateway } from '../../transitions/flow-gateway.ts';
 
 const DAY_MS = 86_400_000;
 

@@ -3,8 +3,8 @@ import type { Keys } from '../../keys.ts';
 import type { Logger } from '../../logger.ts';
 import { isConnectionLoss, type Redis } from '../../redis/redis.ts';
 import type { WorkerRegistry } from './worker-registry.ts';
-import type { FairLevel } from '../transitions/caller.ts';
-import type { SweeperGateway } from '../transitions/sweeper-gateway.ts';
+import type { FairLevel } from '../../transitions/caller.ts';
+import type { SweeperGateway } from '../../transitions/sweeper-gateway.ts';
 
 /**
  * Weighted fair sharing of the workers' slots across scopes.

@@ -8,8 +8,8 @@ import { BUCKET_NAME, perSecond, type BucketLimit, type RateLimits } from '../..
 import type { RateLimitRequest } from '../../sdk/agent.ts';
 import { PermanentError } from '../../sdk/errors.ts';
 import { classify } from '../../sdk/retry-policy.ts';
-import type { RateBucketReply } from '../transitions/rate-bucket.ts';
-import type { FlowGateway } from '../transitions/flow-gateway.ts';
+import type { RateBucketReply } from '../../transitions/rate-bucket.ts';
+import type { FlowGateway } from '../../transitions/flow-gateway.ts';
 
 /**
  * Model providers' rate limits, shared by every worker (RATE_LIMITS): a model call takes a

@@ -3,10 +3,10 @@ import type { WaitResumed } from '../../contract/runs.ts';
 import { BatonError } from '../../errors.ts';
 import type { Keys } from '../../keys.ts';
 import { OutputInvalidError } from '../../sdk/errors.ts';
-import type { RunRecord, StoredWait } from '../transitions/record.ts';
+import type { RunRecord, StoredWait } from '../../transitions/record.ts';
 import { processSchemaGuard, type SchemaGuard } from '../schema/schema-guard.ts';
-import type { ResumedWait } from '../transitions/resume.ts';
-import type { ApiGateway } from '../transitions/api-gateway.ts';
+import type { ResumedWait } from '../../transitions/resume.ts';
+import type { ApiGateway } from '../../transitions/api-gateway.ts';
 import { WaitTokens } from './wait-tokens.ts';
 import { traceWaitsEnded, tracingEnabled } from '../../tracing/tracing.ts';
 

@@ -1,7 +1,7 @@
 import { parseRunRecord, type RunRecord } from './record.ts';
 import { Outcome, outcomeGroup, ScriptCode, type Refusal } from './script-codes.ts';
 import type { ScriptName } from './scripts.ts';
-import type { WaitKind } from '../../contract/runs.ts';
+import type { WaitKind } from '../contract/runs.ts';
 
 // ---- replies ----
 // A script answers a positional list (the wire format): most start with a code, a refusal

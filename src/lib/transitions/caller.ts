@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
-import type { Config } from '../../config/index.ts';
-import type { Keys, ScopeKeys } from '../../keys.ts';
-import { ReplicaAcks } from '../../redis/replica-acks.ts';
+import type { Config } from '../config/index.ts';
+import type { Keys, ScopeKeys } from '../keys.ts';
+import { ReplicaAcks } from '../redis/replica-acks.ts';
 import type { Attempt } from './attempt.ts';
 import { decode, type Replies, type Reply } from './reply.ts';
 import { callScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';

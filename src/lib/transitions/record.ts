@@ -1,10 +1,10 @@
 /** The run record: a Redis hash under the scope's hash tag, the source of truth for a run. */
 import type {
   ArtifactAttachment, ArtifactDisposition, OnBudget, RunError, RunInput, RunResult, RunStatus, SessionMessage, UsageTotals,
-} from '../../contract/runs.ts';
-import type { WaitEventEntry } from '../../contract/events.ts';
+} from '../contract/runs.ts';
+import type { WaitEventEntry } from '../contract/events.ts';
 
-export { RUN_STATUSES } from '../../contract/runs.ts';
+export { RUN_STATUSES } from '../contract/runs.ts';
 export type { ArtifactAttachment, ArtifactDisposition, RunError, RunInput, RunResult, RunStatus, SessionMessage };
 
 export interface Blocked { stepKey: string; reason: string; since: number }

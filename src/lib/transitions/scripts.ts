@@ -16,7 +16,7 @@ import { luaCodes } from './script-codes.ts';
  * (of the library's text) makes a library whose text changed another library, never
  * shadowed by the one a server loaded before (a server keeps a library until it restarts
  * without persistence or is flushed), and keeps an older process's library apart from the
- * newer one's during a deploy. Only the units of this room (engine/transitions/<name>.ts)
+ * newer one's during a deploy. Only the units of this room (transitions/<name>.ts)
  * call them; `npm test` checks that nothing else does.
  *
  * A server that lacks the library (a fresh or restarted Redis without persistence, a

@@ -1,4 +1,4 @@
-import type { ScopeKeys } from '../../keys.ts';
+import type { ScopeKeys } from '../keys.ts';
 
 /**
  * Why an attempt's signal was aborted. `timeout`: the run's timeoutMs ran out; `run-limit`:

@@ -1,4 +1,4 @@
-import type { WaitKind } from '../../contract/runs.ts';
+import type { WaitKind } from '../contract/runs.ts';
 import { waitKeys, type ScriptCaller } from './caller.ts';
 import { num, orders, text, type Replies } from './reply.ts';
 import { scriptError } from './script-codes.ts';

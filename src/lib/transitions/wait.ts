@@ -1,4 +1,4 @@
-import type { WaitKind } from '../../contract/runs.ts';
+import type { WaitKind } from '../contract/runs.ts';
 import type { Attempt } from './attempt.ts';
 import { slotKeys, type ScriptCaller } from './caller.ts';
 import { answered, flag, orders, time, type AnsweredWait, type Replies } from './reply.ts';

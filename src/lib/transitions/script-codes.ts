@@ -1,8 +1,8 @@
-import { BatonError } from '../../errors.ts';
+import { BatonError } from '../errors.ts';
 
 /**
  * The negative codes the Lua scripts return (as `CODE.<name>`: luaCodes below): refusals. The
- * units beside the scripts (engine/transitions/<name>.ts) are the only readers: each turns a
+ * units beside the scripts (transitions/<name>.ts) are the only readers: each turns a
  * code into a typed reply or, through scriptError, into a typed error. No other file compares a
  * code, and none compares a number.
  */
@@ -112,7 +112,7 @@ export function luaCodes(): string {
   const table = (o: Record<string, number>) => `{ ${Object.entries(o).map(([k, v]) => `${k} = ${v}`).join(', ')} }`;
   const groups = Object.entries(Outcome).map(([name, codes]) => `  ${name} = ${table(codes)},`);
   return [
-    '-- Generated from src/lib/engine/transitions/script-codes.ts (luaCodes): the refusals and each script\'s outcomes, by name.',
+    '-- Generated from src/lib/transitions/script-codes.ts (luaCodes): the refusals and each script\'s outcomes, by name.',
     'local CODE = {',
     ...Object.entries(ScriptCode).map(([k, v]) => `  ${k} = ${v},`),
     '}',

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
-import type { Config } from '../../config/index.ts';
-import type { Keys } from '../../keys.ts';
+import type { Config } from '../config/index.ts';
+import type { Keys } from '../keys.ts';
 import { ApiGateway } from './api-gateway.ts';
 import { WorkerGateway } from './attempt-gateway.ts';
 import { ScriptCaller, type DispatchPort, type FairLevel } from './caller.ts';

@@ -1,4 +1,4 @@
-import { BatonError } from '../../errors.ts';
+import { BatonError } from '../errors.ts';
 import type { NamedKeys } from './scripts.ts';
 import type { ScriptCaller } from './caller.ts';
 import { flag, num, type Replies } from './reply.ts';
