@@ -78,8 +78,11 @@ describe('createBatonRouter in a host Express app', () => {
     const stream = client.stream(run.id);
     expect((await stream.next()).value).toMatchObject({ type: 'status' });
     const rest = (async () => { for await (const _ of stream) { /* drain */ } })();
+    // Its rejection is awaited from now: the stream may end (and its reconnect be refused by the
+    // host app) while close() is still under way.
+    const ended = expect(rest).rejects.toThrow();
     await own.close();
-    await expect(rest).rejects.toThrow();
+    await ended;
     expect((await fetch(`${url}/healthz`)).status).toBe(418);
     await new Promise((resolve) => server.close(resolve));
   });
