@@ -48,8 +48,10 @@ export async function superviseLocalRedis(dir: string, extraArgs: string[], o: S
         if (stopping.signal.aborted) return void await next.stop();
         current = next;
         watch(next);
-        o.log.warn({ redisPid: next.process.pid, port, attempt, downMs: Date.now() - diedAt }, 'local redis-server back');
+        // The lock names the new server before the line says it is back: whoever reads the line
+        // (a person, a script) finds the lock already true.
         o.onRestart?.(next.process.pid!);
+        o.log.warn({ redisPid: next.process.pid, port, attempt, downMs: Date.now() - diedAt }, 'local redis-server back');
         return;
       } catch (err) {
         const retryInMs = Math.min(RESTART_MAX_DELAY_MS, 500 * 2 ** (attempt - 1));
