@@ -138,10 +138,13 @@ it('three workers share one bucket: no 60 s window over it, one 429 for all, no 
   // provider for it), where waiting it out would have taken the window freeing a minute on.
   const cancelledAt = Date.now();
   const marker = ids.indexOf(waiting[0]) === 0 ? 'first call #limited' : `call ${ids.indexOf(waiting[0]) - 1} #limited`;
+  // The first run's call got the 429 before it waited: what reached the provider for it before
+  // the cancel stays all that ever does.
+  const sentBefore = fake.requestsFor(marker).length;
   expect((await acme.post(`/runs/${waiting[0]}/cancel`)).status).toBe(200);
   await acme.waitStatus(waiting[0], ['cancelled'], 20_000);
   console.log(`[rate-limits] a waiting run cancelled in ${Date.now() - cancelledAt} ms`);
-  expect(fake.requestsFor(marker)).toEqual([]);
+  expect(fake.requestsFor(marker)).toHaveLength(sentBefore);
 
   // Shutdown hands the waiting runs over instead of failing them; none failed.
   await Promise.all(workers.map((w) => w.kill('SIGTERM')));
