@@ -34,7 +34,7 @@ export type LibraryCost = Record<Phase, Record<Form, number>>;
 /** The transitions as scripts: the helpers inlined before each body, with begin() run on the script's KEYS and ARGV. */
 function inlinedScripts(): Map<string, string> {
   const { codes, helpers, bodies } = luaSources();
-  // The hot transitions inlined the call's core only (what core.lua was: call, records, events).
+  // The hot transitions inlined the call's core only (transitions/lib/call.lua, records.lua and events.lua).
   const coreOnly = new Set(['append', 'step', 'heartbeat']);
   const core = helpers.slice(0, 3).map(([, text]) => text).join('\n');
   const all = helpers.map(([, text]) => text).join('\n');

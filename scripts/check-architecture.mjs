@@ -2,8 +2,10 @@
 // - the page is at most 400 lines (longer explanations live beside their code or in docs/);
 // - every hop of its hop lists names a function, method or const that exists in the file the
 //   hop names, so a rename or a move fails the suite until the page follows it;
-// - each hop is called by a hop before it (its name before a `(`, a script's as a string, in
-//   that hop's text), so a list follows the path the code takes;
+// - each hop is called in the text of the hop just before it (its name before a `(`), a script
+//   by its name as a string in a hop before it (the unit hands it to ScriptCaller.call), so a
+//   list follows the path the code takes and leaves none of it out; a function handed as a
+//   callback follows the hop whose text hands it (the wrapper that runs it is no hop);
 // - the flows submit, claim, step, finish, recovery and cancel each have a hop list;
 // - every relative link of the page opens a file, and its #anchor a heading of that file;
 //   every path it names in code (`src/…`, `test/…`, `scripts/…`, `docs/…`, `bench/…`), such as
@@ -11,8 +13,7 @@
 //   is the count of its list; a `Class.member` it names in its prose, where a class of that
 //   name is declared in src/, is a member of that class;
 // - a flow with a budget (submit, finish, recovery: 6 hops) within it: the count and the
-//   budget are printed always, and an overrun fails only under --budget (the code is being
-//   brought within them; the flag makes the budget a rule once it is).
+//   budget are printed, and an overrun fails.
 //
 // A hop list is a fenced block whose info string is `hops <flow>`, one hop per line:
 //
@@ -26,7 +27,7 @@
 // or JavaScript file; in a .lua file, the file's own name is the script (the Function
 // library's function for it) and any other name a `local function` of the file.
 //
-// Usage: node scripts/check-architecture.mjs [page] [--budget]   (default page: ARCHITECTURE.md)
+// Usage: node scripts/check-architecture.mjs [page]   (default page: ARCHITECTURE.md)
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import ts from 'typescript';
@@ -36,7 +37,6 @@ const FLOWS = ['submit', 'claim', 'step', 'finish', 'recovery', 'cancel'];
 const BUDGET = { submit: 6, finish: 6, recovery: 6 };
 
 const args = process.argv.slice(2);
-const enforceBudget = args.includes('--budget');
 const page = args.find((a) => !a.startsWith('--')) ?? 'ARCHITECTURE.md';
 const text = readFileSync(page, 'utf8');
 const lines = text.replace(/\n$/, '').split('\n');
@@ -111,9 +111,10 @@ function namesOf(path) {
  * How a hop is called: a script by its name as a string (`this.call('finish', ...)`), anything
  * else by its own name before a `(` (`.finish(`, `closeAttempt(`).
  */
-const callOf = ({ name, path }) => (path.endsWith('.lua') && name === basename(path, '.lua')
-  ? new RegExp(`['"]${name}['"]`)
-  : new RegExp(`(?<![\\w$])${name.split('.').pop().replace('$', '\\$')}\\s*\\(`));
+const isScript = ({ name, path }) => path.endsWith('.lua') && name === basename(path, '.lua');
+const callOf = (hop) => (isScript(hop)
+  ? new RegExp(`['"]${hop.name}['"]`)
+  : new RegExp(`(?<![\\w$])${hop.name.split('.').pop().replace('$', '\\$')}\\s*\\(`));
 
 for (const [flow, hops] of flows) {
   hops.forEach((hop, k) => {
@@ -126,10 +127,10 @@ for (const [flow, hops] of flows) {
       hop.body = '';
     } else {
       hop.body = namesOf(path).get(name);
-      // In order: each hop is called by one before it (a callback's caller may be further up:
-      // Submissions.submit hands RunStore.create to traceSubmit).
-      if (k > 0 && !hops.slice(0, k).some((h) => callOf(hop).test(h.body))) {
-        problems.push(`${page}:${line}: ${flow}: no hop before ${name} calls it`);
+      // In order: the hop before calls it; a script is named by a hop before (its unit).
+      const callers = isScript(hop) ? hops.slice(0, k) : hops.slice(k - 1, k);
+      if (k > 0 && !callers.some((h) => callOf(hop).test(h.body))) {
+        problems.push(`${page}:${line}: ${flow}: ${isScript(hop) ? 'no hop before' : `${hops[k - 1].name} does not call`} ${name}`);
       }
     }
   });
@@ -138,7 +139,7 @@ for (const [flow, hops] of flows) {
 const counts = [...flows].map(([flow, hops]) => {
   const budget = BUDGET[flow];
   const over = budget !== undefined && hops.length > budget;
-  if (over && enforceBudget) problems.push(`${page}: ${flow} has ${hops.length} hops, over its budget of ${budget}`);
+  if (over) problems.push(`${page}: ${flow} has ${hops.length} hops, over its budget of ${budget}`);
   return `${flow} ${hops.length}${budget === undefined ? '' : ` (budget ${budget}${over ? ', over' : ''})`}`;
 });
 

@@ -4,7 +4,7 @@ import { CLI_TEST_TIMEOUT_MS, runBaton, type CliResult } from './helpers/cli.ts'
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
- * Bulk operations (src/lib/engine/bulk-operations.ts): cancel or re-run every run a filter
+ * Bulk operations (src/lib/engine/operations/bulk-operations.ts): cancel or re-run every run a filter
  * matches, in the background, at BULK_RUNS_PER_SECOND per scope. The API and the worker are
  * real processes' parts on a real Redis; both advance operations, as every process does.
  */

@@ -7,8 +7,8 @@ import { ROOT } from './helpers/harness.ts';
 
 /**
  * `npm test` fails when ARCHITECTURE.md names a hop that does not exist, passes 400 lines or
- * leaves out a flow (npm run check:architecture); a flow over its hop budget fails under
- * --budget. Shown on pages written here, then on ARCHITECTURE.md itself.
+ * leaves out a flow, or a flow passes its hop budget (npm run check:architecture). Shown on
+ * pages written here, then on ARCHITECTURE.md itself.
  */
 const dir = mkdtempSync(join(tmpdir(), 'baton-arch-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -97,18 +97,26 @@ describe('the check of ARCHITECTURE.md', () => {
     expect(r.stderr).toMatch(/missing\.md:7: submit: src\/lib\/engine\/lua\/submit\.lua declares no begin/);
   });
 
-  it('fails on hops out of the order the code calls them, and passes a callback called from further up', () => {
+  it('fails on hops out of the order the code calls them or with one left out, and passes a callback after the hop that hands it', () => {
     const r = check(page('order.md', hops([
-      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/tracing/tracing.ts',
-      // Called by Submissions.submit through traceSubmit's callback: in order.
+      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts',
+      // Handed by Submissions.submit to traceSubmit as a callback: it follows the hop whose text hands it.
       'Submissions.make  src/lib/engine/submissions.ts',
-      // Nothing above calls these two: the claim's gateway method and the finish script.
-      'Transitions.claim  src/lib/engine/transitions.ts', 'finish  src/lib/engine/lua/finish.lua',
+      // Transitions.submit left out: make does not call Transitions.callRaw.
+      'Transitions.callRaw  src/lib/engine/transitions.ts',
+      // Nothing above names the finish script.
+      'callLua  src/lib/engine/scripts.ts', 'finish  src/lib/engine/lua/finish.lua',
     ])));
     expect(r.status).toBe(1);
     expect(r.stderr).toMatch(/^check-architecture: 2 problem\(s\)$/m);
-    expect(r.stderr).toMatch(/order\.md:8: submit: no hop before Transitions\.claim calls it/);
-    expect(r.stderr).toMatch(/order\.md:9: submit: no hop before finish calls it/);
+    expect(r.stderr).toMatch(/order\.md:7: submit: Submissions\.make does not call Transitions\.callRaw/);
+    expect(r.stderr).toMatch(/order\.md:9: submit: no hop before finish/);
+    // traceSubmit, which runs the callback, listed between them: its text does not call make.
+    const wrapper = check(page('wrapper.md', hops([
+      'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/tracing/tracing.ts', 'Submissions.make  src/lib/engine/submissions.ts',
+    ])));
+    expect(wrapper.status).toBe(1);
+    expect(wrapper.stderr).toMatch(/wrapper\.md:6: submit: traceSubmit does not call Submissions\.make/);
   });
 
   it('fails on a page past 400 lines, a flow left out, a hop it cannot read and a count that is not the list\'s', () => {
@@ -122,20 +130,18 @@ describe('the check of ARCHITECTURE.md', () => {
     expect(r.stderr).toMatch(/submit is said to take 5 hops; its list has 1/);
   });
 
-  it('prints a flow over its budget, and fails on it only under --budget', () => {
-    // A submit of eight hops, each called by the one before.
-    const eight = [
-      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts', 'traceSubmit  src/lib/tracing/tracing.ts',
+  it('prints a flow over its budget, and fails on it', () => {
+    // A submit of seven hops, each called by the one before.
+    const seven = [
+      'runRoutes  src/api/routes-runs.ts', 'Submissions.submit  src/lib/engine/submissions.ts',
       'Submissions.make  src/lib/engine/submissions.ts', 'Transitions.submit  src/lib/engine/transitions.ts',
       'Transitions.callRaw  src/lib/engine/transitions.ts', 'callLua  src/lib/engine/scripts.ts', 'submit  src/lib/engine/lua/submit.lua',
     ];
-    const over = page('over.md', hops(eight));
-    const lenient = check(over);
-    expect(lenient.status, lenient.stderr).toBe(0);
-    expect(lenient.stdout).toMatch(/submit 8 \(budget 6, over\)/);
-    const strict = check(over, '--budget');
-    expect(strict.status).toBe(1);
-    expect(strict.stderr).toMatch(/submit has 8 hops, over its budget of 6/);
+    const r = check(page('over.md', hops(seven)));
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/submit 7 \(budget 6, over\)/);
+    expect(r.stderr).toMatch(/^check-architecture: 1 problem\(s\)$/m);
+    expect(r.stderr).toMatch(/submit has 7 hops, over its budget of 6/);
   });
 
   it('passes ARCHITECTURE.md, whose lists name today\'s code', () => {

@@ -7,7 +7,7 @@ import { doorOf } from './helpers/submit.ts';
 
 /**
  * A session's head looks at the session's queue when it ends only if a run was queued behind
- * it (its record's `behind`, lua/lib.lua queuedBehind): every way a run joins the queue marks
+ * it (its record's `behind`, transitions/lib/sessions.lua queuedBehind): every way a run joins the queue marks
  * the head, and a record written before the mark was kept still hands its session on. No
  * worker runs here; the test claims and finishes runs itself.
  */

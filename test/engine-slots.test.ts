@@ -11,7 +11,7 @@ import { track } from './helpers/resources.ts';
 import { doorOf } from './helpers/submit.ts';
 
 /**
- * A scope's slots and what waits for them (the admission section of lua/lib.lua): a run's end
+ * A scope's slots and what waits for them (transitions/lib/admission.lua): a run's end
  * gives the slots free by the limit of the process ending it to parked session heads; runs
  * parked by concurrency key take turns, best priority first within a key, each key held to
  * its cap; a scope's `limits` hash (an operator's) and the fair share's level apply at the

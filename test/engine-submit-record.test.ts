@@ -8,7 +8,7 @@ import { doorOf } from './helpers/submit.ts';
 /**
  * A submit answers with the run's record, and the API shows it as the 202's body. A submit
  * that dispatches at once sends back the fields it wrote instead of reading the record again
- * (lua/submit.lua); the other paths read it. Either way the answer must be what Redis holds.
+ * (transitions/submit.lua); the other paths read it. Either way the answer must be what Redis holds.
  * No worker runs here, so nothing changes a record between the submit and the read.
  */
 let h: Harness;
@@ -60,7 +60,7 @@ describe('the record a submit answers with', () => {
 
 /**
  * A claim answers with the run's record as its own writes left it, assembled from the one
- * read it starts with (lua/claim.lua): a first start, a start that takes the agent's default
+ * read it starts with (transitions/claim.lua): a first start, a start that takes the agent's default
  * attempts, a retry's next attempt and a takeover of a lease that ran out must each answer
  * what Redis holds.
  */

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { FORK_CALL_BUDGET, forkSession } from '../src/lib/engine/session-fork.ts';
+import { FORK_CALL_BUDGET, forkSession } from '../src/lib/engine/operations/session-fork.ts';
 import { FORK_LEASE_MS } from '../src/lib/transitions/fork.ts';
 import { ForkChunk } from '../src/lib/transitions/fork-copy.ts';
 import type { ApiGateway } from '../src/lib/transitions/api-gateway.ts';

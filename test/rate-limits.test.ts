@@ -16,7 +16,7 @@ import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './he
 import { call } from './helpers/http.ts';
 
 /**
- * Provider rate limits (RATE_LIMITS, src/lib/engine/flow/rate-limiter.ts, lua/rate-bucket.lua): the
+ * Provider rate limits (RATE_LIMITS, src/lib/engine/flow/rate-limiter.ts, transitions/rate-bucket.lua): the
  * configuration, the bucket script's answers, its spread over the minute, its fair order
  * between scopes, the cap on a provider's pause, and the engine's use of it in ctx.infer,
  * createChatAgent and baton/ai, on real Redis with an in-process worker. The must-show with

@@ -6,7 +6,7 @@ import { buildWaterfall } from '../src/ui/lib/waterfall.ts';
 /**
  * The waterfall's rows for event sequences the browser test does not reach: a block resolved
  * by an operator, a cancel while parked, a run still going. The sequences are those the
- * engine's scripts write (lua/claim.lua, block.lua, resolve.lua, wait.lua, finish.lua).
+ * engine's scripts write (transitions/claim.lua, block.lua, resolve.lua, wait.lua, finish.lua).
  */
 const T0 = Date.UTC(2026, 0, 1);
 const iso = (ms: number) => new Date(T0 + ms).toISOString();

@@ -1,7 +1,7 @@
 import { readUIMessageStream, type UIMessage, type UIMessageChunk } from 'ai';
 import type { RunEvent } from '../lib/streams/log.ts';
 import { ChatEncoder } from './chat-stream.ts';
-import type { ChatHistory } from '../lib/engine/chat-turns.ts';
+import type { ChatHistory } from '../lib/engine/operations/chat-turns.ts';
 import type { SessionMessage } from '../lib/contract/runs.ts';
 
 /** What a chat message's metadata holds: the turn's run, and whether its answer was cut short. */

@@ -21,8 +21,9 @@ import { WaitStore } from '../lib/engine/waits/wait-store.ts';
 import type { WaitTokens } from '../lib/engine/waits/wait-tokens.ts';
 import type { RateLimiter } from '../lib/engine/flow/rate-limiter.ts';
 import { ScheduleStore } from '../lib/schedules/schedule-store.ts';
-import { BulkOperations } from '../lib/engine/bulk-operations.ts';
-import { ChatTurns } from '../lib/engine/chat-turns.ts';
+import { BulkOperations } from '../lib/engine/operations/bulk-operations.ts';
+import { SessionForks } from '../lib/engine/operations/session-fork.ts';
+import { ChatTurns } from '../lib/engine/operations/chat-turns.ts';
 import { AgentCalls } from '../lib/mcp/agent-calls.ts';
 
 /**
@@ -67,6 +68,8 @@ export interface AppDeps {
   schedules: ScheduleStore;
   /** The scopes' bulk cancels and re-runs (advanced by every process's BulkWorker). */
   operations: BulkOperations;
+  /** Session forks (a copy of a session's committed history, in chunks). */
+  forks: SessionForks;
   chats: ChatTurns;
   /** Baton's agents as MCP tools: the tools of the runtime's live workers, and calls of them as runs. */
   agentCalls: AgentCalls;
@@ -128,6 +131,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     waits, waitTokens: res.waitTokens,
     schedules: new ScheduleStore(redis, keys, c, gateways.schedules),
     operations: new BulkOperations(redis, keys, c, gateways.bulk),
+    forks: new SessionForks(redis, keys, transitions),
     streams,
     chats: new ChatTurns(store, waits, streams),
     openStreams,

@@ -1,5 +1,5 @@
 import { BatonError } from '../lib/errors.ts';
-import type { ApprovalAnswer } from '../lib/engine/chat-turns.ts';
+import type { ApprovalAnswer } from '../lib/engine/operations/chat-turns.ts';
 import { chatMessages } from './chat-messages.ts';
 import { ChatEncoder, parseApprovalId, UI_MESSAGE_STREAM_HEADERS } from './chat-stream.ts';
 import { presentRun } from './presenters.ts';

@@ -4,7 +4,7 @@ import { route, SCOPE, type RouteSpec } from './route.ts';
 import { emptyBody, idSchema, listRunsQuery, scopeParams, submitBody } from './schemas.ts';
 
 /**
- * Bulk operations (src/lib/engine/bulk-operations.ts; docs/run-operations.md): cancel or re-run
+ * Bulk operations (src/lib/engine/operations/bulk-operations.ts; docs/run-operations.md): cancel or re-run
  * every run of the scope a filter matches, in the background at a bounded pace. They act on
  * many runs at once, so an admin key of the scope starts and stops one; any key reads them.
  */

@@ -6,7 +6,7 @@ import {
   emptyBody, eventsQuery, forkBody, lastEventIdHeader, listRunsQuery, messagesQuery, rerunBody, resolveBody, runParams, scopeParams,
   sessionParams, stepParams, stepsQuery, submitBody,
 } from './schemas.ts';
-import { planRerun, rerunSubmit } from '../lib/engine/reruns.ts';
+import { planRerun, rerunSubmit } from '../lib/engine/operations/reruns.ts';
 import type { Response } from 'express';
 import type { AppDeps } from './deps.ts';
 import { serveEvents, type SseOptions } from './sse.ts';
@@ -160,7 +160,7 @@ export const runRoutes: RouteSpec[] = [
     ok: { 201: { description: 'the new session', schema: res.sessionForkResponse } },
     errors: ['TURN_NOT_FOUND', 'SESSION_EXISTS'],
     async handler({ params: { scope, sessionId }, body }, d) {
-      return { status: 201, body: await d.store.fork(scope, sessionId, body) };
+      return { status: 201, body: await d.forks.fork(scope, sessionId, body) };
     },
   }),
   route({

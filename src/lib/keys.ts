@@ -4,7 +4,7 @@
  * Every key of a scope is `<prefix>:{<scope>}:...`: the braces are a Redis Cluster hash
  * tag, so all of a scope's keys live in one slot and one Lua script can update a run, its
  * session, its history and the scope's counters atomically. Lua scripts receive the scope
- * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see lua/core.lua).
+ * base (`<prefix>:{<scope>}:`) and derive the same suffixes as below (see transitions/lib/call.lua).
  * docs/key-layout.md lists every key, its type and what it holds.
  */
 
@@ -43,19 +43,19 @@ export interface ScopeKeys {
   sessionRuns(sessionId: string): string;
   /**
    * Steering messages sent to a session (hash: message id -> the message and its outcome as
-   * JSON), kept a day after the last one so a resend answers the first outcome (lua/submit.lua).
+   * JSON), kept a day after the last one so a resend answers the first outcome (transitions/submit.lua).
    */
   steering(sessionId: string): string;
   /**
    * A run's steering messages not yet delivered (list of message ids, oldest first) and those
-   * delivered, by boundary (hash: boundary number -> the messages taken there, JSON): lua/steer.lua.
+   * delivered, by boundary (hash: boundary number -> the messages taken there, JSON): transitions/steer.lua.
    */
   steerPending(runId: string): string;
   steerTaken(runId: string): string;
-  /** Every re-run of a run, by creation time (zset, written by lua/submit.lua; the run record names the newest few). */
+  /** Every re-run of a run, by creation time (zset, written by transitions/submit.lua; the run record names the newest few). */
   reruns(runId: string): string;
   /**
-   * A fork into the session while its copy goes on (lua/fork.lua, lua/fork-copy.lua): its state
+   * A fork into the session while its copy goes on (transitions/fork.lua, transitions/fork-copy.lua): its state
    * (hash: token, count, copied, ...) and the copy made so far (list), both expiring unless a
    * chunk renews them; the copy becomes the session's `messages` at the last chunk.
    */
@@ -69,7 +69,7 @@ export interface ScopeKeys {
   /** An input artifact of the scope (hash: metadata, bytes, count of unfinished runs naming it). */
   artifact(artifactId: string): string;
   /**
-   * The scope's artifacts for its quota (zset: `<id> <size>` -> when to look at it again, lua/artifact.lua),
+   * The scope's artifacts for its quota (zset: `<id> <size>` -> when to look at it again, transitions/artifact.lua),
    * and the bytes of those it holds (a counter).
    */
   artifactLedger: string;
@@ -77,29 +77,29 @@ export interface ScopeKeys {
   /** Token bucket of the scope's artifact upload rate, in bytes. */
   artifactBucket: string;
   /**
-   * The scope's stored bytes (lua/lib.lua, storedBytes): the ledger of what holds them (zset:
+   * The scope's stored bytes (transitions/lib/storage.lua, storedBytes): the ledger of what holds them (zset:
    * `<bytes> <key after base>` -> when to look at it again) and their count.
    */
   storageLedger: string;
   storedBytes: string;
-  /** The scope's fork rate (hash: forks and bytes left, and when; lua/fork.lua). */
+  /** The scope's fork rate (hash: forks and bytes left, and when; transitions/fork.lua). */
   forkBucket: string;
   /** All runs of the scope by creation time (listing). */
   runs: string;
-  /** The scope's runs in one status, by creation time (kept by setStatus in lua/lib.lua). */
+  /** The scope's runs in one status, by creation time (kept by setStatus in transitions/lib/status.lua). */
   runsByStatus(status: string): string;
-  /** The scope's runs of one agent, by creation time (written by lua/submit.lua). */
+  /** The scope's runs of one agent, by creation time (written by transitions/submit.lua). */
   runsByAgent(agent: string): string;
-  /** The scope's runs on one runtime, by creation time (written by lua/submit.lua). */
+  /** The scope's runs on one runtime, by creation time (written by transitions/submit.lua). */
   runsByRuntime(runtime: string): string;
   /** scope counters: active (dispatched+running+retrying) */
   meta: string;
   /**
    * The concurrency keys with session heads parked for a slot, by turn (zset; the parked runs
-   * are in `ready:q:<key>`, keys at their cap in `ready:capped`: the admission section of lua/lib.lua).
+   * are in `ready:q:<key>`, keys at their cap in `ready:capped`: transitions/lib/admission.lua).
    */
   ready: string;
-  /** What an earlier version parked session heads in (a list): lua/fill.lua admits them again. */
+  /** What an earlier version parked session heads in (a list): transitions/fill.lua admits them again. */
   legacyReady: string;
   /**
    * Runs handed out, the sweeper's outbox: a dispatched or retrying run by when its BullMQ job
@@ -127,7 +127,7 @@ export interface ScopeKeys {
    * The scope's limits an operator set (hash: field -> number as decimal text, named as the
    * API names them: maxActive, maxActivePerKey, submitRatePerSec, submitBurst, weight,
    * maxStreams, tokensPerDay). A field absent is its configured default. Read by the
-   * transitions (lua/lib.lua) at each call, so a change applies without a restart.
+   * transitions (scopeLimits in transitions/lib/limits.lua) at each call, so a change applies without a restart.
    */
   limits: string;
   /** Stream tokens the scope minted in one minute (epoch ms / 60,000): a counter that expires after it. */
@@ -137,12 +137,12 @@ export interface ScopeKeys {
    * `in|out|calls:<agent>:<model>` -> count). The run's own totals are fields of its record.
    */
   usage(day: string): string;
-  /** Token-budget holds of the scope's model calls in flight that day (zset: `<call>:<tokens>` -> deadline; lua/budget-hold.lua). */
+  /** Token-budget holds of the scope's model calls in flight that day (zset: `<call>:<tokens>` -> deadline; budget-hold.lua). */
   budgetHolds(day: string): string;
   idempotency(key: string): string;
   /**
    * Live notifications of the scope's runs' new events: one message per script call, with
-   * the batch of each run it wrote to (flushPublished in lua/core.lua; src/lib/streams/hub.ts).
+   * the batch of each run it wrote to (flushPublished in transitions/lib/events.lua; src/lib/streams/hub.ts).
    */
   live: string;
   /**
@@ -156,7 +156,7 @@ export interface ScopeKeys {
   schedules: string;
   /** The scope's active schedules by when a process should look at them next (zset: id -> ms). */
   schedulesDue: string;
-  /** A bulk operation of the scope (hash; src/lib/engine/bulk-operations.ts). */
+  /** A bulk operation of the scope (hash; src/lib/engine/operations/bulk-operations.ts). */
   operation(operationId: string): string;
   /** The scope's bulk operations by creation time (zset), for listing. */
   operations: string;
@@ -202,14 +202,14 @@ export interface Keys {
   /** Set of every key id (does any key exist at all?). */
   apiKeyIds: string;
   /**
-   * A model provider's rate-limit bucket (RATE_LIMITS; lua/rate-bucket.lua): its sums and pause
+   * A model provider's rate-limit bucket (RATE_LIMITS; transitions/rate-bucket.lua): its sums and pause
    * (hash), and its grants of the last minute (zset: `<seq>:<tokens>:<r|s>` -> grant time). All
    * buckets share one hash tag, away from every scope's slot. Names are checked (BUCKET_NAME).
    */
   rateBucket(name: string): string;
   rateGrants(name: string): string;
   /**
-   * A bucket's fair order between scopes (lua/rate-bucket.lua): each scope's tag (zset: scope ->
+   * A bucket's fair order between scopes (transitions/rate-bucket.lua): each scope's tag (zset: scope ->
    * virtual finish of its last grant), the scopes waiting (zset: scope -> tag) and when each
    * one's waiting lapses (zset: scope -> epoch ms). They live with the bucket's log.
    */

@@ -16,14 +16,14 @@ export type ArtifactLimits = Pick<Config, 'RETENTION_MS' | 'ARTIFACT_SCOPE_MAX_B
  * Lifetime: an upload expires RETENTION_MS after it was made, unless a run names it. The
  * submit transition then clears the expiry and counts the run in `runs`; the transition
  * that ends the run counts it out and, at zero, sets the expiry to RETENTION_MS again
- * (pinArtifacts / unpinArtifacts in lua/lib.lua). Both run in the scripts that create and
+ * (pinArtifacts / unpinArtifacts in transitions/lib/storage.lua). Both run in the scripts that create and
  * end the run, so an artifact can neither expire under a queued run nor outlive its last
  * run for longer than RETENTION_MS, whatever process dies in between.
  *
  * Quotas: a scope holds at most ARTIFACT_SCOPE_MAX_BYTES of artifacts at once, pinned ones
  * included, and uploads at most ARTIFACT_UPLOAD_BYTES_PER_SEC (a token bucket of bytes). The
  * write, both checks and the scope's ledger of what it holds are one transition
- * (lua/artifact.lua), so concurrent uploads cannot pass the quota together. Another store
+ * (transitions/artifact.lua), so concurrent uploads cannot pass the quota together. Another store
  * brings quotas of its own.
  */
 export class RedisArtifactStore implements ArtifactStore {

@@ -19,7 +19,7 @@ export const limitVars = {
   /**
    * SCOPE_WEIGHT: the default of a scope's `weight`, its share of the workers' slots against
    * the other scopes' while they contend for them (src/lib/engine/flow/fair-share.ts), and of each
-   * provider rate-limit bucket's grants while they wait for it (lua/rate-bucket.lua).
+   * provider rate-limit bucket's grants while they wait for it (transitions/rate-bucket.lua).
    */
   SCOPE_WEIGHT: z.coerce.number().int().min(1).max(1000).default(1),
   /**

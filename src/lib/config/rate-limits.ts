@@ -1,6 +1,6 @@
 /**
  * RATE_LIMITS: the model providers' rate limits, as buckets that every worker shares
- * (src/lib/engine/flow/rate-limiter.ts enforces them, lua/rate-bucket.lua keeps them).
+ * (src/lib/engine/flow/rate-limiter.ts enforces them, transitions/rate-bucket.lua keeps them).
  *
  *   RATE_LIMITS="openai:gpt-4o-mini=rpm:500,tpm:200000;anthropic:claude=rpm:50,burst:2"
  *

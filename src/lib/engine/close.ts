@@ -68,6 +68,8 @@ export interface Closing {
 }
 
 type Ending = Extract<AttemptOutcome, { kind: 'succeeded' | 'failed' | 'aborted' }>;
+/** An outcome that hands the run on: retried, blocked, parked, handed over at shutdown, or left unclosed. */
+type Handing = Exclude<AttemptOutcome, Ending> | { kind: 'aborted'; reason: 'shutdown' };
 type Refused = Extract<AttemptOutcome, { kind: 'lease-lost' | 'redis-lost' | 'events-unwritten' | 'broken' }>;
 /** A write of the closing: what it answered, or the outcome its failure makes (see writeFailure). */
 type Written<T> = { ok: true; value: T } | { ok: false; outcome: Refused };
@@ -85,7 +87,7 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
   // The custom store takes the turn first: its refusal is the outcome the transition closes.
   // What throws past the writes' own outcomes is a bug of Baton's: closed as broken, once.
   const closed = await storeTurn(c, outcome)
-    .then(({ end, saved }) => transition(c, end, saved))
+    .then(({ end, saved }) => (endsRun(end) ? finish(c, end, saved) : transition(c, end)))
     .catch((err: unknown): AttemptOutcome => ({ kind: 'broken', error: errorText(err) }));
   if (closed.kind === 'broken') return closeBroken(c, closed.error);
   if (closed.kind === 'lease-lost') {
@@ -99,8 +101,11 @@ export async function closeAttempt(c: Closing, outcome: AttemptOutcome): Promise
   return closed;
 }
 
-/** The one closing transition for `outcome`: returns the outcome closed, or what a failed write made of it. */
-async function transition(c: Closing, outcome: AttemptOutcome, saved: number): Promise<AttemptOutcome> {
+/**
+ * The one closing transition for an outcome that does not end the run (those go to finish):
+ * returns the outcome closed, or what a failed write made of it.
+ */
+async function transition(c: Closing, outcome: Handing): Promise<AttemptOutcome> {
   const { events } = c.deps;
   const { gateway } = c;
   const { run, attempt, log } = c;
@@ -156,18 +161,14 @@ async function transition(c: Closing, outcome: AttemptOutcome, saved: number): P
       log.info({ waits: outcome.waits.map((w) => w.key), admittedAgain: reply.admittedAgain }, 'run waiting');
       return outcome;
     }
-    case 'aborted':
-      if (outcome.reason === 'shutdown') {
-        const sent = await flushThen(c, () => gateway.release());
-        if (!sent.ok) return sent.outcome;
-        c.trace?.closed('handed-over');
-        log.info('run handed over at shutdown');
-        return outcome;
-      }
-      return finish(c, outcome, saved);
-    case 'succeeded':
-    case 'failed':
-      return finish(c, outcome, saved);
+    case 'aborted': {
+      // The shutdown's hand-over: every other abort ends the run (endsRun).
+      const sent = await flushThen(c, () => gateway.release());
+      if (!sent.ok) return sent.outcome;
+      c.trace?.closed('handed-over');
+      log.info('run handed over at shutdown');
+      return outcome;
+    }
   }
 }
 
@@ -207,36 +208,40 @@ function hook(c: Closing, fn: () => void): void {
 }
 
 /** finish.lua: the run ends succeeded, failed or cancelled, with its last events and its turn (in a `baton.finish` span). */
-function finish(c: Closing, outcome: Ending, saved: number): Promise<AttemptOutcome> {
-  return c.trace ? c.trace.finishing((span) => finishWith(c, outcome, saved, span)) : finishWith(c, outcome, saved);
-}
-
-async function finishWith(c: Closing, outcome: Ending, saved: number, span?: FinishTrace): Promise<AttemptOutcome> {
-  const { status, result, error } = finishOf(c, outcome);
-  // Without a memory (no agent, or its store could not be opened) there is no turn; a custom
-  // store took it already (storeTurn), or refused it and this finish is the refusal's.
-  const turn = c.memory?.writtenByFinish ? turnMessages(c.run, result, status, c.progress?.steered ?? []) : [];
-  // The last events ride with the finish, in its script call: the `end` event follows them.
-  const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
-  if (!last.ok) return notWritten(last.outcome, span);
-  const sent = await written(() => c.gateway.finish({
-    status,
-    result: JSON.stringify(result),
-    lastError: error ? JSON.stringify(error) : undefined,
-    turn: turn.length ? turn.map((m) => JSON.stringify(m)) : undefined,
-  }, last.value));
-  if (!sent.ok) return notWritten(sent.outcome, span);
-  if (last.value) c.writer.acknowledge(last.value);
-  span?.committed({
-    status, finishReason: result.finishReason, historyMessages: saved + turn.length,
-    store: !c.memory ? 'none' : c.memory.writtenByFinish ? 'redis' : 'custom',
-  });
-  c.trace?.closed(status, error ? { 'error.type': error.code } : {});
-  hook(c, () => c.deps.events?.finished?.(c.run, status));
-  const { notDelivered } = sent.value;
-  if (notDelivered > 0) hook(c, () => c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered));
-  c.log.info({ status, finishReason: result.finishReason }, 'run finished');
-  return outcome;
+async function finish(c: Closing, outcome: Ending, saved: number): Promise<AttemptOutcome> {
+  const span = c.trace?.finishing();
+  try {
+    const { status, result, error } = finishOf(c, outcome);
+    // Without a memory (no agent, or its store could not be opened) there is no turn; a custom
+    // store took it already (storeTurn), or refused it and this finish is the refusal's.
+    const turn = c.memory?.writtenByFinish ? turnMessages(c.run, result, status, c.progress?.steered ?? []) : [];
+    // The last events ride with the finish, in its script call: the `end` event follows them.
+    const last = await flushBeforeClosing(c, () => c.writer.finalBatch());
+    if (!last.ok) return notWritten(last.outcome, span);
+    const sent = await written(() => c.gateway.finish({
+      status,
+      result: JSON.stringify(result),
+      lastError: error ? JSON.stringify(error) : undefined,
+      turn: turn.length ? turn.map((m) => JSON.stringify(m)) : undefined,
+    }, last.value));
+    if (!sent.ok) return notWritten(sent.outcome, span);
+    if (last.value) c.writer.acknowledge(last.value);
+    span?.committed({
+      status, finishReason: result.finishReason, historyMessages: saved + turn.length,
+      store: !c.memory ? 'none' : c.memory.writtenByFinish ? 'redis' : 'custom',
+    });
+    c.trace?.closed(status, error ? { 'error.type': error.code } : {});
+    hook(c, () => c.deps.events?.finished?.(c.run, status));
+    const { notDelivered } = sent.value;
+    if (notDelivered > 0) hook(c, () => c.deps.events?.steering?.(c.run, 'not-delivered', notDelivered));
+    c.log.info({ status, finishReason: result.finishReason }, 'run finished');
+    return outcome;
+  } catch (err) {
+    span?.failed(err);
+    throw err;
+  } finally {
+    span?.end();
+  }
 }
 
 function notWritten(outcome: Refused, span?: FinishTrace): Refused {

@@ -154,7 +154,7 @@ export class ContextState {
 
   /**
    * A boundary of the run (ctx.steering.take): the messages pending now, or those an earlier
-   * attempt took at this boundary (lua/steer.lua). The events written before it go first, so a
+   * attempt took at this boundary (transitions/steer.lua). The events written before it go first, so a
    * reader sees each `steering` outcome after the text and tool results that came before it.
    */
   private async takeSteering(): Promise<SteeringMessage[]> {

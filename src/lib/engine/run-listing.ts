@@ -5,8 +5,8 @@ import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type Sho
 /**
  * GET /runs: a scope's runs (or one session's), newest first, by index. Each index is a zset
  * scored by creation ms: `runs` (the scope), `session:<sid>:runs`, `agent:<agent>:runs` and
- * `runtime:<runtime>:runs` (written by lua/submit.lua), and `status:<status>`, kept by
- * setStatus in lua/lib.lua for every status a run moves into. A filtered listing walks the
+ * `runtime:<runtime>:runs` (written by transitions/submit.lua), and `status:<status>`, kept by
+ * setStatus in transitions/lib/status.lua for every status a run moves into. A filtered listing walks the
  * index of its filter (a status filter the indexes of those statuses, merged), so
  * `status=blocked&limit=1` or `agent=triage&limit=1` reads one run however many runs the
  * scope holds. With several filters it walks the smallest (by ZCARD) and checks the others on
@@ -14,7 +14,7 @@ import { parseRunRecord, parseWaits, SHOWN_HASH_FIELDS, type RunStatus, type Sho
  * fields the API shows (SHOWN_FIELDS): never the caller memory, the output schema or the lease.
  * Runs created before the agent and runtime indexes existed are in neither: a listing that
  * walks one of those leaves them out (the other listings show them until they expire).
- * `rerunOf` walks the run's index of its re-runs (`run:<id>:reruns`, lua/submit.lua); a run
+ * `rerunOf` walks the run's index of its re-runs (`run:<id>:reruns`, transitions/submit.lua); a run
  * whose re-runs an earlier version made has no index until it is re-run again, and its
  * re-runs are found in its session's index (a re-run stays in its run's session) by their
  * `rerunOf` field.

@@ -5,8 +5,6 @@ import { BatonError } from '../errors.ts';
 import { parseRunRecord, parseWaits, type RunRecord, type SessionMessage } from '../transitions/record.ts';
 import { listRuns, type ListOptions, type RunsListing } from './run-listing.ts';
 import { readStepOrder, readStepsPage, type StepMark, type StepView } from './step-list.ts';
-import { forkSession } from './session-fork.ts';
-import type { ForkRequest, SessionFork } from '../contract/runs.ts';
 import type { DeleteOutcome } from '../transitions/delete.ts';
 import type { Resolution } from '../transitions/resolve.ts';
 import type { ApiGateway } from '../transitions/api-gateway.ts';
@@ -48,7 +46,7 @@ export class RunStore {
 
   /**
    * The run at the head of a session: the one running, retrying, waiting or dispatched (the
-   * session's `active` field, set by lua/submit.lua and moved on by the finish that ends it).
+   * session's `active` field, set by transitions/submit.lua and moved on by the finish that ends it).
    */
   async activeRun(scope: string, sessionId: string): Promise<RunRecord | undefined> {
     const runId = await this.redis.hget(this.keys.scope(scope).session(sessionId), 'active');
@@ -102,16 +100,6 @@ export class RunStore {
     return page;
   }
 
-  /** Forks a session's committed history into a new session (session-fork.ts). */
-  fork(scope: string, sessionId: string, body: ForkRequest): Promise<SessionFork> {
-    const sk = this.keys.scope(scope);
-    const runOf = async (runId: string) => {
-      const [sid, status] = await this.redis.hmget(sk.run(runId), 'sessionId', 'status');
-      return status === null ? undefined : { sessionId: sid, status };
-    };
-    return forkSession(this.transitions, runOf, scope, sessionId, body);
-  }
-
   /** Every step of a run in the order they started, no values (a re-run's plan); RUN_NOT_FOUND when the run does not exist. */
   async stepOrder(scope: string, runId: string): Promise<StepMark[]> {
     const order = await readStepOrder(this.redis, this.keys, scope, runId, this.config.PAGE_MAX_BYTES);
@@ -122,7 +110,7 @@ export class RunStore {
   /**
    * A session's committed history, oldest first: a page of at most `limit` messages and
    * PAGE_MAX_BYTES bytes (the first one whatever its size), read in bounded chunks in Redis
-   * (lua/history-page.lua). A page that stopped on bytes has a nextCursor like a full one.
+   * (transitions/history-page.lua). A page that stopped on bytes has a nextCursor like a full one.
    */
   async messages(
     scope: string, sessionId: string, opts: { limit: number; cursor?: number },

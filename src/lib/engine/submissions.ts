@@ -6,14 +6,14 @@ import type { SteeringOutcome, SubmitRequest as PublicSubmit } from '../contract
 import { BatonError } from '../errors.ts';
 import { newMessageId, newRunId } from '../ids.ts';
 import type { Keys } from '../keys.ts';
-import { traceSubmit, type HeaderCarrier } from '../tracing/tracing.ts';
+import { SubmitTrace, type HeaderCarrier } from '../tracing/tracing.ts';
 import type { Redis } from '../redis/redis.ts';
 import { quoteList, type WorkerRegistry } from './flow/worker-registry.ts';
 import { assertValidOutputSchema } from './schema/output-schema.ts';
 import type { NewRunRecord, RunRecord } from '../transitions/record.ts';
 import type { SchemaGuard } from './schema/schema-guard.ts';
 import type { RunStore } from './store.ts';
-import type { StoredSteering, SubmitLimit } from '../transitions/submit.ts';
+import type { NewRun, StoredSteering, SubmitLimit, SubmitReply } from '../transitions/submit.ts';
 import type { ApiGateway } from '../transitions/api-gateway.ts';
 
 /** A stream token minted for a new run's reader (tenancy/stream-tokens.ts makes them). */
@@ -64,7 +64,7 @@ export interface SubmissionDeps {
   redis: Redis;
   keys: Keys;
   config: Config;
-  /** The submit transition (lua/submit.lua). */
+  /** The submit transition (transitions/submit.lua). */
   transitions: ApiGateway;
   /** Runs read back: the run a steering message went to. */
   store: RunStore;
@@ -137,12 +137,22 @@ export class Submissions {
     if (due !== undefined && due > Date.now()) await this.assertScheduledRoom(req);
     const admitted = o.admit?.();
     // The rate limit is taken in the submit itself, after every check that can refuse it:
-    // bad input, a refused submit or a replay spends no token (lua/submit.lua). The run keeps
-    // the submit's trace context, which its attempts continue.
-    const tracing = { content: d.config.BATON_TRACE_CONTENT, caller: d.config.BATON_TRACE_CALLER };
-    const { run, created, steering } = await traceSubmit(
-      req, o.traceHeaders, tracing, (traceparent) => this.make(req, { traceparent, warnings, rerun: o.rerun }),
-    );
+    // bad input, a refused submit or a replay spends no token (transitions/submit.lua). The run
+    // keeps the submit's trace context, which its attempts continue.
+    const span = new SubmitTrace(req, o.traceHeaders, { content: d.config.BATON_TRACE_CONTENT, caller: d.config.BATON_TRACE_CALLER });
+    let made: SubmitResult;
+    try {
+      await this.noteScope(req.scope);
+      const input = newRun(req, d, { traceparent: span.traceparent, warnings, rerun: o.rerun });
+      made = await this.made(req, input, await d.transitions.submit(input));
+      span.made(made.run, made.created);
+    } catch (err) {
+      span.failed(err);
+      throw err;
+    } finally {
+      span.end();
+    }
+    const { run, created, steering } = made;
     // A page that shows the answer gets its token with the run: no second request before it can stream.
     const streamToken = o.streamTokenFor === undefined ? undefined : await this.mint(req.scope, run.id, o.streamTokenFor);
     return {
@@ -155,37 +165,24 @@ export class Submissions {
     return this.d.streamTokens.mint(scope, { runId }, keyId, { limited: false });
   }
 
-  /** The run itself: one submit transition (lua/submit.lua), then the hooks for what it made. */
-  private async make(
-    req: SubmitRequest, o: { traceparent: string | undefined; warnings: string[]; rerun: RerunPlan | undefined },
-  ): Promise<SubmitResult> {
+  /**
+   * The scope list is the sweeper's work list; adding a scope that ends up with no run is
+   * harmless. Once per scope and process: the set only ever grows.
+   */
+  private async noteScope(scope: string): Promise<void> {
+    if (this.knownScopes.has(scope)) return;
+    await this.d.redis.sadd(this.d.keys.scopes, scope);
+    this.knownScopes.add(scope);
+  }
+
+  /** What the submit transition answered, as the submit's result; the hooks for a run it made. */
+  private async made(req: SubmitRequest, input: NewRun, reply: SubmitReply): Promise<SubmitResult> {
     const { d } = this;
-    // The scope list is the sweeper's work list; adding a scope that ends up with no run is
-    // harmless. Once per scope and process: the set only ever grows.
-    if (!this.knownScopes.has(req.scope)) {
-      await d.redis.sadd(d.keys.scopes, req.scope);
-      this.knownScopes.add(req.scope);
-    }
-    const steering = req.multitask === 'steer'
-      ? { id: req.messageId ?? newMessageId(), content: req.input.content, ttlMs: IDEMPOTENCY_TTL_MS }
-      : undefined;
-    const { run, created, runId: id, steered } = await d.transitions.submit({
-      record: newRunRecord(req, d.config.MAX_ATTEMPTS, o.traceparent, o.rerun),
-      multitask: req.multitask ?? 'enqueue',
-      // The request's digest is kept with the key only: a submit without one is never compared.
-      idempotency: req.idempotencyKey === undefined
-        ? undefined
-        : { key: req.idempotencyKey, ttlMs: IDEMPOTENCY_TTL_MS, requestHash: requestHash(req, o.rerun) },
-      runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs,
-      limit: d.limit,
-      turnBytes: userMessageBytes(req.input.content),
-      ...(o.warnings.length ? { warnings: o.warnings } : {}),
-      ...(o.rerun ? { rerun: { copySteps: o.rerun.copySteps } } : {}),
-      ...(steering ? { steering } : {}),
-    });
+    const { run, created, runId: id, steered } = reply;
     if (steered) return this.steered(req.scope, steered.message, steered.sent);
     // An idempotent repeat whose run has passed its retention returns no record.
     if (!run) throw new BatonError('RUN_NOT_FOUND', `the run ${id} of this idempotency key has expired`);
+    const { steering } = input;
     if (created) {
       d.events?.submitted?.(run);
       if (steering) d.events?.steered?.(run.runtime, 'turn');
@@ -253,6 +250,30 @@ export class Submissions {
   }
 }
 
+/** The submit transition's input (transitions/submit.ts: NewRun) for a request. */
+function newRun(
+  req: SubmitRequest, d: Pick<SubmissionDeps, 'config' | 'limit'>,
+  o: { traceparent: string | undefined; warnings: string[]; rerun: RerunPlan | undefined },
+): NewRun {
+  const steering = req.multitask === 'steer'
+    ? { id: req.messageId ?? newMessageId(), content: req.input.content, ttlMs: IDEMPOTENCY_TTL_MS }
+    : undefined;
+  return {
+    record: newRunRecord(req, d.config.MAX_ATTEMPTS, o.traceparent, o.rerun),
+    multitask: req.multitask ?? 'enqueue',
+    // The request's digest is kept with the key only: a submit without one is never compared.
+    idempotency: req.idempotencyKey === undefined
+      ? undefined
+      : { key: req.idempotencyKey, ttlMs: IDEMPOTENCY_TTL_MS, requestHash: requestHash(req, o.rerun) },
+    runAt: req.runAt === undefined ? undefined : Date.parse(req.runAt), delayMs: req.delayMs,
+    limit: d.limit,
+    turnBytes: userMessageBytes(req.input.content),
+    ...(o.warnings.length ? { warnings: o.warnings } : {}),
+    ...(o.rerun ? { rerun: { copySteps: o.rerun.copySteps } } : {}),
+    ...(steering ? { steering } : {}),
+  };
+}
+
 /**
  * The record a submit writes (record.ts: NewRunRecord), from its request: the run's one
  * encoding, which crosses to Lua once (ApiGateway.submit, the unit submit.ts).
@@ -265,13 +286,13 @@ function newRunRecord(
     id: newRunId(), scope: req.scope, sessionId: req.sessionId, runtime: req.runtime,
     agent: req.agent, maxAttempts: req.maxAttempts ?? defaultMaxAttempts,
     input: JSON.stringify(req.input),
-    // The ids alone, for the transitions that keep the run's artifacts alive (pinArtifacts in lib.lua).
+    // The ids alone, for the transitions that keep the run's artifacts alive (pinArtifacts in transitions/lib/storage.lua).
     artifactIds: req.input.artifacts?.length ? JSON.stringify(req.input.artifacts.map((a) => a.id)) : undefined,
     metadata: json(req.metadata),
     memory: json(req.memory),
     outputSchema: json(req.outputSchema),
     idempotencyKey: req.idempotencyKey,
-    // Without it, the first claim replaces the deployment default with the agent's own (lua/claim.lua).
+    // Without it, the first claim replaces the deployment default with the agent's own (transitions/claim.lua).
     maxAttemptsSet: req.maxAttempts !== undefined ? 1 : undefined,
     ttlMs: req.ttlMs,
     timeoutMs: req.timeoutMs,

@@ -26,7 +26,7 @@ const MAX_SOON = 10_000;
 
 /**
  * Every how many sweeps (and at the first) the scopes' parked runs are offered free slots
- * (lua/fill.lua): about once a minute at the default interval. A run's end fills the slot it
+ * (transitions/fill.lua): about once a minute at the default interval. A run's end fills the slot it
  * frees, so slots are left free only under a MAX_ACTIVE_PER_SCOPE raised since runs parked.
  */
 const FILL_EVERY_SWEEPS = 60;

@@ -7,7 +7,7 @@ const BATCH = 500;
 
 /**
  * How many runs of `runtime` wait, by kind of wait, summed over every scope: the scripts keep
- * `wait:<kind>` in each scope's `stats:<runtime>` hash (see setStatus in lua/lib.lua), so this is
+ * `wait:<kind>` in each scope's `stats:<runtime>` hash (see setStatus in transitions/lib/status.lua), so this is
  * one HMGET per scope, pipelined. Read when Prometheus scrapes, like the queue gauges.
  */
 export async function waitingRuns(redis: Redis, keys: Keys, runtime: string): Promise<Record<WaitKind, number>> {

@@ -21,7 +21,7 @@ import { parseRedisUrl } from '../config/redis-url.ts';
 import { WorkerRegistry } from '../engine/flow/worker-registry.ts';
 import { submitLimit } from '../tenancy/rate-limit.ts';
 import { Scheduler } from '../schedules/scheduler.ts';
-import { BulkWorker } from '../engine/bulk-operations.ts';
+import { BulkWorker } from '../engine/operations/bulk-operations.ts';
 
 /**
  * The composition root of one Baton process: its Redis connections, key builder, metrics
@@ -48,7 +48,7 @@ export interface Resources {
   readonly sweeper: Sweeper;
   /** Fires cron schedules' ticks (every process runs one; src/lib/schedules/scheduler.ts). */
   readonly scheduler: Scheduler;
-  /** Advances bulk operations (every process runs one; src/lib/engine/bulk-operations.ts). */
+  /** Advances bulk operations (every process runs one; src/lib/engine/operations/bulk-operations.ts). */
   readonly bulk: BulkWorker;
   /** The scopes' fair shares of the workers' slots: worked out by one process at a time, read by all. */
   readonly fairShare: FairShare;

@@ -80,7 +80,7 @@ export class ScheduleStore {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'SCHEDULES_MAX_PER_SCOPE' | 'SCHEDULE_TEMPLATE_MAX_BYTES' | 'PAGE_MAX_BYTES'>,
-    /** Pause and resume are transitions (lua/schedule-pause.lua, schedule-resume.lua). */
+    /** Pause and resume are transitions (transitions/schedule-pause.lua, schedule-resume.lua). */
     private readonly transitions: ScheduleGateway,
   ) {}
 

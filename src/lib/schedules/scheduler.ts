@@ -40,13 +40,13 @@ export function tickKey(scheduleId: string, tick: number): string {
  * Fires schedules' ticks; every API and worker process runs one, and none leads.
  *
  * A tick is made a run in two steps, each safe to repeat or to lose:
- * 1. claim (lua/schedule-claim.lua): if the schedule's nextAt is still the tick this process
+ * 1. claim (transitions/schedule-claim.lua): if the schedule's nextAt is still the tick this process
  *    read, move nextAt to the tick after now and mark the tick to fire `pending`. Of processes
  *    racing on a tick, one claims it; the others read the new nextAt.
  * 2. submit the tick's run through the door every run takes (Submissions.submit: the registry's
  *    warnings, tracing, the scheduled-run cap, the scope's rate limit, its session queue, its
  *    slots) with the idempotency key `schedule:<id>:<tick>`, then clear `pending`
- *    (lua/schedule-done.lua). A process killed (or Redis gone) in between leaves the tick
+ *    (transitions/schedule-done.lua). A process killed (or Redis gone) in between leaves the tick
  *    pending; after PENDING_RETRY_MS any process submits it again, and the key makes it the
  *    same run. So each tick is at most one run, and a claimed tick is made one in the end.
  *
@@ -67,7 +67,7 @@ export class Scheduler {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'SCHEDULE_POLL_MS' | 'SCHEDULE_MISSED_AFTER_MS'>,
-    /** The claim and the done mark (lua/schedule-claim.lua, schedule-done.lua). */
+    /** The claim and the done mark (transitions/schedule-claim.lua, schedule-done.lua). */
     private readonly transitions: ScheduleGateway,
     /** The submit door (submissions.ts), with the scope's submit rate limit. */
     private readonly submissions: Submissions,

@@ -24,7 +24,7 @@ export function isBuiltinMemory(option: MemoryOption | undefined): option is Bui
  * How many of the session's newest messages the claim reads for an agent with this memory:
  * 0 for a custom store (it reads its own), every message (-1) for recall (it scores every
  * turn), `window.maxMessages` for such a window (the window keeps no more), else `readMax`.
- * Of those, the claim hands over only the newest that fit HISTORY_READ_MAX_BYTES (lua/claim.lua):
+ * Of those, the claim hands over only the newest that fit HISTORY_READ_MAX_BYTES (transitions/claim.lua):
  * the window and recall then work on what fit, and the whole history stays stored.
  */
 export function claimHistoryReads(option: MemoryOption | undefined, readMax: number): number {

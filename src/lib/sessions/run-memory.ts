@@ -115,7 +115,7 @@ export class RunMemory {
  * A forked session's first run of `agent` has its custom store copy the source's turns
  * (MemorySession.fork), before anything reads the store; the session's hash then records it
  * (`forked:<agent>`), so later runs skip this. The fork wrote `forkedFrom`/`forkedAt` there
- * (lua/fork.lua): a session never forked costs this one read.
+ * (transitions/fork.lua): a session never forked costs this one read.
  */
 async function copyFork(store: MemorySession, redis: Redis, sessionKey: string, agent: string, log: Logger): Promise<void> {
   const done = `forked:${agent}`;

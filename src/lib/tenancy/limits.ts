@@ -19,7 +19,7 @@ import { utcDay } from '../engine/flow/budgets.ts';
  * maxQueuedRuns, maxStoredBytes), the fork's forksPerMinute, forkBytesPerMinute and
  * maxStoredBytes, a run's end retentionMs, the scheduler maxActive, maxActivePerKey and weight,
  * the worker tokensPerDay, each API process maxStreams (through maxStreams() below, cached
- * for LIMITS_CACHE_MS), and the read charge (lua/read-cost.lua) readBytesPerSec and
+ * for LIMITS_CACHE_MS), and the read charge (transitions/read-cost.lua) readBytesPerSec and
  * readBurstBytes.
  */
 
@@ -141,7 +141,7 @@ export class ScopeLimitStore {
       this.redis.hget(sk.usage(utcDay(Date.now())), 'tokens'),
       // The read bucket as its last charge left it (src/lib/tenancy/read-budget.ts).
       this.redis.hmget(sk.readBucket, 'tokens', 'at'),
-      // What maxQueuedRuns and maxStoredBytes are checked against (lua/submit.lua).
+      // What maxQueuedRuns and maxStoredBytes are checked against (transitions/submit.lua).
       this.redis.multi().zcard(sk.runsByStatus('queued')).zcard(sk.runsByStatus('dispatched')).get(sk.storedBytes).exec()
         .then((r) => (r ?? []).map(([err, v]) => {
           if (err) throw err;

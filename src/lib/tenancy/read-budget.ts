@@ -13,7 +13,7 @@ const REMEMBERED_MAX = 10_000;
  * bound that: four readers of 3.5 MB history pages took 17 MB/s, and another scope's whoami
  * went from 5 ms to 160 ms at the median.
  *
- * The budget is a token bucket of bytes in Redis (lua/read-cost.lua), so every API process
+ * The budget is a token bucket of bytes in Redis (transitions/read-cost.lua), so every API process
  * shares it: the scope's `readBytesPerSec` and `readBurstBytes` limits, else READ_BYTES_PER_SEC
  * and READ_BURST_BYTES. A read's cost is known only once it is made, so it is charged after:
  * the bytes of its answer past READ_FREE_BYTES, as the answer is sent, and the bucket may

@@ -5,7 +5,7 @@ const STATUS = new Set<string>(RUN_STATUSES);
 
 /**
  * A runtime's runs by status, from its `stats:<runtime>` hash as HGETALL gives it. The
- * scripts count moves there, one field per kind (setStatus in lua/lib.lua): `<from>><to>`,
+ * scripts count moves there, one field per kind (setStatus in transitions/lib/status.lua): `<from>><to>`,
  * or the status alone for a new run (a field that also holds the counts kept before moves
  * were counted). A status counts what moved in less what moved out; a terminal one
  * (cumulative) what moved in. `wait:<kind>` fields are not statuses and are left out.

@@ -16,7 +16,7 @@ const DAYS_PER_READ = 31;
 
 /**
  * A scope's model usage from day `from` to day `to` (YYYY-MM-DD, UTC, inclusive), by day,
- * agent and model, as the step script counted it (lua/step.lua: one hash per day under the
+ * agent and model, as the step script counted it (transitions/step.lua: one hash per day under the
  * scope's tag, fields `in|out|calls:<agent>:<model>`). Reads only the path's scope's keys;
  * the caller bounds the range. A page holds at most `limit` rows and `maxBytes` bytes of them
  * (its first row whatever its size), read a few days at a time and no further than the page
@@ -105,7 +105,7 @@ const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 export type PriceTable = Readonly<Record<string, ModelPrice>>;
 
 /**
- * A run's model usage so far (lua/step.lua counts it in the run record: the totals in
+ * A run's model usage so far (transitions/step.lua counts it in the run record: the totals in
  * usageIn/usageOut/usageCalls, the same by model in usageModels), priced by `prices` when
  * given. The run's cost is given only when every model it called has a price: a sum that
  * left some calls out would read as the whole cost. Undefined when there is no such run.

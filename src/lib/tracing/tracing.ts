@@ -130,27 +130,33 @@ export interface SubmitTracing {
 }
 
 /**
- * `baton.submit` around `fn`, which makes the run and is handed the `traceparent` to store
- * with it (undefined: nothing to store).
+ * The `baton.submit` span, started before the submit transition: `traceparent` is what the run
+ * stores (undefined: nothing to store); `made` or `failed` says how it ended, `end` closes it.
  */
-export async function traceSubmit<T extends { run: { id: string; status: string }; created: boolean }>(
-  req: SubmitSpanOf, headers: HeaderCarrier | undefined, o: SubmitTracing, fn: (traceparent: string | undefined) => Promise<T>,
-): Promise<T> {
-  const attributes: Attributes = {
-    'baton.scope': req.scope, 'baton.session.id': req.sessionId, 'baton.runtime': req.runtime, 'baton.agent': req.agent,
-  };
-  if (o.content) attributes['baton.input.content'] = contentValue(req.input.content);
-  const { parent, links } = submitPlacement(headers, o.caller);
-  const span = tracer().startSpan('baton.submit', { kind: SpanKind.PRODUCER, attributes, ...(links ? { links } : {}) }, parent);
-  try {
-    const made = await fn(traceparentOf(span));
-    span.setAttributes({ 'baton.run.id': made.run.id, 'baton.run.created': made.created, 'baton.run.status': made.run.status });
-    return made;
-  } catch (err) {
-    recordError(span, err);
-    throw err;
-  } finally {
-    span.end();
+export class SubmitTrace {
+  private readonly span: Span;
+  readonly traceparent: string | undefined;
+
+  constructor(req: SubmitSpanOf, headers: HeaderCarrier | undefined, o: SubmitTracing) {
+    const attributes: Attributes = {
+      'baton.scope': req.scope, 'baton.session.id': req.sessionId, 'baton.runtime': req.runtime, 'baton.agent': req.agent,
+    };
+    if (o.content) attributes['baton.input.content'] = contentValue(req.input.content);
+    const { parent, links } = submitPlacement(headers, o.caller);
+    this.span = tracer().startSpan('baton.submit', { kind: SpanKind.PRODUCER, attributes, ...(links ? { links } : {}) }, parent);
+    this.traceparent = traceparentOf(this.span);
+  }
+
+  made(run: { id: string; status: string }, created: boolean): void {
+    this.span.setAttributes({ 'baton.run.id': run.id, 'baton.run.created': created, 'baton.run.status': run.status });
+  }
+
+  failed(err: unknown): void {
+    recordError(this.span, err);
+  }
+
+  end(): void {
+    this.span.end();
   }
 }
 
@@ -278,20 +284,13 @@ export class AttemptTrace {
   }
 
   /**
-   * `baton.finish` around `fn`: the run's end with its history commit (a custom store's save,
-   * the finish transition, which writes the built-in store's turn).
+   * Starts `baton.finish`, a child of the attempt's span: the run's end with its history commit
+   * (the finish transition, which writes the built-in store's turn); its caller ends it.
    */
-  async finishing<T>(fn: (span: FinishTrace) => Promise<T>): Promise<T> {
-    const span = tracer().startSpan('baton.finish', {}, this.context);
-    try {
-      return await fn(new FinishTrace(span));
-    } catch (err) {
-      recordError(span, err);
-      throw err;
-    } finally {
-      span.end();
-    }
+  finishing(): FinishTrace {
+    return new FinishTrace(tracer().startSpan('baton.finish', {}, this.context));
   }
+
 }
 
 /** The finish's span, told what the finish wrote once it landed. */
@@ -309,6 +308,15 @@ export class FinishTrace {
   /** The finish was not written: `why` (the attempt's outcome instead, e.g. lease-lost) is the span's error.type. */
   notWritten(why: string): void {
     recordError(this.span, { name: why });
+  }
+
+  /** Something of Baton's threw on the way (the attempt closes broken). */
+  failed(err: unknown): void {
+    recordError(this.span, err);
+  }
+
+  end(): void {
+    this.span.end();
   }
 }
 

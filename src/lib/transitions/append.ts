@@ -1,5 +1,5 @@
 import type { Attempt } from './attempt.ts';
-import type { ScriptCaller } from './caller.ts';
+import { UNDECODED, type ScriptCaller } from './caller.ts';
 import { decode, text, type Replies } from './reply.ts';
 import { LeaseLostError } from './script-codes.ts';
 
@@ -19,7 +19,7 @@ export async function appendMany(c: ScriptCaller, items: readonly AppendItem[]):
   if (items.length === 0) return [];
   const first = items[0].attempt;
   if (items.some((i) => i.attempt.scope !== first.scope)) throw new Error('appendMany takes the runs of one scope');
-  const raw = await c.callRaw('append', first.scope, { run: first.runKey }, {
+  const raw = await c.call('append', UNDECODED, first.scope, { run: first.runKey }, {
     runs: items.map((i) => [i.attempt.runId, i.attempt.fence, i.batch, i.events.length]),
   }, items.flatMap((i) => i.events.flat()));
   if (!Array.isArray(raw) || raw.length !== 2 * items.length) throw new Error('malformed append reply');

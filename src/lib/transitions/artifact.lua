@@ -5,7 +5,7 @@
   The ledger lists every artifact the scope holds, `<id> <size>`, scored by when it may have
   expired; `stored` is their bytes. Artifacts expire by themselves (a key's TTL), so each call
   first looks at up to PRUNE entries whose time has come: one that is gone leaves the ledger
-  and its bytes the count; one a run keeps (no TTL: pinArtifacts in lua/lib/storage.lua) is looked at
+  and its bytes the count; one a run keeps (no TTL: pinArtifacts in transitions/lib/storage.lua) is looked at
   again RETENTION_MS later (its last run's end gives it that long); one with a TTL at its end.
   KEYS  artifact (the new artifact's hash), ledger, stored, bucket (absent = no upload rate)
   O     id, contentType, size, createdAt, maxBytes (0 = no quota), limit {rate, burst} (with KEYS bucket)
@@ -44,7 +44,7 @@ if O.maxBytes > 0 and stored + O.size > O.maxBytes then
 end
 
 -- The upload-rate bucket counts bytes: {tokens, at}, refilled at `rate` a second up to `burst`
--- (the submit bucket's rule, takeToken in lua/lib/limits.lua, for `size` tokens at once). A full bucket
+-- (the submit bucket's rule, takeToken in transitions/lib/limits.lua, for `size` tokens at once). A full bucket
 -- is the same as no key, so the key expires once it would have refilled.
 if K.bucket then
   local ok, waitMs = takeToken({ bucket = K.bucket, rate = O.limit.rate, burst = O.limit.burst, now = now, n = O.size })

@@ -1,4 +1,4 @@
-import type { ScriptCaller } from './caller.ts';
+import { UNDECODED, type ScriptCaller } from './caller.ts';
 import { decodeAnswer, num, text, type Replies } from './reply.ts';
 
 /** A model call's hold on its scope's daily token budget (budget-hold.lua). */
@@ -35,7 +35,7 @@ export async function budgetHold(c: ScriptCaller, scope: string, call: BudgetHol
   const sk = c.keys.scope(scope);
   const { day, ...options } = call;
   const keys = { limits: sk.limits, usage: sk.usage(day), holds: sk.budgetHolds(day) };
-  const raw = await c.callRaw('budget-hold', scope, keys, options);
+  const raw = await c.call('budget-hold', UNDECODED, scope, keys, options);
   const r = decodeAnswer('budget-hold', REPLY, raw);
   switch (r.outcome) {
     case 'Held': return { kind: 'held', used: r.used, held: r.held, limit: r.limit, reserved: r.reserved };

@@ -1,4 +1,4 @@
---[[ Make a bulk operation (src/lib/engine/bulk-operations.ts), unless its scope already runs
+--[[ Make a bulk operation (src/lib/engine/operations/bulk-operations.ts), unless its scope already runs
   its cap of them.
   KEYS  operation (its hash), operations (the scope's, by creation), active (the scope's running ones)
   O     id, fields (the operation's hash: name -> value, all text), maxRunning (the scope's

@@ -4,7 +4,7 @@ import type { Keys, ScopeKeys } from '../keys.ts';
 import { ReplicaAcks } from '../redis/replica-acks.ts';
 import type { Attempt } from './attempt.ts';
 import { decode, type Replies, type Reply } from './reply.ts';
-import { callScript, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
+import { functionName, isMissingLibrary, loadLibrary, wire, type NamedKeys, type OptionsJson, type ScriptName } from './scripts.ts';
 
 /**
  * The one way a unit (<name>.ts beside its <name>.lua) calls its script: keys by name, options
@@ -14,6 +14,12 @@ import { callScript, type NamedKeys, type OptionsJson, type ScriptName } from '.
  * between), so no caller can forget it. Nothing outside this room calls a script (`npm test`
  * checks).
  */
+
+/** A script's ARGV after its options (append's events). */
+type Payload = readonly (string | number)[];
+
+/** ScriptCaller.call's `replies` for a reply the unit decodes itself. */
+export const UNDECODED = 'undecoded';
 
 /** Where dispatch orders go (engine/dispatcher.ts's Dispatcher): the gateway's own port, so the room imports no lifecycle code. */
 export interface DispatchPort {
@@ -86,31 +92,45 @@ export class ScriptCaller {
     }
   }
 
-  /** Calls a script and decodes its reply by the unit's `replies`. */
+  /**
+   * Calls a script: FCALL with its keys by name and one options JSON (loading the library into
+   * a server that lacks it), replica acknowledgements when asked, and the reply decoded by the
+   * unit's `replies` (UNDECODED: left to the unit; claim's has two shapes, append's one per run).
+   * `scope` null: a script of no scope (rate-bucket), told only its own options.
+   */
   async call<R extends Replies>(
-    name: ScriptName, replies: R, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
-  ): Promise<Reply<R>> {
-    return decode(name, replies, await this.callRaw(name, scope, keys, options, payload));
-  }
-
-  /** Calls a script; its reply still to decode (claim's has two shapes, append's one per run). */
-  async callRaw(
-    name: ScriptName, scope: string, keys: NamedKeys, options: Record<string, unknown>, payload?: readonly (string | number)[],
+    name: ScriptName, replies: R, scope: string | null, keys: NamedKeys, options: Record<string, unknown>, payload?: Payload,
+  ): Promise<Reply<R>>;
+  async call(
+    name: ScriptName, replies: typeof UNDECODED, scope: string | null, keys: NamedKeys, options: Record<string, unknown>, payload?: Payload,
+  ): Promise<unknown>;
+  async call(
+    name: ScriptName, replies: Replies | typeof UNDECODED, scope: string | null, keys: NamedKeys, options: Record<string, unknown>,
+    payload: Payload = [],
   ): Promise<unknown> {
-    const base = this.keys.scope(scope).base;
-    const acks = this.acks;
-    if (!acks) return callScript(this.redis, name, keys, this.options(base, options), payload);
+    const acks = scope === null ? undefined : this.acks;
     // With replica acknowledgements, a call's notifications come back with its reply (lib/events.lua's
     // withDeferred) and are published only once replicas hold what they announce.
-    const mark = acks.mark();
-    const raw = await callScript(this.redis, name, keys, this.options(base, { ...options, deferPublish: true }), payload);
-    const { reply, messages } = deferredOf(raw);
-    if (messages.length > 0 || REPLICATED.has(name)) await acks.confirm(mark);
-    if (messages.length > 0) {
-      const channel = this.keys.scope(scope).live;
-      await Promise.all(messages.map((m) => this.redis.publish(channel, m)));
+    const mark = acks?.mark();
+    const fn = functionName(name);
+    const own = acks ? { ...options, deferPublish: true } : options;
+    const args = wire(keys, scope === null ? { json: JSON.stringify({ base: '', ...own }) } : this.options(this.keys.scope(scope).base, own), payload);
+    const raw = await this.redis.fcall(fn, ...args).catch(async (err: unknown) => {
+      if (!isMissingLibrary(err)) throw err;
+      await loadLibrary(this.redis);
+      return this.redis.fcall(fn, ...args);
+    });
+    let reply = raw;
+    if (acks && mark !== undefined && scope !== null) {
+      const deferred = deferredOf(raw);
+      reply = deferred.reply;
+      if (deferred.messages.length > 0 || REPLICATED.has(name)) await acks.confirm(mark);
+      if (deferred.messages.length > 0) {
+        const channel = this.keys.scope(scope).live;
+        await Promise.all(deferred.messages.map((m) => this.redis.publish(channel, m)));
+      }
     }
-    return reply;
+    return replies === UNDECODED ? reply : decode(name, replies, reply);
   }
 
   /** The options argument: shared limits, the scope base and the call's own fields, one JSON object. */

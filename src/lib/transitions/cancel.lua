@@ -1,4 +1,4 @@
---[[ Cancel a run (see cancelRun in lua/lib/finish.lua).
+--[[ Cancel a run (see cancelRun in transitions/lib/finish.lua).
   KEYS  run, meta, ready, leases, timers
   O     runId
   Returns: {AlreadyFinished | Cancelled | Requested (a cancel requested), dispatches JSON,

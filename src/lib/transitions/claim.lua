@@ -94,7 +94,7 @@ if recovered == 1 and rec.leaseOwner ~= '' then
   end
 end
 -- A dispatched run is not drained: the drain parks its runtime's dispatched runs when it
--- starts, and admission parks the rest while it lasts (lua/drain.lua).
+-- starts, and admission parks the rest while it lasts (transitions/drain.lua).
 
 local fence = tonumber(rec.fence or '0') + 1
 local attempt = tonumber(rec.attempt or '0')
@@ -112,7 +112,7 @@ end
 -- that blocked it was no attempt of its own, like a recovery).
 local resumed = st == 'dispatched' and rec.resumed == '1'
 -- The attempt's first event goes first: a claim whose checks above needed no clock takes
--- its time from the event's id (nowMs in lua/lib/call.lua).
+-- its time from the event's id (nowMs in transitions/lib/call.lua).
 -- Clients restart the answer text at every `attempt` event: a new holder replays it.
 if recovered == 1 then
   addEvent(runId, 'attempt', cjson.encode({ attempt = attempt, maxAttempts = maxAttempts, recovered = true }))
@@ -185,7 +185,7 @@ if reads ~= 0 then
   end
 end
 -- A run no worker ever started (no attempt before this claim) has no step results yet, but
--- for a re-run's, copied when it was made (lua/submit.lua).
+-- for a re-run's, copied when it was made (transitions/submit.lua).
 local steps = {}
 if tonumber(rec.attempt or '0') > 0 or recovered == 1 or resumed or rec.rerunOf then steps = redis.call('HGETALL', rk .. ':steps') end
 -- The record as HGETALL would give it now (this call's writes applied, numbers as text);

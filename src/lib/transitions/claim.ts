@@ -1,5 +1,5 @@
 import { flatToObject, type RunRecord } from './record.ts';
-import { slotKeys, type ScriptCaller } from './caller.ts';
+import { slotKeys, type ScriptCaller, UNDECODED } from './caller.ts';
 import { decode, flag, num, orders, record, strings, text, time, type Replies } from './reply.ts';
 import { Outcome, ScriptCode } from './script-codes.ts';
 
@@ -43,7 +43,7 @@ export async function claim(
   historyReads: Record<string, number> = {},
 ): Promise<ClaimReply> {
   const sk = c.keys.scope(job.scope);
-  const raw = await c.callRaw('claim', job.scope, slotKeys(sk, job.runId), {
+  const raw = await c.call('claim', UNDECODED, job.scope, slotKeys(sk, job.runId), {
     runId: job.runId, workerId, leaseMs: c.config.LEASE_MS, maxRecoveries: c.config.MAX_RECOVERIES,
     agentDefaults: Object.keys(agentDefaults).length ? agentDefaults : undefined,
     historyReads: Object.keys(historyReads).length ? historyReads : undefined,

@@ -1,4 +1,4 @@
---[[ Give the scope's free slots to its parked runs (fillSlots in lua/lib/admission.lua). Every call that
+--[[ Give the scope's free slots to its parked runs (fillSlots in transitions/lib/admission.lua). Every call that
   frees a slot fills it in the same call, so this is for slots a limit gave since: an
   operator raised the scope's limits (src/lib/tenancy/limits.ts calls it), its fair share
   grew (src/lib/engine/fair-share.ts), or a key's cap was raised (its keys waiting in

@@ -26,7 +26,7 @@ local endData = '{"status":"' .. O.status .. '","result":' .. O.result
 if O.lastError then endData = endData .. ',"error":' .. O.lastError end
 endData = endData .. '}'
 local out = {}
--- Its time is that of its first event (nowMs in lua/lib/call.lua): no TIME.
+-- Its time is that of its first event (nowMs in transitions/lib/call.lua): no TIME.
 local notDelivered = finishRun({
   runId = runId, status = O.status, write = w, endData = endData, out = out, rec = rec, held = true,
 })

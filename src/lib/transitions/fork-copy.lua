@@ -1,4 +1,4 @@
---[[ One chunk of a fork's copy (lua/fork.lua began it): the next messages of the source's
+--[[ One chunk of a fork's copy (transitions/fork.lua began it): the next messages of the source's
   prefix, at most `maxMessages` and `maxBytes` bytes (one message larger than that comes
   alone), appended to the staging list. The position is the state's (`copied`), not the
   caller's, so a call sent twice (a reply lost, the call resent) copies the next chunk, never
@@ -7,7 +7,7 @@
   the fork went on wins: the fork is dropped), then makes the staging list the new session's
   history and records where it was forked, in this one call: from outside, the fork appears
   whole or not at all.
-  KEYS  from, to, toSession, toQueue, toRuns, state, staging (as lua/fork.lua)
+  KEYS  from, to, toSession, toQueue, toRuns, state, staging (as transitions/fork.lua)
   O     token (the fork's), leaseMs, maxMessages, maxBytes
   Returns: {Copied, done 1|0, messages copied by this call, their bytes} | {TargetTaken} the new session is
          not new any more (the fork dropped) | {HistoryChanged} the source no longer holds the prefix (the

@@ -1,4 +1,4 @@
---[[ A page of a session's history as a fork looks for its end (src/lib/engine/session-fork.ts):
+--[[ A page of a session's history as a fork looks for its end (src/lib/engine/operations/session-fork.ts):
   each message's runId and size, not its text, so the API finds where a turn ends without
   holding, or parsing, the history. Read-only. At most `maxMessages` messages and `maxBytes`
   bytes are read (the first whatever its size): the per-call budget of a fork's copy.
@@ -9,7 +9,7 @@
   Returns: {runIds, sizes (bytes), next index (-1 = no more)} ]]
 -- @reply: runIds, sizes, next
 -- @uses historyWithin
--- The first message alone, then reads sized by the largest seen (as lua/fork-copy.lua).
+-- The first message alone, then reads sized by the largest seen (as transitions/fork-copy.lua).
 local page, stop = historyWithin({
   key = K.messages, from = O.start, step = 1, limit = O.maxMessages, maxBytes = O.maxBytes, first = true,
   firstRead = 1,

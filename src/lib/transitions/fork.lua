@@ -1,5 +1,5 @@
 --[[ Begin a fork of a session's history: the checks, then the fork's own state, so that its
-  copy (lua/fork-copy.lua) goes in chunks of a bounded size, none holding Redis for long. The
+  copy (transitions/fork-copy.lua) goes in chunks of a bounded size, none holding Redis for long. The
   copy goes to a staging list of its own, under the new session's name but not its history,
   and becomes the new session's history only at the last chunk (a RENAME): until then nothing
   of the new session is there to read or to run in, and a fork that is not finished is never a
@@ -15,7 +15,7 @@
   The new session's hash records where it was forked (`forkedFrom`, `forkedAt`): a custom
   memory store copies its own turns from it at the new session's first run
   (src/lib/sessions/run-memory.ts).
-  The scope's limits (scopeLimits in lua/lib/limits.lua): forksPerMinute and forkBytesPerMinute, and its
+  The scope's limits (scopeLimits in transitions/lib/limits.lua): forksPerMinute and forkBytesPerMinute, and its
   storage cap (maxStoredBytes), which the copy's bytes count against from here on.
   Returns: {Begun, done 1|0} begun (done: nothing to copy, the fork is whole) | {TargetTaken} the new
          session is not new (or another fork into it is under way) | {HistoryChanged} the source no

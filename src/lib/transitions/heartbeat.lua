@@ -1,7 +1,7 @@
 --[[ Extend a worker's leases on the runs it holds in one scope, all in one call: one clock
   read and one ZADD for all of them, and per run one read of its record (the fence check).
   A lease's deadline is its score in `leases`, so renewing writes no record, but for a lease
-  the sweeper had found over meanwhile (`leaseLapsed`, see lua/repair.lua): the holder is
+  the sweeper had found over meanwhile (`leaseLapsed`, see transitions/repair.lua): the holder is
   alive after all, and the mark goes. The runs' record keys are derived from O.base (all in
   the scope's slot).
   KEYS  leases

@@ -2,7 +2,7 @@
   The page stops at `limit` messages or `maxBytes` bytes, whichever comes first (its first
   message comes whatever its size, so paging always makes progress); the messages are read
   in bounded chunks here, next to the data, so neither Redis's reply nor the API holds more
-  than the page (historyWithin in lua/lib/sessions.lua).
+  than the page (historyWithin in transitions/lib/sessions.lua).
   KEYS  messages
   O     start (index of the page's first message), limit, maxBytes
   Returns: {messages, next index (-1 = no more)} ]]

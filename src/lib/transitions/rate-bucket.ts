@@ -1,6 +1,5 @@
-import type { ScriptCaller } from './caller.ts';
+import { UNDECODED, type ScriptCaller } from './caller.ts';
 import { decodeAnswer, flag, num, strings, text, type Replies } from './reply.ts';
-import { callScript } from './scripts.ts';
 
 /** One step on a provider's rate-limit bucket (rate-bucket.lua), as RateLimiter (rate-limiter.ts) asks it. */
 export type RateBucketCall =
@@ -65,7 +64,7 @@ export async function rateBucket(c: ScriptCaller, bucket: string, windowMs: numb
     bucket: k.rateBucket(bucket), grants: k.rateGrants(bucket), tags: k.rateTags(bucket),
     waiting: k.rateWaiting(bucket), lapses: k.rateLapses(bucket),
   };
-  const raw = await callScript(c.redis, 'rate-bucket', keys, { json: JSON.stringify({ base: '', windowMs, ...call }) });
+  const raw = await c.call('rate-bucket', UNDECODED, null, keys, { windowMs, ...call });
   switch (call.op) {
     case 'acquire': {
       const r = decodeAnswer('rate-bucket', REPLY, raw, ['Granted', 'Waiting', 'TooLarge']);

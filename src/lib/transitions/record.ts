@@ -51,7 +51,7 @@ export interface RunRecord {
   runAt?: number;
   ttlMs?: number;
   timeoutMs?: number;
-  /** 0-9 (absent: 5) and the concurrency key, as submitted (the admission section of lua/lib.lua). */
+  /** 0-9 (absent: 5) and the concurrency key, as submitted (lib/admission.lua). */
   priority?: number;
   concurrencyKey?: string;
   /** What a model call past the scope's daily token budget does, as submitted (absent: fail). */
@@ -124,7 +124,7 @@ export function parseRunRecord(raw: Record<string, string> | string[]): RunRecor
   for (const f of NUMBER_FIELDS) if (h[f] !== undefined && h[f] !== '') r[f] = Number(h[f]);
   if (!r.leaseOwner) delete r.leaseOwner;
   r.cancelRequested = h.cancelRequested === '1';
-  // Space-separated ids, appended by each re-run's submit (lua/submit.lua). A record an earlier
+  // Space-separated ids, appended by each re-run's submit (transitions/submit.lua). A record an earlier
   // version wrote holds every re-run and no count: its newest RERUNS_KEPT are shown, and the
   // count is how many it holds.
   if (h.reruns) {
@@ -165,7 +165,7 @@ export function flatToObject(flat: string[]): Record<string, string> {
 
 /**
  * A new run's record as its submit writes it, the one encoding of the run that crosses to Lua
- * (the submit unit, submit.ts, sends it as ARGV[2..]; lua/submit.lua reads it once, at its top, and adds the
+ * (the submit unit, submit.ts, sends it as ARGV[2..]; transitions/submit.lua reads it once, at its top, and adds the
  * fields of the run's state: createdAt, status, attempt, fence...). JSON fields are JSON text
  * already; numbers go as their decimal text, as Redis stores them. The order of the members is
  * the order the fields are written; a member left undefined is not written.
@@ -180,13 +180,13 @@ export interface NewRunRecord {
   maxAttempts: number;
   /** RunInput, as JSON. */
   input: string;
-  /** The attached artifacts' ids alone, as a JSON list: what pinArtifacts (lib.lua) keeps alive. */
+  /** The attached artifacts' ids alone, as a JSON list: what pinArtifacts (transitions/lib/storage.lua) keeps alive. */
   artifactIds?: string;
   metadata?: string;
   memory?: string;
   outputSchema?: string;
   idempotencyKey?: string;
-  /** 1: the submit set maxAttempts (lua/claim.lua keeps it). */
+  /** 1: the submit set maxAttempts (transitions/claim.lua keeps it). */
   maxAttemptsSet?: 1;
   ttlMs?: number;
   timeoutMs?: number;
@@ -202,7 +202,7 @@ export interface NewRunRecord {
   rerunNonIdempotent?: string;
 }
 
-/** A new run's record as name/value text pairs, in its order, the fields not set left out (ARGV[2..] of lua/submit.lua). */
+/** A new run's record as name/value text pairs, in its order, the fields not set left out (ARGV[2..] of transitions/submit.lua). */
 export function newRunPairs(rec: NewRunRecord): string[] {
   return Object.entries(rec).flatMap(([name, value]) => (value === undefined ? [] : [name, String(value)]));
 }

@@ -79,7 +79,7 @@ export const HELPER_FILES = [
   'call', 'records', 'events', 'status', 'limits', 'admission', 'sessions', 'storage', 'waits', 'finish', 'reruns', 'rate-window',
 ] as const;
 
-/** The locals a transition's body may name (core of the call, lua/lib/call.lua): declared for it when it does. */
+/** The locals a transition's body may name (core of the call, transitions/lib/call.lua): declared for it when it does. */
 const BODY_LOCALS = { O: 'call.O', K: 'call.K', ARGV: 'call.argv', BASE: 'call.base' } as const;
 
 /**
@@ -153,7 +153,7 @@ export type NamedKeys = Record<string, string | undefined>;
  * The wire form of a call: KEYS in the order of their names, the names travel in the
  * options (`O.k`), so neither side depends on a position.
  */
-function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string | number)[]): [number, ...(string | number)[]] {
+export function wire(keys: NamedKeys, options: OptionsJson, payload: readonly (string | number)[]): [number, ...(string | number)[]] {
   const names: string[] = [];
   const values: string[] = [];
   for (const name in keys) {
@@ -202,21 +202,6 @@ export function loadLibrary(redis: Connection): Promise<void> {
     loading.set(redis, pending);
   }
   return pending;
-}
-
-/** Calls a transition; the reply is raw (the gateway decodes it). */
-export async function callScript(
-  redis: Connection, name: ScriptName, keys: NamedKeys, options: OptionsJson,
-  payload: readonly (string | number)[] = [],
-): Promise<unknown> {
-  const args = wire(keys, options, payload);
-  try {
-    return await redis.fcall(functionName(name), ...args);
-  } catch (err) {
-    if (!isMissingLibrary(err)) throw err;
-    await loadLibrary(redis);
-    return redis.fcall(functionName(name), ...args);
-  }
 }
 
 /**

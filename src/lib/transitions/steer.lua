@@ -2,7 +2,7 @@
   delivered there, in the order sent, and the boundary remembers them, so an attempt that
   reaches the same boundary again (a retry, a recovery after a crash) takes the same ones and
   no others. Fenced: only the lease holder takes. A message either is taken here or, once the
-  run ends, becomes the session's next turn (lua/lib/sessions.lua, undeliverable), in one transition each.
+  run ends, becomes the session's next turn (transitions/lib/sessions.lua, undeliverable), in one transition each.
   KEYS  run, steering (the session's steering messages), pending (the run's steer-pending),
         taken (the run's steer hash: boundary -> messages)
   O     runId, fence, boundary (the attempt's count of boundaries reached, from 1)
@@ -20,7 +20,7 @@ local ids = redis.call('LRANGE', K.pending, 0, -1)
 local taken = {}
 knownTail(runId, rec.logTail)
 for _, mid in ipairs(ids) do
-  -- Kept a day after the session's last steering message (lua/submit.lua): a message older
+  -- Kept a day after the session's last steering message (transitions/submit.lua): a message older
   -- than that, still pending, is gone with its session's hash.
   local raw = redis.call('HGET', K.steering, mid)
   if raw then
@@ -38,7 +38,7 @@ if #ids > 0 then redis.call('DEL', K.pending) end
 -- this attempt and in any that replays this one's steps.
 local encoded = #taken > 0 and cjson.encode(taken) or '[]'
 redis.call('HSET', K.taken, boundary, encoded)
--- The run's end expires the boundaries with its record (finishRun in lua/lib/finish.lua).
+-- The run's end expires the boundaries with its record (finishRun in transitions/lib/finish.lua).
 if not rec.steered then redis.call('HSET', K.run, 'steered', 1) end
 flushPublished()
 return { OUTCOME.steer.Taken, encoded, 1 }

@@ -1,7 +1,7 @@
 --[[ Accept a run: write its record, put it in its session's FIFO and, when it is the
   session's head and the scope has a free slot, dispatch it (outbox: the caller adds the
   BullMQ job; the sweeper repairs a crash in between). A run due later (runAt, delayMs) is
-  `scheduled` instead: it joins its session when due (lua/due.lua).
+  `scheduled` instead: it joins its session when due (transitions/due.lua).
   KEYS  run, meta, ready, leases, timers, runs (scope listing), session, sessionRuns,
         agentRuns, runtimeRuns (the listing's indexes by agent and by runtime),
         steering (the session's steering messages; with multitask `steer` only),
@@ -17,13 +17,13 @@
         own; rate 0 = none): a run made takes a token; a replay or a refusal takes none
         historyMax, turnBytes: a run whose message (turnBytes) would take the session's
         history (its MEMORY USAGE) past historyMax is refused
-        copySteps (a re-run): the steps fields copied from copyFrom (src/lib/engine/reruns.ts)
+        copySteps (a re-run): the steps fields copied from copyFrom (src/lib/engine/operations/reruns.ts)
         rerunsKept (a re-run): how many re-runs the repeated run's record names (RERUNS_KEPT)
         warnings (absent = none): what the submit's caller was told (no worker serves the
         agent yet), carried by the run's first status event for readers of its stream
         message {id, content, ttlMs} (multitask `steer`): the steering message; kept ttlMs
         under its id in K.steering. With an active run in the session it is that run's to take
-        (lua/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
+        (transitions/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
   ARGV[2..] the new run's record (src/lib/engine/record.ts, NewRunRecord), the one place it
         crosses: its fields as name/value pairs, in the order they are written, raw text (a
         large input is not decoded as JSON). Read once, at the top, into `run` by name (run.id,
@@ -31,8 +31,8 @@
   Returns (fields below): Submitted (record: flat HGETALL) | Steered: a steering message sent now or
   before (runId: the run it went to) | a refusal, `value` being RateLimited's ms until a token, HistoryFull's
   history size, QueuedRunsLimit's runs not started, StorageLimit's bytes stored (retryAfterMs: 0 unknown)
-  The scope's caps (scopeLimits in lua/lib/limits.lua: its `limits` hash, else O.storage's defaults): runs
-  queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in lua/lib/storage.lua). ]]
+  The scope's caps (scopeLimits in transitions/lib/limits.lua: its `limits` hash, else O.storage's defaults): runs
+  queued or dispatched (`queued`), and bytes stored (`stored`, storedBytes in transitions/lib/storage.lua). ]]
 -- @reply Submitted: runId, created, orders, run
 -- @reply Steered: runId, message, sent
 -- @reply SessionBusy
@@ -103,7 +103,7 @@ local limits = scopeLimits()
 local capped = overCaps(limits, scheduled, runBytes, now)
 if capped then return capped end
 -- A run due now becomes its session's head if the session has none, in the same command
--- that looks (a scheduled run joins its session when due, lua/due.lua). `head`: it did.
+-- that looks (a scheduled run joins its session when due, transitions/due.lua). `head`: it did.
 local head = false
 if not scheduled then
   head = redis.call('HSETNX', sk, 'active', runId) == 1
@@ -126,7 +126,7 @@ local artifacts, agent, ckey, priority = run.artifactIds ~= nil, run.agent, run.
 -- above, in this same script.)
 local dispatchNow = head and activeCount() < limits.slots and not keyFull(ckey or '') and not lineWaiting()
 -- waited 0: the run never parked on waits, so its finish need not look for any.
--- behind 0: no run is queued behind it yet (queuedBehind in lua/lib/sessions.lua).
+-- behind 0: no run is queued behind it yet (queuedBehind in transitions/lib/sessions.lua).
 local w = newWrite('createdAt', now, 'attempt', 0, 'fence', 0, 'dispatch', dispatchNow and 1 or 0, 'recoveries', 0,
   'waited', 0, 'behind', 0)
 for i = 1, #fields, 2 do put(w, fields[i], fields[i + 1]) end
@@ -148,7 +148,7 @@ else
   statusEvent(runId, { status = 'queued', attempt = 0, warnings = O.warnings })
 end
 tailInto(runId, w)
--- A scheduled run gets its startBy when it is due (lua/due.lua).
+-- A scheduled run gets its startBy when it is due (transitions/due.lua).
 if run.ttlMs and not scheduled then setStartBy(runId, tonumber(run.ttlMs), now, w) end
 -- The record is written by setStatus's HSET, with its status.
 local written = setStatus({ runId = runId, runtime = run.runtime, to = status, now = now,

@@ -1,5 +1,5 @@
 import { newRunPairs, RERUNS_KEPT, type NewRunRecord, type RunRecord } from './record.ts';
-import { slotKeys, type ScriptCaller } from './caller.ts';
+import { slotKeys, type ScriptCaller, UNDECODED } from './caller.ts';
 import { decode, flag, num, orders, record, text, type Replies } from './reply.ts';
 import { scriptError } from './script-codes.ts';
 
@@ -60,7 +60,7 @@ export async function submit(c: ScriptCaller, r: NewRun): Promise<SubmitReply> {
   const sk = c.keys.scope(run.scope);
   const rerunOf = r.rerun ? run.rerunOf : undefined;
   if (r.rerun && rerunOf === undefined) throw new Error('a re-run\'s record names the run it repeats (rerunOf)');
-  const raw = await c.callRaw('submit', run.scope, {
+  const raw = await c.call('submit', UNDECODED, run.scope, {
     ...slotKeys(sk, run.id), runs: sk.runs, session: sk.session(run.sessionId),
     sessionRuns: sk.sessionRuns(run.sessionId), agentRuns: sk.runsByAgent(run.agent), runtimeRuns: sk.runsByRuntime(run.runtime),
     idem: r.idempotency && sk.idempotency(r.idempotency.key),

@@ -19,7 +19,7 @@ export const nextUtcMidnight = (ms: number): number => (Math.floor(ms / DAY_MS) 
  * output, as providers reported them), plus the holds of its calls in flight, plus the call's
  * estimate would pass the budget. A call with no estimate is refused only once nothing is left
  * (`usedToday + held >= tokensPerDay`), and holds TOKENS_UNESTIMATED of what is. The check and
- * the hold are one step of lua/budget-hold.lua; this is the same rule, for reading.
+ * the hold are one step of transitions/budget-hold.lua; this is the same rule, for reading.
  */
 export function budgetRefuses(usedToday: number, tokensPerDay: number, estimate?: number, held = 0): boolean {
   return estimate === undefined ? usedToday + held >= tokensPerDay : usedToday + held + estimate > tokensPerDay;
@@ -66,7 +66,7 @@ export class BudgetExceededError extends PermanentError {
  * model call that is not answered from the memo (ContextState, before the call's body runs).
  *
  * The check holds what the call may use (its estimate; without one, TOKENS_UNESTIMATED) in
- * the same atomic step (lua/budget-hold.lua), until the call's tokens are counted by the step
+ * the same atomic step (transitions/budget-hold.lua), until the call's tokens are counted by the step
  * script; calls of one scope checked at the same moment see each other's holds, so calls
  * whose estimates are right never take the scope past its budget together. What a budget can
  * still be overshot by is what calls use beyond what they held: over the calls admitted

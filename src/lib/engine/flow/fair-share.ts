@@ -24,7 +24,7 @@ import type { SweeperGateway } from '../../transitions/sweeper-gateway.ts';
  * workers' concurrency summed over every runtime; it keeps the level in Redis for three
  * intervals, so a level nobody renews (no process left to work it out) lapses to "no
  * contention". Every process reads it once per interval and passes it to the transitions
- * (O.level), whose Lua applies it to the scope of the call (lua/lib.lua, scopeLimits). With
+ * (O.level), whose Lua applies it to the scope of the call (transitions/lib/limits.lua, scopeLimits). With
  * several runtimes the capacity is their sum: the shares are exact when the scopes contend for
  * the same runtimes, and approximate when they use disjoint ones.
  */
@@ -57,7 +57,7 @@ export function waterLevel(capacity: number, scopes: readonly ScopeDemand[]): nu
   return left / weights;
 }
 
-/** A scope's share of the workers' slots at `level` (lua/lib.lua works it out the same way). */
+/** A scope's share of the workers' slots at `level` (transitions/lib/limits.lua works it out the same way). */
 export function shareAt(level: number, weight: number): number {
   return Math.max(1, Math.ceil(level * weight - 1e-9));
 }

@@ -14,7 +14,7 @@ import type { FlowGateway } from '../../transitions/flow-gateway.ts';
 /**
  * Model providers' rate limits, shared by every worker (RATE_LIMITS): a model call takes a
  * grant from its bucket before it is made, and settles it with the usage the provider
- * reported. The bucket lives in Redis and changes only through lua/rate-bucket.lua, one
+ * reported. The bucket lives in Redis and changes only through transitions/rate-bucket.lua, one
  * atomic call per step, so no two workers can both take the last grant of a window.
  *
  * Waiting holds nothing: the script answers how long to wait, the caller sleeps that long
@@ -85,7 +85,7 @@ export const DEFAULT_RATE_LIMITER_SETTINGS: RateLimiterSettings = { burst: 1, pa
 /** A grant taken from a bucket, to settle once the call's usage is known. */
 export interface Grant {
   bucket: string;
-  /** The grant's member in the bucket's log (lua/rate-bucket.lua). */
+  /** The grant's member in the bucket's log (transitions/rate-bucket.lua). */
   member: string;
   /** The tokens it reserved. */
   tokens: number;

@@ -22,7 +22,7 @@ export interface WaitStoreEvents {
  * Resuming waits, the API's half of them: with a key of the run's scope (by wait key), or
  * with the wait's resume token alone. Either way the value is checked against the wait's
  * JSON Schema first (in the schema guard's thread: the schema is the tenant's code), so a
- * refused value writes nothing, and then delivered by one transition (lua/resume.lua) that
+ * refused value writes nothing, and then delivered by one transition (transitions/resume.lua) that
  * succeeds once per wait. The check counts against the run's scope (SCHEMA_CHECKS_PER_SCOPE),
  * by token too, and is dropped when `signal` (the HTTP request's) aborts before it ran.
  *

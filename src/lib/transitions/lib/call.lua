@@ -36,8 +36,8 @@
   Slots: a scope may have at most its slot limit of runs holding a slot (dispatched, running,
   retrying): its `maxActive` (the `limits` hash an operator sets, else O.maxActive), lowered
   to its fair share of the workers' slots while scopes contend for them (O.level;
-  lua/lib/limits.lua, src/lib/engine/fair-share.ts). Session heads beyond that are parked by
-  concurrency key and priority (lua/lib/admission.lua).
+  transitions/lib/limits.lua, src/lib/engine/fair-share.ts). Session heads beyond that are parked by
+  concurrency key and priority (transitions/lib/admission.lua).
 
   Replies: a list, most starting with a code by name: a refusal `CODE.<name>` (negative, the
   ScriptCode enum) or the script's outcome `OUTCOME.<script>.<name>`; each transition's

@@ -4,7 +4,7 @@
 -- @uses dropAllWaits, newWrite, TERMINAL, sessionKey
 
 -- Ends a run: terminal status, `end` event, lease and slot released, session advanced,
--- retention set. `write`: the record's other writes (result, lastError, ...; newWrite in lua/lib/records.lua).
+-- retention set. `write`: the record's other writes (result, lastError, ...; newWrite in transitions/lib/records.lua).
 -- The record is read once and written with one HSET and one HDEL.
 local FINISH_READ = { 'status', 'runtime', 'sessionId', 'createdAt', 'claimedAt', 'runMs', 'artifactsPinned',
   'retryAt', 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs', 'appendedBatch', 'logTail', 'waited', 'behind',
@@ -15,8 +15,8 @@ local FINISH_GONE = { 'retryAt', 'deadlineAt', 'budgetLeft' }
 -- Fields whose presence means the run may have a deadline entry in `timers`.
 local FINISH_TIMED = { 'deadlineAt', 'budgetLeft', 'startBy', 'runAt', 'timeoutMs' }
 -- `rec` (optional): the record's FINISH_READ fields by name (readFields), when the caller read them already.
--- `held`: the caller holds the run's lease (lua/finish.lua), so the run is its session's head.
--- `now` absent: the finish's time is its `end` event's (nowMs in lua/lib/call.lua), logged first.
+-- `held`: the caller holds the run's lease (transitions/finish.lua), so the run is its session's head.
+-- `now` absent: the finish's time is its `end` event's (nowMs in transitions/lib/call.lua), logged first.
 -- Returns how many steering messages it left pending (each now the session's next turn: undeliverable).
 local function finishRun(a)
   local runId, status, w, endData, now, out, rec, held = a.runId, a.status, a.write, a.endData, a.now, a.out, a.rec, a.held
@@ -24,7 +24,7 @@ local function finishRun(a)
   rec = rec or readFields(rk, FINISH_READ)
   knownTail(runId, rec.logTail)
   -- Steering messages it did not take go first: their outcomes belong before `end`. `steered`:
-  -- one was ever sent to it (lua/submit.lua), so other runs read nothing more.
+  -- one was ever sent to it (transitions/submit.lua), so other runs read nothing more.
   local behind = rec.behind
   local left = rec.steered == '1' and undeliverable(runId, rec.sessionId, status, now or nowMs()) or 0
   if left > 0 then behind = '1' end

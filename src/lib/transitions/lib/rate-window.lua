@@ -1,4 +1,4 @@
--- A provider's rate-limit bucket (lua/rate-bucket.lua): its sliding-window log read and trimmed,
+-- A provider's rate-limit bucket (transitions/rate-bucket.lua): its sliding-window log read and trimmed,
 -- and how long an ask waits for the window's tokens and for the second's spread.
 -- @uses readFields, int
 

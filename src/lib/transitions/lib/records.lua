@@ -2,7 +2,7 @@
 
 -- A record's writes, buffered so a call writes each record once: newWrite(name, value, ...)
 -- starts a buffer, put() and drop() add a field to set or to delete, and writeRecord() applies
--- it with one HSET and one HDEL (each only when it has fields). setStatus (lua/lib/status.lua) applies
+-- it with one HSET and one HDEL (each only when it has fields). setStatus (transitions/lib/status.lua) applies
 -- a buffer with its status move, in the same HSET.
 local function newWrite(...)
   return { set = { ... }, gone = {} }

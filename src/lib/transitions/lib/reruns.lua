@@ -1,7 +1,7 @@
--- Re-runs (src/lib/engine/reruns.ts): the bookkeeping a re-run's submit does.
+-- Re-runs (src/lib/engine/operations/reruns.ts): the bookkeeping a re-run's submit does.
 -- @uses runKey
 
--- A re-run (`runId`, lua/submit.lua with K.rerunOf) holds the copied step results (O.copySteps,
+-- A re-run (`runId`, transitions/submit.lua with K.rerunOf) holds the copied step results (O.copySteps,
 -- from K.copyFrom into K.steps) before any claim can read its steps. The run it repeats names
 -- its newest O.rerunsKept re-runs (`reruns`, space-separated ids, oldest first) and counts them
 -- all (`rerunCount`); its index (K.reruns) holds every one, for the listing, and lives as long

@@ -37,8 +37,8 @@ local function advanceSession(a)
 end
 
 -- ---- steering (docs/steering.md) ----
--- A steering message (lua/submit.lua) waits in its run's `steer-pending` list; the session's
--- `steering` hash holds it by id: {id, runId, state, content, ...}. lua/steer.lua delivers it
+-- A steering message (transitions/submit.lua) waits in its run's `steer-pending` list; the session's
+-- `steering` hash holds it by id: {id, runId, state, content, ...}. transitions/steer.lua delivers it
 -- at a boundary of the run; a run that ends first hands each one still pending to the session
 -- as its next turn, here, in the transition that ends it: delivered or a turn, never both.
 local function steeringKey(sessionId) return sessionKey(sessionId) .. ':steering' end
@@ -142,7 +142,7 @@ local function historyWithin(a)
   return out, 'count'
 end
 
--- Steering (lua/submit.lua, multitask `steer`): a session with an active run hands it the
+-- Steering (transitions/submit.lua, multitask `steer`): a session with an active run hands it the
 -- message `steer` ({id, content, ttlMs}), to take at its next boundary; `fields`: the record
 -- fields of the run it becomes if the active run ends without taking it (undeliverable).
 -- Returns the submit's reply, or nil when the session has no active run (a run is made).

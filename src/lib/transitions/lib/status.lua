@@ -26,7 +26,7 @@ end
 -- alone also hold the counts kept before moves were counted, so those stay right.
 -- `known` (optional): fields the caller read already (`createdAt`; `claimedAt`, false when
 -- absent, with `runMs` for the time charge), and `write`, the caller's buffer of the record's
--- other writes (newWrite in lua/lib/records.lua), applied with the move: one HSET and at most one HDEL.
+-- other writes (newWrite in transitions/lib/records.lua), applied with the move: one HSET and at most one HDEL.
 -- Returns the fields the HSET wrote, as name/value pairs.
 local function setStatus(a)
   local runId, runtime, from, to, now, known = a.runId, a.runtime, a.from, a.to, a.now, a.known
@@ -67,7 +67,7 @@ local function setStatus(a)
     redis.call('ZREM', runtimeKey('waiting', runtime), runId)
   end
   -- A run in status `waiting` also counts under `wait:<kind>` for each kind of wait it waits
-  -- on (the baton_runs_waiting gauge); `waitKinds` (lua/wait.lua sets it) says which.
+  -- on (the baton_runs_waiting gauge); `waitKinds` (transitions/wait.lua sets it) says which.
   if from == 'waiting' then
     local kinds = redis.call('HGET', runKey(runId), 'waitKinds')
     if kinds then

@@ -91,7 +91,7 @@ local function dischargeStorage(bytes, key)
   if redis.call('DECRBY', ledgerKey() .. ':bytes', bytes) <= 0 then redis.call('DEL', ledgerKey() .. ':bytes') end
 end
 
--- A submit's caps (lua/submit.lua), checked before anything is written: the scope's runs
+-- A submit's caps (transitions/submit.lua), checked before anything is written: the scope's runs
 -- accepted and not started, queued or dispatched (both `queued` to the API), and the bytes it
 -- stores (`runBytes`: this run's record fields). Scheduled runs have their own cap
 -- (SCHEDULED_MAX_PER_SCOPE); waiting, blocked, running and retrying ones started. `limits`:

@@ -1,7 +1,7 @@
 -- Waits: a run's pending waits answered, dropped or timed out, and a waiting run woken.
 -- @uses waitsKey, runKey, int, statusEvent, newWrite, tailInto, writeRecord, admit
 
--- ---- waits (lua/wait.lua parks a run on them) ----
+-- ---- waits (transitions/wait.lua parks a run on them) ----
 -- A run's pending waits live in `run:<id>:waits`: waitKey -> the wait as JSON text, made by
 -- the worker and completed here by string concatenation, never decoded and encoded again
 -- (cjson would turn an empty array of a schema or prompt into an object); and

@@ -1,21 +1,21 @@
 import { randomBytes } from 'node:crypto';
-import type { Config } from '../config/index.ts';
+import type { Config } from '../../config/index.ts';
 import {
   PUBLIC_RUN_STATUSES, TERMINAL_STATUSES, type BulkRequest, type PublicRunStatus,
   type OperationKind, type OperationList, type OperationListOptions, type OperationStatus, type OperationView, type RunFilter,
-} from '../contract/index.ts';
-import { BatonError } from '../errors.ts';
-import type { Keys } from '../keys.ts';
-import type { Logger } from '../logger.ts';
-import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../redis/listing-page.ts';
-import { PollLoop } from '../redis/poll-loop.ts';
-import { redisNowMs, type Redis } from '../redis/redis.ts';
-import type { RunStatus, ShownRun } from '../transitions/record.ts';
+} from '../../contract/index.ts';
+import { BatonError } from '../../errors.ts';
+import type { Keys } from '../../keys.ts';
+import type { Logger } from '../../logger.ts';
+import { entriesAfter, fitting, measure, parsePositionCursor, positionCursor, readHashes } from '../../redis/listing-page.ts';
+import { PollLoop } from '../../redis/poll-loop.ts';
+import { redisNowMs, type Redis } from '../../redis/redis.ts';
+import type { RunStatus, ShownRun } from '../../transitions/record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
-import { listRuns } from './run-listing.ts';
-import type { RunStore } from './store.ts';
-import type { Submissions } from './submissions.ts';
-import type { BulkGateway } from '../transitions/operations-gateway.ts';
+import { listRuns } from '../run-listing.ts';
+import type { RunStore } from '../store.ts';
+import type { Submissions } from '../submissions.ts';
+import type { BulkGateway } from '../../transitions/operations-gateway.ts';
 
 /**
  * Bulk operations: cancel or re-run every run of a scope a filter matches, in the background.
@@ -27,12 +27,12 @@ import type { BulkGateway } from '../transitions/operations-gateway.ts';
  * one, so an idle poll is one SSCAN.
  *
  * Every process runs a BulkWorker, and none leads. A batch is taken in two steps:
- * 1. claim (lua/bulk-claim.lua): the scope's oldest running operation, if no live lease holds
+ * 1. claim (transitions/bulk-claim.lua): the scope's oldest running operation, if no live lease holds
  *    it and its pace allows, gets this process's lease token, and the claim answers its cursor.
  * 2. act on the next runs of the listing from that cursor (the listing's own indexes: status,
  *    agent, runtime or session, newest first), one at a time through the normal transition (a
  *    cancel) or the submit door every run takes (a re-run: Submissions.submit, which checks its
- *    output schema, artifacts and agent as the API's re-run does), then commit (lua/bulk-commit.lua, fenced by the token): add
+ *    output schema, artifacts and agent as the API's re-run does), then commit (transitions/bulk-commit.lua, fenced by the token): add
  *    the counts, move the cursor, set when the next batch may start.
  * A process killed in between leaves its lease to run out; the next process does the batch
  * again from the same cursor. Both actions are safe to repeat: cancelling an ended run changes
@@ -113,7 +113,7 @@ export class BulkOperations {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'BULK_OPERATIONS_MAX_PER_SCOPE' | 'PAGE_MAX_BYTES'>,
-    /** Making and stopping an operation are transitions (lua/bulk-create.lua, bulk-cancel.lua). */
+    /** Making and stopping an operation are transitions (transitions/bulk-create.lua, bulk-cancel.lua). */
     private readonly transitions: BulkGateway,
   ) {}
 
@@ -202,7 +202,7 @@ export class BulkWorker {
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly config: Pick<Config, 'BULK_POLL_MS' | 'BULK_RUNS_PER_SECOND'>,
-    /** A batch's claim and commit (lua/bulk-claim.lua, bulk-commit.lua). */
+    /** A batch's claim and commit (transitions/bulk-claim.lua, bulk-commit.lua). */
     private readonly transitions: BulkGateway,
     /** A cancel, and the reads a re-run's plan takes. */
     private readonly store: RunStore,

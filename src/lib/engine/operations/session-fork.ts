@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { BatonError } from '../errors.ts';
-import { TERMINAL_STATUSES, type ForkRequest, type SessionFork } from '../contract/runs.ts';
-import type { CallBudget } from '../transitions/fork-scan.ts';
-import type { ForkChunk } from '../transitions/fork-copy.ts';
-import type { ApiGateway } from '../transitions/api-gateway.ts';
+import { BatonError } from '../../errors.ts';
+import type { Keys } from '../../keys.ts';
+import type { Redis } from '../../redis/redis.ts';
+import { TERMINAL_STATUSES, type ForkRequest, type SessionFork } from '../../contract/runs.ts';
+import type { CallBudget } from '../../transitions/fork-scan.ts';
+import type { ForkChunk } from '../../transitions/fork-copy.ts';
+import type { ApiGateway } from '../../transitions/api-gateway.ts';
 
 /**
  * What one script call of a fork may read or copy: 64 messages and 256 KiB (a message larger
@@ -31,12 +33,26 @@ export type RunOf = (runId: string) => Promise<{ sessionId: string | null; statu
 
 const ENDED: readonly string[] = TERMINAL_STATUSES;
 
+/** The API's forks (POST …/sessions/{sessionId}/fork): forkSession over the scope's run records. */
+export class SessionForks {
+  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly transitions: ApiGateway) {}
+
+  fork(scope: string, sessionId: string, body: ForkRequest): Promise<SessionFork> {
+    const sk = this.keys.scope(scope);
+    const runOf: RunOf = async (runId) => {
+      const [sid, status] = await this.redis.hmget(sk.run(runId), 'sessionId', 'status');
+      return status === null ? undefined : { sessionId: sid, status };
+    };
+    return forkSession(this.transitions, runOf, scope, sessionId, body);
+  }
+}
+
 /**
  * Forks a session: a new session whose history is a copy of the source's committed turns up
  * to `atTurn` (or through the turn `atRunId` committed). A turn is the messages one run
- * committed, together (lua/finish.lua), so the end of a turn is where the next message's runId
+ * committed, together (transitions/finish.lua), so the end of a turn is where the next message's runId
  * differs. The history is read in pages of the per-call budget (FORK_CALL_BUDGET) to find that
- * end, then copied in chunks of the same budget (lua/fork.lua begins, lua/fork-copy.lua copies)
+ * end, then copied in chunks of the same budget (transitions/fork.lua begins, transitions/fork-copy.lua copies)
  * into a list of the fork's own that the last chunk makes the new session's history, once it
  * checked that the source still ends the prefix with that run and the new session is still
  * new: no call holds Redis for longer than one chunk, nothing of the new session is readable
@@ -63,7 +79,7 @@ export async function forkSession(
   while (outcome === 'copying') {
     const chunk = await transitions.scope(scope).forkCopy(sessionId, to, token, budget);
     onChunk?.(chunk);
-    // Each chunk copies at least one message (lua/fork-copy.lua): one that copied none would loop.
+    // Each chunk copies at least one message (transitions/fork-copy.lua): one that copied none would loop.
     if (chunk.kind === 'copying' && chunk.messages === 0) throw new Error(`the fork into session ${to} copied nothing`);
     outcome = chunk.kind;
   }

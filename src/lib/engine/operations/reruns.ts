@@ -1,8 +1,8 @@
-import { BatonError } from '../errors.ts';
-import type { RunRecord } from '../transitions/record.ts';
-import type { StepMark } from './step-list.ts';
-import type { RerunPlan, SubmitRequest } from './submissions.ts';
-import { TERMINAL_STATUSES, type RerunRequest } from '../contract/runs.ts';
+import { BatonError } from '../../errors.ts';
+import type { RunRecord } from '../../transitions/record.ts';
+import type { StepMark } from '../step-list.ts';
+import type { RerunPlan, SubmitRequest } from '../submissions.ts';
+import { TERMINAL_STATUSES, type RerunRequest } from '../../contract/runs.ts';
 
 const FINISHED: ReadonlySet<string> = new Set(TERMINAL_STATUSES);
 

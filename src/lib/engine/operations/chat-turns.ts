@@ -1,12 +1,12 @@
-import { isValidId } from '../contract/ids.ts';
-import { BatonError } from '../errors.ts';
-import type { RunEvent } from '../streams/log.ts';
-import type { RunStreams } from '../streams/run-streams.ts';
-import type { RunRecord, SessionMessage } from '../transitions/record.ts';
+import { isValidId } from '../../contract/ids.ts';
+import { BatonError } from '../../errors.ts';
+import type { RunEvent } from '../../streams/log.ts';
+import type { RunStreams } from '../../streams/run-streams.ts';
+import type { RunRecord, SessionMessage } from '../../transitions/record.ts';
 import { planRerun, rerunSubmit } from './reruns.ts';
-import type { RunStore } from './store.ts';
-import type { RerunPlan } from './submissions.ts';
-import type { WaitStore } from './waits/wait-store.ts';
+import type { RunStore } from '../store.ts';
+import type { RerunPlan } from '../submissions.ts';
+import type { WaitStore } from '../waits/wait-store.ts';
 
 /** An answer to an approval a chat stream asked for (the AI SDK's addToolApprovalResponse). */
 export interface ApprovalAnswer { runId: string; waitKey: string; approved: boolean; reason?: string }
