@@ -207,6 +207,44 @@ describe('append script', () => {
     for (const [i, id] of ids.entries()) expect((await fullLog(h, 'acme', id)).map((e) => e.data)).toEqual([{ text: `t${i}` }, { text: `u${i}` }]);
   });
 
+  it('the token window widens with the writers open in the process: a lone run keeps its own, a busy process batches', async () => {
+    const gateway = h.gateways().worker;
+    const appender = new Appender(gateway, { maxMs: 40, fullAt: 101 });
+    // The window from a writer's own 5 ms: linear in the writers open, 40 ms from 101 on.
+    const windows: number[] = [];
+    const opened = (n: number) => { for (let i = 0; i < n; i++) appender.opened(); };
+    for (const n of [1, 50, 50, 100]) {
+      opened(n);
+      windows.push(appender.flushMs(5));
+    }
+    expect(windows).toEqual([5, 23, 40, 40]);
+    for (let i = 0; i < 201; i++) appender.closed();
+    expect(appender.flushMs(5)).toBe(5);
+    // Writers count themselves: with 100 others open, a writer's tokens wait for the widened
+    // window (here 10 s, so no machine is slow enough to see it pass): the first goes at once
+    // (the window is leading-edge), the next nine together when flushed.
+    const wide = new Appender(gateway, { maxMs: 10_000, fullAt: 2 });
+    for (let i = 0; i < 100; i++) wide.opened();
+    const attempt = await fakeRunning(`widen-${h.prefix}`);
+    const writer = new EventWriter({
+      transitions: gateway, appender: wide, attempt, flushMs: 0, flushTokens: 64,
+      onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
+    });
+    for (let i = 0; i < 10; i++) {
+      writer.token(`w${i} `);
+      await sleep(5);
+    }
+    expect(writer.writes).toBe(1);
+    await writer.flush();
+    expect(writer.writes).toBe(2);
+    writer.close();
+    const log = await fullLog(h, 'acme', attempt.runId);
+    expect(log.map((e) => (e.data as { text: string }).text)).toEqual(['w0 ', Array.from({ length: 9 }, (_, i) => `w${i + 1} `).join('')]);
+    // Closed, the writer no longer counts: the window is back to the writer's own for the next.
+    for (let i = 0; i < 100; i++) wide.closed();
+    expect(wide.flushMs(0)).toBe(0);
+  });
+
   it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {
     const runId = `app-${h.prefix}`;
     const attempt = await fakeRunning(runId);

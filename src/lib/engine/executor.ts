@@ -82,7 +82,7 @@ export class RunExecutor {
 
   constructor(private readonly d: ExecutorDeps) {
     this.budgets = new TokenBudgets(d.redis, d.keys, d.config, { transitions: d.flow });
-    this.appender = new Appender(d.transitions);
+    this.appender = new Appender(d.transitions, { maxMs: d.config.EMIT_FLUSH_MAX_MS, fullAt: d.config.EMIT_FLUSH_FULL_AT });
     for (const [name, agent] of d.agents) {
       if (agent.maxAttempts !== undefined) this.attemptDefaults[name] = agent.maxAttempts;
       this.historyReads[name] = claimHistoryReads(agent.memory, d.config.HISTORY_READ_MAX);

@@ -9,6 +9,13 @@ const MAX_BYTES_PER_CALL = 1024 * 1024;
 interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void }
 
 /**
+ * How a run's token window (EventWriter's flushMs) widens with the runs this process streams:
+ * the writer's own for a lone run, linearly up to `maxMs` once `fullAt` runs have writers open
+ * (EMIT_FLUSH_MAX_MS, EMIT_FLUSH_FULL_AT). `maxMs` 0: it never widens.
+ */
+export interface Widening { maxMs: number; fullAt: number }
+
+/**
  * Gathers the appends of one process's runs into one `append` call per scope: every run's
  * writer (src/lib/streams/writer.ts) hands its batch here, and a scope has at most one call
  * in flight; the batches that arrive meanwhile go in its next call, together. When little
@@ -24,8 +31,34 @@ export class Appender {
   /** Calls made and batches they carried (the bench reports them). */
   calls = 0;
   batches = 0;
+  /** Writers open in this process (one per attempt under way): how many runs may stream. */
+  private writers = 0;
 
-  constructor(private readonly transitions: Pick<WorkerGateway, 'appendMany'>) {}
+  constructor(
+    private readonly transitions: Pick<WorkerGateway, 'appendMany'>,
+    private readonly widening: Widening = { maxMs: 0, fullAt: 1 },
+  ) {}
+
+  /** A run's writer opened (EventWriter's constructor); `closed` when it takes no more events. */
+  opened(): void {
+    this.writers++;
+  }
+
+  closed(): void {
+    this.writers--;
+  }
+
+  /**
+   * The token window now, from a writer's own `minMs`: the more runs stream from this process, the more tokens each batch
+   * carries, so a stream entry, an append's share and a notification serve several tokens
+   * while Redis is busiest, and a lone run keeps the narrow window (docs/streams.md, Coalescing).
+   */
+  flushMs(minMs: number): number {
+    const { maxMs, fullAt } = this.widening;
+    if (maxMs <= minMs) return minMs;
+    const share = fullAt <= 1 ? 1 : Math.min(1, Math.max(0, this.writers - 1) / (fullAt - 1));
+    return Math.round(minMs + (maxMs - minMs) * share);
+  }
 
   append(attempt: Attempt, batch: number, events: readonly (readonly [string, string])[]): Promise<AppendAnswer> {
     return new Promise((resolve, reject) => {

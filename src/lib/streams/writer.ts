@@ -14,8 +14,9 @@ export interface EventWriterOptions {
    * Where batches go: the process's Appender (src/lib/streams/appender.ts), which gathers the
    * batches of its runs into one call per scope; absent, each batch is its own call.
    */
-  appender?: Pick<Appender, 'append'>;
+  appender?: Pick<Appender, 'append' | 'opened' | 'closed' | 'flushMs'>;
   attempt: Attempt;
+  /** The token window of a lone run (EMIT_FLUSH_MS); the appender widens it when many runs stream. */
   flushMs: number;
   flushTokens: number;
   /** Called once when a write is refused because the lease moved on. */
@@ -70,7 +71,9 @@ export class EventWriter {
   /** Number of append round trips made (the bench reports it). */
   writes = 0;
 
-  constructor(private readonly o: EventWriterOptions) {}
+  constructor(private readonly o: EventWriterOptions) {
+    o.appender?.opened();
+  }
 
   token(text: string, from?: Speaker): void {
     if (this.lost || this.closed || text === '') return;
@@ -120,7 +123,7 @@ export class EventWriter {
    * not happen, flush() writes it as any other batch, applied once all the same.
    */
   async finalBatch(): Promise<Batch | undefined> {
-    this.closed = true;
+    this.shut();
     this.clearTimer();
     while (this.writing) await this.writing.catch(() => {});
     if (this.lost) throw new LeaseLostError(this.o.attempt.runId);
@@ -139,14 +142,20 @@ export class EventWriter {
 
   /** Stops background writes; what is still queued is dropped (the attempt is over). */
   close(): void {
-    this.closed = true;
+    this.shut();
     this.clearTimer();
+  }
+
+  /** Takes no more events; the appender counts one writer fewer (once). */
+  private shut(): void {
+    if (!this.closed) this.o.appender?.closed();
+    this.closed = true;
   }
 
   /** Decides when the background write happens: now, after flushMs, or after the write in flight. */
   private schedule(): void {
     if (this.writing || this.closed || this.lost) return;
-    const windowLeft = this.lastWriteAt + this.o.flushMs - Date.now();
+    const windowLeft = this.lastWriteAt + (this.o.appender?.flushMs(this.o.flushMs) ?? this.o.flushMs) - Date.now();
     if (this.unacked || this.urgent || this.tokensQueued >= this.o.flushTokens || (this.queue.length > 0 && windowLeft <= 0)) {
       this.clearTimer();
       void this.writeOne().then(() => this.schedule(), () => this.retryLater());
