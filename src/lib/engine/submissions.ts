@@ -144,7 +144,7 @@ export class Submissions {
     try {
       await this.noteScope(req.scope);
       const input = newRun(req, d, { traceparent: span.traceparent, warnings, rerun: o.rerun });
-      made = await this.made(req, input, await d.transitions.submit(input));
+      made = await this.resultOf(req, input, await d.transitions.submit(input));
       span.made(made.run, made.created);
     } catch (err) {
       span.failed(err);
@@ -176,7 +176,7 @@ export class Submissions {
   }
 
   /** What the submit transition answered, as the submit's result; the hooks for a run it made. */
-  private async made(req: SubmitRequest, input: NewRun, reply: SubmitReply): Promise<SubmitResult> {
+  private async resultOf(req: SubmitRequest, input: NewRun, reply: SubmitReply): Promise<SubmitResult> {
     const { d } = this;
     const { run, created, runId: id, steered } = reply;
     if (steered) return this.steered(req.scope, steered.message, steered.sent);
