@@ -21,7 +21,7 @@ import { sleep, useHarness, type Child, type Harness, type ScopeClient } from '.
  */
 const ITEM = 256 * 1024;
 const TURNS = 40;
-/** The default PAGE_MAX_BYTES (src/lib/config.ts). */
+/** The default PAGE_MAX_BYTES (src/lib/config/index.ts). */
 const PAGE_MAX_BYTES = 4 * 1024 * 1024;
 /**
  * RSS the API may gain during the attack: about 40 requests of 4 MiB pages in flight at once,

@@ -16,9 +16,9 @@ import { track } from './helpers/resources.ts';
  * at create with its code and field, and writes nothing.
  */
 const SCHEDULES = 100;
-/** The default PAGE_MAX_BYTES (src/lib/config.ts). */
+/** The default PAGE_MAX_BYTES (src/lib/config/index.ts). */
 const PAGE_MAX_BYTES = 4 * 1024 * 1024;
-/** The default SCHEDULE_TEMPLATE_MAX_BYTES (src/lib/config.ts). */
+/** The default SCHEDULE_TEMPLATE_MAX_BYTES (src/lib/config/index.ts). */
 const TEMPLATE_MAX_BYTES = 64 * 1024;
 /** The row's template: submitBody's largest input, and 60 metadata keys of 200 characters (12.6 KB of the 16 KiB allowed). */
 const INPUT_CHARS = 256 * 1024;

@@ -21,7 +21,7 @@ const MSG = 700 * 1024;
 const MESSAGES = 30;
 const RATE = 256 * 1024;
 const BURST = 2 * 1024 * 1024;
-/** The default READ_FREE_BYTES and PAGE_MAX_BYTES (src/lib/config.ts). */
+/** The default READ_FREE_BYTES and PAGE_MAX_BYTES (src/lib/config/index.ts). */
 const FREE = 256 * 1024;
 const PAGE_MAX_BYTES = 4 * 1024 * 1024;
 const READERS = 4;

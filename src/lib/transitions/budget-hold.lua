@@ -1,4 +1,4 @@
---[[ A model call's check against its scope's daily token budget (src/lib/engine/budgets.ts),
+--[[ A model call's check against its scope's daily token budget (src/lib/engine/flow/budgets.ts),
   and, when it passes, a hold on what the call may use, so calls of one scope checked at the
   same moment see each other's: a call is let through only while today's tokens, plus every
   hold still out, plus its own, fit the budget. The call's tokens are counted in the day's

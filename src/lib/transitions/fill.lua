@@ -1,7 +1,7 @@
 --[[ Give the scope's free slots to its parked runs (fillSlots in transitions/lib/admission.lua). Every call that
   frees a slot fills it in the same call, so this is for slots a limit gave since: an
   operator raised the scope's limits (src/lib/tenancy/limits.ts calls it), its fair share
-  grew (src/lib/engine/fair-share.ts), or a key's cap was raised (its keys waiting in
+  grew (src/lib/engine/flow/fair-share.ts), or a key's cap was raised (its keys waiting in
   ready:capped rejoin the turns here, `batch` per call). It also admits the session heads an
   earlier version parked in its `ready` list. Safe from every process at once.
   KEYS  meta, ready, leases, timers

@@ -1,5 +1,5 @@
 --[[ A model provider's rate-limit bucket, shared by every worker and every scope
-  (src/lib/engine/rate-limiter.ts calls it; RATE_LIMITS defines the buckets). One call is one
+  (src/lib/engine/flow/rate-limiter.ts calls it; RATE_LIMITS defines the buckets). One call is one
   atomic step on the bucket.
 
   The promise: the provider sees at most O.rpm requests, and at most O.tpm tokens, in any

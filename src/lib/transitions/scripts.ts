@@ -7,7 +7,7 @@ import { luaCodes } from './script-codes.ts';
 
 /**
  * Baton's transitions are one Redis Function library, `baton_v<VERSION>_<digest>`: the code
- * tables generated from script-codes.ts (`CODE`, `OUTCOME`), the helper files `lua/lib/*.lua`
+ * tables generated from script-codes.ts (`CODE`, `OUTCOME`), the helper files `lib/*.lua`
  * in the order of HELPER_FILES (the per-call state, then the helpers by concern), then every
  * `lua/<name>.lua` as the function `baton_<name>_v<VERSION>_<digest>`, its body the file's text
  * run after begin() (with the call's O, K, ARGV and BASE as locals when it names them).
@@ -52,7 +52,7 @@ const LUA_DIR = fileURLToPath(new URL('./', import.meta.url));
  * - v10: multitask `steer` (the submit's `message`, KEYS steering) and `steer`, which takes a
  *   run's steering messages at a boundary; a run's finish makes those left its session's next turns;
  * - v11: `delete` removes an ended run's keys, its listings' entries and its stored bytes at once;
- * - v12: the helpers are files by concern (lua/lib/), the call's state one table (`call`), the
+ * - v12: the helpers are files by concern (lib/), the call's state one table (`call`), the
  *   reply codes named (`CODE`, `OUTCOME`, generated from script-codes.ts); replies unchanged.
  * - v12 (too): the submit's options no longer repeat the new run's id, session, runtime and ttlMs:
  *   the record (ARGV pairs) is the one place they cross, read once at the script's top.
@@ -72,7 +72,7 @@ interface Library { name: string; functions: ReadonlyMap<string, string>; source
 let library: Library | undefined;
 
 /**
- * The helper files (lua/lib/<name>.lua) in the order the library holds them: each may use the
+ * The helper files (lib/<name>.lua) in the order the library holds them: each may use the
  * helpers of those before it (its `-- @uses` lines say which; scripts/check-lua.mjs checks them).
  */
 export const HELPER_FILES = [

@@ -13,7 +13,7 @@
   usageModels at most usageRows models; a call that would add one more is counted in the
   catch-all row (agent and model `_other`; in the run: model `_other`), so totals stay exact.
   The day's hash also keeps `tokens`, the day's input and output tokens in all, which a scope's
-  daily token budget is checked against with one HGET (src/lib/engine/budgets.ts); a day an
+  daily token budget is checked against with one HGET (src/lib/engine/flow/budgets.ts); a day an
   earlier version began counting gets it from the rows' sum at its first call here.
   Returns: {Recorded, stored result JSON ('' for start)} | {LeaseLost} ]]
 -- @reply Recorded: result

@@ -24,7 +24,7 @@
         message {id, content, ttlMs} (multitask `steer`): the steering message; kept ttlMs
         under its id in K.steering. With an active run in the session it is that run's to take
         (transitions/steer.lua) and no run is made; with none, the run is made as with `enqueue`.
-  ARGV[2..] the new run's record (src/lib/engine/record.ts, NewRunRecord), the one place it
+  ARGV[2..] the new run's record (src/lib/transitions/record.ts, NewRunRecord), the one place it
         crosses: its fields as name/value pairs, in the order they are written, raw text (a
         large input is not decoded as JSON). Read once, at the top, into `run` by name (run.id,
         run.runtime, run.agent, run.ttlMs...), `fields` (the pairs) and `runBytes` (what it stores).

@@ -1,6 +1,6 @@
---[[ The start of Baton's Redis Function library (src/lib/engine/scripts.ts assembles it):
-  the generated code tables (CODE, OUTCOME: src/lib/engine/script-codes.ts), then the helper
-  files of lua/lib/ in a fixed order (call, records, events, status, limits, admission,
+--[[ The start of Baton's Redis Function library (src/lib/transitions/scripts.ts assembles it):
+  the generated code tables (CODE, OUTCOME: src/lib/transitions/script-codes.ts), then the helper
+  files of transitions/lib/ in a fixed order (call, records, events, status, limits, admission,
   sessions, storage, waits, finish, rate-window: each may use only those before it, and names them in its
   `-- @uses` lines), then each transition file (append.lua, claim.lua, ...) as one function of
   the library, `baton_<name>_v<version>_<digest>`, whose body is the file's text. The library
@@ -8,7 +8,7 @@
   not built again on every call, as they were when each call was a script that inlined them
   (about 12 µs of Redis CPU per call for the helpers, measured against FCALL).
 
-  Calling convention (src/lib/engine/transitions.ts is the only caller):
+  Calling convention (ScriptCaller.call in src/lib/transitions/caller.ts is the only caller):
     KEYS    the keys the call names, in the order of O.k
     ARGV[1] options, one JSON object decoded here into O. Always present:
               O.k        names of KEYS, in order: K[name] is the key
@@ -36,12 +36,12 @@
   Slots: a scope may have at most its slot limit of runs holding a slot (dispatched, running,
   retrying): its `maxActive` (the `limits` hash an operator sets, else O.maxActive), lowered
   to its fair share of the workers' slots while scopes contend for them (O.level;
-  transitions/lib/limits.lua, src/lib/engine/fair-share.ts). Session heads beyond that are parked by
+  transitions/lib/limits.lua, src/lib/engine/flow/fair-share.ts). Session heads beyond that are parked by
   concurrency key and priority (transitions/lib/admission.lua).
 
   Replies: a list, most starting with a code by name: a refusal `CODE.<name>` (negative, the
   ScriptCode enum) or the script's outcome `OUTCOME.<script>.<name>`; each transition's
-  `-- @reply` lines name its replies' fields, and transitions.ts decodes them by the same
+  `-- @reply` lines name its replies' fields, and its unit (<name>.ts) decodes them by the same
   names (scripts/check-lua.mjs checks that the two agree). ]]
 
 -- The call's state, one table: begin() makes it at the start of every call, since the

@@ -85,7 +85,7 @@ local function flushPublished()
   call.published = {}
 end
 
--- call.O.deferPublish (REDIS_MIN_REPLICAS_ACK, src/lib/replica-acks.ts): the call's notifications
+-- call.O.deferPublish (REDIS_MIN_REPLICAS_ACK, src/lib/redis/replica-acks.ts): the call's notifications
 -- are handed back instead of published, and the caller publishes them once replicas hold the
 -- call's writes, so a live reader is never sent an event a failover could take back. Every
 -- function's reply goes through here (scripts.ts): unchanged, or the marker, the reply and

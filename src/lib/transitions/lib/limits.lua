@@ -46,7 +46,7 @@ end
 -- operator's, src/lib/tenancy/limits.ts; a field absent is the configured default in O):
 -- `slots`, its maxActive, at most the live workers' slots (call.O.capacity) and lowered to its fair
 -- share of them, call.O.level × its weight (never below 1), while scopes contend for them
--- (src/lib/engine/fair-share.ts);
+-- (src/lib/engine/flow/fair-share.ts);
 -- `perKey`, its maxActivePerKey (0: none); `rate` and `burst`, its submit rate (rate 0: none);
 -- `queued` and `stored`, its caps on runs not started and on stored bytes, and `forks` and
 -- `forkBytes`, its fork rate a minute (each 0: none); `retention`, how long its finished runs stay.

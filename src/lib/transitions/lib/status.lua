@@ -22,7 +22,7 @@ end
 -- Moves a run to `to`, keeping the per-runtime status counts exact. `stats:<runtime>` counts
 -- moves, one field per kind of move: `<from>><to>` (a new run's is named by its status alone),
 -- so a move is one HINCRBY; a status's count is what moved in less what moved out, and a
--- terminal one's what moved in (src/lib/engine/runtime-counts.ts). Fields named by a status
+-- terminal one's what moved in (src/lib/tenancy/runtime-counts.ts). Fields named by a status
 -- alone also hold the counts kept before moves were counted, so those stay right.
 -- `known` (optional): fields the caller read already (`createdAt`; `claimedAt`, false when
 -- absent, with `runMs` for the time charge), and `write`, the caller's buffer of the record's

@@ -38,7 +38,7 @@ local function answerWait(a)
 end
 
 -- Waits whose deadline is their end, not a timeout: a sleep, and a wait for the next day's
--- token budget (src/lib/engine/budgets.ts).
+-- token budget (src/lib/engine/flow/budgets.ts).
 local ENDS_BY_ITSELF = { sleep = true, budget = true }
 
 -- Pending waits whose deadline passed get their outcome: a sleep is over, any other wait
