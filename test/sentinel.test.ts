@@ -40,13 +40,17 @@ describe('REDIS_URL=redis+sentinel://', () => {
     const s = await startSentinels({ password: 'data p@ss', sentinelPassword: 'sentinel-pass' });
     track(s, () => s.stop());
     const redis = createRedis({ url: s.url, name: 'auth-check' });
-    const subscriber = createRedis({ url: s.url, name: 'auth-check-sub', blocking: true });
-    for (const r of [redis, subscriber]) track(r, () => r.quit().catch(() => r.disconnect()));
+    // Ten subscribers, each subscribing as its connection is made, before its handshake ends:
+    // ioredis would send the SUBSCRIBE ahead of its ready check, the server would refuse the
+    // check, and the connection come back from the failover without its subscription
+    // (createRedis sends it once ready).
+    const subscribers = Array.from({ length: 10 }, (_, i) => createRedis({ url: s.url, name: `auth-check-sub-${i}`, blocking: true }));
+    for (const r of [redis, ...subscribers]) track(r, () => r.quit().catch(() => r.disconnect()));
+    const heard = subscribers.map(() => [] as string[]);
+    subscribers.forEach((sub, i) => sub.on('message', (_channel: string, message: string) => heard[i].push(message)));
+    await Promise.all(subscribers.map((sub) => new Promise((subscribed) => sub.once('connect', () => subscribed(sub.subscribe('failover-check'))))));
     await waitReady(redis);
     await redis.set('auth-check', 'before');
-    const heard: string[] = [];
-    subscriber.on('message', (_channel: string, message: string) => heard.push(message));
-    await subscriber.subscribe('failover-check');
 
     const old = await s.killPrimary();
     await s.waitForFailover(old);
@@ -54,11 +58,11 @@ describe('REDIS_URL=redis+sentinel://', () => {
     const after = await waitFor(() => redis.get('auth-check').catch(() => undefined), 30_000, 'a read on the new primary');
     expect(after).toBe('before');
     expect(await redis.set('auth-check', 'after')).toBe('OK');
-    // ioredis subscribed again on the new primary: a message published there arrives.
+    // ioredis subscribed again on the new primary: a message published there reaches every subscriber.
     await waitFor(async () => {
       await redis.publish('failover-check', 'on the new primary');
-      return heard.includes('on the new primary');
-    }, 60_000, 'the subscription to come back');
+      return heard.every((h) => h.includes('on the new primary'));
+    }, 60_000, 'every subscription to come back');
   }, 150_000);
 
   it('rediss+sentinel://: baton processes reach the Sentinels and the primary over TLS, before and after a failover', async () => {

@@ -65,12 +65,45 @@ export function createRedis({ url, name, logger, blocking = false, events, tune 
   } else if (target.kind === 'sentinel') {
     redis = new Redis({ ...options, ...sentinelOptions(target) });
     followSwitches(target, redis);
+    subscribeWhenReady(redis);
   } else {
     redis = new Redis(url, options);
+    subscribeWhenReady(redis);
   }
   events?.opened(name);
   watchConnection(redis, name, name, logger, events);
   return redis;
+}
+
+/**
+ * Subscriptions are sent once the connection is ready. SUBSCRIBE is a command Redis takes while
+ * it loads, so ioredis writes it during the handshake, and it can reach the server ahead of the
+ * ready check's INFO (seen with Sentinel, where the primary is looked up first): the server
+ * refuses the INFO (a subscribed connection takes only pub/sub commands), ioredis drops the
+ * connection before it was ever ready, and it resubscribes only a connection that was ready,
+ * so it comes back deaf for good: a hub that hears no events, a worker no cancels
+ * (test/sentinel.test.ts caught it in about 1 of 5 runs).
+ */
+function subscribeWhenReady(redis: Redis): void {
+  for (const name of ['subscribe', 'psubscribe', 'ssubscribe'] as const) {
+    const send = redis[name].bind(redis) as (...args: unknown[]) => Promise<unknown>;
+    (redis as unknown as Record<string, unknown>)[name] = async (...args: unknown[]) => {
+      await untilReady(redis);
+      return send(...args);
+    };
+  }
+}
+
+/** Resolves once the connection is ready (at once if it is); rejects if it ends first. */
+function untilReady(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') return Promise.resolve();
+  return new Promise<void>((resolve, reject) => {
+    const onReady = () => { cleanup(); resolve(); };
+    const onEnd = () => { cleanup(); reject(new Error('Connection is closed.')); };
+    const cleanup = () => { redis.off('ready', onReady); redis.off('end', onEnd); };
+    redis.on('ready', onReady);
+    redis.on('end', onEnd);
+  });
 }
 
 /**

@@ -43,6 +43,9 @@ class SwitchWatcher {
         connectionName: 'baton:sentinel-switches',
         // A Sentinel that is down is asked again every second; the others announce meanwhile.
         retryStrategy: () => 1_000,
+        // No INFO ready check: a SUBSCRIBE sent during the handshake would make the Sentinel
+        // refuse it, and ioredis would reconnect without the subscription (redis.ts, subscribeWhenReady).
+        enableReadyCheck: false,
         maxRetriesPerRequest: null,
       });
       sentinel.on('error', () => {});
