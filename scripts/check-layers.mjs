@@ -6,6 +6,10 @@
 //   server package (ioredis, bullmq, express, openai), nor loads one through another file.
 // - src/ui (the run inspector, a browser bundle) imports only itself, the client and the contract.
 // - Only the transitions room (src/lib/transitions/) calls a Lua script.
+// - The rooms of src/lib, and those of src/lib/engine (a room: a file or a folder right inside),
+//   import one another one way only: no circle of rooms, so none imports back up into a room
+//   that imports it. No source file passes 500 lines; src/lib has at most 8 files at its top,
+//   src/lib/engine at most 25.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, resolve, dirname, sep } from 'node:path';
 
@@ -108,8 +112,52 @@ for (const dir of ['test', 'bench']) {
   }
 }
 
+// Rooms: every import, type-only ones too (a room that needs another's types is read with it).
+const ROOMED = [{ dir: 'lib', maxTopFiles: 8 }, { dir: 'lib/engine', maxTopFiles: 25 }];
+const MAX_FILE_LINES = 500;
+const importsOf = (file) => [...readFileSync(file, 'utf8').matchAll(/(?:^|\n)\s*(?:import|export)\s+(?:type\s+)?(?:[^'";]*?\sfrom\s*)?['"](\.[^'"]+)['"]/g)]
+  .map((m) => relative(root, resolve(dirname(file), m[1])));
+for (const { dir, maxTopFiles } of ROOMED) {
+  const top = readdirSync(join(root, dir)).filter((f) => statSync(join(root, dir, f)).isFile());
+  if (top.length > maxTopFiles) problems.push(`src/${dir} has ${top.length} files at its top, more than ${maxTopFiles}: give them rooms`);
+  const roomOf = (rel) => (rel.startsWith(`${dir}/`) ? rel.slice(dir.length + 1).split('/')[0] : undefined);
+  /** room -> room it imports -> one import that makes the arrow (file -> file). */
+  const arrows = new Map();
+  for (const file of all) {
+    const from = roomOf(relative(root, file));
+    if (from === undefined) continue;
+    for (const target of importsOf(file)) {
+      const to = roomOf(target);
+      if (to === undefined || to === from) continue;
+      if (!arrows.has(from)) arrows.set(from, new Map());
+      if (!arrows.get(from).has(to)) arrows.get(from).set(to, `src/${relative(root, file)} -> src/${target}`);
+    }
+  }
+  // A circle of rooms, found by a depth-first walk: each named once, with the imports that close it.
+  const state = new Map();
+  // `rooms`: the walk's way here, `whys[k]` the import from rooms[k] to the next.
+  const walk = (room, rooms, whys) => {
+    state.set(room, 'open');
+    for (const [to, why] of arrows.get(room) ?? []) {
+      if (state.get(to) === 'open') {
+        const at = rooms.includes(to) ? rooms.indexOf(to) : rooms.length;
+        const circle = [...rooms.slice(at), room, to];
+        problems.push(`src/${dir}: its rooms import one another in a circle: ${circle.join(' -> ')} (${[...whys.slice(at), why].join('; ')})`);
+      } else if (!state.has(to)) {
+        walk(to, [...rooms, room], [...whys, why]);
+      }
+    }
+    state.set(room, 'done');
+  };
+  for (const room of arrows.keys()) if (!state.has(room)) walk(room, [], []);
+}
+for (const file of all) {
+  const lines = readFileSync(file, 'utf8').split('\n').length - 1;
+  if (lines > MAX_FILE_LINES) problems.push(`${relative('.', file)} has ${lines} lines, more than ${MAX_FILE_LINES}: split it by what it does`);
+}
+
 if (problems.length) {
   console.error(problems.join('\n'));
   process.exit(1);
 }
-console.log(`layers ok (${all.length} files); only the transitions room calls scripts`);
+console.log(`layers ok (${all.length} files); only the transitions room calls scripts; the rooms of src/lib and src/lib/engine form no circle`);
