@@ -79,27 +79,33 @@ local function setStartBy(runId, ttlMs, now, w)
   redis.call('ZADD', call.K.timers, startBy, 'ttl:' .. runId)
 end
 
-local EXPIRED_RESULT = '{"answer":"","finishReason":"expired","toolCallsSeen":0}'
-local EXPIRED_ERROR = '{"code":"EXPIRED","message":"the run did not start within its ttlMs"}'
-local TIMEOUT_RESULT = '{"answer":"","finishReason":"timeout","toolCallsSeen":0}'
-local TIMEOUT_ERROR = '{"code":"TIMEOUT","message":"the run used up its timeoutMs"}'
+-- How a run that never started (or is between attempts) ends here: nothing of an answer is at
+-- hand, so its result is empty and its error says why.
+local EXPIRED = {
+  status = 'expired', result = '{"answer":"","finishReason":"expired","toolCallsSeen":0}',
+  error = '{"code":"EXPIRED","message":"the run did not start within its ttlMs"}',
+}
+local TIMED_OUT = {
+  status = 'failed', result = '{"answer":"","finishReason":"timeout","toolCallsSeen":0}',
+  error = '{"code":"TIMEOUT","message":"the run used up its timeoutMs"}',
+}
 
-local function expireRun(runId, now, out)
+local function endUnanswered(runId, how, now, out)
   finishRun({
-    runId = runId, status = 'expired', write = newWrite('result', EXPIRED_RESULT, 'lastError', EXPIRED_ERROR),
-    endData = '{"status":"expired","result":' .. EXPIRED_RESULT .. ',"error":' .. EXPIRED_ERROR .. '}', now = now,
+    runId = runId, status = how.status, write = newWrite('result', how.result, 'lastError', how.error),
+    endData = '{"status":"' .. how.status .. '","result":' .. how.result .. ',"error":' .. how.error .. '}', now = now,
     out = out,
   })
+end
+
+local function expireRun(runId, now, out)
+  endUnanswered(runId, EXPIRED, now, out)
 end
 
 -- Ends a run whose timeoutMs is used up while no worker runs it (between attempts, or at the
 -- claim of a takeover): nothing of an answer is at hand here, the worker that held it streamed it.
 local function timeOutRun(runId, now, out)
-  finishRun({
-    runId = runId, status = 'failed', write = newWrite('result', TIMEOUT_RESULT, 'lastError', TIMEOUT_ERROR),
-    endData = '{"status":"failed","result":' .. TIMEOUT_RESULT .. ',"error":' .. TIMEOUT_ERROR .. '}', now = now,
-    out = out,
-  })
+  endUnanswered(runId, TIMED_OUT, now, out)
 end
 
 local CANCELLED_RESULT = '{"answer":"","finishReason":"cancelled","toolCallsSeen":0}'
