@@ -64,11 +64,14 @@ function rssOf(pid: number): number {
 function establishedOn(port: number, from?: readonly Socket[]): number {
   const hex = (n: number) => `:${n.toString(16).toUpperCase().padStart(4, '0')}`;
   const peers = from && new Set(from.map((s) => s.localPort).filter((p) => p !== undefined).map(hex));
-  return readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)
-    .filter((line) => {
-      const [, local, remote, state] = line.trim().split(/\s+/);
-      return local?.endsWith(hex(port)) && state === '01' && (!peers || peers.has(remote.slice(remote.indexOf(':'))));
-    }).length;
+  // Counted once per connection: the kernel writes the table while sockets come and go (other
+  // test files open and close theirs), and a read across that can list one connection twice.
+  const connections = new Set<string>();
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const [, local, remote, state] = line.trim().split(/\s+/);
+    if (local?.endsWith(hex(port)) && state === '01' && (!peers || peers.has(remote.slice(remote.indexOf(':'))))) connections.add(`${local} ${remote}`);
+  }
+  return connections.size;
 }
 
 /** baton_sse_clients, read on a connection of its own that is closed after the answer. */
