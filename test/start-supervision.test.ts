@@ -191,8 +191,17 @@ describe('baton start supervises its redis-server', () => {
     process.kill(redisPid, 'SIGKILL');
     await waitFor(() => redisServersIn(join(dir, '.baton', 'redis')).length === 0, 10_000, 'the redis-server to be gone');
     // Not a Redis: it takes each connection and closes it.
+    // The port is in the ephemeral range: for a moment another process's outgoing connection
+    // may hold it as its local port (so Baton could not bind it either); listen once it is free.
     const other = createServer((socket) => socket.destroy());
-    await new Promise<void>((r) => other.listen(port, '127.0.0.1', r));
+    await waitFor(() => new Promise<boolean>((resolve, reject) => {
+      const refused = (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' ? resolve(false) : reject(err));
+      other.once('error', refused);
+      other.listen(port, '127.0.0.1', () => {
+        other.off('error', refused);
+        resolve(true);
+      });
+    }), 20_000, `port ${port} to be free`);
     track(other, () => new Promise((r) => other.close(r)));
     process.kill(s.child.pid!, 'SIGCONT');
     await waitFor(() => s.out().includes('"local redis-server did not restart"'), 20_000, `a failed restart to be logged:\n${s.out()}`);
