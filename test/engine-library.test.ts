@@ -1,14 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { Attempt } from '../src/lib/transitions/attempt.ts';
 import { libraryName } from '../src/lib/transitions/scripts.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
 import type { Gateways } from '../src/lib/transitions/gateways.ts';
-import { useHarness, type Harness } from './helpers/harness.ts';
-import { track } from './helpers/resources.ts';
+import { ownRedis, useHarness, type Harness } from './helpers/harness.ts';
 import { doorOf } from './helpers/submit.ts';
 
 /**
@@ -22,10 +17,7 @@ let door: Submissions;
 let transitions: Gateways;
 
 beforeAll(async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'baton-library-'));
-  const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
-  track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
-  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
+  h = await useHarness({ REDIS_URL: await ownRedis(), SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '1000', SUBMIT_RATE_PER_SEC: '0' });
   transitions = h.gateways();
   door = doorOf(h, { transitions: transitions.api });
 });

@@ -3,7 +3,7 @@ import { request } from 'node:http';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { ERROR_CODES } from '../src/lib/contract/errors.ts';
-import { useHarness, type Harness } from './helpers/harness.ts';
+import { ownRedis, useHarness, type Harness } from './helpers/harness.ts';
 import {
   EXPONENTIAL_ANYOF, exponentialSchema, nestedSchema, patternBomb, RECURSIVE_SCHEMA, REDOS_SCHEMA, SELF_REFERENCES,
 } from './helpers/hostile-schemas.ts';
@@ -38,8 +38,9 @@ const NESTING_RUNS = Number(process.env.FUZZ_NESTING_RUNS ?? 100);
 
 beforeAll(async () => {
   // No fair-share pass either: its lock key comes and goes every interval, written by no request.
+  // Its own Redis: every request is bracketed by two walks of the key space.
   h = await useHarness({
-    SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192', RATE_LIMITS: 'fuzz:bucket=rpm:10',
+    REDIS_URL: await ownRedis(), SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', SUBMIT_RATE_PER_SEC: '0', BODY_LIMIT_BYTES: '8192', RATE_LIMITS: 'fuzz:bucket=rpm:10',
     SCHEDULE_POLL_MS: '0', BULK_POLL_MS: '0',
   });
   const api = await h.startApi();

@@ -1,13 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { Attempt } from '../src/lib/transitions/attempt.ts';
 import { parseRunRecord, RUN_STATUSES, type RunRecord } from '../src/lib/transitions/record.ts';
 import { RunStore } from '../src/lib/engine/store.ts';
 import type { Submissions } from '../src/lib/engine/submissions.ts';
-import { useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { ownRedis, useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { watchCommands } from './helpers/monitor.ts';
 import { track } from './helpers/resources.ts';
 import { doorOf } from './helpers/submit.ts';
@@ -31,10 +27,7 @@ let door: Submissions;
 let all: string[] = [];
 
 beforeAll(async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'baton-list-index-'));
-  const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
-  track(redis, async () => { await redis.stop(); rmSync(dir, { recursive: true, force: true }); });
-  h = await useHarness({ REDIS_URL: redis.url, SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '100000', SUBMIT_RATE_PER_SEC: '0' });
+  h = await useHarness({ REDIS_URL: await ownRedis(), SWEEP_INTERVAL_MS: '0', FAIR_SHARE_INTERVAL_MS: '0', MAX_ACTIVE_PER_SCOPE: '100000', SUBMIT_RATE_PER_SEC: '0' });
   const transitions = h.gateways();
   store = new RunStore(h.redis, h.keys, h.config, transitions.api);
   door = doorOf(h, { transitions: transitions.api });

@@ -1,8 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inject } from 'vitest';
 import type { ApiHandle } from '../../src/api/server.ts';
+import { startLocalRedis } from '../../src/cli/local-redis.ts';
 import type { Agent } from '../../src/lib/sdk/agent.ts';
 import { ApiKeyStore, type ScopeRole } from '../../src/lib/tenancy/api-keys.ts';
 import { loadConfig, type Config } from '../../src/lib/config/index.ts';
@@ -100,6 +104,23 @@ export interface Child {
   url?: string;
   kill(signal?: NodeJS.Signals): Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * A redis-server of the file's own (no persistence), stopped and its folder removed when the
+ * file ends: its URL, for useHarness({ REDIS_URL }). For a file that SCANs its key space on
+ * every request (a snapshot that proves a refusal wrote nothing): on the run's shared Redis
+ * each walk also passes every other running file's keys, and holds that Redis, which every
+ * file waits on, while it does. Also for a file that counts Redis's own statistics.
+ */
+export async function ownRedis(): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'baton-own-redis-'));
+  const redis = await startLocalRedis(dir, ['--appendonly', 'no']);
+  track(redis, async () => {
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return redis.url;
 }
 
 /**
