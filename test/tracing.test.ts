@@ -40,6 +40,11 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await provider.shutdown();
+  // register() set the process's tracer provider, context manager and propagator: unset them,
+  // so a file this worker runs next traces nothing, as it would in a process of its own.
+  trace.disable();
+  context.disable();
+  propagation.disable();
 });
 
 /** An in-process worker serving the fixture, whose log lines are kept. */

@@ -2,7 +2,9 @@ import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
 import { closeFileScoped, closeTestScoped, markInTest } from './resources.ts';
 
 /**
- * Leak checks. After each test: no server or child process opened during the test is
+ * Leak checks, and what a file changed of the process put back (the fetch pool, the
+ * environment), so the next file a worker runs finds the process as the first one did.
+ * After each test: no server or child process opened during the test is
  * still open (harness resources are closed for the test first). After each file: no
  * socket is left (Redis connections, BullMQ workers and queues), once the harness closed
  * what the file opened. Sockets are checked per file, not per test, because file-scoped
@@ -10,6 +12,8 @@ import { closeFileScoped, closeTestScoped, markInTest } from './resources.ts';
  */
 const PER_TEST = new Set(['TCPServerWrap', 'ProcessWrap']);
 const PER_FILE = new Set(['TCPServerWrap', 'ProcessWrap', 'TCPSocketWrap', 'TCPWrap']);
+/** Where Node's fetch keeps its connection pool (an undici Agent). */
+const GLOBAL_DISPATCHER = Symbol.for('undici.globalDispatcher.1');
 
 function counts(kinds: Set<string>): Map<string, number> {
   const m = new Map<string, number>();
@@ -32,9 +36,12 @@ async function expectNoExcess(kinds: Set<string>, baseline: Map<string, number>,
 
 let fileBaseline = new Map<string, number>();
 let testBaseline = new Map<string, number>();
+/** The environment as the file found it: what a file sets in process.env ends with the file. */
+let fileEnv: NodeJS.ProcessEnv = {};
 
 beforeAll(() => {
   fileBaseline = counts(PER_FILE);
+  fileEnv = { ...process.env };
 });
 
 beforeEach(() => {
@@ -50,8 +57,15 @@ afterEach(async () => {
 
 afterAll(async () => {
   await closeFileScoped();
-  // fetch keeps idle keep-alive sockets in its global pool; close the pool so they count as closed.
-  const pool = (globalThis as Record<symbol, { close?(): Promise<void> } | undefined>)[Symbol.for('undici.globalDispatcher.1')];
-  await pool?.close?.().catch(() => {});
+  // fetch keeps idle keep-alive sockets in its global pool; close the pool so they count as
+  // closed, and put a new one of the same kind in its place for the next file of this worker.
+  const slot = globalThis as unknown as Record<symbol, { close?(): Promise<void> } | undefined>;
+  const pool = slot[GLOBAL_DISPATCHER];
+  if (pool) {
+    await pool.close?.().catch(() => {});
+    slot[GLOBAL_DISPATCHER] = new (pool.constructor as new () => typeof pool)();
+  }
   await expectNoExcess(PER_FILE, fileBaseline, 'test file');
+  for (const name of Object.keys(process.env)) if (!(name in fileEnv)) delete process.env[name];
+  Object.assign(process.env, fileEnv);
 });
