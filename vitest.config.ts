@@ -33,10 +33,10 @@ export default defineConfig({
     setupFiles: ['test/helpers/leak-check.ts'],
     pool: 'forks',
     // Most files wait on processes, leases and sockets rather than on the CPU: four at once on
-    // two cores halved the suite's wall time (542 s with two, 296 s with four); with modules
-    // shared (isolate: false) five ran the quick files in 271 s against 285 s with four, the
-    // cores 91 % busy either way (one pair of runs, this 2-core machine).
-    maxWorkers: 5,
+    // two cores halved the suite's wall time (542 s with two, 296 s with four). With modules
+    // shared (isolate: false) the cores are about 90 % busy at four, and five gained nothing:
+    // clean-clone CI ran `npm test` in 253 s with five against 249 s with four.
+    maxWorkers: 4,
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // Fault tests kill and restart processes; a flake there is a bug to fix, not to retry.
