@@ -4,6 +4,7 @@ import type { ApiHandle } from '../src/api/server.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { artifactPath, ensureUiBuilt, launchBrowser, openLoggedIn, untilText, type WatchedPage } from './helpers/browser.ts';
 import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { skipWithout } from './helpers/programs.ts';
 
 /**
  * The run inspector's bulk actions and schedules, in Debian's Chromium against a real API and
@@ -23,6 +24,8 @@ const pay = defineAgent({
     return { answer: String(receipt) };
   },
 });
+
+const noChromium = skipWithout('chromium');
 
 let h: Harness;
 let api: ApiHandle;
@@ -88,7 +91,7 @@ async function screenshots(page: Page, name: string): Promise<void> {
   await page.setViewportSize({ width: 1280, height: 900 });
 }
 
-describe('the runs page, for an admin key', () => {
+describe.skipIf(noChromium)('the runs page, for an admin key', () => {
   it('cancels and re-runs the selected runs, one call each, and names each refusal and its reason', async () => {
     const [q1, q2] = [await queued(acme, 'sel-1', 'stuck'), await queued(acme, 'sel-2', 'stuck')];
     const paid = await ended(acme, 'sel-3', 'ui-pay');
@@ -270,7 +273,7 @@ describe('the runs page, for an admin key', () => {
   });
 });
 
-describe('the schedules page', () => {
+describe.skipIf(noChromium)('the schedules page', () => {
   it('makes a schedule with its five next fire times, shows the API’s field errors, pauses, resumes and deletes it', async () => {
     const w = await loggedIn(acme.key, '/ui/runs');
     await w.page.getByRole('link', { name: 'Schedules' }).click();
@@ -343,7 +346,7 @@ describe('the schedules page', () => {
   });
 });
 
-describe('the schedules page, paged', () => {
+describe.skipIf(noChromium)('the schedules page, paged', () => {
   it('shows the first 20 schedules and reads the rest a page at a time with "More schedules"', async () => {
     const paged = await h.client(api.url, 'paged', 'admin');
     const ids: string[] = [];
@@ -377,7 +380,7 @@ describe('the schedules page, paged', () => {
   });
 });
 
-describe('a client key', () => {
+describe.skipIf(noChromium)('a client key', () => {
   it('reads the runs, the operations and the schedules, with no selection, action or form', async () => {
     const made = await acme.post('/schedules', { cron: '0 6 * * *', run: { sessionId: 'morning', input: { content: 'wake up' }, runtime: idle } });
     expect(made.status).toBe(201);
