@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { request } from 'node:http';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
@@ -8,6 +7,7 @@ import {
   EXPONENTIAL_ANYOF, exponentialSchema, nestedSchema, patternBomb, RECURSIVE_SCHEMA, REDOS_SCHEMA, SELF_REFERENCES,
 } from './helpers/hostile-schemas.ts';
 import { call } from './helpers/http.ts';
+import { keySpaceOf } from './helpers/key-space.ts';
 
 // Each property makes hundreds of requests, one after another: on a 2-core machine running
 // other suites beside this one a property ran 61 s against the 60 s default.
@@ -61,39 +61,7 @@ beforeAll(async () => {
   expect(routes.length).toBeGreaterThan(10);
 });
 
-/** When each key seen by the last snapshot expires by itself (epoch ms; keys with a TTL only). */
-const expiresAt = new Map<string, number>();
-
-/** Everything in this file's key space, each key with a digest of its DUMP. */
-async function snapshot(): Promise<Map<string, string>> {
-  const keys = await h.allKeys();
-  const pipe = h.redis.pipeline();
-  for (const k of keys) pipe.dumpBuffer(k).pttl(k);
-  const replies = (await pipe.exec()) ?? [];
-  const out = new Map<string, string>();
-  const now = Date.now();
-  keys.forEach((k, i) => {
-    const dump = replies[2 * i][1] as Buffer | null;
-    const ttl = Number(replies[2 * i + 1][1]);
-    // A key that expired between the SCAN and the DUMP is as absent as one the SCAN missed.
-    if (!dump) return;
-    out.set(k, createHash('sha1').update(dump).digest('hex'));
-    if (ttl >= 0) expiresAt.set(k, now + ttl);
-    else expiresAt.delete(k);
-  });
-  return out;
-}
-
-/**
- * Redis as `after` found it is Redis as `before` left it: no key added, changed or removed,
- * except keys gone because their own TTL ran out meanwhile (a full rate-limit bucket, a
- * minute's counter), which no request wrote.
- */
-function expectUnchanged(after: Map<string, string>, before: Map<string, string>, what: string): void {
-  const now = Date.now();
-  const expected = [...before.entries()].filter(([k]) => after.has(k) || (expiresAt.get(k) ?? Infinity) > now + 250);
-  expect([...after.entries()].sort(), what).toEqual(expected.sort());
-}
+const { snapshot, expectUnchanged } = keySpaceOf(() => h);
 
 interface RawResponse { status: number; text: string; headers: Record<string, string | string[] | undefined> }
 

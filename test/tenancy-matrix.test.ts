@@ -3,6 +3,7 @@ import { beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ScopeRole } from '../src/lib/tenancy/api-keys.ts';
 import { useHarness, type Harness } from './helpers/harness.ts';
 import { call } from './helpers/http.ts';
+import { keySpaceOf } from './helpers/key-space.ts';
 import { tenancyAgents } from './helpers/tenancy-agents.ts';
 
 // Each test walks every route for several keys, one request after another: on a 2-core machine
@@ -431,18 +432,8 @@ describe('the operator routes outside a scope', () => {
     expect(unscoped.map((r) => `${r.method} ${r.path}`)).toEqual(expect.arrayContaining([
       'GET /v1/rate-limits', 'POST /v1/rate-limits/{bucket}/pause', 'DELETE /v1/rate-limits/{bucket}/pause',
     ]));
-    // Each key with a digest of its value; `expiring`: those with a TTL (a rate-limit window of
-    // an earlier test), which may end by themselves meanwhile, no request having touched them.
-    const expiring = new Set<string>();
-    const everything = async () => {
-      const out: [string, string][] = [];
-      for (const k of (await h.allKeys()).sort()) {
-        if ((await h.redis.pttl(k)) >= 0) expiring.add(k);
-        out.push([k, createHash('sha1').update((await h.redis.dumpBuffer(k)) ?? 'gone').digest('hex')]);
-      }
-      return out;
-    };
-    const before = await everything();
+    const space = keySpaceOf(() => h);
+    const before = await space.snapshot();
     for (const r of unscoped) {
       for (const scope of ['acme', 'globex']) {
         for (const role of ['client', 'admin'] as ScopeRole[]) {
@@ -452,9 +443,7 @@ describe('the operator routes outside a scope', () => {
       }
       expect((await send(r.method, urlFor(r.path, 'acme', ids), undefined)).status, `${r.method} ${r.path}`).toBe(401);
     }
-    const after = await everything();
-    const present = new Set(after.map(([k]) => k));
-    expect(after).toEqual(before.filter(([k]) => present.has(k) || !expiring.has(k)));
+    space.expectUnchanged(await space.snapshot(), before, 'the operator routes, refused');
     // The operator's own key reads them.
     const list = await send('GET', '/v1/rate-limits', await h.operatorKey());
     expect(list).toMatchObject({ status: 200, body: { buckets: [{ bucket: 'matrix:bucket', rpm: 10, paused: null }] } });
