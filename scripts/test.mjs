@@ -28,13 +28,11 @@ function run(command, args, { hold }) {
   });
 }
 
-const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
-
 const checks = (async () => {
   const done = [];
   for (const name of CHECKS) {
     const started = Date.now();
-    const { code, output } = await run(npm, ['run', '--silent', name], { hold: true });
+    const { code, output } = await run('npm', ['run', '--silent', name], { hold: true });
     done.push({ name, code, output, seconds: (Date.now() - started) / 1000 });
     if (code !== 0) {
       process.stdout.write(`\nnpm test: npm run ${name} failed (exit ${code}); the test files go on, and the run fails:\n${output}\n`);
