@@ -5,15 +5,15 @@ const slowest = slowestFilesCount();
 
 /**
  * The long drills: soaks, failovers, memory under hundreds of stalled readers, the CLI's
- * whole-process runs (npm installs, a supervised redis-server killed and restarted), and the
- * rolling upgrade from the last release (which installs that release's dependencies). Each
- * takes a minute or more of a worker; together they were a quarter of the suite's time in CI
- * (531 of 2,315 s). `npm test` runs the others (project `quick`); `npm run test:long` runs
- * these (project `long`), and CI runs both. `npx vitest run test/<file>.test.ts` runs any one.
+ * whole-process runs (npm installs, a supervised redis-server killed and restarted, reloads on
+ * save), and the rolling upgrade from the last release (which installs that release's
+ * dependencies). Each takes half a minute to a few of a worker; together they were a quarter
+ * of the suite's time in CI (531 of 2,315 s). `npm test` runs the others (project `quick`);
+ * `npm run test:long` runs these (project `long`), and CI runs both. `npx vitest run test/<file>.test.ts` runs any one.
  */
 export const LONG_FILES = [
   'test/soak.test.ts', 'test/upgrade-soak.test.ts', 'test/sentinel.test.ts',
-  'test/init.test.ts', 'test/start-collisions.test.ts', 'test/start-supervision.test.ts',
+  'test/init.test.ts', 'test/start-collisions.test.ts', 'test/start-supervision.test.ts', 'test/start-watch.test.ts',
   'test/stream-limits.test.ts', 'test/stream-stalled-memory.test.ts', 'test/bytes-limits.test.ts',
   'test/upgrade.test.ts',
 ];
