@@ -41,6 +41,9 @@ export interface CompiledSources {
   remove(): void;
 }
 
+/** What every build here makes: ES modules for the oldest Node Baton supports, errors only. */
+const NODE_ESM = { format: 'esm', platform: 'node', target: 'node20', logLevel: 'error' } as const;
+
 /** Compiles `<root>src/` (root with a trailing slash) into a new temporary folder. */
 export async function compileSources(root: string): Promise<CompiledSources> {
   const { build } = await import('esbuild');
@@ -59,12 +62,9 @@ export async function compileSources(root: string): Promise<CompiledSources> {
       // compiled file (the plugin below), packages stay in node_modules.
       bundle: true,
       packages: 'external',
-      format: 'esm',
-      platform: 'node',
-      target: 'node20',
+      ...NODE_ESM,
       sourcemap: true,
       tsconfig: join(root, 'tsconfig.json'),
-      logLevel: 'error',
       plugins: [{
         name: 'own-files',
         setup(b) {
@@ -80,10 +80,13 @@ export async function compileSources(root: string): Promise<CompiledSources> {
     writeFileSync(join(dir, 'hooks.mjs'), HOOKS);
     const fromSources = pathToFileURL(join(root, 'test/helpers/baton-src.mjs')).href;
     const from = pathToFileURL(`${src}/`).href;
-    writeFileSync(join(dir, 'baton.mjs'), launcher(from, pathToFileURL(`${join(dir, 'src')}/`).href, './src/cli/main.js', fromSources));
+    writeFileSync(join(dir, 'baton.mjs'), launcher({ from, to: pathToFileURL(`${join(dir, 'src')}/`).href, main: './src/cli/main.js', fromSources }));
     await bundle(build, dir, modules.map((f) => join(dir, 'src', f.replace(/\.ts$/, '.js'))));
     await compileFixtures(build, root, dir);
-    writeFileSync(join(dir, 'baton-bundled.mjs'), launcher(from, pathToFileURL(`${join(dir, 'bundled', 'src')}/`).href, './bundled/src/cli/main.js', fromSources));
+    writeFileSync(join(dir, 'baton-bundled.mjs'), launcher({
+      from, to: pathToFileURL(`${join(dir, 'bundled', 'src')}/`).href, main: './bundled/src/cli/main.js', fromSources,
+      fixtures: { from: `${join(root, 'test', 'fixtures')}/`, to: `${join(dir, 'fixtures')}/` },
+    }));
   } catch (err) {
     rmSync(dir, { recursive: true, force: true });
     throw err;
@@ -110,11 +113,8 @@ async function compileFixtures(build: typeof import('esbuild').build, root: stri
     outdir: join(dir, 'fixtures'),
     bundle: true,
     packages: 'external',
-    format: 'esm',
-    platform: 'node',
-    target: 'node20',
+    ...NODE_ESM,
     tsconfig: join(root, 'tsconfig.json'),
-    logLevel: 'error',
     plugins: [{
       name: 'fixture-imports',
       setup(b) {
@@ -137,10 +137,7 @@ async function bundle(build: typeof import('esbuild').build, dir: string, entrie
     outbase: dir,
     bundle: true,
     splitting: true,
-    format: 'esm',
-    platform: 'node',
-    target: 'node20',
-    logLevel: 'error',
+    ...NODE_ESM,
     // Loaded on their own terms: an optional native addon, and what cli/tracing.ts and the agent
     // loader import only when asked to (OpenTelemetry's SDK, tsx for a .ts agent module).
     external: ['msgpackr-extract', '@opentelemetry/sdk-node', '@opentelemetry/resources', 'tsx', 'tsx/*'],
@@ -157,19 +154,40 @@ async function bundle(build: typeof import('esbuild').build, dir: string, entrie
   });
 }
 
-const launcher = (from: string, to: string, main: string, fromSources: string) => `// Written by test/helpers/compiled-sources.ts for one test run.
+interface LauncherOptions {
+  /** src/ of the checkout and of the layout run, as file URLs: the hooks map the one to the other. */
+  from: string;
+  to: string;
+  /** The layout's CLI module, relative to the launcher. */
+  main: string;
+  /** `baton init`, run from the sources. */
+  fromSources: string;
+  /** test/fixtures and its compiled agent modules, as paths: `--agents` of the one runs the other. */
+  fixtures?: { from: string; to: string };
+}
+
+const launcher = (o: LauncherOptions) => `// Written by test/helpers/compiled-sources.ts for one test run.
 import { register } from 'node:module';
 
 if (process.argv[2] === 'init') {
-  await import(${JSON.stringify(fromSources)});
+  await import(${JSON.stringify(o.fromSources)});
 } else {
-  // Only agent modules in TypeScript import src/ by path (a compiled fixture imports the compiled
-  // files); the hooks' thread costs a start 0.3 s of CPU.
-  const agents = process.argv.flatMap((a, i) => a === '--agents' ? [process.argv[i + 1] ?? ''] : a.startsWith('--agents=') ? [a.slice(9)] : []);
+  const fixtures = ${JSON.stringify(o.fixtures ?? null)};
+  // An agent module of test/fixtures runs compiled (no tsx, no hooks), where this layout has it.
+  const compiled = (path) => fixtures && path.startsWith(fixtures.from) && path.endsWith('.ts') && !path.slice(fixtures.from.length).includes('/')
+    ? fixtures.to + path.slice(fixtures.from.length, -3) + '.js' : path;
+  const agents = [];
+  process.argv = process.argv.map((a, i, argv) => {
+    const given = argv[i - 1] === '--agents' ? a : a.startsWith('--agents=') ? a.slice(9) : undefined;
+    if (given === undefined) return a;
+    agents.push(compiled(given));
+    return given === a ? agents.at(-1) : '--agents=' + agents.at(-1);
+  });
+  // Only agent modules in TypeScript import src/ by path; the hooks' thread costs a start 0.3 s of CPU.
   if (agents.some((a) => !a.endsWith('.js'))) {
-    register('./hooks.mjs', import.meta.url, { data: { from: ${JSON.stringify(from)}, to: ${JSON.stringify(to)} } });
+    register('./hooks.mjs', import.meta.url, { data: { from: ${JSON.stringify(o.from)}, to: ${JSON.stringify(o.to)} } });
   }
-  await import(${JSON.stringify(main)});
+  await import(${JSON.stringify(o.main)});
 }
 `;
 

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, sep } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inject } from 'vitest';
 import type { ApiHandle } from '../../src/api/server.ts';
@@ -28,16 +28,6 @@ export const launcherIn = (root: string) => `${root}test/helpers/baton-src.mjs`;
  * Neither needs a build (bin/baton.js runs dist/).
  */
 export const BIN = compiledLauncher() ?? launcherIn(ROOT);
-
-/**
- * An agent module of test/fixtures as the bundled layout's launcher has it compiled (no tsx and
- * no module hooks at the worker's start: compiled-sources.ts); any other module as it is.
- */
-function compiledFixture(path: string): string {
-  const fixtures = join(ROOT, 'test', 'fixtures') + sep;
-  if (!BIN.endsWith('baton-bundled.mjs') || !path.startsWith(fixtures) || !path.endsWith('.ts') || path.slice(fixtures.length).includes(sep)) return path;
-  return join(dirname(BIN), 'fixtures', `${basename(path, '.ts')}.js`);
-}
 
 function compiledLauncher(): string | undefined {
   try {
@@ -210,7 +200,7 @@ export async function useHarness(overrides: Record<string, string> = {}): Promis
     },
     async spawn(command, opts = {}) {
       const bin = opts.checkout ? launcherIn(opts.checkout) : BIN;
-      const args = [bin, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', bin === BIN ? compiledFixture(p) : p]), ...(opts.args ?? [])];
+      const args = [bin, command, ...(opts.agents ?? []).flatMap((p) => ['--agents', p]), ...(opts.args ?? [])];
       const child = spawn(process.execPath, args, {
         // In its own folder: tsx reads that checkout's tsconfig.json, relative paths resolve there.
         cwd: opts.checkout,
