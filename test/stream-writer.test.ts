@@ -190,6 +190,38 @@ describe('append script', () => {
     expect(messages[1].get(ids[1])).toEqual({ prev: '0', events: logB.map((e) => ({ id: e.id, type: e.type, data: JSON.stringify(e.data) })) });
   });
 
+  it('a run\'s batches that share a call: each applied once, in order, under one entry of the notification; a batch with no events is applied with no entry', async () => {
+    const runId = `twice-${h.prefix}`;
+    const a = await fakeRunning(runId);
+    const sub = createRedis({ url: h.redisUrl, name: 'test-append-twice-sub', blocking: true });
+    track(sub, () => sub.quit());
+    const messages: Map<string, LiveBatch>[] = [];
+    sub.on('message', (_ch: string, msg: string) => messages.push(parseNotification(msg)));
+    await sub.subscribe(h.keys.scope('acme').live);
+    const t = h.gateways();
+    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
+    expect(await t.worker.append(a, 1, token('t1'))).toBe('applied');
+    const before = (await fullLog(h, 'acme', runId)).at(-1)!.id;
+    const answers = await t.worker.appendMany([
+      { attempt: a, batch: 2, events: token('t2') },
+      { attempt: a, batch: 2, events: token('t2') },
+      { attempt: a, batch: 3, events: [...token('t3'), ['notice', '{"n":3}']] },
+      { attempt: a, batch: 4, events: [] },
+      { attempt: a, batch: 1, events: token('t1') },
+    ]);
+    expect(answers).toEqual(['applied', 'duplicate', 'applied', 'applied', 'duplicate']);
+    const log = await fullLog(h, 'acme', runId);
+    expect(log.map((e) => e.type === 'token' ? (e.data as { text: string }).text : e.type)).toEqual(['t1', 't2', 't3', 'notice']);
+    expect(await h.redis.hmget(h.keys.scope('acme').run(runId), 'appendedBatch', 'logTail')).toEqual(['1:4', log.at(-1)!.id]);
+    await waitFor(() => messages.length >= 2, 5_000, 'two notifications');
+    expect(messages[1].get(runId)).toEqual({
+      prev: before, events: log.slice(1).map((e) => ({ id: e.id, type: e.type, data: JSON.stringify(e.data) })),
+    });
+    // Batch 4 carried nothing: nothing more to announce, and batch 5 comes next.
+    expect(await t.worker.append(a, 4, token('late'))).toBe('duplicate');
+    expect(messages).toHaveLength(2);
+  });
+
   it('the appender sends the batches of a scope\'s runs together: one call at a time, the rest in the next', async () => {
     const ids = Array.from({ length: 5 }, (_, i) => `gather-${i}-${h.prefix}`);
     const attempts = await Promise.all(ids.map((id) => fakeRunning(id)));

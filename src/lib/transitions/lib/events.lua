@@ -18,12 +18,18 @@ local function knownTail(runId, id)
   if id and not call.published[runId] then call.published[runId] = { prev = id, events = {} } end
 end
 
+-- The id of the last entry of the log `sk` ('0' when it has none): a notification's `prev`
+-- when the run's record does not keep it.
+local function lastEntryId(sk)
+  local last = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)
+  return (last[1] and last[1][1]) or '0'
+end
+
 local function addEvent(runId, etype, data)
   local sk = runKey(runId) .. ':events'
   local batch = call.published[runId]
   if not batch then
-    local last = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)
-    batch = { prev = (last[1] and last[1][1]) or '0', events = {} }
+    batch = { prev = lastEntryId(sk), events = {} }
     call.published[runId] = batch
   end
   local id = redis.call('XADD', sk, 'MAXLEN', '~', call.O.maxLen, '*', 'type', etype, 'data', data)
@@ -61,6 +67,18 @@ local function unheard(runId)
   if call.published[runId] then call.published[runId].unheard = true end
 end
 
+-- Publishes one notification of `runs`, [[runId, prev, [[id, type, data], ...]], ...] (at
+-- most one entry a run), on the scope's channel, or hands it back (call.O.deferPublish, below).
+local function notify(runs)
+  local message = cjson.encode({ runs = runs })
+  if call.O.deferPublish then
+    call.deferred = call.deferred or {}
+    call.deferred[#call.deferred + 1] = message
+  else
+    redis.call('PUBLISH', call.base .. 'live', message)
+  end
+end
+
 -- Publishes the runs' batches in one message, and writes each run's tail unless the caller's
 -- HSET carried it.
 local function flushPublished()
@@ -73,15 +91,7 @@ local function flushPublished()
       if not batch.unheard then runs[#runs + 1] = { runId, batch.prev, batch.events } end
     end
   end
-  if #runs > 0 then
-    local message = cjson.encode({ runs = runs })
-    if call.O.deferPublish then
-      call.deferred = call.deferred or {}
-      call.deferred[#call.deferred + 1] = message
-    else
-      redis.call('PUBLISH', call.base .. 'live', message)
-    end
-  end
+  if #runs > 0 then notify(runs) end
   call.published = {}
 end
 

@@ -22,15 +22,20 @@ local function writeRecord(rk, w)
   if #w.gone > 0 then redis.call('HDEL', rk, unpack(w.gone)) end
 end
 
--- Whether the writer's batch `batch` of this fence is to be applied: a batch number is applied
--- once (`appendedBatch` = `<fence>:<n>`, the last one applied), so a batch whose reply was
--- lost and that arrives again is not written twice. Marks it applied by adding the field to
--- `w`, the buffer of the caller's next write of the record.
-local function newBatch(fence, batch, applied, w)
-  if applied then
-    local f, n = string.match(applied, '^(%d+):(%d+)$')
-    if f == tostring(fence) and tonumber(n) >= batch then return false end
-  end
+-- Whether the writer's batch `batch` of this fence was applied already: a batch number is
+-- applied once (`appendedBatch` = `<fence>:<n>`, the last one applied, `mark` here; false when
+-- the record has none), so a batch whose reply was lost and that arrives again is not written
+-- twice.
+local function applied(mark, fence, batch)
+  if not mark then return false end
+  local f, n = string.match(mark, '^(%d+):(%d+)$')
+  return f == tostring(fence) and tonumber(n) >= batch
+end
+
+-- The same check for a caller that writes the record through a buffer: when the batch is new,
+-- marks it applied by adding the field to `w`, the buffer of the caller's next write.
+local function newBatch(fence, batch, mark, w)
+  if applied(mark, fence, batch) then return false end
   put(w, 'appendedBatch', tostring(fence) .. ':' .. batch)
   return true
 end
