@@ -130,6 +130,18 @@ describe('append script', () => {
     return new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, fence, sk);
   }
 
+  /** The scope's notifications from now on, parsed, in the order they arrive. */
+  async function notifications(): Promise<Map<string, LiveBatch>[]> {
+    const sub = createRedis({ url: h.redisUrl, name: 'test-append-sub', blocking: true });
+    track(sub, () => sub.quit());
+    const messages: Map<string, LiveBatch>[] = [];
+    sub.on('message', (_ch: string, msg: string) => messages.push(parseNotification(msg)));
+    await sub.subscribe(h.keys.scope('acme').live);
+    return messages;
+  }
+
+  const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
+
   it('a token event carries at most MAX_TOKEN_EVENT_CHARS: a huge emit and tokens piled up behind a write are cut, never inside a surrogate pair', async () => {
     const runId = `big-${h.prefix}`;
     const attempt = await fakeRunning(runId);
@@ -163,13 +175,8 @@ describe('append script', () => {
     const ids = ['many-a', 'many-b', 'many-c'].map((n) => `${n}-${h.prefix}`);
     const [a, b, c] = await Promise.all(ids.map((id) => fakeRunning(id)));
     const stale = new Attempt({ id: ids[2], scope: 'acme', sessionId: 's', runtime: h.runtime }, 0, h.keys.scope('acme'));
-    const sub = createRedis({ url: h.redisUrl, name: 'test-append-many-sub', blocking: true });
-    track(sub, () => sub.quit());
-    const messages: Map<string, LiveBatch>[] = [];
-    sub.on('message', (_ch: string, msg: string) => messages.push(parseNotification(msg)));
-    await sub.subscribe(h.keys.scope('acme').live);
+    const messages = await notifications();
     const t = h.gateways();
-    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
     expect(await t.worker.append(a, 1, token('a1'))).toBe('applied');
     const answers = await t.worker.appendMany([
       { attempt: a, batch: 1, events: token('a1') },
@@ -193,13 +200,8 @@ describe('append script', () => {
   it('a run\'s batches that share a call: each applied once, in order, under one entry of the notification; a batch with no events is applied with no entry', async () => {
     const runId = `twice-${h.prefix}`;
     const a = await fakeRunning(runId);
-    const sub = createRedis({ url: h.redisUrl, name: 'test-append-twice-sub', blocking: true });
-    track(sub, () => sub.quit());
-    const messages: Map<string, LiveBatch>[] = [];
-    sub.on('message', (_ch: string, msg: string) => messages.push(parseNotification(msg)));
-    await sub.subscribe(h.keys.scope('acme').live);
+    const messages = await notifications();
     const t = h.gateways();
-    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
     expect(await t.worker.append(a, 1, token('t1'))).toBe('applied');
     const before = (await fullLog(h, 'acme', runId)).at(-1)!.id;
     const answers = await t.worker.appendMany([
@@ -226,7 +228,6 @@ describe('append script', () => {
     const ids = Array.from({ length: 5 }, (_, i) => `gather-${i}-${h.prefix}`);
     const attempts = await Promise.all(ids.map((id) => fakeRunning(id)));
     const appender = new Appender(h.gateways().worker);
-    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
     // Made in one turn of the event loop: one call carries all five.
     expect(await Promise.all(attempts.map((a, i) => appender.append(a, 1, token(`t${i}`))))).toEqual(Array(5).fill('applied'));
     expect([appender.calls, appender.batches]).toEqual([1, 5]);
@@ -290,7 +291,6 @@ describe('append script', () => {
     await sub.subscribe(h.keys.scope('acme').live);
 
     const t = h.gateways();
-    const token = (text: string): [string, string][] => [['token', JSON.stringify({ text })]];
     expect(await t.worker.append(attempt, 1, token('a'))).toBe('applied');
     expect(await t.worker.append(attempt, 1, token('a'))).toBe('duplicate');
     expect(await t.worker.append(attempt, 2, token('b'))).toBe('applied');
