@@ -3,8 +3,8 @@
   of one scope into one call: src/lib/streams/appender.ts). The runs' record keys are derived
   from O.base (all in the scope's slot), as the heartbeat's are.
   KEYS  run (the first run's record, which routes the call)
-  O     runs [[runId, fence, batch, events], ...]: `batch` is the writer's number (1, 2, ...
-        per attempt), `events` how many type/data pairs of ARGV are this run's
+  O     runs [[runId, fence, batch, events], ...]: fence and `batch` (the writer's number: 1, 2, ...
+        per attempt) as text, `events` how many type/data pairs of ARGV are this run's
   ARGV[2..] every run's events, type, data (JSON text) pairs, in the order of O.runs
   A batch whose reply was lost (connection dropped after the script ran; ioredis resends
   unanswered commands on reconnect, and the writer retries) arrives again with the same
@@ -22,7 +22,8 @@ local runs = {}
 -- The notification's entry of each run written to (a run whose two batches share a call has one).
 local entryOf = {}
 local at = 2
-local maxLen = O.maxLen
+-- Numbers turned into text once (Lua formats a number each time it is passed as one).
+local maxLen = tostring(O.maxLen)
 local FIELDS = { 'appendedBatch', 'logTail' }
 local n = 0
 for _, run in ipairs(O.runs) do

@@ -20,7 +20,8 @@ export async function appendMany(c: ScriptCaller, items: readonly AppendItem[]):
   const first = items[0].attempt;
   if (items.some((i) => i.attempt.scope !== first.scope)) throw new Error('appendMany takes the runs of one scope');
   const raw = await c.call('append', UNDECODED, first.scope, { run: first.runKey }, {
-    runs: items.map((i) => [i.attempt.runId, i.attempt.fence, i.batch, i.events.length]),
+    // Fence and batch as text: the script uses them as text (the record's fields, `appendedBatch`).
+    runs: items.map((i) => [i.attempt.runId, String(i.attempt.fence), String(i.batch), i.events.length]),
   }, items.flatMap((i) => i.events.flat()));
   if (!Array.isArray(raw) || raw.length !== 2 * items.length) throw new Error('malformed append reply');
   return items.map((item, n) => {

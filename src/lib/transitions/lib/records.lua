@@ -29,7 +29,7 @@ end
 local function applied(mark, fence, batch)
   if not mark then return false end
   local f, n = string.match(mark, '^(%d+):(%d+)$')
-  return f == tostring(fence) and tonumber(n) >= batch
+  return f == tostring(fence) and tonumber(n) >= tonumber(batch)
 end
 
 -- The same check for a caller that writes the record through a buffer: when the batch is new,
