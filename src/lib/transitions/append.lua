@@ -22,8 +22,6 @@ local runs = {}
 -- The notification's entry of each run written to (a run whose two batches share a call has one).
 local entryOf = {}
 local at = 2
--- Numbers turned into text once (Lua formats a number each time it is passed as one).
-local maxLen = tostring(O.maxLen)
 local FIELDS = { 'appendedBatch', 'logTail' }
 local n = 0
 for _, run in ipairs(O.runs) do
@@ -51,7 +49,7 @@ for _, run in ipairs(O.runs) do
       end
       local events = entry[3]
       for i = first, at - 1, 2 do
-        lastId = redis.call('XADD', sk, 'MAXLEN', '~', maxLen, '*', 'type', ARGV[i], 'data', ARGV[i + 1])
+        lastId = redis.call('XADD', sk, 'MAXLEN', '~', O.maxLen, '*', 'type', ARGV[i], 'data', ARGV[i + 1])
         events[#events + 1] = { lastId, ARGV[i], ARGV[i + 1] }
       end
       -- Where the log ends now, kept in the record (events.lua: knownTail).

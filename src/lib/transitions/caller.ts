@@ -73,7 +73,8 @@ export class ScriptCaller {
     private readonly fairLevel: () => FairLevel = () => ({}),
   ) {
     this.limits = {
-      maxLen: config.EVENTS_MAX_LEN,
+      // As text: it is only ever an XADD argument, and Lua formats a number each time it passes one.
+      maxLen: String(config.EVENTS_MAX_LEN),
       maxActive: config.MAX_ACTIVE_PER_SCOPE,
       maxActivePerKey: config.MAX_ACTIVE_PER_KEY,
       weight: config.SCOPE_WEIGHT,

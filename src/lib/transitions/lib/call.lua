@@ -13,7 +13,7 @@
     ARGV[1] options, one JSON object decoded here into O. Always present:
               O.k        names of KEYS, in order: K[name] is the key
               O.base     the scope's key prefix `<prefix>:{<scope>}:`
-            and the limits scripts share: O.maxLen (events per run log), O.maxActive and
+            and the limits scripts share: O.maxLen (events per run log, as text), O.maxActive and
             O.maxActivePerKey (the defaults of a scope's slot limits), O.priorityStepMs,
             O.level (absent: no contention), O.capacity (live workers' slots; absent: none
             known), O.graceMs (dispatch grace), O.retention (ms a finished run stays),
