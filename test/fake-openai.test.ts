@@ -129,4 +129,12 @@ describe('fake OpenAI server', () => {
     expect(Math.hypot(...alpha)).toBeCloseTo(1, 10);
     expect(fakeEmbedding('beta')).not.toEqual(alpha);
   });
+
+  it('a marker scripted again answers with its new replies', async () => {
+    const ask = async () => (await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'go #again' }] })).choices[0].message.content;
+    fake.script('#again', [answer('first script')]);
+    expect(await ask()).toBe('first script');
+    fake.script('#again', [answer('second script')]);
+    expect(await ask()).toBe('second script');
+  });
 });

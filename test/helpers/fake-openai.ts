@@ -98,7 +98,8 @@ export interface FakeOpenAI {
   requests: RecordedRequest[];
   /**
    * Replies, in order, for requests whose last user message contains `marker` (the longest
-   * matching marker wins); once they are used up the last one repeats. A tool loop keeps
+   * matching marker wins); once they are used up the last one repeats. Scripting a marker again
+   * replaces its earlier replies. A tool loop keeps
    * its last user message, so one script plays the whole loop: model → tools → model → answer.
    * Requests no script matches get `echo: <content>`.
    */
@@ -344,6 +345,8 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     embeddingRequests,
     script(marker, replies) {
       if (replies.length === 0) throw new Error('script needs at least one reply');
+      const earlier = scripts.findIndex((s) => s.marker === marker);
+      if (earlier >= 0) scripts.splice(earlier, 1);
       scripts.push({ marker, replies, used: 0 });
     },
     requestsFor: (marker) => requests.filter((r) => lastUser(r.messages).includes(marker)),
