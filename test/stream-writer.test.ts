@@ -278,6 +278,32 @@ describe('append script', () => {
     expect(wide.flushMs(0)).toBe(0);
   });
 
+  it('while many runs stream, a scope\'s batch waits an eighth of the widest window for others and one call carries them; a lone run\'s goes at once', async () => {
+    const appender = new Appender(h.gateways().worker, { maxMs: 16_000, fullAt: 3 });
+    const gathers: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      appender.opened();
+      gathers.push(appender.gatherMs());
+    }
+    expect(gathers).toEqual([0, 1000, 2000]);
+    // Three runs' batches 10 ms apart, well inside the 2 s: one call.
+    const attempts = [];
+    for (let i = 0; i < 3; i++) attempts.push(await fakeRunning(`waits-for-others-${i}-${h.prefix}`));
+    const answers = [];
+    for (const [i, attempt] of attempts.entries()) {
+      answers.push(appender.append(attempt, 1, token(`g${i}`)));
+      await sleep(10);
+    }
+    expect(await Promise.all(answers)).toEqual(['applied', 'applied', 'applied']);
+    expect([appender.calls, appender.batches]).toEqual([1, 3]);
+    for (const [i, attempt] of attempts.entries()) expect((await fullLog(h, 'acme', attempt.runId)).map((e) => e.data)).toEqual([{ text: `g${i}` }]);
+    // Down to one writer, a batch goes in a call of its own without waiting.
+    for (let i = 0; i < 2; i++) appender.closed();
+    expect(appender.gatherMs()).toBe(0);
+    await appender.append(attempts[0], 2, token('alone'));
+    expect([appender.calls, appender.batches]).toEqual([2, 4]);
+  });
+
   it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {
     const runId = `app-${h.prefix}`;
     const attempt = await fakeRunning(runId);

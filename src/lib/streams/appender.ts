@@ -6,7 +6,7 @@ import type { WorkerGateway } from '../transitions/attempt-gateway.ts';
 const MAX_RUNS_PER_CALL = 200;
 const MAX_BYTES_PER_CALL = 1024 * 1024;
 
-interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void }
+interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void; at: number }
 
 /**
  * How a run's token window (EventWriter's flushMs) widens with the runs this process streams:
@@ -18,12 +18,12 @@ export interface Widening { maxMs: number; fullAt: number }
 /**
  * Gathers the appends of one process's runs into one `append` call per scope: every run's
  * writer (src/lib/streams/writer.ts) hands its batch here, and a scope has at most one call
- * in flight; the batches that arrive meanwhile go in its next call, together. When little
- * streams, a batch is sent at once (after the current turn of the event loop, so batches
- * made in the same turn share a call); when many runs stream, each call carries many runs'
- * batches, so the call's own cost and its notification (one message for all of them) are
- * shared, with no timer added to any token's way. Each batch keeps its number and is applied
- * once, so a call that fails is retried by each writer as before.
+ * in flight; the batches that arrive meanwhile go in its next call, together. A lone run's
+ * batch is sent at once (after the current turn of the event loop, so batches made in the
+ * same turn share a call); when many runs stream, a call waits up to gatherMs for more, so it
+ * carries many runs' batches and its own cost and its notification (one message for all of
+ * them) are shared. Each batch keeps its number and is applied once, so a call that fails is
+ * retried by each writer as before.
  */
 export class Appender {
   private readonly pending = new Map<string, Queued[]>();
@@ -54,10 +54,25 @@ export class Appender {
    * while Redis is busiest, and a lone run keeps the narrow window (docs/streams.md, Coalescing).
    */
   flushMs(minMs: number): number {
-    const { maxMs, fullAt } = this.widening;
+    const { maxMs } = this.widening;
     if (maxMs <= minMs) return minMs;
-    const share = fullAt <= 1 ? 1 : Math.min(1, Math.max(0, this.writers - 1) / (fullAt - 1));
-    return Math.round(minMs + (maxMs - minMs) * share);
+    return Math.round(minMs + (maxMs - minMs) * this.load());
+  }
+
+  /**
+   * How long a scope's first batch waits for others before their call goes: none for a lone
+   * run, up to an eighth of the widest window once `fullAt` runs stream (5 ms of 40). Each
+   * run's window starts when its own tokens do, so without it the runs' batches come spread
+   * over the window and a call carries the few that came while the one before it was out.
+   */
+  gatherMs(): number {
+    return (this.widening.maxMs / 8) * this.load();
+  }
+
+  /** 0 for a lone run to 1 at `fullAt` runs streaming from this process. */
+  private load(): number {
+    const { fullAt } = this.widening;
+    return fullAt <= 1 ? 1 : Math.min(1, Math.max(0, this.writers - 1) / (fullAt - 1));
   }
 
   append(attempt: Attempt, batch: number, events: readonly (readonly [string, string])[]): Promise<AppendAnswer> {
@@ -70,9 +85,16 @@ export class Appender {
       }
       let bytes = 0;
       for (const [type, data] of events) bytes += type.length + data.length;
-      queue.push({ item: { attempt, batch, events }, bytes, resolve, reject });
-      if (queue.length === 1 && !this.sending.has(scope)) setImmediate(() => this.send(scope));
+      queue.push({ item: { attempt, batch, events }, bytes, resolve, reject, at: Date.now() });
+      if (queue.length === 1 && !this.sending.has(scope)) this.sendLater(scope);
     });
+  }
+
+  /** Sends the scope's call once its oldest batch has waited gatherMs (at once when nothing widens). */
+  private sendLater(scope: string): void {
+    const wait = (this.pending.get(scope)?.[0].at ?? 0) + this.gatherMs() - Date.now();
+    if (wait < 1) setImmediate(() => this.send(scope));
+    else setTimeout(() => this.send(scope), wait);
   }
 
   private send(scope: string): void {
@@ -96,7 +118,7 @@ export class Appender {
       (err: Error) => { for (const q of call) q.reject(err); },
     ).finally(() => {
       this.sending.delete(scope);
-      if (this.pending.get(scope)?.length) this.send(scope);
+      if (this.pending.get(scope)?.length) this.sendLater(scope);
     });
   }
 }
