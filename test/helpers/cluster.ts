@@ -60,6 +60,8 @@ async function waitPing(port: number): Promise<void> {
   const until = Date.now() + 10_000;
   while (Date.now() < until) {
     const r = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    // A server not up yet refuses the connection: connect() rejects, and the event is that too.
+    r.on('error', () => {});
     try {
       await r.connect();
       await r.ping();
