@@ -245,19 +245,20 @@ describe('append script', () => {
     const appender = new Appender(gateway, { maxMs: 40, fullAt: 101 });
     // The window from a writer's own 5 ms: linear in the writers open, 40 ms from 101 on.
     const windows: number[] = [];
-    const opened = (n: number) => { for (let i = 0; i < n; i++) appender.opened(); };
+    const opened = (n: number) => { for (let i = 0; i < n; i++) appender.opened('acme'); };
     for (const n of [1, 50, 50, 100]) {
       opened(n);
       windows.push(appender.flushMs(5));
     }
     expect(windows).toEqual([5, 23, 40, 40]);
-    for (let i = 0; i < 201; i++) appender.closed();
+    for (let i = 0; i < 201; i++) appender.closed('acme');
     expect(appender.flushMs(5)).toBe(5);
-    // Writers count themselves: with 100 others open, a writer's tokens wait for the widened
+    // Writers count themselves: with 100 others open (of other scopes: the window is the
+    // process's, and the writer's call then waits for no one), a writer's tokens wait for the widened
     // window (here 10 s, so no machine is slow enough to see it pass): the first goes at once
     // (the window is leading-edge), the next nine together when flushed.
     const wide = new Appender(gateway, { maxMs: 10_000, fullAt: 2 });
-    for (let i = 0; i < 100; i++) wide.opened();
+    for (let i = 0; i < 100; i++) wide.opened('others');
     const attempt = await fakeRunning(`widen-${h.prefix}`);
     const writer = new EventWriter({
       transitions: gateway, appender: wide, attempt, flushMs: 0, flushTokens: 64,
@@ -274,18 +275,22 @@ describe('append script', () => {
     const log = await fullLog(h, 'acme', attempt.runId);
     expect(log.map((e) => (e.data as { text: string }).text)).toEqual(['w0 ', Array.from({ length: 9 }, (_, i) => `w${i + 1} `).join('')]);
     // Closed, the writer no longer counts: the window is back to the writer's own for the next.
-    for (let i = 0; i < 100; i++) wide.closed();
+    for (let i = 0; i < 100; i++) wide.closed('others');
     expect(wide.flushMs(0)).toBe(0);
   });
 
-  it('while many runs stream, a scope\'s batch waits an eighth of the widest window for others and one call carries them; a lone run\'s goes at once', async () => {
+  it('while many runs of a scope stream, its batch waits an eighth of the widest window for others and one call carries them; a lone run\'s goes at once', async () => {
     const appender = new Appender(h.gateways().worker, { maxMs: 16_000, fullAt: 3 });
     const gathers: number[] = [];
     for (let i = 0; i < 3; i++) {
-      appender.opened();
-      gathers.push(appender.gatherMs());
+      appender.opened('acme');
+      gathers.push(appender.gatherMs('acme'));
     }
     expect(gathers).toEqual([0, 1000, 2000]);
+    // Another scope's runs go in calls of their own: acme's do not make them wait.
+    appender.opened('elsewhere');
+    expect([appender.gatherMs('elsewhere'), appender.flushMs(0)]).toEqual([0, 16_000]);
+    appender.closed('elsewhere');
     // Three runs' batches 10 ms apart, well inside the 2 s: one call.
     const attempts = [];
     for (let i = 0; i < 3; i++) attempts.push(await fakeRunning(`waits-for-others-${i}-${h.prefix}`));
@@ -298,8 +303,8 @@ describe('append script', () => {
     expect([appender.calls, appender.batches]).toEqual([1, 3]);
     for (const [i, attempt] of attempts.entries()) expect((await fullLog(h, 'acme', attempt.runId)).map((e) => e.data)).toEqual([{ text: `g${i}` }]);
     // Down to one writer, a batch goes in a call of its own without waiting.
-    for (let i = 0; i < 2; i++) appender.closed();
-    expect(appender.gatherMs()).toBe(0);
+    for (let i = 0; i < 2; i++) appender.closed('acme');
+    expect(appender.gatherMs('acme')).toBe(0);
     await appender.append(attempts[0], 2, token('alone'));
     expect([appender.calls, appender.batches]).toEqual([2, 4]);
   });

@@ -20,10 +20,10 @@ export interface Widening { maxMs: number; fullAt: number }
  * writer (src/lib/streams/writer.ts) hands its batch here, and a scope has at most one call
  * in flight; the batches that arrive meanwhile go in its next call, together. A lone run's
  * batch is sent at once (after the current turn of the event loop, so batches made in the
- * same turn share a call); when many runs stream, a call waits up to gatherMs for more, so it
- * carries many runs' batches and its own cost and its notification (one message for all of
- * them) are shared. Each batch keeps its number and is applied once, so a call that fails is
- * retried by each writer as before.
+ * same turn share a call); when many runs of the scope stream, a call waits up to gatherMs
+ * for more, so it carries many runs' batches and its own cost and its notification (one
+ * message for all of them) are shared. Each batch keeps its number and is applied once, so a
+ * call that fails is retried by each writer as before.
  */
 export class Appender {
   private readonly pending = new Map<string, Queued[]>();
@@ -33,6 +33,8 @@ export class Appender {
   batches = 0;
   /** Writers open in this process (one per attempt under way): how many runs may stream. */
   private writers = 0;
+  /** The same, by scope: a scope's call waits only for batches of its own runs. */
+  private readonly scopeWriters = new Map<string, number>();
 
   constructor(
     private readonly transitions: Pick<WorkerGateway, 'appendMany'>,
@@ -40,12 +42,16 @@ export class Appender {
   ) {}
 
   /** A run's writer opened (EventWriter's constructor); `closed` when it takes no more events. */
-  opened(): void {
+  opened(scope: string): void {
     this.writers++;
+    this.scopeWriters.set(scope, (this.scopeWriters.get(scope) ?? 0) + 1);
   }
 
-  closed(): void {
+  closed(scope: string): void {
     this.writers--;
+    const left = (this.scopeWriters.get(scope) ?? 1) - 1;
+    if (left > 0) this.scopeWriters.set(scope, left);
+    else this.scopeWriters.delete(scope);
   }
 
   /**
@@ -56,23 +62,25 @@ export class Appender {
   flushMs(minMs: number): number {
     const { maxMs } = this.widening;
     if (maxMs <= minMs) return minMs;
-    return Math.round(minMs + (maxMs - minMs) * this.load());
+    return Math.round(minMs + (maxMs - minMs) * this.load(this.writers));
   }
 
   /**
    * How long a scope's first batch waits for others before their call goes: none for a lone
-   * run, up to an eighth of the widest window once `fullAt` runs stream (5 ms of 40). Each
-   * run's window starts when its own tokens do, so without it the runs' batches come spread
-   * over the window and a call carries the few that came while the one before it was out.
+   * run of the scope, up to an eighth of the widest window once `fullAt` runs of the scope
+   * stream from this process (5 ms of 40). Each run's window starts when its own tokens do, so
+   * without it the runs' batches come spread over the window and a call carries the few that
+   * came while the one before it was out. Runs of other scopes go in other calls, so they do
+   * not count.
    */
-  gatherMs(): number {
-    return (this.widening.maxMs / 8) * this.load();
+  gatherMs(scope: string): number {
+    return (this.widening.maxMs / 8) * this.load(this.scopeWriters.get(scope) ?? 0);
   }
 
-  /** 0 for a lone run to 1 at `fullAt` runs streaming from this process. */
-  private load(): number {
+  /** 0 for a lone writer to 1 at `fullAt` writers. */
+  private load(writers: number): number {
     const { fullAt } = this.widening;
-    return fullAt <= 1 ? 1 : Math.min(1, Math.max(0, this.writers - 1) / (fullAt - 1));
+    return fullAt <= 1 ? 1 : Math.min(1, Math.max(0, writers - 1) / (fullAt - 1));
   }
 
   append(attempt: Attempt, batch: number, events: readonly (readonly [string, string])[]): Promise<AppendAnswer> {
@@ -92,7 +100,7 @@ export class Appender {
 
   /** Sends the scope's call once its oldest batch has waited gatherMs (at once when nothing widens). */
   private sendLater(scope: string): void {
-    const wait = (this.pending.get(scope)?.[0].at ?? 0) + this.gatherMs() - Date.now();
+    const wait = (this.pending.get(scope)?.[0].at ?? 0) + this.gatherMs(scope) - Date.now();
     if (wait < 1) setImmediate(() => this.send(scope));
     else setTimeout(() => this.send(scope), wait);
   }

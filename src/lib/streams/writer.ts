@@ -72,7 +72,7 @@ export class EventWriter {
   writes = 0;
 
   constructor(private readonly o: EventWriterOptions) {
-    o.appender?.opened();
+    o.appender?.opened(o.attempt.scope);
   }
 
   token(text: string, from?: Speaker): void {
@@ -148,7 +148,7 @@ export class EventWriter {
 
   /** Takes no more events; the appender counts one writer fewer (once). */
   private shut(): void {
-    if (!this.closed) this.o.appender?.closed();
+    if (!this.closed) this.o.appender?.closed(this.o.attempt.scope);
     this.closed = true;
   }
 
