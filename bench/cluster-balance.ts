@@ -10,7 +10,7 @@ import { createKeys } from '../src/lib/keys.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { startCluster } from '../test/helpers/cluster.ts';
-import { spawnBaton } from './processes.ts';
+import { allAtOnceEnv, spawnBaton } from './processes.ts';
 import { redisCpuSeconds, totalCommands } from './redis-stats.ts';
 import { readStreamerRuns } from './streams.ts';
 import { num, printTable } from './table.ts';
@@ -89,13 +89,7 @@ async function measure(primaries: number, scopeCount: number): Promise<Row> {
   await withRedis(primaries, async (url, ports) => {
     const nodes = ports.map((port) => ({ port, redis: new Redis(port, '127.0.0.1') }));
     const prefix = `bcl${randomBytes(4).toString('hex')}`;
-    const perScope = Math.ceil(RUNS / scopeCount);
-    const env = {
-      REDIS_URL: url, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
-      // Every run streams at once: one worker takes them all, and no scope limit caps them.
-      WORKER_CONCURRENCY: String(RUNS), MAX_ACTIVE_PER_SCOPE: String(perScope * 2), SUBMIT_RATE_PER_SEC: '0',
-      SSE_MAX_PER_KEY: String(perScope * 2), SSE_MAX_PER_SCOPE: String(perScope * 2),
-    };
+    const env = allAtOnceEnv(url, prefix, RUNS, Math.ceil(RUNS / scopeCount));
     const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);
     const admin = createRedis({ url, name: 'bench-cluster-admin' });
     try {

@@ -9,7 +9,7 @@ import type { BatonClient } from '../src/lib/client/client.ts';
 import { runtimeCounts } from '../src/lib/tenancy/runtime-counts.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { longRun, streamer, clockMs } from './bench-agents.ts';
-import { processCpuSeconds, spawnBaton, spawnScript, type BenchProcess } from './processes.ts';
+import { allAtOnceEnv, processCpuSeconds, spawnBaton, spawnScript, type BenchProcess } from './processes.ts';
 import { meterRedis, percentileOf, sharedRedisNote, withBenchRedis } from './redis-stats.ts';
 import { clientFor, rawSubscriber, readStreamerRuns, summarize, type Latency } from './streams.ts';
 import { num, printTable, ratio, type Cell } from './table.ts';
@@ -264,14 +264,9 @@ async function startFleet(redisUrl: string, admin: Redis, dir: string): Promise<
   const most = Math.max(...LLM_RUNS);
   const prefix = `bllm${randomBytes(4).toString('hex')}`;
   const perScope = Math.ceil(most / SCOPES);
-  const env = {
-    REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
-    // Every run streams at once: one worker takes them all, and no scope limit or fair share caps them
-    // (one scope's runs are fewer than the workers' slots, so there is no contention to share).
-    WORKER_CONCURRENCY: String(most), MAX_ACTIVE_PER_SCOPE: String(perScope * 2), SUBMIT_RATE_PER_SEC: '0',
-    // Every run's reader streams on its scope's one key at once: past the default per-key stream cap.
-    SSE_MAX_PER_KEY: String(perScope * 2), SSE_MAX_PER_SCOPE: String(perScope * 2),
-  };
+  // Every run streams at once (one scope's runs are fewer than the workers' slots, so there is
+  // no contention for the fair share to settle).
+  const env = allAtOnceEnv(redisUrl, prefix, most, perScope);
   const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);
   const fleet: Fleet = { api, worker, admin, prefix, scopes: [], clients: [], dir, succeeded: 0 };
   try {

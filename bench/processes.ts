@@ -62,6 +62,19 @@ process.once('exit', () => {
   for (const child of live) child.kill('SIGKILL');
 });
 
+/**
+ * The environment of a `baton api` and a `baton worker` that stream `runs` runs at once,
+ * `perScope` of them in each scope: one worker takes them all, and no scope limit, submit
+ * rate or per-key stream cap holds any back (every run's reader streams on its scope's one key).
+ */
+export function allAtOnceEnv(redisUrl: string, prefix: string, runs: number, perScope: number): Record<string, string> {
+  return {
+    REDIS_URL: redisUrl, BATON_KEY_PREFIX: prefix, RUNTIME: 'bench', PORT: '0', LOG_LEVEL: 'warn', METRICS_PORT: '0',
+    WORKER_CONCURRENCY: String(runs), MAX_ACTIVE_PER_SCOPE: String(perScope * 2), SUBMIT_RATE_PER_SEC: '0',
+    SSE_MAX_PER_KEY: String(perScope * 2), SSE_MAX_PER_SCOPE: String(perScope * 2),
+  };
+}
+
 /** Starts `baton api` or `baton worker` (with `agents` modules); resolves at its ready line. */
 export function spawnBaton(
   kind: 'api' | 'worker', env: Record<string, string>, agents: string[] = [], launcher: Launcher = 'sources',
