@@ -1,27 +1,24 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { startLocalRedis } from '../src/cli/local-redis.ts';
 import { BatonClient } from '../src/lib/client/client.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
 import { startCluster } from '../test/helpers/cluster.ts';
 import { allAtOnceEnv, spawnBaton } from './processes.ts';
-import { redisCpuSeconds, totalCommands } from './redis-stats.ts';
+import { redisCpuSeconds, totalCommands, withBenchRedis } from './redis-stats.ts';
 import { readStreamerRuns } from './streams.ts';
 import { num, printTable } from './table.ts';
 
 /**
  * Issue 46's balance figure: how a tenant's streaming runs spread over the primaries of a
  * Redis Cluster. For each number of primaries in BENCH_CLUSTER_PRIMARIES (1,3,6; 1 is a plain
- * redis-server, as `redis-cli --cluster create` needs three) and each number of scopes in
- * BENCH_CLUSTER_SCOPES (1), BENCH_CLUSTER_RUNS runs (300), each in a session of its own and
- * spread round-robin over the scopes, stream BENCH_CLUSTER_TOKENS tokens (100) one every 20 ms
- * through a `baton api` and a `baton worker` process, read over SSE here. Printed per row: each
+ * redis-server, the bench's own or REDIS_URL's, as `redis-cli --cluster create` needs three)
+ * and each number of scopes in BENCH_CLUSTER_SCOPES (1), BENCH_CLUSTER_RUNS runs (300), each
+ * in a session of its own and spread round-robin over the scopes, stream BENCH_CLUSTER_TOKENS
+ * tokens (100) one every 20 ms through a `baton api` and a `baton worker` process, read over
+ * SSE here. Printed per row: each
  * node's Redis CPU and commands over the whole lifecycle (INFO cpu and commandstats deltas), the
  * balance (the busiest node's CPU over the idlest's), and the streams at 50 tokens/s the fleet
  * could carry before its busiest node's core is full (tokens streamed ÷ that node's CPU
@@ -44,27 +41,18 @@ const [TOKENS] = list('BENCH_CLUSTER_TOKENS', [100]);
 const TOKEN_MS = 20;
 const AGENTS = fileURLToPath(new URL('./bench-agents.ts', import.meta.url));
 
-interface Node { port: number; redis: Redis }
+interface Node { url: string; redis: Redis }
 interface Row { primaries: number; scopes: number; cpu: number[]; commands: number[]; roles: string[]; tokens: number; seconds: number }
 
-async function withRedis(primaries: number, fn: (url: string, ports: number[]) => Promise<void>): Promise<void> {
-  if (primaries >= 3) {
-    const cluster = await startCluster(primaries);
-    try {
-      await fn(cluster.url, cluster.ports);
-    } finally {
-      await cluster.stop();
-    }
-    return;
-  }
-  if (primaries !== 1) throw new Error('BENCH_CLUSTER_PRIMARIES: 1 (a plain redis-server) or 3 and more');
-  const dir = mkdtempSync(join(tmpdir(), 'baton-bench-'));
-  const local = await startLocalRedis(dir, ['--appendonly', 'no']);
+/** Runs `fn` with the URL Baton is given and each primary's own URL. */
+async function withRedis(primaries: number, fn: (url: string, nodes: string[]) => Promise<void>): Promise<void> {
+  if (primaries === 1) return withBenchRedis((url) => fn(url, [url]));
+  if (primaries < 3) throw new Error('BENCH_CLUSTER_PRIMARIES: 1 (a plain redis-server) or 3 and more');
+  const cluster = await startCluster(primaries);
   try {
-    await fn(local.url, [Number(new URL(local.url).port)]);
+    await fn(cluster.url, cluster.ports.map((p) => `redis://127.0.0.1:${p}`));
   } finally {
-    await local.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await cluster.stop();
   }
 }
 
@@ -76,7 +64,7 @@ async function roles(nodes: Node[], prefix: string, scopes: string[]): Promise<s
     const slot = Number(await nodes[0].redis.call('CLUSTER', 'KEYSLOT', key));
     const ranges = (await nodes[0].redis.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
     const port = ranges.find(([from, to]) => slot >= from && slot <= to)?.[2][1];
-    return nodes.findIndex((n) => n.port === port);
+    return nodes.findIndex((n) => Number(new URL(n.url).port) === port);
   };
   const out = nodes.map(() => [] as string[]);
   for (const s of scopes) out[await owner(keys.scope(s).meta)].push(`scope ${s}`);
@@ -86,8 +74,8 @@ async function roles(nodes: Node[], prefix: string, scopes: string[]): Promise<s
 
 async function measure(primaries: number, scopeCount: number): Promise<Row> {
   let row!: Row;
-  await withRedis(primaries, async (url, ports) => {
-    const nodes = ports.map((port) => ({ port, redis: new Redis(port, '127.0.0.1') }));
+  await withRedis(primaries, async (url, nodeUrls) => {
+    const nodes = nodeUrls.map((u) => ({ url: u, redis: new Redis(u) }));
     const prefix = `bcl${randomBytes(4).toString('hex')}`;
     const env = allAtOnceEnv(url, prefix, RUNS, Math.ceil(RUNS / scopeCount));
     const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);

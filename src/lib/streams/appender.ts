@@ -5,6 +5,8 @@ import type { WorkerGateway } from '../transitions/attempt-gateway.ts';
 /** Runs whose batches one call carries at most, and the bytes of their events (at least one batch). */
 const MAX_RUNS_PER_CALL = 200;
 const MAX_BYTES_PER_CALL = 1024 * 1024;
+/** The longest a scope's call waits for more batches, as a share of the widest window (gatherMs). */
+const GATHER_SHARE = 1 / 8;
 
 interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void; at: number }
 
@@ -74,7 +76,7 @@ export class Appender {
    * not count.
    */
   gatherMs(scope: string): number {
-    return (this.widening.maxMs / 8) * this.load(this.scopeWriters.get(scope) ?? 0);
+    return this.widening.maxMs * GATHER_SHARE * this.load(this.scopeWriters.get(scope) ?? 0);
   }
 
   /** 0 for a lone writer to 1 at `fullAt` writers. */

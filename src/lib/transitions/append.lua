@@ -14,7 +14,7 @@
 -- @reply Applied: lastId
 -- @reply Duplicate: lastId
 -- @reply LeaseLost: lastId
--- @uses fenced, applied, runKey, lastEntryId, notify
+-- @uses fenced, applied, runKey, lastEntryId, logEntry, notify
 -- Written for the hot path (one call a worker tick carries every streaming run's batch): per
 -- run one HMGET, its XADDs and one HSET, and no tables but the fence read's and the notification's.
 local out = {}
@@ -49,7 +49,7 @@ for _, run in ipairs(O.runs) do
       end
       local events = entry[3]
       for i = first, at - 1, 2 do
-        lastId = redis.call('XADD', sk, 'MAXLEN', '~', O.maxLen, '*', 'type', ARGV[i], 'data', ARGV[i + 1])
+        lastId = logEntry(sk, ARGV[i], ARGV[i + 1])
         events[#events + 1] = { lastId, ARGV[i], ARGV[i + 1] }
       end
       -- Where the log ends now, kept in the record (events.lua: knownTail).

@@ -25,6 +25,11 @@ local function lastEntryId(sk)
   return (last[1] and last[1][1]) or '0'
 end
 
+-- Adds one event to the log `sk`, capped at the configured length; returns its id.
+local function logEntry(sk, etype, data)
+  return redis.call('XADD', sk, 'MAXLEN', '~', call.O.maxLen, '*', 'type', etype, 'data', data)
+end
+
 local function addEvent(runId, etype, data)
   local sk = runKey(runId) .. ':events'
   local batch = call.published[runId]
@@ -32,7 +37,7 @@ local function addEvent(runId, etype, data)
     batch = { prev = lastEntryId(sk), events = {} }
     call.published[runId] = batch
   end
-  local id = redis.call('XADD', sk, 'MAXLEN', '~', call.O.maxLen, '*', 'type', etype, 'data', data)
+  local id = logEntry(sk, etype, data)
   batch.events[#batch.events + 1] = { id, etype, data }
   if not call.now then call.now = tonumber(string.match(id, '^%d+')) end
   return id
