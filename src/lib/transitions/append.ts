@@ -1,14 +1,14 @@
 import type { Attempt } from './attempt.ts';
 import { UNDECODED, type ScriptCaller } from './caller.ts';
-import { decode, text, type Replies } from './reply.ts';
+import { decode, type Replies } from './reply.ts';
 import { LeaseLostError } from './script-codes.ts';
 
 /** One run's batch of events for appendMany: the writer's number, applied once per attempt. */
 export interface AppendItem { attempt: Attempt; batch: number; events: readonly (readonly [string, string])[] }
 export type AppendAnswer = 'applied' | 'duplicate';
 
-/** Two entries per run, in order: its code and the id of its last event ('' when none was added). */
-export const REPLY = { Applied: { lastId: text }, Duplicate: { lastId: text }, LeaseLost: { lastId: text } } satisfies Replies;
+/** One entry per run, in order: its code. */
+export const REPLY = { Applied: {}, Duplicate: {}, LeaseLost: {} } satisfies Replies;
 
 /**
  * Appends the batches of several runs of one scope in one call (append.lua; one notification
@@ -23,9 +23,9 @@ export async function appendMany(c: ScriptCaller, items: readonly AppendItem[]):
     // Fence and batch as text: the script uses them as text (the record's fields, `appendedBatch`).
     runs: items.map((i) => [i.attempt.runId, String(i.attempt.fence), String(i.batch), i.events.length]),
   }, items.flatMap((i) => i.events.flat()));
-  if (!Array.isArray(raw) || raw.length !== 2 * items.length) throw new Error('malformed append reply');
+  if (!Array.isArray(raw) || raw.length !== items.length) throw new Error('malformed append reply');
   return items.map((item, n) => {
-    const reply = decode('append', REPLY, raw.slice(2 * n, 2 * n + 2));
+    const reply = decode('append', REPLY, [raw[n]]);
     if (reply.refused) return new LeaseLostError(item.attempt.runId);
     return reply.outcome === 'Duplicate' ? 'duplicate' : 'applied';
   });

@@ -56,6 +56,7 @@ const LUA_DIR = fileURLToPath(new URL('./', import.meta.url));
  *   reply codes named (`CODE`, `OUTCOME`, generated from script-codes.ts); replies unchanged.
  * - v12 (too): the submit's options no longer repeat the new run's id, session, runtime and ttlMs:
  *   the record (ARGV pairs) is the one place they cross, read once at the script's top.
+ * - v12 (too): the append replies one code a run, without the id of its last event (nobody read it).
  */
 const VERSION = 12;
 

@@ -53,14 +53,26 @@ end
 -- The fields every fence check reads (fenced below); a caller's own follow them in the same read.
 local FENCE_READ = { 'fence', 'status', 'leaseOwner' }
 
--- Checks that the caller still holds the run's lease: same fence, still running, not handed
--- over. `names` (optional): more fields to read in the same HMGET. Returns whether it holds,
--- and the record's fields read, by name (the fence's three among them).
-local function fenced(rk, fence, names)
+-- The fields a fence check reads, then `names` (optional), as one list for readFields: a call
+-- that checks many runs' fences (append) makes it once, not once a run.
+local function fenceRead(names)
   local read = { unpack(FENCE_READ) }
   for _, name in ipairs(names or {}) do read[#read + 1] = name end
-  local rec = readFields(rk, read)
-  -- No owner: the holder handed the run over at shutdown (release); the fence moves on at
-  -- the next claim, but the holder's right to write ended with the hand-over.
-  return rec.fence == tostring(fence) and rec.status == 'running' and rec.leaseOwner ~= '', rec
+  return read
+end
+
+-- Whether `rec` (read with fenceRead's fields) says the caller still holds the run's lease:
+-- same fence, still running, not handed over. No owner: the holder handed the run over at
+-- shutdown (release); the fence moves on at the next claim, but the holder's right to write
+-- ended with the hand-over.
+local function holds(rec, fence)
+  return rec.fence == tostring(fence) and rec.status == 'running' and rec.leaseOwner ~= ''
+end
+
+-- Checks that the caller still holds the run's lease (holds). `names` (optional): more fields
+-- to read in the same HMGET. Returns whether it holds, and the record's fields read, by name
+-- (the fence's three among them).
+local function fenced(rk, fence, names)
+  local rec = readFields(rk, fenceRead(names))
+  return holds(rec, fence), rec
 end
