@@ -16,8 +16,8 @@
 -- @uses fenceRead, readFields, holds, applied, runKey, lastEntryId, logEntry, notify
 -- Written for the hot path (one call a worker tick carries every streaming run's batch): per
 -- run one HMGET, its XADDs and one HSET, and no tables but the fields read and the
--- notification's (the list of fields to read is made once a call: about a tenth of the call's
--- Redis CPU a run-batch when it was made per run, docs/benchmarks.md).
+-- notification's. The list of fields to read is made once a call: made once a run, it cost
+-- about 6 % of the function's Redis CPU (docs/benchmarks.md, "One field list a call").
 local out = {}
 local runs = {}
 local READ = fenceRead({ 'appendedBatch', 'logTail' })
