@@ -1,6 +1,7 @@
 import { beforeAll, expect, it } from 'vitest';
 import { startCluster } from './helpers/cluster.ts';
-import { useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { PARTITIONS_TTL_MS, jobId, partitionOf } from '../src/lib/engine/dispatcher.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
 
@@ -74,6 +75,24 @@ it('schedules on a cluster: per-second ticks of scopes on different nodes each m
     }, 10_000, 'no pending tick');
     expect((await admin.get(`/runs/${s.lastRunId}`)).body.metadata).toMatchObject({ scheduleId: id, scheduledFor: s.lastTick });
     expect((await admin.del(`/schedules/${id}`)).status).toBe(204);
+  }
+  await w.close();
+});
+
+it('a runtime\'s queue partitions on a cluster: each on a slot of its own, runs spread over them and all consumed', async () => {
+  const w = await h.startWorker({ env: { QUEUE_PARTITIONS: '3' } });
+  const events = (p: number) => `${h.keys.queuePrefix(h.runtime, p)}:echo:events`;
+  const slots = await Promise.all([0, 1, 2].map((p) => h.redis.call('CLUSTER', 'KEYSLOT', events(p))));
+  expect(new Set(slots).size).toBe(3);
+  // The API reads the runtime's count again within PARTITIONS_TTL_MS.
+  await sleep(PARTITIONS_TTL_MS + 100);
+  const ids: string[] = [];
+  for (let i = 0; i < 24; i++) ids.push((await acme.submit(`partitions-${i}`, `partition ${i}`)).body.id);
+  for (const [i, id] of ids.entries()) expect((await acme.waitStatus(id, ['succeeded'])).result.answer).toBe(`partition ${i}`);
+  for (const p of [0, 1, 2]) {
+    const mine = ids.filter((id) => partitionOf(id, 3) === p).map((id) => jobId(id, 1));
+    const added = (await h.redis.xrange(events(p), '-', '+')).map(([, f]) => f[f.indexOf('jobId') + 1]);
+    expect(added).toEqual(expect.arrayContaining(mine));
   }
   await w.close();
 });

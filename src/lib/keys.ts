@@ -175,9 +175,13 @@ export interface Keys {
   operationScopes: string;
   /**
    * BullMQ prefix of a runtime's queues, one per agent (the queue's name is the agent's);
-   * the braces keep a runtime's queues in one Cluster slot.
+   * the braces keep a runtime's queues in one Cluster slot, a partition's in one of its own
+   * (partition 0 is the runtime's queues as they were before partitions: `{<runtime>}`;
+   * partition p, `{<runtime>:p}`, which no runtime's name can be, as ids have no colon).
    */
-  queuePrefix(runtime: string): string;
+  queuePrefix(runtime: string, partition?: number): string;
+  /** Runtime -> its queue partition count, the score (a zset, raised with ZADD GT; src/lib/engine/dispatcher.ts). */
+  queuePartitions: string;
   /** Channel on which cancel requests reach whichever worker holds a run. */
   cancelChannel: string;
   /** The secret resume tokens are derived from, when WAIT_TOKEN_SECRET does not give one. */
@@ -255,7 +259,11 @@ export function createKeys(prefix: string): Keys {
     runtimes: `${prefix}:{${prefix}-registry}:runtimes`,
     runtimeWorkers: (rt) => `${prefix}:{${prefix}-registry}:workers:${checked('runtime', rt)}`,
     // `:agent`: the queues of earlier versions, one per runtime named after it, stay apart.
-    queuePrefix: (runtime) => `${prefix}:q:{${checked('runtime', runtime)}}:agent`,
+    queuePrefix: (runtime, partition = 0) => {
+      if (!Number.isInteger(partition) || partition < 0) throw new Error(`invalid queue partition: ${partition}`);
+      return `${prefix}:q:{${checked('runtime', runtime)}${partition === 0 ? '' : `:${partition}`}}:agent`;
+    },
+    queuePartitions: `${prefix}:{${prefix}-registry}:queue-partitions`,
     runtimeAgents: (rt) => `${prefix}:{${prefix}-registry}:agents:${checked('runtime', rt)}`,
     scope(scope) {
       const known = scopes.get(scope);

@@ -1,12 +1,12 @@
 /**
  * A worker process's WORKER_CONCURRENCY, shared by the BullMQ workers of its agents' queues
- * (one per agent: see Dispatcher). Each of them may hand over a job at any time; a job takes
+ * (one per agent and queue partition: see Dispatcher). Each of them may hand over a job at any time; a job takes
  * a slot before it runs and waits for one when all are taken.
  *
  * So that a busy process does not hold jobs it cannot start while another process could,
  * each queue's BullMQ worker is told how many jobs it may fetch: the jobs it holds plus the
  * slots nobody holds (at least 1, BullMQ's minimum). With every slot taken a queue fetches
- * no more than one job past its own, so at most one job per agent waits here for a slot.
+ * no more than one job past its own, so at most one job per queue waits here for a slot.
  */
 export class Slots<Q> {
   private used = 0;

@@ -92,17 +92,19 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
   await presence.start();
 
   let closing: Promise<void> | undefined;
-  // One BullMQ worker per agent served: runs are routed by agent (see Dispatcher), and the
-  // process's WORKER_CONCURRENCY is shared by them (Slots).
+  // One BullMQ worker per agent served and queue partition: runs are routed by agent and
+  // spread over the runtime's partitions (see Dispatcher), and the process's
+  // WORKER_CONCURRENCY is shared by them all (Slots).
   const bullWorkers = new Map<string, Worker<JobData>>();
-  const slots = new Slots<string>(c.WORKER_CONCURRENCY, (agent, limit) => {
-    const w = bullWorkers.get(agent);
+  const slots = new Slots<string>(c.WORKER_CONCURRENCY, (queue, limit) => {
+    const w = bullWorkers.get(queue);
     if (w && w.concurrency !== limit) w.concurrency = limit;
   });
-  for (const agent of o.agents.keys()) {
+  const consume = (agent: string, partition: number) => {
+    const queue = `${agent}#${partition}`;
     const worker = new Worker<JobData>(
       agent,
-      (job: Job<JobData>, token?: string) => slots.run(agent, async () => {
+      (job: Job<JobData>, token?: string) => slots.run(queue, async () => {
         // BullMQ may hand over a job it fetched just as close() was called: it goes back to the
         // queue unclaimed, for a worker that stays, so nothing starts here once closing began
         // (a reload under `baton start --watch` promises the runs after it the new code).
@@ -119,7 +121,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
       }),
       {
         connection: res.bull,
-        prefix: keys.queuePrefix(runtime),
+        prefix: keys.queuePrefix(runtime, partition),
         // BullMQ names the worker's Redis client after it: /readyz finds this worker by it.
         name: workerId,
         concurrency: c.WORKER_CONCURRENCY,
@@ -132,13 +134,25 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
     // A Redis that went away shows here once per retry of each of the worker's connections
     // (hundreds a minute): the connections log it once when lost and once when back (redis.ts).
     worker.on('error', (err) => {
-      if (!isConnectionLoss(err)) log.warn({ err: err.message, agent }, 'bullmq worker error');
+      if (!isConnectionLoss(err)) log.warn({ err: err.message, agent, partition }, 'bullmq worker error');
     });
-    worker.on('failed', (job, err) => log.error({ jobId: job?.id, agent, err: err.message }, 'run delivery failed'));
-    bullWorkers.set(agent, worker);
-    slots.add(agent);
-  }
-  for (const worker of bullWorkers.values()) void worker.run();
+    worker.on('failed', (job, err) => log.error({ jobId: job?.id, agent, partition, err: err.message }, 'run delivery failed'));
+    bullWorkers.set(queue, worker);
+    slots.add(queue);
+    void worker.run();
+  };
+  // The runtime's partitions: raised to this worker's QUEUE_PARTITIONS, and read again every
+  // heartbeat, so a count another worker raised is consumed here too within a beat.
+  let partitions = 0;
+  const widen = (n: number) => {
+    for (; partitions < n && !closing; partitions++) for (const agent of o.agents.keys()) consume(agent, partitions);
+  };
+  widen(await dispatcher.raisePartitions(runtime, c.QUEUE_PARTITIONS));
+  const rereadPartitions = setInterval(() => {
+    dispatcher.partitions(runtime, true).then(widen, (err: Error) => {
+      if (!isConnectionLoss(err)) log.warn({ err: err.message }, 'reading the queue partitions failed');
+    });
+  }, c.HEARTBEAT_MS);
 
   let ops: OpsServer | undefined;
   const checks = [redisCheck(redis), workerCheck({
@@ -160,6 +174,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
     close() {
       closing ??= (async () => {
         log.info({ inFlight: leases.size }, 'worker stopping: no new claims');
+        clearInterval(rereadPartitions);
         // BullMQ stops fetching as soon as close() is called; it resolves once in-flight runs
         // ended. The grace period counts from here, not from after the bookkeeping below.
         const drained = Promise.all([...bullWorkers.values()].map((w) => w.close()));
@@ -192,7 +207,7 @@ export async function startWorker(o: WorkerOptions): Promise<WorkerHandle> {
       throw err;
     }
   }
-  log.info({ concurrency: c.WORKER_CONCURRENCY, agents: [...o.agents.keys()], ops: ops?.url }, 'worker started');
+  log.info({ concurrency: c.WORKER_CONCURRENCY, agents: [...o.agents.keys()], partitions, ops: ops?.url }, 'worker started');
   return handle;
 }
 

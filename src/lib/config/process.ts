@@ -2,6 +2,9 @@ import { z } from 'zod';
 import { intMs, bool } from './values.ts';
 import { parseRedisUrl } from './redis-url.ts';
 
+/** The most queue partitions a runtime may have (QUEUE_PARTITIONS). */
+export const MAX_QUEUE_PARTITIONS = 64;
+
 /** The process: its Redis, where it listens, what it logs and traces, the runtime it serves, its metrics and the keys it starts with. */
 export const processVars = {
   /**
@@ -62,6 +65,15 @@ export const processVars = {
   RUNTIME: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/).default('default'),
   /** WORKER_CONCURRENCY: runs one worker process executes at once. Agent runs mostly wait on I/O. */
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
+  /**
+   * QUEUE_PARTITIONS: the BullMQ queues (per agent) a runtime's runs are spread over, each on a
+   * Redis Cluster slot of its own, so one runtime's queue work is not one node's. A worker
+   * raises its runtime's recorded count to this when it starts, never lowers it, and every
+   * worker consumes every partition of the recorded count (src/lib/engine/dispatcher.ts). 1 (the
+   * default) is one queue per agent, as before partitions; on a single Redis, partitions
+   * change nothing but the number of queues.
+   */
+  QUEUE_PARTITIONS: z.coerce.number().int().min(1).max(MAX_QUEUE_PARTITIONS).default(1),
   /** SHUTDOWN_GRACE_MS: on SIGTERM, in-flight runs get this long before their leases are handed over. */
   SHUTDOWN_GRACE_MS: intMs(10_000),
   /**

@@ -200,8 +200,7 @@ export class Sweeper {
       }
       let job: { dispatch: number; alive: boolean } | undefined;
       if ((status === 'dispatched' || status === 'retrying') && dispatch && runtime && agent) {
-        const queue = this.dispatcher.queue(runtime, agent);
-        const state = await queue.getJobState(jobId(runId, Number(dispatch)));
+        const { queue, state } = await this.dispatcher.findJob(runtime, agent, runId, Number(dispatch));
         job = { dispatch: Number(dispatch), alive: LIVE_JOB_STATES.has(state) };
         // Waiting for a worker that serves its agent: since the later of its submit (or due
         // time) and when such a worker was last seen.
