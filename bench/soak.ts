@@ -52,6 +52,8 @@ export interface SoakOptions {
   redisMode: 'restart' | 'sentinel';
   /** REDIS_MIN_REPLICAS_ACK for every process (sentinel mode). */
   minReplicasAck: number;
+  /** QUEUE_PARTITIONS for every worker: the runtime's queues split in this many (docs/operations.md#queue-partitions). */
+  queuePartitions: number;
   /**
    * Sentinel mode: how the primary goes. `kill`: SIGKILL (a crash; the node rejoins as a
    * replica). `switch`: a planned SENTINEL FAILOVER with no write pause, which promotes a
@@ -80,6 +82,7 @@ export interface SoakReport extends CheckStats {
   redisRestarts: number;
   redisMode: SoakOptions['redisMode'];
   minReplicasAck: number;
+  queuePartitions: number;
   failovers: Failover[];
   /** Accepted runs (202/200) whose record is gone at the end: what a failover lost. */
   lostRuns: number;
@@ -103,6 +106,7 @@ export const DEFAULTS: SoakOptions = {
   settleTimeoutMs: 120_000,
   redisMode: 'restart',
   minReplicasAck: 0,
+  queuePartitions: 1,
   failover: 'kill',
   log: () => {},
 };
@@ -158,6 +162,7 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       env: {
         REDIS_URL: url,
         REDIS_MIN_REPLICAS_ACK: String(o.minReplicasAck),
+        QUEUE_PARTITIONS: String(o.queuePartitions),
         BATON_KEY_PREFIX: prefix,
         RUNTIME,
         PORT: '0',
@@ -521,6 +526,7 @@ export async function runSoak(partial: Partial<SoakOptions> = {}): Promise<SoakR
       redisRestarts: state.redisRestarts,
       redisMode: o.redisMode,
       minReplicasAck: o.minReplicasAck,
+      queuePartitions: o.queuePartitions,
       failovers: state.failovers.map(({ killedAt: _, ...f }) => f),
       lostRuns,
       submitRetries: state.submitRetries,
@@ -544,6 +550,7 @@ export function formatReport(r: SoakReport): string {
     r.redisMode === 'sentinel'
       ? `kills: ${r.workerKills} workers, ${r.apiKills} APIs; failovers ${r.failovers.length} (REDIS_MIN_REPLICAS_ACK=${r.minReplicasAck}); submit retries ${r.submitRetries}`
       : `kills: ${r.workerKills} workers, ${r.apiKills} APIs; Redis restarts ${r.redisRestarts}; submit retries ${r.submitRetries}`,
+    ...(r.queuePartitions > 1 ? [`queue partitions: ${r.queuePartitions}`] : []),
     ...r.failovers.map((f, i) => `failover ${i + 1}: promoted after ${f.promotedMs} ms; first accepted submit after ${f.firstSubmitMs ?? 'none'} ms; first event written after the kill read after ${f.firstEventMs ?? 'none'} ms`),
     `accepted runs lost: ${r.lostRuns}`,
     `provider: ${r.providerRequests} requests, ${r.providerApplied} applied; non-idempotent tool executions ${r.toolExecutions}`,
@@ -566,6 +573,7 @@ async function main(): Promise<void> {
     apis: num('SOAK_APIS', DEFAULTS.apis),
     redisMode: process.env.SOAK_REDIS === 'sentinel' ? 'sentinel' : 'restart',
     minReplicasAck: num('SOAK_MIN_REPLICAS_ACK', DEFAULTS.minReplicasAck),
+    queuePartitions: num('SOAK_QUEUE_PARTITIONS', DEFAULTS.queuePartitions),
     failover: process.env.SOAK_FAILOVER === 'switch' ? 'switch' : 'kill',
     log: (line) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`),
   });

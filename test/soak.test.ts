@@ -8,6 +8,8 @@ import { formatReport, runSoak } from '../bench/soak.ts';
  * and the driver answers each run's wait and approval at random moments. Flow control is in the
  * mix: operator limits on the scopes (one at a time and one per key; three at twice the
  * weight), priorities and concurrency keys on the runs, and no slot may stay counted at the end.
+ * The runtime's queues are split in two (QUEUE_PARTITIONS), so runs go through both
+ * partitions while workers die; the Sentinel soak below keeps the one queue of the default.
  * Every figure is printed; only the checks are asserted.
  */
 it('under worker, API and Redis kills no accepted run is lost or duplicated, no side effect repeats, no history or stream is corrupted', async () => {
@@ -21,6 +23,7 @@ it('under worker, API and Redis kills no accepted run is lost or duplicated, no 
     apiKillEveryMs: 8_000,
     redisRestartEveryMs: 9_000,
     settleTimeoutMs: 45_000,
+    queuePartitions: 2,
     log: (line) => console.log(line),
   });
   console.log(`chaos soak (shortened)\n${formatReport(report)}`);
