@@ -283,8 +283,13 @@ async function failoverRound(
   if (!lost.includes(asking.id)) expect(final.get(asking.id)?.result?.answer).toBe(`draft of round ${round}: approved`);
 
   // Readers: each stream ended with its run's answer, never repeated an event, and got every
-  // event the log now holds; events it saw that the new primary never got are counted.
+  // event the log now holds; events it saw that the new primary never got are counted. After a
+  // second failover in the round, a primary Baton wrote to was demoted with what it had not
+  // passed on, while its successor took writes of its own: the events a reader was sent from
+  // one and the log the other kept can then differ both ways, so what the reader missed is
+  // counted and printed too, as lost runs are (docs/operations.md, "What survives a failover").
   let unreplicatedEvents = 0;
+  let missedAfterSecondFailover = 0;
   let resumedReaders = 0;
   for (const r of readers) {
     if (lost.includes(r.runId)) continue;
@@ -293,8 +298,13 @@ async function failoverRound(
     expect(r.events.at(-1)).toMatchObject({ type: 'end', data: { status: 'succeeded', result: { answer: r.content } } });
     const log = await fullLog(h, 'acme', r.runId);
     const seen = new Set(ids);
-    expect(log.filter((e) => !seen.has(e.id)).map((e) => e.id), `reader of ${r.runId} missed events`).toEqual([]);
     const inLog = new Set(log.map((e) => e.id));
+    const missed = log.filter((e) => !seen.has(e.id)).map((e) => e.id);
+    if (extraSwitches > 0) missedAfterSecondFailover += missed.length;
+    else {
+      expect(missed, `reader of ${r.runId} missed events; it was sent these the log lacks: ` +
+        `${JSON.stringify(ids.filter((id) => !inLog.has(id)))}; the Sentinel's log:\n${s.switches()}`).toEqual([]);
+    }
     unreplicatedEvents += ids.filter((id) => !inLog.has(id)).length;
     // Read on past the failover: it got an event written (its stream id is Redis's time) after
     // the primary failed, so by the new one. Not "read after the promotion was seen": on a busy
@@ -314,7 +324,7 @@ async function failoverRound(
     `  submits: ${submitter.accepted.length} accepted (${submitter.refused} refused answers retried with the same idempotency key)`,
     `  streamed runs: ${readers.length}, ${resumedReaders} read on past the failover; attempts ${attempts.join(',')}; events seen but not replicated: ${unreplicatedEvents}`,
     `  accepted runs lost with the old primary: ${lost.length}${lost.length ? ` (${lost.join(', ')})` : ''}`,
-    ...(extraSwitches > 0 ? [`  Sentinel failed over ${extraSwitches} more time(s) in this round; resumes lost with a demoted primary and sent again: ${resumesLost}; runs accepted after the first failover and lost: ${lostAfterFailover.length}`] : []),
+    ...(extraSwitches > 0 ? [`  Sentinel failed over ${extraSwitches} more time(s) in this round; resumes lost with a demoted primary and sent again: ${resumesLost}; runs accepted after the first failover and lost: ${lostAfterFailover.length}; events in the logs that readers were not sent: ${missedAfterSecondFailover}`] : []),
   ].join('\n'));
   expect(resumedReaders).toBeGreaterThan(0);
   return { old, promoted, lost, unreplicatedEvents };
