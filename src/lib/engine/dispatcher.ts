@@ -45,10 +45,11 @@ const MAX_KNOWN_RUNTIMES = 1_000;
  * A runtime's queues may be partitioned (QUEUE_PARTITIONS): each agent's queue is then one
  * queue per partition, each on a Cluster slot of its own, a run's jobs in partitionOf(runId).
  * The count is the runtime's, recorded in Redis (Keys.queuePartitions): a worker raises it to
- * its QUEUE_PARTITIONS when it starts and never lowers it, every worker consumes every
- * partition of the count it last read (src/worker/worker.ts), and a dispatch spreads over the
- * count it last read, so no job goes to a partition no worker has been told of for longer
- * than a worker's refresh (PARTITIONS_TTL_MS).
+ * its QUEUE_PARTITIONS when it starts (and consumes them at once) and never lowers it, every
+ * other worker reads it again each heartbeat and consumes every partition of it
+ * (src/worker/worker.ts), and a dispatch spreads over the count it read at most
+ * PARTITIONS_TTL_MS ago: so a job only goes to a partition the worker that raised the count
+ * consumes, and the others within a heartbeat.
  */
 export class Dispatcher {
   private readonly queues = new Map<string, Queue<JobData>>();
