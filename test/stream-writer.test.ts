@@ -245,20 +245,19 @@ describe('append script', () => {
     const appender = new Appender(gateway, { maxMs: 40, fullAt: 101 });
     // The window from a writer's own 5 ms: linear in the writers open, 40 ms from 101 on.
     const windows: number[] = [];
-    const opened = (n: number) => { for (let i = 0; i < n; i++) appender.opened('acme'); };
+    const opened = (n: number) => { for (let i = 0; i < n; i++) appender.opened(); };
     for (const n of [1, 50, 50, 100]) {
       opened(n);
       windows.push(appender.flushMs(5));
     }
     expect(windows).toEqual([5, 23, 40, 40]);
-    for (let i = 0; i < 201; i++) appender.closed('acme');
+    for (let i = 0; i < 201; i++) appender.closed();
     expect(appender.flushMs(5)).toBe(5);
-    // Writers count themselves: with 100 others open (of other scopes: the window is the
-    // process's, and the writer's call then waits for no one), a writer's tokens wait for the widened
+    // Writers count themselves: with 100 others open (the window is the process's), a writer's tokens wait for the widened
     // window (here 10 s, so no machine is slow enough to see it pass): the first goes at once
     // (the window is leading-edge), the next nine together when flushed.
     const wide = new Appender(gateway, { maxMs: 10_000, fullAt: 2 });
-    for (let i = 0; i < 100; i++) wide.opened('others');
+    for (let i = 0; i < 100; i++) wide.opened();
     const attempt = await fakeRunning(`widen-${h.prefix}`);
     const writer = new EventWriter({
       transitions: gateway, appender: wide, attempt, flushMs: 0, flushTokens: 64,
@@ -275,38 +274,65 @@ describe('append script', () => {
     const log = await fullLog(h, 'acme', attempt.runId);
     expect(log.map((e) => (e.data as { text: string }).text)).toEqual(['w0 ', Array.from({ length: 9 }, (_, i) => `w${i + 1} `).join('')]);
     // Closed, the writer no longer counts: the window is back to the writer's own for the next.
-    for (let i = 0; i < 100; i++) wide.closed('others');
+    for (let i = 0; i < 100; i++) wide.closed();
     expect(wide.flushMs(0)).toBe(0);
   });
 
-  it('while many runs of a scope stream, its batch waits an eighth of the widest window for others and one call carries them; a lone run\'s goes at once', async () => {
-    const appender = new Appender(h.gateways().worker, { maxMs: 16_000, fullAt: 3 });
-    const gathers: number[] = [];
+  it('windows that end in one tick go in one call: a window\'s end is rounded up to the tick, and a wait stopped is not woken', async () => {
+    const gateway = h.gateways().worker;
+    // The widest window is 2 s, so a tick is 250 ms.
+    const appender = new Appender(gateway, { maxMs: 2000, fullAt: 2 });
+    const attempts: Attempt[] = [];
+    for (let i = 0; i < 4; i++) attempts.push(await fakeRunning(`tick-${i}-${h.prefix}`));
+    // A tick a second or more ahead; three window ends in the 250 ms up to it, one just after.
+    const tick = (Math.ceil(Date.now() / 250) + 4) * 250;
+    const ends = [tick - 249, tick - 100, tick, tick + 1];
+    const woken: number[] = [];
+    const written: Promise<unknown>[] = [];
+    for (const [i, at] of ends.entries()) {
+      appender.atTick(at, () => {
+        woken.push(i);
+        written.push(appender.append(attempts[i], 1, token(`w${i}`)));
+      });
+    }
+    let stoppedWoken = false;
+    const stop = appender.atTick(tick - 5, () => { stoppedWoken = true; });
+    stop();
+    await waitFor(() => woken.length === 4, 5_000);
+    await Promise.all(written);
+    // The first three in one call, the last in the next tick's.
+    expect(woken).toEqual([0, 1, 2, 3]);
+    expect([appender.calls, appender.batches, stoppedWoken]).toEqual([2, 4, false]);
+    for (let i = 0; i < 4; i++) expect((await fullLog(h, 'acme', attempts[i].runId)).map((e) => e.data)).toEqual([{ text: `w${i}` }]);
+  });
+
+  it('a writer inside its window waits for the tick; one that flushes writes at once and leaves it', async () => {
+    const gateway = h.gateways().worker;
+    const appender = new Appender(gateway, { maxMs: 10_000, fullAt: 2 });
+    const writers: EventWriter[] = [];
     for (let i = 0; i < 3; i++) {
-      appender.opened('acme');
-      gathers.push(appender.gatherMs('acme'));
+      writers.push(new EventWriter({
+        transitions: gateway, appender, attempt: await fakeRunning(`leave-${i}-${h.prefix}`), flushMs: 0, flushTokens: 64,
+        onLeaseLost: () => { throw new Error('the lease cannot be lost here'); },
+      }));
     }
-    expect(gathers).toEqual([0, 1000, 2000]);
-    // Another scope's runs go in calls of their own: acme's do not make them wait.
-    appender.opened('elsewhere');
-    expect([appender.gatherMs('elsewhere'), appender.flushMs(0)]).toEqual([0, 16_000]);
-    appender.closed('elsewhere');
-    // Three runs' batches 10 ms apart, well inside the 2 s: one call.
-    const attempts = [];
-    for (let i = 0; i < 3; i++) attempts.push(await fakeRunning(`waits-for-others-${i}-${h.prefix}`));
-    const answers = [];
-    for (const [i, attempt] of attempts.entries()) {
-      answers.push(appender.append(attempt, 1, token(`g${i}`)));
-      await sleep(10);
+    // First tokens: written at once (the window is leading-edge). Second tokens, inside the
+    // 10 s window: they wait.
+    for (const [i, w] of writers.entries()) w.token(`a${i} `);
+    for (const w of writers) await w.flush();
+    for (const [i, w] of writers.entries()) w.token(`b${i} `);
+    await sleep(20);
+    expect(writers.map((w) => w.writes)).toEqual([1, 1, 1]);
+    const before = appender.calls;
+    await writers[0].flush();
+    expect(appender.calls - before).toBe(1);
+    // The others' flushes in one turn share a call.
+    await Promise.all([writers[1].flush(), writers[2].flush()]);
+    expect([appender.calls - before, appender.batches]).toEqual([2, 6]);
+    for (const w of writers) w.close();
+    for (const [i, w] of writers.entries()) {
+      expect((await fullLog(h, 'acme', w['o'].attempt.runId)).map((e) => e.data)).toEqual([{ text: `a${i} ` }, { text: `b${i} ` }]);
     }
-    expect(await Promise.all(answers)).toEqual(['applied', 'applied', 'applied']);
-    expect([appender.calls, appender.batches]).toEqual([1, 3]);
-    for (const [i, attempt] of attempts.entries()) expect((await fullLog(h, 'acme', attempt.runId)).map((e) => e.data)).toEqual([{ text: `g${i}` }]);
-    // Down to one writer, a batch goes in a call of its own without waiting.
-    for (let i = 0; i < 2; i++) appender.closed('acme');
-    expect(appender.gatherMs('acme')).toBe(0);
-    await appender.append(attempts[0], 2, token('alone'));
-    expect([appender.calls, appender.batches]).toEqual([2, 4]);
   });
 
   it('applies a batch number once, publishes {prev, events} chained by id, and refuses a stale fence', async () => {

@@ -87,9 +87,9 @@ export const runVars = {
    * streams at once, linearly from EMIT_FLUSH_MS for a lone run to 40 ms at 100 runs, so a
    * batch carries two tokens of a 50 tokens/s model (four at 100/s) when Redis is busiest: a
    * token waits 10 ms more on average and at most the window, within what a reader perceives
-   * (a screen paints every 16.7 ms; chat pages smooth tokens on purpose). While many runs of
-   * one scope stream, the scope's append call also waits up to an eighth of the widest window
-   * (5 ms) to carry more of their batches (src/lib/streams/appender.ts, gatherMs). 0: never widens.
+   * (a screen paints every 16.7 ms; chat pages smooth tokens on purpose). A window's end is
+   * rounded up to the process's tick, an eighth of the widest window (5 ms), so the runs whose
+   * windows end in one tick share an append call (src/lib/streams/appender.ts, atTick). 0: never widens.
    */
   EMIT_FLUSH_MAX_MS: intMs(40),
   EMIT_FLUSH_FULL_AT: z.coerce.number().int().min(1).default(100),

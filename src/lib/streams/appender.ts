@@ -5,10 +5,10 @@ import type { WorkerGateway } from '../transitions/attempt-gateway.ts';
 /** Runs whose batches one call carries at most, and the bytes of their events (at least one batch). */
 const MAX_RUNS_PER_CALL = 200;
 const MAX_BYTES_PER_CALL = 1024 * 1024;
-/** The longest a scope's call waits for more batches, as a share of the widest window (gatherMs). */
-const GATHER_SHARE = 1 / 8;
+/** The process's tick, as a share of the widest window: a window's end is rounded up to it (atTick). */
+const TICK_SHARE = 1 / 8;
 
-interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void; at: number }
+interface Queued { item: AppendItem; bytes: number; resolve(a: AppendAnswer): void; reject(err: Error): void }
 
 /**
  * How a run's token window (EventWriter's flushMs) widens with the runs this process streams:
@@ -20,12 +20,14 @@ export interface Widening { maxMs: number; fullAt: number }
 /**
  * Gathers the appends of one process's runs into one `append` call per scope: every run's
  * writer (src/lib/streams/writer.ts) hands its batch here, and a scope has at most one call
- * in flight; the batches that arrive meanwhile go in its next call, together. A lone run's
- * batch is sent at once (after the current turn of the event loop, so batches made in the
- * same turn share a call); when many runs of the scope stream, a call waits up to gatherMs
- * for more, so it carries many runs' batches and its own cost and its notification (one
- * message for all of them) are shared. Each batch keeps its number and is applied once, so a
- * call that fails is retried by each writer as before.
+ * in flight; the batches that arrive meanwhile go in its next call, together. Batches made in
+ * the same turn of the event loop share a call. A writer whose window is not over waits for
+ * the first of the process's ticks at its end (atTick), not a timer of its own, so while many
+ * runs stream, the batches of the runs whose windows end in one tick go in one call: the call's
+ * own cost and its notification (one message for all of them) are shared, and a batch waits
+ * for the others at most one tick past its window's end, in a steady stream not at all. Each
+ * batch keeps its number and is applied once, so a call that fails is retried by each writer
+ * as before.
  */
 export class Appender {
   private readonly pending = new Map<string, Queued[]>();
@@ -35,8 +37,8 @@ export class Appender {
   batches = 0;
   /** Writers open in this process (one per attempt under way): how many runs may stream. */
   private writers = 0;
-  /** The same, by scope: a scope's call waits only for batches of its own runs. */
-  private readonly scopeWriters = new Map<string, number>();
+  /** The writers waiting for each tick (by its time), and its timer. */
+  private readonly ticks = new Map<number, { wakes: Set<() => void>; timer: NodeJS.Timeout }>();
 
   constructor(
     private readonly transitions: Pick<WorkerGateway, 'appendMany'>,
@@ -44,16 +46,12 @@ export class Appender {
   ) {}
 
   /** A run's writer opened (EventWriter's constructor); `closed` when it takes no more events. */
-  opened(scope: string): void {
+  opened(): void {
     this.writers++;
-    this.scopeWriters.set(scope, (this.scopeWriters.get(scope) ?? 0) + 1);
   }
 
-  closed(scope: string): void {
+  closed(): void {
     this.writers--;
-    const left = (this.scopeWriters.get(scope) ?? 1) - 1;
-    if (left > 0) this.scopeWriters.set(scope, left);
-    else this.scopeWriters.delete(scope);
   }
 
   /**
@@ -68,15 +66,36 @@ export class Appender {
   }
 
   /**
-   * How long a scope's first batch waits for others before their call goes: none for a lone
-   * run of the scope, up to an eighth of the widest window once `fullAt` runs of the scope
-   * stream from this process (5 ms of 40). Each run's window starts when its own tokens do, so
-   * without it the runs' batches come spread over the window and a call carries the few that
-   * came while the one before it was out. Runs of other scopes go in other calls, so they do
-   * not count.
+   * Calls `wake` at the first tick at or after `at` (a writer's window end). Ticks are the
+   * multiples of an eighth of the widest window (5 ms of 40): the writers whose windows end in
+   * the same 5 ms are woken in one turn of the event loop, so their batches go in one call a
+   * scope, and a window that ends on a tick (as every window after the first one of a steady
+   * stream does) waits for nothing more. Returns a function that stops the wait.
    */
-  gatherMs(scope: string): number {
-    return this.widening.maxMs * GATHER_SHARE * this.load(this.scopeWriters.get(scope) ?? 0);
+  atTick(at: number, wake: () => void): () => void {
+    const step = Math.max(1, Math.round(this.widening.maxMs * TICK_SHARE));
+    const time = Math.ceil(at / step) * step;
+    let tick = this.ticks.get(time);
+    if (!tick) {
+      const wakes = new Set<() => void>();
+      tick = {
+        wakes,
+        timer: setTimeout(() => {
+          this.ticks.delete(time);
+          for (const w of wakes) w();
+        }, Math.max(0, time - Date.now())),
+      };
+      this.ticks.set(time, tick);
+    }
+    const { wakes, timer } = tick;
+    wakes.add(wake);
+    return () => {
+      wakes.delete(wake);
+      if (wakes.size === 0 && this.ticks.get(time)?.timer === timer) {
+        clearTimeout(timer);
+        this.ticks.delete(time);
+      }
+    };
   }
 
   /** 0 for a lone writer to 1 at `fullAt` writers. */
@@ -95,16 +114,14 @@ export class Appender {
       }
       let bytes = 0;
       for (const [type, data] of events) bytes += type.length + data.length;
-      queue.push({ item: { attempt, batch, events }, bytes, resolve, reject, at: Date.now() });
+      queue.push({ item: { attempt, batch, events }, bytes, resolve, reject });
       if (queue.length === 1 && !this.sending.has(scope)) this.sendLater(scope);
     });
   }
 
-  /** Sends the scope's call once its oldest batch has waited gatherMs (at once when nothing widens). */
+  /** Sends the scope's call after this turn of the event loop, with every batch made in it. */
   private sendLater(scope: string): void {
-    const wait = (this.pending.get(scope)?.[0].at ?? 0) + this.gatherMs(scope) - Date.now();
-    if (wait < 1) setImmediate(() => this.send(scope));
-    else setTimeout(() => this.send(scope), wait);
+    setImmediate(() => this.send(scope));
   }
 
   private send(scope: string): void {

@@ -12,9 +12,10 @@ export interface EventWriterOptions {
   transitions: WorkerGateway;
   /**
    * Where batches go: the process's Appender (src/lib/streams/appender.ts), which gathers the
-   * batches of its runs into one call per scope; absent, each batch is its own call.
+   * batches of its runs into one call per scope and ends their windows on its ticks; absent,
+   * each batch is its own call and the window its own timer.
    */
-  appender?: Pick<Appender, 'append' | 'opened' | 'closed' | 'flushMs'>;
+  appender?: Pick<Appender, 'append' | 'opened' | 'closed' | 'flushMs' | 'atTick'>;
   attempt: Attempt;
   /** The token window of a lone run (EMIT_FLUSH_MS); the appender widens it when many runs stream. */
   flushMs: number;
@@ -64,6 +65,8 @@ export class EventWriter {
   private unacked: Batch | undefined;
   private batchNo = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** Stops the wait for the appender's tick, while one is set. */
+  private untick: (() => void) | undefined;
   private writing: Promise<void> | undefined;
   private failures = 0;
   private lost = false;
@@ -72,7 +75,7 @@ export class EventWriter {
   writes = 0;
 
   constructor(private readonly o: EventWriterOptions) {
-    o.appender?.opened(o.attempt.scope);
+    o.appender?.opened();
   }
 
   token(text: string, from?: Speaker): void {
@@ -148,7 +151,7 @@ export class EventWriter {
 
   /** Takes no more events; the appender counts one writer fewer (once). */
   private shut(): void {
-    if (!this.closed) this.o.appender?.closed(this.o.attempt.scope);
+    if (!this.closed) this.o.appender?.closed();
     this.closed = true;
   }
 
@@ -159,12 +162,15 @@ export class EventWriter {
     if (this.unacked || this.urgent || this.tokensQueued >= this.o.flushTokens || (this.queue.length > 0 && windowLeft <= 0)) {
       this.clearTimer();
       void this.writeOne().then(() => this.schedule(), () => this.retryLater());
-    } else if (this.queue.length > 0) {
-      this.timer ??= setTimeout(() => {
+    } else if (this.queue.length > 0 && !this.timer && !this.untick) {
+      const wake = () => {
         this.timer = undefined;
+        this.untick = undefined;
         this.urgent = true;
         this.schedule();
-      }, windowLeft);
+      };
+      if (this.o.appender) this.untick = this.o.appender.atTick(Date.now() + windowLeft, wake);
+      else this.timer = setTimeout(wake, windowLeft);
     }
   }
 
@@ -181,6 +187,8 @@ export class EventWriter {
   private clearTimer(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    this.untick?.();
+    this.untick = undefined;
   }
 
   private takeBatch(): Batch {
