@@ -1,5 +1,4 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { Dispatcher, PARTITIONS_TTL_MS, jobId, partitionOf } from '../src/lib/engine/dispatcher.ts';
 import { sleep, useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
 
@@ -10,12 +9,10 @@ import { sleep, useHarness, type Harness, type ScopeClient } from './helpers/har
  */
 let h: Harness;
 let acme: ScopeClient;
-let apiUrl: string;
 
 beforeAll(async () => {
   h = await useHarness();
-  apiUrl = (await h.startApi()).url;
-  acme = await h.client(apiUrl, 'acme');
+  acme = await h.client((await h.startApi()).url, 'acme');
 });
 
 /** The ids of the jobs BullMQ added to partition `p` of the echo agent's queue (its events stream). */
@@ -114,49 +111,4 @@ it('a worker reads the count again every heartbeat: a partition added after its 
   }
   expect(await addedIn(n - 1)).toContain(jobId(landed!, 1));
   await w.close();
-});
-
-/** Holds its run 50 ms and notes, in this process, the order runs started in. */
-const started: string[] = [];
-const holdBriefly = defineAgent({
-  name: 'part-hold',
-  async run(ctx) {
-    started.push(ctx.runId);
-    await sleep(50);
-    return 'held';
-  },
-});
-
-it('a worker with one slot and a backlog in every partition takes them in turn: no partition waits behind another\'s backlog', async () => {
-  // A scope whose active-run limit holds no run back: every run is dispatched at its submit, so
-  // the order they start in is the worker's alone, not the scope's line.
-  await h.redis.hset(h.keys.scope('turns').limits, { maxActive: 1000 });
-  const turns = await h.client(apiUrl, 'turns');
-  // Once with the agent, so the runtime offers it; then the backlog, built with no worker up.
-  const offer = await h.startWorker({ agents: [holdBriefly], env: { QUEUE_PARTITIONS: '3' } });
-  await offer.close();
-  const n = await recorded();
-  expect(n).toBeGreaterThanOrEqual(3);
-  const ids: string[] = [];
-  const perPartition = Array<number>(n).fill(0);
-  for (let i = 0; Math.min(...perPartition) < 4 && i < 500; i++) {
-    const id = (await turns.submit(`turns-${i}`, 'x', { agent: 'part-hold' })).body.id;
-    perPartition[partitionOf(id, n)]++;
-    ids.push(id);
-  }
-  expect(Math.min(...perPartition)).toBe(4);
-  const w = await h.startWorker({ agents: [holdBriefly], env: { WORKER_CONCURRENCY: '1' } });
-  for (const id of ids) await turns.waitStatus(id, ['succeeded']);
-  await w.close();
-  const order = started.filter((id) => ids.includes(id)).map((id) => partitionOf(id, n));
-  expect(order.length).toBe(ids.length);
-  // Up to the start that took the last run of some partition, every partition had runs
-  // waiting: in that stretch each 2n starts in a row take every partition (in one queue, or
-  // with a partition drained before the next, one partition's backlog would go first).
-  const left = [...perPartition];
-  let stretch = 0;
-  while (stretch < order.length && left[order[stretch]] > 1) left[order[stretch++]]--;
-  console.log(`[queue-partitions] ${n} partitions, one slot: starts by partition ${order.join(',')}`);
-  expect(stretch).toBeGreaterThanOrEqual(3 * n);
-  for (let i = 0; i + 2 * n <= stretch; i++) expect(new Set(order.slice(i, i + 2 * n)).size, `starts ${order.join(',')}`).toBe(n);
 });
