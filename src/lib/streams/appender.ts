@@ -39,11 +39,15 @@ export class Appender {
   private writers = 0;
   /** The writers waiting for each tick (by its time), and its timer. */
   private readonly ticks = new Map<number, { wakes: Set<() => void>; timer: NodeJS.Timeout }>();
+  /** The tick's length, ms (at least 1). */
+  private readonly tickMs: number;
 
   constructor(
     private readonly transitions: Pick<WorkerGateway, 'appendMany'>,
     private readonly widening: Widening = { maxMs: 0, fullAt: 1 },
-  ) {}
+  ) {
+    this.tickMs = Math.max(1, Math.round(widening.maxMs * TICK_SHARE));
+  }
 
   /** A run's writer opened (EventWriter's constructor); `closed` when it takes no more events. */
   opened(): void {
@@ -73,26 +77,24 @@ export class Appender {
    * stream does) waits for nothing more. Returns a function that stops the wait.
    */
   atTick(at: number, wake: () => void): () => void {
-    const step = Math.max(1, Math.round(this.widening.maxMs * TICK_SHARE));
-    const time = Math.ceil(at / step) * step;
+    const time = Math.ceil(at / this.tickMs) * this.tickMs;
     let tick = this.ticks.get(time);
     if (!tick) {
       const wakes = new Set<() => void>();
-      tick = {
-        wakes,
-        timer: setTimeout(() => {
-          this.ticks.delete(time);
-          for (const w of wakes) w();
-        }, Math.max(0, time - Date.now())),
-      };
+      const timer = setTimeout(() => {
+        this.ticks.delete(time);
+        for (const w of wakes) w();
+      }, Math.max(0, time - Date.now()));
+      tick = { wakes, timer };
       this.ticks.set(time, tick);
     }
-    const { wakes, timer } = tick;
-    wakes.add(wake);
+    const mine = tick;
+    mine.wakes.add(wake);
     return () => {
-      wakes.delete(wake);
-      if (wakes.size === 0 && this.ticks.get(time)?.timer === timer) {
-        clearTimeout(timer);
+      mine.wakes.delete(wake);
+      // Still this tick's (not fired, not a later one set for the same time) and wanted by no one.
+      if (mine.wakes.size === 0 && this.ticks.get(time) === mine) {
+        clearTimeout(mine.timer);
         this.ticks.delete(time);
       }
     };

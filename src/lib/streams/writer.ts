@@ -158,7 +158,8 @@ export class EventWriter {
   /** Decides when the background write happens: now, after flushMs, or after the write in flight. */
   private schedule(): void {
     if (this.writing || this.closed || this.lost) return;
-    const windowLeft = this.lastWriteAt + (this.o.appender?.flushMs(this.o.flushMs) ?? this.o.flushMs) - Date.now();
+    const windowEnd = this.lastWriteAt + (this.o.appender?.flushMs(this.o.flushMs) ?? this.o.flushMs);
+    const windowLeft = windowEnd - Date.now();
     if (this.unacked || this.urgent || this.tokensQueued >= this.o.flushTokens || (this.queue.length > 0 && windowLeft <= 0)) {
       this.clearTimer();
       void this.writeOne().then(() => this.schedule(), () => this.retryLater());
@@ -169,7 +170,7 @@ export class EventWriter {
         this.urgent = true;
         this.schedule();
       };
-      if (this.o.appender) this.untick = this.o.appender.atTick(Date.now() + windowLeft, wake);
+      if (this.o.appender) this.untick = this.o.appender.atTick(windowEnd, wake);
       else this.timer = setTimeout(wake, windowLeft);
     }
   }
