@@ -23,7 +23,12 @@ export function spawnStart(cwd: string, env: Record<string, string> = {}, args: 
   let out = '';
   child.stdout!.on('data', (b) => { out += b; });
   child.stderr!.on('data', (b) => { out += b; });
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  // 'exit' can come before the pipes are drained; the output is whole once they close. Waited
+  // for 5 s at most: a child of `--watch` holds them as long as it lives.
+  const closed = new Promise<void>((r) => child.once('close', () => r()));
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => {
+    void Promise.race([closed, new Promise((t) => setTimeout(t, 5_000))]).then(() => r(code));
+  }));
   track(child, async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await exited;
