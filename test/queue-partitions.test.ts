@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { Dispatcher, PARTITIONS_TTL_MS, jobId, partitionOf } from '../src/lib/engine/dispatcher.ts';
-import { sleep, useHarness, type Harness, type ScopeClient } from './helpers/harness.ts';
+import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
  * A runtime's queues split into partitions (QUEUE_PARTITIONS): each agent's queue is one
@@ -9,10 +10,12 @@ import { sleep, useHarness, type Harness, type ScopeClient } from './helpers/har
  */
 let h: Harness;
 let acme: ScopeClient;
+let apiUrl: string;
 
 beforeAll(async () => {
   h = await useHarness();
-  acme = await h.client((await h.startApi()).url, 'acme');
+  apiUrl = (await h.startApi()).url;
+  acme = await h.client(apiUrl, 'acme');
 });
 
 /** The ids of the jobs BullMQ added to partition `p` of the echo agent's queue (its events stream). */
@@ -111,4 +114,59 @@ it('a worker reads the count again every heartbeat: a partition added after its 
   }
   expect(await addedIn(n - 1)).toContain(jobId(landed!, 1));
   await w.close();
+});
+
+/** Holds its run 100 ms and notes, in this process, the order runs started in. */
+const started: string[] = [];
+const holdBriefly = defineAgent({
+  name: 'part-hold',
+  async run(ctx) {
+    started.push(ctx.runId);
+    await sleep(100);
+    return 'held';
+  },
+});
+
+it('a worker with one slot and a backlog in every partition takes them in turn: no partition waits behind another\'s backlog', async () => {
+  // A scope whose active-run limit holds no run back, so that every run is in a queue before the
+  // worker starts (see below) and the order they start in is the worker's alone.
+  await h.redis.hset(h.keys.scope('turns').limits, { maxActive: 1000 });
+  const turns = await h.client(apiUrl, 'turns');
+  // Once with the agent, so the runtime offers it; then the backlog, built with no worker up.
+  const offer = await h.startWorker({ agents: [holdBriefly], env: { QUEUE_PARTITIONS: '3' } });
+  await offer.close();
+  const n = await recorded();
+  expect(n).toBeGreaterThanOrEqual(3);
+  const ids: string[] = [];
+  const perPartition = Array<number>(n).fill(0);
+  for (let i = 0; Math.min(...perPartition) < 5 && i < 500; i++) {
+    const id = (await turns.submit(`turns-${i}`, 'x', { agent: 'part-hold' })).body.id;
+    perPartition[partitionOf(id, n)]++;
+    ids.push(id);
+  }
+  expect(Math.min(...perPartition)).toBe(5);
+  // The scope's slots are at most the live workers' (the fair share's capacity): runs submitted
+  // while the closed worker's 16 were still counted wait in the scope's line until a fair share
+  // pass without it dispatches them, in the line's order. The worker starts once every run's
+  // job is in its partition's queue, so the order runs start in is the worker's alone.
+  const waiting = async () => (await Promise.all(perPartition.map((_, p) => h.redis.llen(`${h.keys.queuePrefix(h.runtime, p)}:part-hold:wait`))))
+    .reduce((a, b) => a + b, 0);
+  await waitFor(async () => (await waiting()) === ids.length || undefined, 15_000, 'every run\'s job in its partition\'s queue');
+  const w = await h.startWorker({ agents: [holdBriefly], env: { WORKER_CONCURRENCY: '1' } });
+  for (const id of ids) await turns.waitStatus(id, ['succeeded']);
+  await w.close();
+  const order = started.filter((id) => ids.includes(id)).map((id) => partitionOf(id, n));
+  expect(order.length).toBe(ids.length);
+  // Up to the start that took the last run of some partition, every partition had runs
+  // waiting: in that stretch each 2n starts in a row take every partition (in one queue, or
+  // with a partition drained before the next, one partition's backlog would go first).
+  const left = [...perPartition];
+  let stretch = 0;
+  while (stretch < order.length && left[order[stretch]] > 1) left[order[stretch++]]--;
+  console.log(`[queue-partitions] ${n} partitions, one slot: starts by partition ${order.join(',')}`);
+  // Each partition's consumer took its first run within the first two rounds (one may come
+  // up a little after the others), and at least five rounds' worth of runs started in turn.
+  expect(Math.max(...perPartition.map((_, p) => order.indexOf(p))), `starts ${order.join(',')}`).toBeLessThan(2 * n);
+  expect(stretch, `starts ${order.join(',')}`).toBeGreaterThanOrEqual(3 * n);
+  for (let i = 0; i + 2 * n <= stretch; i++) expect(new Set(order.slice(i, i + 2 * n)).size, `starts ${order.join(',')}`).toBe(n);
 });
