@@ -16,7 +16,8 @@ import { num, printTable } from './table.ts';
  * Redis Cluster. For each number of primaries in BENCH_CLUSTER_PRIMARIES (1,3,6; 1 is a plain
  * redis-server, the bench's own or REDIS_URL's, as `redis-cli --cluster create` needs three)
  * and each number of scopes in BENCH_CLUSTER_SCOPES (1) and of queue partitions in
- * BENCH_CLUSTER_PARTITIONS (1; the worker's QUEUE_PARTITIONS), BENCH_CLUSTER_RUNS runs (300), each
+ * BENCH_CLUSTER_PARTITIONS (1; the worker's QUEUE_PARTITIONS) and each LIVE_PUBSUB in
+ * BENCH_CLUSTER_PUBSUB (classic; classic,sharded compares them), BENCH_CLUSTER_RUNS runs (300), each
  * in a session of its own and spread round-robin over the scopes, stream BENCH_CLUSTER_TOKENS
  * tokens (100) one every 20 ms through a `baton api` and a `baton worker` process, read over
  * SSE here. Printed per row: each
@@ -38,6 +39,8 @@ function list(name: string, fallback: number[]): number[] {
 const PRIMARIES = list('BENCH_CLUSTER_PRIMARIES', [1, 3, 6]);
 const SCOPES = list('BENCH_CLUSTER_SCOPES', [1]);
 const PARTITIONS = list('BENCH_CLUSTER_PARTITIONS', [1]);
+const PUBSUB = (process.env.BENCH_CLUSTER_PUBSUB ?? 'classic').split(',').map((s) => s.trim());
+if (PUBSUB.some((m) => m !== 'classic' && m !== 'sharded')) throw new Error(`BENCH_CLUSTER_PUBSUB: classic and/or sharded, comma-separated, got "${process.env.BENCH_CLUSTER_PUBSUB}"`);
 const [RUNS] = list('BENCH_CLUSTER_RUNS', [300]);
 const [TOKENS] = list('BENCH_CLUSTER_TOKENS', [100]);
 const TOKEN_MS = 20;
@@ -45,7 +48,7 @@ const AGENTS = fileURLToPath(new URL('./bench-agents.ts', import.meta.url));
 
 interface Node { url: string; redis: Redis }
 interface Row {
-  primaries: number; scopes: number; partitions: number;
+  primaries: number; scopes: number; partitions: number; pubsub: string;
   cpu: number[]; commands: number[]; roles: string[]; tokens: number; seconds: number;
 }
 
@@ -77,12 +80,12 @@ async function roles(nodes: Node[], prefix: string, scopes: string[], partitions
   return out.map((r) => r.join(', ') || '—');
 }
 
-async function measure(primaries: number, scopeCount: number, partitions: number): Promise<Row> {
+async function measure(primaries: number, scopeCount: number, partitions: number, pubsub: string): Promise<Row> {
   let row!: Row;
   await withRedis(primaries, async (url, nodeUrls) => {
     const nodes = nodeUrls.map((u) => ({ url: u, redis: new Redis(u) }));
     const prefix = `bcl${randomBytes(4).toString('hex')}`;
-    const env = { ...allAtOnceEnv(url, prefix, RUNS, Math.ceil(RUNS / scopeCount)), QUEUE_PARTITIONS: String(partitions) };
+    const env = { ...allAtOnceEnv(url, prefix, RUNS, Math.ceil(RUNS / scopeCount)), QUEUE_PARTITIONS: String(partitions), LIVE_PUBSUB: pubsub };
     const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);
     const admin = createRedis({ url, name: 'bench-cluster-admin' });
     try {
@@ -100,7 +103,7 @@ async function measure(primaries: number, scopeCount: number, partitions: number
       const seconds = (Date.now() - started) / 1000;
       const after = await Promise.all(nodes.map(async (n) => [await redisCpuSeconds(n.redis) ?? NaN, await totalCommands(n.redis)]));
       row = {
-        primaries, scopes: scopeCount, partitions, tokens: RUNS * TOKENS, seconds,
+        primaries, scopes: scopeCount, partitions, pubsub, tokens: RUNS * TOKENS, seconds,
         cpu: after.map((a, i) => a[0] - before[i][0]),
         commands: after.map((a, i) => a[1] - before[i][1]),
         roles: await roles(nodes, prefix, scopes, partitions),
@@ -117,7 +120,7 @@ async function measure(primaries: number, scopeCount: number, partitions: number
 function print(rows: Row[]): void {
   console.log(`one tenant over a Redis Cluster: ${RUNS} runs in ${RUNS} sessions × ${TOKENS} tokens, one every ${TOKEN_MS} ms, API and worker processes, readers here`);
   for (const r of rows) {
-    const label = `${r.primaries} primar${r.primaries === 1 ? 'y' : 'ies'}, ${r.scopes} scope${r.scopes === 1 ? '' : 's'}${r.partitions > 1 ? `, ${r.partitions} queue partitions` : ''}`;
+    const label = `${r.primaries} primar${r.primaries === 1 ? 'y' : 'ies'}, ${r.scopes} scope${r.scopes === 1 ? '' : 's'}${r.partitions > 1 ? `, ${r.partitions} queue partitions` : ''}${r.pubsub === 'sharded' ? ', sharded pub/sub' : ''}`;
     printTable(`node (${label})`, Object.fromEntries(r.cpu.map((cpu, i) => [`node ${i + 1}`, {
       'Redis CPU ms': num(cpu * 1000, 0), 'share of CPU': `${num((100 * cpu) / r.cpu.reduce((a, b) => a + b, 0), 0)} %`,
       commands: String(r.commands[i]), holds: r.roles[i],
@@ -125,7 +128,7 @@ function print(rows: Row[]): void {
   }
   printTable('balance and capacity', Object.fromEntries(rows.map((r) => {
     const busiest = Math.max(...r.cpu);
-    return [`${r.primaries} primaries, ${r.scopes} scope(s)${r.partitions > 1 ? `, ${r.partitions} partitions` : ''}`, {
+    return [`${r.primaries} primaries, ${r.scopes} scope(s)${r.partitions > 1 ? `, ${r.partitions} partitions` : ''}${r.pubsub === 'sharded' ? ', sharded pub/sub' : ''}`, {
       'CPU max / min': r.cpu.length > 1 ? `${num(busiest / Math.min(...r.cpu), 1)}×` : '—',
       'commands max / min': r.commands.length > 1 ? `${num(Math.max(...r.commands) / Math.min(...r.commands), 1)}×` : '—',
       'streams at 50 tok/s, busiest node\'s core': num(r.tokens / busiest / (1000 / TOKEN_MS), 0),
@@ -136,6 +139,6 @@ function print(rows: Row[]): void {
 }
 
 const rows: Row[] = [];
-for (const p of PRIMARIES) for (const s of SCOPES) for (const q of PARTITIONS) rows.push(await measure(p, s, q));
+for (const p of PRIMARIES) for (const s of SCOPES) for (const q of PARTITIONS) for (const m of PUBSUB) rows.push(await measure(p, s, q, m));
 print(rows);
 process.exit(0);

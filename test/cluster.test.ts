@@ -1,5 +1,6 @@
 import { beforeAll, expect, it } from 'vitest';
-import { startCluster } from './helpers/cluster.ts';
+import { Redis } from 'ioredis';
+import { startCluster, type LocalCluster } from './helpers/cluster.ts';
 import { PARTITIONS_TTL_MS, jobId, partitionOf } from '../src/lib/engine/dispatcher.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
@@ -9,9 +10,10 @@ import { track } from './helpers/resources.ts';
 let h: Harness;
 let acme: ScopeClient;
 let apiUrl: string;
+let cluster: LocalCluster;
 
 beforeAll(async () => {
-  const cluster = await startCluster(3);
+  cluster = await startCluster(3);
   track(cluster, () => cluster.stop());
   h = await useHarness({ REDIS_URL: cluster.url });
   apiUrl = (await h.startApi()).url;
@@ -95,4 +97,30 @@ it('a runtime\'s queue partitions on a cluster: each on a slot of its own, runs 
     expect(added).toEqual(expect.arrayContaining(mine));
   }
   await w.close();
+});
+
+it('LIVE_PUBSUB=sharded: a scope\'s notifications go by SPUBLISH to its node alone, and APIs of either setting stream them', async () => {
+  const nodes = cluster.ports.map((port) => { const n = new Redis(port); return track(n, () => n.quit()); });
+  const spublished = () => Promise.all(nodes.map(async (n) => Number(/cmdstat_spublish:calls=(\d+)/.exec(await n.info('commandstats'))?.[1] ?? 0)));
+  const sharded = await h.startApi({ LIVE_PUBSUB: 'sharded' });
+  const w = await h.startWorker({ env: { LIVE_PUBSUB: 'sharded' } });
+  // Through an API left `classic` (as one not yet restarted) and one set `sharded`: both hear it.
+  for (const [i, url] of [apiUrl, sharded.url].entries()) {
+    const scope = `sharded-${i}`;
+    const c = await h.client(url, scope);
+    const before = await spublished();
+    const content = `sharded notifications through api ${i}`;
+    const sub = await c.submit('s1', content, { metadata: { delayMs: 30 } });
+    const sse = await c.sse(`/runs/${sub.body.id}/events`);
+    expect(tokenText(sse.events)).toBe(content);
+    expect(sse.events.at(-1)!.data.status).toBe('succeeded');
+    const after = await spublished();
+    const carried = after.flatMap((n, j) => (n > before[j] ? [j] : []));
+    // One node carried them: the one that holds the scope's slot.
+    expect(carried).toHaveLength(1);
+    const slot = await h.redis.call('CLUSTER', 'KEYSLOT', h.keys.scope(scope).live);
+    expect(Number(await nodes[carried[0]].call('CLUSTER', 'COUNTKEYSINSLOT', String(slot)))).toBeGreaterThan(0);
+  }
+  await w.close();
+  await sharded.close();
 });

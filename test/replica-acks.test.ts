@@ -6,6 +6,8 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startLocalRedis, type LocalRedis } from '../src/cli/local-redis.ts';
 import { fxKey } from './fixtures/engine-agents.ts';
+import { defineAgent } from '../src/lib/sdk/agent.ts';
+import { tokenText } from './helpers/http.ts';
 import { useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -134,6 +136,29 @@ describe('REDIS_MIN_REPLICAS_ACK=1', () => {
     const again = await acme.post('/runs/cancel', bulk);
     expect(again.status).toBe(202);
     expect(await onReplica.hget(sk.operation(again.body.id), 'kind')).toBe('cancel');
+  }, 60_000);
+
+  it('with LIVE_PUBSUB=sharded, the notifications held for the replica go out by SPUBLISH once it holds them', async () => {
+    // Served by this worker alone, so the run's writes are its (sharded) ones.
+    const words = defineAgent({
+      name: 'acks-words',
+      async run(ctx) {
+        for (const w of ['held ', 'then ', 'sharded']) {
+          await new Promise((r) => setTimeout(r, 30));
+          ctx.emit(w);
+        }
+        return 'done';
+      },
+    });
+    const w = await h.startWorker({ agents: [words], env: { LIVE_PUBSUB: 'sharded' } });
+    const calls = async (cmd: string) => Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(await h.redis.info('commandstats'))?.[1] ?? 0);
+    const before = await calls('spublish');
+    const sub = await acme.submit('sharded-acks', 'x', { agent: 'acks-words' });
+    const read = await acme.sse(`/runs/${sub.body.id}/events`);
+    expect(tokenText(read.events)).toBe('held then sharded');
+    expect(read.events.at(-1)!.data.status).toBe('succeeded');
+    expect(await calls('spublish')).toBeGreaterThan(before);
+    await w.close();
   }, 60_000);
 
   it('a primary that refuses writes for want of replicas (min-replicas-to-write) gives 503 REDIS_UNAVAILABLE, not a 500', async () => {

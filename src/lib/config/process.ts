@@ -33,6 +33,14 @@ export const processVars = {
    * about a round trip; longer means one is gone or far behind.
    */
   REDIS_REPLICA_ACK_TIMEOUT_MS: z.coerce.number().int().min(1).max(60_000).default(2_000),
+  /**
+   * LIVE_PUBSUB: how scripts announce a scope's new events. `classic` (default) is PUBLISH,
+   * which Redis Cluster copies to every node; `sharded` is SPUBLISH, kept on the scope's node
+   * (docs/operations.md, "Live notifications on a Cluster"). Every process of this release
+   * listens to both, so turn `sharded` on once no process of an earlier release runs, and back to
+   * `classic` before rolling back to one.
+   */
+  LIVE_PUBSUB: z.enum(['classic', 'sharded']).default('classic'),
   /** PORT for the HTTP API. 3000: the usual local development port. */
   PORT: z.coerce.number().int().min(0).max(65535).default(3000),
   /** HOST the API binds to. 127.0.0.1 keeps a dev instance off the network; compose sets 0.0.0.0. */

@@ -101,7 +101,7 @@ export async function openResources(o: ResourceOptions): Promise<Resources> {
   const events = metrics.redisEvents;
   const redis = createRedis({ url, name: `${o.role}-cmd`, logger: log, events });
   const bull = createRedis({ url, name: `${o.role}-bull`, logger: log, blocking: true, events });
-  const subscriber = createRedis({ url, name: `${o.role}-sub`, logger: log, blocking: true, events });
+  const subscriber = createRedis({ url, name: `${o.role}-sub`, logger: log, blocking: true, subscriber: true, events });
   const quit = () => Promise.all([redis, bull, subscriber].map((r) => r.quit().catch(() => {})));
   try {
     await waitReady(redis);

@@ -19,6 +19,11 @@ export interface RedisOptions {
    * request-path connections fail fast so an API caller gets a 503 instead of a hang.
    */
   blocking?: boolean;
+  /**
+   * A connection that subscribes: on a Cluster it also keeps one subscriber per primary, so
+   * that SSUBSCRIBE reaches the node of each channel's slot (LIVE_PUBSUB=sharded).
+   */
+  subscriber?: boolean;
   /** Connection health for metrics (see metrics.ts); names are fixed per role, so labels stay bounded. */
   events?: ConnectionEvents;
   /** ioredis options over the ones above, for a client that must behave otherwise (a test's fake provider). */
@@ -43,7 +48,7 @@ export interface ConnectionEvents {
  * connects (sentinelOptions), so a failover is a reconnect, for BullMQ's connections too:
  * BullMQ duplicates the connection it is given, options and all.
  */
-export function createRedis({ url, name, logger, blocking = false, events, tune }: RedisOptions): Redis {
+export function createRedis({ url, name, logger, blocking = false, subscriber = false, events, tune }: RedisOptions): Redis {
   const options = {
     connectionName: `baton:${name}`,
     maxRetriesPerRequest: blocking ? null : 2,
@@ -61,6 +66,7 @@ export function createRedis({ url, name, logger, blocking = false, events, tune 
       redisOptions: { ...options, username: target.username, password: target.password },
       clusterRetryStrategy: options.retryStrategy,
       enableReadyCheck: true,
+      shardedSubscribers: subscriber,
     }) as unknown as Redis;
   } else if (target.kind === 'sentinel') {
     redis = new Redis({ ...options, ...sentinelOptions(target) });

@@ -22,7 +22,9 @@ export class EventHub {
   private wasReady = false;
 
   constructor(private readonly subscriber: Redis, private readonly log: Logger) {
-    subscriber.on('message', (channel: string, message: string) => {
+    // A scope's notifications come by PUBLISH or SPUBLISH (LIVE_PUBSUB, which processes of one
+    // deployment may differ in while it changes): the hub listens to both, and they are read alike.
+    const heard = (channel: string, message: string) => {
       const runs = this.channels.get(channel);
       if (!runs) return;
       let batches: Map<string, LiveBatch>;
@@ -35,7 +37,9 @@ export class EventHub {
       for (const [runId, batch] of batches) {
         for (const l of runs.get(runId) ?? []) l.batch(batch);
       }
-    });
+    };
+    subscriber.on('message', heard);
+    subscriber.on('smessage', heard);
     subscriber.on('ready', () => {
       if (this.wasReady) this.afterReconnect();
       this.wasReady = true;
@@ -70,8 +74,8 @@ export class EventHub {
       runs.set(runId, set);
     }
     set.add(listener);
-    // SUBSCRIBE is idempotent; awaiting it for every listener guarantees the confirmation.
-    await this.subscriber.subscribe(channel);
+    // (S)SUBSCRIBE is idempotent; awaiting it for every listener guarantees the confirmation.
+    await Promise.all([this.subscriber.subscribe(channel), this.subscriber.ssubscribe(channel)]);
     return async () => {
       const r = this.channels.get(channel);
       const s = r?.get(runId);
@@ -79,7 +83,7 @@ export class EventHub {
       if (s.size === 0) r.delete(runId);
       if (r.size === 0) {
         this.channels.delete(channel);
-        await this.subscriber.unsubscribe(channel).catch(() => {});
+        await Promise.all([this.subscriber.unsubscribe(channel), this.subscriber.sunsubscribe(channel)]).catch(() => {});
       }
     };
   }
@@ -93,7 +97,8 @@ export class EventHub {
   private afterReconnect(): void {
     const channels = [...this.channels.keys()];
     if (channels.length === 0) return;
-    this.subscriber.subscribe(...channels).then(
+    // One SSUBSCRIBE a channel: on a Cluster, channels of several slots may not share one.
+    Promise.all([this.subscriber.subscribe(...channels), ...channels.map((ch) => this.subscriber.ssubscribe(ch))]).then(
       () => {
         for (const ch of channels) for (const set of this.channels.get(ch)?.values() ?? []) for (const l of set) l.resync();
       },

@@ -83,6 +83,7 @@ export class ScriptCaller {
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
+      ...(config.LIVE_PUBSUB === 'sharded' && { spublish: true }),
       storage: {
         queued: config.MAX_QUEUED_RUNS_PER_SCOPE, bytes: config.STORAGE_MAX_BYTES_PER_SCOPE,
         forks: config.FORKS_PER_MINUTE, forkBytes: config.FORK_BYTES_PER_MINUTE,
@@ -128,7 +129,7 @@ export class ScriptCaller {
       if (deferred.messages.length > 0 || REPLICATED.has(name)) await acks.confirm(mark);
       if (deferred.messages.length > 0) {
         const channel = this.keys.scope(scope).live;
-        await Promise.all(deferred.messages.map((m) => this.redis.publish(channel, m)));
+        await Promise.all(deferred.messages.map((m) => (this.limits.spublish ? this.redis.spublish(channel, m) : this.redis.publish(channel, m))));
       }
     }
     return replies === UNDECODED ? reply : decode(name, replies, reply);

@@ -73,12 +73,16 @@ local function unheard(runId)
 end
 
 -- Publishes one notification of `runs`, [[runId, prev, [[id, type, data], ...]], ...] (at
--- most one entry a run), on the scope's channel, or hands it back (call.O.deferPublish, below).
+-- most one entry a run), on the scope's channel (SPUBLISH with call.O.spublish: LIVE_PUBSUB),
+-- or hands it back (call.O.deferPublish, below).
 local function notify(runs)
   local message = cjson.encode({ runs = runs })
   if call.O.deferPublish then
     call.deferred = call.deferred or {}
     call.deferred[#call.deferred + 1] = message
+  elseif call.O.spublish then
+    -- Sharded: the channel is in the scope's slot, so the scope's node alone carries it.
+    redis.call('SPUBLISH', call.base .. 'live', message)
   else
     redis.call('PUBLISH', call.base .. 'live', message)
   end
