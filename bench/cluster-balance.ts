@@ -85,7 +85,9 @@ async function measure(primaries: number, scopeCount: number, partitions: number
   await withRedis(primaries, async (url, nodeUrls) => {
     const nodes = nodeUrls.map((u) => ({ url: u, redis: new Redis(u) }));
     const prefix = `bcl${randomBytes(4).toString('hex')}`;
-    const env = { ...allAtOnceEnv(url, prefix, RUNS, Math.ceil(RUNS / scopeCount)), QUEUE_PARTITIONS: String(partitions), LIVE_PUBSUB: pubsub };
+    const env = {
+      ...allAtOnceEnv(url, prefix, RUNS, Math.ceil(RUNS / scopeCount)), QUEUE_PARTITIONS: String(partitions), LIVE_PUBSUB: pubsub,
+    };
     const [api, worker] = await Promise.all([spawnBaton('api', env), spawnBaton('worker', env, [AGENTS])]);
     const admin = createRedis({ url, name: 'bench-cluster-admin' });
     try {

@@ -45,6 +45,10 @@ export class EventHub {
       this.wasReady = true;
     });
     if (subscriber.status === 'ready') this.wasReady = true;
+    // On a Cluster, SSUBSCRIBEs live on one connection per primary, which ioredis subscribes
+    // again when the slots move (a failover) and then says so: readers re-read their logs, as
+    // after a reconnect.
+    subscriber.on('subscribersReady', () => this.afterReconnect());
   }
 
   get listenerCount(): number {

@@ -129,7 +129,8 @@ export class ScriptCaller {
       if (deferred.messages.length > 0 || REPLICATED.has(name)) await acks.confirm(mark);
       if (deferred.messages.length > 0) {
         const channel = this.keys.scope(scope).live;
-        await Promise.all(deferred.messages.map((m) => (this.limits.spublish ? this.redis.spublish(channel, m) : this.redis.publish(channel, m))));
+        const send = this.limits.spublish ? (m: string) => this.redis.spublish(channel, m) : (m: string) => this.redis.publish(channel, m);
+        await Promise.all(deferred.messages.map(send));
       }
     }
     return replies === UNDECODED ? reply : decode(name, replies, reply);

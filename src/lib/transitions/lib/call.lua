@@ -17,8 +17,9 @@
             O.maxActivePerKey (the defaults of a scope's slot limits), O.priorityStepMs,
             O.level (absent: no contention), O.capacity (live workers' slots; absent: none
             known), O.graceMs (dispatch grace), O.retention (ms a finished run stays),
-            O.cancelChannel, O.spublish (true: a scope's notifications go by SPUBLISH), O.storage (the defaults of a scope's storage caps and fork rate:
-            queued, bytes, forks, forkBytes). Each script's header lists the rest.
+            O.cancelChannel, O.spublish (true: a scope's notifications go by SPUBLISH),
+            O.storage (the defaults of a scope's storage caps and fork rate: queued, bytes,
+            forks, forkBytes). Each script's header lists the rest.
     ARGV[2..] payload lists some scripts take (event pairs, record fields): see their headers.
   A transition's body sees them as its locals O, K, ARGV and BASE (scripts.ts declares those
   it names); a helper reads them from `call` (call.O, call.K, call.argv, call.base).
