@@ -15,7 +15,7 @@ export const LONG_FILES = [
   'test/soak.test.ts', 'test/upgrade-soak.test.ts', 'test/sentinel.test.ts',
   'test/init.test.ts', 'test/start-collisions.test.ts', 'test/start-supervision.test.ts', 'test/start-watch.test.ts',
   'test/stream-limits.test.ts', 'test/stream-stalled-memory.test.ts', 'test/bytes-limits.test.ts',
-  'test/upgrade.test.ts',
+  'test/upgrade.test.ts', 'test/cluster-failover.test.ts',
 ];
 
 export default defineConfig({

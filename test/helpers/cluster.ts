@@ -5,16 +5,34 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from '../../src/cli/local-redis.ts';
 
-export interface LocalCluster { url: string; ports: number[]; stop(): Promise<void> }
+export interface LocalCluster {
+  url: string;
+  /** Every node's port, the primaries' first as created (replicas follow, with `replicas`). */
+  ports: number[];
+  /** SIGKILLs the node on `port`. */
+  kill(port: number): Promise<void>;
+  /** The port of the primary that serves `key`'s slot now, asked of the node on `askPort`. */
+  primaryOf(key: string, askPort: number): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export interface ClusterOptions {
+  /** Replicas per primary (0). */
+  replicas?: number;
+  /** cluster-node-timeout: how long a primary may be unreachable before its replica takes over (15 s, Redis's default). */
+  nodeTimeoutMs?: number;
+}
 
 /**
- * A 3-master Redis Cluster from plain `redis-server --cluster-enabled yes` processes on
- * free loopback ports (each also needs port+10000 free for the cluster bus).
+ * A Redis Cluster of `masters` primaries (3), each with `replicas` replicas, from plain
+ * `redis-server --cluster-enabled yes` processes on free loopback ports (each also needs
+ * port+10000 free for the cluster bus).
  */
-export async function startCluster(masters = 3): Promise<LocalCluster> {
+export async function startCluster(masters = 3, o: ClusterOptions = {}): Promise<LocalCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'baton-cluster-'));
   const ports: number[] = [];
-  while (ports.length < masters) {
+  const replicas = o.replicas ?? 0;
+  while (ports.length < masters * (1 + replicas)) {
     const p = await freePort();
     if (p + 10000 < 65536 && !ports.includes(p) && (await portFree(p + 10000))) ports.push(p);
   }
@@ -23,6 +41,7 @@ export async function startCluster(masters = 3): Promise<LocalCluster> {
       '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
       '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--dir', dir,
       '--appendonly', 'no', '--save', '', '--dbfilename', `dump-${port}.rdb`,
+      ...(o.nodeTimeoutMs ? ['--cluster-node-timeout', String(o.nodeTimeoutMs)] : []),
     ], { stdio: 'ignore' }),
   );
   const stop = async () => {
@@ -36,7 +55,7 @@ export async function startCluster(masters = 3): Promise<LocalCluster> {
   try {
     for (const port of ports) await waitPing(port);
     const create = spawnSync('redis-cli', [
-      '--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes',
+      '--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', String(replicas), '--cluster-yes',
     ], { encoding: 'utf8', timeout: 30_000 });
     if (create.status !== 0) throw new Error(`redis-cli --cluster create failed:\n${create.stdout}\n${create.stderr}`);
     for (const port of ports) await waitClusterOk(port);
@@ -44,7 +63,27 @@ export async function startCluster(masters = 3): Promise<LocalCluster> {
     await stop();
     throw err;
   }
-  return { url: `redis+cluster://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`, ports, stop };
+  const kill = (port: number) => {
+    const p = procs[ports.indexOf(port)];
+    return new Promise<void>((r) => {
+      if (!p || p.exitCode !== null || p.signalCode !== null) return r();
+      p.once('exit', () => r());
+      p.kill('SIGKILL');
+    });
+  };
+  const primaryOf = async (key: string, askPort: number) => {
+    const r = new Redis(askPort, '127.0.0.1');
+    try {
+      const slot = Number(await r.call('CLUSTER', 'KEYSLOT', key));
+      const ranges = (await r.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+      const range = ranges.find(([from, to]) => slot >= from && slot <= to);
+      if (!range) throw new Error(`no node serves slot ${slot}`);
+      return range[2][1];
+    } finally {
+      r.disconnect();
+    }
+  };
+  return { url: `redis+cluster://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`, ports, kill, primaryOf, stop };
 }
 
 async function portFree(port: number): Promise<boolean> {
