@@ -144,4 +144,34 @@ describe('replay → live hand-off', () => {
     expectExactly(got, await fullLog(h, 'acme', runId));
     expect(got.map((e) => (e.data as { text?: string }).text ?? e.type)).toEqual(['a', 'b', 'c', 'end']);
   });
+
+  it('the last events, announced while a Cluster\'s sharded subscribers moved, are read once ioredis says they are subscribed again', async () => {
+    const log = createLogger('silent');
+    const redis = createRedis({ url: h.redisUrl, name: 'test-moved' });
+    const sub = createRedis({ url: h.redisUrl, name: 'test-moved-sub', blocking: true });
+    track(redis, () => redis.quit());
+    track(sub, () => sub.quit());
+    await Promise.all([waitReady(redis), waitReady(sub)]);
+    const hub = new EventHub(sub, log);
+    const runId = `moved-${h.prefix}`;
+    const sk = h.keys.scope('acme');
+    await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
+    const attempt = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 1, sk);
+    await h.gateways().worker.append(attempt, 1, [['token', JSON.stringify({ text: 'a' })]]);
+    const followed = await follow(redis, hub, runId);
+    const { got } = followed;
+    await waitFor(() => got.length === 1, 5_000, 'the replayed event');
+    // The run's last events land in the log while its notifications reach no subscriber (a
+    // Cluster's primary failing over): no later notification will say they were missed.
+    await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
+    const end = await h.redis.xadd(sk.events(runId), '*', 'type', 'end', 'data', JSON.stringify({ status: 'succeeded' }));
+    await h.redis.hset(sk.run(runId), 'logTail', end!);
+    await sleep(200);
+    expect(got).toHaveLength(1);
+    // What an ioredis Cluster emits once it has subscribed its sharded subscribers again.
+    sub.emit('subscribersReady');
+    await waitFor(() => followed.ended, 5_000, 'the end event');
+    expectExactly(got, await fullLog(h, 'acme', runId));
+    expect(got.map((e) => (e.data as { text?: string }).text ?? e.type)).toEqual(['a', 'b', 'end']);
+  });
 });
