@@ -116,24 +116,8 @@ describe('replay → live hand-off', () => {
   });
 
   it('a notification that never arrived is noticed by the next batch (its prev id) and read from the log', async () => {
-    const log = createLogger('silent');
-    const redis = createRedis({ url: h.redisUrl, name: 'test-gap' });
-    const sub = createRedis({ url: h.redisUrl, name: 'test-gap-sub', blocking: true });
-    track(redis, () => redis.quit());
-    track(sub, () => sub.quit());
-    await Promise.all([waitReady(redis), waitReady(sub)]);
-    const hub = new EventHub(sub, log);
-    const runId = `gap-${h.prefix}`;
-    const sk = h.keys.scope('acme');
-    await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
-    const attempt = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 1, sk);
-    const t = h.gateways();
-    const append = (n: number, type: string, data: unknown) => t.worker.append(attempt, n, [[type, JSON.stringify(data)]]);
-    await append(1, 'token', { text: 'a' });
-
-    const followed = await follow(redis, hub, runId);
+    const { sk, runId, append, followed } = await followOwnRun('gap');
     const { got } = followed;
-    await waitFor(() => got.length === 1, 5_000, 'the replayed event');
     // An event lands in the log without its notification (as if the message was lost): written
     // as the holder's append writes it, the record's logTail following it, but not published.
     const lost = await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
@@ -146,21 +130,8 @@ describe('replay → live hand-off', () => {
   });
 
   it('the last events, announced while a Cluster\'s sharded subscribers moved, are read once ioredis says they are subscribed again', async () => {
-    const log = createLogger('silent');
-    const redis = createRedis({ url: h.redisUrl, name: 'test-moved' });
-    const sub = createRedis({ url: h.redisUrl, name: 'test-moved-sub', blocking: true });
-    track(redis, () => redis.quit());
-    track(sub, () => sub.quit());
-    await Promise.all([waitReady(redis), waitReady(sub)]);
-    const hub = new EventHub(sub, log);
-    const runId = `moved-${h.prefix}`;
-    const sk = h.keys.scope('acme');
-    await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
-    const attempt = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 1, sk);
-    await h.gateways().worker.append(attempt, 1, [['token', JSON.stringify({ text: 'a' })]]);
-    const followed = await follow(redis, hub, runId);
+    const { sub, sk, runId, followed } = await followOwnRun('moved');
     const { got } = followed;
-    await waitFor(() => got.length === 1, 5_000, 'the replayed event');
     // The run's last events land in the log while its notifications reach no subscriber (a
     // Cluster's primary failing over): no later notification will say they were missed.
     await h.redis.xadd(sk.events(runId), '*', 'type', 'token', 'data', JSON.stringify({ text: 'b' }));
@@ -175,3 +146,27 @@ describe('replay → live hand-off', () => {
     expect(got.map((e) => (e.data as { text?: string }).text ?? e.type)).toEqual(['a', 'b', 'end']);
   });
 });
+
+/**
+ * A running run of this test's own (its record written as a claim leaves it, fence 1), its
+ * first token appended, and a follower on a hub of a subscriber connection of its own that
+ * has replayed that token: the run's keys, an append as its holder's, and the follower.
+ */
+async function followOwnRun(name: string) {
+  const redis = createRedis({ url: h.redisUrl, name: `test-${name}` });
+  const sub = createRedis({ url: h.redisUrl, name: `test-${name}-sub`, blocking: true });
+  track(redis, () => redis.quit());
+  track(sub, () => sub.quit());
+  await Promise.all([waitReady(redis), waitReady(sub)]);
+  const hub = new EventHub(sub, createLogger('silent'));
+  const runId = `${name}-${h.prefix}`;
+  const sk = h.keys.scope('acme');
+  await h.redis.hset(sk.run(runId), { status: 'running', fence: '1', leaseOwner: 'test-worker' });
+  const attempt = new Attempt({ id: runId, scope: 'acme', sessionId: 's', runtime: h.runtime }, 1, sk);
+  const t = h.gateways();
+  const append = (n: number, type: string, data: unknown) => t.worker.append(attempt, n, [[type, JSON.stringify(data)]]);
+  await append(1, 'token', { text: 'a' });
+  const followed = await follow(redis, hub, runId);
+  await waitFor(() => followed.got.length === 1, 5_000, 'the replayed event');
+  return { sub, sk, runId, append, followed };
+}
