@@ -4,6 +4,7 @@ import { startCluster, type LocalCluster } from './helpers/cluster.ts';
 import { PARTITIONS_TTL_MS, jobId, partitionOf } from '../src/lib/engine/dispatcher.ts';
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
+import { scrape, total } from './helpers/prom-text.ts';
 import { track } from './helpers/resources.ts';
 
 /** The core flows against a real 3-master Redis Cluster that this file starts and stops. */
@@ -120,6 +121,11 @@ it('LIVE_PUBSUB=sharded: a scope\'s notifications go by SPUBLISH to its node alo
     expect(carried).toHaveLength(1);
     const slot = await h.redis.call('CLUSTER', 'KEYSLOT', h.keys.scope(scope).live);
     expect(Number(await nodes[carried[0]].call('CLUSTER', 'COUNTKEYSINSLOT', String(slot)))).toBeGreaterThan(0);
+  }
+  // Each API counts what it heard by kind: an operator's sign of which setting its publishers have.
+  for (const url of [apiUrl, sharded.url]) {
+    const { samples } = await scrape(`${url}/metrics`);
+    expect(total(samples, 'baton_live_notifications_total', { kind: 'spublish' }), url).toBeGreaterThan(0);
   }
   await w.close();
   await sharded.close();

@@ -103,7 +103,7 @@ export async function apiDeps(res: Resources, checks: readonly ReadinessCheck[] 
     stillValid: (ids) => apiKeys.existing(ids),
     onRecheckError: (err) => log.warn({ err: err.message }, 'could not check the keys of open streams'),
   });
-  const streams = new RunStreams(redis, keys, new EventHub(res.subscriber, log));
+  const streams = new RunStreams(redis, keys, new EventHub(res.subscriber, log, (kind) => metrics.liveNotification(kind)));
   const limits = new ScopeLimitStore(redis, keys, c, {
     fill: (scope) => gateways.sweeper.fill(scope), openStreams: (scope) => openStreams.ofScope(scope),
   });

@@ -29,6 +29,7 @@ export class MetricSeries {
   readonly waitDuration: Histogram<string>;
   readonly memoHits: Counter<string>;
   readonly steering: Counter<string>;
+  readonly liveNotifications: Counter<string>;
   readonly memoMisses: Counter<string>;
   readonly tokens: Counter<string>;
   readonly modelTokens: Counter<string>;
@@ -78,6 +79,11 @@ export class MetricSeries {
     this.steering = counter('baton_steering_messages_total',
       'Steering messages (multitask steer) by outcome: pending (sent into a running turn), turn (no active run: it started one), ' +
       'delivered (taken at a boundary), not_delivered (a worker finished its run first: it became the next turn).', ['runtime', 'outcome']);
+    this.liveNotifications = counter('baton_live_notifications_total',
+      'Notifications of new run events this process heard on the scope channels it follows, by how they were sent: ' +
+      'publish (LIVE_PUBSUB=classic) or spublish (LIVE_PUBSUB=sharded).', ['kind']);
+    // Both at 0 from the start: the kind that grows is the answer, so neither may be missing.
+    for (const kind of ['publish', 'spublish']) this.liveNotifications.inc({ kind }, 0);
     this.memoMisses = counter('baton_memo_misses_total', 'Memoized steps that had to run.', ['runtime', 'kind']);
     this.tokens = counter('baton_tokens_streamed_total', 'Token deltas written to run event logs.', run);
     // By the agent that made the call (a sub-agent's name too), not the runtime: usage is what

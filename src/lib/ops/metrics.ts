@@ -190,6 +190,11 @@ export class Metrics extends MetricSeries {
     };
   }
 
+  /** A notification heard on a followed scope channel, by how it was sent (baton_live_notifications_total). */
+  liveNotification(kind: 'publish' | 'spublish'): void {
+    this.liveNotifications.inc({ kind });
+  }
+
   /** Steering messages of a run of `runtime` that reached `outcome` (baton_steering_messages_total). */
   steeringOutcome(runtime: string, outcome: 'pending' | 'turn' | 'delivered' | 'not-delivered', count = 1): void {
     this.steering.inc({ runtime: this.runtimeLabel(runtime), outcome: outcome.replace('-', '_') }, count);

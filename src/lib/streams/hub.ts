@@ -21,12 +21,18 @@ export class EventHub {
   private readonly channels = new Map<string, Map<string, Set<HubListener>>>();
   private wasReady = false;
 
-  constructor(private readonly subscriber: Redis, private readonly log: Logger) {
+  constructor(
+    private readonly subscriber: Redis,
+    private readonly log: Logger,
+    /** Each notification heard on a channel followed here, by how it was sent (a metric). */
+    private readonly onHeard?: (kind: 'publish' | 'spublish') => void,
+  ) {
     // A scope's notifications come by PUBLISH or SPUBLISH (LIVE_PUBSUB, which processes of one
     // deployment may differ in while it changes): the hub listens to both, and they are read alike.
-    const heard = (channel: string, message: string) => {
+    const heard = (kind: 'publish' | 'spublish', channel: string, message: string) => {
       const runs = this.channels.get(channel);
       if (!runs) return;
+      this.onHeard?.(kind);
       let batches: Map<string, LiveBatch>;
       try {
         batches = parseNotification(message);
@@ -38,8 +44,8 @@ export class EventHub {
         for (const l of runs.get(runId) ?? []) l.batch(batch);
       }
     };
-    subscriber.on('message', heard);
-    subscriber.on('smessage', heard);
+    subscriber.on('message', (channel: string, message: string) => heard('publish', channel, message));
+    subscriber.on('smessage', (channel: string, message: string) => heard('spublish', channel, message));
     subscriber.on('ready', () => {
       if (this.wasReady) this.afterReconnect();
       this.wasReady = true;
