@@ -5,7 +5,7 @@ import { BatonClient } from '../src/lib/client/client.ts';
 import { createKeys } from '../src/lib/keys.ts';
 import { createRedis } from '../src/lib/redis/redis.ts';
 import { ApiKeyStore } from '../src/lib/tenancy/api-keys.ts';
-import { startCluster } from '../test/helpers/cluster.ts';
+import { primaryPortOf, startCluster } from '../test/helpers/cluster.ts';
 import { allAtOnceEnv, spawnBaton } from './processes.ts';
 import { redisCpuSeconds, totalCommands, withBenchRedis } from './redis-stats.ts';
 import { readStreamerRuns } from './streams.ts';
@@ -69,9 +69,7 @@ async function roles(nodes: Node[], prefix: string, scopes: string[], partitions
   const keys = createKeys(prefix);
   const owner = async (key: string): Promise<number> => {
     if (nodes.length === 1) return 0;
-    const slot = Number(await nodes[0].redis.call('CLUSTER', 'KEYSLOT', key));
-    const ranges = (await nodes[0].redis.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
-    const port = ranges.find(([from, to]) => slot >= from && slot <= to)?.[2][1];
+    const port = await primaryPortOf(nodes[0].redis, key);
     return nodes.findIndex((n) => Number(new URL(n.url).port) === port);
   };
   const out = nodes.map(() => [] as string[]);

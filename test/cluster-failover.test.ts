@@ -1,10 +1,10 @@
 import { Redis } from 'ioredis';
 import { beforeAll, expect, it } from 'vitest';
-import { BatonApiError, BatonClient, type RunStreamEvent } from '../src/lib/client/client.ts';
+import { BatonApiError, BatonClient } from '../src/lib/client/client.ts';
 import { startCluster, type LocalCluster } from './helpers/cluster.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
-import { fullLog, words } from './helpers/stream-check.ts';
+import { fullLog, readToEnd, words, type RunReader } from './helpers/stream-check.ts';
 
 /**
  * A Redis Cluster whose primary of a scope's slot is SIGKILLed while the scope's runs stream:
@@ -29,22 +29,6 @@ beforeAll(async () => {
   h = await useHarness({ REDIS_URL: cluster.url });
 }, 90_000);
 
-interface Reader { runId: string; content: string; events: RunStreamEvent[]; done: Promise<void> }
-
-/** Reads a run's stream to its end with the client's own resumption (Last-Event-ID). */
-function read(client: BatonClient, runId: string, content: string): Reader {
-  const reader: Reader = { runId, content, events: [], done: Promise.resolve() };
-  reader.done = (async () => {
-    try {
-      for await (const e of client.stream(runId)) reader.events.push(e);
-    } catch (err) {
-      // The run was lost with the old primary: counted below.
-      if (!(err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND')) throw err;
-    }
-  })();
-  return reader;
-}
-
 // One scope a setting, each on a primary not killed before (the first test's kill leaves its
 // node's replica as a primary without a replica of its own).
 const cases = [['classic', 0], ['sharded', 1]] as const;
@@ -65,11 +49,11 @@ for (const [mode, nth] of cases) {
     const client = new BatonClient({ url: api.url!, apiKey: await h.key(scope), scope });
 
     // Runs of 60 tokens 50 ms apart: about 3 s each, so the failover lands in their middle.
-    const readers: Reader[] = [];
+    const readers: RunReader[] = [];
     for (let i = 0; i < 4; i++) {
       const content = words(60, `${mode}${i}-`);
       const run = await client.submit({ sessionId: `fo-${i}`, input: { content }, runtime: h.runtime, metadata: { delayMs: 50 } });
-      readers.push(read(client, run.id, content));
+      readers.push(readToEnd(client, run.id, content));
     }
     await waitFor(() => readers.every((r) => r.events.filter((e) => e.type === 'token').length >= 5), 30_000, 'every reader to see tokens');
 
@@ -86,7 +70,7 @@ for (const [mode, nth] of cases) {
         if (err instanceof BatonApiError && err.status >= 500) return undefined;
         throw err;
       }), 30_000, 'a submit accepted after the failover');
-    const lateReader = read(client, late.id, after);
+    const lateReader = readToEnd(client, late.id, after);
 
     await Promise.all([...readers, lateReader].map((r) => r.done));
     const lost: string[] = [];

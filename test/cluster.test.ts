@@ -5,6 +5,7 @@ import { PARTITIONS_TTL_MS, jobId, partitionOf } from '../src/lib/engine/dispatc
 import { sleep, useHarness, waitFor, type Harness, type ScopeClient } from './helpers/harness.ts';
 import { tokenText } from './helpers/http.ts';
 import { scrape, total } from './helpers/prom-text.ts';
+import { commandStats } from '../bench/redis-stats.ts';
 import { track } from './helpers/resources.ts';
 
 /** The core flows against a real 3-master Redis Cluster that this file starts and stops. */
@@ -102,7 +103,7 @@ it('a runtime\'s queue partitions on a cluster: each on a slot of its own, runs 
 
 it('LIVE_PUBSUB=sharded: a scope\'s notifications go by SPUBLISH to its node alone, and APIs of either setting stream them', async () => {
   const nodes = cluster.ports.map((port) => { const n = new Redis(port); return track(n, () => n.quit()); });
-  const spublished = () => Promise.all(nodes.map(async (n) => Number(/cmdstat_spublish:calls=(\d+)/.exec(await n.info('commandstats'))?.[1] ?? 0)));
+  const spublished = () => Promise.all(nodes.map(async (n) => (await commandStats(n)).get('spublish')?.calls ?? 0));
   const sharded = await h.startApi({ LIVE_PUBSUB: 'sharded' });
   const w = await h.startWorker({ env: { LIVE_PUBSUB: 'sharded' } });
   // Through an API left `classic` (as one not yet restarted) and one set `sharded`: both hear it.

@@ -8,6 +8,7 @@ import { startLocalRedis, type LocalRedis } from '../src/cli/local-redis.ts';
 import { fxKey } from './fixtures/engine-agents.ts';
 import { defineAgent } from '../src/lib/sdk/agent.ts';
 import { tokenText } from './helpers/http.ts';
+import { commandStats } from '../bench/redis-stats.ts';
 import { useHarness, waitFor, type Child, type Harness, type ScopeClient } from './helpers/harness.ts';
 
 /**
@@ -151,13 +152,13 @@ describe('REDIS_MIN_REPLICAS_ACK=1', () => {
       },
     });
     const w = await h.startWorker({ agents: [words], env: { LIVE_PUBSUB: 'sharded' } });
-    const calls = async (cmd: string) => Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(await h.redis.info('commandstats'))?.[1] ?? 0);
-    const before = await calls('spublish');
+    const spublished = async () => (await commandStats(h.redis)).get('spublish')?.calls ?? 0;
+    const before = await spublished();
     const sub = await acme.submit('sharded-acks', 'x', { agent: 'acks-words' });
     const read = await acme.sse(`/runs/${sub.body.id}/events`);
     expect(tokenText(read.events)).toBe('held then sharded');
     expect(read.events.at(-1)!.data.status).toBe('succeeded');
-    expect(await calls('spublish')).toBeGreaterThan(before);
+    expect(await spublished()).toBeGreaterThan(before);
     await w.close();
   }, 60_000);
 

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { BatonApiError, BatonClient, type Run, type RunStreamEvent } from '../src/lib/client/client.ts';
+import { BatonApiError, BatonClient, type Run } from '../src/lib/client/client.ts';
 import { TERMINAL_STATUSES } from '../src/lib/contract/runs.ts';
 import { loadConfig } from '../src/lib/config/index.ts';
 import { createRedis, waitReady } from '../src/lib/redis/redis.ts';
@@ -11,7 +11,7 @@ import { BIN, FAST, useHarness, waitFor, type Child, type Harness } from './help
 import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
 import { startSentinels, type DataNode, type SentinelSetup } from './helpers/sentinel.ts';
-import { fullLog, words } from './helpers/stream-check.ts';
+import { fullLog, readToEnd, words, type RunReader } from './helpers/stream-check.ts';
 
 /**
  * Baton on a Redis that Sentinel fails over: one primary, two replicas and three Sentinels
@@ -165,9 +165,6 @@ async function libraries(port: number): Promise<unknown[]> {
 interface RoundResult { old: DataNode; promoted: DataNode; lost: string[]; unreplicatedEvents: number }
 type FailoverKind = 'kill' | 'switch' | 'paused switch';
 
-/** A reader of one run: every event with the time it arrived. */
-interface Reader { runId: string; content: string; events: (RunStreamEvent & { at: number })[]; done: Promise<void> }
-
 /**
  * One failover under load: streamed runs in flight, a run parked on a wait, a submitter that
  * keeps submitting (retrying a refused submit with its idempotency key, as a client should);
@@ -186,11 +183,11 @@ async function failoverRound(
   await waitFor(async () => (await client.get(asking.id)).status === 'waiting', 20_000, 'the asking run to wait');
 
   // Streamed runs, 60 tokens 50 ms apart: about 3 s each, so the failover lands in their middle.
-  const readers: Reader[] = [];
+  const readers: RunReader[] = [];
   for (let i = 0; i < 6; i++) {
     const content = words(60, `r${round}s${i}-`);
     const run = await client.submit({ sessionId: `stream-${round}-${i}`, input: { content }, runtime, metadata: { delayMs: 50 } });
-    readers.push(read(client, run.id, content));
+    readers.push(readToEnd(client, run.id, content));
   }
 
   const submitter = keepSubmitting(client, runtime, round);
@@ -332,20 +329,6 @@ async function failoverRound(
 
 /** How many times the first Sentinel has switched the primary so far (its log's `+switch-master` lines). */
 const switchCount = (s: SentinelSetup) => s.switches().split('\n').filter((l) => l.includes('+switch-master')).length;
-
-/** Reads a run's stream to its end with the client's own resumption (Last-Event-ID). */
-function read(client: BatonClient, runId: string, content: string): Reader {
-  const reader: Reader = { runId, content, events: [], done: Promise.resolve() };
-  reader.done = (async () => {
-    try {
-      for await (const e of client.stream(runId)) reader.events.push({ ...e, at: Date.now() });
-    } catch (err) {
-      // The run was lost with the old primary: the round counts it.
-      if (!(err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND')) throw err;
-    }
-  })();
-  return reader;
-}
 
 /** Submits a short run every 100 ms until stopped; a submit refused (503 while Redis is away) is sent again, same idempotency key. */
 function keepSubmitting(client: BatonClient, runtime: string, round: number) {

@@ -74,16 +74,21 @@ export async function startCluster(masters = 3, o: ClusterOptions = {}): Promise
   const primaryOf = async (key: string, askPort: number) => {
     const r = new Redis(askPort, '127.0.0.1');
     try {
-      const slot = Number(await r.call('CLUSTER', 'KEYSLOT', key));
-      const ranges = (await r.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
-      const range = ranges.find(([from, to]) => slot >= from && slot <= to);
-      if (!range) throw new Error(`no node serves slot ${slot}`);
-      return range[2][1];
+      return await primaryPortOf(r, key);
     } finally {
       r.disconnect();
     }
   };
   return { url: `redis+cluster://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`, ports, kill, primaryOf, stop };
+}
+
+/** The port of the primary that serves `key`'s slot, as the cluster node `node` sees it now. */
+export async function primaryPortOf(node: Redis, key: string): Promise<number> {
+  const slot = Number(await node.call('CLUSTER', 'KEYSLOT', key));
+  const ranges = (await node.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+  const range = ranges.find(([from, to]) => slot >= from && slot <= to);
+  if (!range) throw new Error(`no node serves slot ${slot}`);
+  return range[2][1];
 }
 
 async function portFree(port: number): Promise<boolean> {

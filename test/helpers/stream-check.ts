@@ -1,5 +1,6 @@
 import { expect } from 'vitest';
 import { compareIds } from '../../src/lib/streams/log.ts';
+import { BatonApiError, type BatonClient, type RunStreamEvent } from '../../src/lib/client/client.ts';
 import type { Harness } from './harness.ts';
 
 /** An event as a reader received it: id, type and the parsed data. */
@@ -56,4 +57,24 @@ export async function expectWholeStream(
   expect(got.filter((e) => e.type === 'end').length, label).toBe(1);
   expect(got.at(-1), label).toMatchObject({ type: 'end', data: { status: 'succeeded' } });
   expect(answerText(got), label).toBe(run.content);
+}
+
+/** A run's stream read to its end through the typed client, each event noted with when it came. */
+export interface RunReader { runId: string; content: string; events: (RunStreamEvent & { at: number })[]; done: Promise<void> }
+
+/**
+ * Reads a run's stream to its end with the client's own resumption (Last-Event-ID), as a
+ * failover test's readers do: a run lost with a failed primary (RUN_NOT_FOUND) ends it without
+ * an error, for the test to count.
+ */
+export function readToEnd(client: BatonClient, runId: string, content: string): RunReader {
+  const reader: RunReader = { runId, content, events: [], done: Promise.resolve() };
+  reader.done = (async () => {
+    try {
+      for await (const e of client.stream(runId)) reader.events.push({ ...e, at: Date.now() });
+    } catch (err) {
+      if (!(err instanceof BatonApiError && err.code === 'RUN_NOT_FOUND')) throw err;
+    }
+  })();
+  return reader;
 }

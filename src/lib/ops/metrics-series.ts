@@ -29,7 +29,8 @@ export class MetricSeries {
   readonly waitDuration: Histogram<string>;
   readonly memoHits: Counter<string>;
   readonly steering: Counter<string>;
-  readonly liveNotifications: Counter<string>;
+  /** baton_live_notifications_total's two series, by kind (counted per notification heard). */
+  readonly liveNotifications: Record<'publish' | 'spublish', Counter.Internal>;
   readonly memoMisses: Counter<string>;
   readonly tokens: Counter<string>;
   readonly modelTokens: Counter<string>;
@@ -79,11 +80,12 @@ export class MetricSeries {
     this.steering = counter('baton_steering_messages_total',
       'Steering messages (multitask steer) by outcome: pending (sent into a running turn), turn (no active run: it started one), ' +
       'delivered (taken at a boundary), not_delivered (a worker finished its run first: it became the next turn).', ['runtime', 'outcome']);
-    this.liveNotifications = counter('baton_live_notifications_total',
+    const heard = counter('baton_live_notifications_total',
       'Notifications of new run events this process heard on the scope channels it follows, by how they were sent: ' +
       'publish (LIVE_PUBSUB=classic) or spublish (LIVE_PUBSUB=sharded).', ['kind']);
+    this.liveNotifications = { publish: heard.labels('publish'), spublish: heard.labels('spublish') };
     // Both at 0 from the start: the kind that grows is the answer, so neither may be missing.
-    for (const kind of ['publish', 'spublish']) this.liveNotifications.inc({ kind }, 0);
+    for (const series of Object.values(this.liveNotifications)) series.inc(0);
     this.memoMisses = counter('baton_memo_misses_total', 'Memoized steps that had to run.', ['runtime', 'kind']);
     this.tokens = counter('baton_tokens_streamed_total', 'Token deltas written to run event logs.', run);
     // By the agent that made the call (a sub-agent's name too), not the runtime: usage is what

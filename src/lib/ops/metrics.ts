@@ -192,7 +192,7 @@ export class Metrics extends MetricSeries {
 
   /** A notification heard on a followed scope channel, by how it was sent (baton_live_notifications_total). */
   liveNotification(kind: 'publish' | 'spublish'): void {
-    this.liveNotifications.inc({ kind });
+    this.liveNotifications[kind].inc();
   }
 
   /** Steering messages of a run of `runtime` that reached `outcome` (baton_steering_messages_total). */

@@ -63,6 +63,8 @@ export class ScriptCaller {
   private readonly limits: Record<string, unknown>;
   /** Replica acknowledgements the REPLICATED transitions wait for (absent: none asked). */
   private readonly acks: ReplicaAcks | undefined;
+  /** Sends a notification the scripts held for the replicas, as they would have (LIVE_PUBSUB). */
+  private readonly publishLive: (channel: string, message: string) => Promise<unknown>;
 
   constructor(
     readonly redis: Redis,
@@ -83,12 +85,14 @@ export class ScriptCaller {
       graceMs: config.DISPATCH_GRACE_MS,
       retention: config.RETENTION_MS,
       cancelChannel: keys.cancelChannel,
+      // Only when set: these options go with every call, the append's too.
       ...(config.LIVE_PUBSUB === 'sharded' && { spublish: true }),
       storage: {
         queued: config.MAX_QUEUED_RUNS_PER_SCOPE, bytes: config.STORAGE_MAX_BYTES_PER_SCOPE,
         forks: config.FORKS_PER_MINUTE, forkBytes: config.FORK_BYTES_PER_MINUTE,
       },
     };
+    this.publishLive = config.LIVE_PUBSUB === 'sharded' ? (ch, m) => redis.spublish(ch, m) : (ch, m) => redis.publish(ch, m);
     if (config.REDIS_MIN_REPLICAS_ACK > 0) {
       this.acks = new ReplicaAcks(redis, config.REDIS_MIN_REPLICAS_ACK, config.REDIS_REPLICA_ACK_TIMEOUT_MS);
     }
@@ -129,8 +133,7 @@ export class ScriptCaller {
       if (deferred.messages.length > 0 || REPLICATED.has(name)) await acks.confirm(mark);
       if (deferred.messages.length > 0) {
         const channel = this.keys.scope(scope).live;
-        const send = this.limits.spublish ? (m: string) => this.redis.spublish(channel, m) : (m: string) => this.redis.publish(channel, m);
-        await Promise.all(deferred.messages.map(send));
+        await Promise.all(deferred.messages.map((m) => this.publishLive(channel, m)));
       }
     }
     return replies === UNDECODED ? reply : decode(name, replies, reply);
