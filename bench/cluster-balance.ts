@@ -117,10 +117,15 @@ async function measure(primaries: number, scopeCount: number, partitions: number
   return row;
 }
 
+/** A row's settings other than the defaults, for its labels: its queue partitions and sharded pub/sub. */
+function settings(r: Row, partitionsWord: string): string {
+  return `${r.partitions > 1 ? `, ${r.partitions} ${partitionsWord}` : ''}${r.pubsub === 'sharded' ? ', sharded pub/sub' : ''}`;
+}
+
 function print(rows: Row[]): void {
   console.log(`one tenant over a Redis Cluster: ${RUNS} runs in ${RUNS} sessions × ${TOKENS} tokens, one every ${TOKEN_MS} ms, API and worker processes, readers here`);
   for (const r of rows) {
-    const label = `${r.primaries} primar${r.primaries === 1 ? 'y' : 'ies'}, ${r.scopes} scope${r.scopes === 1 ? '' : 's'}${r.partitions > 1 ? `, ${r.partitions} queue partitions` : ''}${r.pubsub === 'sharded' ? ', sharded pub/sub' : ''}`;
+    const label = `${r.primaries} primar${r.primaries === 1 ? 'y' : 'ies'}, ${r.scopes} scope${r.scopes === 1 ? '' : 's'}${settings(r, 'queue partitions')}`;
     printTable(`node (${label})`, Object.fromEntries(r.cpu.map((cpu, i) => [`node ${i + 1}`, {
       'Redis CPU ms': num(cpu * 1000, 0), 'share of CPU': `${num((100 * cpu) / r.cpu.reduce((a, b) => a + b, 0), 0)} %`,
       commands: String(r.commands[i]), holds: r.roles[i],
@@ -128,7 +133,7 @@ function print(rows: Row[]): void {
   }
   printTable('balance and capacity', Object.fromEntries(rows.map((r) => {
     const busiest = Math.max(...r.cpu);
-    return [`${r.primaries} primaries, ${r.scopes} scope(s)${r.partitions > 1 ? `, ${r.partitions} partitions` : ''}${r.pubsub === 'sharded' ? ', sharded pub/sub' : ''}`, {
+    return [`${r.primaries} primaries, ${r.scopes} scope(s)${settings(r, 'partitions')}`, {
       'CPU max / min': r.cpu.length > 1 ? `${num(busiest / Math.min(...r.cpu), 1)}×` : '—',
       'commands max / min': r.commands.length > 1 ? `${num(Math.max(...r.commands) / Math.min(...r.commands), 1)}×` : '—',
       'streams at 50 tok/s, busiest node\'s core': num(r.tokens / busiest / (1000 / TOKEN_MS), 0),

@@ -4,7 +4,7 @@ import { BatonApiError, BatonClient } from '../src/lib/client/client.ts';
 import { startCluster, type LocalCluster } from './helpers/cluster.ts';
 import { useHarness, waitFor, type Harness } from './helpers/harness.ts';
 import { track } from './helpers/resources.ts';
-import { fullLog, readToEnd, words, type RunReader } from './helpers/stream-check.ts';
+import { fullLog, readToEnd, runIfKept, words, writtenAfter, type RunReader } from './helpers/stream-check.ts';
 
 /**
  * A Redis Cluster whose primary of a scope's slot is SIGKILLed while the scope's runs stream:
@@ -77,10 +77,7 @@ for (const [mode, nth] of cases) {
     let unreplicated = 0;
     let readOn = 0;
     for (const r of readers) {
-      const run = await client.get(r.runId).catch((err: unknown) => {
-        if (err instanceof BatonApiError && err.status === 404) return undefined;
-        throw err;
-      });
+      const run = await runIfKept(client, r.runId);
       if (!run) {
         lost.push(r.runId);
         continue;
@@ -95,8 +92,8 @@ for (const [mode, nth] of cases) {
       expect(log.filter((e) => !seen.has(e.id)).map((e) => e.id), `reader of ${r.runId} missed events`).toEqual([]);
       const inLog = new Set(log.map((e) => e.id));
       unreplicated += ids.filter((id) => !inLog.has(id)).length;
-      // A stream id is `<ms>-<seq>` on Redis's clock (this machine's): written by the new primary.
-      if (r.events.some((e) => Number(e.id.split('-')[0]) > failedAt)) readOn++;
+      // Written by the new primary.
+      if (r.events.some((e) => writtenAfter(e.id, failedAt))) readOn++;
     }
     const lateEvents = lateReader.events;
     expect(lateEvents.filter((e) => e.type === 'token').map((e) => (e.data as { text: string }).text).join('')).toBe(after);

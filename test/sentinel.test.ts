@@ -11,7 +11,7 @@ import { BIN, FAST, useHarness, waitFor, type Child, type Harness } from './help
 import { call } from './helpers/http.ts';
 import { track } from './helpers/resources.ts';
 import { startSentinels, type DataNode, type SentinelSetup } from './helpers/sentinel.ts';
-import { fullLog, readToEnd, words, type RunReader } from './helpers/stream-check.ts';
+import { fullLog, readToEnd, runIfKept, words, writtenAfter, type RunReader } from './helpers/stream-check.ts';
 
 /**
  * Baton on a Redis that Sentinel fails over: one primary, two replicas and three Sentinels
@@ -230,10 +230,7 @@ async function failoverRound(
   let resumesLost = 0;
   if (extraSwitches > 0) {
     await waitFor(async () => {
-      const run = await client.get(asking.id).catch((err) => {
-        if (err instanceof BatonApiError && err.status === 404) return undefined;
-        throw err;
-      });
+      const run = await runIfKept(client, asking.id);
       if (run?.status !== 'waiting') return true;
       await client.resume(asking.id, 'wait:approval:1', { approved: true }).then(() => { resumesLost++; }, (err) => {
         if (!(err instanceof BatonApiError && (err.status >= 500 || err.code === 'WAIT_NOT_PENDING'))) throw err;
@@ -248,11 +245,8 @@ async function failoverRound(
   await waitFor(async () => {
     for (const id of accepted) {
       if (final.has(id)) continue;
-      const run = await client.get(id).catch((err) => {
-        if (err instanceof BatonApiError && err.status === 404) return null;
-        throw err;
-      });
-      if (run === null) final.set(id, undefined);
+      const run = await runIfKept(client, id);
+      if (run === undefined) final.set(id, undefined);
       else if (isTerminal(run.status)) final.set(id, run);
     }
     return final.size === accepted.length;
@@ -306,11 +300,11 @@ async function failoverRound(
     // Read on past the failover: it got an event written (its stream id is Redis's time) after
     // the primary failed, so by the new one. Not "read after the promotion was seen": on a busy
     // machine the test sees it late, after short runs have ended on the new primary.
-    if (r.events.some((e) => Number(e.id.split('-')[0]) > failedAt)) resumedReaders++;
+    if (r.events.some((e) => writtenAfter(e.id, failedAt))) resumedReaders++;
   }
   const firstAccepted = submitter.accepted.find((a) => a.at > failedAt);
   // A stream id is `<ms>-<seq>` on Redis's clock (this machine's): when each token was written.
-  const written = readers.flatMap((r) => r.events.filter((e) => e.type === 'token' && Number(e.id.split('-')[0]) > failedAt));
+  const written = readers.flatMap((r) => r.events.filter((e) => e.type === 'token' && writtenAfter(e.id, failedAt)));
   const firstWritten = Math.min(...written.map((e) => Number(e.id.split('-')[0])));
   const firstRead = Math.min(...written.map((e) => e.at));
   const attempts = [...final.values()].filter((run) => run && readers.some((r) => r.runId === run.id)).map((run) => run!.attempt);

@@ -1,6 +1,6 @@
 import { expect } from 'vitest';
 import { compareIds } from '../../src/lib/streams/log.ts';
-import { BatonApiError, type BatonClient, type RunStreamEvent } from '../../src/lib/client/client.ts';
+import { BatonApiError, type BatonClient, type Run, type RunStreamEvent } from '../../src/lib/client/client.ts';
 import type { Harness } from './harness.ts';
 
 /** An event as a reader received it: id, type and the parsed data. */
@@ -77,4 +77,17 @@ export function readToEnd(client: BatonClient, runId: string, content: string): 
     }
   })();
   return reader;
+}
+
+/** A run as Redis holds it now, or undefined if it is gone (lost with a failed primary's unreplicated writes). */
+export async function runIfKept(client: BatonClient, runId: string): Promise<Run | undefined> {
+  return client.get(runId).catch((err: unknown) => {
+    if (err instanceof BatonApiError && err.status === 404) return undefined;
+    throw err;
+  });
+}
+
+/** Whether a stream event id (`<ms>-<seq>`, on Redis's clock: this machine's) was written after `at`. */
+export function writtenAfter(id: string, at: number): boolean {
+  return Number(id.split('-')[0]) > at;
 }
